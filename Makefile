@@ -1,0 +1,96 @@
+# Makefile - builds the lazy-rotary RAG tools, tests and benchmarks.
+# CPU-only when nvcc is absent; adds the CUDA kernels (kernels/*.cu) when found.
+# Layout: model/ (engine) store/ ingest/ query/ kernels/ tools/ tests/ bench/.
+
+CC       ?= gcc
+BUILD    ?= build
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= /usr/local/cuda
+CSTD     := -std=gnu11
+OPT      ?= -O2 -march=x86-64-v2
+CFLAGS   := $(CSTD) $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -I. \
+            $(shell pkg-config --cflags openblas 2>/dev/null) $(EXTRA_CFLAGS)
+LIBS     := $(shell pkg-config --libs lmdb sqlite3 libzstd jansson libpcre2-8 openblas 2>/dev/null) \
+            -lcsv -lm -lpthread -fopenmp $(EXTRA_LDFLAGS)
+NVFLAGS  := -O3 -std=c++17 -I. -lineinfo -Xptxas -v \
+            -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
+
+# Programs: files with a main(). Everything else under the module folders is library code.
+BIN_SRCS  := $(wildcard tools/*.c) $(wildcard ingest/lazyingest.c) $(wildcard query/lazyquery.c)
+LIB_SRCS  := $(filter-out $(BIN_SRCS), $(wildcard model/*.c store/*.c ingest/*.c query/*.c kernels/*.c))
+TEST_SRCS := $(wildcard tests/test_*.c)
+BENCH_SRCS:= $(wildcard bench/bench_*.c)
+CU_SRCS   := $(wildcard kernels/*.cu)
+
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+BINS      := $(patsubst %.c,$(BUILD)/bin/%,$(notdir $(BIN_SRCS)))
+TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+BENCHES   := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
+HEADERS   := $(wildcard model/*.h store/*.h ingest/*.h query/*.h kernels/*.h tests/*.h)
+
+ifeq ($(NVCC),)
+$(info nvcc not found: CPU-only build)
+else
+$(info nvcc found at $(NVCC): kernels/*.cu build with 'make cuda')
+endif
+
+# Default: the command-line tools.
+all: $(BINS)
+
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/liblazy.a: $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/%: tools/%.c $(BUILD)/liblazy.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
+
+$(BUILD)/bin/lazyingest: ingest/lazyingest.c $(BUILD)/liblazy.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
+
+$(BUILD)/bin/lazyquery: query/lazyquery.c $(BUILD)/liblazy.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/liblazy.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/liblazy.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
+
+# Build the test programs and the tools they drive.
+tests: $(TESTS) $(BINS)
+
+# Run every test program; prints 'N passed, N failed' and fails if any failed.
+test: tests
+	@BUILD=$(BUILD) sh tests/run.sh
+
+# Tests under AddressSanitizer + UndefinedBehaviorSanitizer, in build/asan.
+asan:
+	$(MAKE) BUILD=build/asan OPT=-O1 \
+	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  EXTRA_LDFLAGS="-fsanitize=address,undefined" tests
+
+# Run the tests built by 'make asan'.
+test-asan: asan
+	@BUILD=build/asan ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh
+
+# Benchmarks (not tests): see bench/README.md for what each measures.
+bench: $(BENCHES) $(BINS)
+
+# Install the Debian packages the build needs (idempotent, quiet when present).
+deps:
+	@sh tools/deps.sh
+
+clean:
+	rm -rf build
+
+.PHONY: all tests test asan test-asan bench deps clean cuda
+.SECONDARY:

@@ -1,0 +1,140 @@
+/* llama.h - the Llama-family decoder on the CPU in fp32: weights, KV cache,
+ * batched forward pass with optional external KV segments (lazy attention).
+ *
+ * Legend: D = model width, L = layers, H = query heads, KV = key/value heads
+ * (GQA: H % KV == 0), d = head_dim (may differ from D/H), F = FFN width,
+ * V = vocabulary, n = tokens in a forward call, T = cache capacity (tokens).
+ *
+ * Weight matrices are row-major (out_features, in_features), as GGUF stores
+ * them (ne[0] = in). q/k rows are in the model's rotary layout (cfg.rope_layout:
+ * ADJACENT for GGUF, HALF for raw Hugging Face weights); the rotary math is
+ * model/rope.h and nowhere else.
+ *
+ * External segments (cached documents): each holds K/V for every (layer, kv
+ * head), keys rotated at their stored positions; the forward pass attends to
+ * them before the cache's own tokens and applies the missing rotation `rot`
+ * (placement offset minus stored base) to the query, never to the keys.
+ */
+#ifndef LZ_LLAMA_H
+#define LZ_LLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/rope.h"
+#include "model/tokenizer.h"
+
+#define LZ_MAX_HEAD_DIM 256
+
+typedef struct {
+    int dim;        /* D */
+    int n_layers;   /* L */
+    int n_heads;    /* H */
+    int n_kv_heads; /* KV */
+    int head_dim;   /* d */
+    int ffn_dim;    /* F */
+    int vocab;      /* V */
+    int ctx;        /* trained context length (informational; positions are not capped) */
+    float norm_eps;
+    float rope_theta;
+    int rope_layout;                          /* lz_rope_layout */
+    int has_rope_divisors;
+    float rope_divisors[LZ_MAX_HEAD_DIM / 2]; /* per-pair frequency divisors (llama3 / linear scaling) */
+    int tied_output;                          /* output == tok_embd */
+    int bos, eos;                             /* -1 if unknown */
+} lz_llama_config;
+
+typedef struct {
+    const float *attn_norm; /* (D) */
+    const float *wq;        /* (H*d, D) */
+    const float *wk;        /* (KV*d, D) */
+    const float *wv;        /* (KV*d, D) */
+    const float *wo;        /* (D, H*d) */
+    const float *ffn_norm;  /* (D) */
+    const float *w_gate;    /* (F, D)  ffn_gate, "w1" */
+    const float *w_up;      /* (F, D)  ffn_up,   "w3" */
+    const float *w_down;    /* (D, F)  ffn_down, "w2" */
+} lz_llama_layer;
+
+typedef struct lz_llama {
+    lz_llama_config cfg;
+    const float *tok_embd; /* (V, D) */
+    const float *out_norm; /* (D) */
+    const float *output;   /* (V, D); == tok_embd when tied */
+    lz_llama_layer *layers;/* (L) */
+    float inv_freq[LZ_MAX_HEAD_DIM / 2]; /* (d/2) rotary inverse frequencies, divisors applied */
+    uint8_t fingerprint[32];             /* sha256 of config, vocabulary and sampled weights */
+    char fingerprint_hex[65];
+    char arch[32];                       /* "llama", "mistral", ... */
+    lz_tokenizer *tok;                   /* owned; may be NULL for weight-only loads */
+    /* ownership (freed by lz_llama_free) */
+    void **owned;          /* malloc'd blocks */
+    int n_owned, cap_owned;
+    void *gguf;            /* lz_gguf* kept open when weights point into its mapping */
+    void *extra;           /* loader-specific resources (e.g. safetensors mappings) */
+    void (*free_extra)(void *);
+} lz_llama;
+
+/* Status codes shared by the model loaders (0 = OK). */
+enum { LZ_MODEL_OK = 0, LZ_MODEL_EIO = 1, LZ_MODEL_ECORRUPT = 2, LZ_MODEL_EUNSUPPORTED = 3,
+       LZ_MODEL_ENOMEM = 4 };
+
+/* Loads a GGUF file or a Hugging Face folder (config.json + *.safetensors +
+ * tokenizer.json), chosen by what path is. */
+int lz_llama_load(const char *path, lz_llama **out, char *err, size_t errlen);
+int lz_llama_load_gguf(const char *path, lz_llama **out, char *err, size_t errlen);
+void lz_llama_free(lz_llama *m); /* NULL is a no-op */
+
+/* For loaders: allocate a block owned by the model (freed with it). */
+void *lz_llama_alloc(lz_llama *m, size_t bytes);
+/* For loaders: validates shapes and config, computes inv_freq and the
+ * fingerprint. Call once every weight pointer is set. */
+int lz_llama_finish(lz_llama *m, char *err, size_t errlen);
+
+/* Threads used by the forward pass (OpenMP and OpenBLAS); <= 0 means all cores. */
+void lz_llama_set_threads(int n);
+
+/* KV cache of the tokens a sequence computed itself. Keys are stored rotated
+ * at their absolute positions pos0 + t. */
+typedef struct {
+    int n_layers, n_kv_heads, head_dim;
+    int cap;      /* T */
+    int n;        /* tokens held */
+    int64_t pos0; /* position of token 0 */
+    float *k;     /* (L, KV, T, d) */
+    float *v;     /* (L, KV, T, d) */
+} lz_kv_cache;
+
+int lz_kv_cache_init(lz_kv_cache *c, const lz_llama_config *cfg, int cap);
+void lz_kv_cache_free(lz_kv_cache *c);
+/* Empties the cache; the next token is at position pos0. */
+void lz_kv_cache_reset(lz_kv_cache *c, int64_t pos0);
+
+/* External KV block (a cached document or the shared prefix). */
+typedef struct {
+    const float *k;      /* (L, KV, stride, d) keys rotated at stored positions */
+    const float *v;      /* (L, KV, stride, d) */
+    const int *n_kept;   /* (L, KV) tokens kept per head, or NULL: all heads have n */
+    int n;               /* tokens */
+    int stride;          /* token stride of k/v per (layer, head), >= every kept count */
+    int64_t rot;         /* rotation missing from the stored keys (placement - stored base) */
+} lz_kv_segment;
+
+/* Scratch for forward calls of up to max_batch tokens. */
+typedef struct lz_llama_scratch lz_llama_scratch;
+lz_llama_scratch *lz_llama_scratch_new(const lz_llama *m, int max_batch);
+void lz_llama_scratch_free(lz_llama_scratch *s);
+
+enum { LZ_LOGITS_NONE = 0, LZ_LOGITS_LAST = 1, LZ_LOGITS_ALL = 2 };
+
+/* Runs n tokens at positions cache->pos0 + cache->n + i through the model,
+ * appending their K/V to cache. Each token attends to all segments (in
+ * order, every key visible) and causally to the cache. logits receives
+ * (V) for LZ_LOGITS_LAST, (n, V) for LZ_LOGITS_ALL, nothing for NONE.
+ * n may exceed the scratch's max_batch (processed in chunks). Returns 0, or
+ * -1 if the cache is full or an argument is invalid. */
+int lz_llama_forward(const lz_llama *m, lz_llama_scratch *s, lz_kv_cache *cache,
+                     const lz_kv_segment *segs, int n_segs,
+                     const int *tokens, int n, float *logits, int logits_mode);
+
+#endif /* LZ_LLAMA_H */
