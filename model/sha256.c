@@ -35,7 +35,7 @@ static void compress(uint32_t h[8], const uint8_t p[64])
     h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += k;
 }
 
-void lz_sha256_init(lz_sha256 *s)
+void lz_sha256_init(lz_sha256_ctx *s)
 {
     static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
@@ -44,7 +44,7 @@ void lz_sha256_init(lz_sha256 *s)
     s->nbuf = 0;
 }
 
-void lz_sha256_update(lz_sha256 *s, const void *data, size_t n)
+void lz_sha256_update(lz_sha256_ctx *s, const void *data, size_t n)
 {
     const uint8_t *p = data;
     s->nbytes += n;
@@ -61,7 +61,7 @@ void lz_sha256_update(lz_sha256 *s, const void *data, size_t n)
     s->nbuf = n;
 }
 
-void lz_sha256_final(lz_sha256 *s, uint8_t out[32])
+void lz_sha256_final(lz_sha256_ctx *s, uint8_t out[32])
 {
     uint64_t bits = s->nbytes * 8;
     uint8_t pad = 0x80, zero = 0, len[8];
@@ -77,7 +77,7 @@ void lz_sha256_final(lz_sha256 *s, uint8_t out[32])
 
 void lz_sha256(const void *data, size_t n, uint8_t out[32])
 {
-    lz_sha256 s;
+    lz_sha256_ctx s;
     lz_sha256_init(&s);
     lz_sha256_update(&s, data, n);
     lz_sha256_final(&s, out);

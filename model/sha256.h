@@ -11,11 +11,11 @@ typedef struct {
     uint64_t nbytes;
     uint8_t buf[64];
     size_t nbuf;
-} lz_sha256;
+} lz_sha256_ctx;
 
-void lz_sha256_init(lz_sha256 *s);
-void lz_sha256_update(lz_sha256 *s, const void *data, size_t n);
-void lz_sha256_final(lz_sha256 *s, uint8_t out[32]);
+void lz_sha256_init(lz_sha256_ctx *s);
+void lz_sha256_update(lz_sha256_ctx *s, const void *data, size_t n);
+void lz_sha256_final(lz_sha256_ctx *s, uint8_t out[32]);
 void lz_sha256(const void *data, size_t n, uint8_t out[32]);
 /* Lower-case hex of 32 bytes into hex[65] (NUL-terminated). */
 void lz_sha256_hex(const uint8_t d[32], char hex[65]);
