@@ -83,6 +83,9 @@ enum { LZ_MODEL_OK = 0, LZ_MODEL_EIO = 1, LZ_MODEL_ECORRUPT = 2, LZ_MODEL_EUNSUP
  * tokenizer.json), chosen by what path is. */
 int lz_llama_load(const char *path, lz_llama **out, char *err, size_t errlen);
 int lz_llama_load_gguf(const char *path, lz_llama **out, char *err, size_t errlen);
+/* Hugging Face folder: config.json, model.safetensors or sharded with
+ * model.safetensors.index.json, tokenizer.json (model/load_hf.c). */
+int lz_llama_load_hf(const char *dir, lz_llama **out, char *err, size_t errlen);
 void lz_llama_free(lz_llama *m); /* NULL is a no-op */
 
 /* For loaders: allocate a block owned by the model (freed with it). */

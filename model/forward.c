@@ -1,0 +1,160 @@
+/* forward.c - the Llama forward pass on the CPU in fp32, batched: n tokens
+ * go through every layer together so projections are GEMMs (OpenBLAS);
+ * attention is model/attention.c (lazy over external segments + causal over
+ * the cache). Reads top to bottom like llama2.c's forward().
+ *
+ * Legend: n = tokens in this chunk, D = width, H/KV = heads, d = head_dim,
+ * F = FFN width, V = vocabulary.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/attention.h"
+#include "model/llama.h"
+
+struct lz_llama_scratch {
+    int max_batch;
+    float *x;    /* (B, D) residual stream */
+    float *xb;   /* (B, D) normed input */
+    float *q;    /* (B, H*d) */
+    float *k;    /* (B, KV*d) */
+    float *v;    /* (B, KV*d) */
+    float *att;  /* (B, H*d) attention output */
+    float *hb;   /* (B, F) gate */
+    float *hb2;  /* (B, F) up */
+};
+
+lz_llama_scratch *lz_llama_scratch_new(const lz_llama *m, int max_batch)
+{
+    const lz_llama_config *c = &m->cfg;
+    lz_llama_scratch *s = calloc(1, sizeof *s);
+    if (!s || max_batch <= 0) { free(s); return NULL; }
+    size_t B = (size_t)max_batch, Hd = (size_t)c->n_heads * c->head_dim, KVd = (size_t)c->n_kv_heads * c->head_dim;
+    s->max_batch = max_batch;
+    s->x = malloc(B * c->dim * sizeof(float));
+    s->xb = malloc(B * c->dim * sizeof(float));
+    s->q = malloc(B * Hd * sizeof(float));
+    s->k = malloc(B * KVd * sizeof(float));
+    s->v = malloc(B * KVd * sizeof(float));
+    s->att = malloc(B * Hd * sizeof(float));
+    s->hb = malloc(B * c->ffn_dim * sizeof(float));
+    s->hb2 = malloc(B * c->ffn_dim * sizeof(float));
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2) {
+        lz_llama_scratch_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void lz_llama_scratch_free(lz_llama_scratch *s)
+{
+    if (!s) return;
+    free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->att); free(s->hb); free(s->hb2);
+    free(s);
+}
+
+void lz_llama_set_threads(int n)
+{
+    if (n <= 0) n = omp_get_num_procs();
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+/* y (n, out) = x (n, in) @ W (out, in)^T, accumulate when beta = 1 */
+static void matmul(float *y, const float *x, const float *w, int n, int in, int out, float beta)
+{
+    if (n == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, beta, y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, beta, y, out);
+}
+
+/* out (n, D) = rmsnorm(x) * w */
+static void rmsnorm(float *out, const float *x, const float *w, int n, int D, float eps)
+{
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * D;
+        float *oi = out + (size_t)i * D;
+        float ss = 0;
+        for (int j = 0; j < D; j++) ss += xi[j] * xi[j];
+        float r = 1.0f / sqrtf(ss / (float)D + eps);
+        for (int j = 0; j < D; j++) oi[j] = xi[j] * r * w[j];
+    }
+}
+
+/* One chunk of n <= max_batch tokens. */
+static int forward_chunk(const lz_llama *m, lz_llama_scratch *s, lz_kv_cache *cache, const lz_kv_segment *segs,
+                         int n_segs, const int *tokens, int n, float *logits, int logits_mode)
+{
+    const lz_llama_config *c = &m->cfg;
+    const int D = c->dim, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, F = c->ffn_dim, V = c->vocab;
+    const int Hd = H * d, KVd = KV * d, T = cache->cap, n_past = cache->n;
+    const int64_t pos0 = cache->pos0 + n_past;
+
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) return -1;
+        memcpy(s->x + (size_t)i * D, m->tok_embd + (size_t)tokens[i] * D, (size_t)D * sizeof(float));
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const lz_llama_layer *w = &m->layers[l];
+        rmsnorm(s->xb, s->x, w->attn_norm, n, D, c->norm_eps);
+        matmul(s->q, s->xb, w->wq, n, D, Hd, 0.0f);
+        matmul(s->k, s->xb, w->wk, n, D, KVd, 0.0f);
+        matmul(s->v, s->xb, w->wv, n, D, KVd, 0.0f);
+        /* rotate q and k at their absolute positions; append k, v to the cache */
+        float *kc = cache->k + (size_t)l * KV * T * d, *vc = cache->v + (size_t)l * KV * T * d;
+#pragma omp parallel for
+        for (int i = 0; i < n; i++) {
+            for (int h = 0; h < H; h++) lz_rope_apply(s->q + (size_t)i * Hd + h * d, d, pos0 + i, c->rope_layout, m->inv_freq);
+            for (int h = 0; h < KV; h++) {
+                float *k = s->k + (size_t)i * KVd + h * d;
+                lz_rope_apply(k, d, pos0 + i, c->rope_layout, m->inv_freq);
+                memcpy(kc + ((size_t)h * T + n_past + i) * d, k, (size_t)d * sizeof(float));
+                memcpy(vc + ((size_t)h * T + n_past + i) * d, s->v + (size_t)i * KVd + h * d, (size_t)d * sizeof(float));
+            }
+        }
+        lz_attn_params ap = {.q = s->q, .out = s->att, .n = n, .n_heads = H, .n_kv_heads = KV, .head_dim = d,
+                             .layer = l, .segs = segs, .n_segs = n_segs, .k = kc, .v = vc, .cache_stride = T,
+                             .n_past = n_past, .inv_freq = m->inv_freq, .rope_layout = c->rope_layout};
+        if (lz_attention_cpu(&ap)) return -1;
+        matmul(s->x, s->att, w->wo, n, Hd, D, 1.0f); /* residual add */
+        rmsnorm(s->xb, s->x, w->ffn_norm, n, D, c->norm_eps);
+        matmul(s->hb, s->xb, w->w_gate, n, D, F, 0.0f);
+        matmul(s->hb2, s->xb, w->w_up, n, D, F, 0.0f);
+#pragma omp parallel for
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < F; j++) {
+                float g = s->hb[(size_t)i * F + j];
+                s->hb[(size_t)i * F + j] = g / (1.0f + expf(-g)) * s->hb2[(size_t)i * F + j];
+            }
+        matmul(s->x, s->hb, w->w_down, n, F, D, 1.0f);
+    }
+    cache->n += n;
+    if (logits_mode == LZ_LOGITS_ALL) {
+        rmsnorm(s->xb, s->x, m->out_norm, n, D, c->norm_eps);
+        matmul(logits, s->xb, m->output, n, D, V, 0.0f);
+    } else if (logits_mode == LZ_LOGITS_LAST) {
+        rmsnorm(s->xb, s->x + (size_t)(n - 1) * D, m->out_norm, 1, D, c->norm_eps);
+        matmul(logits, s->xb, m->output, 1, D, V, 0.0f);
+    }
+    return 0;
+}
+
+int lz_llama_forward(const lz_llama *m, lz_llama_scratch *s, lz_kv_cache *cache, const lz_kv_segment *segs,
+                     int n_segs, const int *tokens, int n, float *logits, int logits_mode)
+{
+    if (n <= 0 || cache->n + n > cache->cap || cache->n_layers != m->cfg.n_layers ||
+        cache->n_kv_heads != m->cfg.n_kv_heads || cache->head_dim != m->cfg.head_dim)
+        return -1;
+    for (int i = 0; i < n; i += s->max_batch) {
+        int b = n - i < s->max_batch ? n - i : s->max_batch;
+        int last = i + b == n;
+        int mode = logits_mode == LZ_LOGITS_ALL ? LZ_LOGITS_ALL : last ? logits_mode : LZ_LOGITS_NONE;
+        float *lg = logits_mode == LZ_LOGITS_ALL ? logits + (size_t)i * m->cfg.vocab : logits;
+        if (forward_chunk(m, s, cache, segs, n_segs, tokens + i, b, lg, mode)) return -1;
+    }
+    return 0;
+}
