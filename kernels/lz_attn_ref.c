@@ -1,0 +1,112 @@
+/* lz_attn_ref.c - host-side code shared by the CUDA kernels and the CPU
+ * references: status text, argument checks, split-KV sizing and the decode
+ * block-word builder. No CUDA headers; compiled by gcc into liblazy.a.
+ *
+ * Legend: S = segments, KV = kv heads, H = query heads, G = H/KV, M = rows,
+ * d = head_dim, B = sequences, NB = max block words per (b, kv head).
+ */
+#include <stdio.h>
+
+#include "kernels/lz_decode.h"
+#include "kernels/lz_prefill.h"
+#include "kernels/lz_rerotate.h"
+#include "model/rope.h"
+
+const char *lz_attn_strerror(int status)
+{
+    static __thread char buf[48];
+    switch (status) {
+    case LZ_ATTN_OK: return "ok";
+    case LZ_ATTN_EHEADDIM: return "head_dim must be 64 or 128";
+    case LZ_ATTN_EGQA: return "n_heads must be a multiple of n_kv_heads (ratio <= 16 for decode)";
+    case LZ_ATTN_ELAYOUT: return "rope_layout must be LZ_ROPE_ADJACENT or LZ_ROPE_HALF";
+    case LZ_ATTN_EARG: return "NULL pointer or negative size/count";
+    case LZ_ATTN_EWORK: return "split-KV workspace missing or too small";
+    case LZ_ATTN_ERANGE: return "value does not fit its packed field (row >= 2^36 or offset >= 2^21)";
+    }
+    snprintf(buf, sizeof buf, "CUDA error %d", status);
+    return buf;
+}
+
+static int check_common(int d, int h, int kv, int layout)
+{
+    if (d != 64 && d != 128) return LZ_ATTN_EHEADDIM;
+    if (kv <= 0 || h <= 0 || h % kv != 0) return LZ_ATTN_EGQA;
+    if (layout != LZ_ROPE_ADJACENT && layout != LZ_ROPE_HALF) return LZ_ATTN_ELAYOUT;
+    return LZ_ATTN_OK;
+}
+
+int lz_prefill_check(const lz_prefill_params *p)
+{
+    if (!p) return LZ_ATTN_EARG;
+    int rc = check_common(p->head_dim, p->n_heads, p->n_kv_heads, p->rope_layout);
+    if (rc) return rc;
+    if (!p->o || !p->q || !p->k_self || !p->v_self || !p->inv_freq || p->n_rows < 1 ||
+        p->n_seg < 0 || p->n_split < 0 || p->self_offset < 0 ||
+        (p->n_seg > 0 && (!p->segs || !p->seg_len)))
+        return LZ_ATTN_EARG;
+    return LZ_ATTN_OK;
+}
+
+int lz_decode_check(const lz_decode_params *p)
+{
+    if (!p) return LZ_ATTN_EARG;
+    int rc = check_common(p->head_dim, p->n_heads, p->n_kv_heads, p->rope_layout);
+    if (rc) return rc;
+    if (p->n_heads / p->n_kv_heads > 16) return LZ_ATTN_EGQA;
+    if (!p->o || !p->q || !p->k_pool || !p->v_pool || !p->blocks || !p->n_blocks ||
+        !p->inv_freq || p->batch < 0 || p->max_blocks < 0 || p->n_split < 0)
+        return LZ_ATTN_EARG;
+    return LZ_ATTN_OK;
+}
+
+static int clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+int lz_prefill_splits(const lz_prefill_params *p, int n_sm)
+{
+    if (p->n_split > 0) return p->n_split;
+    int g = p->n_heads / p->n_kv_heads;
+    int64_t row_tiles = ((int64_t)g * p->n_rows + LZ_PREFILL_BM - 1) / LZ_PREFILL_BM * p->n_kv_heads;
+    int64_t key_tiles = p->seg_keys / LZ_PREFILL_BN + p->n_seg +
+                        (p->n_rows + LZ_PREFILL_BN - 1) / LZ_PREFILL_BN;
+    int64_t want = (2 * (int64_t)n_sm + row_tiles - 1) / row_tiles; /* about two waves */
+    return clampi((int)(want < 64 ? want : 64), 1, (int)(key_tiles / 2 > 1 ? key_tiles / 2 : 1));
+}
+
+size_t lz_prefill_workspace(const lz_prefill_params *p, int n_split)
+{
+    if (n_split <= 1) return 0;
+    size_t rows = (size_t)p->n_heads * p->n_rows;
+    return rows * n_split * ((size_t)p->head_dim + 1) * sizeof(float);
+}
+
+int lz_decode_splits(const lz_decode_params *p, int n_sm)
+{
+    if (p->n_split > 0) return p->n_split;
+    int64_t ctas = (int64_t)p->batch * p->n_kv_heads;
+    if (ctas <= 0) return 1;
+    int64_t want = (4 * (int64_t)n_sm + ctas - 1) / ctas; /* two waves of 2 CTAs per SM */
+    int most = (p->max_blocks + 3) / 4;                    /* at least 4 blocks per part */
+    return clampi((int)(want < 256 ? want : 256), 1, most > 1 ? most : 1);
+}
+
+size_t lz_decode_workspace(const lz_decode_params *p, int n_split)
+{
+    if (n_split <= 1) return 0;
+    size_t rows = (size_t)p->batch * p->n_heads;
+    return rows * n_split * ((size_t)p->head_dim + 1) * sizeof(float);
+}
+
+int lz_decode_add_segment(uint64_t *words, int *n, int cap, uint64_t row, int64_t len,
+                          int64_t offset)
+{
+    if (!words || !n || len < 0 || offset < 0) return LZ_ATTN_EARG;
+    if (offset > LZ_DECODE_MAX_OFFSET || row + (uint64_t)len > LZ_DECODE_MAX_ROW + 1)
+        return LZ_ATTN_ERANGE;
+    for (int64_t j = 0; j < len; j += LZ_DECODE_BLOCK) {
+        if (*n >= cap) return LZ_ATTN_EARG;
+        int nk = (int)(len - j < LZ_DECODE_BLOCK ? len - j : LZ_DECODE_BLOCK);
+        words[(*n)++] = lz_decode_word(row + (uint64_t)j, offset, nk);
+    }
+    return LZ_ATTN_OK;
+}

@@ -1,0 +1,70 @@
+/* lz_prefill.h - attention for M query rows of one sequence over S cached
+ * segments plus their own keys (causal): lazy (each K tile rotated by its
+ * segment's offset R(p) after loading) and the non-lazy twin (keys already at
+ * final positions). Also the ingest case: S = 0, M = document length.
+ *
+ * Legend: S = segments, KV = kv heads, H = query heads (KV*G), M = rows,
+ * d = head_dim (64 or 128), T = segment cap, n_split = split-KV parts.
+ *
+ * Row m of the question sees every kept key of every segment and its own
+ * keys 0..m. Queries come rotated at their final positions; k_self is rotated
+ * at final positions (self_offset = 0) or, for the lazy kernel, at local
+ * positions and placed at self_offset. An (h, m) with no visible key cannot
+ * occur (the diagonal is always visible).
+ */
+#ifndef LZ_PREFILL_H
+#define LZ_PREFILL_H
+
+#include "kernels/lz_attn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LZ_PREFILL_BM 128 /* query rows (GQA-packed) per CTA of the CUDA kernels */
+#define LZ_PREFILL_BN 64  /* keys per tile; a tile never straddles two segments */
+
+typedef struct {
+    lz_bf16 *o;                  /* (H, M, d) output, row (h, m) at o[(h*M + m)*d] */
+    const lz_bf16 *q;            /* (H, M, d) queries, rotated at final positions */
+    const lz_bf16 *k_self;       /* (KV, M, d) the rows' own keys */
+    const lz_bf16 *v_self;       /* (KV, M, d) the rows' own values */
+    int64_t self_offset;         /* lazy only: own keys are R(self_offset) * k_self */
+    const lz_attn_segment *segs; /* (S) descriptors (device memory for the CUDA kernels) */
+    const int32_t *seg_len;      /* (S, KV) kept keys of segment s, kv head h: seg_len[s*KV + h] (0 allowed) */
+    const float *inv_freq;       /* (d/2) rotary inverse frequencies incl. divisors (lz_rope_inv_freqs) */
+    int64_t seg_keys;            /* sizing hint for n_split: sum over segments of the largest len (host-known) */
+    int n_seg;                   /* S >= 0 */
+    int n_rows;                  /* M >= 1 */
+    int n_heads;                 /* H */
+    int n_kv_heads;              /* KV; H % KV == 0 */
+    int head_dim;                /* d: 64 or 128 */
+    int rope_layout;             /* LZ_ROPE_ADJACENT or LZ_ROPE_HALF (model/rope.h) */
+    float scale;                 /* softmax scale, usually 1/sqrt(d) */
+    int n_split;                 /* split-KV parts; 0 = choose (lz_prefill_splits) */
+    float *work;                 /* split-KV scratch, lz_prefill_workspace() bytes; unused when 1 part */
+    size_t work_bytes;
+} lz_prefill_params;
+
+/* Split-KV parts the CUDA kernels use for p (p->n_split if > 0) on n_sm SMs. */
+int lz_prefill_splits(const lz_prefill_params *p, int n_sm);
+/* Bytes of p->work needed for n_split parts (0 when n_split == 1). */
+size_t lz_prefill_workspace(const lz_prefill_params *p, int n_split);
+
+/* CUDA kernels (kernels/lz_prefill.cu), asynchronous on stream (a
+ * cudaStream_t, NULL = default). Return 0 or an lz_attn_status / cudaError_t. */
+int lz_prefill_lazy(const lz_prefill_params *p, void *stream);
+int lz_prefill(const lz_prefill_params *p, void *stream);
+
+/* CPU references (kernels/lz_prefill_ref.c): same parameters in host memory,
+ * fp32 math, bf16 output; stream is ignored. */
+int lz_prefill_lazy_ref(const lz_prefill_params *p, void *stream);
+int lz_prefill_ref(const lz_prefill_params *p, void *stream);
+
+/* Argument checks shared by the kernels and the references. */
+int lz_prefill_check(const lz_prefill_params *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LZ_PREFILL_H */

@@ -1,0 +1,212 @@
+/* test_kernels_ref.c - CPU checks of the attention references in kernels/:
+ * lazy == non-lazy on materialised rotated keys, decode == prefill with one
+ * row, per-head lengths (empty ones too), offsets past 65,536, block words.
+ * Needs no GPU; tests/cuda/ compares the CUDA kernels against these.
+ *
+ * Legend: S = segments, KV = kv heads, H = query heads, G = H/KV, M = rows,
+ * d = head_dim, T = segment cap.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kernels/lz_decode.h"
+#include "kernels/lz_prefill.h"
+#include "kernels/lz_rerotate.h"
+#include "model/half.h"
+#include "model/rope.h"
+#include "tests/test.h"
+
+static uint64_t rng = 88172645463325252ull;
+static double urand(void) /* [0, 1) */
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+static void fill(lz_bf16 *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = lz_f32_to_bf16((float)(2.0 * urand() - 1.0));
+}
+/* ||a - b|| / ||b|| over n bf16 values; NaN anywhere gives +inf. */
+static double nerr(const lz_bf16 *a, const lz_bf16 *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = lz_bf16_to_f32(a[i]), y = lz_bf16_to_f32(b[i]);
+        if (isnan(x) || isnan(y)) return INFINITY;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+typedef struct { /* one random case: S segments with per-head lengths */
+    int S, KV, G, M, d, layout;
+    lz_attn_segment seg[8], rot[8];
+    int32_t len[8 * 4];
+    lz_bf16 *k[8], *v[8], *kr[8];
+    float inv_freq[64];
+} scase;
+
+static void make_case(scase *c, int S, int KV, int G, int M, int d, int layout, int llama3)
+{
+    c->S = S; c->KV = KV; c->G = G; c->M = M; c->d = d; c->layout = layout;
+    float div[64];
+    if (llama3) lz_rope_llama3_divisors(div, d, 500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f);
+    lz_rope_inv_freqs(c->inv_freq, d, llama3 ? 500000.0f : 10000.0f, llama3 ? div : NULL);
+    int64_t pos = 70000; /* past 65,536 */
+    for (int s = 0; s < S; s++) {
+        int cap = 1 + (int)(urand() * 40);
+        for (int h = 0; h < KV; h++) c->len[s * KV + h] = urand() < 0.2 ? 0 : 1 + (int)(urand() * cap);
+        c->len[s * KV] = cap; /* head 0 full */
+        size_t n = (size_t)KV * cap * d;
+        c->k[s] = malloc(n * 2); c->v[s] = malloc(n * 2); c->kr[s] = malloc(n * 2);
+        fill(c->k[s], n); fill(c->v[s], n);
+        c->seg[s] = (lz_attn_segment){c->k[s], c->v[s], pos, cap};
+        lz_rerotate_params rp = {c->kr[s], c->k[s], c->inv_freq, (int64_t)KV * cap, pos, d, layout};
+        CHECK(lz_rerotate_ref(&rp, NULL) == 0, "rerotate");
+        c->rot[s] = (lz_attn_segment){c->kr[s], c->v[s], 0, cap};
+        pos += cap + (int)(urand() * 5000);
+    }
+}
+static void free_case(scase *c)
+{
+    for (int s = 0; s < c->S; s++) { free(c->k[s]); free(c->v[s]); free(c->kr[s]); }
+}
+
+/* R(p) applied to keys stored at local j equals keys rotated at p + j. */
+static void test_rerotate_composes(int layout)
+{
+    const int d = 128;
+    float inv[64], x[128], y[128];
+    lz_rope_inv_freqs(inv, d, 10000.0f, NULL);
+    lz_bf16 src[128], dst[128], want[128];
+    for (int i = 0; i < d; i++) x[i] = (float)(2 * urand() - 1);
+    memcpy(y, x, sizeof x);
+    lz_rope_apply(x, d, 17, layout, inv);        /* stored at local 17 */
+    lz_rope_apply(y, d, 100017, layout, inv);    /* final position 100000 + 17 */
+    for (int i = 0; i < d; i++) { src[i] = lz_f32_to_bf16(x[i]); want[i] = lz_f32_to_bf16(y[i]); }
+    lz_rerotate_params rp = {dst, src, inv, 1, 100000, d, layout};
+    CHECK(lz_rerotate_ref(&rp, NULL) == 0, "rerotate");
+    double e = nerr(dst, want, d);
+    CHECK(e < 1e-2, "layout %d: composed rotation error %g", layout, e);
+}
+
+/* Lazy prefill == non-lazy prefill on materialised keys; the lazy self offset too. */
+static void test_prefill_lazy_eq(int d, int layout, int G, int llama3)
+{
+    scase c;
+    make_case(&c, 1 + (int)(urand() * 6), 2, G, 1 + (int)(urand() * 9), d, layout, llama3);
+    int H = c.KV * G, M = c.M;
+    size_t nq = (size_t)H * M * d, nk = (size_t)c.KV * M * d;
+    lz_bf16 *q = malloc(nq * 2), *ks = malloc(nk * 2), *ksr = malloc(nk * 2), *vs = malloc(nk * 2);
+    lz_bf16 *o1 = malloc(nq * 2), *o2 = malloc(nq * 2);
+    fill(q, nq); fill(ks, nk); fill(vs, nk);
+    int64_t self_off = 123456;
+    lz_rerotate_params rp = {ksr, ks, c.inv_freq, (int64_t)c.KV * M, self_off, d, layout};
+    CHECK(lz_rerotate_ref(&rp, NULL) == 0, "rerotate self");
+    lz_prefill_params p = {0};
+    p.o = o1; p.q = q; p.k_self = ks; p.v_self = vs; p.self_offset = self_off;
+    p.segs = c.seg; p.seg_len = c.len; p.inv_freq = c.inv_freq; p.n_seg = c.S;
+    p.n_rows = M; p.n_heads = H; p.n_kv_heads = c.KV; p.head_dim = d; p.rope_layout = layout;
+    p.scale = 1.0f / sqrtf((float)d);
+    CHECK(lz_prefill_lazy_ref(&p, NULL) == 0, "lazy ref");
+    lz_prefill_params p2 = p;
+    p2.o = o2; p2.segs = c.rot; p2.k_self = ksr; p2.self_offset = 0;
+    CHECK(lz_prefill_ref(&p2, NULL) == 0, "ref");
+    double e = nerr(o1, o2, nq);
+    CHECK(e < 1e-2, "prefill lazy vs materialised d=%d layout=%d G=%d: %g", d, layout, G, e);
+    free(q); free(ks); free(ksr); free(vs); free(o1); free(o2);
+    free_case(&c);
+}
+
+/* Decode (one row, paged blocks) == prefill with M = 1; lazy == materialised. */
+static void test_decode_eq_prefill(int d, int layout, int G)
+{
+    scase c;
+    make_case(&c, 1 + (int)(urand() * 6), 2, G, 1, d, layout, 1);
+    int H = c.KV * G, KV = c.KV, NB = 64;
+    lz_bf16 *q = malloc((size_t)H * d * 2), *ks = malloc((size_t)KV * d * 2),
+            *vs = malloc((size_t)KV * d * 2);
+    fill(q, (size_t)H * d); fill(ks, (size_t)KV * d); fill(vs, (size_t)KV * d);
+    /* pool: each segment's rows, then the own key; rotated pool for the twin */
+    size_t rows = KV;
+    for (int s = 0; s < c.S; s++) rows += (size_t)KV * c.seg[s].cap;
+    lz_bf16 *kp = malloc(rows * d * 2), *kpr = malloc(rows * d * 2), *vp = malloc(rows * d * 2);
+    uint64_t *w = calloc((size_t)KV * NB, 8), *wr = calloc((size_t)KV * NB, 8);
+    int32_t nb[4] = {0}, nbr[4] = {0};
+    size_t r = 0;
+    for (int s = 0; s < c.S; s++) {
+        size_t n = (size_t)KV * c.seg[s].cap * d;
+        memcpy(kp + r * d, c.k[s], n * 2); memcpy(kpr + r * d, c.kr[s], n * 2);
+        memcpy(vp + r * d, c.v[s], n * 2);
+        for (int h = 0; h < KV; h++) {
+            uint64_t row = r + (size_t)h * c.seg[s].cap;
+            CHECK(lz_decode_add_segment(w + h * NB, &nb[h], NB, row, c.len[s * KV + h], c.seg[s].offset) == 0, "add");
+            CHECK(lz_decode_add_segment(wr + h * NB, &nbr[h], NB, row, c.len[s * KV + h], 0) == 0, "add");
+        }
+        r += (size_t)KV * c.seg[s].cap;
+    }
+    memcpy(kp + r * d, ks, (size_t)KV * d * 2); memcpy(kpr + r * d, ks, (size_t)KV * d * 2);
+    memcpy(vp + r * d, vs, (size_t)KV * d * 2);
+    for (int h = 0; h < KV; h++) {
+        CHECK(lz_decode_add_segment(w + h * NB, &nb[h], NB, r + h, 1, 0) == 0, "add self");
+        CHECK(lz_decode_add_segment(wr + h * NB, &nbr[h], NB, r + h, 1, 0) == 0, "add self");
+    }
+    lz_bf16 *o1 = malloc((size_t)H * d * 2), *o2 = malloc((size_t)H * d * 2),
+            *o3 = malloc((size_t)H * d * 2);
+    lz_decode_params dp = {0};
+    dp.o = o1; dp.q = q; dp.k_pool = kp; dp.v_pool = vp; dp.blocks = w; dp.n_blocks = nb;
+    dp.inv_freq = c.inv_freq; dp.max_blocks = NB; dp.batch = 1; dp.n_heads = H;
+    dp.n_kv_heads = KV; dp.head_dim = d; dp.rope_layout = layout; dp.scale = 1.0f / sqrtf((float)d);
+    CHECK(lz_decode_lazy_ref(&dp, NULL) == 0, "decode lazy ref");
+    lz_decode_params dp2 = dp;
+    dp2.o = o2; dp2.k_pool = kpr; dp2.blocks = wr; dp2.n_blocks = nbr;
+    CHECK(lz_decode_ref(&dp2, NULL) == 0, "decode ref");
+    lz_prefill_params p = {0};
+    p.o = o3; p.q = q; p.k_self = ks; p.v_self = vs; p.segs = c.seg; p.seg_len = c.len;
+    p.inv_freq = c.inv_freq; p.n_seg = c.S; p.n_rows = 1; p.n_heads = H; p.n_kv_heads = KV;
+    p.head_dim = d; p.rope_layout = layout; p.scale = dp.scale;
+    CHECK(lz_prefill_lazy_ref(&p, NULL) == 0, "prefill lazy ref");
+    double e1 = nerr(o1, o2, (size_t)H * d), e2 = nerr(o1, o3, (size_t)H * d);
+    CHECK(e1 < 1e-2, "decode lazy vs materialised d=%d layout=%d G=%d: %g", d, layout, G, e1);
+    CHECK(e2 < 1e-2, "decode vs prefill M=1 d=%d layout=%d G=%d: %g", d, layout, G, e2);
+    free(q); free(ks); free(vs); free(kp); free(kpr); free(vp); free(w); free(wr);
+    free(o1); free(o2); free(o3);
+    free_case(&c);
+}
+
+static void test_words_and_checks(void)
+{
+    uint64_t w = lz_decode_word(LZ_DECODE_MAX_ROW - 5, LZ_DECODE_MAX_OFFSET, 64);
+    CHECK(lz_decode_word_row(w) == LZ_DECODE_MAX_ROW - 5, "row");
+    CHECK(lz_decode_word_offset(w) == LZ_DECODE_MAX_OFFSET, "offset");
+    CHECK(lz_decode_word_keys(w) == 64, "keys");
+    uint64_t ws[8];
+    int n = 0;
+    CHECK(lz_decode_add_segment(ws, &n, 8, 1000, 130, 200000) == 0, "add");
+    CHECK(n == 3 && lz_decode_word_keys(ws[2]) == 2 && lz_decode_word_row(ws[1]) == 1064 &&
+          lz_decode_word_offset(ws[2]) == 200000, "split into 64+64+2, n=%d", n);
+    CHECK(lz_decode_add_segment(ws, &n, 8, 0, 1, LZ_DECODE_MAX_OFFSET + 1) == LZ_ATTN_ERANGE, "offset range");
+    CHECK(lz_decode_add_segment(ws, &n, 8, 0, 64 * 6, 0) == LZ_ATTN_EARG, "capacity");
+    lz_prefill_params p = {0};
+    CHECK(lz_prefill_check(&p) == LZ_ATTN_EHEADDIM, "head_dim 0");
+    p.head_dim = 128; p.n_heads = 6; p.n_kv_heads = 4;
+    CHECK(lz_prefill_check(&p) == LZ_ATTN_EGQA, "gqa");
+    CHECK(strcmp(lz_attn_strerror(LZ_ATTN_EWORK), "ok") != 0, "strerror");
+}
+
+int main(void)
+{
+    test_words_and_checks();
+    for (int layout = 0; layout < 2; layout++) {
+        test_rerotate_composes(layout);
+        for (int di = 0; di < 2; di++)
+            for (int gi = 0; gi < 3; gi++) {
+                int d = di ? 128 : 64, G = gi == 0 ? 1 : (gi == 1 ? 4 : 8);
+                test_prefill_lazy_eq(d, layout, G, (gi + layout) & 1);
+                test_decode_eq_prefill(d, layout, G);
+            }
+    }
+    return lz_test_done();
+}
