@@ -22,6 +22,11 @@ enum { LZ_TOK_BOS = 1, LZ_TOK_SPECIAL = 2 }; /* encode flags */
 
 typedef enum { LZ_TOKENIZER_SPM = 0, LZ_TOKENIZER_BPE = 1 } lz_tokenizer_kind;
 
+/* Status codes (0 = OK). */
+enum { LZ_TOK_OK = 0, LZ_TOK_ENOMEM = 1, LZ_TOK_EINVAL = 2, LZ_TOK_EIO = 3,
+       LZ_TOK_EFORMAT = 4, LZ_TOK_EUNSUPPORTED = 5 };
+const char *lz_tokenizer_strerror(int status);
+
 /* Builds a tokenizer from GGUF metadata (tokenizer.ggml.*). Returns 0 or a
  * non-zero status with a message in err. */
 int lz_tokenizer_from_gguf(const lz_gguf *g, lz_tokenizer **out, char *err, size_t errlen);
@@ -37,7 +42,8 @@ void lz_tokenizer_free(lz_tokenizer *t); /* NULL is a no-op */
 int lz_tokenizer_encode(const lz_tokenizer *t, const char *text, size_t len, int flags,
                         int **ids, int *n);
 /* Decodes ids to text (malloc'd, NUL-terminated, *len bytes). Drops BOS; SPM
- * removes the one leading space that encoding added. */
+ * removes the one leading space that encoding added. Control tokens give
+ * nothing. Returns 0, LZ_TOK_EINVAL for an id out of range, or LZ_TOK_ENOMEM. */
 int lz_tokenizer_decode(const lz_tokenizer *t, const int *ids, int n, char **out, size_t *len);
 /* Bytes of token id as it appears in text when it follows token prev (for
  * streaming; prev = -1 at the start). Writes at most cap bytes into buf and
@@ -53,5 +59,11 @@ int lz_tokenizer_eos(const lz_tokenizer *t); /* -1 if none */
 int lz_tokenizer_is_eog(const lz_tokenizer *t, int id);
 /* Id of a token by its exact text (e.g. "<|eot_id|>"), or -1. */
 int lz_tokenizer_find(const lz_tokenizer *t, const char *text);
+/* Whether the model's metadata asks for BOS at the start of a prompt
+ * (tokenizer.ggml.add_bos_token, or the tokenizer.json post-processor). */
+int lz_tokenizer_add_bos(const lz_tokenizer *t);
+/* The vocabulary form of id (U+2581 "the", U+0120 "the", "<0x0A>"): *len bytes,
+ * NUL-terminated, owned by t. NULL if id is out of range. */
+const char *lz_tokenizer_token_text(const lz_tokenizer *t, int id, size_t *len);
 
 #endif /* LZ_TOKENIZER_H */

@@ -1,0 +1,332 @@
+/* test_tokenizer_bpe.c - byte-level BPE (Llama-3): the 46 llama.cpp vocab
+ * cases and the 25 llama3_vectors.json cases, exact through both the GGUF
+ * (llama3-vocab.gguf) and the Hugging Face (tokenizer.json) paths; round
+ * trips, invalid UTF-8, special tokens on/off, eog ids, long inputs. */
+#include <jansson.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "tests/test.h"
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
+    fclose(f);
+    if (s) { s[n] = '\0'; *len = (size_t)n; }
+    return s;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One test case: text (len bytes) and expected ids. */
+typedef struct {
+    char *text;
+    size_t len;
+    int *ids;
+    int n;
+} tcase;
+
+static int n_cases;
+static tcase cases[128];
+
+static void add_case(const char *text, size_t len, const int *ids, int n)
+{
+    if (n_cases >= 128) return;
+    tcase *c = &cases[n_cases++];
+    c->text = malloc(len + 1);
+    memcpy(c->text, text, len);
+    c->text[len] = '\0';
+    c->len = len;
+    c->ids = malloc((size_t)(n ? n : 1) * sizeof *c->ids);
+    if (n) memcpy(c->ids, ids, (size_t)n * sizeof *ids);
+    c->n = n;
+}
+
+/* .inp cases separated by "\n__ggml_vocab_test__\n" and .out lines of ids. */
+static int load_ggml_cases(const char *ipath, const char *opath)
+{
+    size_t ilen, olen;
+    char *inp = read_file(ipath, &ilen), *out = read_file(opath, &olen);
+    int before = n_cases;
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    char *p = inp, *op = out;
+    while (inp && out && p < inp + ilen) {
+        char *q = strstr(p, sep);
+        if (!q) break;
+        int ids[1024], n = 0;
+        while (*op && *op != '\n') {
+            if (*op == ' ') { op++; continue; }
+            long v = strtol(op, &op, 10);
+            if (n < 1024) ids[n++] = (int)v;
+        }
+        if (*op == '\n') op++;
+        add_case(p, (size_t)(q - p), ids, n);
+        p = q + sizeof sep - 1;
+    }
+    free(inp);
+    free(out);
+    return n_cases - before;
+}
+
+static int load_vectors(const char *path)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) return 0;
+    int before = n_cases;
+    for (size_t i = 0; i < json_array_size(root); i++) {
+        json_t *o = json_array_get(root, i), *ja = json_object_get(o, "ids"), *jt = json_object_get(o, "text");
+        int ids[1024], n = 0;
+        for (size_t k = 0; k < json_array_size(ja) && n < 1024; k++)
+            ids[n++] = (int)json_integer_value(json_array_get(ja, k));
+        add_case(json_string_value(jt), json_string_length(jt), ids, n);
+    }
+    json_decref(root);
+    return n_cases - before;
+}
+
+static void print_ids(const char *what, const int *ids, int n)
+{
+    fprintf(stderr, "  %s:", what);
+    for (int i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
+    fputc('\n', stderr);
+}
+
+static int same_ids(const int *a, int na, const int *b, int nb)
+{
+    return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
+}
+
+/* decode(encode(s)) == s bytewise, and streamed pieces agree with decode. */
+static void check_round_trip(const lz_tokenizer *t, const char *s, size_t len, int flags, const char *name)
+{
+    int *ids = NULL, n = 0;
+    char *out = NULL;
+    size_t olen = 0;
+    CHECK(lz_tokenizer_encode(t, s, len, flags, &ids, &n) == 0, "%s: encode", name);
+    CHECK(lz_tokenizer_decode(t, ids, n, &out, &olen) == 0, "%s: decode", name);
+    CHECK(out && olen == len && memcmp(out, s, len) == 0, "%s: round trip gave %zu of %zu bytes", name, olen, len);
+    size_t k = 0;
+    int ok = 1;
+    char buf[256];
+    for (int i = 0; i < n && ok; i++) {
+        int m = lz_tokenizer_piece(t, i ? ids[i - 1] : -1, ids[i], buf, sizeof buf);
+        ok = m >= 0 && m <= (int)sizeof buf && k + (size_t)m <= olen && memcmp(out + k, buf, (size_t)m) == 0;
+        k += (size_t)(m > 0 ? m : 0);
+    }
+    CHECK(ok && k == olen, "%s: pieces differ from decode", name);
+    free(out);
+    free(ids);
+}
+
+static void run_cases(const lz_tokenizer *t, int first, int count, int flags, const char *what)
+{
+    int exact = 0;
+    for (int c = first; c < first + count; c++) {
+        int *got = NULL, ng = 0;
+        int rc = lz_tokenizer_encode(t, cases[c].text, cases[c].len, flags, &got, &ng);
+        int same = rc == 0 && same_ids(got, ng, cases[c].ids, cases[c].n);
+        CHECK(same, "%s case %d '%.60s'", what, c - first, cases[c].text);
+        if (!same) { print_ids("want", cases[c].ids, cases[c].n); print_ids("got ", got, ng); }
+        exact += same;
+        free(got);
+        if (flags == 0) {
+            char name[64];
+            snprintf(name, sizeof name, "%s case %d", what, c - first);
+            check_round_trip(t, cases[c].text, cases[c].len, 0, name);
+        }
+    }
+    printf("%s: %d/%d exact\n", what, exact, count);
+}
+
+/* Everything that does not depend on which loader built t. */
+static void check_tokenizer(const lz_tokenizer *t, const char *what, int ggml_first, int ggml_n, int vec_first,
+                            int vec_n)
+{
+    char name[96];
+    CHECK(lz_tokenizer_type(t) == LZ_TOKENIZER_BPE, "%s type", what);
+    CHECK(lz_tokenizer_vocab_size(t) == 128256, "%s vocab %d", what, lz_tokenizer_vocab_size(t));
+    CHECK(lz_tokenizer_bos(t) == 128000, "%s bos %d", what, lz_tokenizer_bos(t));
+    CHECK(lz_tokenizer_eos(t) == 128009 || lz_tokenizer_eos(t) == 128001, "%s eos %d", what, lz_tokenizer_eos(t));
+    /* the fixture is Llama 3's vocabulary: 128008 is a reserved token, not <|eom_id|> */
+    CHECK(lz_tokenizer_is_eog(t, 128009) && lz_tokenizer_is_eog(t, 128001) && !lz_tokenizer_is_eog(t, 128008) &&
+              !lz_tokenizer_is_eog(t, 128000) && !lz_tokenizer_is_eog(t, 13),
+          "%s eog", what);
+    CHECK(lz_tokenizer_find(t, "<|eot_id|>") == 128009 && lz_tokenizer_find(t, "<|start_header_id|>") == 128006,
+          "%s find", what);
+    CHECK(lz_tokenizer_add_bos(t), "%s add_bos", what);
+    snprintf(name, sizeof name, "%s ggml cases", what);
+    run_cases(t, ggml_first, ggml_n, 0, name);
+    snprintf(name, sizeof name, "%s llama3 vectors", what);
+    run_cases(t, vec_first, vec_n, LZ_TOK_SPECIAL, name);
+
+    /* special tokens on and off */
+    const char *chat = "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>";
+    int *ids = NULL, n = 0;
+    lz_tokenizer_encode(t, chat, strlen(chat), LZ_TOK_SPECIAL | LZ_TOK_BOS, &ids, &n);
+    static const int want[] = {128000, 128006, 882, 128007, 271, 13347, 0, 128009};
+    CHECK(same_ids(ids, n, want, 8), "%s chat with specials", what);
+    if (!same_ids(ids, n, want, 8)) print_ids("got", ids, n);
+    char *s = NULL;
+    size_t sl = 0;
+    lz_tokenizer_decode(t, ids, n, &s, &sl);
+    CHECK(s && strcmp(s, "user\n\nHi!") == 0, "%s decode drops control tokens: '%s'", what, s ? s : "");
+    free(s);
+    free(ids);
+    lz_tokenizer_encode(t, chat, strlen(chat), 0, &ids, &n);
+    int special = 0;
+    for (int i = 0; i < n; i++) special |= ids[i] >= 128000;
+    CHECK(!special && n > 10, "%s specials off: plain text (%d ids)", what, n);
+    free(ids);
+    snprintf(name, sizeof name, "%s specials off", what);
+    check_round_trip(t, chat, strlen(chat), 0, name);
+    lz_tokenizer_encode(t, "<|begin_of_text|>", 17, LZ_TOK_SPECIAL, &ids, &n);
+    CHECK(n == 1 && ids[0] == 128000, "%s begin_of_text parsed", what);
+    free(ids);
+    /* a special token cut short stays text */
+    lz_tokenizer_encode(t, "<|eot_id", 8, LZ_TOK_SPECIAL, &ids, &n);
+    CHECK(n > 1 && ids[n - 1] < 128000, "%s partial special", what);
+    free(ids);
+    char pb[32];
+    CHECK(lz_tokenizer_piece(t, -1, 128009, pb, sizeof pb) == 0, "%s control piece empty", what);
+    CHECK(lz_tokenizer_piece(t, -1, 22691, pb, sizeof pb) == 6 && memcmp(pb, " Hello", 6) == 0, "%s piece", what);
+    CHECK(lz_tokenizer_piece(t, -1, 128256, pb, sizeof pb) == -1, "%s piece out of range", what);
+
+    /* invalid UTF-8: every byte still encodes and comes back */
+    static const char *const bad[] = {"\xff", "\xfe\xff", "a\x80z", "\xe2\x82", "caf\xc3", "\xf0\x9f\x98",
+                                      "\xf0\x9f\x98 hi", "\xed\xa0\x80 x", "\xc0\xaf", "ok \xf4\x90\x80\x80 end",
+                                      "  \x80  ", "\xe6\x97\xa5\xe6\x9c", "Hello\xc3(world)"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(name, sizeof name, "%s bad utf8 %zu", what, i);
+        check_round_trip(t, bad[i], strlen(bad[i]), 0, name);
+    }
+    uint32_t seed = 777;
+    char rnd[400];
+    for (int r = 0; r < 300; r++) {
+        size_t len = (size_t)(r * 13 % 400);
+        for (size_t i = 0; i < len; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            rnd[i] = (char)(seed >> 24);
+        }
+        snprintf(name, sizeof name, "%s random %d", what, r);
+        check_round_trip(t, rnd, len, 0, name);
+    }
+    /* truncations of a mixed UTF-8 string at every byte */
+    const char *mixed = "H\xc3\xa9llo \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\xa6\x99!";
+    for (size_t cut = 0; cut <= strlen(mixed); cut++) {
+        snprintf(name, sizeof name, "%s truncated %zu", what, cut);
+        check_round_trip(t, mixed, cut, 0, name);
+    }
+    /* long runs: one huge pre-token each */
+    size_t big = 100000;
+    char *txt = malloc(big);
+    static const char fills[] = {' ', 'a', '7', '\n', '!', '\t'};
+    for (size_t f = 0; f < sizeof fills; f++) {
+        memset(txt, fills[f], big);
+        snprintf(name, sizeof name, "%s run of 0x%02x", what, fills[f]);
+        check_round_trip(t, txt, big, 0, name);
+    }
+    free(txt);
+}
+
+int main(void)
+{
+    char gpath[512], ip[512], op[512], vp[512], hp[512], cp[512], err[512] = "";
+    if (!lz_test_fixture("tokenizers/llama3-vocab.gguf", gpath, sizeof gpath) ||
+        !lz_test_fixture("tokenizers/ggml-vocab-llama-bpe.gguf.inp", ip, sizeof ip) ||
+        !lz_test_fixture("tokenizers/ggml-vocab-llama-bpe.gguf.out", op, sizeof op) ||
+        !lz_test_fixture("tokenizers/llama3_vectors.json", vp, sizeof vp))
+        return lz_test_done();
+    int ng = load_ggml_cases(ip, op);
+    CHECK(ng == 46, "%d ggml cases", ng);
+    int nv = load_vectors(vp);
+    CHECK(nv == 25, "%d vectors", nv);
+
+    lz_gguf *g = NULL;
+    lz_tokenizer *t = NULL;
+    double t0 = now_s();
+    int rc = lz_gguf_open(gpath, &g, err, sizeof err);
+    CHECK(rc == 0, "open: %s", err);
+    if (rc == 0) {
+        rc = lz_tokenizer_from_gguf(g, &t, err, sizeof err);
+        CHECK(rc == 0, "gguf tokenizer: %s", err);
+        lz_gguf_close(g);
+    }
+    printf("gguf load: %.1f ms\n", 1e3 * (now_s() - t0));
+    if (t) check_tokenizer(t, "gguf", 0, ng, ng, nv);
+
+    lz_tokenizer *h = NULL;
+    if (lz_test_fixture("tokenizers/llama3.1-tokenizer.json", hp, sizeof hp) &&
+        lz_test_fixture("tokenizers/llama3.1-tokenizer_config.json", cp, sizeof cp)) {
+        t0 = now_s();
+        rc = lz_tokenizer_from_hf(hp, cp, &h, err, sizeof err);
+        CHECK(rc == 0, "hf tokenizer: %s", err);
+        printf("tokenizer.json load: %.1f ms\n", 1e3 * (now_s() - t0));
+        if (h) {
+            check_tokenizer(h, "hf", 0, ng, ng, nv);
+            CHECK(lz_tokenizer_eos(h) == 128009, "hf eos from config");
+        }
+        /* without the config: bos from the post-processor template */
+        lz_tokenizer *h2 = NULL;
+        rc = lz_tokenizer_from_hf(hp, NULL, &h2, err, sizeof err);
+        CHECK(rc == 0 && lz_tokenizer_bos(h2) == 128000 && lz_tokenizer_add_bos(h2), "hf without config: %s", err);
+        lz_tokenizer_free(h2);
+    }
+    if (t && h) { /* both loaders agree on every token */
+        int diff = 0;
+        for (int id = 0; id < 128256; id++) {
+            size_t a, b;
+            const char *x = lz_tokenizer_token_text(t, id, &a), *y = lz_tokenizer_token_text(h, id, &b);
+            if (!x || !y || a != b || memcmp(x, y, a) != 0) diff++;
+        }
+        CHECK(diff == 0, "%d tokens differ between GGUF and tokenizer.json", diff);
+    }
+
+    /* error paths of the HF loader */
+    char dir[256], path[600];
+    if (lz_test_tmpdir(dir, sizeof dir)) {
+        lz_tokenizer *x = NULL;
+        rc = lz_tokenizer_from_hf("/nonexistent/tokenizer.json", NULL, &x, err, sizeof err);
+        CHECK(rc != 0 && !x && strstr(err, "/nonexistent/tokenizer.json"), "missing file: '%s'", err);
+        static const struct { const char *json, *expect; } bad[] = {
+            {"{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", "Unigram"},
+            {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"pre_tokenizer\": "
+             "{\"type\": \"Metaspace\"}}", "Metaspace"},
+            {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"normalizer\": "
+             "{\"type\": \"NFC\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "NFC"},
+            {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"pre_tokenizer\": "
+             "{\"type\": \"ByteLevel\"}}", "0x00"},
+            {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -4}, \"merges\": []}}", "bad id"},
+            {"{\"model\": ", "tokenizer.json"},
+        };
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            FILE *f = fopen(path, "w");
+            fputs(bad[i].json, f);
+            fclose(f);
+            err[0] = '\0';
+            x = NULL;
+            rc = lz_tokenizer_from_hf(path, NULL, &x, err, sizeof err);
+            CHECK(rc != 0 && !x && strstr(err, bad[i].expect), "bad json %zu: rc %d '%s'", i, rc, err);
+        }
+        unlink(path);
+        rmdir(dir);
+    }
+    lz_tokenizer_free(t);
+    lz_tokenizer_free(h);
+    for (int i = 0; i < n_cases; i++) { free(cases[i].text); free(cases[i].ids); }
+    return lz_test_done();
+}
