@@ -85,6 +85,11 @@ test-asan: asan
 # Benchmarks (not tests): see bench/README.md for what each measures.
 bench: $(BENCHES) $(BINS)
 
+# The README's main job: install dependencies, build, run on the embedded default.
+demo: deps
+	$(MAKE) all
+	@BUILD=$(BUILD) sh tools/demo.sh
+
 # Install the Debian packages the build needs (idempotent, quiet when present).
 deps:
 	@sh tools/deps.sh
@@ -92,5 +97,5 @@ deps:
 clean:
 	rm -rf build
 
-.PHONY: all tests test asan test-asan bench deps clean cuda
+.PHONY: all tests test asan test-asan bench deps clean cuda demo
 .SECONDARY:

@@ -1,0 +1,144 @@
+/* bench_engine.c - CPU engine speed: prefill and decode tokens/s for
+ * stories260K (when the fixture exists) and a generated ~100M-parameter
+ * Llama shape, against the machine's limits measured in the same run:
+ * OpenBLAS sgemm GFLOP/s (prefill ceiling) and memory read bandwidth
+ * (decode ceiling: every weight is read once per token).
+ * usage: bench_engine [--threads N] [--prefill N] [--decode N] [--skip-100m] */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/llama.h"
+#include "model/mkmodel.h"
+#include "model/sampler.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double sgemm_gflops(int n, int k, int m)
+{
+    float *a = calloc((size_t)n * k, 4), *b = calloc((size_t)m * k, 4), *c = calloc((size_t)n * m, 4);
+    for (size_t i = 0; i < (size_t)n * k; i++) a[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < (size_t)m * k; i++) b[i] = (float)(i % 5) * 0.1f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1, a, k, b, k, 0, c, m);
+    double best = 1e9;
+    for (int r = 0; r < 3; r++) {
+        double t = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1, a, k, b, k, 0, c, m);
+        t = now_s() - t;
+        if (t < best) best = t;
+    }
+    free(a); free(b); free(c);
+    return 2.0 * n * k * m / best / 1e9;
+}
+
+/* Read bandwidth over a buffer far larger than the caches (sum of floats). */
+static double read_gbps(size_t bytes)
+{
+    size_t n = bytes / 4;
+    float *x = malloc(bytes);
+    for (size_t i = 0; i < n; i++) x[i] = 1.0f;
+    double best = 1e9;
+    volatile float sink = 0;
+    for (int r = 0; r < 3; r++) {
+        double t = now_s();
+        float s = 0;
+#pragma omp parallel for simd reduction(+ : s)
+        for (size_t i = 0; i < n; i++) s += x[i];
+        t = now_s() - t;
+        sink += s;
+        if (t < best) best = t;
+    }
+    free(x);
+    return (double)bytes / best / 1e9;
+}
+
+static size_t weight_bytes(const lz_llama_config *c)
+{
+    size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, Hd = (size_t)c->n_heads * c->head_dim,
+           KVd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t per_layer = D * Hd * 2 + D * KVd * 2 + 3 * D * F + 2 * D;
+    return 4 * (per_layer * (size_t)c->n_layers + (size_t)c->vocab * D * (c->tied_output ? 1 : 2) + D);
+}
+
+static int run(const char *label, const char *path, int n_prefill, int n_decode, double gflops, double gbps)
+{
+    char err[512];
+    lz_llama *m;
+    if (lz_llama_load(path, &m, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    const lz_llama_config *c = &m->cfg;
+    lz_kv_cache cache;
+    lz_kv_cache_init(&cache, c, n_prefill + n_decode + 1);
+    lz_llama_scratch *s = lz_llama_scratch_new(m, 512);
+    float *logits = malloc((size_t)c->vocab * sizeof(float));
+    int *toks = malloc((size_t)n_prefill * sizeof(int));
+    for (int i = 0; i < n_prefill; i++) toks[i] = 3 + (i * 131) % (c->vocab - 3);
+    /* warm-up */
+    lz_llama_forward(m, s, &cache, NULL, 0, toks, n_prefill < 16 ? n_prefill : 16, logits, LZ_LOGITS_LAST);
+    lz_kv_cache_reset(&cache, 0);
+    double t0 = now_s();
+    lz_llama_forward(m, s, &cache, NULL, 0, toks, n_prefill, logits, LZ_LOGITS_LAST);
+    double tp = now_s() - t0;
+    t0 = now_s();
+    for (int i = 0; i < n_decode; i++) {
+        int next = lz_sample_argmax(logits, c->vocab);
+        lz_llama_forward(m, s, &cache, NULL, 0, &next, 1, logits, LZ_LOGITS_LAST);
+    }
+    double td = now_s() - t0;
+    size_t wb = weight_bytes(c);
+    double params = (double)wb / 4;
+    double pf_gflops = 2.0 * params * n_prefill / tp / 1e9;
+    double dec_gbps = (double)wb * n_decode / td / 1e9;
+    printf("%-12s params %6.1fM | prefill %4d tok: %9.1f tok/s (%6.1f GFLOP/s, %3.0f%% of sgemm) | "
+           "decode %3d tok: %8.1f tok/s (%5.1f GB/s weights, %3.0f%% of read bw)\n",
+           label, params / 1e6, n_prefill, n_prefill / tp, pf_gflops, 100 * pf_gflops / gflops, n_decode,
+           n_decode / td, dec_gbps, 100 * dec_gbps / gbps);
+    free(logits); free(toks);
+    lz_llama_scratch_free(s);
+    lz_kv_cache_free(&cache);
+    lz_llama_free(m);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = 0, n_prefill = 512, n_decode = 64, skip100 = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prefill") && i + 1 < argc) n_prefill = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--decode") && i + 1 < argc) n_decode = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--skip-100m")) skip100 = 1;
+        else { fprintf(stderr, "usage: bench_engine [--threads N] [--prefill N] [--decode N] [--skip-100m]\n"); return 1; }
+    }
+    /* limits with OpenBLAS's own threading over all the cores the engine uses */
+    lz_llama_set_threads(threads);
+    openblas_set_num_threads(omp_get_max_threads());
+    double gflops = sgemm_gflops(512, 768, 2048), gbps = read_gbps((size_t)512 << 20);
+    openblas_set_num_threads(1);
+    printf("limits (%d threads): sgemm 512x768x2048 %.1f GFLOP/s, memory read %.1f GB/s\n", omp_get_max_threads(), gflops, gbps);
+    const char *dir = getenv("LZ_FIXTURES");
+    char p[512];
+    snprintf(p, sizeof p, "%s/models/stories260K.gguf", dir ? dir : "../shared/fixtures");
+    FILE *f = fopen(p, "rb");
+    if (f) { fclose(f); run("stories260K", p, n_prefill, n_decode * 4, gflops, gbps); }
+    else printf("SKIP stories260K: %s not found\n", p);
+    if (!skip100) {
+        lz_mkmodel_opts o;
+        lz_mkmodel_defaults(&o);
+        o.dim = 768; o.n_layers = 12; o.n_heads = 12; o.n_kv_heads = 4; o.head_dim = 64; o.ffn_dim = 2048;
+        o.vocab = 32000;
+        const char *path = "build/bench-100m.gguf";
+        char err[256];
+        if (lz_mkmodel_write(&o, path, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+        run("random-100M", path, n_prefill, n_decode, gflops, gbps);
+        remove(path);
+    }
+    return 0;
+}
