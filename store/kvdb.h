@@ -1,0 +1,74 @@
+/* kvdb.h - the LMDB environment that holds KV payloads, keyed by content
+ * (store/store.h builds the keys). One unnamed database, binary keys up to
+ * LZ_KVDB_MAX_KEY bytes. Writers put or delete a whole batch in one write
+ * transaction, which is durable when the call returns (fsync on commit); the
+ * map doubles and the batch is retried on MDB_MAP_FULL. Readers in other
+ * processes see a batch entirely or not at all, and never block the writer.
+ * What lives in the payloads is store/payload.h's business, not this file's.
+ */
+#ifndef LZ_KVDB_H
+#define LZ_KVDB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LZ_KVDB_MAX_KEY 128
+#define LZ_KVDB_INITIAL_MAP (64ull << 20) /* bytes; grows by doubling */
+
+typedef struct lz_kvdb lz_kvdb;
+typedef struct lz_kvdb_reader lz_kvdb_reader;
+
+/* Status codes (0 = OK). */
+enum { LZ_KVDB_OK = 0, LZ_KVDB_ENOTFOUND = 1, LZ_KVDB_EIO = 2, LZ_KVDB_ENOMEM = 3,
+       LZ_KVDB_EINVAL = 4, LZ_KVDB_EREADONLY = 5 };
+
+enum { LZ_KVDB_RDONLY = 1 };
+
+/* Opens (creating unless RDONLY) the environment in folder dir.
+ * Errors: EIO (with LMDB's message and the path in err), ENOMEM. */
+int lz_kvdb_open(const char *dir, int flags, lz_kvdb **out, char *err, size_t errlen);
+void lz_kvdb_close(lz_kvdb *db); /* NULL is a no-op; no reader may be open */
+
+typedef struct {
+    const void *key; size_t key_len;
+    const void *val; size_t val_len; /* ignored by lz_kvdb_del_batch */
+} lz_kvdb_item;
+
+/* Writes n items in one transaction (overwriting equal keys). Errors: EIO,
+ * EREADONLY, EINVAL (key too long or empty). */
+int lz_kvdb_put_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, char *err, size_t errlen);
+/* Deletes n keys in one transaction; absent keys are not an error.
+ * *n_deleted (may be NULL) receives how many existed. */
+int lz_kvdb_del_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int *n_deleted,
+                      char *err, size_t errlen);
+
+/* Copies the value of key into a malloc'd *val (caller frees). Errors:
+ * ENOTFOUND, EIO, ENOMEM. */
+int lz_kvdb_get(lz_kvdb *db, const void *key, size_t key_len, void **val, size_t *val_len,
+                char *err, size_t errlen);
+/* 1 if key exists, 0 if not, -1 on error (message in err). */
+int lz_kvdb_exists(lz_kvdb *db, const void *key, size_t key_len, char *err, size_t errlen);
+
+/* Zero-copy reads: a read snapshot; values returned by lz_kvdb_reader_get
+ * point into the map and stay valid until lz_kvdb_reader_end. */
+int lz_kvdb_reader_begin(lz_kvdb *db, lz_kvdb_reader **out, char *err, size_t errlen);
+int lz_kvdb_reader_get(lz_kvdb_reader *r, const void *key, size_t key_len, const void **val,
+                       size_t *val_len, char *err, size_t errlen);
+void lz_kvdb_reader_end(lz_kvdb_reader *r); /* NULL is a no-op */
+
+/* Calls fn(key, key_len, val_len, ctx) for every entry in key order, in
+ * one read snapshot; fn returns non-zero to stop (then that value is
+ * returned). Errors: EIO. */
+int lz_kvdb_foreach(lz_kvdb *db, int (*fn)(const void *key, size_t key_len, size_t val_len, void *ctx),
+                    void *ctx, char *err, size_t errlen);
+
+typedef struct {
+    uint64_t entries;
+    uint64_t map_size;   /* bytes reserved */
+    uint64_t used_bytes; /* pages in use * page size */
+} lz_kvdb_stats;
+int lz_kvdb_stat(lz_kvdb *db, lz_kvdb_stats *st, char *err, size_t errlen);
+
+const char *lz_kvdb_strerror(int status);
+
+#endif /* LZ_KVDB_H */

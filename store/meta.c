@@ -1,0 +1,632 @@
+/* meta.c - SQLite metadata of a store: open in WAL mode, apply the embedded
+ * migrations (store/schema_sql.c), then every statement prepared once
+ * (SQLITE_PREPARE_PERSISTENT) and reused. Every sqlite3 return is checked.
+ */
+#include "store/meta.h"
+
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
+    ST_MODEL_GET, ST_MODEL_INSERT, ST_MODEL_SET_PREFIX,
+    ST_DOC_FIND, ST_DOC_INSERT, ST_DOC_UPDATE, ST_DOC_SET_PAYLOAD, ST_DOC_TOUCH, ST_SOURCE_TOUCH,
+    ST_DOC_DELETE, ST_SOURCE_PRUNE, ST_PRUNE, ST_DOC_COUNT, ST_DOC_ALL, ST_KEY_DOC, ST_KEY_MODEL,
+    ST_SEARCH, ST_HIT, ST_HITS_GET,
+    ST_RUN_ABORT_STALE, ST_RUN_BEGIN, ST_RUN_END,
+    ST_COUNT
+};
+
+#define NOW "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+
+static const char *const SQL[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_MODEL_GET] = "SELECT id, fingerprint, architecture, n_layers, n_kv_heads, head_dim, rope_layout,"
+                     " rope_theta, rope_scaling, prefix_tokens, prefix_key, source_path"
+                     " FROM models ORDER BY id LIMIT 1",
+    [ST_MODEL_INSERT] = "INSERT INTO models (fingerprint, architecture, n_layers, n_kv_heads, head_dim,"
+                        " rope_layout, rope_theta, rope_scaling, prefix_tokens, prefix_key, source_path)"
+                        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    [ST_MODEL_SET_PREFIX] = "UPDATE models SET prefix_tokens = ?2, prefix_key = ?3, source_path = ?4"
+                            " WHERE id = ?1",
+    [ST_DOC_FIND] = "SELECT id, source_id, passage, content_hash, payload_key, n_tokens, model_id,"
+                    " raw_bytes, stored_bytes, seen_run FROM documents WHERE ext_id = ?1",
+    [ST_DOC_INSERT] = "INSERT INTO documents (ext_id, source_id, passage, title, text, content_hash,"
+                      " token_ids, n_tokens, model_id, payload_key, raw_bytes, stored_bytes, seen_run)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    [ST_DOC_UPDATE] = "UPDATE documents SET ext_id = ?1, source_id = ?2, passage = ?3, title = ?4,"
+                      " text = ?5, content_hash = ?6, token_ids = ?7, n_tokens = ?8, model_id = ?9,"
+                      " payload_key = ?10, raw_bytes = ?11, stored_bytes = ?12, seen_run = ?13,"
+                      " updated_at = " NOW " WHERE id = ?14",
+    [ST_DOC_SET_PAYLOAD] = "UPDATE documents SET payload_key = ?2, raw_bytes = ?3, stored_bytes = ?4,"
+                           " updated_at = " NOW " WHERE id = ?1",
+    [ST_DOC_TOUCH] = "UPDATE documents SET seen_run = ?2 WHERE id = ?1",
+    [ST_SOURCE_TOUCH] = "UPDATE documents SET seen_run = ?2 WHERE source_id = ?1",
+    [ST_DOC_DELETE] = "DELETE FROM documents WHERE id = ?1",
+    [ST_SOURCE_PRUNE] = "DELETE FROM documents WHERE source_id = ?1 AND seen_run IS NOT ?2",
+    [ST_PRUNE] = "DELETE FROM documents WHERE seen_run IS NOT ?1",
+    [ST_DOC_COUNT] = "SELECT count(*) FROM documents",
+    [ST_DOC_ALL] = "SELECT id, ext_id, source_id, passage, title, text, content_hash, token_ids,"
+                   " n_tokens, model_id, payload_key, raw_bytes, stored_bytes, seen_run"
+                   " FROM documents ORDER BY id",
+    [ST_KEY_DOC] = "SELECT 1 FROM documents WHERE payload_key = ?1 LIMIT 1",
+    [ST_KEY_MODEL] = "SELECT 1 FROM models WHERE prefix_key = ?1 LIMIT 1",
+    [ST_SEARCH] = "SELECT d.id, d.ext_id, d.title, bm25(documents_fts) AS s FROM documents_fts"
+                  " JOIN documents d ON d.id = documents_fts.rowid"
+                  " WHERE documents_fts MATCH ?1 ORDER BY s LIMIT ?2",
+    [ST_HIT] = "INSERT INTO access_stats (doc_id, hits, last_hit) VALUES (?1, 1, " NOW ")"
+               " ON CONFLICT(doc_id) DO UPDATE SET hits = hits + 1, last_hit = excluded.last_hit",
+    [ST_HITS_GET] = "SELECT hits FROM access_stats WHERE doc_id = ?1",
+    [ST_RUN_ABORT_STALE] = "UPDATE ingest_runs SET status = 'aborted' WHERE status = 'running'",
+    [ST_RUN_BEGIN] = "INSERT INTO ingest_runs (args, model_id) VALUES (?1, ?2)",
+    [ST_RUN_END] = "UPDATE ingest_runs SET ended_at = " NOW ", status = ?2, n_added = ?3,"
+                   " n_updated = ?4, n_unchanged = ?5, n_removed = ?6, n_skipped = ?7, n_tokens = ?8,"
+                   " raw_bytes = ?9, stored_bytes = ?10, n_garbage = ?11 WHERE id = ?1",
+};
+
+/* Statements a read-only open cannot prepare against a database that has not
+ * been migrated are never an issue: RDONLY opens require the schema. */
+
+struct lz_meta {
+    sqlite3 *db;
+    sqlite3_stmt *st[ST_COUNT];
+    char path[4096];
+    int rdonly;
+};
+
+static int fail(char *err, size_t errlen, int status, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+static int sql_status(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_NOMEM: return LZ_META_ENOMEM;
+    case SQLITE_CONSTRAINT: return LZ_META_ECONSTRAINT;
+    default: return LZ_META_EIO;
+    }
+}
+
+static int sql_fail(lz_meta *m, char *err, size_t errlen, int which, int rc)
+{
+    return fail(err, errlen, sql_status(rc), "SQLite %s: %s (in: %.80s)", m->path,
+                m->db ? sqlite3_errmsg(m->db) : sqlite3_errstr(rc), which >= 0 ? SQL[which] : "open");
+}
+
+const char *lz_meta_strerror(int status)
+{
+    switch (status) {
+    case LZ_META_OK: return "ok";
+    case LZ_META_EIO: return "SQLite error";
+    case LZ_META_ENOTFOUND: return "not found";
+    case LZ_META_ESCHEMA: return "schema version mismatch";
+    case LZ_META_ENOMEM: return "out of memory";
+    case LZ_META_EINVAL: return "invalid argument";
+    case LZ_META_ECONSTRAINT: return "constraint violated";
+    default: return "unknown meta status";
+    }
+}
+
+/* Resets and clears st, returning it ready to bind. */
+static sqlite3_stmt *stmt(lz_meta *m, int which)
+{
+    sqlite3_stmt *s = m->st[which];
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return s;
+}
+
+/* Steps a statement that returns no rows; resets it. */
+static int run_done(lz_meta *m, int which, char *err, size_t errlen)
+{
+    int rc = sqlite3_step(m->st[which]);
+    if (rc != SQLITE_DONE) {
+        int st = sql_fail(m, err, errlen, which, rc);
+        sqlite3_reset(m->st[which]);
+        return st;
+    }
+    sqlite3_reset(m->st[which]);
+    return LZ_META_OK;
+}
+
+static int exec(lz_meta *m, const char *sql, char *err, size_t errlen)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(m->db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        int st = fail(err, errlen, sql_status(rc), "SQLite %s: %s (in: %.60s)", m->path,
+                      msg ? msg : sqlite3_errstr(rc), sql);
+        sqlite3_free(msg);
+        return st;
+    }
+    return LZ_META_OK;
+}
+
+int lz_meta_user_version(lz_meta *m)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(m->db, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK) return -1;
+    int v = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
+    sqlite3_finalize(s);
+    return v;
+}
+
+static int migrate(lz_meta *m, char *err, size_t errlen)
+{
+    int latest = lz_meta_migrations[lz_meta_n_migrations - 1].version;
+    int v = lz_meta_user_version(m);
+    if (v < 0) return sql_fail(m, err, errlen, -1, sqlite3_errcode(m->db));
+    if (v > latest)
+        return fail(err, errlen, LZ_META_ESCHEMA,
+                    "%s: schema version %d is newer than this build knows (%d); use a newer lazyingest",
+                    m->path, v, latest);
+    if (v == latest) return LZ_META_OK;
+    if (m->rdonly)
+        return fail(err, errlen, LZ_META_ESCHEMA,
+                    "%s: schema version %d, this build needs %d; open it once read-write to migrate",
+                    m->path, v, latest);
+    for (int i = 0; i < lz_meta_n_migrations; i++) {
+        const lz_meta_migration *mg = &lz_meta_migrations[i];
+        if (mg->version <= v) continue;
+        char pragma[64];
+        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", mg->version);
+        int rc = exec(m, "BEGIN IMMEDIATE", err, errlen);
+        if (rc) return rc;
+        /* Another process may have migrated while we waited for the lock. */
+        int now = lz_meta_user_version(m);
+        if (now >= mg->version) {
+            exec(m, "ROLLBACK", NULL, 0);
+            continue;
+        }
+        rc = exec(m, mg->sql, err, errlen);
+        if (!rc) rc = exec(m, pragma, err, errlen);
+        if (!rc) rc = exec(m, "COMMIT", err, errlen);
+        if (rc) {
+            exec(m, "ROLLBACK", NULL, 0);
+            size_t k = strlen(err);
+            if (k < errlen) snprintf(err + k, errlen - k, " [migration %s]", mg->file);
+            return LZ_META_ESCHEMA;
+        }
+    }
+    return LZ_META_OK;
+}
+
+int lz_meta_open(const char *path, int flags, lz_meta **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    lz_meta *m = calloc(1, sizeof *m);
+    if (!m) return fail(err, errlen, LZ_META_ENOMEM, "out of memory");
+    snprintf(m->path, sizeof m->path, "%s", path);
+    m->rdonly = (flags & LZ_META_RDONLY) != 0;
+    int oflags = m->rdonly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    int rc = sqlite3_open_v2(path, &m->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        int st = fail(err, errlen, sql_status(rc), "SQLite %s: cannot open: %s", path,
+                      m->db ? sqlite3_errmsg(m->db) : sqlite3_errstr(rc));
+        lz_meta_close(m);
+        return st;
+    }
+    rc = sqlite3_busy_timeout(m->db, 10000);
+    if (rc != SQLITE_OK) {
+        int st = sql_fail(m, err, errlen, -1, rc);
+        lz_meta_close(m);
+        return st;
+    }
+    int st = LZ_META_OK;
+    if (!m->rdonly) st = exec(m, "PRAGMA journal_mode = WAL", err, errlen);
+    if (!st) st = exec(m, "PRAGMA synchronous = FULL", err, errlen);
+    if (!st) st = migrate(m, err, errlen);
+    for (int i = 0; !st && i < ST_COUNT; i++) {
+        rc = sqlite3_prepare_v3(m->db, SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &m->st[i], NULL);
+        if (rc != SQLITE_OK) st = sql_fail(m, err, errlen, i, rc);
+    }
+    if (st) {
+        lz_meta_close(m);
+        return st;
+    }
+    *out = m;
+    return LZ_META_OK;
+}
+
+void lz_meta_close(lz_meta *m)
+{
+    if (!m) return;
+    for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(m->st[i]);
+    sqlite3_close(m->db);
+    free(m);
+}
+
+int lz_meta_begin(lz_meta *m, char *err, size_t errlen) { return run_done(m, ST_BEGIN, err, errlen); }
+int lz_meta_commit(lz_meta *m, char *err, size_t errlen) { return run_done(m, ST_COMMIT, err, errlen); }
+void lz_meta_rollback(lz_meta *m)
+{
+    if (sqlite3_get_autocommit(m->db)) return; /* no transaction open */
+    run_done(m, ST_ROLLBACK, NULL, 0);
+}
+
+/* ---- helpers for blobs of int32 ---- */
+
+static int bind_ids(sqlite3_stmt *s, int col, const int *ids, int n)
+{
+    /* int32 little-endian; x86-64 and aarch64 are little-endian hosts. */
+    return sqlite3_bind_blob(s, col, n ? (const void *)ids : (const void *)"", (int)(n * sizeof(int)),
+                             SQLITE_STATIC);
+}
+
+static void copy_text(char *dst, size_t cap, const unsigned char *src)
+{
+    snprintf(dst, cap, "%s", src ? (const char *)src : "");
+}
+
+static void copy_blob(uint8_t *dst, size_t n, sqlite3_stmt *s, int col)
+{
+    memset(dst, 0, n);
+    int len = sqlite3_column_bytes(s, col);
+    const void *p = sqlite3_column_blob(s, col);
+    if (p) memcpy(dst, p, (size_t)len < n ? (size_t)len : n);
+}
+
+/* ---- models ---- */
+
+int lz_meta_model_get(lz_meta *m, lz_meta_model *o, char *err, size_t errlen)
+{
+    memset(o, 0, sizeof *o);
+    sqlite3_stmt *s = stmt(m, ST_MODEL_GET);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) {
+        sqlite3_reset(s);
+        return fail(err, errlen, LZ_META_ENOTFOUND, "%s: no model recorded", m->path);
+    }
+    if (rc != SQLITE_ROW) {
+        int st = sql_fail(m, err, errlen, ST_MODEL_GET, rc);
+        sqlite3_reset(s);
+        return st;
+    }
+    o->id = sqlite3_column_int64(s, 0);
+    copy_text(o->fingerprint, sizeof o->fingerprint, sqlite3_column_text(s, 1));
+    copy_text(o->arch, sizeof o->arch, sqlite3_column_text(s, 2));
+    o->n_layers = sqlite3_column_int(s, 3);
+    o->n_kv_heads = sqlite3_column_int(s, 4);
+    o->head_dim = sqlite3_column_int(s, 5);
+    copy_text(o->rope_layout, sizeof o->rope_layout, sqlite3_column_text(s, 6));
+    o->rope_theta = sqlite3_column_double(s, 7);
+    copy_text(o->rope_scaling, sizeof o->rope_scaling, sqlite3_column_text(s, 8));
+    int nb = sqlite3_column_bytes(s, 9);
+    const void *p = sqlite3_column_blob(s, 9);
+    o->n_prefix = nb / (int)sizeof(int);
+    o->prefix_tokens = malloc(nb ? (size_t)nb : 1);
+    if (!o->prefix_tokens) {
+        sqlite3_reset(s);
+        return fail(err, errlen, LZ_META_ENOMEM, "out of memory");
+    }
+    if (nb) memcpy(o->prefix_tokens, p, (size_t)nb);
+    copy_blob(o->prefix_key, LZ_META_KEY_LEN, s, 10);
+    copy_text(o->source_path, sizeof o->source_path, sqlite3_column_text(s, 11));
+    sqlite3_reset(s);
+    return LZ_META_OK;
+}
+
+int lz_meta_model_insert(lz_meta *m, lz_meta_model *o, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_MODEL_INSERT);
+    sqlite3_bind_text(s, 1, o->fingerprint, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, o->arch, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 3, o->n_layers);
+    sqlite3_bind_int(s, 4, o->n_kv_heads);
+    sqlite3_bind_int(s, 5, o->head_dim);
+    sqlite3_bind_text(s, 6, o->rope_layout, -1, SQLITE_STATIC);
+    sqlite3_bind_double(s, 7, o->rope_theta);
+    sqlite3_bind_text(s, 8, o->rope_scaling, -1, SQLITE_STATIC);
+    bind_ids(s, 9, o->prefix_tokens, o->n_prefix);
+    sqlite3_bind_blob(s, 10, o->prefix_key, LZ_META_KEY_LEN, SQLITE_STATIC);
+    sqlite3_bind_text(s, 11, o->source_path, -1, SQLITE_STATIC);
+    int rc = run_done(m, ST_MODEL_INSERT, err, errlen);
+    if (!rc) o->id = sqlite3_last_insert_rowid(m->db);
+    return rc;
+}
+
+int lz_meta_model_set_prefix(lz_meta *m, int64_t id, const int *prefix, int n_prefix,
+                             const uint8_t key[LZ_META_KEY_LEN], const char *source_path,
+                             char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_MODEL_SET_PREFIX);
+    sqlite3_bind_int64(s, 1, id);
+    bind_ids(s, 2, prefix, n_prefix);
+    sqlite3_bind_blob(s, 3, key, LZ_META_KEY_LEN, SQLITE_STATIC);
+    sqlite3_bind_text(s, 4, source_path ? source_path : "", -1, SQLITE_STATIC);
+    return run_done(m, ST_MODEL_SET_PREFIX, err, errlen);
+}
+
+/* ---- documents ---- */
+
+int lz_meta_doc_find(lz_meta *m, const char *ext_id, lz_meta_doc *o, char *src, size_t srclen,
+                     char *err, size_t errlen)
+{
+    memset(o, 0, sizeof *o);
+    sqlite3_stmt *s = stmt(m, ST_DOC_FIND);
+    sqlite3_bind_text(s, 1, ext_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) {
+        sqlite3_reset(s);
+        return LZ_META_ENOTFOUND;
+    }
+    if (rc != SQLITE_ROW) {
+        int st = sql_fail(m, err, errlen, ST_DOC_FIND, rc);
+        sqlite3_reset(s);
+        return st;
+    }
+    o->id = sqlite3_column_int64(s, 0);
+    if (src) copy_text(src, srclen, sqlite3_column_text(s, 1));
+    o->passage = sqlite3_column_int(s, 2);
+    copy_blob(o->content_hash, 32, s, 3);
+    copy_blob(o->payload_key, LZ_META_KEY_LEN, s, 4);
+    o->n_tokens = sqlite3_column_int(s, 5);
+    o->model_id = sqlite3_column_int64(s, 6);
+    o->raw_bytes = sqlite3_column_int64(s, 7);
+    o->stored_bytes = sqlite3_column_int64(s, 8);
+    o->seen_run = sqlite3_column_int64(s, 9);
+    sqlite3_reset(s);
+    return LZ_META_OK;
+}
+
+static void bind_doc(sqlite3_stmt *s, const lz_meta_doc *d)
+{
+    sqlite3_bind_text(s, 1, d->ext_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, d->source_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 3, d->passage);
+    if (d->title) sqlite3_bind_text(s, 4, d->title, -1, SQLITE_STATIC);
+    else sqlite3_bind_null(s, 4);
+    sqlite3_bind_text(s, 5, d->text, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(s, 6, d->content_hash, 32, SQLITE_STATIC);
+    bind_ids(s, 7, d->token_ids, d->n_tokens);
+    sqlite3_bind_int(s, 8, d->n_tokens);
+    sqlite3_bind_int64(s, 9, d->model_id);
+    sqlite3_bind_blob(s, 10, d->payload_key, LZ_META_KEY_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 11, d->raw_bytes);
+    sqlite3_bind_int64(s, 12, d->stored_bytes);
+    sqlite3_bind_int64(s, 13, d->seen_run);
+}
+
+int lz_meta_doc_insert(lz_meta *m, lz_meta_doc *d, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_DOC_INSERT);
+    bind_doc(s, d);
+    int rc = run_done(m, ST_DOC_INSERT, err, errlen);
+    if (!rc) d->id = sqlite3_last_insert_rowid(m->db);
+    return rc;
+}
+
+int lz_meta_doc_update(lz_meta *m, const lz_meta_doc *d, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_DOC_UPDATE);
+    bind_doc(s, d);
+    sqlite3_bind_int64(s, 14, d->id);
+    return run_done(m, ST_DOC_UPDATE, err, errlen);
+}
+
+int lz_meta_doc_set_payload(lz_meta *m, int64_t id, const uint8_t key[LZ_META_KEY_LEN],
+                            int64_t raw_bytes, int64_t stored_bytes, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_DOC_SET_PAYLOAD);
+    sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_blob(s, 2, key, LZ_META_KEY_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, raw_bytes);
+    sqlite3_bind_int64(s, 4, stored_bytes);
+    return run_done(m, ST_DOC_SET_PAYLOAD, err, errlen);
+}
+
+int lz_meta_doc_touch(lz_meta *m, int64_t id, int64_t run, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_DOC_TOUCH);
+    sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_int64(s, 2, run);
+    return run_done(m, ST_DOC_TOUCH, err, errlen);
+}
+
+int lz_meta_source_touch(lz_meta *m, const char *source_id, int64_t run, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_SOURCE_TOUCH);
+    sqlite3_bind_text(s, 1, source_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, run);
+    return run_done(m, ST_SOURCE_TOUCH, err, errlen);
+}
+
+int lz_meta_doc_delete(lz_meta *m, int64_t id, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_DOC_DELETE);
+    sqlite3_bind_int64(s, 1, id);
+    return run_done(m, ST_DOC_DELETE, err, errlen);
+}
+
+int lz_meta_source_prune(lz_meta *m, const char *source_id, int64_t run, int64_t *n,
+                         char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_SOURCE_PRUNE);
+    sqlite3_bind_text(s, 1, source_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, run);
+    int rc = run_done(m, ST_SOURCE_PRUNE, err, errlen);
+    if (n) *n = rc ? 0 : sqlite3_changes(m->db);
+    return rc;
+}
+
+int lz_meta_prune(lz_meta *m, int64_t run, int64_t *n, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_PRUNE);
+    sqlite3_bind_int64(s, 1, run);
+    int rc = run_done(m, ST_PRUNE, err, errlen);
+    if (n) *n = rc ? 0 : sqlite3_changes(m->db);
+    return rc;
+}
+
+int lz_meta_doc_count(lz_meta *m, int64_t *n, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_DOC_COUNT);
+    int rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) {
+        int st = sql_fail(m, err, errlen, ST_DOC_COUNT, rc);
+        sqlite3_reset(s);
+        return st;
+    }
+    *n = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    return LZ_META_OK;
+}
+
+int lz_meta_doc_foreach(lz_meta *m, int (*fn)(const lz_meta_doc *d, void *ctx), void *ctx,
+                        char *err, size_t errlen)
+{
+    /* A private statement: callbacks may use the shared ones (find, ...). */
+    sqlite3_stmt *s;
+    int rc = sqlite3_prepare_v2(m->db, SQL[ST_DOC_ALL], -1, &s, NULL);
+    if (rc != SQLITE_OK) return sql_fail(m, err, errlen, ST_DOC_ALL, rc);
+    int ret = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        lz_meta_doc d;
+        memset(&d, 0, sizeof d);
+        d.id = sqlite3_column_int64(s, 0);
+        d.ext_id = (const char *)sqlite3_column_text(s, 1);
+        d.source_id = (const char *)sqlite3_column_text(s, 2);
+        d.passage = sqlite3_column_int(s, 3);
+        d.title = (const char *)sqlite3_column_text(s, 4);
+        d.text = (const char *)sqlite3_column_text(s, 5);
+        copy_blob(d.content_hash, 32, s, 6);
+        d.token_ids = sqlite3_column_blob(s, 7);
+        int nb = sqlite3_column_bytes(s, 7);
+        d.n_tokens = sqlite3_column_int(s, 8);
+        if (nb != d.n_tokens * (int)sizeof(int)) d.token_ids = NULL; /* corrupt row: report, don't read */
+        d.model_id = sqlite3_column_int64(s, 9);
+        copy_blob(d.payload_key, LZ_META_KEY_LEN, s, 10);
+        if (sqlite3_column_bytes(s, 10) != LZ_META_KEY_LEN) memset(d.payload_key, 0, LZ_META_KEY_LEN);
+        d.raw_bytes = sqlite3_column_int64(s, 11);
+        d.stored_bytes = sqlite3_column_int64(s, 12);
+        d.seen_run = sqlite3_column_int64(s, 13);
+        ret = fn(&d, ctx);
+        if (ret) break;
+    }
+    int st = ret;
+    if (!ret && rc != SQLITE_DONE) st = sql_fail(m, err, errlen, ST_DOC_ALL, rc);
+    sqlite3_finalize(s);
+    return st;
+}
+
+int lz_meta_key_referenced(lz_meta *m, const uint8_t *key, size_t key_len, char *err, size_t errlen)
+{
+    static const int which[2] = { ST_KEY_DOC, ST_KEY_MODEL };
+    for (int i = 0; i < 2; i++) {
+        sqlite3_stmt *s = stmt(m, which[i]);
+        sqlite3_bind_blob(s, 1, key, (int)key_len, SQLITE_STATIC);
+        int rc = sqlite3_step(s);
+        sqlite3_reset(s);
+        if (rc == SQLITE_ROW) return 1;
+        if (rc != SQLITE_DONE) {
+            sql_fail(m, err, errlen, which[i], rc);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- search and statistics ---- */
+
+int lz_meta_search(lz_meta *m, const char *q, int k, int (*fn)(const lz_meta_hit *h, void *ctx),
+                   void *ctx, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_SEARCH);
+    sqlite3_bind_text(s, 1, q, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 2, k);
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        lz_meta_hit h = { sqlite3_column_int64(s, 0), (const char *)sqlite3_column_text(s, 1),
+                          (const char *)sqlite3_column_text(s, 2), sqlite3_column_double(s, 3) };
+        ret = fn(&h, ctx);
+        if (ret) break;
+    }
+    int st = ret;
+    if (!ret && rc != SQLITE_DONE) st = sql_fail(m, err, errlen, ST_SEARCH, rc);
+    sqlite3_reset(s);
+    return st;
+}
+
+char *lz_meta_fts_quote(const char *text)
+{
+    size_t n = strlen(text);
+    char *q = malloc(n * 6 + 8), *o = q; /* worst case: every byte a one-letter term */
+    if (!q) return NULL;
+    const unsigned char *p = (const unsigned char *)text;
+    int terms = 0;
+    while (*p) {
+        /* a word: letters, digits, and any non-ASCII byte (UTF-8) */
+        while (*p && !(*p >= 0x80 || (*p >= '0' && *p <= '9') || ((*p | 32) >= 'a' && (*p | 32) <= 'z'))) p++;
+        if (!*p) break;
+        if (terms++) o += sprintf(o, " OR ");
+        *o++ = '"';
+        while (*p >= 0x80 || (*p >= '0' && *p <= '9') || ((*p | 32) >= 'a' && (*p | 32) <= 'z')) *o++ = (char)*p++;
+        *o++ = '"';
+    }
+    *o = 0;
+    return q;
+}
+
+int lz_meta_stats_hit(lz_meta *m, int64_t doc_id, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_HIT);
+    sqlite3_bind_int64(s, 1, doc_id);
+    return run_done(m, ST_HIT, err, errlen);
+}
+
+int lz_meta_stats_get(lz_meta *m, int64_t doc_id, int64_t *hits, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_HITS_GET);
+    sqlite3_bind_int64(s, 1, doc_id);
+    int rc = sqlite3_step(s);
+    *hits = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    sqlite3_reset(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sql_fail(m, err, errlen, ST_HITS_GET, rc);
+    return LZ_META_OK;
+}
+
+/* ---- runs ---- */
+
+int lz_meta_run_begin(lz_meta *m, const char *args, int64_t model_id, int64_t *run,
+                      char *err, size_t errlen)
+{
+    int rc = run_done(m, ST_RUN_ABORT_STALE, err, errlen);
+    if (rc) return rc;
+    sqlite3_stmt *s = stmt(m, ST_RUN_BEGIN);
+    sqlite3_bind_text(s, 1, args, -1, SQLITE_STATIC);
+    if (model_id > 0) sqlite3_bind_int64(s, 2, model_id);
+    else sqlite3_bind_null(s, 2);
+    rc = run_done(m, ST_RUN_BEGIN, err, errlen);
+    if (!rc) *run = sqlite3_last_insert_rowid(m->db);
+    return rc;
+}
+
+int lz_meta_run_end(lz_meta *m, int64_t run, const lz_meta_run_counts *c, const char *status,
+                    char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_RUN_END);
+    sqlite3_bind_int64(s, 1, run);
+    sqlite3_bind_text(s, 2, status, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, c->n_added);
+    sqlite3_bind_int64(s, 4, c->n_updated);
+    sqlite3_bind_int64(s, 5, c->n_unchanged);
+    sqlite3_bind_int64(s, 6, c->n_removed);
+    sqlite3_bind_int64(s, 7, c->n_skipped);
+    sqlite3_bind_int64(s, 8, c->n_tokens);
+    sqlite3_bind_int64(s, 9, c->raw_bytes);
+    sqlite3_bind_int64(s, 10, c->stored_bytes);
+    sqlite3_bind_int64(s, 11, c->n_garbage);
+    return run_done(m, ST_RUN_END, err, errlen);
+}

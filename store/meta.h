@@ -1,0 +1,145 @@
+/* meta.h - the SQLite side of a store: schema migrations (the schema/NNN_name.sql
+ * embedded at build time by schema/embed.sh), WAL journal, prepared
+ * statements reused for every row, the FTS5 index and access statistics.
+ * Rows only: KV payloads are kvdb.h's, keys and consistency rules store.h's.
+ *
+ * All functions return LZ_META_OK (0) or an LZ_META_E* status with
+ * SQLite's message and the statement in err.
+ */
+#ifndef LZ_META_H
+#define LZ_META_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct lz_meta lz_meta;
+
+enum { LZ_META_OK = 0, LZ_META_EIO = 1, LZ_META_ENOTFOUND = 2, LZ_META_ESCHEMA = 3,
+       LZ_META_ENOMEM = 4, LZ_META_EINVAL = 5, LZ_META_ECONSTRAINT = 6 };
+
+enum { LZ_META_RDONLY = 1 };
+
+#define LZ_META_KEY_LEN 64 /* payload key: model fingerprint (32) || content digest (32) */
+
+/* An embedded migration: schema/<NNN>_<name>.sql brings user_version to version. */
+typedef struct { int version; const char *file; const char *sql; } lz_meta_migration;
+extern const lz_meta_migration lz_meta_migrations[];
+extern const int lz_meta_n_migrations;
+
+/* Opens path (creating it and applying pending migrations unless RDONLY), in
+ * WAL mode with synchronous=FULL and a 10 s busy timeout. Errors: EIO,
+ * ESCHEMA (database newer than this build, or a migration failed). */
+int lz_meta_open(const char *path, int flags, lz_meta **out, char *err, size_t errlen);
+void lz_meta_close(lz_meta *m); /* NULL is a no-op */
+int lz_meta_user_version(lz_meta *m); /* -1 on error */
+
+/* Write transactions (BEGIN IMMEDIATE). */
+int lz_meta_begin(lz_meta *m, char *err, size_t errlen);
+int lz_meta_commit(lz_meta *m, char *err, size_t errlen);
+void lz_meta_rollback(lz_meta *m);
+
+/* ---- models ---- */
+typedef struct {
+    int64_t id;
+    char fingerprint[65];
+    char arch[32];
+    int n_layers, n_kv_heads, head_dim;
+    char rope_layout[16];    /* "adjacent" | "half" */
+    double rope_theta;
+    char rope_scaling[96];   /* "none" | "divisors:<hex>" */
+    int *prefix_tokens;      /* malloc'd by lz_meta_model_get; caller frees */
+    int n_prefix;
+    uint8_t prefix_key[LZ_META_KEY_LEN];
+    char source_path[1024];
+} lz_meta_model;
+
+/* The store's model (the first row), or ENOTFOUND. */
+int lz_meta_model_get(lz_meta *m, lz_meta_model *out, char *err, size_t errlen);
+/* Inserts a model (out id in m->id). */
+int lz_meta_model_insert(lz_meta *m, lz_meta_model *model, char *err, size_t errlen);
+/* Rewrites the prefix (tokens and key) and source path of model id. */
+int lz_meta_model_set_prefix(lz_meta *m, int64_t id, const int *prefix, int n_prefix,
+                             const uint8_t key[LZ_META_KEY_LEN], const char *source_path,
+                             char *err, size_t errlen);
+
+/* ---- documents ---- */
+typedef struct {
+    int64_t id;
+    const char *ext_id, *source_id;
+    int passage;                       /* -1 when the record was not split */
+    const char *title;                 /* may be NULL */
+    const char *text;
+    uint8_t content_hash[32];
+    const int *token_ids;
+    int n_tokens;
+    int64_t model_id;
+    uint8_t payload_key[LZ_META_KEY_LEN];
+    int64_t raw_bytes, stored_bytes;
+    int64_t seen_run;
+} lz_meta_doc;
+
+/* Looks up ext_id; on success fills id, source_id (copied into src, srclen),
+ * content_hash, payload_key, n_tokens, model_id, sizes; the text fields are
+ * left NULL. Errors: ENOTFOUND. */
+int lz_meta_doc_find(lz_meta *m, const char *ext_id, lz_meta_doc *out, char *src, size_t srclen,
+                     char *err, size_t errlen);
+/* Inserts (sets d->id) or updates row d->id (every column; timestamps kept or set). */
+int lz_meta_doc_insert(lz_meta *m, lz_meta_doc *d, char *err, size_t errlen);
+int lz_meta_doc_update(lz_meta *m, const lz_meta_doc *d, char *err, size_t errlen);
+/* Points row id at another payload (repair). */
+int lz_meta_doc_set_payload(lz_meta *m, int64_t id, const uint8_t key[LZ_META_KEY_LEN],
+                            int64_t raw_bytes, int64_t stored_bytes, char *err, size_t errlen);
+/* Marks row id as seen by run. */
+int lz_meta_doc_touch(lz_meta *m, int64_t id, int64_t run, char *err, size_t errlen);
+/* Marks every row of source_id as seen by run (a bad record keeps its old rows). */
+int lz_meta_source_touch(lz_meta *m, const char *source_id, int64_t run, char *err, size_t errlen);
+int lz_meta_doc_delete(lz_meta *m, int64_t id, char *err, size_t errlen);
+/* Deletes rows of source_id not seen by run (passages a shorter version
+ * no longer has); *n receives the count. */
+int lz_meta_source_prune(lz_meta *m, const char *source_id, int64_t run, int64_t *n,
+                         char *err, size_t errlen);
+/* Deletes every row not seen by run; *n receives the count. */
+int lz_meta_prune(lz_meta *m, int64_t run, int64_t *n, char *err, size_t errlen);
+/* Number of documents. */
+int lz_meta_doc_count(lz_meta *m, int64_t *n, char *err, size_t errlen);
+/* Calls fn for every row in id order with all columns (pointers valid during
+ * the call only); fn returns non-zero to stop, and that value is returned.
+ * Rows are read in one snapshot; fn must not write through m. */
+int lz_meta_doc_foreach(lz_meta *m, int (*fn)(const lz_meta_doc *d, void *ctx), void *ctx,
+                        char *err, size_t errlen);
+/* 1 when a document or model row references the payload key, 0 when none,
+ * -1 on error (message in err). */
+int lz_meta_key_referenced(lz_meta *m, const uint8_t *key, size_t key_len, char *err, size_t errlen);
+
+/* ---- full-text search and access statistics (query side) ---- */
+typedef struct {
+    int64_t id;
+    const char *ext_id, *title;
+    double score; /* bm25: lower is better (SQLite's sign) */
+} lz_meta_hit;
+/* FTS5 query over title + text, best k by bm25; fn is called per hit in
+ * rank order. The query is FTS5 syntax; lz_meta_fts_quote makes plain
+ * text safe (every word a quoted term, OR-ed). */
+int lz_meta_search(lz_meta *m, const char *fts_query, int k,
+                   int (*fn)(const lz_meta_hit *h, void *ctx), void *ctx, char *err, size_t errlen);
+/* Turns free text into an FTS5 query "w1" OR "w2" ... (malloc'd; NULL on OOM). */
+char *lz_meta_fts_quote(const char *text);
+/* Adds one hit to doc id's statistics (hits + 1, last_hit = now). */
+int lz_meta_stats_hit(lz_meta *m, int64_t doc_id, char *err, size_t errlen);
+int lz_meta_stats_get(lz_meta *m, int64_t doc_id, int64_t *hits, char *err, size_t errlen);
+
+/* ---- ingest runs ---- */
+typedef struct {
+    int64_t n_added, n_updated, n_unchanged, n_removed, n_skipped;
+    int64_t n_tokens, raw_bytes, stored_bytes, n_garbage;
+} lz_meta_run_counts;
+/* Marks runs left 'running' by a killed process as 'aborted' (call while
+ * holding the writer lock), then starts a run. */
+int lz_meta_run_begin(lz_meta *m, const char *args, int64_t model_id, int64_t *run,
+                      char *err, size_t errlen);
+int lz_meta_run_end(lz_meta *m, int64_t run, const lz_meta_run_counts *c, const char *status,
+                    char *err, size_t errlen);
+
+const char *lz_meta_strerror(int status);
+
+#endif /* LZ_META_H */

@@ -1,0 +1,446 @@
+/* payload.c - KV payload codec (format: schema/PAYLOAD.md): fp32 -> bf16,
+ * byte shuffle, zstd, CRC32C, and the reverse. Only file besides kvdb.c and
+ * meta.c that may include a storage library header (zstd.h).
+ *
+ * Legend: L = layers, KV = kv heads, T = caller token stride, d = head_dim.
+ */
+#include "store/payload.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#ifdef __SSE4_2__
+#include <nmmintrin.h>
+#endif
+
+#include "model/half.h"
+
+struct lz_payload_codec {
+    ZSTD_CCtx *cctx;
+    ZSTD_DCtx *dctx;
+    uint8_t *scratch;  /* raw body bytes (bf16) */
+    size_t cap;
+    uint8_t *scratch2; /* shuffled body */
+    size_t cap2;
+};
+
+static int fail(char *err, size_t errlen, int status, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+/* ---- little-endian field access (blobs may sit unaligned in an LMDB map) ---- */
+
+static void put16(uint8_t *p, uint16_t x) { p[0] = (uint8_t)x; p[1] = (uint8_t)(x >> 8); }
+static void put32(uint8_t *p, uint32_t x) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(x >> (8 * i)); }
+static void put64(uint8_t *p, uint64_t x) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(x >> (8 * i)); }
+static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) | ((uint64_t)get32(p + 4) << 32); }
+
+/* Header offsets (schema/PAYLOAD.md). */
+enum { OFF_MAGIC = 0, OFF_VERSION = 4, OFF_DTYPE = 6, OFF_CODEC = 7, OFF_LAYERS = 8,
+       OFF_KVHEADS = 12, OFF_HEADDIM = 16, OFF_NTOKENS = 20, OFF_POSBASE = 24, OFF_FLAGS = 28,
+       OFF_RAW = 32, OFF_BODY = 40, OFF_MODEL = 48, OFF_CRC = 80 };
+
+/* ---- CRC32C ---- */
+
+static uint32_t crc_table[8][256];
+static int crc_table_ready;
+
+static void crc_init_table(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1u)));
+        crc_table[0][i] = c;
+    }
+    for (int t = 1; t < 8; t++)
+        for (int i = 0; i < 256; i++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+    __atomic_store_n(&crc_table_ready, 1, __ATOMIC_RELEASE);
+}
+
+uint32_t lz_crc32c(uint32_t crc, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    crc = ~crc;
+#ifdef __SSE4_2__
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        crc = (uint32_t)_mm_crc32_u64(crc, w);
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = _mm_crc32_u8(crc, *p++);
+#else
+    if (!__atomic_load_n(&crc_table_ready, __ATOMIC_ACQUIRE)) crc_init_table();
+    while (n >= 8) {
+        uint32_t lo = crc ^ get32(p), hi = get32(p + 4);
+        crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
+              crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^
+              crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
+              crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
+#endif
+    (void)crc_init_table;
+    return ~crc;
+}
+
+/* CRC of the whole blob with the checksum field read as zero. */
+static uint32_t blob_crc(const uint8_t *b, size_t len)
+{
+    static const uint8_t zero[4];
+    uint32_t c = lz_crc32c(0, b, OFF_CRC);
+    c = lz_crc32c(c, zero, 4);
+    return lz_crc32c(c, b + OFF_CRC + 4, len - OFF_CRC - 4);
+}
+
+/* ---- shuffle ---- */
+
+void lz_payload_shuffle16(uint8_t *dst, const uint16_t *src, size_t n)
+{
+    uint8_t *lo = dst, *hi = dst + n;
+    for (size_t i = 0; i < n; i++) {
+        lo[i] = (uint8_t)src[i];
+        hi[i] = (uint8_t)(src[i] >> 8);
+    }
+}
+
+void lz_payload_unshuffle16(uint16_t *dst, const uint8_t *src, size_t n)
+{
+    const uint8_t *lo = src, *hi = src + n;
+    for (size_t i = 0; i < n; i++) dst[i] = (uint16_t)(lo[i] | (hi[i] << 8));
+}
+
+/* ---- codec state ---- */
+
+lz_payload_codec *lz_payload_codec_new(void)
+{
+    lz_payload_codec *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->cctx = ZSTD_createCCtx();
+    c->dctx = ZSTD_createDCtx();
+    if (!c->cctx || !c->dctx) {
+        lz_payload_codec_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void lz_payload_codec_free(lz_payload_codec *c)
+{
+    if (!c) return;
+    ZSTD_freeCCtx(c->cctx);
+    ZSTD_freeDCtx(c->dctx);
+    free(c->scratch);
+    free(c->scratch2);
+    free(c);
+}
+
+static int reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (*cap >= need) return 0;
+    size_t n = need < 4096 ? 4096 : need;
+    uint8_t *p = realloc(*buf, n);
+    if (!p) return -1;
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+const char *lz_payload_codec_name(int codec)
+{
+    switch (codec) {
+    case LZ_PAYLOAD_CODEC_RAW: return "raw";
+    case LZ_PAYLOAD_CODEC_ZSTD: return "zstd";
+    case LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD: return "shuffle+zstd";
+    default: return "?";
+    }
+}
+
+const char *lz_payload_strerror(int status)
+{
+    switch (status) {
+    case LZ_PAYLOAD_OK: return "ok";
+    case LZ_PAYLOAD_EINVAL: return "invalid argument";
+    case LZ_PAYLOAD_ECORRUPT: return "corrupt payload";
+    case LZ_PAYLOAD_ECHECKSUM: return "payload checksum mismatch";
+    case LZ_PAYLOAD_EVERSION: return "unsupported payload version";
+    case LZ_PAYLOAD_ENOMEM: return "out of memory";
+    case LZ_PAYLOAD_ECODEC: return "zstd error";
+    default: return "unknown payload status";
+    }
+}
+
+/* ---- encode ---- */
+
+int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, int level,
+                      void **out, size_t *out_len, char *err, size_t errlen)
+{
+    *out = NULL;
+    *out_len = 0;
+    if (!c || !s || !s->k || !s->v || !s->model || s->n_layers <= 0 || s->n_kv_heads <= 0 ||
+        s->head_dim <= 0 || s->n_tokens < 0 || s->t0 < 0 || s->pos_base < 0 ||
+        (int64_t)s->t0 + s->n_tokens > s->stride)
+        return fail(err, errlen, LZ_PAYLOAD_EINVAL,
+                    "payload encode: bad shape (L=%d KV=%d d=%d n=%d t0=%d stride=%d)",
+                    s ? s->n_layers : 0, s ? s->n_kv_heads : 0, s ? s->head_dim : 0,
+                    s ? s->n_tokens : 0, s ? s->t0 : 0, s ? s->stride : 0);
+    if (codec < LZ_PAYLOAD_CODEC_RAW || codec > LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD)
+        return fail(err, errlen, LZ_PAYLOAD_EINVAL, "payload encode: unknown codec %d", codec);
+    const int L = s->n_layers, KV = s->n_kv_heads, d = s->head_dim, n = s->n_tokens;
+    const size_t nh = (size_t)L * KV;
+    uint64_t kept_sum = 0;
+    for (size_t i = 0; i < nh; i++) {
+        int kept = s->n_kept ? s->n_kept[i] : n;
+        if (kept < 0 || kept > n)
+            return fail(err, errlen, LZ_PAYLOAD_EINVAL,
+                        "payload encode: kept count %d of (layer %zu, kv head %zu) not in [0, %d]",
+                        kept, i / KV, i % KV, n);
+        kept_sum += (uint64_t)kept;
+    }
+    const size_t n_elem = (size_t)(2 * kept_sum * (uint64_t)d); /* K and V */
+    const size_t raw_size = n_elem * 2;
+    if (reserve(&c->scratch, &c->cap, raw_size ? raw_size : 1))
+        return fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload encode: out of memory (%zu bytes)", raw_size);
+
+    /* bf16 body: K of every (l, h) in order, then V. */
+    uint16_t *body = (uint16_t *)c->scratch;
+    size_t o = 0;
+    for (int kv = 0; kv < 2; kv++) {
+        const float *src = kv ? s->v : s->k;
+        for (size_t i = 0; i < nh; i++) {
+            int kept = s->n_kept ? s->n_kept[i] : n;
+            const float *row = src + (i * (size_t)s->stride + (size_t)s->t0) * (size_t)d;
+            for (size_t e = 0; e < (size_t)kept * d; e++) body[o++] = lz_f32_to_bf16(row[e]);
+        }
+    }
+
+    const uint8_t *stored = c->scratch;
+    size_t body_size = raw_size;
+    size_t hdr = LZ_PAYLOAD_HEADER_SIZE + 4 * nh;
+    uint8_t *blob = NULL;
+    if (codec == LZ_PAYLOAD_CODEC_RAW) {
+        blob = malloc(hdr + raw_size);
+        if (!blob) return fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload encode: out of memory");
+        memcpy(blob + hdr, stored, raw_size);
+    } else {
+        if (codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
+            if (reserve(&c->scratch2, &c->cap2, raw_size ? raw_size : 1))
+                return fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload encode: out of memory");
+            lz_payload_shuffle16(c->scratch2, body, n_elem);
+            stored = c->scratch2;
+        }
+        size_t bound = ZSTD_compressBound(raw_size);
+        blob = malloc(hdr + bound);
+        if (!blob) return fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload encode: out of memory");
+        size_t r = ZSTD_CCtx_reset(c->cctx, ZSTD_reset_session_and_parameters);
+        if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_compressionLevel, level);
+        if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_checksumFlag, 1);
+        if (!ZSTD_isError(r)) r = ZSTD_compress2(c->cctx, blob + hdr, bound, stored, raw_size);
+        if (ZSTD_isError(r)) {
+            free(blob);
+            return fail(err, errlen, LZ_PAYLOAD_ECODEC, "payload encode: zstd: %s",
+                        ZSTD_getErrorName(r));
+        }
+        body_size = r;
+    }
+
+    memset(blob, 0, LZ_PAYLOAD_HEADER_SIZE);
+    memcpy(blob + OFF_MAGIC, LZ_PAYLOAD_MAGIC, 4);
+    put16(blob + OFF_VERSION, LZ_PAYLOAD_VERSION);
+    blob[OFF_DTYPE] = LZ_PAYLOAD_DTYPE_BF16;
+    blob[OFF_CODEC] = (uint8_t)codec;
+    put32(blob + OFF_LAYERS, (uint32_t)L);
+    put32(blob + OFF_KVHEADS, (uint32_t)KV);
+    put32(blob + OFF_HEADDIM, (uint32_t)d);
+    put32(blob + OFF_NTOKENS, (uint32_t)n);
+    put32(blob + OFF_POSBASE, (uint32_t)s->pos_base);
+    put32(blob + OFF_FLAGS, 0);
+    put64(blob + OFF_RAW, raw_size);
+    put64(blob + OFF_BODY, body_size);
+    memcpy(blob + OFF_MODEL, s->model, 32);
+    for (size_t i = 0; i < nh; i++)
+        put32(blob + LZ_PAYLOAD_HEADER_SIZE + 4 * i, (uint32_t)(s->n_kept ? s->n_kept[i] : n));
+    size_t total = hdr + body_size;
+    put32(blob + OFF_CRC, blob_crc(blob, total));
+    uint8_t *shrunk = realloc(blob, total);
+    *out = shrunk ? shrunk : blob;
+    *out_len = total;
+    return LZ_PAYLOAD_OK;
+}
+
+/* ---- parse ---- */
+
+int lz_payload_parse(const void *buf, size_t len, int verify_checksum, lz_payload_info *info,
+                     char *err, size_t errlen)
+{
+    const uint8_t *b = buf;
+    memset(info, 0, sizeof *info);
+    if (!b || len < LZ_PAYLOAD_HEADER_SIZE)
+        return fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: %zu bytes, shorter than the %d-byte header",
+                    len, LZ_PAYLOAD_HEADER_SIZE);
+    if (memcmp(b + OFF_MAGIC, LZ_PAYLOAD_MAGIC, 4) != 0)
+        return fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: bad magic (expected \"LZKV\")");
+    info->version = get16(b + OFF_VERSION);
+    if (info->version != LZ_PAYLOAD_VERSION)
+        return fail(err, errlen, LZ_PAYLOAD_EVERSION, "payload: version %d, this build reads %d",
+                    info->version, LZ_PAYLOAD_VERSION);
+    info->dtype = b[OFF_DTYPE];
+    info->codec = b[OFF_CODEC];
+    info->n_layers = (int)get32(b + OFF_LAYERS);
+    info->n_kv_heads = (int)get32(b + OFF_KVHEADS);
+    info->head_dim = (int)get32(b + OFF_HEADDIM);
+    info->n_tokens = (int)get32(b + OFF_NTOKENS);
+    info->pos_base = (int)get32(b + OFF_POSBASE);
+    info->raw_size = get64(b + OFF_RAW);
+    info->body_size = get64(b + OFF_BODY);
+    memcpy(info->model, b + OFF_MODEL, 32);
+    info->checksum = get32(b + OFF_CRC);
+    if (info->dtype != LZ_PAYLOAD_DTYPE_BF16)
+        return fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: unknown dtype %d", info->dtype);
+    if (info->codec > LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD)
+        return fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: unknown codec %d", info->codec);
+    if (get32(b + OFF_FLAGS) != 0)
+        return fail(err, errlen, LZ_PAYLOAD_EVERSION, "payload: unknown flags 0x%x", get32(b + OFF_FLAGS));
+    if (info->n_layers <= 0 || info->n_layers > 4096 || info->n_kv_heads <= 0 ||
+        info->n_kv_heads > 4096 || info->head_dim <= 0 || info->head_dim > 4096 ||
+        info->n_tokens < 0 || info->pos_base < 0)
+        return fail(err, errlen, LZ_PAYLOAD_ECORRUPT,
+                    "payload: implausible shape (L=%d KV=%d d=%d n=%d base=%d)", info->n_layers,
+                    info->n_kv_heads, info->head_dim, info->n_tokens, info->pos_base);
+    uint64_t nh = (uint64_t)info->n_layers * (uint64_t)info->n_kv_heads;
+    uint64_t hdr = LZ_PAYLOAD_HEADER_SIZE + 4 * nh;
+    if (hdr > len)
+        return fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: kept table (%llu bytes) past the end (%zu)",
+                    (unsigned long long)(4 * nh), len);
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < nh; i++) {
+        uint32_t kept = get32(b + LZ_PAYLOAD_HEADER_SIZE + 4 * i);
+        if (kept > (uint32_t)info->n_tokens)
+            return fail(err, errlen, LZ_PAYLOAD_ECORRUPT,
+                        "payload: kept count %u of (layer %llu, kv head %llu) exceeds n_tokens %d", kept,
+                        (unsigned long long)(i / info->n_kv_heads),
+                        (unsigned long long)(i % info->n_kv_heads), info->n_tokens);
+        sum += kept;
+    }
+    info->n_kept_sum = sum;
+    if (info->raw_size != 4 * sum * (uint64_t)info->head_dim)
+        return fail(err, errlen, LZ_PAYLOAD_ECORRUPT,
+                    "payload: raw size %llu does not match the kept table (%llu)",
+                    (unsigned long long)info->raw_size,
+                    (unsigned long long)(4 * sum * (uint64_t)info->head_dim));
+    if (info->codec == LZ_PAYLOAD_CODEC_RAW && info->body_size != info->raw_size)
+        return fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: raw codec with body %llu != raw %llu",
+                    (unsigned long long)info->body_size, (unsigned long long)info->raw_size);
+    if (hdr + info->body_size != len)
+        return fail(err, errlen, LZ_PAYLOAD_ECORRUPT,
+                    "payload: header says %llu bytes, blob has %zu",
+                    (unsigned long long)(hdr + info->body_size), len);
+    info->total_size = len;
+    if (verify_checksum) {
+        uint32_t c = blob_crc(b, len);
+        if (c != info->checksum)
+            return fail(err, errlen, LZ_PAYLOAD_ECHECKSUM,
+                        "payload: CRC32C mismatch (stored %08x, computed %08x)", info->checksum, c);
+    }
+    return LZ_PAYLOAD_OK;
+}
+
+void lz_payload_kept(const void *buf, const lz_payload_info *info, int *n_kept)
+{
+    const uint8_t *b = buf;
+    size_t nh = (size_t)info->n_layers * info->n_kv_heads;
+    for (size_t i = 0; i < nh; i++) n_kept[i] = (int)get32(b + LZ_PAYLOAD_HEADER_SIZE + 4 * i);
+}
+
+/* ---- decode ---- */
+
+/* Parses, verifies and leaves the bf16 body in c->scratch. */
+static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int stride,
+                       lz_payload_info *info, const uint16_t **body, char *err, size_t errlen)
+{
+    int rc = lz_payload_parse(buf, len, 1, info, err, errlen);
+    if (rc) return rc;
+    if (stride < info->n_tokens)
+        return fail(err, errlen, LZ_PAYLOAD_EINVAL, "payload decode: stride %d < n_tokens %d", stride,
+                    info->n_tokens);
+    const uint8_t *src = (const uint8_t *)buf + LZ_PAYLOAD_HEADER_SIZE +
+                         4 * (size_t)info->n_layers * info->n_kv_heads;
+    size_t raw = (size_t)info->raw_size, n_elem = raw / 2;
+    if (reserve(&c->scratch, &c->cap, raw ? raw : 1))
+        return fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload decode: out of memory (%zu bytes)", raw);
+    if (info->codec == LZ_PAYLOAD_CODEC_RAW) {
+        memcpy(c->scratch, src, raw);
+    } else {
+        uint8_t *dst = c->scratch;
+        if (info->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
+            if (reserve(&c->scratch2, &c->cap2, raw ? raw : 1))
+                return fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload decode: out of memory");
+            dst = c->scratch2;
+        }
+        size_t r = ZSTD_decompressDCtx(c->dctx, dst, raw, src, (size_t)info->body_size);
+        if (ZSTD_isError(r))
+            return fail(err, errlen, LZ_PAYLOAD_ECODEC, "payload decode: zstd: %s", ZSTD_getErrorName(r));
+        if (r != raw)
+            return fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload decode: zstd gave %zu bytes, expected %zu",
+                        r, raw);
+        if (info->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD)
+            lz_payload_unshuffle16((uint16_t *)c->scratch, c->scratch2, n_elem);
+    }
+    *body = (const uint16_t *)c->scratch;
+    return LZ_PAYLOAD_OK;
+}
+
+#define DECODE_IMPL(T, CONV)                                                                     \
+    lz_payload_info local;                                                                       \
+    if (!info) info = &local;                                                                    \
+    const uint16_t *body;                                                                        \
+    int rc = decode_body(c, buf, len, stride, info, &body, err, errlen);                         \
+    if (rc) return rc;                                                                           \
+    const size_t nh = (size_t)info->n_layers * info->n_kv_heads, d = (size_t)info->head_dim;     \
+    size_t o = 0;                                                                                \
+    for (int kv = 0; kv < 2; kv++) {                                                             \
+        T *dst = kv ? v : k;                                                                     \
+        for (size_t i = 0; i < nh; i++) {                                                        \
+            size_t kept = get32((const uint8_t *)buf + LZ_PAYLOAD_HEADER_SIZE + 4 * i);          \
+            if (n_kept && kv == 0) n_kept[i] = (int)kept;                                        \
+            T *row = dst + i * (size_t)stride * d;                                               \
+            for (size_t e = 0; e < kept * d; e++) row[e] = CONV(body[o + e]);                    \
+            o += kept * d;                                                                       \
+        }                                                                                        \
+    }                                                                                            \
+    return LZ_PAYLOAD_OK;
+
+#define IDENT16(x) (x)
+
+int lz_payload_decode_f32(lz_payload_codec *c, const void *buf, size_t len, float *k, float *v,
+                          int stride, int *n_kept, lz_payload_info *info, char *err,
+                          size_t errlen)
+{
+    DECODE_IMPL(float, lz_bf16_to_f32)
+}
+
+int lz_payload_decode_bf16(lz_payload_codec *c, const void *buf, size_t len, uint16_t *k,
+                           uint16_t *v, int stride, int *n_kept, lz_payload_info *info,
+                           char *err, size_t errlen)
+{
+    DECODE_IMPL(uint16_t, IDENT16)
+}

@@ -1,0 +1,112 @@
+/* payload.h - the KV payload codec: one self-describing binary blob per
+ * document (or per model prefix) holding K and V of every (layer, kv head)
+ * as bf16, byte-shuffled and zstd-compressed, with a CRC32C checksum.
+ * The byte format is specified in schema/PAYLOAD.md; this header is its API.
+ * No I/O here: blobs go to and from LMDB through store/kvdb.h.
+ *
+ * Legend: L = layers, KV = key/value heads, T = token stride of a caller
+ * buffer, d = head_dim, n = tokens of the document, kept[l][h] <= n = tokens
+ * kept for (layer l, kv head h) (all n today; Ada-KV eviction makes them
+ * differ, the format and the decoders already allow it).
+ */
+#ifndef LZ_PAYLOAD_H
+#define LZ_PAYLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LZ_PAYLOAD_MAGIC "LZKV"
+#define LZ_PAYLOAD_VERSION 1
+#define LZ_PAYLOAD_HEADER_SIZE 96 /* fixed part; the kept table (4 * L * KV bytes) follows */
+
+enum { LZ_PAYLOAD_DTYPE_BF16 = 1 };
+
+typedef enum {
+    LZ_PAYLOAD_CODEC_RAW = 0,          /* bf16 body as is */
+    LZ_PAYLOAD_CODEC_ZSTD = 1,         /* zstd of the bf16 body */
+    LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD = 2  /* low bytes, then high bytes, then zstd (default) */
+} lz_payload_codec_id;
+
+/* Status codes (0 = OK). */
+enum { LZ_PAYLOAD_OK = 0, LZ_PAYLOAD_EINVAL = 1, LZ_PAYLOAD_ECORRUPT = 2,
+       LZ_PAYLOAD_ECHECKSUM = 3, LZ_PAYLOAD_EVERSION = 4, LZ_PAYLOAD_ENOMEM = 5,
+       LZ_PAYLOAD_ECODEC = 6 };
+
+#define LZ_PAYLOAD_DEFAULT_LEVEL 3 /* zstd level used by lazyingest */
+
+/* What to encode: K/V of one document inside larger fp32 buffers, e.g. an
+ * lz_kv_cache (k, v: (L, KV, T, d); the document's token j of (l, h) is at
+ * k[((l * KV + h) * T + t0 + j) * d]). With n_kept, head (l, h) keeps its
+ * first n_kept[l * KV + h] tokens (already compacted by the caller). */
+typedef struct {
+    const float *k;        /* (L, KV, T, d) keys rotated at positions pos_base + j */
+    const float *v;        /* (L, KV, T, d) */
+    int stride;            /* T */
+    int t0;                /* first token of the document in every (l, h) row */
+    int n_layers;          /* L */
+    int n_kv_heads;        /* KV */
+    int head_dim;          /* d */
+    int n_tokens;          /* n */
+    const int *n_kept;     /* (L, KV), each in [0, n]; NULL: every head keeps n */
+    int pos_base;          /* rotary position of token 0 (the prompt prefix length s) */
+    const uint8_t *model;  /* 32-byte model fingerprint, recorded in the header */
+} lz_payload_src;
+
+/* A parsed header. Fields are copied out of the blob (which may be unaligned
+ * memory inside an LMDB map); the kept table is read with lz_payload_kept. */
+typedef struct {
+    int version, dtype, codec;
+    int n_layers, n_kv_heads, head_dim, n_tokens, pos_base;
+    uint64_t raw_size;     /* bf16 body bytes: 2 (K and V) * sum(kept) * d * 2 */
+    uint64_t body_size;    /* stored body bytes after the kept table */
+    uint64_t total_size;   /* header + kept table + body */
+    uint64_t n_kept_sum;   /* sum of the kept table */
+    uint32_t checksum;     /* CRC32C as stored */
+    uint8_t model[32];
+} lz_payload_info;
+
+/* Reusable compression state and scratch (not thread-safe; one per thread). */
+typedef struct lz_payload_codec lz_payload_codec;
+lz_payload_codec *lz_payload_codec_new(void);  /* NULL when out of memory */
+void lz_payload_codec_free(lz_payload_codec *c); /* NULL is a no-op */
+
+/* Encodes src with codec (lz_payload_codec_id) at zstd level (ignored for
+ * RAW) into a malloc'd blob *out of *out_len bytes.
+ * Errors: EINVAL (shapes, kept counts out of range, unknown codec),
+ * ENOMEM, ECODEC (zstd failure). */
+int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *src, int codec, int level,
+                      void **out, size_t *out_len, char *err, size_t errlen);
+
+/* Validates the header of buf[len]: magic, version, dtype, codec, shapes,
+ * kept counts, sizes against len, and (verify_checksum) the CRC32C over the
+ * whole blob. Fills info. Errors: ECORRUPT, EVERSION, ECHECKSUM. */
+int lz_payload_parse(const void *buf, size_t len, int verify_checksum, lz_payload_info *info,
+                     char *err, size_t errlen);
+
+/* Copies the kept table of a parsed blob into n_kept (L * KV ints). */
+void lz_payload_kept(const void *buf, const lz_payload_info *info, int *n_kept);
+
+/* Decodes buf[len] (parsed and checksum-verified inside) into caller buffers
+ * k, v: (L, KV, stride, d), stride >= n_tokens; head (l, h) fills rows
+ * 0..kept-1, the rest is untouched. n_kept (L * KV) receives the kept table
+ * when not NULL; info when not NULL. The f32 variant widens bf16 exactly.
+ * Errors: those of lz_payload_parse, EINVAL (stride), ECODEC, ENOMEM. */
+int lz_payload_decode_f32(lz_payload_codec *c, const void *buf, size_t len, float *k, float *v,
+                          int stride, int *n_kept, lz_payload_info *info, char *err,
+                          size_t errlen);
+int lz_payload_decode_bf16(lz_payload_codec *c, const void *buf, size_t len, uint16_t *k,
+                           uint16_t *v, int stride, int *n_kept, lz_payload_info *info,
+                           char *err, size_t errlen);
+
+/* Byte shuffle of n 16-bit elements: dst = [low bytes][high bytes], and back. */
+void lz_payload_shuffle16(uint8_t *dst, const uint16_t *src, size_t n);
+void lz_payload_unshuffle16(uint16_t *dst, const uint8_t *src, size_t n);
+
+/* CRC32C (Castagnoli), continuing from crc (start with 0). SSE4.2 when built
+ * for it, else a table. */
+uint32_t lz_crc32c(uint32_t crc, const void *data, size_t n);
+
+const char *lz_payload_strerror(int status);
+const char *lz_payload_codec_name(int codec); /* "raw", "zstd", "shuffle+zstd", "?" */
+
+#endif /* LZ_PAYLOAD_H */

@@ -1,0 +1,530 @@
+/* store.c - the store facade: folder layout, writer lock, model binding,
+ * content keys, payload I/O, garbage collection and the consistency check.
+ * Row-level SQL is in meta.c, LMDB in kvdb.c, the blob format in payload.c.
+ */
+#include "store/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/sha256.h"
+
+struct lz_store {
+    char dir[4096];
+    lz_meta *meta;
+    lz_kvdb *kv;
+    int lock_fd;
+    int rdonly;
+    int bound;
+    uint8_t fingerprint[32];
+    int64_t model_id;
+    int *prefix;
+    int n_prefix;
+    int n_layers, n_kv_heads, head_dim;
+};
+
+static int fail(char *err, size_t errlen, int status, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+static int from_meta(int st)
+{
+    switch (st) {
+    case LZ_META_OK: return LZ_STORE_OK;
+    case LZ_META_ENOTFOUND: return LZ_STORE_ENOTFOUND;
+    case LZ_META_ESCHEMA: return LZ_STORE_ESCHEMA;
+    case LZ_META_ENOMEM: return LZ_STORE_ENOMEM;
+    case LZ_META_EINVAL: return LZ_STORE_EINVAL;
+    default: return LZ_STORE_EIO;
+    }
+}
+
+static int from_kvdb(int st)
+{
+    switch (st) {
+    case LZ_KVDB_OK: return LZ_STORE_OK;
+    case LZ_KVDB_ENOTFOUND: return LZ_STORE_ENOTFOUND;
+    case LZ_KVDB_ENOMEM: return LZ_STORE_ENOMEM;
+    case LZ_KVDB_EINVAL: return LZ_STORE_EINVAL;
+    default: return LZ_STORE_EIO;
+    }
+}
+
+const char *lz_store_strerror(int status)
+{
+    switch (status) {
+    case LZ_STORE_OK: return "ok";
+    case LZ_STORE_EIO: return "store I/O error";
+    case LZ_STORE_EMODEL: return "store built with another model";
+    case LZ_STORE_ECORRUPT: return "store corrupt";
+    case LZ_STORE_ENOTFOUND: return "not found";
+    case LZ_STORE_ENOMEM: return "out of memory";
+    case LZ_STORE_EINVAL: return "invalid argument";
+    case LZ_STORE_EBUSY: return "store busy (another writer)";
+    case LZ_STORE_ESCHEMA: return "store schema version mismatch";
+    default: return "unknown store status";
+    }
+}
+
+int lz_store_open(const char *dir, int flags, lz_store **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    lz_store *s = calloc(1, sizeof *s);
+    if (!s) return fail(err, errlen, LZ_STORE_ENOMEM, "out of memory");
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    s->lock_fd = -1;
+    s->rdonly = (flags & LZ_STORE_RDONLY) != 0;
+    char path[4200];
+    int st = LZ_STORE_OK;
+    struct stat sb;
+    if (s->rdonly) {
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            st = fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s: no such folder", dir);
+            goto out;
+        }
+    } else if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        st = fail(err, errlen, LZ_STORE_EIO, "store %s: cannot create folder: %s", dir, strerror(errno));
+        goto out;
+    }
+    if (flags & LZ_STORE_WRITER) {
+        snprintf(path, sizeof path, "%s/writer.lock", dir);
+        s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (s->lock_fd < 0) {
+            st = fail(err, errlen, LZ_STORE_EIO, "store %s: cannot open %s: %s", dir, path, strerror(errno));
+            goto out;
+        }
+        if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+            st = errno == EWOULDBLOCK
+                     ? fail(err, errlen, LZ_STORE_EBUSY,
+                            "store %s: another process is writing to it (%s is locked)", dir, path)
+                     : fail(err, errlen, LZ_STORE_EIO, "store %s: flock: %s", dir, strerror(errno));
+            goto out;
+        }
+    }
+    snprintf(path, sizeof path, "%s/meta.sqlite", dir);
+    if (s->rdonly && access(path, R_OK) != 0) {
+        st = fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s: %s not found (not a store?)", dir, path);
+        goto out;
+    }
+    st = from_meta(lz_meta_open(path, s->rdonly ? LZ_META_RDONLY : 0, &s->meta, err, errlen));
+    if (st) goto out;
+    snprintf(path, sizeof path, "%s/kv", dir);
+    st = from_kvdb(lz_kvdb_open(path, s->rdonly ? LZ_KVDB_RDONLY : 0, &s->kv, err, errlen));
+out:
+    if (st) {
+        lz_store_close(s);
+        return st;
+    }
+    *out = s;
+    return LZ_STORE_OK;
+}
+
+void lz_store_close(lz_store *s)
+{
+    if (!s) return;
+    lz_kvdb_close(s->kv);
+    lz_meta_close(s->meta);
+    if (s->lock_fd >= 0) close(s->lock_fd); /* releases the flock */
+    free(s->prefix);
+    free(s);
+}
+
+lz_meta *lz_store_meta(lz_store *s) { return s->meta; }
+lz_kvdb *lz_store_kvdb(lz_store *s) { return s->kv; }
+const char *lz_store_dir(const lz_store *s) { return s->dir; }
+const uint8_t *lz_store_model_fingerprint(const lz_store *s) { return s->fingerprint; }
+
+/* ---- keys ---- */
+
+static void sha_u32(lz_sha256_ctx *h, uint32_t x)
+{
+    uint8_t b[4] = { (uint8_t)x, (uint8_t)(x >> 8), (uint8_t)(x >> 16), (uint8_t)(x >> 24) };
+    lz_sha256_update(h, b, 4);
+}
+
+static void sha_ids(lz_sha256_ctx *h, const int *ids, int n)
+{
+    sha_u32(h, (uint32_t)n);
+    for (int i = 0; i < n; i++) sha_u32(h, (uint32_t)ids[i]);
+}
+
+void lz_store_doc_key(const uint8_t fp[32], const int *prefix, int n_prefix, const int *ids, int n,
+                      uint8_t key[LZ_META_KEY_LEN])
+{
+    lz_sha256_ctx h;
+    lz_sha256_init(&h);
+    lz_sha256_update(&h, "lazykv-doc-v1", 13);
+    sha_ids(&h, prefix, n_prefix);
+    sha_ids(&h, ids, n);
+    memcpy(key, fp, 32);
+    lz_sha256_final(&h, key + 32);
+}
+
+void lz_store_prefix_key(const uint8_t fp[32], const int *prefix, int n_prefix,
+                         uint8_t key[LZ_META_KEY_LEN])
+{
+    lz_sha256_ctx h;
+    lz_sha256_init(&h);
+    lz_sha256_update(&h, "lazykv-prefix-v1", 16);
+    sha_ids(&h, prefix, n_prefix);
+    memcpy(key, fp, 32);
+    lz_sha256_final(&h, key + 32);
+}
+
+void lz_store_content_hash(const char *title, const char *text, uint8_t out[32])
+{
+    lz_sha256_ctx h;
+    lz_sha256_init(&h);
+    if (title) lz_sha256_update(&h, title, strlen(title));
+    lz_sha256_update(&h, "", 1);
+    lz_sha256_update(&h, text, strlen(text));
+    lz_sha256_final(&h, out);
+}
+
+/* ---- model binding ---- */
+
+static void describe(const lz_store_model_desc *m, lz_meta_model *o)
+{
+    memset(o, 0, sizeof *o);
+    lz_sha256_hex(m->fingerprint, o->fingerprint);
+    snprintf(o->arch, sizeof o->arch, "%s", m->arch ? m->arch : "llama");
+    o->n_layers = m->n_layers;
+    o->n_kv_heads = m->n_kv_heads;
+    o->head_dim = m->head_dim;
+    snprintf(o->rope_layout, sizeof o->rope_layout, "%s", m->rope_layout == 1 ? "half" : "adjacent");
+    o->rope_theta = m->rope_theta;
+    if (m->rope_divisors) {
+        uint8_t d[32];
+        char hex[65];
+        lz_sha256(m->rope_divisors, sizeof(float) * (size_t)(m->head_dim / 2), d);
+        lz_sha256_hex(d, hex);
+        snprintf(o->rope_scaling, sizeof o->rope_scaling, "divisors:%s", hex);
+    } else {
+        snprintf(o->rope_scaling, sizeof o->rope_scaling, "none");
+    }
+    snprintf(o->source_path, sizeof o->source_path, "%s", m->source_path ? m->source_path : "");
+}
+
+/* Compares the recorded model with m; EMODEL with both named when they differ. */
+static int compare_model(lz_store *s, const lz_meta_model *have, const lz_meta_model *want,
+                         char *err, size_t errlen)
+{
+    const char *what = NULL;
+    if (strcmp(have->fingerprint, want->fingerprint) != 0) what = "fingerprint";
+    else if (have->n_layers != want->n_layers || have->n_kv_heads != want->n_kv_heads ||
+             have->head_dim != want->head_dim) what = "shape";
+    else if (strcmp(have->rope_layout, want->rope_layout) != 0) what = "rotary layout";
+    else if (have->rope_theta != want->rope_theta) what = "rope theta";
+    else if (strcmp(have->rope_scaling, want->rope_scaling) != 0) what = "rope scaling";
+    if (!what) return LZ_STORE_OK;
+    return fail(err, errlen, LZ_STORE_EMODEL,
+                "store %s was built with model %.16s (%s, %d layers, %s rotary, theta %g, %s) from '%s'; "
+                "refusing model %.16s (%s, %d layers, %s rotary, theta %g, %s) from '%s': %s differs. "
+                "Use another --store or the original model.",
+                s->dir, have->fingerprint, have->arch, have->n_layers, have->rope_layout,
+                have->rope_theta, have->rope_scaling, have->source_path, want->fingerprint, want->arch,
+                want->n_layers, want->rope_layout, want->rope_theta, want->rope_scaling,
+                want->source_path, what);
+}
+
+static void adopt(lz_store *s, const lz_store_model_desc *m, int64_t id)
+{
+    memcpy(s->fingerprint, m->fingerprint, 32);
+    s->model_id = id;
+    s->n_layers = m->n_layers;
+    s->n_kv_heads = m->n_kv_heads;
+    s->head_dim = m->head_dim;
+    s->bound = 1;
+}
+
+static int set_prefix(lz_store *s, const int *prefix, int n)
+{
+    free(s->prefix);
+    s->prefix = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (!s->prefix) return LZ_STORE_ENOMEM;
+    if (n) memcpy(s->prefix, prefix, sizeof(int) * (size_t)n);
+    s->n_prefix = n;
+    return LZ_STORE_OK;
+}
+
+int lz_store_check_model(lz_store *s, const lz_store_model_desc *m, char *err, size_t errlen)
+{
+    lz_meta_model want, have;
+    describe(m, &want);
+    int st = from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
+    if (st == LZ_STORE_ENOTFOUND)
+        return fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
+    if (st) return st;
+    st = compare_model(s, &have, &want, err, errlen);
+    if (!st) {
+        adopt(s, m, have.id);
+        st = set_prefix(s, have.prefix_tokens, have.n_prefix);
+    }
+    free(have.prefix_tokens);
+    return st;
+}
+
+int lz_store_bind_model(lz_store *s, const lz_store_model_desc *m, const int *prefix, int n_prefix,
+                        int64_t *model_id, uint8_t prefix_key[LZ_META_KEY_LEN], int *prefix_changed,
+                        char *err, size_t errlen)
+{
+    lz_meta_model want, have;
+    describe(m, &want);
+    lz_store_prefix_key(m->fingerprint, prefix, n_prefix, want.prefix_key);
+    memcpy(prefix_key, want.prefix_key, LZ_META_KEY_LEN);
+    want.prefix_tokens = (int *)prefix;
+    want.n_prefix = n_prefix;
+    *prefix_changed = 0;
+    int st = from_meta(lz_meta_begin(s->meta, err, errlen));
+    if (st) return st;
+    st = from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
+    if (st == LZ_STORE_ENOTFOUND) {
+        st = from_meta(lz_meta_model_insert(s->meta, &want, err, errlen));
+        have.id = want.id;
+    } else if (!st) {
+        st = compare_model(s, &have, &want, err, errlen);
+        if (!st && (have.n_prefix != n_prefix ||
+                    memcmp(have.prefix_tokens, prefix, sizeof(int) * (size_t)n_prefix) != 0 ||
+                    strcmp(have.source_path, want.source_path) != 0)) {
+            *prefix_changed = have.n_prefix != n_prefix ||
+                              memcmp(have.prefix_tokens, prefix, sizeof(int) * (size_t)n_prefix) != 0;
+            st = from_meta(lz_meta_model_set_prefix(s->meta, have.id, prefix, n_prefix, want.prefix_key,
+                                                    want.source_path, err, errlen));
+        }
+        free(have.prefix_tokens);
+    }
+    if (!st) st = from_meta(lz_meta_commit(s->meta, err, errlen));
+    if (st) {
+        lz_meta_rollback(s->meta);
+        return st;
+    }
+    adopt(s, m, have.id);
+    *model_id = have.id;
+    return set_prefix(s, prefix, n_prefix);
+}
+
+/* ---- payloads ---- */
+
+int lz_store_put_payloads(lz_store *s, const lz_store_payload *p, int n, char *err, size_t errlen)
+{
+    if (n <= 0) return LZ_STORE_OK;
+    lz_kvdb_item *items = malloc(sizeof *items * (size_t)n);
+    if (!items) return fail(err, errlen, LZ_STORE_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++)
+        items[i] = (lz_kvdb_item){ p[i].key, LZ_META_KEY_LEN, p[i].blob, p[i].len };
+    int st = from_kvdb(lz_kvdb_put_batch(s->kv, items, n, err, errlen));
+    free(items);
+    return st;
+}
+
+int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], char *err, size_t errlen)
+{
+    return lz_kvdb_exists(s->kv, key, LZ_META_KEY_LEN, err, errlen);
+}
+
+int lz_store_get_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], void **blob, size_t *len,
+                         char *err, size_t errlen)
+{
+    return from_kvdb(lz_kvdb_get(s->kv, key, LZ_META_KEY_LEN, blob, len, err, errlen));
+}
+
+/* ---- garbage collection ---- */
+
+typedef struct {
+    lz_store *s;
+    uint8_t (*keys)[LZ_KVDB_MAX_KEY];
+    size_t *lens;
+    int64_t n, cap;
+    int64_t n_seen, bytes;
+    int error;
+    char *err;
+    size_t errlen;
+} gc_ctx;
+
+static int gc_visit(const void *key, size_t key_len, size_t val_len, void *p)
+{
+    gc_ctx *g = p;
+    g->n_seen++;
+    int ref = lz_meta_key_referenced(g->s->meta, key, key_len, g->err, g->errlen);
+    if (ref < 0) {
+        g->error = LZ_STORE_EIO;
+        return 1;
+    }
+    if (ref) return 0;
+    if (g->n == g->cap) {
+        int64_t cap = g->cap ? g->cap * 2 : 256;
+        void *k = realloc(g->keys, (size_t)cap * LZ_KVDB_MAX_KEY);
+        void *l = realloc(g->lens, (size_t)cap * sizeof(size_t));
+        if (k) g->keys = k;
+        if (l) g->lens = l;
+        if (!k || !l) {
+            g->error = fail(g->err, g->errlen, LZ_STORE_ENOMEM, "out of memory");
+            return 1;
+        }
+        g->cap = cap;
+    }
+    memcpy(g->keys[g->n], key, key_len);
+    g->lens[g->n++] = key_len;
+    g->bytes += (int64_t)val_len;
+    return 0;
+}
+
+/* Lists unreferenced payload keys into g. */
+static int gc_scan(lz_store *s, gc_ctx *g, char *err, size_t errlen)
+{
+    memset(g, 0, sizeof *g);
+    g->s = s;
+    g->err = err;
+    g->errlen = errlen;
+    int rc = lz_kvdb_foreach(s->kv, gc_visit, g, err, errlen);
+    if (g->error) return g->error;
+    return from_kvdb(rc);
+}
+
+int lz_store_gc(lz_store *s, lz_store_gc_stats *st, char *err, size_t errlen)
+{
+    memset(st, 0, sizeof *st);
+    gc_ctx g;
+    int rc = gc_scan(s, &g, err, errlen);
+    st->n_payloads = g.n_seen;
+    enum { BATCH = 1024 };
+    lz_kvdb_item items[BATCH];
+    for (int64_t i = 0; !rc && i < g.n; i += BATCH) {
+        int n = (int)(g.n - i < BATCH ? g.n - i : BATCH), del = 0;
+        for (int j = 0; j < n; j++) items[j] = (lz_kvdb_item){ g.keys[i + j], g.lens[i + j], NULL, 0 };
+        rc = from_kvdb(lz_kvdb_del_batch(s->kv, items, n, &del, err, errlen));
+        st->n_removed += del;
+    }
+    if (!rc) st->bytes_removed = g.bytes;
+    free(g.keys);
+    free(g.lens);
+    return rc;
+}
+
+/* ---- check ---- */
+
+typedef struct {
+    lz_store *s;
+    lz_kvdb_reader *rd;
+    int (*fn)(const lz_store_issue *is, void *ctx);
+    void *ctx;
+    lz_store_check_stats *st;
+    int stopped; /* the callback asked to stop */
+    char msg[512];
+} check_ctx;
+
+static int report(check_ctx *c, lz_store_issue_kind kind, int64_t id, const char *ext_id,
+                  const int *ids, int n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->msg, sizeof c->msg, fmt, ap);
+    va_end(ap);
+    c->st->n_issues++;
+    lz_store_issue is = { kind, id, ext_id, ids, n, c->msg };
+    if (c->fn && c->fn(&is, c->ctx)) c->stopped = 1;
+    return c->stopped;
+}
+
+/* Checks one payload reference. Returns the callback's value (0 = go on). */
+static int check_one(check_ctx *c, int64_t id, const char *ext_id, const uint8_t *key,
+                     const uint8_t *want_key, const int *ids, int n, int pos_base, int *ok)
+{
+    lz_store *s = c->s;
+    *ok = 0;
+    if (memcmp(key, s->fingerprint, 32) != 0)
+        return report(c, LZ_STORE_ISSUE_WRONG_MODEL, id, ext_id, ids, n,
+                      "payload key names another model");
+    if (memcmp(key, want_key, LZ_META_KEY_LEN) != 0)
+        return report(c, LZ_STORE_ISSUE_MISMATCH, id, ext_id, ids, n,
+                      "payload key does not match the row's token ids");
+    const void *blob;
+    size_t len;
+    char e[256];
+    int rc = lz_kvdb_reader_get(c->rd, key, LZ_META_KEY_LEN, &blob, &len, e, sizeof e);
+    if (rc == LZ_KVDB_ENOTFOUND)
+        return report(c, LZ_STORE_ISSUE_MISSING, id, ext_id, ids, n, "payload missing from LMDB");
+    if (rc) return report(c, LZ_STORE_ISSUE_MISSING, id, ext_id, ids, n, "payload unreadable: %s", e);
+    lz_payload_info info;
+    rc = lz_payload_parse(blob, len, 1, &info, e, sizeof e);
+    if (rc) return report(c, LZ_STORE_ISSUE_CORRUPT, id, ext_id, ids, n, "%s", e);
+    if (memcmp(info.model, s->fingerprint, 32) != 0)
+        return report(c, LZ_STORE_ISSUE_WRONG_MODEL, id, ext_id, ids, n,
+                      "payload header names another model");
+    if (info.n_layers != s->n_layers || info.n_kv_heads != s->n_kv_heads || info.head_dim != s->head_dim)
+        return report(c, LZ_STORE_ISSUE_MISMATCH, id, ext_id, ids, n,
+                      "payload shape L=%d KV=%d d=%d, model has L=%d KV=%d d=%d", info.n_layers,
+                      info.n_kv_heads, info.head_dim, s->n_layers, s->n_kv_heads, s->head_dim);
+    if (info.n_tokens != n || info.pos_base != pos_base)
+        return report(c, LZ_STORE_ISSUE_MISMATCH, id, ext_id, ids, n,
+                      "payload holds %d tokens at base %d, row says %d at base %d", info.n_tokens,
+                      info.pos_base, n, pos_base);
+    *ok = 1;
+    return 0;
+}
+
+static int check_doc(const lz_meta_doc *d, void *p)
+{
+    check_ctx *c = p;
+    c->st->n_docs++;
+    if (!d->token_ids)
+        return report(c, LZ_STORE_ISSUE_BAD_ROW, d->id, d->ext_id, NULL, 0,
+                      "token_ids blob does not hold n_tokens = %d ids", d->n_tokens);
+    if (d->model_id != c->s->model_id)
+        return report(c, LZ_STORE_ISSUE_WRONG_MODEL, d->id, d->ext_id, d->token_ids, d->n_tokens,
+                      "row belongs to model id %lld, store model is %lld", (long long)d->model_id,
+                      (long long)c->s->model_id);
+    uint8_t want[LZ_META_KEY_LEN];
+    lz_store_doc_key(c->s->fingerprint, c->s->prefix, c->s->n_prefix, d->token_ids, d->n_tokens, want);
+    int ok;
+    int r = check_one(c, d->id, d->ext_id, d->payload_key, want, d->token_ids, d->n_tokens,
+                      c->s->n_prefix, &ok);
+    c->st->n_ok += ok;
+    return r;
+}
+
+int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), void *ctx,
+                   lz_store_check_stats *st, char *err, size_t errlen)
+{
+    memset(st, 0, sizeof *st);
+    if (!s->bound) return fail(err, errlen, LZ_STORE_EINVAL, "store %s: check before binding a model", s->dir);
+    check_ctx c = { s, NULL, fn, ctx, st, 0, "" };
+    int rc = from_kvdb(lz_kvdb_reader_begin(s->kv, &c.rd, err, errlen));
+    if (rc) return rc;
+    uint8_t want[LZ_META_KEY_LEN];
+    lz_store_prefix_key(s->fingerprint, s->prefix, s->n_prefix, want);
+    lz_meta_model mm;
+    rc = from_meta(lz_meta_model_get(s->meta, &mm, err, errlen));
+    int ok;
+    if (!rc) {
+        free(mm.prefix_tokens);
+        check_one(&c, 0, "(prefix)", mm.prefix_key, want, s->prefix, s->n_prefix, 0, &ok);
+    }
+    if (!rc && !c.stopped) {
+        int r = lz_meta_doc_foreach(s->meta, check_doc, &c, err, errlen);
+        if (!c.stopped) rc = from_meta(r);
+    }
+    lz_kvdb_reader_end(c.rd);
+    if (rc || c.stopped) return rc;
+    gc_ctx g;
+    rc = gc_scan(s, &g, err, errlen);
+    st->n_payloads = g.n_seen;
+    st->n_unreferenced = g.n;
+    free(g.keys);
+    free(g.lens);
+    return rc;
+}

@@ -1,0 +1,132 @@
+/* store.h - a store folder: LMDB payloads (kv/) + SQLite metadata
+ * (meta.sqlite), bound to one model. The facade ingest and query use: open
+ * and lock, model check, content keys, payload put/get, and the consistency
+ * rules of the issue: payload first, row second; SQLite is the truth; gc
+ * removes unreferenced payloads; check finds rows whose payload is missing,
+ * corrupt or of another model.
+ *
+ * Folder layout:  <dir>/kv/data.mdb, lock.mdb   LMDB environment
+ *                 <dir>/meta.sqlite (+ -wal, -shm)   SQLite, WAL mode
+ *                 <dir>/writer.lock                  flock: one writer at a time
+ */
+#ifndef LZ_STORE_H
+#define LZ_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/kvdb.h"
+#include "store/meta.h"
+#include "store/payload.h"
+
+typedef struct lz_store lz_store;
+
+enum { LZ_STORE_OK = 0, LZ_STORE_EIO = 1, LZ_STORE_EMODEL = 2, LZ_STORE_ECORRUPT = 3,
+       LZ_STORE_ENOTFOUND = 4, LZ_STORE_ENOMEM = 5, LZ_STORE_EINVAL = 6, LZ_STORE_EBUSY = 7,
+       LZ_STORE_ESCHEMA = 8 };
+
+enum {
+    LZ_STORE_RDONLY = 1, /* readers (queries): no create, no writes */
+    LZ_STORE_WRITER = 2  /* take <dir>/writer.lock; EBUSY when another writer holds it */
+};
+
+/* Opens (creating unless RDONLY) the store folder dir. Errors: EIO, EBUSY,
+ * ESCHEMA, ENOMEM; err names the folder and what failed. */
+int lz_store_open(const char *dir, int flags, lz_store **out, char *err, size_t errlen);
+void lz_store_close(lz_store *s); /* NULL is a no-op */
+lz_meta *lz_store_meta(lz_store *s);
+lz_kvdb *lz_store_kvdb(lz_store *s);
+const char *lz_store_dir(const lz_store *s);
+
+/* What the store records about a model (filled by the caller from the engine). */
+typedef struct {
+    uint8_t fingerprint[32];
+    const char *arch;            /* "llama" */
+    int n_layers, n_kv_heads, head_dim;
+    int rope_layout;             /* lz_rope_layout: 0 adjacent, 1 half */
+    float rope_theta;
+    const float *rope_divisors;  /* (head_dim / 2) or NULL */
+    const char *source_path;     /* informational */
+} lz_store_model_desc;
+
+/* Binds the store to a model: records it in an empty store; in a store built
+ * with another model, returns EMODEL with a message naming both (fingerprint,
+ * architecture, source path). Also records the prompt prefix tokens and sets
+ * *prefix_key; *prefix_changed is 1 when the prefix differs from the recorded
+ * one (every document key changes). Needs a writable store unless the model
+ * is already recorded with this prefix. */
+int lz_store_bind_model(lz_store *s, const lz_store_model_desc *m, const int *prefix, int n_prefix,
+                        int64_t *model_id, uint8_t prefix_key[LZ_META_KEY_LEN], int *prefix_changed,
+                        char *err, size_t errlen);
+/* Checks only (readers): EMODEL when the store's model is not m. */
+int lz_store_check_model(lz_store *s, const lz_store_model_desc *m, char *err, size_t errlen);
+/* The bound model's fingerprint (valid after bind/check). */
+const uint8_t *lz_store_model_fingerprint(const lz_store *s);
+
+/* ---- keys ---- */
+/* Document payload key: fingerprint || sha256("lazykv-doc-v1", n_prefix,
+ * prefix ids, n, doc ids) (counts u32 LE, ids int32 LE). Identical prefix +
+ * document tokens under one model share a payload. */
+void lz_store_doc_key(const uint8_t fingerprint[32], const int *prefix, int n_prefix,
+                      const int *ids, int n, uint8_t key[LZ_META_KEY_LEN]);
+/* Prefix payload key: fingerprint || sha256("lazykv-prefix-v1", n, ids). */
+void lz_store_prefix_key(const uint8_t fingerprint[32], const int *prefix, int n_prefix,
+                         uint8_t key[LZ_META_KEY_LEN]);
+/* Change detection: sha256(title or "", 0x00, text). */
+void lz_store_content_hash(const char *title, const char *text, uint8_t out[32]);
+
+/* ---- payloads ---- */
+typedef struct {
+    uint8_t key[LZ_META_KEY_LEN];
+    void *blob;       /* encoded by lz_payload_encode */
+    size_t len;
+} lz_store_payload;
+/* Writes n payloads in one durable LMDB transaction (before their rows commit). */
+int lz_store_put_payloads(lz_store *s, const lz_store_payload *p, int n, char *err, size_t errlen);
+/* 1 when a payload with key exists, 0 when not, -1 on error. */
+int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], char *err, size_t errlen);
+/* Copies payload key into a malloc'd buffer. Errors: ENOTFOUND, EIO. */
+int lz_store_get_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], void **blob, size_t *len,
+                         char *err, size_t errlen);
+
+/* ---- maintenance ---- */
+typedef struct {
+    int64_t n_payloads;   /* payloads examined */
+    int64_t n_removed;    /* unreferenced ones deleted */
+    int64_t bytes_removed;
+} lz_store_gc_stats;
+/* Deletes every payload no row references. Call with the writer lock and no
+ * payload written whose row is not committed yet. */
+int lz_store_gc(lz_store *s, lz_store_gc_stats *st, char *err, size_t errlen);
+
+typedef enum {
+    LZ_STORE_ISSUE_MISSING = 1,    /* row without payload */
+    LZ_STORE_ISSUE_CORRUPT = 2,    /* payload fails header or checksum validation */
+    LZ_STORE_ISSUE_WRONG_MODEL = 3,/* payload of another model, or key of another model */
+    LZ_STORE_ISSUE_MISMATCH = 4,   /* payload shape/tokens or key disagree with the row */
+    LZ_STORE_ISSUE_BAD_ROW = 5     /* row itself unusable (token ids blob malformed) */
+} lz_store_issue_kind;
+
+typedef struct {
+    lz_store_issue_kind kind;
+    int64_t doc_id;               /* 0 for the model prefix */
+    const char *ext_id;           /* "(prefix)" for the model prefix */
+    const int *token_ids;         /* the row's tokens, NULL when BAD_ROW */
+    int n_tokens;
+    const char *message;
+} lz_store_issue;
+
+typedef struct {
+    int64_t n_docs, n_ok, n_issues;
+    int64_t n_payloads, n_unreferenced; /* LMDB entries, of which garbage */
+} lz_store_check_stats;
+/* Verifies every row (and the model's prefix payload): payload present,
+ * header and CRC32C valid, model fingerprint, shape, token count and key
+ * match. Calls fn per issue (may be NULL). Counts unreferenced payloads
+ * without deleting them. Errors only when the check itself cannot run. */
+int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), void *ctx,
+                   lz_store_check_stats *st, char *err, size_t errlen);
+
+const char *lz_store_strerror(int status);
+
+#endif /* LZ_STORE_H */

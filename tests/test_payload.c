@@ -1,0 +1,180 @@
+/* test_payload.c - KV payload codec: round trips bit for bit (bf16 of the
+ * fp32 input) for every codec, unequal per-head kept counts, shuffle,
+ * CRC32C vectors, and rejection of every kind of corruption. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/half.h"
+#include "store/payload.h"
+#include "tests/test.h"
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 4.0f - 2.0f;
+}
+
+/* Checks dst (L, KV, T2, d) against bf16 of src (L, KV, T, d) from t0 on. */
+static int same_bits(const float *src, int T, int t0, const float *dst, int T2, int L, int KV, int d,
+                     const int *kept, int n)
+{
+    for (int i = 0; i < L * KV; i++) {
+        int k = kept ? kept[i] : n;
+        for (int t = 0; t < k; t++)
+            for (int e = 0; e < d; e++) {
+                float want = lz_bf16_to_f32(lz_f32_to_bf16(src[((size_t)i * T + t0 + t) * d + e]));
+                float got = dst[((size_t)i * T2 + t) * d + e];
+                if (memcmp(&want, &got, 4) != 0) return 0;
+            }
+    }
+    return 1;
+}
+
+static void test_crc(void)
+{
+    /* RFC 3720 B.4 test vectors */
+    uint8_t z[32] = { 0 }, ff[32], inc[32];
+    memset(ff, 0xff, 32);
+    for (int i = 0; i < 32; i++) inc[i] = (uint8_t)i;
+    CHECK(lz_crc32c(0, z, 32) == 0x8a9136aa, "zeros %08x", lz_crc32c(0, z, 32));
+    CHECK(lz_crc32c(0, ff, 32) == 0x62a8ab43, "ones %08x", lz_crc32c(0, ff, 32));
+    CHECK(lz_crc32c(0, inc, 32) == 0x46dd794e, "incr %08x", lz_crc32c(0, inc, 32));
+    CHECK(lz_crc32c(0, "123456789", 9) == 0xe3069283, "check value");
+    /* streaming equals one shot */
+    CHECK(lz_crc32c(lz_crc32c(0, inc, 13), inc + 13, 19) == 0x46dd794e, "streaming");
+}
+
+static void test_shuffle(void)
+{
+    uint16_t a[5] = { 0x0102, 0x0304, 0x0506, 0x0708, 0x090a }, b[5];
+    uint8_t s[10];
+    lz_payload_shuffle16(s, a, 5);
+    static const uint8_t want[10] = { 0x02, 0x04, 0x06, 0x08, 0x0a, 0x01, 0x03, 0x05, 0x07, 0x09 };
+    CHECK(memcmp(s, want, 10) == 0, "shuffle layout");
+    lz_payload_unshuffle16(b, s, 5);
+    CHECK(memcmp(a, b, 10) == 0, "unshuffle");
+}
+
+static void test_roundtrip(void)
+{
+    const int L = 3, KV = 2, T = 40, d = 16, t0 = 5, n = 29;
+    size_t N = (size_t)L * KV * T * d;
+    float *k = malloc(N * 4), *v = malloc(N * 4);
+    for (size_t i = 0; i < N; i++) {
+        k[i] = frand();
+        v[i] = frand() * 0.01f;
+    }
+    k[3] = 0.0f / 0.0f; /* NaN survives as NaN */
+    k[7 * d + 1] = -0.0f;
+    uint8_t fp[32];
+    for (int i = 0; i < 32; i++) fp[i] = (uint8_t)(i * 7);
+    lz_payload_codec *c = lz_payload_codec_new();
+    char err[256];
+    for (int codec = 0; codec <= 2; codec++) {
+        for (int variant = 0; variant < 2; variant++) {
+            int kept[6] = { 29, 0, 7, 29, 1, 13 }; /* Ada-KV-like unequal counts */
+            const int *kp = variant ? kept : NULL;
+            lz_payload_src src = { k, v, T, t0, L, KV, d, n, kp, 11, fp };
+            void *blob;
+            size_t len;
+            int rc = lz_payload_encode(c, &src, codec, 3, &blob, &len, err, sizeof err);
+            CHECK(rc == 0, "encode codec %d: %s", codec, err);
+            if (rc) continue;
+            lz_payload_info info;
+            rc = lz_payload_parse(blob, len, 1, &info, err, sizeof err);
+            CHECK(rc == 0, "parse: %s", err);
+            CHECK(info.codec == codec && info.n_layers == L && info.n_kv_heads == KV &&
+                      info.head_dim == d && info.n_tokens == n && info.pos_base == 11,
+                  "header fields");
+            CHECK(memcmp(info.model, fp, 32) == 0, "model fingerprint");
+            uint64_t sum = 0;
+            for (int i = 0; i < L * KV; i++) sum += kp ? (uint64_t)kp[i] : (uint64_t)n;
+            CHECK(info.raw_size == 4 * sum * d, "raw size %llu", (unsigned long long)info.raw_size);
+            if (codec == LZ_PAYLOAD_CODEC_RAW) CHECK(info.body_size == info.raw_size, "raw body");
+
+            const int T2 = 33;
+            float *k2 = calloc((size_t)L * KV * T2 * d, 4), *v2 = calloc((size_t)L * KV * T2 * d, 4);
+            int got_kept[6];
+            rc = lz_payload_decode_f32(c, blob, len, k2, v2, T2, got_kept, NULL, err, sizeof err);
+            CHECK(rc == 0, "decode: %s", err);
+            CHECK(same_bits(k, T, t0, k2, T2, L, KV, d, kp, n), "K bit for bit (codec %d)", codec);
+            CHECK(same_bits(v, T, t0, v2, T2, L, KV, d, kp, n), "V bit for bit (codec %d)", codec);
+            for (int i = 0; i < L * KV; i++) CHECK(got_kept[i] == (kp ? kp[i] : n), "kept %d", i);
+
+            uint16_t *kb = calloc((size_t)L * KV * n * d, 2), *vb = calloc((size_t)L * KV * n * d, 2);
+            rc = lz_payload_decode_bf16(c, blob, len, kb, vb, n, NULL, NULL, err, sizeof err);
+            CHECK(rc == 0, "decode bf16: %s", err);
+            int okb = 1;
+            for (int i = 0; i < L * KV; i++)
+                for (int e = 0; e < (kp ? kp[i] : n) * d; e++)
+                    okb &= kb[(size_t)i * n * d + e] == lz_f32_to_bf16(k[((size_t)i * T + t0) * d + e]);
+            CHECK(okb, "bf16 decode equals the encoder's bf16");
+
+            CHECK(lz_payload_decode_f32(c, blob, len, k2, v2, n - 1, NULL, NULL, err, sizeof err) ==
+                      LZ_PAYLOAD_EINVAL, "stride smaller than n refused");
+
+            /* corruption: every single-byte flip in header, table and body is caught */
+            uint8_t *b = blob;
+            int caught = 0, tried = 0;
+            for (size_t pos = 0; pos < len; pos += (len / 97) + 1) {
+                b[pos] ^= 0x10;
+                tried++;
+                caught += lz_payload_decode_f32(c, blob, len, k2, v2, T2, NULL, NULL, err, sizeof err) != 0;
+                b[pos] ^= 0x10;
+            }
+            CHECK(caught == tried, "%d of %d flips caught", caught, tried);
+            CHECK(lz_payload_parse(blob, len - 1, 0, &info, err, sizeof err) == LZ_PAYLOAD_ECORRUPT,
+                  "truncated");
+            CHECK(lz_payload_parse(blob, 50, 0, &info, err, sizeof err) == LZ_PAYLOAD_ECORRUPT, "short");
+            b[4] = 9;
+            CHECK(lz_payload_parse(blob, len, 0, &info, err, sizeof err) == LZ_PAYLOAD_EVERSION, "version");
+            b[4] = 1;
+            b[0] = 'X';
+            CHECK(lz_payload_parse(blob, len, 0, &info, err, sizeof err) == LZ_PAYLOAD_ECORRUPT, "magic");
+            b[0] = 'L';
+            CHECK(lz_payload_parse(blob, len, 1, &info, err, sizeof err) == 0, "restored");
+            free(k2);
+            free(v2);
+            free(kb);
+            free(vb);
+            free(blob);
+        }
+    }
+    /* invalid inputs */
+    int bad[6] = { 30, 0, 0, 0, 0, 0 };
+    lz_payload_src src = { k, v, T, t0, L, KV, d, n, bad, 0, fp };
+    void *blob;
+    size_t len;
+    CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == LZ_PAYLOAD_EINVAL,
+          "kept > n refused");
+    src.n_kept = NULL;
+    src.t0 = 12; /* 12 + 29 > 40 */
+    CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == LZ_PAYLOAD_EINVAL,
+          "past the stride refused");
+    src.t0 = 0;
+    CHECK(lz_payload_encode(c, &src, 7, 3, &blob, &len, err, sizeof err) == LZ_PAYLOAD_EINVAL,
+          "unknown codec refused");
+    /* zero tokens is a valid (empty) payload */
+    src.n_tokens = 0;
+    CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == 0, "empty: %s", err);
+    lz_payload_info info;
+    CHECK(lz_payload_decode_f32(c, blob, len, k, v, 1, NULL, &info, err, sizeof err) == 0 &&
+              info.n_tokens == 0, "empty decode: %s", err);
+    free(blob);
+    lz_payload_codec_free(c);
+    lz_payload_codec_free(NULL);
+    free(k);
+    free(v);
+}
+
+int main(void)
+{
+    test_crc();
+    test_shuffle();
+    test_roundtrip();
+    return lz_test_done();
+}

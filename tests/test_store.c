@@ -1,0 +1,457 @@
+/* test_store.c - the store layer without a model: embedded schema equals
+ * the schema files, migrations, LMDB batches and map growth, model binding and
+ * wrong-model refusal, payload+row consistency, check (missing, corrupt,
+ * wrong model), gc, FTS5 search, access statistics, pruning, and a reader
+ * process that never sees a row without its payload while a writer runs. */
+#include <fcntl.h>
+#include <glob.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "tests/test.h"
+
+static char dir[256];
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)len + 1);
+    *n = fread(b, 1, (size_t)len, f);
+    b[*n] = 0;
+    fclose(f);
+    return b;
+}
+
+static void test_schema_embedded(void)
+{
+    glob_t g;
+    if (glob("schema/[0-9]*.sql", 0, NULL, &g) != 0) {
+        printf("SKIP schema/*.sql not found (run from the repository root)\n");
+        return;
+    }
+    CHECK((int)g.gl_pathc == lz_meta_n_migrations, "%zu schema files, %d embedded: run schema/embed.sh",
+          g.gl_pathc, lz_meta_n_migrations);
+    for (int i = 0; i < lz_meta_n_migrations && i < (int)g.gl_pathc; i++) {
+        size_t n;
+        char *text = slurp(g.gl_pathv[i], &n);
+        CHECK(strcmp(g.gl_pathv[i], lz_meta_migrations[i].file) == 0, "order: %s vs %s", g.gl_pathv[i],
+              lz_meta_migrations[i].file);
+        CHECK(text && strcmp(text, lz_meta_migrations[i].sql) == 0,
+              "%s differs from the embedded copy: run schema/embed.sh", g.gl_pathv[i]);
+        CHECK(lz_meta_migrations[i].version == i + 1, "versions 1..n");
+        free(text);
+    }
+    globfree(&g);
+}
+
+static void fill_random(uint8_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (uint8_t)(seed >> 56);
+    }
+}
+
+static void test_kvdb(void)
+{
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s/kvonly", dir);
+    lz_kvdb *db;
+    CHECK(lz_kvdb_open(path, 0, &db, err, sizeof err) == 0, "open: %s", err);
+    const size_t MB = 1 << 20;
+    uint8_t *val = malloc(MB);
+    /* 80 MiB of incompressible values in batches of 8: past the 64 MiB map */
+    for (int b = 0; b < 10; b++) {
+        lz_kvdb_item items[8];
+        uint8_t keys[8][16];
+        uint8_t *vals = malloc(8 * MB);
+        for (int i = 0; i < 8; i++) {
+            snprintf((char *)keys[i], 16, "key%05d", b * 8 + i);
+            fill_random(vals + i * MB, MB, (uint64_t)(b * 8 + i));
+            items[i] = (lz_kvdb_item){ keys[i], strlen((char *)keys[i]), vals + i * MB, MB };
+        }
+        int rc = lz_kvdb_put_batch(db, items, 8, err, sizeof err);
+        CHECK(rc == 0, "put batch %d: %s", b, err);
+        free(vals);
+    }
+    lz_kvdb_stats st;
+    CHECK(lz_kvdb_stat(db, &st, err, sizeof err) == 0, "stat");
+    CHECK(st.entries == 80, "entries %llu", (unsigned long long)st.entries);
+    CHECK(st.map_size > LZ_KVDB_INITIAL_MAP, "map grew to %llu", (unsigned long long)st.map_size);
+    int good = 1;
+    for (int i = 0; i < 80; i += 7) {
+        char key[16];
+        snprintf(key, sizeof key, "key%05d", i);
+        void *got;
+        size_t n;
+        fill_random(val, MB, (uint64_t)i);
+        good &= lz_kvdb_get(db, key, strlen(key), &got, &n, err, sizeof err) == 0 && n == MB &&
+                memcmp(got, val, MB) == 0;
+        free(got);
+    }
+    CHECK(good, "values read back");
+    void *got;
+    size_t n;
+    CHECK(lz_kvdb_get(db, "nope", 4, &got, &n, err, sizeof err) == LZ_KVDB_ENOTFOUND, "absent key");
+    CHECK(lz_kvdb_exists(db, "key00003", 8, err, sizeof err) == 1, "exists");
+    CHECK(lz_kvdb_exists(db, "key99999", 8, err, sizeof err) == 0, "not exists");
+    lz_kvdb_item del[2] = { { "key00003", 8, NULL, 0 }, { "missing", 7, NULL, 0 } };
+    int nd = -1;
+    CHECK(lz_kvdb_del_batch(db, del, 2, &nd, err, sizeof err) == 0 && nd == 1, "delete %d", nd);
+    CHECK(lz_kvdb_exists(db, "key00003", 8, err, sizeof err) == 0, "deleted");
+    lz_kvdb_item longkey = { val, LZ_KVDB_MAX_KEY + 1, "x", 1 };
+    CHECK(lz_kvdb_put_batch(db, &longkey, 1, err, sizeof err) == LZ_KVDB_EINVAL, "long key refused");
+    lz_kvdb_close(db);
+    /* reopen keeps the data and the grown map */
+    CHECK(lz_kvdb_open(path, LZ_KVDB_RDONLY, &db, err, sizeof err) == 0, "reopen ro: %s", err);
+    CHECK(lz_kvdb_stat(db, &st, err, sizeof err) == 0 && st.entries == 79, "entries after reopen");
+    lz_kvdb_item one = { "k", 1, "v", 1 };
+    CHECK(lz_kvdb_put_batch(db, &one, 1, err, sizeof err) == LZ_KVDB_EREADONLY, "read-only refuses writes");
+    lz_kvdb_close(db);
+    lz_kvdb_close(NULL);
+    free(val);
+}
+
+static void test_meta_versions(void)
+{
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s/m.sqlite", dir);
+    lz_meta *m;
+    CHECK(lz_meta_open(path, LZ_META_RDONLY, &m, err, sizeof err) != 0, "read-only open of nothing fails");
+    CHECK(lz_meta_open(path, 0, &m, err, sizeof err) == 0, "create: %s", err);
+    int latest = lz_meta_migrations[lz_meta_n_migrations - 1].version;
+    CHECK(lz_meta_user_version(m) == latest, "user_version %d", lz_meta_user_version(m));
+    lz_meta_close(m);
+    CHECK(lz_meta_open(path, 0, &m, err, sizeof err) == 0, "reopen (no migration): %s", err);
+    lz_meta_close(m);
+    /* a database from a newer build is refused: user_version is bytes 60..63 of the header */
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 60, SEEK_SET);
+    uint8_t v[4] = { 0, 0, 0, 99 };
+    fwrite(v, 1, 4, f);
+    fclose(f);
+    int rc = lz_meta_open(path, 0, &m, err, sizeof err);
+    CHECK(rc == LZ_META_ESCHEMA && strstr(err, "newer"), "newer schema refused: %d %s", rc, err);
+    char q[] = "what's \"the\" capital-city?";
+    char *fq = lz_meta_fts_quote(q);
+    CHECK(strcmp(fq, "\"what\" OR \"s\" OR \"the\" OR \"capital\" OR \"city\"") == 0, "fts quote: %s", fq);
+    free(fq);
+}
+
+static lz_store_model_desc model_a(void)
+{
+    lz_store_model_desc m;
+    memset(&m, 0, sizeof m);
+    for (int i = 0; i < 32; i++) m.fingerprint[i] = (uint8_t)(0xa0 + i);
+    m.arch = "llama";
+    m.n_layers = 2;
+    m.n_kv_heads = 2;
+    m.head_dim = 8;
+    m.rope_layout = 0;
+    m.rope_theta = 10000.0f;
+    m.source_path = "/models/a.gguf";
+    return m;
+}
+
+static const int PREFIX[3] = { 1, 42, 43 };
+
+/* Encodes a fake document of n tokens (ids) for model m. */
+static int make_payload(lz_payload_codec *codec, const lz_store_model_desc *m, const int *ids, int n,
+                        lz_store_payload *p)
+{
+    size_t N = (size_t)m->n_layers * m->n_kv_heads * (size_t)(n ? n : 1) * m->head_dim;
+    float *k = malloc(N * 4), *v = malloc(N * 4);
+    for (size_t i = 0; i < N; i++) {
+        k[i] = (float)((ids[0] * 31 + (int)i) % 97) * 0.01f;
+        v[i] = -k[i];
+    }
+    lz_payload_src src = { k, v, n ? n : 1, 0, m->n_layers, m->n_kv_heads, m->head_dim, n, NULL, 3,
+                           m->fingerprint };
+    char err[256];
+    int rc = lz_payload_encode(codec, &src, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 3, &p->blob, &p->len, err, sizeof err);
+    lz_store_doc_key(m->fingerprint, PREFIX, 3, ids, n, p->key);
+    free(k);
+    free(v);
+    return rc;
+}
+
+/* Writes payload then row, as lazyingest does. */
+static int put_doc(lz_store *s, lz_payload_codec *codec, int64_t model_id, const char *ext_id,
+                   const char *title, const char *text, const int *ids, int n, int64_t run)
+{
+    const lz_store_model_desc m = model_a();
+    lz_store_payload p;
+    char err[512];
+    if (make_payload(codec, &m, ids, n, &p)) return -1;
+    int rc = lz_store_put_payloads(s, &p, 1, err, sizeof err);
+    lz_meta *meta = lz_store_meta(s);
+    lz_meta_doc d = { 0 };
+    d.ext_id = ext_id;
+    d.source_id = ext_id;
+    d.passage = -1;
+    d.title = title;
+    d.text = text;
+    lz_store_content_hash(title, text, d.content_hash);
+    d.token_ids = ids;
+    d.n_tokens = n;
+    d.model_id = model_id;
+    memcpy(d.payload_key, p.key, LZ_META_KEY_LEN);
+    d.raw_bytes = 4 * 4 * 8 * n;
+    d.stored_bytes = (int64_t)p.len;
+    d.seen_run = run;
+    if (!rc) rc = lz_meta_begin(meta, err, sizeof err);
+    if (!rc) rc = lz_meta_doc_insert(meta, &d, err, sizeof err);
+    if (!rc) rc = lz_meta_commit(meta, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "put_doc %s: %s\n", ext_id, err);
+        lz_meta_rollback(meta);
+    }
+    free(p.blob);
+    return rc;
+}
+
+typedef struct {
+    int n[6];
+    char last[512];
+} issues;
+
+static int on_issue(const lz_store_issue *is, void *ctx)
+{
+    issues *x = ctx;
+    x->n[is->kind]++;
+    snprintf(x->last, sizeof x->last, "%s: %s", is->ext_id, is->message);
+    return 0;
+}
+
+static int on_hit(const lz_meta_hit *h, void *ctx)
+{
+    char *out = ctx;
+    size_t k = strlen(out);
+    snprintf(out + k, 256 - k, "%s%s", k ? "," : "", h->ext_id);
+    return 0;
+}
+
+static void test_store(void)
+{
+    char path[300], err[1024];
+    snprintf(path, sizeof path, "%s/store", dir);
+    lz_store *s;
+    CHECK(lz_store_open(path, LZ_STORE_RDONLY, &s, err, sizeof err) == LZ_STORE_ENOTFOUND,
+          "read-only open of a missing store");
+    CHECK(lz_store_open(path, LZ_STORE_WRITER, &s, err, sizeof err) == 0, "open: %s", err);
+    lz_store *s2;
+    CHECK(lz_store_open(path, LZ_STORE_WRITER, &s2, err, sizeof err) == LZ_STORE_EBUSY &&
+              strstr(err, "writer.lock"), "second writer refused: %s", err);
+    lz_store_model_desc ma = model_a();
+    int64_t mid;
+    uint8_t pkey[LZ_META_KEY_LEN];
+    int changed;
+    CHECK(lz_store_bind_model(s, &ma, PREFIX, 3, &mid, pkey, &changed, err, sizeof err) == 0, "bind: %s", err);
+    CHECK(changed == 0 && mid > 0, "first bind");
+    lz_payload_codec *codec = lz_payload_codec_new();
+    /* the prefix payload */
+    lz_store_payload pp;
+    memcpy(pp.key, pkey, LZ_META_KEY_LEN);
+    {
+        size_t N = 2 * 2 * 3 * 8;
+        float *k = calloc(N, 4);
+        lz_payload_src src = { k, k, 3, 0, 2, 2, 8, 3, NULL, 0, ma.fingerprint };
+        lz_payload_encode(codec, &src, 2, 3, &pp.blob, &pp.len, err, sizeof err);
+        free(k);
+    }
+    CHECK(lz_store_put_payloads(s, &pp, 1, err, sizeof err) == 0, "prefix put");
+    free(pp.blob);
+
+    int ids1[4] = { 5, 6, 7, 8 }, ids2[3] = { 9, 10, 11 }, ids3[4] = { 5, 6, 7, 8 };
+    CHECK(put_doc(s, codec, mid, "d1", "Paris", "Paris is the capital of France.", ids1, 4, 1) == 0, "d1");
+    CHECK(put_doc(s, codec, mid, "d2", NULL, "Berlin is the capital of Germany.", ids2, 3, 1) == 0, "d2");
+    CHECK(put_doc(s, codec, mid, "d3", "Copy", "Same tokens as d1.", ids3, 4, 1) == 0, "d3 shares d1's payload");
+    lz_kvdb_stats ks;
+    lz_kvdb_stat(lz_store_kvdb(s), &ks, err, sizeof err);
+    CHECK(ks.entries == 3, "prefix + 2 payloads (d1 and d3 share): %llu", (unsigned long long)ks.entries);
+
+    issues x = { { 0 }, "" };
+    lz_store_check_stats cs;
+    CHECK(lz_store_check(s, on_issue, &x, &cs, err, sizeof err) == 0, "check: %s", err);
+    CHECK(cs.n_docs == 3 && cs.n_ok == 3 && cs.n_issues == 0 && cs.n_unreferenced == 0,
+          "clean: docs %lld ok %lld issues %lld (%s)", (long long)cs.n_docs, (long long)cs.n_ok,
+          (long long)cs.n_issues, x.last);
+
+    /* FTS5 + stats */
+    char hits[256] = "";
+    char *q = lz_meta_fts_quote("capital of France?");
+    CHECK(lz_meta_search(lz_store_meta(s), q, 2, on_hit, hits, err, sizeof err) == 0, "search: %s", err);
+    CHECK(strncmp(hits, "d1", 2) == 0, "best hit d1: %s", hits);
+    free(q);
+    hits[0] = 0;
+    CHECK(lz_meta_search(lz_store_meta(s), "paris", 5, on_hit, hits, err, sizeof err) == 0 &&
+              strcmp(hits, "d1") == 0, "title indexed: %s", hits);
+    lz_meta_doc d1;
+    CHECK(lz_meta_doc_find(lz_store_meta(s), "d1", &d1, NULL, 0, err, sizeof err) == 0, "find d1");
+    lz_meta_stats_hit(lz_store_meta(s), d1.id, err, sizeof err);
+    lz_meta_stats_hit(lz_store_meta(s), d1.id, err, sizeof err);
+    int64_t h = 0;
+    CHECK(lz_meta_stats_get(lz_store_meta(s), d1.id, &h, err, sizeof err) == 0 && h == 2, "hits %lld", (long long)h);
+
+    /* garbage: a payload without a row is counted, then collected */
+    lz_store_payload g;
+    int gids[2] = { 77, 78 };
+    make_payload(codec, &ma, gids, 2, &g);
+    lz_store_put_payloads(s, &g, 1, err, sizeof err);
+    lz_store_check(s, NULL, NULL, &cs, err, sizeof err);
+    CHECK(cs.n_unreferenced == 1 && cs.n_issues == 0, "garbage counted %lld", (long long)cs.n_unreferenced);
+    lz_store_gc_stats gs;
+    CHECK(lz_store_gc(s, &gs, err, sizeof err) == 0 && gs.n_removed == 1 && gs.bytes_removed == (int64_t)g.len,
+          "gc removed %lld", (long long)gs.n_removed);
+    CHECK(lz_store_has_payload(s, g.key, err, sizeof err) == 0, "garbage gone");
+    free(g.blob);
+
+    /* corruption: flip a body byte of d2's payload; delete d1/d3's shared payload */
+    lz_meta_doc d2;
+    lz_meta_doc_find(lz_store_meta(s), "d2", &d2, NULL, 0, err, sizeof err);
+    void *blob;
+    size_t len;
+    CHECK(lz_store_get_payload(s, d2.payload_key, &blob, &len, err, sizeof err) == 0, "get d2");
+    ((uint8_t *)blob)[len - 3] ^= 1;
+    lz_store_payload bad = { { 0 }, blob, len };
+    memcpy(bad.key, d2.payload_key, LZ_META_KEY_LEN);
+    lz_store_put_payloads(s, &bad, 1, err, sizeof err);
+    free(blob);
+    lz_kvdb_item del = { d1.payload_key, LZ_META_KEY_LEN, NULL, 0 };
+    lz_kvdb_del_batch(lz_store_kvdb(s), &del, 1, NULL, err, sizeof err);
+    memset(&x, 0, sizeof x);
+    CHECK(lz_store_check(s, on_issue, &x, &cs, err, sizeof err) == 0, "check runs");
+    CHECK(x.n[LZ_STORE_ISSUE_MISSING] == 2 && x.n[LZ_STORE_ISSUE_CORRUPT] == 1 && cs.n_ok == 0,
+          "missing %d corrupt %d ok %lld", x.n[LZ_STORE_ISSUE_MISSING], x.n[LZ_STORE_ISSUE_CORRUPT],
+          (long long)cs.n_ok);
+
+    /* pruning: run 2 sees only d2 */
+    lz_meta *m = lz_store_meta(s);
+    lz_meta_begin(m, err, sizeof err);
+    lz_meta_doc_touch(m, d2.id, 2, err, sizeof err);
+    int64_t pruned = 0;
+    CHECK(lz_meta_prune(m, 2, &pruned, err, sizeof err) == 0 && pruned == 2, "pruned %lld", (long long)pruned);
+    lz_meta_commit(m, err, sizeof err);
+    int64_t count;
+    lz_meta_doc_count(m, &count, err, sizeof err);
+    CHECK(count == 1, "one left");
+    hits[0] = 0;
+    lz_meta_search(m, "paris", 5, on_hit, hits, err, sizeof err);
+    CHECK(hits[0] == 0, "pruned rows leave the FTS index: %s", hits);
+    CHECK(lz_meta_stats_get(m, d1.id, &h, err, sizeof err) == 0 && h == 0, "stats of pruned row gone");
+    lz_store_close(s);
+
+    /* the same store refuses another model, naming both */
+    CHECK(lz_store_open(path, LZ_STORE_WRITER, &s, err, sizeof err) == 0, "reopen: %s", err);
+    lz_store_model_desc mb = model_a();
+    mb.fingerprint[0] = 0x11;
+    mb.source_path = "/models/b.gguf";
+    int rc = lz_store_bind_model(s, &mb, PREFIX, 3, &mid, pkey, &changed, err, sizeof err);
+    CHECK(rc == LZ_STORE_EMODEL, "wrong model refused (%d)", rc);
+    CHECK(strstr(err, "a0a1a2a3") && strstr(err, "11a1a2a3") && strstr(err, "/models/a.gguf") &&
+              strstr(err, "/models/b.gguf"), "message names both: %s", err);
+    mb = model_a();
+    mb.rope_layout = 1;
+    CHECK(lz_store_bind_model(s, &mb, PREFIX, 3, &mid, pkey, &changed, err, sizeof err) == LZ_STORE_EMODEL &&
+              strstr(err, "rotary layout differs"), "rotary layout mismatch: %s", err);
+    mb = model_a();
+    float div[4] = { 1, 2, 3, 4 };
+    mb.rope_divisors = div;
+    CHECK(lz_store_bind_model(s, &mb, PREFIX, 3, &mid, pkey, &changed, err, sizeof err) == LZ_STORE_EMODEL &&
+              strstr(err, "rope scaling differs"), "scaling mismatch: %s", err);
+    CHECK(lz_store_check_model(s, &ma, err, sizeof err) == 0, "check_model: %s", err);
+    int newprefix[2] = { 1, 99 };
+    CHECK(lz_store_bind_model(s, &ma, newprefix, 2, &mid, pkey, &changed, err, sizeof err) == 0 && changed == 1,
+          "prefix change detected");
+    lz_store_close(s);
+    lz_store_close(NULL);
+    lz_payload_codec_free(codec);
+}
+
+/* A reader process checks, again and again, that every row it sees has its
+ * payload, while this process writes 60 documents. */
+static void test_concurrent_reader(void)
+{
+    char path[300], err[1024];
+    snprintf(path, sizeof path, "%s/conc", dir);
+    lz_store *s;
+    CHECK(lz_store_open(path, LZ_STORE_WRITER, &s, err, sizeof err) == 0, "open: %s", err);
+    lz_store_model_desc ma = model_a();
+    int64_t mid;
+    uint8_t pkey[LZ_META_KEY_LEN];
+    int changed;
+    lz_store_bind_model(s, &ma, PREFIX, 3, &mid, pkey, &changed, err, sizeof err);
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[1]);
+        fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+        lz_store *r;
+        int bad = 0, rounds = 0, max_seen = 0;
+        if (lz_store_open(path, LZ_STORE_RDONLY, &r, err, sizeof err) != 0) _exit(3);
+        char c;
+        for (;;) {
+            /* rows first, then payloads: any row seen must have its payload */
+            int64_t n = 0;
+            lz_meta_doc_count(lz_store_meta(r), &n, err, sizeof err);
+            for (int i = 0; i < n; i++) {
+                char id[32];
+                snprintf(id, sizeof id, "c%d", i);
+                lz_meta_doc d;
+                if (lz_meta_doc_find(lz_store_meta(r), id, &d, NULL, 0, err, sizeof err) != 0) continue;
+                void *b;
+                size_t len;
+                if (lz_store_get_payload(r, d.payload_key, &b, &len, err, sizeof err) != 0) bad++;
+                else free(b);
+            }
+            if (n > max_seen) max_seen = (int)n;
+            rounds++;
+            if (read(pipefd[0], &c, 1) == 1) break; /* the writer is done */
+        }
+        lz_store_close(r);
+        printf("reader: %d rounds, saw up to %d rows\n", rounds, max_seen);
+        fflush(stdout);
+        _exit(bad ? 1 : (max_seen > 0 ? 0 : 2));
+    }
+    close(pipefd[0]);
+    lz_payload_codec *codec = lz_payload_codec_new();
+    for (int i = 0; i < 60; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "c%d", i);
+        int ids[5] = { 100 + i, 1, 2, 3, 4 };
+        put_doc(s, codec, mid, id, NULL, "concurrent", ids, 5, 1);
+    }
+    if (write(pipefd[1], "x", 1) != 1) perror("write");
+    close(pipefd[1]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "reader saw a row without payload or nothing (%d)",
+          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    lz_payload_codec_free(codec);
+    lz_store_close(s);
+}
+
+int main(void)
+{
+    if (!lz_test_tmpdir(dir, sizeof dir)) return 1;
+    test_schema_embedded();
+    test_kvdb();
+    test_meta_versions();
+    test_store();
+    test_concurrent_reader();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
+    return lz_test_done();
+}
