@@ -99,3 +99,40 @@ clean:
 
 .PHONY: all tests test asan test-asan bench deps clean cuda demo
 .SECONDARY:
+
+# ---- CUDA kernels: 'make cuda' builds the GPU test and benchmark into build/cuda ----
+# kernels/*.cu with nvcc for Hopper (sm_90a), kernels/*.c (CPU references and shared
+# host code) with $(CC); cudart linked statically by nvcc. Compiles without a GPU.
+LZK_DIR     := $(BUILD)/cuda
+LZK_NVFLAGS := -O3 -std=c++17 -I. -lineinfo -gencode=arch=compute_90a,code=sm_90a
+LZK_CU      := $(wildcard kernels/*.cu)
+LZK_C       := $(wildcard kernels/*.c)
+LZK_OBJS    := $(LZK_CU:%.cu=$(LZK_DIR)/obj/%.o) $(LZK_C:%.c=$(LZK_DIR)/obj/%.o)
+LZK_HDRS    := $(wildcard kernels/*.h kernels/*.cuh) model/rope.h model/half.h
+
+$(LZK_DIR)/obj/kernels/%.o: kernels/%.cu $(LZK_HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(LZK_NVFLAGS) -Xptxas -v -c $< -o $@ > $@.ptxas 2>&1 || (cat $@.ptxas; exit 1)
+
+$(LZK_DIR)/obj/kernels/%.o: kernels/%.c $(LZK_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -march=x86-64-v2 -Wall -Wextra -I. -c $< -o $@
+
+$(LZK_DIR)/test_kernels: tests/cuda/test_kernels.cu $(LZK_OBJS) tests/test.h
+	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -o $@
+
+$(LZK_DIR)/bench_kernels: bench/kernels/bench_kernels.cu $(LZK_OBJS)
+	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -o $@
+
+# Registers, stack frame and spills of every kernel, demangled, from ptxas -v.
+$(LZK_DIR)/ptxas.txt: $(LZK_OBJS)
+	@cat $(LZK_DIR)/obj/kernels/*.o.ptxas | grep -E "Compiling entry|registers|spill" | \
+	  sed -e 's/ptxas info *: //' > $@.raw
+	@if command -v c++filt >/dev/null 2>&1; then c++filt < $@.raw > $@; else cp $@.raw $@; fi
+	@rm -f $@.raw
+
+# Build the CUDA test and benchmark (needs nvcc, not a GPU); run them with
+# bench/kernels/run_device.sh on a GPU machine.
+cuda:
+	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: no CUDA build"; exit 1; fi
+	@$(MAKE) --no-print-directory $(LZK_DIR)/test_kernels $(LZK_DIR)/bench_kernels $(LZK_DIR)/ptxas.txt

@@ -1,0 +1,311 @@
+/* bench_kernels.cu - times the lazy attention kernels and their non-lazy twins
+ * on the shapes of the kernels issue (32 query / 8 kv heads, d = 128, keys in
+ * 10 segments) with CUDA events (median), plus a device-to-device copy for
+ * the bandwidth ceiling. Writes a JSON file that sdpa_peer.py merges with
+ * torch SDPA timings of the same shapes. Inputs are random, several input sets
+ * rotate so that decode reads come from HBM, not L2.
+ *
+ * Usage: bench_kernels out.json [split_sweep=1]
+ * Legend: B = sequences, H = 32 query heads, KV = 8 kv heads, d = 128,
+ * N = keys per sequence, M = query rows, S = 10 segments.
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/lz_decode.h"
+#include "kernels/lz_prefill.h"
+#include "model/half.h"
+#include "model/rope.h"
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(2);                                                                           \
+        }                                                                                      \
+    } while (0)
+#define LZ(x)                                                                                  \
+    do {                                                                                       \
+        int r_ = (x);                                                                          \
+        if (r_) {                                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, lz_attn_strerror(r_));  \
+            exit(2);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+static const int H = 32, KV = 8, D = 128, NSEG = 10;
+static int n_sm;
+static FILE *js;
+static int js_first = 1;
+
+static void jrec(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void jrec(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(js, "%s\n  {", js_first ? "" : ",");
+    vfprintf(js, fmt, ap);
+    fprintf(js, "}");
+    va_end(ap);
+    js_first = 0;
+}
+
+__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        z ^= z >> 31; z *= 0xbf58476d1ce4e5b9ull; z ^= z >> 29;
+        x[i] = __float2bfloat16((float)((z >> 40) & 0xffff) / 32768.0f - 1.0f);
+    }
+}
+static lz_bf16 *rand_dev(size_t n, uint64_t seed)
+{
+    lz_bf16 *p;
+    CK(cudaMalloc(&p, n * 2 + 16));
+    fill_kernel<<<1024, 256>>>((__nv_bfloat16 *)p, n, seed);
+    CK(cudaGetLastError());
+    return p;
+}
+
+static double median(std::vector<float> v)
+{
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+/* Times fn(set) over reps, rotating among n_sets; returns median microseconds. */
+template <class F> static double time_us(F fn, int n_sets, int reps)
+{
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++) fn(i % n_sets);
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    for (int i = 0; i < reps; i++) {
+        CK(cudaEventRecord(a));
+        fn(i % n_sets);
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1000.f);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return median(t);
+}
+
+static double copy_bw(void)
+{
+    size_t n = (size_t)1 << 30;
+    void *x, *y;
+    CK(cudaMalloc(&x, n));
+    CK(cudaMalloc(&y, n));
+    CK(cudaMemset(x, 1, n));
+    double us = time_us([&](int) { CK(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice)); }, 1, 20);
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+    return 2.0 * n / (us * 1e-6) / 1e12; /* TB/s, bytes read + written */
+}
+
+static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
+{
+    /* pool per set: sequence b, segment s: (KV, len, d) rows */
+    const int len = N / NSEG, last = N - len * (NSEG - 1);
+    const size_t rows = (size_t)B * N * KV;
+    const double bytes = 2.0 * rows * D * 2; /* K + V */
+    int n_sets = (int)std::max<double>(1.0, ceil(1.2e9 / bytes));
+    lz_bf16 *kp = rand_dev(rows * D * n_sets, 11), *vp = rand_dev(rows * D * n_sets, 12);
+    lz_bf16 *q = rand_dev((size_t)B * H * D * n_sets, 13), *o;
+    CK(cudaMalloc(&o, (size_t)B * H * D * 2));
+    const int NB = NSEG * ((last + 63) / 64 + 1);
+    std::vector<uint64_t> w((size_t)n_sets * B * KV * NB);
+    std::vector<int32_t> nb((size_t)n_sets * B * KV);
+    for (int set = 0; set < n_sets; set++) {
+        size_t r = (size_t)set * rows;
+        for (int b = 0; b < B; b++) {
+            int64_t pos = 1000; /* after a prefix; doc offsets grow, the last segment is the question at 0 */
+            for (int s = 0; s < NSEG; s++) {
+                int l = s == NSEG - 1 ? last : len;
+                int64_t off = s == NSEG - 1 ? 0 : pos;
+                for (int h = 0; h < KV; h++) {
+                    size_t i = ((size_t)set * B + b) * KV + h;
+                    LZ(lz_decode_add_segment(&w[i * NB], &nb[i], NB, r + (size_t)h * l, l, off));
+                }
+                r += (size_t)KV * l;
+                pos += l;
+            }
+        }
+    }
+    uint64_t *d_w;
+    int32_t *d_nb;
+    CK(cudaMalloc(&d_w, w.size() * 8));
+    CK(cudaMalloc(&d_nb, nb.size() * 4));
+    CK(cudaMemcpy(d_w, w.data(), w.size() * 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_nb, nb.data(), nb.size() * 4, cudaMemcpyHostToDevice));
+    lz_decode_params p;
+    memset(&p, 0, sizeof p);
+    p.o = o; p.k_pool = kp; p.v_pool = vp; p.inv_freq = d_inv; p.max_blocks = NB; p.batch = B;
+    p.n_heads = H; p.n_kv_heads = KV; p.head_dim = D; p.rope_layout = LZ_ROPE_HALF;
+    p.scale = 1.0f / sqrtf((float)D);
+    size_t wb = 0;
+    for (int ns = 1; ns <= 256; ns++) wb = std::max(wb, lz_decode_workspace(&p, ns));
+    CK(cudaMalloc(&p.work, wb));
+    p.work_bytes = wb;
+    auto run = [&](int lazy, int ns) {
+        return time_us([&](int set) {
+            lz_decode_params x = p;
+            x.n_split = ns;
+            x.q = q + (size_t)set * B * H * D;
+            x.blocks = d_w + (size_t)set * B * KV * NB;
+            x.n_blocks = d_nb + (size_t)set * B * KV;
+            LZ(lazy ? lz_decode_lazy(&x, NULL) : lz_decode(&x, NULL));
+        }, n_sets, 200);
+    };
+    int auto_ns = lz_decode_splits(&p, n_sm);
+    /* interleave lazy and twin three times, keep each one's best median */
+    double tl = 1e30, tn = 1e30;
+    for (int k = 0; k < 3; k++) {
+        tl = std::min(tl, run(1, auto_ns));
+        tn = std::min(tn, run(0, auto_ns));
+    }
+    printf("decode B=%3d N=%5d: split %3d lazy %8.2f us (%.2f TB/s, %.1f%% of copy)  twin %8.2f us (%.2f TB/s)  overhead %+.2f%%\n",
+           B, N, auto_ns, tl, bytes / tl / 1e6, 100 * bytes / tl / 1e6 / copy_tbs, tn, bytes / tn / 1e6,
+           100 * (tl / tn - 1));
+    jrec("\"kind\":\"decode\",\"B\":%d,\"N\":%d,\"split\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"bytes\":%.0f",
+         B, N, auto_ns, tl, tn, bytes);
+    if (sweep) {
+        int cand[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128};
+        printf("  split sweep (lazy us):");
+        for (int ns : cand) {
+            if (ns > NB) break;
+            printf(" %d:%.1f", ns, run(1, ns));
+        }
+        printf("\n");
+    }
+    CK(cudaFree(kp)); CK(cudaFree(vp)); CK(cudaFree(q)); CK(cudaFree(o)); CK(cudaFree(d_w));
+    CK(cudaFree(d_nb)); CK(cudaFree(p.work));
+}
+
+/* Question prefill: M rows over N cached keys in 10 segments (+ own keys);
+ * N = 0 and M = 2048 is the causal ingest shape. */
+static void bench_prefill(int M, int N, int sweep, float *d_inv)
+{
+    const int nseg = N ? NSEG : 0, len = N / NSEG;
+    const size_t kv_elems = (size_t)KV * (N + M) * D;
+    int n_sets = N ? 8 : 2;
+    std::vector<lz_bf16 *> kk(n_sets), vv(n_sets), qq(n_sets);
+    std::vector<lz_attn_segment *> d_segs(n_sets);
+    std::vector<int32_t> lens((size_t)std::max(nseg, 1) * KV);
+    for (int s = 0; s < nseg; s++)
+        for (int h = 0; h < KV; h++) lens[s * KV + h] = s == nseg - 1 ? N - len * (nseg - 1) : len;
+    int32_t *d_len;
+    CK(cudaMalloc(&d_len, lens.size() * 4));
+    CK(cudaMemcpy(d_len, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+    for (int set = 0; set < n_sets; set++) {
+        kk[set] = rand_dev(kv_elems, 100 + set);
+        vv[set] = rand_dev(kv_elems, 200 + set);
+        qq[set] = rand_dev((size_t)H * M * D, 300 + set);
+        std::vector<lz_attn_segment> sg(std::max(nseg, 1));
+        size_t r = 0;
+        int64_t pos = 1000;
+        for (int s = 0; s < nseg; s++) {
+            int l = lens[s * KV];
+            sg[s] = (lz_attn_segment){kk[set] + r * D, vv[set] + r * D, pos, l};
+            r += (size_t)KV * l;
+            pos += l;
+        }
+        CK(cudaMalloc(&d_segs[set], sg.size() * sizeof(lz_attn_segment)));
+        CK(cudaMemcpy(d_segs[set], sg.data(), sg.size() * sizeof(lz_attn_segment), cudaMemcpyHostToDevice));
+    }
+    lz_bf16 *o;
+    CK(cudaMalloc(&o, (size_t)H * M * D * 2));
+    lz_prefill_params p;
+    memset(&p, 0, sizeof p);
+    p.o = o; p.inv_freq = d_inv; p.seg_len = d_len; p.seg_keys = N; p.n_seg = nseg; p.n_rows = M;
+    p.n_heads = H; p.n_kv_heads = KV; p.head_dim = D; p.rope_layout = LZ_ROPE_HALF;
+    p.scale = 1.0f / sqrtf((float)D); p.self_offset = N ? 0 : 1000;
+    size_t wb = 0;
+    for (int ns = 1; ns <= 64; ns++) wb = std::max(wb, lz_prefill_workspace(&p, ns));
+    if (wb) CK(cudaMalloc(&p.work, wb));
+    p.work_bytes = wb;
+    auto run = [&](int lazy, int ns) {
+        return time_us([&](int set) {
+            lz_prefill_params x = p;
+            x.n_split = ns;
+            x.q = qq[set];
+            x.segs = d_segs[set];
+            x.k_self = kk[set] + (size_t)KV * N * D;
+            x.v_self = vv[set] + (size_t)KV * N * D;
+            LZ(lazy ? lz_prefill_lazy(&x, NULL) : lz_prefill(&x, NULL));
+        }, n_sets, N ? 200 : 50);
+    };
+    int auto_ns = lz_prefill_splits(&p, n_sm);
+    double tl = 1e30, tn = 1e30;
+    for (int k = 0; k < 3; k++) {
+        tl = std::min(tl, run(1, auto_ns));
+        tn = std::min(tn, run(0, auto_ns));
+    }
+    /* visible (query, key) pairs x 4 d flops: all cached keys + causal own keys */
+    double flops = 4.0 * H * D * ((double)M * N + (double)M * (M + 1) / 2);
+    printf("prefill M=%4d N=%5d: split %2d lazy %8.2f us (%.1f TFLOP/s)  twin %8.2f us (%.1f TFLOP/s)  overhead %+.2f%%\n",
+           M, N, auto_ns, tl, flops / tl / 1e6, tn, flops / tn / 1e6, 100 * (tl / tn - 1));
+    jrec("\"kind\":\"prefill\",\"M\":%d,\"N\":%d,\"split\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"flops\":%.0f",
+         M, N, auto_ns, tl, tn, flops);
+    if (sweep && N) {
+        int cand[] = {1, 2, 4, 6, 8, 12, 16, 24, 32};
+        printf("  split sweep (lazy us):");
+        for (int ns : cand) printf(" %d:%.1f", ns, run(1, ns));
+        printf("\n");
+    }
+    for (int set = 0; set < n_sets; set++) {
+        CK(cudaFree(kk[set])); CK(cudaFree(vv[set])); CK(cudaFree(qq[set])); CK(cudaFree(d_segs[set]));
+    }
+    CK(cudaFree(o)); CK(cudaFree(d_len));
+    if (p.work) CK(cudaFree(p.work));
+}
+
+int main(int argc, char **argv)
+{
+    const char *out = argc > 1 ? argv[1] : "ours.json";
+    int sweep = argc > 2 ? atoi(argv[2]) : 1;
+    js = fopen(out, "w");
+    if (!js) { perror(out); return 2; }
+    int dev;
+    cudaDeviceProp prop;
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&prop, dev));
+    n_sm = prop.multiProcessorCount;
+    float inv[D / 2], div[D / 2];
+    lz_rope_llama3_divisors(div, D, 500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f);
+    lz_rope_inv_freqs(inv, D, 500000.0f, div);
+    float *d_inv;
+    CK(cudaMalloc(&d_inv, sizeof inv));
+    CK(cudaMemcpy(d_inv, inv, sizeof inv, cudaMemcpyHostToDevice));
+    double cbw = copy_bw();
+    printf("device %s, %d SMs; device-to-device copy %.2f TB/s (read + write)\n", prop.name, n_sm, cbw);
+    fprintf(js, "{\"device\":\"%s\",\"copy_tbs\":%.4f,\"results\":[", prop.name, cbw);
+    bench_decode(16, 4096, cbw, sweep, d_inv);
+    bench_decode(64, 2048, cbw, sweep, d_inv);
+    bench_decode(1, 16384, cbw, sweep, d_inv);
+    bench_prefill(32, 1536, sweep, d_inv);
+    bench_prefill(32, 4096, sweep, d_inv);
+    bench_prefill(128, 1536, sweep, d_inv);
+    bench_prefill(128, 4096, sweep, d_inv);
+    bench_prefill(2048, 0, 0, d_inv);
+    fprintf(js, "\n]}\n");
+    fclose(js);
+    CK(cudaFree(d_inv));
+    return 0;
+}

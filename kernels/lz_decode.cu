@@ -1,0 +1,284 @@
+/* lz_decode.cu - lazy decode attention and its non-lazy twin (lz_decode.h):
+ * one query row per sequence, all G query heads of a kv head in one CTA (K/V
+ * read once per group), 64-key blocks streamed by cp.async through a 3-stage
+ * shared-memory ring, QK^T and PV on mma.sync m16n8k16 (G heads padded to
+ * 16 rows), split-KV over CTAs with a combine kernel. The lazy kernel rotates
+ * the query by R(-p) in shared memory when a block's offset p changes; keys
+ * are never touched, so its memory traffic equals the twin's.
+ *
+ * Legend: B = sequences, KV = kv heads, G = query heads per kv head, H =
+ * KV*G, d = head_dim, NB = block words per (b, h), NS = split-KV parts.
+ * Each of the 4 warps owns keys [16w, 16w+16) of every block and keeps its
+ * own online-softmax state; warps merge in shared memory at the end.
+ */
+#include <math.h>
+
+#include "kernels/lz_decode.h"
+#include "kernels/lz_mma.cuh"
+#include "model/rope.h"
+
+namespace {
+
+constexpr int DEC_THREADS = 128;
+constexpr int DEC_STAGES = 3;
+constexpr int BLK = LZ_DECODE_BLOCK;
+
+template <int D> constexpr size_t dec_smem()
+{
+    /* ring of K and V blocks, bf16 query tile (16 rows), fp32 query (16 rows) */
+    return (size_t)DEC_STAGES * 2 * BLK * D * 2 + 16 * D * 2 + 16 * D * 4;
+}
+
+template <int D, int LAYOUT, bool LAZY>
+__global__ void __launch_bounds__(DEC_THREADS, 2)
+    decode_kernel(const __grid_constant__ lz_decode_params p, int n_split)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int b = blockIdx.z, h = blockIdx.y, sp = blockIdx.x;
+    const int KV = p.n_kv_heads, G = p.n_heads / KV;
+    unsigned char *ring = smem;
+    unsigned char *qs = smem + (size_t)DEC_STAGES * 2 * BLK * D * 2; /* (16, d) bf16 swizzled */
+    float *qf = reinterpret_cast<float *>(qs + 16 * D * 2);           /* (16, d) fp32 */
+    const uint32_t ring_u = lz::smem_u32(ring), qs_u = lz::smem_u32(qs);
+
+    const int nb = p.n_blocks[(size_t)b * KV + h];
+    const int i0 = (int)((int64_t)nb * sp / n_split), i1 = (int)((int64_t)nb * (sp + 1) / n_split);
+    const uint64_t *words = p.blocks + ((size_t)b * KV + h) * p.max_blocks;
+    const __nv_bfloat16 *kp = reinterpret_cast<const __nv_bfloat16 *>(p.k_pool);
+    const __nv_bfloat16 *vp = reinterpret_cast<const __nv_bfloat16 *>(p.v_pool);
+
+    /* query rows of this group, fp32 (rows >= G zero) */
+    const __nv_bfloat16 *qg = reinterpret_cast<const __nv_bfloat16 *>(p.q) + ((size_t)b * p.n_heads + h * G) * D;
+    for (int e = tid; e < 16 * D; e += DEC_THREADS) qf[e] = e < G * D ? __bfloat162float(qg[e]) : 0.f;
+
+    auto load_block = [&](int i, int stage) {
+        uint64_t w = words[i];
+        const uint64_t row = lz_decode_word_row(w);
+        const int nk = lz_decode_word_keys(w);
+        const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;
+#pragma unroll
+        for (int j = 0; j < BLK * D / 8 / DEC_THREADS; j++) {
+            int idx = tid + j * DEC_THREADS, r = idx / (D / 8), c = idx % (D / 8);
+            int ok = r < nk;
+            size_t src = (row + (ok ? r : 0)) * D + c * 8;
+            lz::cp_async16(kd + lz::swz<D>(r, c), kp + src, ok ? 16 : 0);
+            lz::cp_async16(vd + lz::swz<D>(r, c), vp + src, ok ? 16 : 0);
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < DEC_STAGES - 1; s++) {
+        if (i0 + s < i1) load_block(i0 + s, s);
+        lz::cp_async_commit();
+    }
+
+    uint32_t qa[D / 16][4];
+    /* (Re)builds the bf16 query tile rotated by R(-off) and reloads fragments. */
+    auto build_q = [&](int64_t off) {
+        __syncthreads();
+        if (LAZY && off != 0) {
+            for (int i = tid; i < D / 2; i += DEC_THREADS) {
+                int a, bb;
+                lz_rope_pair(LAYOUT, D, i, &a, &bb);
+                float ang = (float)(-off) * p.inv_freq[i];
+                float c = cosf(ang), s = sinf(ang);
+                for (int g = 0; g < 16; g++) {
+                    float x0 = qf[g * D + a], x1 = qf[g * D + bb];
+                    lz_rope_rotate_pair(&x0, &x1, c, s);
+                    __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(qs + g * D * 2);
+                    row[(((a >> 3) ^ (g & 7)) << 3) | (a & 7)] = __float2bfloat16_rn(x0);
+                    row[(((bb >> 3) ^ (g & 7)) << 3) | (bb & 7)] = __float2bfloat16_rn(x1);
+                }
+            }
+        } else {
+            for (int e = tid; e < 16 * D; e += DEC_THREADS) {
+                int g = e / D, k = e % D;
+                __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(qs + g * D * 2);
+                row[(((k >> 3) ^ (g & 7)) << 3) | (k & 7)] = __float2bfloat16_rn(qf[e]);
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            int r = (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
+            lz::ldsm_x4(qs_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
+        }
+    };
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+    const float sl2 = p.scale * 1.4426950408889634f;
+    int64_t cur_off = -1;
+    if (!LAZY) build_q(0);
+
+    for (int i = i0; i < i1; i++) {
+        const int stage = (i - i0) % DEC_STAGES;
+        lz::cp_async_wait<DEC_STAGES - 2>();
+        __syncthreads();
+        if (i + DEC_STAGES - 1 < i1) load_block(i + DEC_STAGES - 1, (i - i0 + DEC_STAGES - 1) % DEC_STAGES);
+        lz::cp_async_commit();
+        const uint64_t w = words[i];
+        const int nk = lz_decode_word_keys(w);
+        if (LAZY) {
+            int64_t off = lz_decode_word_offset(w);
+            if (off != cur_off) {
+                build_q(off);
+                cur_off = off;
+            }
+        }
+        const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;
+        /* S = Q K^T for this warp's 16 keys: s[n-tile][4] */
+        float s[2][4] = {};
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            uint32_t b0, b1, b2, b3;
+            int r = warp * 16 + (lane & 7) + (lane >> 4) * 8, c = ks * 2 + ((lane >> 3) & 1);
+            lz::ldsm_x4(kd + lz::swz<D>(r, c), b0, b1, b2, b3);
+            lz::mma16816(s[0], qa[ks], b0, b1);
+            lz::mma16816(s[1], qa[ks], b2, b3);
+        }
+        /* mask keys past the block's count, online softmax on rows lane/4, +8 */
+        float mx[2] = {mrow[0], mrow[1]};
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int col = warp * 16 + nt * 8 + 2 * (lane & 3) + (e & 1);
+                float v = col < nk ? s[nt][e] * sl2 : -INFINITY;
+                s[nt][e] = v;
+                mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+        float alpha[2], mu[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            mu[r] = mx[r] == -INFINITY ? 0.f : mx[r];
+            alpha[r] = exp2f(mrow[r] - mu[r]);
+            mrow[r] = mx[r];
+        }
+        uint32_t pa[4];
+        float rs[2] = {0.f, 0.f};
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            float p0 = exp2f(s[nt][0] - mu[0]), p1 = exp2f(s[nt][1] - mu[0]);
+            float p2 = exp2f(s[nt][2] - mu[1]), p3 = exp2f(s[nt][3] - mu[1]);
+            rs[0] += p0 + p1;
+            rs[1] += p2 + p3;
+            pa[nt * 2] = lz::pack_bf16(p0, p1);
+            pa[nt * 2 + 1] = lz::pack_bf16(p2, p3);
+        }
+        lrow[0] = lrow[0] * alpha[0] + rs[0];
+        lrow[1] = lrow[1] * alpha[1] + rs[1];
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) {
+            o[nt][0] *= alpha[0]; o[nt][1] *= alpha[0];
+            o[nt][2] *= alpha[1]; o[nt][3] *= alpha[1];
+        }
+        /* O += P V over this warp's 16 keys */
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t b0, b1, b2, b3;
+            int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = dp * 2 + (lane >> 4);
+            lz::ldsm_x4_t(vd + lz::swz<D>(r, c), b0, b1, b2, b3);
+            lz::mma16816(o[2 * dp], pa, b0, b1);
+            lz::mma16816(o[2 * dp + 1], pa, b2, b3);
+        }
+    }
+    lz::cp_async_wait<0>();
+    __syncthreads();
+
+    /* merge the 4 warps: red_o (4, 16, d), red_m / red_l (4, 16) */
+    float *red_o = reinterpret_cast<float *>(ring);
+    float *red_m = red_o + 4 * 16 * D, *red_l = red_m + 4 * 16;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
+        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
+    }
+    const int r0 = lane >> 2;
+    if ((lane & 3) == 0) {
+        red_m[warp * 16 + r0] = mrow[0]; red_m[warp * 16 + r0 + 8] = mrow[1];
+        red_l[warp * 16 + r0] = lrow[0]; red_l[warp * 16 + r0 + 8] = lrow[1];
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++) {
+        int col = nt * 8 + 2 * (lane & 3);
+        *reinterpret_cast<float2 *>(&red_o[(warp * 16 + r0) * D + col]) = make_float2(o[nt][0], o[nt][1]);
+        *reinterpret_cast<float2 *>(&red_o[(warp * 16 + r0 + 8) * D + col]) = make_float2(o[nt][2], o[nt][3]);
+    }
+    __syncthreads();
+    const int rows = p.batch * p.n_heads;
+    float *part = p.work, *lse = p.work + (size_t)rows * n_split * D;
+    for (int e = tid; e < G * D; e += DEC_THREADS) {
+        int g = e / D, k = e % D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < 4; w++) M = fmaxf(M, red_m[w * 16 + g]);
+        float L = 0.f, acc = 0.f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                float f = exp2f(red_m[w * 16 + g] - M);
+                L += f * red_l[w * 16 + g];
+                acc += f * red_o[(w * 16 + g) * D + k];
+            }
+        }
+        float val = L > 0.f ? acc / L : 0.f;
+        size_t row = (size_t)b * p.n_heads + h * G + g;
+        if (n_split == 1) {
+            reinterpret_cast<__nv_bfloat16 *>(p.o)[row * D + k] = __float2bfloat16_rn(val);
+        } else {
+            part[(row * n_split + sp) * D + k] = val;
+            if (k == 0) lse[row * n_split + sp] = L > 0.f ? M + log2f(L) : -INFINITY;
+        }
+    }
+}
+
+template <int D, int LAYOUT, bool LAZY>
+int launch(const lz_decode_params *p, cudaStream_t st)
+{
+    int dev, n_sm;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return (int)e;
+    const int ns = lz_decode_splits(p, n_sm);
+    if (ns > 1 && (!p->work || p->work_bytes < lz_decode_workspace(p, ns))) return LZ_ATTN_EWORK;
+    if (p->batch == 0) return LZ_ATTN_OK;
+    auto kern = decode_kernel<D, LAYOUT, LAZY>;
+    static bool attr_set = false;
+    if (!attr_set) {
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dec_smem<D>());
+        if (e != cudaSuccess) return (int)e;
+        attr_set = true;
+    }
+    dim3 grid(ns, p->n_kv_heads, p->batch);
+    kern<<<grid, DEC_THREADS, dec_smem<D>(), st>>>(*p, ns);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    if (ns > 1) {
+        int rows = p->batch * p->n_heads;
+        return lz::launch_combine<D>(reinterpret_cast<__nv_bfloat16 *>(p->o), p->work,
+                                     p->work + (size_t)rows * ns * D, rows, ns, st);
+    }
+    return LZ_ATTN_OK;
+}
+
+template <bool LAZY> int dispatch(const lz_decode_params *p, void *stream)
+{
+    int rc = lz_decode_check(p);
+    if (rc) return rc;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (p->head_dim == 128)
+        return p->rope_layout == LZ_ROPE_HALF ? launch<128, LZ_ROPE_HALF, LAZY>(p, st)
+                                              : launch<128, LZ_ROPE_ADJACENT, LAZY>(p, st);
+    return p->rope_layout == LZ_ROPE_HALF ? launch<64, LZ_ROPE_HALF, LAZY>(p, st)
+                                          : launch<64, LZ_ROPE_ADJACENT, LAZY>(p, st);
+}
+
+} /* namespace */
+
+extern "C" int lz_decode_lazy(const lz_decode_params *p, void *stream) { return dispatch<true>(p, stream); }
+extern "C" int lz_decode(const lz_decode_params *p, void *stream) { return dispatch<false>(p, stream); }

@@ -1,0 +1,120 @@
+/* lz_mma.cuh - private device helpers of the attention kernels: cp.async,
+ * ldmatrix, mma.sync m16n8k16 (bf16 in, fp32 accumulate), the XOR swizzle of
+ * shared-memory tiles, and the split-KV combine kernel. CUDA C++ only.
+ *
+ * Legend: d = head_dim, rows of d bf16 = d/8 chunks of 16 bytes; a chunk c of
+ * tile row r lives at chunk (c ^ (r & 7)) so ldmatrix reads hit 8 banks.
+ */
+#ifndef LZ_MMA_CUH
+#define LZ_MMA_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace lz {
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte async copy global -> shared; src_bytes 0 zero-fills without reading. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
+                                        uint32_t &r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
+                                          uint32_t &r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+/* c[4] += a[4] (16x16 row) * b[2] (16x8 col), bf16 -> fp32. */
+__device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+__device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+
+/* Byte offset of 16-byte chunk c of row r in a swizzled tile of D bf16 per row. */
+template <int D> __device__ __forceinline__ uint32_t swz(int r, int c)
+{
+    return (uint32_t)(r * (D * 2) + ((c ^ (r & 7)) << 4));
+}
+
+/* Split-KV combine: rows of n_split partial outputs (normalised) and their
+ * log2-sum-exp into one bf16 row. part: (rows, n_split, d) fp32, lse: (rows,
+ * n_split) fp32 (-inf = empty part), out: (rows, d). One warp per row. */
+template <int D>
+__global__ void combine_kernel(__nv_bfloat16 *__restrict__ out, const float *__restrict__ part,
+                               const float *__restrict__ lse, int rows, int n_split)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const float *ls = lse + (size_t)row * n_split;
+    float mx = -INFINITY;
+    for (int s = lane; s < n_split; s += 32) mx = fmaxf(mx, ls[s]);
+#pragma unroll
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    constexpr int E = D / 32; /* elements per lane */
+    float acc[E] = {};
+    float sum = 0.f;
+    if (mx != -INFINITY) {
+        for (int s = 0; s < n_split; s++) {
+            float l = ls[s];
+            if (l == -INFINITY) continue;
+            float w = exp2f(l - mx);
+            sum += w;
+            const float *src = part + ((size_t)row * n_split + s) * D + lane * E;
+#pragma unroll
+            for (int i = 0; i < E; i += 2) {
+                float2 v = *reinterpret_cast<const float2 *>(src + i);
+                acc[i] += w * v.x;
+                acc[i + 1] += w * v.y;
+            }
+        }
+    }
+    float inv = sum > 0.f ? 1.f / sum : 0.f;
+    __nv_bfloat16 *o = out + (size_t)row * D + lane * E;
+#pragma unroll
+    for (int i = 0; i < E; i += 2)
+        *reinterpret_cast<__nv_bfloat162 *>(o + i) = __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
+}
+
+template <int D>
+static int launch_combine(__nv_bfloat16 *out, const float *part, const float *lse, int rows,
+                          int n_split, cudaStream_t st)
+{
+    combine_kernel<D><<<(rows + 7) / 8, 256, 0, st>>>(out, part, lse, rows, n_split);
+    return (int)cudaGetLastError();
+}
+
+} /* namespace lz */
+#endif /* LZ_MMA_CUH */

@@ -1,0 +1,340 @@
+/* lz_prefill.cu - lazy prefill attention and its non-lazy twin
+ * (lz_prefill.h), FlashAttention-2 style: a CTA of 8 warps owns 128 query
+ * rows (GQA heads of one kv head packed along the rows, 16 rows a warp, Q in
+ * registers), streams 64-key tiles through a 3-stage cp.async ring, QK^T and
+ * PV on mma.sync m16n8k16 (bf16, fp32 accumulate), online softmax in
+ * registers. Tiles never straddle segments; the lazy kernel rotates each K
+ * tile once in shared memory by its segment's R(p) (model/rope.h math) right
+ * after it lands. Split-KV over the tile list plus a combine kernel when the
+ * rows alone cannot fill the GPU (question prefill).
+ *
+ * Legend: S = segments, KV = kv heads, G = H/KV, M = rows, R = G*M packed
+ * rows per kv head (row r = head g = r / M, position m = r % M), d =
+ * head_dim, BM = 128 rows per CTA, BN = 64 keys per tile, NS = parts.
+ */
+#include <math.h>
+
+#include "kernels/lz_mma.cuh"
+#include "kernels/lz_prefill.h"
+#include "model/rope.h"
+
+namespace {
+
+constexpr int PF_WARPS = 8, PF_THREADS = PF_WARPS * 32;
+constexpr int BM = LZ_PREFILL_BM, BN = LZ_PREFILL_BN, PF_STAGES = 3;
+static_assert(BM == 16 * PF_WARPS, "one 16-row slice per warp");
+
+template <int D> constexpr size_t pf_smem() { return (size_t)BM * D * 2 + (size_t)PF_STAGES * 2 * BN * D * 2; }
+
+struct Tile {
+    const __nv_bfloat16 *k, *v; /* first row of the tile */
+    int n;                      /* valid keys (1..BN) */
+    int self;                   /* own keys: causal mask applies */
+    int j0;                     /* own keys: index of the first key */
+    int64_t off;                /* rotation of this tile's keys (lazy) */
+};
+
+/* Tile t of kv head h: segment tiles in order, then own-key tiles. */
+__device__ __forceinline__ Tile tile_at(const lz_prefill_params &p, int h, int t, int D)
+{
+    Tile x;
+    for (int s = 0; s < p.n_seg; s++) {
+        int len = p.seg_len[(size_t)s * p.n_kv_heads + h];
+        int nt = (len + BN - 1) / BN;
+        if (t < nt) {
+            const lz_attn_segment sg = p.segs[s];
+            size_t r = ((size_t)h * sg.cap + (size_t)t * BN) * D;
+            x.k = reinterpret_cast<const __nv_bfloat16 *>(sg.k) + r;
+            x.v = reinterpret_cast<const __nv_bfloat16 *>(sg.v) + r;
+            x.n = min(BN, len - t * BN);
+            x.self = 0; x.j0 = 0; x.off = sg.offset;
+            return x;
+        }
+        t -= nt;
+    }
+    size_t r = ((size_t)h * p.n_rows + (size_t)t * BN) * D;
+    x.k = reinterpret_cast<const __nv_bfloat16 *>(p.k_self) + r;
+    x.v = reinterpret_cast<const __nv_bfloat16 *>(p.v_self) + r;
+    x.n = min(BN, p.n_rows - t * BN);
+    x.self = 1; x.j0 = t * BN; x.off = p.self_offset;
+    return x;
+}
+
+template <int D, int LAYOUT, bool LAZY>
+__global__ void __launch_bounds__(PF_THREADS, 1)
+    prefill_kernel(const __grid_constant__ lz_prefill_params p, int n_split)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int KV = p.n_kv_heads, G = p.n_heads / KV, M = p.n_rows, R = G * M;
+    const int sp = blockIdx.y;
+    /* which 128 packed rows: heaviest (latest rows) first when tiles stay in one head */
+    int h, r0;
+    if (M % BM == 0) {
+        int per = KV * G, lvl = blockIdx.x / per, rem = blockIdx.x % per;
+        h = rem % KV;
+        r0 = (rem / KV) * M + (M / BM - 1 - lvl) * BM;
+    } else {
+        h = blockIdx.x % KV;
+        r0 = (blockIdx.x / KV) * BM;
+    }
+    const int rlast = min(r0 + BM, R) - 1;
+    const int m_hi = (r0 / M != rlast / M) ? M - 1 : rlast % M;
+    const int m_lo = (r0 / M != rlast / M) ? 0 : r0 % M;
+
+    /* tile list and this part's share of it */
+    int n_tiles = m_hi / BN + 1;
+    for (int s = 0; s < p.n_seg; s++) n_tiles += (p.seg_len[(size_t)s * KV + h] + BN - 1) / BN;
+    const int t0 = (int)((int64_t)n_tiles * sp / n_split), t1 = (int)((int64_t)n_tiles * (sp + 1) / n_split);
+
+    unsigned char *qsm = smem, *ring = smem + (size_t)BM * D * 2;
+    const uint32_t q_u = lz::smem_u32(qsm), ring_u = lz::smem_u32(ring);
+    const __nv_bfloat16 *qg = reinterpret_cast<const __nv_bfloat16 *>(p.q);
+
+    /* Q tile (zero rows past R) */
+#pragma unroll
+    for (int j = 0; j < BM * D / 8 / PF_THREADS; j++) {
+        int idx = tid + j * PF_THREADS, r = idx / (D / 8), c = idx % (D / 8);
+        int rr = r0 + r, ok = rr < R;
+        int g = ok ? rr / M : 0, m = ok ? rr % M : 0;
+        const __nv_bfloat16 *src = qg + ((size_t)(h * G + g) * M + m) * D + c * 8;
+        lz::cp_async16(q_u + lz::swz<D>(r, c), src, ok ? 16 : 0);
+    }
+    auto load_tile = [&](const Tile &x, int stage) {
+        const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
+#pragma unroll
+        for (int j = 0; j < BN * D / 8 / PF_THREADS; j++) {
+            int idx = tid + j * PF_THREADS, r = idx / (D / 8), c = idx % (D / 8);
+            int ok = r < x.n;
+            size_t off = (size_t)(ok ? r : 0) * D + c * 8;
+            lz::cp_async16(kd + lz::swz<D>(r, c), x.k + off, ok ? 16 : 0);
+            lz::cp_async16(vd + lz::swz<D>(r, c), x.v + off, ok ? 16 : 0);
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < PF_STAGES - 1; s++) {
+        if (t0 + s < t1) load_tile(tile_at(p, h, t0 + s, D), s);
+        lz::cp_async_commit(); /* group 0 also carries Q */
+    }
+
+    /* rows of this thread: i = warp*16 + lane/4 (+8); causal position m */
+    int mrow_pos[2];
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        int rr = r0 + warp * 16 + (lane >> 2) + 8 * k;
+        mrow_pos[k] = rr < R ? rr % M : 0x7fffffff;
+    }
+    uint32_t qa[D / 16][4];
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+    const float sl2 = p.scale * 1.4426950408889634f;
+
+    /* lazy: this thread rotates pairs 8u..8u+7 of rows rot_r0 + k*ROT_STEP */
+    constexpr int UNITS = D / 16, ROT_STEP = PF_THREADS / UNITS;
+    const int rot_u = tid % UNITS, rot_r0 = tid / UNITS;
+    float cs[8], sn[8];
+    int64_t cs_off = 0;
+#pragma unroll
+    for (int t = 0; t < 8; t++) { cs[t] = 1.f; sn[t] = 0.f; }
+
+    for (int t = t0; t < t1; t++) {
+        const int stage = (t - t0) % PF_STAGES;
+        lz::cp_async_wait<PF_STAGES - 2>();
+        __syncthreads();
+        if (t == t0) {
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++) {
+                int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
+                lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
+            }
+        }
+        if (t + PF_STAGES - 1 < t1) load_tile(tile_at(p, h, t + PF_STAGES - 1, D), (t - t0 + PF_STAGES - 1) % PF_STAGES);
+        lz::cp_async_commit();
+        const Tile x = tile_at(p, h, t, D);
+        const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
+        if (LAZY && x.off != 0) {
+            if (x.off != cs_off) {
+#pragma unroll
+                for (int t8 = 0; t8 < 8; t8++) {
+                    float ang = (float)x.off * p.inv_freq[8 * rot_u + t8];
+                    cs[t8] = cosf(ang);
+                    sn[t8] = sinf(ang);
+                }
+                cs_off = x.off;
+            }
+            const int ca = LAYOUT == LZ_ROPE_HALF ? rot_u : 2 * rot_u;
+            const int cb = LAYOUT == LZ_ROPE_HALF ? rot_u + D / 16 : 2 * rot_u + 1;
+#pragma unroll
+            for (int k = 0; k < BN / ROT_STEP; k++) {
+                int r = rot_r0 + k * ROT_STEP;
+                unsigned char *base = ring + stage * (2 * BN * D * 2);
+                uint4 *pa = reinterpret_cast<uint4 *>(base + lz::swz<D>(r, ca));
+                uint4 *pb = reinterpret_cast<uint4 *>(base + lz::swz<D>(r, cb));
+                uint4 va = *pa, vb = *pb;
+                uint32_t w[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+                float xs[16];
+#pragma unroll
+                for (int e = 0; e < 8; e++) { xs[2 * e] = lz::bf16_lo(w[e]); xs[2 * e + 1] = lz::bf16_hi(w[e]); }
+#pragma unroll
+                for (int t8 = 0; t8 < 8; t8++) {
+                    int a, b;
+                    lz_rope_pair(LAYOUT, 16, t8, &a, &b); /* local indices of pair 8u+t8 */
+                    lz_rope_rotate_pair(&xs[a], &xs[b], cs[t8], sn[t8]);
+                }
+#pragma unroll
+                for (int e = 0; e < 8; e++) w[e] = lz::pack_bf16(xs[2 * e], xs[2 * e + 1]);
+                *pa = make_uint4(w[0], w[1], w[2], w[3]);
+                *pb = make_uint4(w[4], w[5], w[6], w[7]);
+            }
+            __syncthreads();
+        }
+        /* S = Q K^T: s[n-tile][4], rows lane/4 and +8 of this warp's slice */
+        float s[BN / 8][4];
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+            for (int np = 0; np < BN / 16; np++) {
+                uint32_t b0, b1, b2, b3;
+                int r = np * 16 + (lane & 7) + (lane >> 4) * 8, c = ks * 2 + ((lane >> 3) & 1);
+                lz::ldsm_x4(kd + lz::swz<D>(r, c), b0, b1, b2, b3);
+                lz::mma16816(s[2 * np], qa[ks], b0, b1);
+                lz::mma16816(s[2 * np + 1], qa[ks], b2, b3);
+            }
+        const bool need_mask = x.n < BN || (x.self && x.j0 + BN - 1 > m_lo);
+        float mx[2] = {mrow[0], mrow[1]};
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = s[nt][e] * sl2;
+                if (need_mask) {
+                    int col = nt * 8 + 2 * (lane & 3) + (e & 1);
+                    bool ok = col < x.n && (!x.self || x.j0 + col <= mrow_pos[e >> 1]);
+                    v = ok ? v : -INFINITY;
+                }
+                s[nt][e] = v;
+                mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+        float alpha[2], mu[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            mu[r] = mx[r] == -INFINITY ? 0.f : mx[r];
+            alpha[r] = exp2f(mrow[r] - mu[r]);
+            mrow[r] = mx[r];
+        }
+        float rs[2] = {0.f, 0.f};
+        uint32_t pa[BN / 16][4];
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) {
+            float p0 = exp2f(s[nt][0] - mu[0]), p1 = exp2f(s[nt][1] - mu[0]);
+            float p2 = exp2f(s[nt][2] - mu[1]), p3 = exp2f(s[nt][3] - mu[1]);
+            rs[0] += p0 + p1;
+            rs[1] += p2 + p3;
+            pa[nt >> 1][(nt & 1) * 2] = lz::pack_bf16(p0, p1);
+            pa[nt >> 1][(nt & 1) * 2 + 1] = lz::pack_bf16(p2, p3);
+        }
+        lrow[0] = lrow[0] * alpha[0] + rs[0];
+        lrow[1] = lrow[1] * alpha[1] + rs[1];
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) {
+            o[nt][0] *= alpha[0]; o[nt][1] *= alpha[0];
+            o[nt][2] *= alpha[1]; o[nt][3] *= alpha[1];
+        }
+        /* O += P V */
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t b0, b1, b2, b3;
+                int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = dp * 2 + (lane >> 4);
+                lz::ldsm_x4_t(vd + lz::swz<D>(r, c), b0, b1, b2, b3);
+                lz::mma16816(o[2 * dp], pa[kk], b0, b1);
+                lz::mma16816(o[2 * dp + 1], pa[kk], b2, b3);
+            }
+    }
+    lz::cp_async_wait<0>();
+
+    /* write: bf16 rows when one part, else normalised fp32 part + log2-sum-exp */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
+        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
+    }
+    const size_t rows = (size_t)p.n_heads * M;
+    float *part = p.work, *lse = p.work + rows * n_split * D;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        int rr = r0 + warp * 16 + (lane >> 2) + 8 * k;
+        if (rr >= R) continue;
+        size_t row = (size_t)(h * G + rr / M) * M + rr % M;
+        float inv = lrow[k] > 0.f ? 1.f / lrow[k] : 0.f;
+        if (n_split == 1) {
+            __nv_bfloat16 *dst = reinterpret_cast<__nv_bfloat16 *>(p.o) + row * D;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++)
+                *reinterpret_cast<uint32_t *>(dst + nt * 8 + 2 * (lane & 3)) =
+                    lz::pack_bf16(o[nt][2 * k] * inv, o[nt][2 * k + 1] * inv);
+        } else {
+            float *dst = part + (row * n_split + sp) * D;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++)
+                *reinterpret_cast<float2 *>(dst + nt * 8 + 2 * (lane & 3)) =
+                    make_float2(o[nt][2 * k] * inv, o[nt][2 * k + 1] * inv);
+            if ((lane & 3) == 0)
+                lse[row * n_split + sp] = lrow[k] > 0.f ? mrow[k] + log2f(lrow[k]) : -INFINITY;
+        }
+    }
+}
+
+template <int D, int LAYOUT, bool LAZY>
+int launch(const lz_prefill_params *p, cudaStream_t st)
+{
+    int dev, n_sm;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return (int)e;
+    const int ns = lz_prefill_splits(p, n_sm);
+    if (ns > 1 && (!p->work || p->work_bytes < lz_prefill_workspace(p, ns))) return LZ_ATTN_EWORK;
+    auto kern = prefill_kernel<D, LAYOUT, LAZY>;
+    static bool attr_set = false;
+    if (!attr_set) {
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<D>());
+        if (e != cudaSuccess) return (int)e;
+        attr_set = true;
+    }
+    const int G = p->n_heads / p->n_kv_heads;
+    const int row_tiles = (G * p->n_rows + BM - 1) / BM;
+    dim3 grid(row_tiles * p->n_kv_heads, ns);
+    kern<<<grid, PF_THREADS, pf_smem<D>(), st>>>(*p, ns);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    if (ns > 1) {
+        int rows = p->n_heads * p->n_rows;
+        return lz::launch_combine<D>(reinterpret_cast<__nv_bfloat16 *>(p->o), p->work,
+                                     p->work + (size_t)rows * ns * D, rows, ns, st);
+    }
+    return LZ_ATTN_OK;
+}
+
+template <bool LAZY> int dispatch(const lz_prefill_params *p, void *stream)
+{
+    int rc = lz_prefill_check(p);
+    if (rc) return rc;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (p->head_dim == 128)
+        return p->rope_layout == LZ_ROPE_HALF ? launch<128, LZ_ROPE_HALF, LAZY>(p, st)
+                                              : launch<128, LZ_ROPE_ADJACENT, LAZY>(p, st);
+    return p->rope_layout == LZ_ROPE_HALF ? launch<64, LZ_ROPE_HALF, LAZY>(p, st)
+                                          : launch<64, LZ_ROPE_ADJACENT, LAZY>(p, st);
+}
+
+} /* namespace */
+
+extern "C" int lz_prefill_lazy(const lz_prefill_params *p, void *stream) { return dispatch<true>(p, stream); }
+extern "C" int lz_prefill(const lz_prefill_params *p, void *stream) { return dispatch<false>(p, stream); }
