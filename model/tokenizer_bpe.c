@@ -30,6 +30,8 @@ int lz_bpe_prepare(lz_tokenizer *t, char *err, size_t errlen)
         }
     }
     /* pieces: NORMAL tokens map their code points back to bytes */
+    int inv[256 + 68]; /* code point -> byte, -1 if none */
+    for (uint32_t cp = 0; cp < 256 + 68; cp++) inv[cp] = lz_cp_to_byte(cp);
     char *tmp = NULL;
     size_t tmp_cap = 0;
     int rc = 0;
@@ -52,7 +54,8 @@ int lz_bpe_prepare(lz_tokenizer *t, char *err, size_t errlen)
         for (size_t i = 0; i < n;) {
             int l = lz_utf8_seq_len(s + i, n - i);
             if (l == 0) { tmp[k++] = (char)s[i++]; continue; } /* not UTF-8: keep as is */
-            int b = lz_cp_to_byte(lz_utf8_decode(s + i, l));
+            uint32_t cp = lz_utf8_decode(s + i, l);
+            int b = cp < 256 + 68 ? inv[cp] : -1;
             if (b < 0) { memcpy(tmp + k, s + i, (size_t)l); k += (size_t)l; }
             else { tmp[k++] = (char)b; same &= (l == 1); }
             i += (size_t)l;
@@ -93,8 +96,8 @@ static inline uint32_t merge_slot(uint64_t key, uint32_t mask)
 
 int lz_bpe_alloc_merges(lz_tokenizer *t, size_t n)
 {
-    uint32_t cap = 1024;
-    while (cap < n * 2 && cap < (1u << 30)) cap *= 2;
+    uint32_t cap = 1024; /* load factor <= 3/4 */
+    while ((size_t)cap / 4 * 3 <= n && cap < (1u << 30)) cap *= 2;
     free(t->merges);
     t->merges = malloc(cap * sizeof *t->merges);
     if (!t->merges) return LZ_TOK_ENOMEM;
@@ -116,7 +119,7 @@ int lz_bpe_add_merge(lz_tokenizer *t, const char *a, size_t alen, const char *b,
     int id = lz_strmap_find(t, &t->by_text, ab, alen + blen);
     if (ab != stack) free(ab);
     if (id < 0) return 0;
-    if ((uint32_t)t->n_merges * 2 >= t->merge_mask) return LZ_TOK_ENOMEM; /* table sized too small */
+    if ((uint32_t)t->n_merges >= (t->merge_mask + 1) / 4 * 3) return LZ_TOK_ENOMEM; /* sized too small */
     uint64_t key = (uint64_t)ia << 32 | (uint32_t)ib;
     for (uint32_t i = merge_slot(key, t->merge_mask);; i = (i + 1) & t->merge_mask) {
         lz_merge *m = &t->merges[i];

@@ -2,7 +2,9 @@
  * tokenizer.json (model BPE with vocab, merges as "a b" or ["a", "b"],
  * added_tokens, a Split-regex + ByteLevel pre-tokenizer) and bos/eos from an
  * optional tokenizer_config.json. Normalizers and other models are refused. */
+#include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,29 +262,60 @@ static int hf_build(const char *path, const json_t *root, const json_t *cfg, lz_
     return 0;
 }
 
+/* Reads and parses a whole JSON file (json_loadb is much faster than
+ * json_load_file, which reads a byte at a time). */
+static int load_json(const char *path, size_t flags, json_t **out, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        lz_tok_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return LZ_TOK_EIO;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 1 << 20;
+            char *p = realloc(buf, cap);
+            if (!p) { free(buf); fclose(f); return LZ_TOK_ENOMEM; }
+            buf = p;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        lz_tok_err(err, errlen, "%s: read error", path);
+        return LZ_TOK_EIO;
+    }
+    json_error_t je;
+    *out = json_loadb(buf, len, flags, &je);
+    free(buf);
+    if (!*out) {
+        lz_tok_err(err, errlen, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+        return LZ_TOK_EFORMAT;
+    }
+    return 0;
+}
+
 int lz_tokenizer_from_hf(const char *tokenizer_json, const char *config_json, lz_tokenizer **out,
                          char *err, size_t errlen)
 {
     if (err && errlen) err[0] = '\0';
     if (!tokenizer_json || !out) return LZ_TOK_EINVAL;
     *out = NULL;
-    json_error_t je;
-    json_t *root = json_load_file(tokenizer_json, 0, &je);
-    if (!root) {
-        lz_tok_err(err, errlen, "%s:%d:%d: %s", tokenizer_json, je.line, je.column, je.text);
-        return je.line <= 0 && je.position == 0 ? LZ_TOK_EIO : LZ_TOK_EFORMAT;
+    json_t *root = NULL, *cfg = NULL;
+    int rc = load_json(tokenizer_json, 0, &root, err, errlen);
+    if (rc) return rc;
+    /* model_max_length is often 1e30 written as an integer: read numbers as reals */
+    if (config_json && (rc = load_json(config_json, JSON_DECODE_INT_AS_REAL, &cfg, err, errlen))) {
+        json_decref(root);
+        return rc;
     }
-    json_t *cfg = NULL;
-    if (config_json) {
-        /* model_max_length is often 1e30 as an integer: read numbers as reals */
-        cfg = json_load_file(config_json, JSON_DECODE_INT_AS_REAL, &je);
-        if (!cfg) {
-            lz_tok_err(err, errlen, "%s:%d:%d: %s", config_json, je.line, je.column, je.text);
-            json_decref(root);
-            return je.line <= 0 && je.position == 0 ? LZ_TOK_EIO : LZ_TOK_EFORMAT;
-        }
-    }
-    int rc = json_is_object(root) ? hf_build(tokenizer_json, root, cfg, out, err, errlen) : LZ_TOK_EFORMAT;
+    rc = json_is_object(root) ? hf_build(tokenizer_json, root, cfg, out, err, errlen) : LZ_TOK_EFORMAT;
     if (rc == LZ_TOK_EFORMAT && err && !err[0]) lz_tok_err(err, errlen, "%s: not a JSON object", tokenizer_json);
     json_decref(cfg);
     json_decref(root);

@@ -59,6 +59,8 @@ struct lz_tokenizer {
     int n_special;
     int special_first[257];
 
+    int spm_split;     /* SPM: no token has U+2581 after another character, so
+                        * merges never cross the start of a space run */
     int byte_tok[256]; /* SPM: <0xNN> token (-1 if absent); BPE: token of byte b */
 
     /* BPE */

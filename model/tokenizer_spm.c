@@ -94,6 +94,17 @@ int lz_spm_prepare(lz_tokenizer *t, char *err, size_t errlen)
         snprintf(name, sizeof name, "<0x%02X>", b);
         t->byte_tok[b] = lz_strmap_find(t, &t->by_text, name, 6);
     }
+    /* Can the text be cut before each space run? Only if no mergeable token
+     * has U+2581 after a character other than U+2581. */
+    t->spm_split = 1;
+    for (int id = 0; id < t->n_vocab && t->spm_split; id++) {
+        const lz_tok_entry *e = &t->toks[id];
+        if (e->type != LZ_TOKTYPE_NORMAL && e->type != LZ_TOKTYPE_USER) continue;
+        const char *s = t->arena + e->text_off;
+        size_t i = 0;
+        while (i + 3 <= e->text_len && memcmp(s + i, SPACE_MARK, 3) == 0) i += 3;
+        if (i < e->text_len && has_space_mark(s + i, e->text_len - i)) t->spm_split = 0;
+    }
     (void)err;
     (void)errlen;
     return 0;
@@ -116,26 +127,9 @@ static int try_pair(const lz_tokenizer *t, const char *buf, lz_sym *sym, lz_heap
     return lz_heap_push(h, p);
 }
 
-int lz_spm_encode(const lz_tokenizer *t, const char *text, size_t len, int prefix_space,
-                  lz_tok_scratch *s, lz_idvec *out)
+/* Merges buf[0..bn) (escaped text) and appends its tokens to out. */
+static int merge_word(const lz_tokenizer *t, const char *buf, size_t bn, lz_tok_scratch *s, lz_idvec *out)
 {
-    if (len == 0) return 0;
-    if (len > (size_t)0x7fffffff / 3 - 3) return LZ_TOK_ENOMEM; /* symbol offsets are int */
-    size_t need = len * 3 + 3;
-    if (need > s->buf_cap) {
-        char *p = realloc(s->buf, need);
-        if (!p) return LZ_TOK_ENOMEM;
-        s->buf = p;
-        s->buf_cap = need;
-    }
-    char *buf = s->buf;
-    size_t bn = 0;
-    if (prefix_space) { memcpy(buf, SPACE_MARK, 3); bn = 3; }
-    for (size_t i = 0; i < len; i++) {
-        if (text[i] == ' ') { memcpy(buf + bn, SPACE_MARK, 3); bn += 3; }
-        else buf[bn++] = text[i];
-    }
-
     int rc = lz_scratch_syms(s, bn);
     if (rc) return rc;
     lz_sym *sym = s->sym;
@@ -184,4 +178,38 @@ int lz_spm_encode(const lz_tokenizer *t, const char *text, size_t len, int prefi
         }
     }
     return 0;
+}
+
+int lz_spm_encode(const lz_tokenizer *t, const char *text, size_t len, int prefix_space,
+                  lz_tok_scratch *s, lz_idvec *out)
+{
+    if (len == 0) return 0;
+    if (len > (size_t)0x7fffffff / 3 - 3) return LZ_TOK_ENOMEM; /* symbol offsets are int */
+    size_t need = len * 3 + 3;
+    if (need > s->buf_cap) {
+        char *p = realloc(s->buf, need);
+        if (!p) return LZ_TOK_ENOMEM;
+        s->buf = p;
+        s->buf_cap = need;
+    }
+    char *buf = s->buf;
+    size_t bn = 0;
+    if (prefix_space) { memcpy(buf, SPACE_MARK, 3); bn = 3; }
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') { memcpy(buf + bn, SPACE_MARK, 3); bn += 3; }
+        else buf[bn++] = text[i];
+    }
+
+    /* Merge each word on its own when no token can span the start of a
+     * space run (the result is the same, the heap stays small). */
+    int rc = 0;
+    size_t w0 = 0;
+    for (size_t i = 3; i + 3 <= bn && t->spm_split; i++) {
+        if (memcmp(buf + i, SPACE_MARK, 3) != 0) continue;
+        if (i >= w0 + 3 && memcmp(buf + i - 3, SPACE_MARK, 3) == 0) { i += 2; continue; }
+        if ((rc = merge_word(t, buf + w0, i - w0, s, out))) return rc;
+        w0 = i;
+        i += 2;
+    }
+    return merge_word(t, buf + w0, bn - w0, s, out);
 }

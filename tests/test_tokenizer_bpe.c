@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "model/gguf.h"
+#include "model/gguf_write.h"
 #include "model/tokenizer.h"
 #include "tests/test.h"
 
@@ -242,8 +243,109 @@ static void check_tokenizer(const lz_tokenizer *t, const char *what, int ggml_fi
     free(txt);
 }
 
+/* GPT-2's byte -> code point map, written here independently of the library. */
+static unsigned byte_cp(unsigned b)
+{
+    int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    if (printable) return b;
+    unsigned k = 0;
+    for (unsigned c = 0; c < b; c++)
+        k += !((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE);
+    return 256 + k;
+}
+
+/* A hand-made byte-level vocabulary (no fixture needed): rank order, the
+ * GPT-2 pre-tokenizer, byte tokens for invalid UTF-8, error paths. */
+static void test_tiny_vocab(void)
+{
+    char dir[256], path[512], err[512] = "";
+    CHECK(lz_test_tmpdir(dir, sizeof dir) != NULL, "tmpdir");
+    snprintf(path, sizeof path, "%s/tiny.gguf", dir);
+    char names[256 + 4][8];
+    const char *toks[256 + 4];
+    for (unsigned b = 0; b < 256; b++) { /* token b = byte b's code point in UTF-8 */
+        unsigned cp = byte_cp(b);
+        if (cp < 0x80) { names[b][0] = (char)cp; names[b][1] = 0; }
+        else { names[b][0] = (char)(0xC0 | (cp >> 6)); names[b][1] = (char)(0x80 | (cp & 0x3F)); names[b][2] = 0; }
+        toks[b] = names[b];
+    }
+    toks[256] = "ab"; toks[257] = "bc"; toks[258] = "abc"; toks[259] = "\xc4\xa0" "a";
+    static const char *const merges[] = {"a b", "b c", "ab c", "\xc4\xa0 a", "x y"};
+    lz_gguf_writer *w = lz_gguf_writer_new();
+    lz_gguf_write_str(w, "tokenizer.ggml.model", "gpt2");
+    lz_gguf_write_str(w, "tokenizer.ggml.pre", "default");
+    lz_gguf_write_arr_str(w, "tokenizer.ggml.tokens", toks, 260);
+    lz_gguf_write_arr_str(w, "tokenizer.ggml.merges", merges, 5);
+    lz_gguf_write_u32(w, "tokenizer.ggml.eos_token_id", 259);
+    int rc = lz_gguf_writer_save(w, path, err, sizeof err);
+    lz_gguf_writer_free(w);
+    CHECK(rc == 0, "save: %s", err);
+    lz_gguf *g = NULL;
+    lz_tokenizer *t = NULL;
+    if (rc == 0 && lz_gguf_open(path, &g, err, sizeof err) == 0) {
+        rc = lz_tokenizer_from_gguf(g, &t, err, sizeof err);
+        CHECK(rc == 0, "tiny: %s", err);
+        lz_gguf_close(g);
+    }
+    if (t) {
+        static const struct { const char *text; int n, ids[4]; } cases[] = {
+            {"abc", 1, {258}},                 /* a+b (rank 0) then ab+c (rank 2) */
+            {"bcb", 2, {257, 'b'}},            /* b+c, then nothing for bc+b */
+            {" abc", 2, {' ', 258}}, /* a+b (rank 0) goes before the space merge (rank 3) */
+            {" a", 1, {259}},
+            {"xy", 2, {'x', 'y'}},             /* "xy" is no token: the merge is ignored */
+            {"a b", 3, {'a', ' ', 'b'}},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            int *ids = NULL, n = 0;
+            lz_tokenizer_encode(t, cases[i].text, strlen(cases[i].text), 0, &ids, &n);
+            CHECK(same_ids(ids, n, cases[i].ids, cases[i].n), "tiny '%s'", cases[i].text);
+            if (!same_ids(ids, n, cases[i].ids, cases[i].n)) print_ids("got", ids, n);
+            free(ids);
+            check_round_trip(t, cases[i].text, strlen(cases[i].text), 0, "tiny");
+        }
+        check_round_trip(t, "\xff\xfe a\x80" "bc", 7, 0, "tiny invalid utf8");
+        CHECK(lz_tokenizer_bos(t) == -1 && lz_tokenizer_eos(t) == 259 && lz_tokenizer_is_eog(t, 259), "tiny ids");
+        int *ids = NULL, n = -1;
+        CHECK(lz_tokenizer_encode(t, "abc", 3, LZ_TOK_BOS, &ids, &n) == 0 && n == 1, "BOS flag without a BOS");
+        free(ids);
+        CHECK(lz_tokenizer_encode(t, NULL, 3, 0, &ids, &n) == LZ_TOK_EINVAL && ids == NULL, "NULL text");
+        lz_tokenizer_free(t);
+    }
+    /* a vocabulary without the 256 byte tokens is refused */
+    w = lz_gguf_writer_new();
+    lz_gguf_write_str(w, "tokenizer.ggml.model", "gpt2");
+    lz_gguf_write_arr_str(w, "tokenizer.ggml.tokens", toks + 100, 160);
+    lz_gguf_write_arr_str(w, "tokenizer.ggml.merges", merges, 5);
+    lz_gguf_writer_save(w, path, err, sizeof err);
+    lz_gguf_writer_free(w);
+    if (lz_gguf_open(path, &g, err, sizeof err) == 0) {
+        t = NULL;
+        rc = lz_tokenizer_from_gguf(g, &t, err, sizeof err);
+        CHECK(rc != 0 && !t && strstr(err, "byte"), "no byte tokens: rc %d '%s'", rc, err);
+        lz_gguf_close(g);
+    }
+    /* an unknown pre-tokenizer is refused by name */
+    w = lz_gguf_writer_new();
+    lz_gguf_write_str(w, "tokenizer.ggml.model", "gpt2");
+    lz_gguf_write_str(w, "tokenizer.ggml.pre", "qwen2");
+    lz_gguf_write_arr_str(w, "tokenizer.ggml.tokens", toks, 260);
+    lz_gguf_write_arr_str(w, "tokenizer.ggml.merges", merges, 5);
+    lz_gguf_writer_save(w, path, err, sizeof err);
+    lz_gguf_writer_free(w);
+    if (lz_gguf_open(path, &g, err, sizeof err) == 0) {
+        t = NULL;
+        rc = lz_tokenizer_from_gguf(g, &t, err, sizeof err);
+        CHECK(rc == LZ_TOK_EUNSUPPORTED && !t && strstr(err, "qwen2"), "pre qwen2: rc %d '%s'", rc, err);
+        lz_gguf_close(g);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
+    test_tiny_vocab();
     char gpath[512], ip[512], op[512], vp[512], hp[512], cp[512], err[512] = "";
     if (!lz_test_fixture("tokenizers/llama3-vocab.gguf", gpath, sizeof gpath) ||
         !lz_test_fixture("tokenizers/ggml-vocab-llama-bpe.gguf.inp", ip, sizeof ip) ||
