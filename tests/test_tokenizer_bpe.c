@@ -339,6 +339,44 @@ static void test_tiny_vocab(void)
         CHECK(rc == LZ_TOK_EUNSUPPORTED && !t && strstr(err, "qwen2"), "pre qwen2: rc %d '%s'", rc, err);
         lz_gguf_close(g);
     }
+    /* the same vocabulary as tokenizer.json, merges as ["a", "b"] pairs, added tokens */
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    json_t *vocab = json_object(), *jm = json_array(), *added = json_array();
+    for (int i = 0; i < 260; i++) json_object_set_new(vocab, toks[i], json_integer(i));
+    for (int i = 0; i < 5; i++) {
+        const char *sp = strchr(merges[i], ' ');
+        json_array_append_new(jm, json_pack("[s#s]", merges[i], (int)(sp - merges[i]), sp + 1));
+    }
+    json_array_append_new(added, json_pack("{sisssb}", "id", 260, "content", "<|end|>", "special", 1));
+    json_array_append_new(added, json_pack("{sisssb}", "id", 261, "content", "[[user]]", "special", 0));
+    json_t *root = json_pack("{s{sssoso}s{ss}sn}", "model", "type", "BPE", "vocab", vocab, "merges", jm,
+                             "pre_tokenizer", "type", "ByteLevel", "normalizer");
+    json_object_set_new(root, "added_tokens", added);
+    json_object_set_new(root, "post_processor",
+                        json_pack("{sss[{s{ss}}{s{ss}}]}", "type", "TemplateProcessing", "single", "SpecialToken",
+                                  "id", "<|end|>", "Sequence", "id", "A"));
+    CHECK(json_dump_file(root, path, 0) == 0, "write %s", path);
+    json_decref(root);
+    t = NULL;
+    rc = lz_tokenizer_from_hf(path, NULL, &t, err, sizeof err);
+    CHECK(rc == 0 && t, "tiny tokenizer.json: %s", err);
+    if (t) {
+        int *ids = NULL, n = 0;
+        const char *txt = "abc[[user]]<|end|>";
+        lz_tokenizer_encode(t, txt, strlen(txt), 0, &ids, &n);
+        /* the non-special added token always splits; the special one only with LZ_TOK_SPECIAL */
+        CHECK(n > 3 && ids[0] == 258 && ids[1] == 261 && ids[2] != 260, "tiny hf plain (%d ids)", n);
+        free(ids);
+        lz_tokenizer_encode(t, txt, strlen(txt), LZ_TOK_SPECIAL, &ids, &n);
+        static const int want[] = {258, 261, 260};
+        CHECK(same_ids(ids, n, want, 3), "tiny hf special");
+        free(ids);
+        CHECK(lz_tokenizer_bos(t) == 260 && lz_tokenizer_add_bos(t), "bos from the template");
+        char pb[16];
+        CHECK(lz_tokenizer_piece(t, -1, 261, pb, sizeof pb) == 8 && memcmp(pb, "[[user]]", 8) == 0,
+              "user-defined piece is its text");
+        lz_tokenizer_free(t);
+    }
     unlink(path);
     rmdir(dir);
 }
