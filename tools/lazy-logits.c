@@ -3,7 +3,8 @@
  * (the cache is empty; positions are pos0, pos0+1, ...), and prints one JSON
  * object: the last-position logits, a greedy continuation (argmax, first
  * index on ties, as torch.argmax) and the rotary inverse frequencies.
- * No tokenizer is needed. */
+ * No tokenizer is needed. --tokenize-file prints the ids of a text instead
+ * (no BOS, special tokens not parsed) to compare tokenizers. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ static void usage(FILE *f)
             "      --pos0 P         position of the first prompt token (default 0)\n"
             "  -n N                 greedy tokens to generate after the prompt (default 20)\n"
             "      --no-logits      leave the logits out of the JSON\n"
+            "      --tokenize-file F  print {\"ids\": [...]} of the text in F (no BOS) and exit\n"
             "      --threads N      CPU threads (default: all cores)\n"
             "      --batch N        prefill batch (default 512)\n"
             "  -h, --help           this help\n");
@@ -89,9 +91,31 @@ static int argmax(const float *x, int n)
     return b;
 }
 
+/* Prints the ids of the text in path as {"ids": [...]}. */
+static int tokenize(const char *model_path, const char *path)
+{
+    char err[512] = "", *text = read_file(path);
+    lz_llama *m;
+    if (!text) { fprintf(stderr, "lazy-logits: cannot read %s\n", path); return 2; }
+    if (lz_llama_load(model_path, &m, err, sizeof err)) { fprintf(stderr, "lazy-logits: %s\n", err); free(text); return 1; }
+    int *ids = NULL, n = 0, rc = 1;
+    if (!m->tok) fprintf(stderr, "lazy-logits: %s has no tokenizer\n", model_path);
+    else if (lz_tokenizer_encode(m->tok, text, strlen(text), 0, &ids, &n)) fprintf(stderr, "lazy-logits: out of memory\n");
+    else {
+        printf("{\"ids\": [");
+        for (int i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+        printf("]}\n");
+        rc = 0;
+    }
+    free(ids);
+    free(text);
+    lz_llama_free(m);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    const char *model_path = NULL, *ids_s = NULL, *ids_file = NULL;
+    const char *model_path = NULL, *ids_s = NULL, *ids_file = NULL, *tok_file = NULL;
     long long pos0 = 0;
     long n_gen = 20, threads = 0, batch = 512;
     int with_logits = 1;
@@ -107,9 +131,11 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--threads")) { NEED(); threads = strtol(v, NULL, 10); }
         else if (!strcmp(a, "--batch")) { NEED(); batch = strtol(v, NULL, 10); }
         else if (!strcmp(a, "--no-logits")) with_logits = 0;
+        else if (!strcmp(a, "--tokenize-file")) { NEED(); tok_file = v; }
         else { fprintf(stderr, "lazy-logits: unknown option '%s' (try --help)\n", a); return 2; }
 #undef NEED
     }
+    if (model_path && tok_file) return tokenize(model_path, tok_file);
     if (!model_path || (!ids_s == !ids_file) || n_gen < 0 || n_gen > (1 << 20) || batch <= 0 || pos0 < 0) {
         fprintf(stderr, "lazy-logits: need -m MODEL and exactly one of --ids / --ids-file (try --help)\n");
         return 2;
