@@ -14,6 +14,7 @@ typedef struct {
     uint8_t used;      /* slot holds a key */
     double freq;       /* decayed access count (+ prior) */
     uint64_t last;     /* access clock of the last access */
+    uint64_t epoch;    /* last request that used it: pinned while that request runs */
     void *value;       /* non-NULL when cached */
     size_t bytes;
 } slot;
@@ -24,6 +25,7 @@ struct lz_doc_cache {
     size_t n_keys;
     size_t budget;
     uint64_t clock;
+    uint64_t epoch;    /* current request */
     uint64_t aging_period;
     void (*free_value)(void *, void *);
     void *ctx;
@@ -49,6 +51,7 @@ lz_doc_cache *lz_doc_cache_new(size_t budget, void (*free_value)(void *, void *)
     c->free_value = free_value;
     c->ctx = ctx;
     c->aging_period = 1 << 16;
+    c->epoch = 1;
     c->st.bytes_budget = (int64_t)budget;
     return c;
 }
@@ -112,6 +115,7 @@ static void age(lz_doc_cache *c)
 static void touch(lz_doc_cache *c, slot *s)
 {
     s->freq += 1.0;
+    s->epoch = c->epoch;
     s->last = ++c->clock;
     if (c->clock % c->aging_period == 0) age(c);
 }
@@ -167,7 +171,7 @@ int lz_doc_cache_put(lz_doc_cache *c, const void *key, size_t key_len, void *val
             slot *w = NULL;
             for (size_t i = 0; i < c->cap; i++) {
                 slot *x = &c->slots[i];
-                if (!x->value || x == s) continue;
+                if (!x->value || x == s || x->epoch == c->epoch) continue; /* pinned by this request */
                 int taken = 0;
                 for (size_t j = 0; j < nv; j++) if (v[j] == x) { taken = 1; break; }
                 if (taken) continue;
@@ -200,5 +204,7 @@ int lz_doc_cache_preload(lz_doc_cache *c, const void *key, size_t key_len, void 
     insert(c, s, value, bytes);
     return 1;
 }
+
+void lz_doc_cache_begin(lz_doc_cache *c) { c->epoch++; }
 
 void lz_doc_cache_get_stats(const lz_doc_cache *c, lz_doc_cache_stats *st) { *st = c->st; }

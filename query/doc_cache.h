@@ -37,6 +37,11 @@ typedef struct {
 lz_doc_cache *lz_doc_cache_new(size_t budget, void (*free_value)(void *value, void *ctx), void *ctx);
 void lz_doc_cache_free(lz_doc_cache *c); /* frees every value; NULL is a no-op */
 
+/* Starts a request: entries it gets or puts from now on are pinned (never
+ * evicted) until the next lz_doc_cache_begin, so a request can use several
+ * cached values at once while admitting others. */
+void lz_doc_cache_begin(lz_doc_cache *c);
+
 /* Adds prior frequency to key (e.g. persisted hit counts) without an access. */
 void lz_doc_cache_prior(lz_doc_cache *c, const void *key, size_t key_len, double freq);
 

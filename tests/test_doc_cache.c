@@ -16,43 +16,57 @@ static void test_basic(void)
 {
     lz_doc_cache *c = lz_doc_cache_new(100, free_value, NULL);
     lz_doc_cache_stats st;
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_get(c, "a", 1) == NULL, "empty miss");
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_put(c, "a", 1, val(), 60) == 1, "a admitted into free room");
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_get(c, "a", 1) != NULL, "a hit");
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_get(c, "a", 1) != NULL, "a hit 2");
     /* b seen once: cannot displace a (freq 3) */
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_get(c, "b", 1) == NULL, "b miss");
     void *b = val();
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_put(c, "b", 1, b, 60) == 0, "b rejected: less popular than a");
     free(b);
     /* b becomes popular: 4 accesses > a's 3 */
-    for (int i = 0; i < 3; i++) lz_doc_cache_get(c, "b", 1);
+    for (int i = 0; i < 3; i++) { lz_doc_cache_begin(c); lz_doc_cache_get(c, "b", 1); }
     b = val();
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_put(c, "b", 1, b, 60) == 1, "popular b admitted");
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_get(c, "a", 1) == NULL, "a evicted");
     lz_doc_cache_get_stats(c, &st);
     CHECK(st.bytes_used <= st.bytes_budget && st.bytes_used == 60, "budget respected (%lld)", (long long)st.bytes_used);
     CHECK(st.evicted == 1 && n_freed == 1, "one eviction freed");
     void *big = val();
     lz_doc_cache_prior(c, "big", 3, 1000);
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_put(c, "big", 3, big, 101) == 0, "larger than the budget rejected");
     free(big);
     /* prior: a persisted-popular document displaces b */
     lz_doc_cache_prior(c, "p", 1, 50);
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_put(c, "p", 1, val(), 70) == 1, "prior-popular p admitted");
     lz_doc_cache_free(c);
     CHECK(n_freed == 3, "free releases every cached value (%d)", n_freed);
     /* preload fills free room without admission */
     c = lz_doc_cache_new(100, free_value, NULL);
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_preload(c, "x", 1, val(), 50) == 1, "preload");
     void *y = val();
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_preload(c, "y", 1, y, 51) == 0, "preload beyond budget refused");
     free(y);
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_get(c, "x", 1) != NULL, "preloaded hit");
     lz_doc_cache_free(c);
     /* zero budget caches nothing */
     c = lz_doc_cache_new(0, free_value, NULL);
     void *z = val();
+    lz_doc_cache_begin(c);
     CHECK(lz_doc_cache_put(c, "z", 1, z, 1) == 0, "zero budget");
     free(z);
     lz_doc_cache_free(c);
@@ -60,6 +74,24 @@ static void test_basic(void)
 
 /* Zipf(1.1) over 1000 documents of equal size, budget for 50: the hit rate
  * must approach the ideal (mass of the 50 most popular) and stay in budget. */
+static void test_pinning(void)
+{
+    lz_doc_cache *c = lz_doc_cache_new(100, free_value, NULL);
+    lz_doc_cache_begin(c);
+    CHECK(lz_doc_cache_put(c, "a", 1, val(), 60) == 1, "a in");
+    lz_doc_cache_begin(c);
+    CHECK(lz_doc_cache_get(c, "a", 1) != NULL, "a used by this request");
+    for (int i = 0; i < 5; i++) lz_doc_cache_get(c, "b", 1);
+    void *b = val();
+    CHECK(lz_doc_cache_put(c, "b", 1, b, 60) == 0, "a is pinned by the running request: b not admitted");
+    free(b);
+    lz_doc_cache_begin(c);
+    b = val();
+    lz_doc_cache_get(c, "b", 1);
+    CHECK(lz_doc_cache_put(c, "b", 1, b, 60) == 1, "next request: a evictable, b admitted");
+    lz_doc_cache_free(c);
+}
+
 static void test_zipf(void)
 {
     const int N = 1000, K = 50, Q = 100000;
@@ -75,6 +107,7 @@ static void test_zipf(void)
         int lo = 0, hi = N - 1;
         while (lo < hi) { int mid = (lo + hi) / 2; if (cdf[mid] < u) lo = mid + 1; else hi = mid; }
         int key = lo;
+        lz_doc_cache_begin(c);
         if (!lz_doc_cache_get(c, &key, sizeof key)) {
             void *v = val();
             if (!lz_doc_cache_put(c, &key, sizeof key, v, 1000)) free(v);
@@ -93,6 +126,7 @@ static void test_zipf(void)
 int main(void)
 {
     test_basic();
+    test_pinning();
     test_zipf();
     return lz_test_done();
 }
