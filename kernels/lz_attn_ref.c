@@ -42,7 +42,7 @@ int lz_prefill_check(const lz_prefill_params *p)
     int rc = check_common(p->head_dim, p->n_heads, p->n_kv_heads, p->rope_layout);
     if (rc) return rc;
     if (!p->o || !p->q || !p->k_self || !p->v_self || !p->inv_freq || p->n_rows < 1 ||
-        p->n_seg < 0 || p->n_split < 0 || p->self_offset < 0 ||
+        p->n_seg < 0 || p->n_seg > LZ_PREFILL_MAX_SEG || p->n_split < 0 || p->self_offset < 0 ||
         (p->n_seg > 0 && (!p->segs || !p->seg_len)))
         return LZ_ATTN_EARG;
     return LZ_ATTN_OK;
@@ -69,7 +69,8 @@ int lz_prefill_splits(const lz_prefill_params *p, int n_sm)
     int64_t row_tiles = ((int64_t)g * p->n_rows + LZ_PREFILL_BM - 1) / LZ_PREFILL_BM * p->n_kv_heads;
     int64_t key_tiles = p->seg_keys / LZ_PREFILL_BN + p->n_seg +
                         (p->n_rows + LZ_PREFILL_BN - 1) / LZ_PREFILL_BN;
-    int64_t want = (2 * (int64_t)n_sm + row_tiles - 1) / row_tiles; /* about two waves */
+    /* one CTA per SM fits (registers): fill exactly one wave, >= 2 tiles a part */
+    int64_t want = n_sm / row_tiles;
     return clampi((int)(want < 64 ? want : 64), 1, (int)(key_tiles / 2 > 1 ? key_tiles / 2 : 1));
 }
 
@@ -85,8 +86,10 @@ int lz_decode_splits(const lz_decode_params *p, int n_sm)
     if (p->n_split > 0) return p->n_split;
     int64_t ctas = (int64_t)p->batch * p->n_kv_heads;
     if (ctas <= 0) return 1;
-    int64_t want = (4 * (int64_t)n_sm + ctas - 1) / ctas; /* two waves of 2 CTAs per SM */
-    int most = (p->max_blocks + 3) / 4;                    /* at least 4 blocks per part */
+    /* about one wave of 2 CTAs per SM (measured best on H200: fewer, longer
+     * parts beat more waves), at least 8 blocks per part */
+    int64_t want = 2 * (int64_t)n_sm / ctas;
+    int most = (p->max_blocks + 7) / 8;
     return clampi((int)(want < 256 ? want : 256), 1, most > 1 ? most : 1);
 }
 
@@ -94,7 +97,8 @@ size_t lz_decode_workspace(const lz_decode_params *p, int n_split)
 {
     if (n_split <= 1) return 0;
     size_t rows = (size_t)p->batch * p->n_heads;
-    return rows * n_split * ((size_t)p->head_dim + 1) * sizeof(float);
+    return rows * n_split * ((size_t)p->head_dim + 1) * sizeof(float) +
+           (size_t)p->batch * p->n_kv_heads * sizeof(unsigned);
 }
 
 int lz_decode_add_segment(uint64_t *words, int *n, int cap, uint64_t row, int64_t len,

@@ -2,9 +2,12 @@
  * one query row per sequence, all G query heads of a kv head in one CTA (K/V
  * read once per group), 64-key blocks streamed by cp.async through a 3-stage
  * shared-memory ring, QK^T and PV on mma.sync m16n8k16 (G heads padded to
- * 16 rows), split-KV over CTAs with a combine kernel. The lazy kernel rotates
- * the query by R(-p) in shared memory when a block's offset p changes; keys
- * are never touched, so its memory traffic equals the twin's.
+ * 16 rows), split-KV over CTAs, merged by the last CTA of each (b, h) (an
+ * atomic counter in the workspace; no second launch). The lazy kernel
+ * rotates the query by R(-p) when a block's offset p changes: the rotated
+ * copy for the next block is built into a second shared tile while the
+ * current block computes, so no extra barrier; keys are never touched and
+ * memory traffic equals the twin's.
  *
  * Legend: B = sequences, KV = kv heads, G = query heads per kv head, H =
  * KV*G, d = head_dim, NB = block words per (b, h), NS = split-KV parts.
@@ -25,8 +28,8 @@ constexpr int BLK = LZ_DECODE_BLOCK;
 
 template <int D> constexpr size_t dec_smem()
 {
-    /* ring of K and V blocks, bf16 query tile (16 rows), fp32 query (16 rows) */
-    return (size_t)DEC_STAGES * 2 * BLK * D * 2 + 16 * D * 2 + 16 * D * 4;
+    /* ring of K and V blocks, two bf16 query tiles of 16 rows (current, next) */
+    return (size_t)DEC_STAGES * 2 * BLK * D * 2 + 2 * 16 * D * 2;
 }
 
 template <int D, int LAYOUT, bool LAZY>
@@ -38,8 +41,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
     const int b = blockIdx.z, h = blockIdx.y, sp = blockIdx.x;
     const int KV = p.n_kv_heads, G = p.n_heads / KV;
     unsigned char *ring = smem;
-    unsigned char *qs = smem + (size_t)DEC_STAGES * 2 * BLK * D * 2; /* (16, d) bf16 swizzled */
-    float *qf = reinterpret_cast<float *>(qs + 16 * D * 2);           /* (16, d) fp32 */
+    unsigned char *qs = smem + (size_t)DEC_STAGES * 2 * BLK * D * 2; /* 2 x (16, d) bf16 swizzled */
     const uint32_t ring_u = lz::smem_u32(ring), qs_u = lz::smem_u32(qs);
 
     const int nb = p.n_blocks[(size_t)b * KV + h];
@@ -47,10 +49,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
     const uint64_t *words = p.blocks + ((size_t)b * KV + h) * p.max_blocks;
     const __nv_bfloat16 *kp = reinterpret_cast<const __nv_bfloat16 *>(p.k_pool);
     const __nv_bfloat16 *vp = reinterpret_cast<const __nv_bfloat16 *>(p.v_pool);
-
-    /* query rows of this group, fp32 (rows >= G zero) */
     const __nv_bfloat16 *qg = reinterpret_cast<const __nv_bfloat16 *>(p.q) + ((size_t)b * p.n_heads + h * G) * D;
-    for (int e = tid; e < 16 * D; e += DEC_THREADS) qf[e] = e < G * D ? __bfloat162float(qg[e]) : 0.f;
 
     auto load_block = [&](int i, int stage) {
         uint64_t w = words[i];
@@ -72,46 +71,50 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
         lz::cp_async_commit();
     }
 
-    uint32_t qa[D / 16][4];
-    /* (Re)builds the bf16 query tile rotated by R(-off) and reloads fragments. */
-    auto build_q = [&](int64_t off) {
-        __syncthreads();
+    /* Writes query tile `buf` = the G query rows rotated by R(-off) (copied
+     * when off == 0). Thread: pair tid % (d/2), rows tid / (d/2) + k*step. No
+     * barrier inside: the caller's next top-of-loop __syncthreads publishes it. */
+    auto build_q = [&](int buf, int64_t off) {
+        constexpr int PAIRS = D / 2, STEP = DEC_THREADS / PAIRS;
+        const int i = tid % PAIRS;
+        int a, bb;
+        lz_rope_pair(LAYOUT, D, i, &a, &bb);
+        float c = 1.f, s = 0.f;
         if (LAZY && off != 0) {
-            for (int i = tid; i < D / 2; i += DEC_THREADS) {
-                int a, bb;
-                lz_rope_pair(LAYOUT, D, i, &a, &bb);
-                float ang = (float)(-off) * p.inv_freq[i];
-                float c = cosf(ang), s = sinf(ang);
-                for (int g = 0; g < 16; g++) {
-                    float x0 = qf[g * D + a], x1 = qf[g * D + bb];
-                    lz_rope_rotate_pair(&x0, &x1, c, s);
-                    __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(qs + g * D * 2);
-                    row[(((a >> 3) ^ (g & 7)) << 3) | (a & 7)] = __float2bfloat16_rn(x0);
-                    row[(((bb >> 3) ^ (g & 7)) << 3) | (bb & 7)] = __float2bfloat16_rn(x1);
-                }
-            }
-        } else {
-            for (int e = tid; e < 16 * D; e += DEC_THREADS) {
-                int g = e / D, k = e % D;
-                __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(qs + g * D * 2);
-                row[(((k >> 3) ^ (g & 7)) << 3) | (k & 7)] = __float2bfloat16_rn(qf[e]);
-            }
+            float ang = (float)(-off) * p.inv_freq[i];
+            c = cosf(ang);
+            s = sinf(ang);
         }
-        __syncthreads();
+        for (int g = tid / PAIRS; g < G; g += STEP) {
+            float x0 = __bfloat162float(qg[g * D + a]), x1 = __bfloat162float(qg[g * D + bb]);
+            lz_rope_rotate_pair(&x0, &x1, c, s);
+            __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(qs + (buf * 16 + g) * D * 2);
+            row[(((a >> 3) ^ (g & 7)) << 3) | (a & 7)] = __float2bfloat16_rn(x0);
+            row[(((bb >> 3) ^ (g & 7)) << 3) | (bb & 7)] = __float2bfloat16_rn(x1);
+        }
+    };
+    uint32_t qa[D / 16][4];
+    auto load_qa = [&](int buf) {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ks++) {
             int r = (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
-            lz::ldsm_x4(qs_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
+            lz::ldsm_x4(qs_u + buf * 16 * D * 2 + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
         }
     };
+    /* rows >= G of both tiles stay zero; tile 0 gets the first block's rotation */
+    for (int e = tid; e < 2 * 16 * D; e += DEC_THREADS) {
+        int g = (e / D) % 16;
+        if (g >= G) reinterpret_cast<__nv_bfloat16 *>(qs)[e] = __float2bfloat16_rn(0.f);
+    }
+    int64_t cur_off = (LAZY && i0 < i1) ? lz_decode_word_offset(words[i0]) : 0;
+    int cur_buf = 0;
+    build_q(0, cur_off);
 
     float o[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
     const float sl2 = p.scale * 1.4426950408889634f;
-    int64_t cur_off = -1;
-    if (!LAZY) build_q(0);
 
     for (int i = i0; i < i1; i++) {
         const int stage = (i - i0) % DEC_STAGES;
@@ -121,12 +124,16 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
         lz::cp_async_commit();
         const uint64_t w = words[i];
         const int nk = lz_decode_word_keys(w);
-        if (LAZY) {
-            int64_t off = lz_decode_word_offset(w);
-            if (off != cur_off) {
-                build_q(off);
-                cur_off = off;
-            }
+        if (i == i0) {
+            load_qa(0);
+        } else if (LAZY && lz_decode_word_offset(w) != cur_off) {
+            cur_buf ^= 1; /* built during the previous block */
+            cur_off = lz_decode_word_offset(w);
+            load_qa(cur_buf);
+        }
+        if (LAZY && i + 1 < i1) { /* prepare the next block's query if its offset differs */
+            int64_t noff = lz_decode_word_offset(words[i + 1]);
+            if (noff != cur_off) build_q(cur_buf ^ 1, noff);
         }
         const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;
         /* S = Q K^T for this warp's 16 keys: s[n-tile][4] */
@@ -235,6 +242,34 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
             if (k == 0) lse[row * n_split + sp] = L > 0.f ? M + log2f(L) : -INFINITY;
         }
     }
+    if (n_split == 1) return;
+    /* split-KV: the last part of (b, h) to finish merges all parts (no second
+     * launch); its counter goes back to zero for the next call */
+    unsigned *count = reinterpret_cast<unsigned *>(lse + (size_t)rows * n_split) + (size_t)b * KV + h;
+    __shared__ unsigned is_last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) is_last = atomicAdd(count, 1u) == (unsigned)n_split - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    for (int e = tid; e < G * D; e += DEC_THREADS) {
+        int g = e / D, k = e % D;
+        size_t row = (size_t)b * p.n_heads + h * G + g;
+        float M = -INFINITY;
+        for (int s = 0; s < n_split; s++) M = fmaxf(M, __ldcg(&lse[row * n_split + s]));
+        float L = 0.f, acc = 0.f;
+        if (M != -INFINITY)
+            for (int s = 0; s < n_split; s++) {
+                float l = __ldcg(&lse[row * n_split + s]);
+                if (l == -INFINITY) continue;
+                float f = exp2f(l - M);
+                L += f;
+                acc += f * __ldcg(&part[(row * n_split + s) * D + k]);
+            }
+        reinterpret_cast<__nv_bfloat16 *>(p.o)[row * D + k] = __float2bfloat16_rn(L > 0.f ? acc / L : 0.f);
+    }
+    if (tid == 0) *count = 0;
 }
 
 template <int D, int LAYOUT, bool LAZY>
@@ -256,14 +291,7 @@ int launch(const lz_decode_params *p, cudaStream_t st)
     }
     dim3 grid(ns, p->n_kv_heads, p->batch);
     kern<<<grid, DEC_THREADS, dec_smem<D>(), st>>>(*p, ns);
-    e = cudaGetLastError();
-    if (e != cudaSuccess) return (int)e;
-    if (ns > 1) {
-        int rows = p->batch * p->n_heads;
-        return lz::launch_combine<D>(reinterpret_cast<__nv_bfloat16 *>(p->o), p->work,
-                                     p->work + (size_t)rows * ns * D, rows, ns, st);
-    }
-    return LZ_ATTN_OK;
+    return (int)cudaGetLastError();
 }
 
 template <bool LAZY> int dispatch(const lz_decode_params *p, void *stream)

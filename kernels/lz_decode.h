@@ -58,7 +58,9 @@ typedef struct {
     int rope_layout;          /* LZ_ROPE_ADJACENT or LZ_ROPE_HALF */
     float scale;              /* softmax scale */
     int n_split;              /* split-KV parts; 0 = choose (lz_decode_splits) */
-    float *work;              /* scratch, lz_decode_workspace() bytes; unused when 1 part */
+    float *work;              /* scratch, lz_decode_workspace() bytes, ZERO-FILLED before its
+                                 first use (per-(b, h) counters; the kernels leave them zero);
+                                 unused when 1 part. One call at a time per workspace. */
     size_t work_bytes;
 } lz_decode_params;
 

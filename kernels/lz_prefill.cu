@@ -3,10 +3,14 @@
  * rows (GQA heads of one kv head packed along the rows, 16 rows a warp, Q in
  * registers), streams 64-key tiles through a 3-stage cp.async ring, QK^T and
  * PV on mma.sync m16n8k16 (bf16, fp32 accumulate), online softmax in
- * registers. Tiles never straddle segments; the lazy kernel rotates each K
- * tile once in shared memory by its segment's R(p) (model/rope.h math) right
- * after it lands. Split-KV over the tile list plus a combine kernel when the
- * rows alone cannot fill the GPU (question prefill).
+ * registers. Tiles never straddle segments. The lazy kernel uses
+ * q . R(p) K = (R(-p) q) . K: when the tile's segment changes it reloads the
+ * query fragments from shared memory and rotates them in registers by R(-p)
+ * (cos/sin tables for the CTA's segments built once, overlapping the first
+ * loads; model/rope.h math). A first version rotated every K tile in shared
+ * memory after it landed: 10-17% slower than the twin (bench/RESULTS.md).
+ * Split-KV over the tile list plus a combine kernel when the rows alone
+ * cannot fill the GPU (question prefill).
  *
  * Legend: S = segments, KV = kv heads, G = H/KV, M = rows, R = G*M packed
  * rows per kv head (row r = head g = r / M, position m = r % M), d =
@@ -24,40 +28,103 @@ constexpr int PF_WARPS = 8, PF_THREADS = PF_WARPS * 32;
 constexpr int BM = LZ_PREFILL_BM, BN = LZ_PREFILL_BN, PF_STAGES = 3;
 static_assert(BM == 16 * PF_WARPS, "one 16-row slice per warp");
 
-template <int D> constexpr size_t pf_smem() { return (size_t)BM * D * 2 + (size_t)PF_STAGES * 2 * BN * D * 2; }
+template <int D> constexpr size_t pf_smem_base() { return (size_t)BM * D * 2 + (size_t)PF_STAGES * 2 * BN * D * 2; }
 
 struct Tile {
     const __nv_bfloat16 *k, *v; /* first row of the tile */
     int n;                      /* valid keys (1..BN) */
-    int self;                   /* own keys: causal mask applies */
+    int slot;                   /* segment index, n_seg for own keys (causal) */
     int j0;                     /* own keys: index of the first key */
-    int64_t off;                /* rotation of this tile's keys (lazy) */
 };
 
-/* Tile t of kv head h: segment tiles in order, then own-key tiles. */
-__device__ __forceinline__ Tile tile_at(const lz_prefill_params &p, int h, int t, int D)
-{
-    Tile x;
-    for (int s = 0; s < p.n_seg; s++) {
-        int len = p.seg_len[(size_t)s * p.n_kv_heads + h];
-        int nt = (len + BN - 1) / BN;
-        if (t < nt) {
+/* Walks kv head h's tile list: segment tiles in order (empty segments have
+ * none), then own-key tiles. Reads a segment's length only when entering it. */
+struct Cursor {
+    int s, k, nt;
+    __device__ __forceinline__ int seg_tiles(const lz_prefill_params &p, int h, int s_) const
+    {
+        return (p.seg_len[(size_t)s_ * p.n_kv_heads + h] + BN - 1) / BN;
+    }
+    __device__ __forceinline__ void init(const lz_prefill_params &p, int h, int t, int self_tiles)
+    {
+        for (s = 0; s < p.n_seg; s++) {
+            nt = seg_tiles(p, h, s);
+            if (t < nt) { k = t; return; }
+            t -= nt;
+        }
+        nt = self_tiles;
+        k = t;
+    }
+    __device__ __forceinline__ void next(const lz_prefill_params &p, int h, int self_tiles)
+    {
+        if (++k < nt) return;
+        k = 0;
+        for (s++; s < p.n_seg; s++)
+            if ((nt = seg_tiles(p, h, s)) > 0) return;
+        nt = self_tiles;
+    }
+    __device__ __forceinline__ Tile tile(const lz_prefill_params &p, int h, int D) const
+    {
+        Tile x;
+        x.slot = s;
+        if (s < p.n_seg) {
             const lz_attn_segment sg = p.segs[s];
-            size_t r = ((size_t)h * sg.cap + (size_t)t * BN) * D;
+            int len = p.seg_len[(size_t)s * p.n_kv_heads + h];
+            size_t r = ((size_t)h * sg.cap + (size_t)k * BN) * D;
             x.k = reinterpret_cast<const __nv_bfloat16 *>(sg.k) + r;
             x.v = reinterpret_cast<const __nv_bfloat16 *>(sg.v) + r;
-            x.n = min(BN, len - t * BN);
-            x.self = 0; x.j0 = 0; x.off = sg.offset;
-            return x;
+            x.n = min(BN, len - k * BN);
+            x.j0 = 0;
+        } else {
+            size_t r = ((size_t)h * p.n_rows + (size_t)k * BN) * D;
+            x.k = reinterpret_cast<const __nv_bfloat16 *>(p.k_self) + r;
+            x.v = reinterpret_cast<const __nv_bfloat16 *>(p.v_self) + r;
+            x.n = min(BN, p.n_rows - k * BN);
+            x.j0 = k * BN;
         }
-        t -= nt;
+        return x;
     }
-    size_t r = ((size_t)h * p.n_rows + (size_t)t * BN) * D;
-    x.k = reinterpret_cast<const __nv_bfloat16 *>(p.k_self) + r;
-    x.v = reinterpret_cast<const __nv_bfloat16 *>(p.v_self) + r;
-    x.n = min(BN, p.n_rows - t * BN);
-    x.self = 1; x.j0 = t * BN; x.off = p.self_offset;
-    return x;
+};
+
+/* Rotates this thread's query A fragments (rows lane/4, +8; elements
+ * ks*16 + 8*r2 + 2*(lane&3) + {0,1}) by the cos/sin table cs (d/2 pairs).
+ * The pairing is model/rope.h's: ADJACENT pairs (2i, 2i+1) sit in one
+ * register; HALF pairs (i, i+d/2) sit in k-steps ks and ks + d/32. */
+template <int D, int LAYOUT>
+__device__ __forceinline__ void rotate_q(uint32_t (&qa)[D / 16][4], const float2 *cs, int lane)
+{
+    if (LAYOUT == LZ_ROPE_ADJACENT) {
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+            for (int r2 = 0; r2 < 2; r2++) {
+                const float2 c = cs[ks * 8 + 4 * r2 + (lane & 3)];
+#pragma unroll
+                for (int rh = 0; rh < 2; rh++) {
+                    uint32_t &u = qa[ks][2 * r2 + rh];
+                    float x0 = lz::bf16_lo(u), x1 = lz::bf16_hi(u);
+                    lz_rope_rotate_pair(&x0, &x1, c.x, c.y);
+                    u = lz::pack_bf16(x0, x1);
+                }
+            }
+    } else {
+#pragma unroll
+        for (int ks = 0; ks < D / 32; ks++)
+#pragma unroll
+            for (int r2 = 0; r2 < 2; r2++) {
+                const int i = ks * 16 + 8 * r2 + 2 * (lane & 3);
+                const float2 c0 = cs[i], c1 = cs[i + 1];
+#pragma unroll
+                for (int rh = 0; rh < 2; rh++) {
+                    uint32_t &ua = qa[ks][2 * r2 + rh], &ub = qa[ks + D / 32][2 * r2 + rh];
+                    float a0 = lz::bf16_lo(ua), a1 = lz::bf16_hi(ua), b0 = lz::bf16_lo(ub), b1 = lz::bf16_hi(ub);
+                    lz_rope_rotate_pair(&a0, &b0, c0.x, c0.y);
+                    lz_rope_rotate_pair(&a1, &b1, c1.x, c1.y);
+                    ua = lz::pack_bf16(a0, a1);
+                    ub = lz::pack_bf16(b0, b1);
+                }
+            }
+    }
 }
 
 template <int D, int LAYOUT, bool LAZY>
@@ -83,11 +150,13 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
     const int m_lo = (r0 / M != rlast / M) ? 0 : r0 % M;
 
     /* tile list and this part's share of it */
-    int n_tiles = m_hi / BN + 1;
+    const int self_tiles = m_hi / BN + 1;
+    int n_tiles = self_tiles;
     for (int s = 0; s < p.n_seg; s++) n_tiles += (p.seg_len[(size_t)s * KV + h] + BN - 1) / BN;
     const int t0 = (int)((int64_t)n_tiles * sp / n_split), t1 = (int)((int64_t)n_tiles * (sp + 1) / n_split);
 
     unsigned char *qsm = smem, *ring = smem + (size_t)BM * D * 2;
+    float2 *cstab = reinterpret_cast<float2 *>(ring + (size_t)PF_STAGES * 2 * BN * D * 2); /* (S+1, d/2) */
     const uint32_t q_u = lz::smem_u32(qsm), ring_u = lz::smem_u32(ring);
     const __nv_bfloat16 *qg = reinterpret_cast<const __nv_bfloat16 *>(p.q);
 
@@ -111,10 +180,27 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
             lz::cp_async16(vd + lz::swz<D>(r, c), x.v + off, ok ? 16 : 0);
         }
     };
+    Cursor cur, ld;
+    cur.init(p, h, t0, self_tiles);
+    ld = cur;
 #pragma unroll
     for (int s = 0; s < PF_STAGES - 1; s++) {
-        if (t0 + s < t1) load_tile(tile_at(p, h, t0 + s, D), s);
+        if (t0 + s < t1) {
+            load_tile(ld.tile(p, h, D), s);
+            ld.next(p, h, self_tiles);
+        }
         lz::cp_async_commit(); /* group 0 also carries Q */
+    }
+    if (LAZY && t0 < t1) { /* cos/sin of R(-p) for every segment this part touches */
+        Cursor last;
+        last.init(p, h, t1 - 1, self_tiles);
+        const int n = (last.s - cur.s + 1) * (D / 2);
+        for (int e = tid; e < n; e += PF_THREADS) {
+            int slot = cur.s + e / (D / 2), i = e % (D / 2);
+            int64_t off = slot < p.n_seg ? p.segs[slot].offset : p.self_offset;
+            float ang = (float)(-off) * p.inv_freq[i];
+            cstab[slot * (D / 2) + i] = make_float2(cosf(ang), sinf(ang));
+        }
     }
 
     /* rows of this thread: i = warp*16 + lane/4 (+8); causal position m */
@@ -130,66 +216,31 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
     const float sl2 = p.scale * 1.4426950408889634f;
-
-    /* lazy: this thread rotates pairs 8u..8u+7 of rows rot_r0 + k*ROT_STEP */
-    constexpr int UNITS = D / 16, ROT_STEP = PF_THREADS / UNITS;
-    const int rot_u = tid % UNITS, rot_r0 = tid / UNITS;
-    float cs[8], sn[8];
-    int64_t cs_off = 0;
-#pragma unroll
-    for (int t = 0; t < 8; t++) { cs[t] = 1.f; sn[t] = 0.f; }
+    int q_slot = -1;
 
     for (int t = t0; t < t1; t++) {
         const int stage = (t - t0) % PF_STAGES;
         lz::cp_async_wait<PF_STAGES - 2>();
         __syncthreads();
-        if (t == t0) {
+        if (t + PF_STAGES - 1 < t1) {
+            load_tile(ld.tile(p, h, D), (t - t0 + PF_STAGES - 1) % PF_STAGES);
+            ld.next(p, h, self_tiles);
+        }
+        lz::cp_async_commit();
+        const Tile x = cur.tile(p, h, D);
+        cur.next(p, h, self_tiles);
+        if (t == t0 || (LAZY && x.slot != q_slot)) {
+            /* (re)load the query fragments; lazy: rotate them by this segment's R(-p) */
 #pragma unroll
             for (int ks = 0; ks < D / 16; ks++) {
                 int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
                 lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
             }
+            if (LAZY) rotate_q<D, LAYOUT>(qa, cstab + x.slot * (D / 2), lane);
+            q_slot = x.slot;
         }
-        if (t + PF_STAGES - 1 < t1) load_tile(tile_at(p, h, t + PF_STAGES - 1, D), (t - t0 + PF_STAGES - 1) % PF_STAGES);
-        lz::cp_async_commit();
-        const Tile x = tile_at(p, h, t, D);
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
-        if (LAZY && x.off != 0) {
-            if (x.off != cs_off) {
-#pragma unroll
-                for (int t8 = 0; t8 < 8; t8++) {
-                    float ang = (float)x.off * p.inv_freq[8 * rot_u + t8];
-                    cs[t8] = cosf(ang);
-                    sn[t8] = sinf(ang);
-                }
-                cs_off = x.off;
-            }
-            const int ca = LAYOUT == LZ_ROPE_HALF ? rot_u : 2 * rot_u;
-            const int cb = LAYOUT == LZ_ROPE_HALF ? rot_u + D / 16 : 2 * rot_u + 1;
-#pragma unroll
-            for (int k = 0; k < BN / ROT_STEP; k++) {
-                int r = rot_r0 + k * ROT_STEP;
-                unsigned char *base = ring + stage * (2 * BN * D * 2);
-                uint4 *pa = reinterpret_cast<uint4 *>(base + lz::swz<D>(r, ca));
-                uint4 *pb = reinterpret_cast<uint4 *>(base + lz::swz<D>(r, cb));
-                uint4 va = *pa, vb = *pb;
-                uint32_t w[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
-                float xs[16];
-#pragma unroll
-                for (int e = 0; e < 8; e++) { xs[2 * e] = lz::bf16_lo(w[e]); xs[2 * e + 1] = lz::bf16_hi(w[e]); }
-#pragma unroll
-                for (int t8 = 0; t8 < 8; t8++) {
-                    int a, b;
-                    lz_rope_pair(LAYOUT, 16, t8, &a, &b); /* local indices of pair 8u+t8 */
-                    lz_rope_rotate_pair(&xs[a], &xs[b], cs[t8], sn[t8]);
-                }
-#pragma unroll
-                for (int e = 0; e < 8; e++) w[e] = lz::pack_bf16(xs[2 * e], xs[2 * e + 1]);
-                *pa = make_uint4(w[0], w[1], w[2], w[3]);
-                *pb = make_uint4(w[4], w[5], w[6], w[7]);
-            }
-            __syncthreads();
-        }
+        const int is_self = x.slot == p.n_seg;
         /* S = Q K^T: s[n-tile][4], rows lane/4 and +8 of this warp's slice */
         float s[BN / 8][4];
 #pragma unroll
@@ -204,7 +255,7 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
                 lz::mma16816(s[2 * np], qa[ks], b0, b1);
                 lz::mma16816(s[2 * np + 1], qa[ks], b2, b3);
             }
-        const bool need_mask = x.n < BN || (x.self && x.j0 + BN - 1 > m_lo);
+        const bool need_mask = x.n < BN || (is_self && x.j0 + BN - 1 > m_lo);
         float mx[2] = {mrow[0], mrow[1]};
 #pragma unroll
         for (int nt = 0; nt < BN / 8; nt++)
@@ -213,7 +264,7 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
                 float v = s[nt][e] * sl2;
                 if (need_mask) {
                     int col = nt * 8 + 2 * (lane & 3) + (e & 1);
-                    bool ok = col < x.n && (!x.self || x.j0 + col <= mrow_pos[e >> 1]);
+                    bool ok = col < x.n && (!is_self || x.j0 + col <= mrow_pos[e >> 1]);
                     v = ok ? v : -INFINITY;
                 }
                 s[nt][e] = v;
@@ -302,16 +353,18 @@ int launch(const lz_prefill_params *p, cudaStream_t st)
     const int ns = lz_prefill_splits(p, n_sm);
     if (ns > 1 && (!p->work || p->work_bytes < lz_prefill_workspace(p, ns))) return LZ_ATTN_EWORK;
     auto kern = prefill_kernel<D, LAYOUT, LAZY>;
+    const size_t smem_max = pf_smem_base<D>() + (size_t)(LZ_PREFILL_MAX_SEG + 1) * (D / 2) * sizeof(float2);
+    const size_t smem = pf_smem_base<D>() + (LAZY ? (size_t)(p->n_seg + 1) * (D / 2) * sizeof(float2) : 0);
     static bool attr_set = false;
     if (!attr_set) {
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem<D>());
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
         if (e != cudaSuccess) return (int)e;
         attr_set = true;
     }
     const int G = p->n_heads / p->n_kv_heads;
     const int row_tiles = (G * p->n_rows + BM - 1) / BM;
     dim3 grid(row_tiles * p->n_kv_heads, ns);
-    kern<<<grid, PF_THREADS, pf_smem<D>(), st>>>(*p, ns);
+    kern<<<grid, PF_THREADS, smem, st>>>(*p, ns);
     e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
     if (ns > 1) {

@@ -7,7 +7,10 @@
  * d = head_dim (64 or 128), T = segment cap, n_split = split-KV parts.
  *
  * Row m of the question sees every kept key of every segment and its own
- * keys 0..m. Queries come rotated at their final positions; k_self is rotated
+ * keys 0..m. The lazy CUDA kernel applies the placement as q . R(p) K_j =
+ * (R(-p) q) . K_j: it rotates the CTA's query fragments in registers once per
+ * segment (cos/sin tables built once per CTA) instead of every K tile; the
+ * result equals rotating the keys (tests compare with the materialised twin). Queries come rotated at their final positions; k_self is rotated
  * at final positions (self_offset = 0) or, for the lazy kernel, at local
  * positions and placed at self_offset. An (h, m) with no visible key cannot
  * occur (the diagonal is always visible).
@@ -23,6 +26,7 @@ extern "C" {
 
 #define LZ_PREFILL_BM 128 /* query rows (GQA-packed) per CTA of the CUDA kernels */
 #define LZ_PREFILL_BN 64  /* keys per tile; a tile never straddles two segments */
+#define LZ_PREFILL_MAX_SEG 128 /* segments per call (cos/sin tables live in shared memory) */
 
 typedef struct {
     lz_bf16 *o;                  /* (H, M, d) output, row (h, m) at o[(h*M + m)*d] */
@@ -34,7 +38,7 @@ typedef struct {
     const int32_t *seg_len;      /* (S, KV) kept keys of segment s, kv head h: seg_len[s*KV + h] (0 allowed) */
     const float *inv_freq;       /* (d/2) rotary inverse frequencies incl. divisors (lz_rope_inv_freqs) */
     int64_t seg_keys;            /* sizing hint for n_split: sum over segments of the largest len (host-known) */
-    int n_seg;                   /* S >= 0 */
+    int n_seg;                   /* S, 0..LZ_PREFILL_MAX_SEG */
     int n_rows;                  /* M >= 1 */
     int n_heads;                 /* H */
     int n_kv_heads;              /* KV; H % KV == 0 */

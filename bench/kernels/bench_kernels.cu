@@ -164,6 +164,7 @@ static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
     CK(cudaMalloc(&p.work, wb));
     p.work_bytes = wb;
     auto run = [&](int lazy, int ns) {
+        CK(cudaMemset(p.work, 0, wb)); /* split counters start at zero */
         return time_us([&](int set) {
             lz_decode_params x = p;
             x.n_split = ns;

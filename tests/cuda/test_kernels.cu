@@ -242,6 +242,7 @@ static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int 
     int ns = lz_decode_splits(&p, n_sm);
     p.work_bytes = lz_decode_workspace(&p, ns);
     p.work = p.work_bytes ? dalloc<float>(p.work_bytes / 4) : NULL;
+    if (p.work) CK(cudaMemset(p.work, 0, p.work_bytes)); /* counters start at zero */
     poison(d_o, nq);
     RC(lz_decode_lazy(&p, NULL));
     lz_decode_params p2 = p;
