@@ -1,0 +1,118 @@
+/* test_attention.c - lazy CPU attention (model/attention.c) against a naive
+ * reference that materialises every segment's keys rotated by R(rot) and
+ * runs plain softmax attention, on random inputs: GQA ratios 1/2/4, both
+ * rotary layouts, llama3 divisors, unequal kept lengths per (layer, head)
+ * including empty heads, offsets past 65,536, several query rows. */
+#include <math.h>
+
+#include "model/attention.h"
+#include "tests/test.h"
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)(rng >> 40) / 16777216.0f * 2.0f - 1.0f;
+}
+static int irand(int n) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (int)(rng % (uint64_t)n); }
+
+/* Naive: build the full key/value list per kv head (segments rotated, then
+ * the cache), scores in double, causal over the cache. */
+static void naive(const lz_attn_params *p, float *out)
+{
+    const int d = p->head_dim, H = p->n_heads, KV = p->n_kv_heads;
+    for (int i = 0; i < p->n; i++)
+        for (int h = 0; h < H; h++) {
+            int g = h / (H / KV);
+            double sc[8192];
+            const float *vs[8192];
+            int nk = 0;
+            float kr[256];
+            const float *q = p->q + ((size_t)i * H + h) * d;
+            for (int s = 0; s < p->n_segs; s++) {
+                const lz_kv_segment *sg = &p->segs[s];
+                int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
+                for (int j = 0; j < len; j++) {
+                    const float *k = sg->k + (((size_t)p->layer * KV + g) * sg->stride + j) * d;
+                    memcpy(kr, k, (size_t)d * 4);
+                    lz_rope_apply(kr, d, sg->rot, p->rope_layout, p->inv_freq); /* materialise */
+                    double x = 0;
+                    for (int t = 0; t < d; t++) x += (double)q[t] * kr[t];
+                    sc[nk] = x / sqrt((double)d);
+                    vs[nk++] = sg->v + (((size_t)p->layer * KV + g) * sg->stride + j) * d;
+                }
+            }
+            for (int j = 0; j < p->n_past + i + 1; j++) {
+                const float *k = p->k + ((size_t)g * p->cache_stride + j) * d;
+                double x = 0;
+                for (int t = 0; t < d; t++) x += (double)q[t] * k[t];
+                sc[nk] = x / sqrt((double)d);
+                vs[nk++] = p->v + ((size_t)g * p->cache_stride + j) * d;
+            }
+            double mx = -1e300, sum = 0;
+            for (int j = 0; j < nk; j++) mx = fmax(mx, sc[j]);
+            for (int j = 0; j < nk; j++) { sc[j] = exp(sc[j] - mx); sum += sc[j]; }
+            float *o = out + ((size_t)i * H + h) * d;
+            for (int t = 0; t < d; t++) {
+                double acc = 0;
+                for (int j = 0; j < nk; j++) acc += sc[j] / sum * vs[j][t];
+                o[t] = (float)acc;
+            }
+        }
+}
+
+static void one_case(int trial)
+{
+    const int L = 2, KV = 1 + irand(3), group = 1 << irand(3), H = KV * group;
+    const int d = (irand(2) ? 16 : 64), layout = irand(2), n = 1 + irand(6), n_past = irand(5);
+    const int layer = irand(L), n_segs = 1 + irand(5);
+    float inv_freq[128], div[128];
+    for (int i = 0; i < d / 2; i++) div[i] = 1.0f + (float)irand(8);
+    lz_rope_inv_freqs(inv_freq, d, 500000.0f, irand(2) ? div : NULL);
+    lz_kv_segment segs[8];
+    float *blocks[16];
+    int *kept[8];
+    int nb = 0;
+    for (int s = 0; s < n_segs; s++) {
+        int len = 1 + irand(40), stride = len + irand(3);
+        size_t sz = (size_t)L * KV * stride * d;
+        float *k = malloc(sz * 4), *v = malloc(sz * 4);
+        for (size_t t = 0; t < sz; t++) { k[t] = frand(); v[t] = frand(); }
+        kept[s] = malloc((size_t)L * KV * sizeof(int));
+        for (int t = 0; t < L * KV; t++) kept[s][t] = irand(4) == 0 ? 0 : irand(len + 1); /* some empty heads */
+        int64_t rot = irand(2) ? (int64_t)irand(1 << 20) + 65536 : irand(300) - 100;
+        segs[s] = (lz_kv_segment){.k = k, .v = v, .n_kept = irand(3) ? kept[s] : NULL, .n = len, .stride = stride, .rot = rot};
+        blocks[nb++] = k;
+        blocks[nb++] = v;
+    }
+    int T = n_past + n + 2;
+    float *kc = malloc((size_t)KV * T * d * 4), *vc = malloc((size_t)KV * T * d * 4);
+    for (size_t t = 0; t < (size_t)KV * T * d; t++) { kc[t] = frand(); vc[t] = frand(); }
+    float *q = malloc((size_t)n * H * d * 4), *o1 = malloc((size_t)n * H * d * 4), *o2 = malloc((size_t)n * H * d * 4);
+    for (size_t t = 0; t < (size_t)n * H * d; t++) q[t] = 2 * frand();
+    for (size_t t = 0; t < (size_t)n * H * d; t++) o1[t] = NAN; /* poisoned: every element must be written */
+    lz_attn_params p = {.q = q, .out = o1, .n = n, .n_heads = H, .n_kv_heads = KV, .head_dim = d, .layer = layer,
+                        .segs = segs, .n_segs = n_segs, .k = kc, .v = vc, .cache_stride = T, .n_past = n_past,
+                        .inv_freq = inv_freq, .rope_layout = layout};
+    CHECK(lz_attention_cpu(&p) == 0, "attention");
+    naive(&p, o2);
+    double err = 0, ref = 0;
+    int nan = 0;
+    for (size_t t = 0; t < (size_t)n * H * d; t++) {
+        if (isnan(o1[t])) nan = 1;
+        err = fmax(err, fabs(o1[t] - o2[t]));
+        ref = fmax(ref, fabs(o2[t]));
+    }
+    CHECK(!nan, "trial %d: output element not written or NaN", trial);
+    CHECK(err <= 1e-5 * fmax(ref, 1e-3) + 1e-6, "trial %d (KV %d group %d d %d layout %d segs %d): err %g ref %g",
+          trial, KV, group, d, layout, n_segs, err, ref);
+    for (int b = 0; b < nb; b++) free(blocks[b]);
+    for (int s = 0; s < n_segs; s++) free(kept[s]);
+    free(kc); free(vc); free(q); free(o1); free(o2);
+}
+
+int main(void)
+{
+    for (int t = 0; t < 300; t++) one_case(t);
+    return lz_test_done();
+}
