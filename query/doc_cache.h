@@ -2,7 +2,7 @@
  * frequency-aware policy for Zipf-skewed popularity.
  *
  * Entries are immutable blobs (a document's decoded K/V, or in `block` mode a
- * re-rotated copy for one offset) named by a key of up to 48 bytes. Every
+ * re-rotated copy for one offset) named by a key of up to 80 bytes. Every
  * access bumps the key's frequency (kept also for keys not in the cache, so
  * a document proves its popularity before it displaces others); priors come
  * from the persisted hit counts in SQLite. Admission (TinyLFU style): a new
@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LZ_DOC_CACHE_KEY_MAX 48
+#define LZ_DOC_CACHE_KEY_MAX 80
 
 typedef struct lz_doc_cache lz_doc_cache;
 
