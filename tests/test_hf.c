@@ -101,18 +101,24 @@ static float *unpermute(const float *w, int H, int d, int D)
 static void write_hf(const lz_llama *m, const char *dir, int dtype, int n_shards, const char *rope_json, int permute)
 {
     const lz_llama_config *c = &m->cfg;
-    char path[1024];
+    char path[1024], rope[512];
+    /* transformers 4 writes rope_theta + rope_scaling; transformers 5 one rope_parameters object
+     * ("v5:" prefix: rope_json's members go there, with rope_theta) */
+    if (!strncmp(rope_json, "v5:", 3))
+        snprintf(rope, sizeof rope, "\"rope_parameters\": {\"rope_theta\": %.9g, %s}", c->rope_theta, rope_json + 3);
+    else
+        snprintf(rope, sizeof rope, "\"rope_theta\": %.9g, \"rope_scaling\": %s", c->rope_theta, rope_json);
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
     fprintf(f,
             "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": %d,\n"
             " \"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d,\n"
             " \"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 131072,\n"
-            " \"rms_norm_eps\": %.9g, \"rope_theta\": %.9g, \"rope_scaling\": %s, \"tie_word_embeddings\": %s,\n"
+            " \"rms_norm_eps\": %.9g, %s, \"tie_word_embeddings\": %s,\n"
             " \"hidden_act\": \"silu\", \"attention_bias\": false, \"bos_token_id\": 1, \"eos_token_id\": [2, 3],\n"
             " \"torch_dtype\": \"float32\"}\n",
-            c->dim, c->ffn_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab, c->norm_eps,
-            c->rope_theta, rope_json, c->tied_output ? "true" : "false");
+            c->dim, c->ffn_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab, c->norm_eps, rope,
+            c->tied_output ? "true" : "false");
     fclose(f);
     int D = c->dim, F = c->ffn_dim, V = c->vocab, d = c->head_dim, Hd = c->n_heads * d, KVd = c->n_kv_heads * d;
     hf_tensor *ts = calloc((size_t)(3 + 9 * c->n_layers), sizeof *ts);
@@ -266,6 +272,7 @@ typedef struct {
     const char *name;
     int head_dim, tied, llama3, dtype, n_shards;
     int64_t pos0;
+    int v5; /* config.json in transformers 5's rope_parameters form */
 } variant;
 
 static void test_variant(const variant *v)
@@ -286,9 +293,12 @@ static void test_variant(const variant *v)
     CHECK(lz_llama_load_gguf(gguf, &g, err, sizeof err) == 0, "%s", err);
     if (!g) return;
     mkdir(dir, 0755);
-    const char *rope = v->llama3 ? "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
-                                   "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"
-                                 : "null";
+    const char *rope = v->llama3 && v->v5 ? "v5:\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                                            "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192"
+                       : v->llama3 ? "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                                     "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"
+                       : v->v5     ? "v5:\"rope_type\": \"default\""
+                                   : "null";
     write_hf(g, dir, v->dtype, v->n_shards, rope, 1);
     CHECK(lz_llama_load_hf(dir, &h, err, sizeof err) == 0, "%s: %s", v->name, err);
     if (!h) { lz_llama_free(g); return; }
@@ -480,11 +490,12 @@ int main(void)
     test_llama3_divisors();
     test_corrupt_safetensors();
     static const variant vs[] = {
-        {"untied-f32", 16, 0, 0, LZ_ST_F32, 1, 0},
-        {"llama3-f32-pos9000", 16, 0, 1, LZ_ST_F32, 1, 9000},
-        {"tied-gqa-sharded", 16, 1, 1, LZ_ST_F32, 3, 8170},
-        {"headdim24-bf16", 24, 0, 1, LZ_ST_BF16, 1, 8180},
-        {"headdim24-f16-sharded", 24, 1, 0, LZ_ST_F16, 2, 100},
+        {"untied-f32", 16, 0, 0, LZ_ST_F32, 1, 0, 0},
+        {"llama3-f32-pos9000", 16, 0, 1, LZ_ST_F32, 1, 9000, 0},
+        {"llama3-v5cfg-pos8100", 16, 0, 1, LZ_ST_F32, 1, 8100, 1},
+        {"tied-gqa-sharded", 16, 1, 1, LZ_ST_F32, 3, 8170, 0},
+        {"headdim24-bf16", 24, 0, 1, LZ_ST_BF16, 1, 8180, 0},
+        {"headdim24-f16-sharded", 24, 1, 0, LZ_ST_F16, 2, 100, 1},
     };
     for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) test_variant(&vs[i]);
     test_config_errors();
