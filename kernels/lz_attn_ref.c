@@ -86,9 +86,9 @@ int lz_decode_splits(const lz_decode_params *p, int n_sm)
     if (p->n_split > 0) return p->n_split;
     int64_t ctas = (int64_t)p->batch * p->n_kv_heads;
     if (ctas <= 0) return 1;
-    /* about one wave of 2 CTAs per SM (measured best on H200: fewer, longer
-     * parts beat more waves), at least 8 blocks per part */
-    int64_t want = 2 * (int64_t)n_sm / ctas;
+    /* about one CTA per SM (H200 sweeps: fewer, longer parts beat more waves;
+     * 16x4096: 1 or 2 parts alike, 1x16384: 12-16 best), >= 8 blocks a part */
+    int64_t want = (int64_t)n_sm / ctas;
     int most = (p->max_blocks + 7) / 8;
     return clampi((int)(want < 256 ? want : 256), 1, most > 1 ? most : 1);
 }

@@ -3,7 +3,8 @@
  * rows (GQA heads of one kv head packed along the rows, 16 rows a warp, Q in
  * registers), streams 64-key tiles through a 3-stage cp.async ring, QK^T and
  * PV on mma.sync m16n8k16 (bf16, fp32 accumulate), online softmax in
- * registers. Tiles never straddle segments. The lazy kernel uses
+ * registers. A second shape for many rows (ingest): 4 warps of 32 rows, 2
+ * CTAs per SM, 2 stages, each K/V fragment feeding two 16-row halves. Tiles never straddle segments. The lazy kernel uses
  * q . R(p) K = (R(-p) q) . K: when the tile's segment changes it reloads the
  * query fragments from shared memory and rotates them in registers by R(-p)
  * (cos/sin tables for the CTA's segments built once, overlapping the first
@@ -24,11 +25,8 @@
 
 namespace {
 
-constexpr int PF_WARPS = 8, PF_THREADS = PF_WARPS * 32;
-constexpr int BM = LZ_PREFILL_BM, BN = LZ_PREFILL_BN, PF_STAGES = 3;
-static_assert(BM == 16 * PF_WARPS, "one 16-row slice per warp");
+constexpr int BM = LZ_PREFILL_BM, BN = LZ_PREFILL_BN;
 
-template <int D> constexpr size_t pf_smem_base() { return (size_t)BM * D * 2 + (size_t)PF_STAGES * 2 * BN * D * 2; }
 
 struct Tile {
     const __nv_bfloat16 *k, *v; /* first row of the tile */
@@ -127,10 +125,27 @@ __device__ __forceinline__ void rotate_q(uint32_t (&qa)[D / 16][4], const float2
     }
 }
 
-template <int D, int LAYOUT, bool LAZY>
-__global__ void __launch_bounds__(PF_THREADS, 1)
+template <int MT> struct Shape {
+    static constexpr int WARPS = MT == 1 ? 8 : 4; /* 16*MT rows per warp, BM = 128 rows */
+    static constexpr int THREADS = WARPS * 32;
+    static constexpr int STAGES = MT == 1 ? 3 : 2;
+    static constexpr int MIN_CTAS = MT == 1 ? 1 : 2; /* per SM */
+    static_assert(BM == 16 * MT * WARPS, "rows per CTA");
+};
+template <int D, int MT> constexpr size_t pf_smem_base()
+{
+    return (size_t)BM * D * 2 + (size_t)Shape<MT>::STAGES * 2 * BN * D * 2;
+}
+
+/* MT = 1: 8 warps x 16 rows, Q fragments in registers (rotated there when lazy).
+ * MT = 2: 4 warps x 32 rows, K/V fragments reused by both 16-row halves (half
+ * the shared-memory traffic per mma), Q read from shared memory each k-step
+ * (lazy: the shared tile is rewritten from global, rotated, on a segment change). */
+template <int D, int LAYOUT, bool LAZY, int MT>
+__global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
     prefill_kernel(const __grid_constant__ lz_prefill_params p, int n_split)
 {
+    constexpr int THREADS = Shape<MT>::THREADS, STAGES = Shape<MT>::STAGES;
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int KV = p.n_kv_heads, G = p.n_heads / KV, M = p.n_rows, R = G * M;
@@ -156,24 +171,26 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
     const int t0 = (int)((int64_t)n_tiles * sp / n_split), t1 = (int)((int64_t)n_tiles * (sp + 1) / n_split);
 
     unsigned char *qsm = smem, *ring = smem + (size_t)BM * D * 2;
-    float2 *cstab = reinterpret_cast<float2 *>(ring + (size_t)PF_STAGES * 2 * BN * D * 2); /* (S+1, d/2) */
+    float2 *cstab = reinterpret_cast<float2 *>(ring + (size_t)STAGES * 2 * BN * D * 2); /* (S+1, d/2) */
     const uint32_t q_u = lz::smem_u32(qsm), ring_u = lz::smem_u32(ring);
     const __nv_bfloat16 *qg = reinterpret_cast<const __nv_bfloat16 *>(p.q);
 
-    /* Q tile (zero rows past R) */
+    /* Q tile (zero rows past R); MT = 2 lazy writes it rotated instead */
+    if (!(LAZY && MT == 2)) {
 #pragma unroll
-    for (int j = 0; j < BM * D / 8 / PF_THREADS; j++) {
-        int idx = tid + j * PF_THREADS, r = idx / (D / 8), c = idx % (D / 8);
-        int rr = r0 + r, ok = rr < R;
-        int g = ok ? rr / M : 0, m = ok ? rr % M : 0;
-        const __nv_bfloat16 *src = qg + ((size_t)(h * G + g) * M + m) * D + c * 8;
-        lz::cp_async16(q_u + lz::swz<D>(r, c), src, ok ? 16 : 0);
+        for (int j = 0; j < BM * D / 8 / THREADS; j++) {
+            int idx = tid + j * THREADS, r = idx / (D / 8), c = idx % (D / 8);
+            int rr = r0 + r, ok = rr < R;
+            int g = ok ? rr / M : 0, m = ok ? rr % M : 0;
+            const __nv_bfloat16 *src = qg + ((size_t)(h * G + g) * M + m) * D + c * 8;
+            lz::cp_async16(q_u + lz::swz<D>(r, c), src, ok ? 16 : 0);
+        }
     }
     auto load_tile = [&](const Tile &x, int stage) {
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
 #pragma unroll
-        for (int j = 0; j < BN * D / 8 / PF_THREADS; j++) {
-            int idx = tid + j * PF_THREADS, r = idx / (D / 8), c = idx % (D / 8);
+        for (int j = 0; j < BN * D / 8 / THREADS; j++) {
+            int idx = tid + j * THREADS, r = idx / (D / 8), c = idx % (D / 8);
             int ok = r < x.n;
             size_t off = (size_t)(ok ? r : 0) * D + c * 8;
             lz::cp_async16(kd + lz::swz<D>(r, c), x.k + off, ok ? 16 : 0);
@@ -184,7 +201,7 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
     cur.init(p, h, t0, self_tiles);
     ld = cur;
 #pragma unroll
-    for (int s = 0; s < PF_STAGES - 1; s++) {
+    for (int s = 0; s < STAGES - 1; s++) {
         if (t0 + s < t1) {
             load_tile(ld.tile(p, h, D), s);
             ld.next(p, h, self_tiles);
@@ -195,109 +212,170 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
         Cursor last;
         last.init(p, h, t1 - 1, self_tiles);
         const int n = (last.s - cur.s + 1) * (D / 2);
-        for (int e = tid; e < n; e += PF_THREADS) {
+        for (int e = tid; e < n; e += THREADS) {
             int slot = cur.s + e / (D / 2), i = e % (D / 2);
             int64_t off = slot < p.n_seg ? p.segs[slot].offset : p.self_offset;
             float ang = (float)(-off) * p.inv_freq[i];
             cstab[slot * (D / 2) + i] = make_float2(cosf(ang), sinf(ang));
         }
+        if (MT == 2) __syncthreads(); /* the table is read below before the loop's barrier */
     }
+    /* MT = 2 lazy: shared Q tile = R(-p) q, from global; unit = pairs 8u..8u+7
+     * (ADJACENT: chunks 2u, 2u+1; HALF: chunks u, u + d/16) */
+    auto rotate_q_tile = [&](int slot) {
+        constexpr int UNITS = D / 16;
+        const float2 *cs = cstab + slot * (D / 2);
+        for (int e = tid; e < BM * UNITS; e += THREADS) {
+            const int r = e / UNITS, u = e % UNITS, rr = r0 + r;
+            const int ca = LAYOUT == LZ_ROPE_HALF ? u : 2 * u, cb = LAYOUT == LZ_ROPE_HALF ? u + D / 16 : 2 * u + 1;
+            uint4 va = make_uint4(0, 0, 0, 0), vb = va;
+            if (rr < R) {
+                const __nv_bfloat16 *src = qg + ((size_t)(h * G + rr / M) * M + rr % M) * D;
+                va = *reinterpret_cast<const uint4 *>(src + ca * 8);
+                vb = *reinterpret_cast<const uint4 *>(src + cb * 8);
+            }
+            uint32_t w[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+            float xs[16];
+#pragma unroll
+            for (int k = 0; k < 8; k++) { xs[2 * k] = lz::bf16_lo(w[k]); xs[2 * k + 1] = lz::bf16_hi(w[k]); }
+#pragma unroll
+            for (int t8 = 0; t8 < 8; t8++) {
+                int a, b;
+                lz_rope_pair(LAYOUT, 16, t8, &a, &b); /* local indices of pair 8u + t8 */
+                float2 c = cs[8 * u + t8];
+                lz_rope_rotate_pair(&xs[a], &xs[b], c.x, c.y);
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) w[k] = lz::pack_bf16(xs[2 * k], xs[2 * k + 1]);
+            *reinterpret_cast<uint4 *>(qsm + lz::swz<D>(r, ca)) = make_uint4(w[0], w[1], w[2], w[3]);
+            *reinterpret_cast<uint4 *>(qsm + lz::swz<D>(r, cb)) = make_uint4(w[4], w[5], w[6], w[7]);
+        }
+    };
 
-    /* rows of this thread: i = warp*16 + lane/4 (+8); causal position m */
-    int mrow_pos[2];
+    /* rows of this thread: warp*16*MT + mt*16 + lane/4 (+8); causal position m */
+    const int wr0 = warp * 16 * MT;
+    auto row_pos = [&](int mt, int k) { /* causal position of a row; rows past R see everything */
+        int rr = r0 + wr0 + mt * 16 + (lane >> 2) + 8 * k;
+        return rr < R ? rr % M : 0x7fffffff;
+    };
+    uint32_t qa[MT == 1 ? D / 16 : 1][4];
+    float o[MT][D / 8][4];
+    float mrow[MT][2], lrow[MT][2];
 #pragma unroll
-    for (int k = 0; k < 2; k++) {
-        int rr = r0 + warp * 16 + (lane >> 2) + 8 * k;
-        mrow_pos[k] = rr < R ? rr % M : 0x7fffffff;
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+        mrow[mt][0] = mrow[mt][1] = -INFINITY;
+        lrow[mt][0] = lrow[mt][1] = 0.f;
     }
-    uint32_t qa[D / 16][4];
-    float o[D / 8][4];
-#pragma unroll
-    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
     const float sl2 = p.scale * 1.4426950408889634f;
     int q_slot = -1;
 
     for (int t = t0; t < t1; t++) {
-        const int stage = (t - t0) % PF_STAGES;
-        lz::cp_async_wait<PF_STAGES - 2>();
+        const int stage = (t - t0) % STAGES;
+        lz::cp_async_wait<STAGES - 2>();
         __syncthreads();
-        if (t + PF_STAGES - 1 < t1) {
-            load_tile(ld.tile(p, h, D), (t - t0 + PF_STAGES - 1) % PF_STAGES);
+        if (t + STAGES - 1 < t1) {
+            load_tile(ld.tile(p, h, D), (t - t0 + STAGES - 1) % STAGES);
             ld.next(p, h, self_tiles);
         }
         lz::cp_async_commit();
         const Tile x = cur.tile(p, h, D);
         cur.next(p, h, self_tiles);
         if (t == t0 || (LAZY && x.slot != q_slot)) {
-            /* (re)load the query fragments; lazy: rotate them by this segment's R(-p) */
+            if constexpr (MT == 1) {
+                /* (re)load the query fragments; lazy: rotate them by this segment's R(-p) */
 #pragma unroll
-            for (int ks = 0; ks < D / 16; ks++) {
-                int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
-                lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
+                for (int ks = 0; ks < D / 16; ks++) {
+                    int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
+                    lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
+                }
+                if (LAZY) rotate_q<D, LAYOUT>(qa, cstab + x.slot * (D / 2), lane);
+            } else if (LAZY) {
+                rotate_q_tile(x.slot);
+                __syncthreads();
             }
-            if (LAZY) rotate_q<D, LAYOUT>(qa, cstab + x.slot * (D / 2), lane);
             q_slot = x.slot;
         }
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
         const int is_self = x.slot == p.n_seg;
-        /* S = Q K^T: s[n-tile][4], rows lane/4 and +8 of this warp's slice */
-        float s[BN / 8][4];
+        /* S = Q K^T: s[m-tile][n-tile][4], rows lane/4 and +8 of each 16-row half */
+        float s[MT][BN / 8][4];
 #pragma unroll
-        for (int i = 0; i < BN / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ks++)
+            for (int i = 0; i < BN / 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            uint32_t qf[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                if constexpr (MT == 1) {
+                    qf[mt][0] = qa[ks][0]; qf[mt][1] = qa[ks][1]; qf[mt][2] = qa[ks][2]; qf[mt][3] = qa[ks][3];
+                } else {
+                    int r = wr0 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
+                    lz::ldsm_x4(q_u + lz::swz<D>(r, c), qf[mt][0], qf[mt][1], qf[mt][2], qf[mt][3]);
+                }
+            }
 #pragma unroll
             for (int np = 0; np < BN / 16; np++) {
                 uint32_t b0, b1, b2, b3;
                 int r = np * 16 + (lane & 7) + (lane >> 4) * 8, c = ks * 2 + ((lane >> 3) & 1);
                 lz::ldsm_x4(kd + lz::swz<D>(r, c), b0, b1, b2, b3);
-                lz::mma16816(s[2 * np], qa[ks], b0, b1);
-                lz::mma16816(s[2 * np + 1], qa[ks], b2, b3);
-            }
-        const bool need_mask = x.n < BN || (is_self && x.j0 + BN - 1 > m_lo);
-        float mx[2] = {mrow[0], mrow[1]};
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float v = s[nt][e] * sl2;
-                if (need_mask) {
-                    int col = nt * 8 + 2 * (lane & 3) + (e & 1);
-                    bool ok = col < x.n && (!is_self || x.j0 + col <= mrow_pos[e >> 1]);
-                    v = ok ? v : -INFINITY;
+                for (int mt = 0; mt < MT; mt++) {
+                    lz::mma16816(s[mt][2 * np], qf[mt], b0, b1);
+                    lz::mma16816(s[mt][2 * np + 1], qf[mt], b2, b3);
                 }
-                s[nt][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
             }
-        float alpha[2], mu[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            mu[r] = mx[r] == -INFINITY ? 0.f : mx[r];
-            alpha[r] = exp2f(mrow[r] - mu[r]);
-            mrow[r] = mx[r];
         }
-        float rs[2] = {0.f, 0.f};
-        uint32_t pa[BN / 16][4];
+        const bool need_mask = x.n < BN || (is_self && x.j0 + BN - 1 > m_lo);
+        uint32_t pa[MT][BN / 16][4];
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++) {
-            float p0 = exp2f(s[nt][0] - mu[0]), p1 = exp2f(s[nt][1] - mu[0]);
-            float p2 = exp2f(s[nt][2] - mu[1]), p3 = exp2f(s[nt][3] - mu[1]);
-            rs[0] += p0 + p1;
-            rs[1] += p2 + p3;
-            pa[nt >> 1][(nt & 1) * 2] = lz::pack_bf16(p0, p1);
-            pa[nt >> 1][(nt & 1) * 2 + 1] = lz::pack_bf16(p2, p3);
-        }
-        lrow[0] = lrow[0] * alpha[0] + rs[0];
-        lrow[1] = lrow[1] * alpha[1] + rs[1];
+        for (int mt = 0; mt < MT; mt++) {
+            float mx[2] = {mrow[mt][0], mrow[mt][1]};
+            const int pos0 = need_mask ? row_pos(mt, 0) : 0, pos1 = need_mask ? row_pos(mt, 1) : 0;
 #pragma unroll
-        for (int nt = 0; nt < D / 8; nt++) {
-            o[nt][0] *= alpha[0]; o[nt][1] *= alpha[0];
-            o[nt][2] *= alpha[1]; o[nt][3] *= alpha[1];
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float v = s[mt][nt][e] * sl2;
+                    if (need_mask) {
+                        int col = nt * 8 + 2 * (lane & 3) + (e & 1);
+                        bool ok = col < x.n && (!is_self || x.j0 + col <= ((e >> 1) ? pos1 : pos0));
+                        v = ok ? v : -INFINITY;
+                    }
+                    s[mt][nt][e] = v;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                }
+            float alpha[2], mu[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                mu[r] = mx[r] == -INFINITY ? 0.f : mx[r];
+                alpha[r] = exp2f(mrow[mt][r] - mu[r]);
+                mrow[mt][r] = mx[r];
+            }
+            float rs[2] = {0.f, 0.f};
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) {
+                float p0 = exp2f(s[mt][nt][0] - mu[0]), p1 = exp2f(s[mt][nt][1] - mu[0]);
+                float p2 = exp2f(s[mt][nt][2] - mu[1]), p3 = exp2f(s[mt][nt][3] - mu[1]);
+                rs[0] += p0 + p1;
+                rs[1] += p2 + p3;
+                pa[mt][nt >> 1][(nt & 1) * 2] = lz::pack_bf16(p0, p1);
+                pa[mt][nt >> 1][(nt & 1) * 2 + 1] = lz::pack_bf16(p2, p3);
+            }
+            lrow[mt][0] = lrow[mt][0] * alpha[0] + rs[0];
+            lrow[mt][1] = lrow[mt][1] * alpha[1] + rs[1];
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++) {
+                o[mt][nt][0] *= alpha[0]; o[mt][nt][1] *= alpha[0];
+                o[mt][nt][2] *= alpha[1]; o[mt][nt][3] *= alpha[1];
+            }
         }
-        /* O += P V */
+        /* O += P V, each V fragment used by every 16-row half */
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
 #pragma unroll
@@ -305,44 +383,75 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
                 uint32_t b0, b1, b2, b3;
                 int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = dp * 2 + (lane >> 4);
                 lz::ldsm_x4_t(vd + lz::swz<D>(r, c), b0, b1, b2, b3);
-                lz::mma16816(o[2 * dp], pa[kk], b0, b1);
-                lz::mma16816(o[2 * dp + 1], pa[kk], b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    lz::mma16816(o[mt][2 * dp], pa[mt][kk], b0, b1);
+                    lz::mma16816(o[mt][2 * dp + 1], pa[mt][kk], b2, b3);
+                }
             }
     }
     lz::cp_async_wait<0>();
 
     /* write: bf16 rows when one part, else normalised fp32 part + log2-sum-exp */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
-        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
-    }
     const size_t rows = (size_t)p.n_heads * M;
     float *part = p.work, *lse = p.work + rows * n_split * D;
 #pragma unroll
-    for (int k = 0; k < 2; k++) {
-        int rr = r0 + warp * 16 + (lane >> 2) + 8 * k;
-        if (rr >= R) continue;
-        size_t row = (size_t)(h * G + rr / M) * M + rr % M;
-        float inv = lrow[k] > 0.f ? 1.f / lrow[k] : 0.f;
-        if (n_split == 1) {
-            __nv_bfloat16 *dst = reinterpret_cast<__nv_bfloat16 *>(p.o) + row * D;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nt = 0; nt < D / 8; nt++)
-                *reinterpret_cast<uint32_t *>(dst + nt * 8 + 2 * (lane & 3)) =
-                    lz::pack_bf16(o[nt][2 * k] * inv, o[nt][2 * k + 1] * inv);
-        } else {
-            float *dst = part + (row * n_split + sp) * D;
+        for (int k = 0; k < 2; k++) {
+            float l = lrow[mt][k];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            int rr = r0 + wr0 + mt * 16 + (lane >> 2) + 8 * k;
+            if (rr >= R) continue;
+            size_t row = (size_t)(h * G + rr / M) * M + rr % M;
+            float inv = l > 0.f ? 1.f / l : 0.f;
+            if (n_split == 1) {
+                __nv_bfloat16 *dst = reinterpret_cast<__nv_bfloat16 *>(p.o) + row * D;
 #pragma unroll
-            for (int nt = 0; nt < D / 8; nt++)
-                *reinterpret_cast<float2 *>(dst + nt * 8 + 2 * (lane & 3)) =
-                    make_float2(o[nt][2 * k] * inv, o[nt][2 * k + 1] * inv);
-            if ((lane & 3) == 0)
-                lse[row * n_split + sp] = lrow[k] > 0.f ? mrow[k] + log2f(lrow[k]) : -INFINITY;
+                for (int nt = 0; nt < D / 8; nt++)
+                    *reinterpret_cast<uint32_t *>(dst + nt * 8 + 2 * (lane & 3)) =
+                        lz::pack_bf16(o[mt][nt][2 * k] * inv, o[mt][nt][2 * k + 1] * inv);
+            } else {
+                float *dst = part + (row * n_split + sp) * D;
+#pragma unroll
+                for (int nt = 0; nt < D / 8; nt++)
+                    *reinterpret_cast<float2 *>(dst + nt * 8 + 2 * (lane & 3)) =
+                        make_float2(o[mt][nt][2 * k] * inv, o[mt][nt][2 * k + 1] * inv);
+                if ((lane & 3) == 0)
+                    lse[row * n_split + sp] = l > 0.f ? mrow[mt][k] + log2f(l) : -INFINITY;
+            }
         }
-    }
 }
 
+template <int D, int LAYOUT, bool LAZY, int MT>
+int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
+{
+    auto kern = prefill_kernel<D, LAYOUT, LAZY, MT>;
+    const size_t smem_max = pf_smem_base<D, MT>() + (size_t)(LZ_PREFILL_MAX_SEG + 1) * (D / 2) * sizeof(float2);
+    const size_t smem = pf_smem_base<D, MT>() + (LAZY ? (size_t)(p->n_seg + 1) * (D / 2) * sizeof(float2) : 0);
+    static bool attr_set = false;
+    if (!attr_set) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
+        if (e != cudaSuccess) return (int)e;
+        attr_set = true;
+    }
+    const int G = p->n_heads / p->n_kv_heads;
+    const int row_tiles = (G * p->n_rows + BM - 1) / BM;
+    dim3 grid(row_tiles * p->n_kv_heads, ns);
+    kern<<<grid, Shape<MT>::THREADS, smem, st>>>(*p, ns);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    if (ns > 1) {
+        int rows = p->n_heads * p->n_rows;
+        return lz::launch_combine<D>(reinterpret_cast<__nv_bfloat16 *>(p->o), p->work,
+                                     p->work + (size_t)rows * ns * D, rows, ns, st);
+    }
+    return LZ_ATTN_OK;
+}
+
+/* Kernel shape: 32 rows a warp when the rows alone fill the GPU, else 16 (Q in
+ * registers) with split-KV. */
 template <int D, int LAYOUT, bool LAZY>
 int launch(const lz_prefill_params *p, cudaStream_t st)
 {
@@ -352,27 +461,12 @@ int launch(const lz_prefill_params *p, cudaStream_t st)
     if (e != cudaSuccess) return (int)e;
     const int ns = lz_prefill_splits(p, n_sm);
     if (ns > 1 && (!p->work || p->work_bytes < lz_prefill_workspace(p, ns))) return LZ_ATTN_EWORK;
-    auto kern = prefill_kernel<D, LAYOUT, LAZY>;
-    const size_t smem_max = pf_smem_base<D>() + (size_t)(LZ_PREFILL_MAX_SEG + 1) * (D / 2) * sizeof(float2);
-    const size_t smem = pf_smem_base<D>() + (LAZY ? (size_t)(p->n_seg + 1) * (D / 2) * sizeof(float2) : 0);
-    static bool attr_set = false;
-    if (!attr_set) {
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
-        if (e != cudaSuccess) return (int)e;
-        attr_set = true;
-    }
     const int G = p->n_heads / p->n_kv_heads;
-    const int row_tiles = (G * p->n_rows + BM - 1) / BM;
-    dim3 grid(row_tiles * p->n_kv_heads, ns);
-    kern<<<grid, PF_THREADS, smem, st>>>(*p, ns);
-    e = cudaGetLastError();
-    if (e != cudaSuccess) return (int)e;
-    if (ns > 1) {
-        int rows = p->n_heads * p->n_rows;
-        return lz::launch_combine<D>(reinterpret_cast<__nv_bfloat16 *>(p->o), p->work,
-                                     p->work + (size_t)rows * ns * D, rows, ns, st);
-    }
-    return LZ_ATTN_OK;
+    const long row_tiles = (long)(G * p->n_rows + BM - 1) / BM * p->n_kv_heads;
+    int rpw = p->rows_per_warp ? p->rows_per_warp : (row_tiles >= n_sm ? 32 : 16);
+    if (rpw == 32) return launch<D, LAYOUT, LAZY, 2>(p, ns, st);
+    if (rpw == 16) return launch<D, LAYOUT, LAZY, 1>(p, ns, st);
+    return LZ_ATTN_EARG;
 }
 
 template <bool LAZY> int dispatch(const lz_prefill_params *p, void *stream)

@@ -46,6 +46,7 @@ typedef struct {
     int rope_layout;             /* LZ_ROPE_ADJACENT or LZ_ROPE_HALF (model/rope.h) */
     float scale;                 /* softmax scale, usually 1/sqrt(d) */
     int n_split;                 /* split-KV parts; 0 = choose (lz_prefill_splits) */
+    int rows_per_warp;           /* CUDA kernel shape: 0 = choose, 16 or 32 (tests, tuning) */
     float *work;                 /* split-KV scratch, lz_prefill_workspace() bytes; unused when 1 part */
     size_t work_bytes;
 } lz_prefill_params;

@@ -1,6 +1,7 @@
 /* bench_kernels.cu - times the lazy attention kernels and their non-lazy twins
  * on the shapes of the kernels issue (32 query / 8 kv heads, d = 128, keys in
- * 10 segments) with CUDA events (median), plus a device-to-device copy for
+ * 10 segments) with CUDA events around CUDA-graph replays of 20 calls (median
+ * per call), plus a device-to-device copy for
  * the bandwidth ceiling. Writes a JSON file that sdpa_peer.py merges with
  * torch SDPA timings of the same shapes. Inputs are random, several input sets
  * rotate so that decode reads come from HBM, not L2.
@@ -83,26 +84,42 @@ static double median(std::vector<float> v)
     return v.empty() ? 0 : v[v.size() / 2];
 }
 
-/* Times fn(set) over reps, rotating among n_sets; returns median microseconds. */
+/* Median microseconds per call of fn(set, stream): CALLS calls (rotating
+ * among n_sets) are captured into one CUDA graph, so host launch overhead is
+ * excluded as it is for the torch peer; the graph is replayed reps times. */
 template <class F> static double time_us(F fn, int n_sets, int reps)
 {
+    const int CALLS = 20;
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    for (int i = 0; i < 3; i++) fn(i % n_sets, st); /* warm-up, sets kernel attributes */
+    CK(cudaStreamSynchronize(st));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < CALLS; i++) fn(i % n_sets, st);
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
-    for (int i = 0; i < 3; i++) fn(i % n_sets);
-    CK(cudaDeviceSynchronize());
     std::vector<float> t;
     for (int i = 0; i < reps; i++) {
-        CK(cudaEventRecord(a));
-        fn(i % n_sets);
-        CK(cudaEventRecord(b));
+        CK(cudaEventRecord(a, st));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaEventRecord(b, st));
         CK(cudaEventSynchronize(b));
         float ms;
         CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1000.f);
+        t.push_back(ms * 1000.f / CALLS);
     }
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    CK(cudaStreamDestroy(st));
     return median(t);
 }
 
@@ -113,7 +130,7 @@ static double copy_bw(void)
     CK(cudaMalloc(&x, n));
     CK(cudaMalloc(&y, n));
     CK(cudaMemset(x, 1, n));
-    double us = time_us([&](int) { CK(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice)); }, 1, 20);
+    double us = time_us([&](int, cudaStream_t st) { CK(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice, st)); }, 1, 5);
     CK(cudaFree(x));
     CK(cudaFree(y));
     return 2.0 * n / (us * 1e-6) / 1e12; /* TB/s, bytes read + written */
@@ -165,14 +182,14 @@ static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
     p.work_bytes = wb;
     auto run = [&](int lazy, int ns) {
         CK(cudaMemset(p.work, 0, wb)); /* split counters start at zero */
-        return time_us([&](int set) {
+        return time_us([&](int set, cudaStream_t st) {
             lz_decode_params x = p;
             x.n_split = ns;
             x.q = q + (size_t)set * B * H * D;
             x.blocks = d_w + (size_t)set * B * KV * NB;
             x.n_blocks = d_nb + (size_t)set * B * KV;
-            LZ(lazy ? lz_decode_lazy(&x, NULL) : lz_decode(&x, NULL));
-        }, n_sets, 200);
+            LZ(lazy ? lz_decode_lazy(&x, st) : lz_decode(&x, st));
+        }, n_sets, 30);
     };
     int auto_ns = lz_decode_splits(&p, n_sm);
     /* interleave lazy and twin three times, keep each one's best median */
@@ -241,16 +258,17 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv)
     for (int ns = 1; ns <= 64; ns++) wb = std::max(wb, lz_prefill_workspace(&p, ns));
     if (wb) CK(cudaMalloc(&p.work, wb));
     p.work_bytes = wb;
-    auto run = [&](int lazy, int ns) {
-        return time_us([&](int set) {
+    auto run = [&](int lazy, int ns, int rpw = 0) {
+        return time_us([&](int set, cudaStream_t st) {
             lz_prefill_params x = p;
             x.n_split = ns;
+            x.rows_per_warp = rpw;
             x.q = qq[set];
             x.segs = d_segs[set];
             x.k_self = kk[set] + (size_t)KV * N * D;
             x.v_self = vv[set] + (size_t)KV * N * D;
-            LZ(lazy ? lz_prefill_lazy(&x, NULL) : lz_prefill(&x, NULL));
-        }, n_sets, N ? 200 : 50);
+            LZ(lazy ? lz_prefill_lazy(&x, st) : lz_prefill(&x, st));
+        }, n_sets, N ? 30 : 10);
     };
     int auto_ns = lz_prefill_splits(&p, n_sm);
     double tl = 1e30, tn = 1e30;
@@ -264,6 +282,10 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv)
            M, N, auto_ns, tl, flops / tl / 1e6, tn, flops / tn / 1e6, 100 * (tl / tn - 1));
     jrec("\"kind\":\"prefill\",\"M\":%d,\"N\":%d,\"split\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"flops\":%.0f",
          M, N, auto_ns, tl, tn, flops);
+    if (!N) {
+        double t16 = run(1, 1, 16), t16n = run(0, 1, 16);
+        printf("  16 rows/warp shape: lazy %.2f us (%.1f TFLOP/s), twin %.2f us\n", t16, flops / t16 / 1e6, t16n);
+    }
     if (sweep && N) {
         int cand[] = {1, 2, 4, 6, 8, 12, 16, 24, 32};
         printf("  split sweep (lazy us):");

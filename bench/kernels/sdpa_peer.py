@@ -1,6 +1,8 @@
 """sdpa_peer.py - times torch.nn.functional.scaled_dot_product_attention
-(FlashAttention-2 backend forced, GQA through enable_gqa) on the shapes of
-bench_kernels.cu, with CUDA events (median, rotating input sets), then merges
+(FlashAttention-2 backend forced; GQA through enable_gqa, or folded/expanded
+variants, the fastest counts) on the shapes of bench_kernels.cu, timed as
+CUDA-graph replays of 20 calls between CUDA events (median per call,
+rotating input sets), then merges
 ours.json into a markdown table. Run on the GPU machine after bench_kernels.
 
 Usage: python3 sdpa_peer.py ours.json table.md
@@ -18,18 +20,30 @@ H, KV, D = 32, 8, 128
 dev = "cuda"
 
 
-def time_us(fn, n_sets, reps):
-    for i in range(3):
-        fn(i % n_sets)
+def time_us(fn, n_sets, reps, calls=20):
+    """Median us per call: `calls` calls (rotating sets) captured in one CUDA
+    graph, replayed `reps` times between CUDA events (no host overhead)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(3):
+            fn(i % n_sets)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(calls):
+            fn(i % n_sets)
+    g.replay()
     torch.cuda.synchronize()
     ts = []
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for i in range(reps):
+    for _ in range(reps):
         a.record()
-        fn(i % n_sets)
+        g.replay()
         b.record()
         b.synchronize()
-        ts.append(a.elapsed_time(b) * 1000.0)
+        ts.append(a.elapsed_time(b) * 1000.0 / calls)
     return statistics.median(ts)
 
 
@@ -42,7 +56,7 @@ def copy_tbs():
     n = 1 << 30
     x = torch.ones(n, dtype=torch.uint8, device=dev)
     y = torch.empty_like(x)
-    us = time_us(lambda i: y.copy_(x), 1, 20)
+    us = time_us(lambda i: y.copy_(x), 1, 5)
     return 2.0 * n / (us * 1e-6) / 1e12
 
 
@@ -66,8 +80,8 @@ def decode(B, N):
              torch.randn(B, KV, N, D, device=dev, dtype=torch.bfloat16)) for _ in range(n_sets)]
     # gqa: enable_gqa; fold: the G query heads of a kv head as G rows (exact for one query row)
     return best({
-        "gqa": (lambda i: sdpa(*sets[i]), n_sets, 200),
-        "fold": (lambda i: sdpa(sets[i][0].view(B, KV, H // KV, D), sets[i][1], sets[i][2]), n_sets, 200),
+        "gqa": (lambda i: sdpa(*sets[i]), n_sets, 30),
+        "fold": (lambda i: sdpa(sets[i][0].view(B, KV, H // KV, D), sets[i][1], sets[i][2]), n_sets, 30),
     })
 
 
@@ -80,14 +94,14 @@ def prefill(M, N):
     exp = [(q, k.repeat_interleave(H // KV, 1), v.repeat_interleave(H // KV, 1)) for q, k, v in sets]
     if N == 0:
         return best({
-            "gqa": (lambda i: sdpa(*sets[i], is_causal=True), n_sets, 50),
-            "mha": (lambda i: sdpa(*exp[i], is_causal=True), n_sets, 50),
+            "gqa": (lambda i: sdpa(*sets[i], is_causal=True), n_sets, 10),
+            "mha": (lambda i: sdpa(*exp[i], is_causal=True), n_sets, 10),
         })
     from torch.nn.attention.bias import causal_lower_right  # row m sees N cached + own 0..m
     mask = causal_lower_right(M, N + M)
     return best({
-        "gqa": (lambda i: sdpa(*sets[i], attn_mask=mask), n_sets, 200),
-        "mha": (lambda i: sdpa(*exp[i], attn_mask=mask), n_sets, 200),
+        "gqa": (lambda i: sdpa(*sets[i], attn_mask=mask), n_sets, 30),
+        "mha": (lambda i: sdpa(*exp[i], attn_mask=mask), n_sets, 30),
     })
 
 
