@@ -724,20 +724,30 @@ def cmd_demo(a):
     print("worldgen: demo: %d passages, %d questions -> %s" % (len(corpus), len(qs), a.out), file=sys.stderr)
 
 
+def _prompt_strings():
+    """The prompt's fixed strings (model/prompt.h through datasets/train/prompt.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train"))
+    import prompt
+    return prompt
+
+
 def _text_worker(seed):
+    """Training text of one world, laid out as the prompt lays it out."""
+    P = _prompt_strings()
     r = random.Random(seed)
     W = make_world(seed, "train")
-    lines = [rec["title"] + "\n" + rec["text"] for rec in corpus_records(W, r)]
+    lines = [P.DOC_HEAD + rec["title"] + "\n" + rec["text"] + P.DOC_SEP for rec in corpus_records(W, r)]
+    lines += ["system", "\n\n" + P.SYSTEM, "user", "assistant", "\n\n"]
     for e in W["all"]:
         for t, ans, _ in single_questions(e, r):
-            lines.append(t + "\n" + ans)
+            lines += [P.QUESTION + t, ans]
         for t, ans, _ in bridge_questions(e, r):
-            lines.append(t)
+            lines.append(P.QUESTION + t)
     for _ in range(10):
         kind = r.choice(["people", "orgs", "works", "cities"])
         q = comparison_question(*r.sample(W[kind], 2), r)
         if q:
-            lines.append(q[0])
+            lines.append(P.QUESTION + q[0])
     return lines
 
 

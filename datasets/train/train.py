@@ -1,0 +1,615 @@
+#!/usr/bin/env python3
+"""train.py - trains the small retrieval-QA Llama on worlds from
+datasets/worldgen.py and writes a Hugging Face folder that lazy-convert turns
+into the engine's GGUF.
+
+A training example is one context of k shuffled passages (gold among
+distractors) followed by up to n_qa question/answer pairs, each attending to
+the prefix, the passages and itself, all at the same positions (right after
+the passages), as if asked alone. The loss is on the answer tokens (+ <|eot_id|>);
+optionally a language-model loss on the passages (lm_weight). Each example
+uses the "block" mask with probability p_block, else "full" (model.py).
+Batches are made by worker processes, one batch per task seeded by its step,
+so a resumed run sees the same data.
+
+Commands (see datasets/README.md):
+  train.py --config datasets/train/config.json --out build/qa/run --minutes 9 --resume
+  train.py --config ... --out ... --export-only [--dtype bf16]
+  train.py --config ... --out ... --eval-only QUESTIONS.json [--mode full|block]
+  train.py --config datasets/train/config_tiny.json --out build/qa/tiny --check-c build/bin
+Files in --out: ckpt.pt (model, optimiser, step, curve), curve.jsonl, log.txt,
+hf/ (config.json, model.safetensors, tokenizer.json, tokenizer_config.json),
+metrics.json, dev set and predictions.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+import bpe_train  # noqa: E402
+import evaluate  # noqa: E402
+import prompt  # noqa: E402
+import worldgen  # noqa: E402
+from model import KIND_DOC, KIND_PAD, KIND_PREFIX, KIND_QA, Llama, build_mask, hf_state_dict, rerotate  # noqa: E402
+
+# ---------------------------------------------------------------- data (worker processes)
+
+_W = {}
+
+
+def _worker_init(tok_path):
+    tok = bpe_train.BPE(tok_path)
+    _W["tok"], _W["prompt"] = tok, prompt.Prompt(tok)
+
+
+def encode_example(P, docs, qas, block):
+    """docs [(title, text)], qas [(question, answer or None)] -> per-token lists.
+    A QA with answer None ends at its question (for generation)."""
+    tok, kind, seg, gpos, lpos, lab, lm = [], [], [], [], [], [], []
+    s = len(P.prefix)
+    tok += P.prefix
+    kind += [KIND_PREFIX] * s
+    seg += [0] * s
+    gpos += list(range(s))
+    lpos += list(range(s))
+    lab += [-100] * s
+    lm += [-100] * s
+    p = s
+    for j, (title, text) in enumerate(docs):
+        ids = P.doc(title, text)
+        n = len(ids)
+        tok += ids
+        kind += [KIND_DOC] * n
+        seg += [1 + j] * n
+        gpos += range(p, p + n)
+        lpos += range(s, s + n) if block else range(p, p + n)
+        lab += [-100] * n
+        lm += ids[1:] + [-100]
+        p += n
+    for i, (q, a) in enumerate(qas):
+        qi = P.question(q)
+        ai = P.answer(a) if a is not None else []
+        ids = qi + ai
+        n = len(ids)
+        tok += ids
+        kind += [KIND_QA] * n
+        seg += [10000 + i] * n
+        gpos += range(p, p + n)
+        lpos += range(p, p + n)
+        lab += [-100] * (len(qi) - 1) + ai + [-100] if ai else [-100] * len(qi)
+        lm += [-100] * n
+    return {"tok": tok, "kind": kind, "seg": seg, "gpos": gpos, "lpos": lpos, "lab": lab, "lm": lm}
+
+
+def collate(exs, blocks, pad_to=64):
+    """Examples -> numpy arrays (B, T) padded to a multiple of pad_to."""
+    T = max(len(e["tok"]) for e in exs)
+    T = (T + pad_to - 1) // pad_to * pad_to
+    B = len(exs)
+    out = {"tok": np.zeros((B, T), np.int64), "kind": np.full((B, T), KIND_PAD, np.int64),
+           "seg": np.full((B, T), -1, np.int64), "qpos": np.zeros((B, T), np.int64),
+           "kpos_a": np.zeros((B, T), np.int64), "kpos_b": np.zeros((B, T), np.int64),
+           "lab": np.full((B, T), -100, np.int64), "lm": np.full((B, T), -100, np.int64),
+           "block": np.array(blocks, bool), "len": np.array([len(e["tok"]) for e in exs], np.int64)}
+    for b, e in enumerate(exs):
+        n = len(e["tok"])
+        out["tok"][b, :n] = e["tok"]
+        out["kind"][b, :n] = e["kind"]
+        out["seg"][b, :n] = e["seg"]
+        gp, lp = np.array(e["gpos"]), np.array(e["lpos"])
+        out["qpos"][b, :n] = lp  # block documents query at local positions, everything else global
+        out["kpos_a"][b, :n] = lp
+        out["kpos_b"][b, :n] = gp
+        out["qpos"][b, n:] = out["kpos_a"][b, n:] = out["kpos_b"][b, n:] = gp[-1] if n else 0
+        out["lab"][b, :n] = e["lab"]
+        out["lm"][b, :n] = e["lm"]
+    return out
+
+
+def make_batch(task):
+    """Worker: the batch of step `step` (deterministic in seed and step)."""
+    seed, step, d, B = task
+    r = random.Random((seed << 32) ^ step)
+    exs, blocks = [], []
+    for _ in range(B):
+        ctx = worldgen.make_context(r.getrandbits(62), "train", n_qa=d["n_qa"], k_range=(d["k_min"], d["k_max"]),
+                                    mix=tuple(d["mix"]))
+        block = r.random() < d["p_block"]
+        exs.append(encode_example(_W["prompt"], ctx["docs"], [(q, a) for _, q, a in ctx["qa"]], block))
+        blocks.append(block)
+    return collate(exs, blocks)
+
+
+class Batches:
+    """Bounded prefetch over a process pool; batch i is task (seed, i)."""
+
+    def __init__(self, cfg, start, workers):
+        import multiprocessing as mp
+        self.cfg, self.next_step = cfg, start
+        self.B = cfg["train"]["batch"]
+        self.workers = workers
+        if workers > 0:
+            ctx = mp.get_context("fork")
+            self.pool = ctx.Pool(workers, initializer=_worker_init, initargs=(cfg["data"]["tokenizer_path"],))
+        else:
+            _worker_init(cfg["data"]["tokenizer_path"])
+            self.pool = None
+        self.queue = []
+        self.depth = max(2, 3 * workers)
+
+    def _task(self, i):
+        return (self.cfg["train"]["seed"], i, self.cfg["data"], self.B)
+
+    def get(self):
+        if self.pool is None:
+            b = make_batch(self._task(self.next_step))
+            self.next_step += 1
+            return b
+        while len(self.queue) < self.depth:
+            self.queue.append(self.pool.apply_async(make_batch, (self._task(self.next_step + len(self.queue)),)))
+        b = self.queue.pop(0).get()
+        self.next_step += 1
+        return b
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.terminate()
+
+
+def to_device(b, dev):
+    return {k: torch.from_numpy(v).to(dev, non_blocking=True) for k, v in b.items()}
+
+
+# ---------------------------------------------------------------- loss and generation
+
+def forward_loss(model, b, lm_weight):
+    mask = build_mask(b["kind"], b["seg"], b["block"])
+    h = model.hidden(b["tok"], b["qpos"], b["kpos_a"], b["kpos_b"], mask)
+    lab = b["lab"].view(-1)
+    sel = (lab != -100).nonzero().squeeze(1)
+    hf = h.view(-1, h.shape[-1])
+    loss = F.cross_entropy(model.logits(hf[sel]).float(), lab[sel])
+    out = {"ans": loss.detach()}
+    if lm_weight > 0:
+        lm = b["lm"].view(-1)
+        sel2 = (lm != -100).nonzero().squeeze(1)
+        lml = F.cross_entropy(model.logits(hf[sel2]).float(), lm[sel2])
+        out["lm"] = lml.detach()
+        loss = loss + lm_weight * lml
+    return loss, out
+
+
+@torch.no_grad()
+def generate(model, P, items, block, dev, max_new=24, batch=32, amp=None):
+    """items [(docs, question)] -> answers (greedy, stops at <|eot_id|>)."""
+    model.eval()
+    answers = []
+    for i0 in range(0, len(items), batch):
+        chunk = items[i0:i0 + batch]
+        base = [encode_example(P, docs, [(q, None)], block) for docs, q in chunk]
+        gen = [[] for _ in chunk]
+        done = [False] * len(chunk)
+        for _ in range(max_new):
+            exs = []
+            for e, g in zip(base, gen):
+                e2 = {k: list(v) for k, v in e.items()}
+                p = e2["gpos"][-1] + 1
+                e2["tok"] += g
+                e2["kind"] += [KIND_QA] * len(g)
+                e2["seg"] += [10000] * len(g)
+                e2["gpos"] += range(p, p + len(g))
+                e2["lpos"] += range(p, p + len(g))
+                e2["lab"] += [-100] * len(g)
+                e2["lm"] += [-100] * len(g)
+                exs.append(e2)
+            b = to_device(collate(exs, [block] * len(exs), pad_to=16), dev)
+            mask = build_mask(b["kind"], b["seg"], b["block"])
+            with amp():
+                h = model.hidden(b["tok"], b["qpos"], b["kpos_a"], b["kpos_b"], mask)
+            last = h[torch.arange(len(exs), device=dev), b["len"] - 1]
+            nxt = model.logits(last.float()).argmax(-1).tolist()
+            for j, t in enumerate(nxt):
+                if not done[j]:
+                    if t == P.eot:
+                        done[j] = True
+                    else:
+                        gen[j].append(t)
+            if all(done):
+                break
+        answers += [P.tok.decode(g).strip() for g in gen]
+    model.train()
+    return answers
+
+
+def eval_questions(model, P, qs, dev, amp, modes=("full", "block"), batch=32):
+    """EM/F1 per type and mode of HotpotQA-format questions (PyTorch, greedy)."""
+    items = [([(t, " ".join(s)) for t, s in q["context"]], q["question"]) for q in qs]
+    res, preds = {}, {}
+    for mode in modes:
+        ans = generate(model, P, items, mode == "block", dev, batch=batch, amp=amp)
+        preds[mode] = {q["_id"]: a for q, a in zip(qs, ans)}
+        res[mode] = evaluate.score(qs, preds[mode])
+    return res, preds
+
+
+# ---------------------------------------------------------------- export
+
+def write_safetensors(path, tensors, dtype):
+    """tensors {name: torch tensor} -> safetensors file (8-byte header length, JSON header, raw bytes)."""
+    names = sorted(tensors)
+    tdt = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}[dtype]
+    header, blobs, off = {}, [], 0
+    for n in names:
+        t = tensors[n].detach().to("cpu", tdt).contiguous()
+        raw = t.view(torch.int16).numpy().tobytes() if dtype != "F32" else t.numpy().tobytes()
+        header[n] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    header["__metadata__"] = {"format": "pt"}
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for raw in blobs:
+            f.write(raw)
+    os.replace(tmp, path)
+
+
+def export_hf(model, cfg, tok, out_dir, dtype):
+    os.makedirs(out_dir, exist_ok=True)
+    c = cfg["model"]
+    hf = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": c["dim"],
+          "intermediate_size": c["ffn_dim"], "num_hidden_layers": c["n_layers"],
+          "num_attention_heads": c["n_heads"], "num_key_value_heads": c["n_kv_heads"], "head_dim": c["head_dim"],
+          "hidden_act": "silu", "max_position_embeddings": c["max_pos"], "rms_norm_eps": c["norm_eps"],
+          "rope_theta": c["rope_theta"], "rope_scaling": None, "tie_word_embeddings": c["tied"],
+          "vocab_size": c["vocab"], "bos_token_id": tok.bos, "eos_token_id": tok.eot,
+          "attention_bias": False, "mlp_bias": False, "initializer_range": 0.02,
+          "torch_dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype]}
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(hf, f, indent=1)
+    with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": tok.bos, "eos_token_id": tok.eot, "do_sample": False}, f, indent=1)
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), hf_state_dict(model), dtype)
+    src = os.path.dirname(cfg["data"]["tokenizer_path"])
+    for fn in ("tokenizer.json", "tokenizer_config.json"):
+        with open(os.path.join(src, fn), "rb") as fi, open(os.path.join(out_dir, fn), "wb") as fo:
+            fo.write(fi.read())
+
+
+# ---------------------------------------------------------------- checks against the C engine
+
+def check_prompt(P, bindir, cfg, n=20):
+    """Token ids of prompt.py vs model/prompt.c (datasets/tools/prompt_check) on generated docs/questions."""
+    exe = os.path.join(bindir, "prompt_check")
+    lines, want = ["P"], [P.prefix]
+    for i in range(n):
+        ctx = worldgen.make_context(777 + i)
+        for t, x in ctx["docs"][:3]:
+            lines.append("D\t%s\t%s" % (t, x))
+            want.append(P.doc(t, x))
+        for _, q, _ in ctx["qa"][:3]:
+            lines.append("Q\t" + q)
+            want.append(P.question(q))
+    path = os.path.join(bindir, "prompt_lines.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(x.replace("\\", "\\\\").replace("\n", "\\n") for x in lines) + "\n")
+    got = subprocess.run([exe, cfg["data"]["tokenizer_path"], path], capture_output=True, text=True, check=True)
+    got = [[int(v) for v in ln.split()] for ln in got.stdout.strip().split("\n")]
+    bad = sum(g != w for g, w in zip(got, want)) + abs(len(got) - len(want))
+    print("check-prompt: %d prompt pieces, %d differ between prompt.py and model/prompt.c" % (len(want), bad))
+    return bad == 0
+
+
+def c_logits(exe, model_path, ids, n_gen=8):
+    path = model_path.rstrip("/") + ".ids.txt"
+    with open(path, "w") as f:
+        f.write(" ".join(map(str, ids)))
+    r = subprocess.run([exe, "-m", model_path, "--ids-file", path, "-n", str(n_gen), "--threads", "2"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("%s failed: %s" % (exe, r.stderr.strip()))
+    return json.loads(r.stdout)
+
+
+@torch.no_grad()
+def torch_full_logits(model, ids, n_gen, dev):
+    """Greedy continuation and first logits of a plain causal run at positions 0.. (fp32)."""
+    ids = list(ids)
+    first, gen = None, []
+    for i in range(n_gen):
+        T = len(ids)
+        tok = torch.tensor([ids], device=dev)
+        pos = torch.arange(T, device=dev)[None]
+        mask = torch.ones(T, 2 * T, dtype=torch.bool, device=dev)
+        mask[:, :T] = False
+        mask[:, T:] = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+        lg = model.logits(model.hidden(tok, pos, pos, pos, mask[None, None]))[0, -1].float()
+        if first is None:
+            first = lg.cpu()
+        gen.append(int(lg.argmax()))
+        ids.append(gen[-1])
+    return first, gen
+
+
+def check_c(model, cfg, P, out, bindir, dev):
+    """Exports F32 and compares the engine's logits (lazy-logits) with PyTorch's on a few prompts;
+    also through lazy-convert's GGUF when the tool exists. Returns the worst max |diff|."""
+    model = model.float().eval()
+    hf_dir = os.path.join(out, "hf_f32")
+    export_hf(model, cfg, P.tok, hf_dir, "F32")
+    targets = [("hf-f32", hf_dir)]
+    conv = os.path.join(bindir, "lazy-convert")
+    if os.path.exists(conv):
+        g = os.path.join(out, "model_f32.gguf")
+        r = subprocess.run([conv, hf_dir, g, "--outtype", "f32"], capture_output=True, text=True)
+        if r.returncode == 0:
+            targets.append(("gguf-f32", g))
+        else:
+            print("check-c: lazy-convert failed: %s" % r.stderr.strip())
+    worst, report = 0.0, []
+    for i in range(3):
+        ctx = worldgen.make_context(4242 + i, "dev")
+        ids = list(P.prefix)
+        for t, x in ctx["docs"]:
+            ids += P.doc(t, x)
+        ids += P.question(ctx["qa"][0][1])
+        ref, ref_gen = torch_full_logits(model, ids, 6, dev)
+        for name, path in targets:
+            j = c_logits(os.path.join(bindir, "lazy-logits"), path, ids, 6)
+            cl = torch.tensor(j["logits"])
+            d = float((cl - ref).abs().max())
+            rel = d / float(ref.abs().max())
+            worst = max(worst, d)
+            line = ("check-c: prompt %d (%d tokens) %-8s max|dlogit| %.3g (rel %.2g), argmax %s, greedy %s" % (
+                i, len(ids), name, d, rel, "same" if int(cl.argmax()) == int(ref.argmax()) else "DIFFERENT",
+                "same" if j["greedy"] == ref_gen else "DIFFERENT %s vs %s" % (j["greedy"], ref_gen)))
+            print(line)
+            report.append(line)
+    return worst, report
+
+
+@torch.no_grad()
+def check_block(model, P, dev):
+    """The block mask (with its two key copies) against explicit standalone encoding:
+    prefix KV once, each document encoded after the prefix at s.., its keys re-rotated by
+    p - s, then the question over all of them. Returns max |diff| of the question logits."""
+    model = model.float().eval()
+    ctx = worldgen.make_context(99, "dev", k_range=(4, 5))
+    docs, q = ctx["docs"], ctx["qa"][0][1]
+    e = encode_example(P, docs, [(q, None)], True)
+    b = to_device(collate([e], [True], pad_to=1), dev)
+    mask = build_mask(b["kind"], b["seg"], b["block"])
+    ref = model.logits(model.hidden(b["tok"], b["qpos"], b["kpos_a"], b["kpos_b"], mask))[0]
+    s = len(P.prefix)
+    t = lambda ids: torch.tensor([ids], device=dev)  # noqa: E731
+    _, kv_p = model.forward_kv(t(P.prefix), torch.arange(s, device=dev)[None])
+    past = [(k, v) for k, v in kv_p]
+    p = s
+    for title, text in docs:
+        ids = P.doc(title, text)
+        _, kv = model.forward_kv(t(ids), torch.arange(s, s + len(ids), device=dev)[None], kv_p)
+        past = [(torch.cat([pk, rerotate(k, p - s, model.inv_freq)], 2), torch.cat([pv, v], 2))
+                for (pk, pv), (k, v) in zip(past, kv)]
+        p += len(ids)
+    qi = P.question(q)
+    lg, _ = model.forward_kv(t(qi), torch.arange(p, p + len(qi), device=dev)[None], past)
+    d = float((lg[0] - ref[-len(qi):]).abs().max())
+    # and the full mask equals a plain causal run
+    e2 = encode_example(P, docs, [(q, None)], False)
+    b2 = to_device(collate([e2], [False], pad_to=1), dev)
+    full = model.logits(model.hidden(b2["tok"], b2["qpos"], b2["kpos_a"], b2["kpos_b"],
+                                     build_mask(b2["kind"], b2["seg"], b2["block"])))[0]
+    plain, _ = model.forward_kv(b2["tok"], b2["kpos_b"])
+    d2 = float((full - plain[0]).abs().max())
+    print("check-block: block mask vs standalone+re-rotation max|d| %.3g; full mask vs plain causal %.3g" % (d, d2))
+    return max(d, d2)
+
+
+# ---------------------------------------------------------------- main
+
+def load_config(path, overrides):
+    cfg = json.load(open(path))
+    for o in overrides:
+        k, v = o.split("=", 1)
+        sec, key = k.split(".")
+        cfg[sec][key] = json.loads(v)
+    tp = cfg["data"]["tokenizer"]
+    cfg["data"]["tokenizer_path"] = tp if os.path.isabs(tp) else os.path.join(ROOT, tp)
+    return cfg
+
+
+def lr_at(cfg, frac, step):
+    t = cfg["train"]
+    if step < t["warmup"]:
+        return t["lr"] * (step + 1) / t["warmup"]
+    frac = min(1.0, max(0.0, frac))
+    return t["min_lr"] + 0.5 * (t["lr"] - t["min_lr"]) * (1 + math.cos(math.pi * frac))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--set", action="append", default=[], help="override, e.g. train.batch=32")
+    ap.add_argument("--minutes", type=float, default=9.0, help="wall-clock budget of THIS call")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--workers", type=int, default=-1, help="data processes (default: cores - 1)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--export-only", action="store_true")
+    ap.add_argument("--dtype", default="BF16", choices=["F32", "F16", "BF16"], help="exported weights")
+    ap.add_argument("--eval-only", help="HotpotQA-format questions to answer (PyTorch, greedy)")
+    ap.add_argument("--mode", default="full,block")
+    ap.add_argument("--check-c", metavar="BINDIR", help="compare logits with the engine (lazy-logits in BINDIR)")
+    ap.add_argument("--check-prompt", metavar="BINDIR", help="compare prompt ids with prompt_check in BINDIR")
+    a = ap.parse_args()
+
+    cfg = load_config(a.config, a.set)
+    os.makedirs(a.out, exist_ok=True)
+    dev = torch.device(a.device)
+    seed = cfg["train"]["seed"]
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    tok = bpe_train.BPE(cfg["data"]["tokenizer_path"])
+    P = prompt.Prompt(tok)
+    cfg["model"]["vocab"] = tok.vocab_size
+    logf = open(os.path.join(a.out, "log.txt"), "a")
+
+    def log(s):
+        print(s, flush=True)
+        logf.write(s + "\n")
+        logf.flush()
+
+    model = Llama(cfg["model"]).to(dev)
+    n_params = sum(p.numel() for p in model.parameters())
+    use_amp = dev.type == "cuda" and cfg["train"].get("amp", "bf16") == "bf16"
+
+    def amp():
+        return torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else torch.autocast("cpu", enabled=False)
+
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
+    other = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["train"]["wd"]},
+                             {"params": other, "weight_decay": 0.0}], lr=cfg["train"]["lr"], betas=(0.9, 0.95),
+                            eps=1e-8, **({"fused": True} if dev.type == "cuda" else {}))
+    ck = os.path.join(a.out, "ckpt.pt")
+    state = {"step": 0, "train_s": 0.0, "curve": [], "evals": []}
+    if (a.resume or a.export_only or a.eval_only) and os.path.exists(ck):
+        st = torch.load(ck, map_location=dev)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        state = st["state"]
+        log("resumed from %s at step %d (%.1f min trained)" % (ck, state["step"], state["train_s"] / 60))
+    elif a.export_only or a.eval_only:
+        log("warning: no checkpoint in %s, using the untrained model" % a.out)
+
+    def save():
+        tmp = ck + ".tmp"
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state, "cfg": cfg}, tmp)
+        os.replace(tmp, ck)
+
+    if a.check_prompt:
+        ok = check_prompt(P, a.check_prompt, cfg)
+        sys.exit(0 if ok else 1)
+    if a.check_c:
+        worst_b = check_block(model, P, dev)
+        worst, report = check_c(model, cfg, P, a.out, a.check_c, dev)
+        json.dump({"block_vs_standalone": worst_b, "c_vs_torch_max_abs": worst, "report": report},
+                  open(os.path.join(a.out, "check_c.json"), "w"), indent=1)
+        sys.exit(0 if worst < cfg["train"].get("check_tol", 1e-3) and worst_b < 1e-3 else 1)
+    if a.eval_only:
+        qs = json.load(open(a.eval_only))
+        res, preds = eval_questions(model, P, qs, dev, amp, modes=a.mode.split(","))
+        for m, p in preds.items():
+            json.dump({"answer": p}, open(os.path.join(a.out, "pred_torch_%s.json" % m), "w"), indent=0)
+        log(evaluate.table({"torch-" + m: r for m, r in res.items()}))
+        return
+    if a.export_only:
+        export_hf(model, cfg, tok, os.path.join(a.out, "hf"), a.dtype)
+        log("exported %s weights to %s/hf" % (a.dtype, a.out))
+        return
+
+    # dev set: unseen (dev-split) entities, gold among distractors
+    dv = cfg["data"]["dev"]
+    dev_path = os.path.join(a.out, "dev")
+    if not os.path.exists(os.path.join(dev_path, "questions.json")):
+        worldgen.cmd_split(argparse.Namespace(split="dev", seed=dv["seed"], worlds=dv["worlds"],
+                                              per_type=dv["per_type"], distractors=9, out=dev_path))
+    dev_qs = json.load(open(os.path.join(dev_path, "questions.json")))
+
+    t_cfg = cfg["train"]
+    budget_s = t_cfg["budget_minutes"] * 60
+    workers = a.workers if a.workers >= 0 else max(1, (os.cpu_count() or 2) - 1)
+    log("model %.2fM parameters (%s), vocab %d, device %s, amp %s, %d data workers, batch %d" % (
+        n_params / 1e6, json.dumps(cfg["model"]), tok.vocab_size, dev, use_amp, workers, t_cfg["batch"]))
+    data = Batches(cfg, state["step"], workers)
+    t_call = time.time()
+    reserve = t_cfg.get("reserve_s", 45)
+    cf = open(os.path.join(a.out, "curve.jsonl"), "a")
+    acc = {"ans": 0.0, "lm": 0.0, "n": 0, "tok": 0}
+    t_last = time.time()
+    finished = False
+    try:
+        while True:
+            if state["train_s"] >= budget_s or state["step"] >= t_cfg.get("max_steps", 1 << 40):
+                finished = True
+                break
+            if time.time() - t_call > a.minutes * 60 - reserve:
+                break
+            t0 = time.time()
+            bnp = data.get()
+            b = to_device(bnp, dev)
+            lr = lr_at(cfg, state["train_s"] / budget_s, state["step"])
+            for g in opt.param_groups:
+                g["lr"] = lr
+            with amp():
+                loss, parts = forward_loss(model, b, t_cfg["lm_weight"])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), t_cfg["clip"])
+            opt.step()
+            state["step"] += 1
+            acc["ans"] += float(parts["ans"])
+            acc["lm"] += float(parts.get("lm", 0.0))
+            acc["n"] += 1
+            acc["tok"] += int(bnp["len"].sum())
+            state["train_s"] += time.time() - t0
+            if state["step"] % t_cfg["log_every"] == 0:
+                dt = time.time() - t_last
+                t_last = time.time()
+                rec = {"step": state["step"], "train_min": round(state["train_s"] / 60, 3),
+                       "loss_answer": round(acc["ans"] / acc["n"], 4), "lr": lr, "grad_norm": round(float(gn), 3),
+                       "steps_per_s": round(acc["n"] / dt, 2), "tok_per_s": int(acc["tok"] / dt)}
+                if t_cfg["lm_weight"] > 0:
+                    rec["loss_lm"] = round(acc["lm"] / acc["n"], 4)
+                state["curve"].append(rec)
+                cf.write(json.dumps(rec) + "\n")
+                cf.flush()
+                log(json.dumps(rec))
+                acc = {"ans": 0.0, "lm": 0.0, "n": 0, "tok": 0}
+            if state["step"] % t_cfg["eval_every"] == 0:
+                n_e = t_cfg.get("eval_n", 100)
+                sub = sum(([q for q in dev_qs if q["type"] == t][:n_e] for t in ("single", "bridge", "comparison")), [])
+                res, _ = eval_questions(model, P, sub, dev, amp)
+                e = {"step": state["step"], **{"%s_%s_em" % (m, t): round(r[t]["em"], 1) for m, r in res.items()
+                                               for t in ("single", "bridge", "comparison")}}
+                state["evals"].append(e)
+                log("dev " + json.dumps(e))
+                t_last = time.time()
+            if state["step"] % t_cfg["ckpt_every"] == 0:
+                save()
+    finally:
+        data.close()
+    save()
+    log("stopped at step %d, %.2f of %.2f training minutes%s" % (
+        state["step"], state["train_s"] / 60, budget_s / 60, " (finished)" if finished else " (resume to continue)"))
+    if finished:
+        export_hf(model, cfg, tok, os.path.join(a.out, "hf"), a.dtype)
+        res, preds = eval_questions(model, P, dev_qs, dev, amp)
+        for m, p in preds.items():
+            json.dump({"answer": p}, open(os.path.join(a.out, "pred_dev_torch_%s.json" % m), "w"), indent=0)
+        log(evaluate.table({"dev-torch-" + m: r for m, r in res.items()}))
+        json.dump({"params": n_params, "steps": state["step"], "train_minutes": state["train_s"] / 60,
+                   "config": cfg, "dev_torch": res, "evals": state["evals"], "curve": state["curve"]},
+                  open(os.path.join(a.out, "metrics.json"), "w"), indent=1)
+        log("exported %s weights to %s/hf; metrics in %s/metrics.json" % (a.dtype, a.out, a.out))
+
+
+if __name__ == "__main__":
+    main()
