@@ -261,6 +261,32 @@ static int set_prefix(lz_store *s, const int *prefix, int n)
     return LZ_STORE_OK;
 }
 
+int lz_store_bind_recorded(lz_store *s, char *err, size_t errlen)
+{
+    lz_meta_model have;
+    int st = from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
+    if (st == LZ_STORE_ENOTFOUND)
+        return fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
+    if (st) return st;
+    for (int i = 0; i < 32; i++) {
+        unsigned b = 0;
+        if (sscanf(have.fingerprint + 2 * i, "%2x", &b) != 1) {
+            free(have.prefix_tokens);
+            return fail(err, errlen, LZ_STORE_ECORRUPT, "store %s: bad model fingerprint '%s'", s->dir,
+                        have.fingerprint);
+        }
+        s->fingerprint[i] = (uint8_t)b;
+    }
+    s->model_id = have.id;
+    s->n_layers = have.n_layers;
+    s->n_kv_heads = have.n_kv_heads;
+    s->head_dim = have.head_dim;
+    s->bound = 1;
+    st = set_prefix(s, have.prefix_tokens, have.n_prefix);
+    free(have.prefix_tokens);
+    return st;
+}
+
 int lz_store_check_model(lz_store *s, const lz_store_model_desc *m, char *err, size_t errlen)
 {
     lz_meta_model want, have;

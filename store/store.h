@@ -58,6 +58,9 @@ typedef struct {
 int lz_store_bind_model(lz_store *s, const lz_store_model_desc *m, const int *prefix, int n_prefix,
                         int64_t *model_id, uint8_t prefix_key[LZ_META_KEY_LEN], int *prefix_changed,
                         char *err, size_t errlen);
+/* Binds to the model the store records, without loading it (maintenance:
+ * --check, --gc). Errors: ENOTFOUND for a store without a model. */
+int lz_store_bind_recorded(lz_store *s, char *err, size_t errlen);
 /* Checks only (readers): EMODEL when the store's model is not m. */
 int lz_store_check_model(lz_store *s, const lz_store_model_desc *m, char *err, size_t errlen);
 /* The bound model's fingerprint (valid after bind/check). */

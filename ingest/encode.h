@@ -1,0 +1,37 @@
+/* encode.h - turns token ids into stored KV: the prompt prefix is run once
+ * (its KV kept in fp32 as an external segment), then every document runs
+ * standalone after it, its keys rotated at positions s..s+n-1 (s = prefix
+ * length), and is packed into a payload (store/payload.h). One encoder per
+ * thread; the model is shared read-only.
+ */
+#ifndef LZ_ENCODE_H
+#define LZ_ENCODE_H
+
+#include <stddef.h>
+
+#include "model/llama.h"
+#include "store/payload.h"
+
+typedef struct lz_encoder lz_encoder;
+
+/* Tokens per forward call. Fixed, so a payload depends only on the model,
+ * the prefix and the document's tokens (chunking changes float rounding). */
+#define LZ_ENCODE_CHUNK 256
+
+/* Runs the prefix through m. Returns 0, or -1 with a message in err. */
+int lz_encoder_new(const lz_llama *m, const int *prefix, int n_prefix, lz_encoder **out, char *err,
+                   size_t errlen);
+void lz_encoder_free(lz_encoder *e); /* NULL is a no-op */
+
+/* Computes the KV of a document of n tokens after the prefix. The result
+ * stays in lz_encoder_doc_cache until the next call. */
+int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errlen);
+const lz_kv_cache *lz_encoder_doc_cache(const lz_encoder *e);
+const lz_kv_cache *lz_encoder_prefix_cache(const lz_encoder *e);
+
+/* Packs the last document (doc != 0) or the prefix (doc == 0) into a
+ * malloc'd payload blob with codec and zstd level. */
+int lz_encoder_pack(lz_encoder *e, int doc, lz_payload_codec *c, int codec, int level, void **blob,
+                    size_t *len, char *err, size_t errlen);
+
+#endif /* LZ_ENCODE_H */

@@ -1,0 +1,1025 @@
+/* lazyingest.c - encodes a corpus once into a store: every document's KV
+ * (after the shared prompt prefix, keys at local positions) as a
+ * content-addressed payload in LMDB, its row and full-text index in SQLite.
+ * Re-runs encode only what changed; --prune, --gc, --check and --repair keep
+ * a nightly re-indexed store consistent. Library pieces: ingest/corpus.h,
+ * ingest/split.h, ingest/encode.h, store/store.h, model/prompt.h.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "ingest/corpus.h"
+#include "ingest/encode.h"
+#include "ingest/split.h"
+#include "model/llama.h"
+#include "model/prompt.h"
+#include "store/store.h"
+
+enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_SKIPPED = 2, EXIT_CHECK = 3 };
+
+typedef struct {
+    const char *corpus, *model, *store;
+    int batch_tokens, threads, max_doc_tokens, level, format;
+    int prune, strict, check, repair, gc, quiet, json;
+} options;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: lazyingest [options] corpus.jsonl | corpus.csv | -\n"
+            "       lazyingest --check | --repair | --gc [options]\n"
+            "Encodes every document of a corpus once and stores its KV for lazyquery.\n"
+            "Input: JSONL, one {\"id\": string|int, \"text\": ..., \"title\": ...} per line, or CSV\n"
+            "with a header naming id, text (and optionally title). '-' reads standard input.\n"
+            "  -m, --model PATH       GGUF model (default: $%s, else <repo>/%s)\n"
+            "  -s, --store DIR        store folder (default ./lazystore)\n"
+            "  --batch-tokens N       tokens encoded between commits (default 8192)\n"
+            "  --threads N            CPU threads (default: all cores)\n"
+            "  --max-doc-tokens N     split longer documents into passages id#0, id#1, ...\n"
+            "                         at sentence or line boundaries (default 1024)\n"
+            "  --level N              zstd level of the payloads, 1..19 (default %d)\n"
+            "  --format jsonl|csv     input format when the file name does not tell\n"
+            "  --prune                remove documents absent from this corpus\n"
+            "  --strict               stop at the first bad record (all before it is committed)\n"
+            "  --check                verify every document's payload (presence, checksum, model)\n"
+            "  --repair               re-encode or remove what --check finds broken\n"
+            "  --gc                   remove payloads no document references (runs also do this)\n"
+            "  --quiet                no progress and no summary (errors still printed)\n"
+            "  --json                 print the summary as JSON on standard output\n"
+            "  -h, --help             this text\n"
+            "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n",
+            LZ_DEFAULT_MODEL_ENV, LZ_DEFAULT_MODEL, LZ_PAYLOAD_DEFAULT_LEVEL);
+}
+
+static double now_s(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + tv.tv_usec * 1e-6;
+}
+
+static int parse_int(const char *s, const char *opt, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s ? s : "", &end, 10);
+    if (!s || errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "lazyingest: %s expects an integer in [%d, %d], got '%s'\n", opt, lo, hi, s ? s : "");
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* ---- pass 1: ids, their last occurrence, duplicates ---- */
+
+typedef struct {
+    char *id;
+    long ordinal, line;
+} id_slot;
+
+typedef struct {
+    id_slot *v;
+    size_t cap, n;
+} id_map;
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return h;
+}
+
+/* Returns the slot of id (inserting it with ordinal -1 when absent), NULL on OOM. */
+static id_slot *id_map_get(id_map *m, const char *id, int insert)
+{
+    if (insert && (m->n + 1) * 2 > m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 1024;
+        id_slot *v = calloc(cap, sizeof *v);
+        if (!v) return NULL;
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->v[i].id) continue;
+            size_t j = hash_str(m->v[i].id) & (cap - 1);
+            while (v[j].id) j = (j + 1) & (cap - 1);
+            v[j] = m->v[i];
+        }
+        free(m->v);
+        m->v = v;
+        m->cap = cap;
+    }
+    if (!m->cap) return NULL;
+    size_t j = hash_str(id) & (m->cap - 1);
+    while (m->v[j].id) {
+        if (strcmp(m->v[j].id, id) == 0) return &m->v[j];
+        j = (j + 1) & (m->cap - 1);
+    }
+    if (!insert) return NULL;
+    m->v[j].id = strdup(id);
+    if (!m->v[j].id) return NULL;
+    m->v[j].ordinal = -1;
+    m->n++;
+    return &m->v[j];
+}
+
+static void id_map_free(id_map *m)
+{
+    for (size_t i = 0; i < m->cap; i++) free(m->v[i].id);
+    free(m->v);
+}
+
+/* ---- the run's state ---- */
+
+typedef struct {
+    char *ext_id, *source_id, *title, *text;
+    int *ids;
+    int n_tokens, passage;
+    int64_t row_id;   /* existing row to update; 0 = insert */
+    int kind;         /* K_ADDED, K_UPDATED, K_UNCHANGED */
+    uint8_t content_hash[32], key[LZ_META_KEY_LEN];
+    int64_t raw_bytes, stored_bytes;
+} pend_doc;
+
+enum { K_ADDED = 0, K_UPDATED = 1, K_UNCHANGED = 2 };
+
+typedef struct {
+    options o;
+    lz_llama *m;
+    lz_store *s;
+    lz_meta *meta;
+    lz_encoder *enc;
+    lz_payload_codec *codec;
+    int *prefix;
+    int n_prefix;
+    int prefix_changed;
+    int64_t model_id, run;
+    /* the batch being built */
+    pend_doc *docs;
+    int n_docs, cap_docs;
+    lz_store_payload *pay;
+    int n_pay, cap_pay;
+    char **sources;       /* records finished in this batch: prune their stale passages */
+    int n_src, cap_src;
+    char **keep_sources;  /* bad records with a known id: keep their old rows */
+    int n_keep, cap_keep;
+    int64_t batch_tokens;
+    /* committed counts */
+    lz_meta_run_counts c;
+    int64_t n_dupes, n_records_done, n_records_total, n_corpus_tokens;
+    double t0, t_encode, last_progress;
+    int progress;
+    char err[8192];
+} ingest;
+
+static void warnf(const ingest *g, const char *fmt, ...)
+{
+    if (g->progress) fputs("\r\033[K", stderr);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static int push_ptr(char ***v, int *n, int *cap, const char *s)
+{
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 64;
+        char **p = realloc(*v, sizeof *p * (size_t)c);
+        if (!p) return -1;
+        *v = p;
+        *cap = c;
+    }
+    if (!((*v)[*n] = strdup(s))) return -1;
+    (*n)++;
+    return 0;
+}
+
+static void batch_clear(ingest *g)
+{
+    for (int i = 0; i < g->n_docs; i++) {
+        pend_doc *d = &g->docs[i];
+        free(d->ext_id);
+        free(d->source_id);
+        free(d->title);
+        free(d->text);
+        free(d->ids);
+    }
+    for (int i = 0; i < g->n_pay; i++) free(g->pay[i].blob);
+    for (int i = 0; i < g->n_src; i++) free(g->sources[i]);
+    for (int i = 0; i < g->n_keep; i++) free(g->keep_sources[i]);
+    g->n_docs = g->n_pay = g->n_src = g->n_keep = 0;
+    g->batch_tokens = 0;
+}
+
+static void batch_free(ingest *g)
+{
+    batch_clear(g);
+    free(g->docs);
+    free(g->pay);
+    free(g->sources);
+    free(g->keep_sources);
+}
+
+/* Commits the batch: payloads first (one durable LMDB transaction), then
+ * every row in one SQLite transaction. Counts only what committed. */
+static int flush(ingest *g)
+{
+    if (!g->n_docs && !g->n_src && !g->n_keep) return 0;
+    if (lz_store_put_payloads(g->s, g->pay, g->n_pay, g->err, sizeof g->err)) return -1;
+    lz_meta_run_counts add = { 0 };
+    int rc = lz_meta_begin(g->meta, g->err, sizeof g->err);
+    for (int i = 0; !rc && i < g->n_docs; i++) {
+        pend_doc *p = &g->docs[i];
+        if (p->kind == K_UNCHANGED) {
+            rc = lz_meta_doc_touch(g->meta, p->row_id, g->run, g->err, sizeof g->err);
+            add.n_unchanged++;
+            continue;
+        }
+        lz_meta_doc d = { 0 };
+        d.id = p->row_id;
+        d.ext_id = p->ext_id;
+        d.source_id = p->source_id;
+        d.passage = p->passage;
+        d.title = p->title;
+        d.text = p->text;
+        memcpy(d.content_hash, p->content_hash, 32);
+        d.token_ids = p->ids;
+        d.n_tokens = p->n_tokens;
+        d.model_id = g->model_id;
+        memcpy(d.payload_key, p->key, LZ_META_KEY_LEN);
+        d.raw_bytes = p->raw_bytes;
+        d.stored_bytes = p->stored_bytes;
+        d.seen_run = g->run;
+        if (p->kind == K_ADDED) {
+            rc = lz_meta_doc_insert(g->meta, &d, g->err, sizeof g->err);
+            add.n_added++;
+        } else {
+            rc = lz_meta_doc_update(g->meta, &d, g->err, sizeof g->err);
+            add.n_updated++;
+        }
+    }
+    for (int i = 0; !rc && i < g->n_src; i++) {
+        int64_t n = 0;
+        rc = lz_meta_source_prune(g->meta, g->sources[i], g->run, &n, g->err, sizeof g->err);
+        add.n_removed += n;
+    }
+    for (int i = 0; !rc && i < g->n_keep; i++)
+        rc = lz_meta_source_touch(g->meta, g->keep_sources[i], g->run, g->err, sizeof g->err);
+    if (!rc) rc = lz_meta_commit(g->meta, g->err, sizeof g->err);
+    if (rc) {
+        lz_meta_rollback(g->meta);
+        return -1;
+    }
+    g->c.n_added += add.n_added;
+    g->c.n_updated += add.n_updated;
+    g->c.n_unchanged += add.n_unchanged;
+    g->c.n_removed += add.n_removed;
+    for (int i = 0; i < g->n_pay; i++) g->c.stored_bytes += (int64_t)g->pay[i].len;
+    batch_clear(g);
+    return 0;
+}
+
+static void progress(ingest *g, int force)
+{
+    if (!g->progress) return;
+    double t = now_s();
+    if (!force && t - g->last_progress < 0.25) return;
+    g->last_progress = t;
+    double el = t - g->t0, rate = g->t_encode > 0 ? g->c.n_tokens / g->t_encode : 0;
+    double frac = g->n_records_total ? (double)g->n_records_done / g->n_records_total : 0;
+    double eta = frac > 0.001 ? el / frac - el : 0;
+    fprintf(stderr, "\r\033[K%lld/%lld documents  %lld tokens encoded  %.0f tok/s  ETA %d:%02d",
+            (long long)g->n_records_done, (long long)g->n_records_total, (long long)g->c.n_tokens, rate,
+            (int)eta / 60, (int)eta % 60);
+}
+
+/* Encodes ids (unless a payload with key already exists, in the store or in
+ * this batch) and queues the payload. Sets raw/stored sizes. */
+static int encode_doc(ingest *g, const int *ids, int n, const uint8_t key[LZ_META_KEY_LEN], int64_t *raw,
+                      int64_t *stored)
+{
+    int64_t raw_size = 4LL * g->m->cfg.n_layers * g->m->cfg.n_kv_heads * (int64_t)n * g->m->cfg.head_dim;
+    *raw = raw_size;
+    for (int i = 0; i < g->n_pay; i++)
+        if (memcmp(g->pay[i].key, key, LZ_META_KEY_LEN) == 0) {
+            *stored = (int64_t)g->pay[i].len;
+            return 0;
+        }
+    void *blob = NULL;
+    size_t len = 0;
+    int have = lz_store_has_payload(g->s, key, g->err, sizeof g->err);
+    if (have < 0) return -1;
+    if (have) {
+        /* shared with an identical document, or left by an interrupted run */
+        if (lz_store_get_payload(g->s, key, &blob, &len, g->err, sizeof g->err)) return -1;
+        free(blob);
+        *stored = (int64_t)len;
+        return 0;
+    }
+    double t = now_s();
+    if (lz_encoder_run(g->enc, ids, n, g->err, sizeof g->err)) return -1;
+    if (lz_encoder_pack(g->enc, 1, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &blob, &len, g->err,
+                        sizeof g->err))
+        return -1;
+    g->t_encode += now_s() - t;
+    g->c.n_tokens += n;
+    g->c.raw_bytes += raw_size;
+    if (g->n_pay == g->cap_pay) {
+        int cap = g->cap_pay ? g->cap_pay * 2 : 64;
+        lz_store_payload *p = realloc(g->pay, sizeof *p * (size_t)cap);
+        if (!p) {
+            free(blob);
+            snprintf(g->err, sizeof g->err, "out of memory");
+            return -1;
+        }
+        g->pay = p;
+        g->cap_pay = cap;
+    }
+    lz_store_payload *p = &g->pay[g->n_pay++];
+    memcpy(p->key, key, LZ_META_KEY_LEN);
+    p->blob = blob;
+    p->len = len;
+    *stored = (int64_t)len;
+    g->batch_tokens += n;
+    return 0;
+}
+
+static pend_doc *new_pending(ingest *g)
+{
+    if (g->n_docs == g->cap_docs) {
+        int cap = g->cap_docs ? g->cap_docs * 2 : 64;
+        pend_doc *d = realloc(g->docs, sizeof *d * (size_t)cap);
+        if (!d) return NULL;
+        g->docs = d;
+        g->cap_docs = cap;
+    }
+    pend_doc *d = &g->docs[g->n_docs++];
+    memset(d, 0, sizeof *d);
+    return d;
+}
+
+typedef struct {
+    const lz_tokenizer *tok;
+    const char *title;
+} count_ctx;
+
+static int count_tokens(void *p, const char *s, size_t n)
+{
+    count_ctx *c = p;
+    int *ids = NULL, k = 0;
+    if (lz_prompt_doc_tokens(c->tok, c->title, s, n, &ids, &k)) return -1;
+    free(ids);
+    return k;
+}
+
+/* Processes one valid record. Returns 0, 1 when it was bad (message in
+ * g->err), -1 on a fatal error. */
+static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_seen, const char *where)
+{
+    const lz_tokenizer *tok = g->m->tok;
+    lz_meta_doc row;
+    char src[LZ_CORPUS_MAX_ID + 1];
+    uint8_t hash[32];
+    /* fast path: an unsplit document whose text and prefix are unchanged */
+    lz_store_content_hash(r->title, r->text, hash);
+    int rc = lz_meta_doc_find(g->meta, r->id, &row, src, sizeof src, g->err, sizeof g->err);
+    if (rc && rc != LZ_META_ENOTFOUND) return -1;
+    if (!rc && strcmp(src, r->id) != 0) {
+        snprintf(g->err, sizeof g->err, "%s: id '%s' collides with passage %d of document '%s'", where, r->id,
+                 row.passage, src);
+        return 1;
+    }
+    if (!rc && row.passage < 0 && memcmp(row.content_hash, hash, 32) == 0 && !g->prefix_changed &&
+        row.model_id == g->model_id) {
+        pend_doc *d = new_pending(g);
+        if (!d || !(d->source_id = strdup(r->id))) return -1;
+        d->kind = K_UNCHANGED;
+        d->row_id = row.id;
+        g->n_corpus_tokens += row.n_tokens;
+        return push_ptr(&g->sources, &g->n_src, &g->cap_src, r->id) ? -1 : 0;
+    }
+
+    /* tokenize, split when over budget */
+    int *all = NULL, n_all = 0;
+    if (lz_prompt_doc_tokens(tok, r->title, r->text, r->text_len, &all, &n_all)) {
+        snprintf(g->err, sizeof g->err, "out of memory");
+        return -1;
+    }
+    lz_split_span *spans = NULL;
+    int n_spans = 0, split = n_all > g->o.max_doc_tokens;
+    if (split) {
+        count_ctx cc = { tok, r->title };
+        int st = lz_split_passages(r->text, r->text_len, g->o.max_doc_tokens, count_tokens, &cc, &spans, &n_spans);
+        if (st) {
+            free(all);
+            snprintf(g->err, sizeof g->err, "%s: id '%s': cannot split into passages of %d tokens (%s)", where,
+                     r->id, g->o.max_doc_tokens,
+                     st == LZ_SPLIT_EINVAL ? "the title alone is longer" : "out of memory");
+            return st == LZ_SPLIT_EINVAL ? 1 : -1;
+        }
+    }
+    int n_parts = split ? n_spans : 1;
+    /* passage ids must not collide with other records' ids */
+    for (int k = 0; split && k < n_parts; k++) {
+        char pid[LZ_CORPUS_MAX_ID + 32];
+        snprintf(pid, sizeof pid, "%s#%d", r->id, k);
+        if (id_map_get((id_map *)ids_seen, pid, 0)) {
+            snprintf(g->err, sizeof g->err, "%s: id '%s': passage id '%s' collides with a record of that id",
+                     where, r->id, pid);
+            free(all);
+            free(spans);
+            return 1;
+        }
+    }
+    for (int k = 0; k < n_parts; k++) {
+        char pid[LZ_CORPUS_MAX_ID + 32];
+        const char *text = r->text;
+        size_t text_len = r->text_len;
+        int *ids = all, n = n_all;
+        if (split) {
+            snprintf(pid, sizeof pid, "%s#%d", r->id, k);
+            text = r->text + spans[k].off;
+            text_len = spans[k].len;
+            ids = NULL;
+            if (lz_prompt_doc_tokens(tok, r->title, text, text_len, &ids, &n)) {
+                free(all);
+                free(spans);
+                snprintf(g->err, sizeof g->err, "out of memory");
+                return -1;
+            }
+        } else {
+            snprintf(pid, sizeof pid, "%s", r->id);
+        }
+        pend_doc *d = new_pending(g);
+        if (!d) return -1;
+        d->ext_id = strdup(pid);
+        d->source_id = strdup(r->id);
+        d->title = r->title ? strdup(r->title) : NULL;
+        d->text = strndup(text, text_len);
+        d->ids = split ? ids : malloc(sizeof(int) * (size_t)(n ? n : 1));
+        if (!d->ext_id || !d->source_id || (r->title && !d->title) || !d->text || !d->ids) return -1;
+        if (!split) memcpy(d->ids, all, sizeof(int) * (size_t)n);
+        d->n_tokens = n;
+        d->passage = split ? k : -1;
+        lz_store_content_hash(d->title, d->text, d->content_hash);
+        lz_store_doc_key(g->m->fingerprint, g->prefix, g->n_prefix, d->ids, n, d->key);
+        g->n_corpus_tokens += n;
+        rc = lz_meta_doc_find(g->meta, pid, &row, src, sizeof src, g->err, sizeof g->err);
+        if (rc && rc != LZ_META_ENOTFOUND) return -1;
+        if (!rc && strcmp(src, r->id) != 0) {
+            snprintf(g->err, sizeof g->err, "%s: id '%s': passage id '%s' collides with document '%s'", where,
+                     r->id, pid, src);
+            g->n_docs -= k + 1; /* drop this record's passages */
+            for (int j = g->n_docs; j < g->n_docs + k + 1; j++) {
+                pend_doc *x = &g->docs[j];
+                free(x->ext_id); free(x->source_id); free(x->title); free(x->text); free(x->ids);
+            }
+            free(all);
+            free(spans);
+            return 1;
+        }
+        if (!rc && row.passage == d->passage && memcmp(row.content_hash, d->content_hash, 32) == 0 &&
+            memcmp(row.payload_key, d->key, LZ_META_KEY_LEN) == 0 && row.model_id == g->model_id) {
+            d->kind = K_UNCHANGED;
+            d->row_id = row.id;
+            continue;
+        }
+        d->kind = rc ? K_ADDED : K_UPDATED;
+        d->row_id = rc ? 0 : row.id;
+        if (encode_doc(g, d->ids, n, d->key, &d->raw_bytes, &d->stored_bytes)) {
+            free(all);
+            free(spans);
+            return -1;
+        }
+    }
+    free(all);
+    free(spans);
+    return push_ptr(&g->sources, &g->n_src, &g->cap_src, r->id) ? -1 : 0;
+}
+
+/* ---- model, store, prefix ---- */
+
+static void model_desc(const lz_llama *m, const char *path, lz_store_model_desc *d)
+{
+    memset(d, 0, sizeof *d);
+    memcpy(d->fingerprint, m->fingerprint, 32);
+    d->arch = m->arch;
+    d->n_layers = m->cfg.n_layers;
+    d->n_kv_heads = m->cfg.n_kv_heads;
+    d->head_dim = m->cfg.head_dim;
+    d->rope_layout = m->cfg.rope_layout;
+    d->rope_theta = m->cfg.rope_theta;
+    d->rope_divisors = m->cfg.has_rope_divisors ? m->cfg.rope_divisors : NULL;
+    d->source_path = path;
+}
+
+/* Loads the model, binds the store to it, computes the prefix KV and stores
+ * its payload when absent. */
+static int setup_model(ingest *g, const char *model_path)
+{
+    if (lz_llama_load(model_path, &g->m, g->err, sizeof g->err)) return -1;
+    if (!g->m->tok) {
+        snprintf(g->err, sizeof g->err, "%s: the model has no tokenizer", model_path);
+        return -1;
+    }
+    if (g->o.threads > 0) lz_llama_set_threads(g->o.threads);
+    if (lz_prompt_prefix_tokens(g->m->tok, &g->prefix, &g->n_prefix)) {
+        snprintf(g->err, sizeof g->err, "out of memory");
+        return -1;
+    }
+    char abs[PATH_MAX];
+    lz_store_model_desc desc;
+    model_desc(g->m, realpath(model_path, abs) ? abs : model_path, &desc);
+    uint8_t pkey[LZ_META_KEY_LEN];
+    if (lz_store_bind_model(g->s, &desc, g->prefix, g->n_prefix, &g->model_id, pkey, &g->prefix_changed, g->err,
+                            sizeof g->err))
+        return -1;
+    if (lz_encoder_new(g->m, g->prefix, g->n_prefix, &g->enc, g->err, sizeof g->err)) return -1;
+    int have = lz_store_has_payload(g->s, pkey, g->err, sizeof g->err);
+    if (have < 0) return -1;
+    if (!have) {
+        lz_store_payload p;
+        memcpy(p.key, pkey, LZ_META_KEY_LEN);
+        if (lz_encoder_pack(g->enc, 0, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &p.blob, &p.len, g->err,
+                            sizeof g->err))
+            return -1;
+        int rc = lz_store_put_payloads(g->s, &p, 1, g->err, sizeof g->err);
+        free(p.blob);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* ---- check and repair ---- */
+
+typedef struct {
+    int64_t doc_id;
+    char *ext_id;
+    int *ids;
+    int n, kind;
+} issue_copy;
+
+typedef struct {
+    ingest *g;
+    issue_copy *v;
+    int n, cap;
+} issue_list;
+
+static const char *issue_name(int kind)
+{
+    switch (kind) {
+    case LZ_STORE_ISSUE_MISSING: return "missing payload";
+    case LZ_STORE_ISSUE_CORRUPT: return "corrupt payload";
+    case LZ_STORE_ISSUE_WRONG_MODEL: return "wrong model";
+    case LZ_STORE_ISSUE_MISMATCH: return "payload does not match the row";
+    case LZ_STORE_ISSUE_BAD_ROW: return "unusable row";
+    default: return "?";
+    }
+}
+
+static int on_issue(const lz_store_issue *is, void *ctx)
+{
+    issue_list *l = ctx;
+    if (!l->g->o.quiet || !l->g->o.repair)
+        warnf(l->g, "check: document '%s' (row %lld): %s: %s", is->ext_id, (long long)is->doc_id,
+              issue_name(is->kind), is->message);
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 16;
+        issue_copy *v = realloc(l->v, sizeof *v * (size_t)cap);
+        if (!v) return 1;
+        l->v = v;
+        l->cap = cap;
+    }
+    issue_copy *c = &l->v[l->n++];
+    c->doc_id = is->doc_id;
+    c->ext_id = strdup(is->ext_id);
+    c->kind = is->kind;
+    c->n = is->n_tokens;
+    c->ids = NULL;
+    if (is->token_ids) {
+        c->ids = malloc(sizeof(int) * (size_t)(is->n_tokens ? is->n_tokens : 1));
+        if (c->ids) memcpy(c->ids, is->token_ids, sizeof(int) * (size_t)is->n_tokens);
+    }
+    return 0;
+}
+
+static void issues_free(issue_list *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        free(l->v[i].ext_id);
+        free(l->v[i].ids);
+    }
+    free(l->v);
+    l->v = NULL;
+    l->n = l->cap = 0;
+}
+
+/* Re-encodes broken payloads from the rows' token ids; removes rows that
+ * cannot be re-encoded. */
+static int repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed)
+{
+    *n_fixed = *n_removed = 0;
+    for (int i = 0; i < l->n; i++) {
+        issue_copy *c = &l->v[i];
+        if (c->doc_id == 0) { /* the prefix */
+            lz_store_payload p;
+            lz_store_prefix_key(g->m->fingerprint, g->prefix, g->n_prefix, p.key);
+            if (lz_encoder_pack(g->enc, 0, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &p.blob, &p.len,
+                                g->err, sizeof g->err))
+                return -1;
+            int rc = lz_store_put_payloads(g->s, &p, 1, g->err, sizeof g->err);
+            free(p.blob);
+            if (rc) return -1;
+            (*n_fixed)++;
+            continue;
+        }
+        int bad_ids = !c->ids || c->kind == LZ_STORE_ISSUE_BAD_ROW;
+        for (int j = 0; !bad_ids && j < c->n; j++) bad_ids = c->ids[j] < 0 || c->ids[j] >= g->m->cfg.vocab;
+        if (bad_ids || c->kind == LZ_STORE_ISSUE_WRONG_MODEL) {
+            /* rows of another model or with unusable tokens: removed (re-ingest re-adds them) */
+            if (lz_meta_doc_delete(g->meta, c->doc_id, g->err, sizeof g->err)) return -1;
+            warnf(g, "repair: removed document '%s' (%s); ingest its corpus again to restore it", c->ext_id,
+                  issue_name(c->kind));
+            (*n_removed)++;
+            continue;
+        }
+        lz_store_payload p;
+        lz_store_doc_key(g->m->fingerprint, g->prefix, g->n_prefix, c->ids, c->n, p.key);
+        if (lz_encoder_run(g->enc, c->ids, c->n, g->err, sizeof g->err) ||
+            lz_encoder_pack(g->enc, 1, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &p.blob, &p.len, g->err,
+                            sizeof g->err))
+            return -1;
+        int rc = lz_store_put_payloads(g->s, &p, 1, g->err, sizeof g->err);
+        if (!rc) {
+            int64_t raw = 4LL * g->m->cfg.n_layers * g->m->cfg.n_kv_heads * (int64_t)c->n * g->m->cfg.head_dim;
+            rc = lz_meta_doc_set_payload(g->meta, c->doc_id, p.key, raw, (int64_t)p.len, g->err, sizeof g->err);
+        }
+        free(p.blob);
+        if (rc) return -1;
+        warnf(g, "repair: re-encoded document '%s' (%d tokens)", c->ext_id, c->n);
+        (*n_fixed)++;
+    }
+    return 0;
+}
+
+/* ---- summary ---- */
+
+static void summary(ingest *g, const char *status, int64_t n_docs_total, const lz_store_gc_stats *gc,
+                    const lz_store_check_stats *cs, int64_t fixed, int64_t removed_by_repair, int did_ingest,
+                    int did_check)
+{
+    double wall = now_s() - g->t0;
+    double ratio = g->c.stored_bytes ? (double)g->c.raw_bytes / (double)g->c.stored_bytes : 0;
+    double tps = g->t_encode > 0 ? g->c.n_tokens / g->t_encode : 0;
+    if (g->o.json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "status", json_string(status));
+        json_object_set_new(j, "store", json_string(g->o.store));
+        if (did_ingest) {
+            json_object_set_new(j, "corpus", json_string(g->o.corpus));
+            json_object_set_new(j, "run", json_integer(g->run));
+            json_object_set_new(j, "added", json_integer(g->c.n_added));
+            json_object_set_new(j, "updated", json_integer(g->c.n_updated));
+            json_object_set_new(j, "unchanged", json_integer(g->c.n_unchanged));
+            json_object_set_new(j, "removed", json_integer(g->c.n_removed));
+            json_object_set_new(j, "skipped", json_integer(g->c.n_skipped));
+            json_object_set_new(j, "duplicates", json_integer(g->n_dupes));
+            json_object_set_new(j, "corpus_tokens", json_integer(g->n_corpus_tokens));
+            json_object_set_new(j, "tokens_encoded", json_integer(g->c.n_tokens));
+            json_object_set_new(j, "tokens_per_s", json_real(tps));
+            json_object_set_new(j, "raw_bytes", json_integer(g->c.raw_bytes));
+            json_object_set_new(j, "stored_bytes", json_integer(g->c.stored_bytes));
+            json_object_set_new(j, "compression_ratio", json_real(ratio));
+        }
+        if (did_check) {
+            json_object_set_new(j, "checked", json_integer(cs->n_docs));
+            json_object_set_new(j, "check_ok", json_integer(cs->n_ok));
+            json_object_set_new(j, "check_issues", json_integer(cs->n_issues));
+            json_object_set_new(j, "repaired", json_integer(fixed));
+            json_object_set_new(j, "removed_by_repair", json_integer(removed_by_repair));
+        }
+        json_object_set_new(j, "documents", json_integer(n_docs_total));
+        json_object_set_new(j, "payloads_collected", json_integer(gc ? gc->n_removed : 0));
+        json_object_set_new(j, "bytes_collected", json_integer(gc ? gc->bytes_removed : 0));
+        json_object_set_new(j, "wall_s", json_real(wall));
+        char *s = json_dumps(j, JSON_COMPACT);
+        if (s) puts(s);
+        free(s);
+        json_decref(j);
+        return;
+    }
+    if (g->o.quiet) return;
+    if (did_ingest)
+        printf("lazyingest: %s -> %s: %lld added, %lld updated, %lld unchanged, %lld removed, %lld skipped"
+               " (%lld duplicate ids)\n"
+               "  tokens: %lld in corpus, %lld encoded (%.0f tok/s)\n"
+               "  payloads written: %.2f MB raw bf16, %.2f MB stored (%.2fx)\n",
+               g->o.corpus, g->o.store, (long long)g->c.n_added, (long long)g->c.n_updated,
+               (long long)g->c.n_unchanged, (long long)g->c.n_removed, (long long)g->c.n_skipped,
+               (long long)g->n_dupes, (long long)g->n_corpus_tokens, (long long)g->c.n_tokens, tps,
+               g->c.raw_bytes / 1e6, g->c.stored_bytes / 1e6, ratio);
+    if (did_check)
+        printf("  check: %lld documents, %lld ok, %lld problems; %lld repaired, %lld removed; "
+               "%lld unreferenced payloads\n",
+               (long long)cs->n_docs, (long long)cs->n_ok, (long long)cs->n_issues, (long long)fixed,
+               (long long)removed_by_repair, (long long)cs->n_unreferenced);
+    printf("  store: %lld documents; gc removed %lld payloads (%.2f MB); %s in %.2f s\n", (long long)n_docs_total,
+           (long long)(gc ? gc->n_removed : 0), gc ? gc->bytes_removed / 1e6 : 0.0, status, wall);
+}
+
+/* ---- the ingest pass ---- */
+
+/* Returns the exit status. */
+static int run_corpus(ingest *g, lz_corpus *cp)
+{
+    char err[2048];
+    id_map seen = { 0 };
+    lz_corpus_record r;
+    int rc;
+    /* pass 1: last occurrence of every id wins */
+    while ((rc = lz_corpus_next(cp, &r, err, sizeof err)) != LZ_CORPUS_EOF) {
+        if (rc == LZ_CORPUS_BAD) continue; /* reported in pass 2 */
+        if (rc) {
+            warnf(g, "lazyingest: %s", err);
+            id_map_free(&seen);
+            return EXIT_ERR;
+        }
+        id_slot *s = id_map_get(&seen, r.id, 1);
+        if (!s) {
+            warnf(g, "lazyingest: out of memory");
+            id_map_free(&seen);
+            return EXIT_ERR;
+        }
+        if (s->ordinal >= 0) {
+            warnf(g, "%s:%ld: warning: id '%s' appears again at line %ld; the last one wins", lz_corpus_name(cp),
+                  s->line, r.id, r.line);
+            g->n_dupes++;
+        } else {
+            g->n_records_total++;
+        }
+        s->ordinal = r.ordinal;
+        s->line = r.line;
+    }
+    if (lz_corpus_rewind(cp, err, sizeof err)) {
+        warnf(g, "lazyingest: %s", err);
+        id_map_free(&seen);
+        return EXIT_ERR;
+    }
+    /* pass 2 */
+    int stopped = 0, fatal = 0;
+    while (!fatal && (rc = lz_corpus_next(cp, &r, err, sizeof err)) != LZ_CORPUS_EOF) {
+        if (rc == LZ_CORPUS_BAD) {
+            warnf(g, "%s", err);
+            g->c.n_skipped++;
+            if (r.id && push_ptr(&g->keep_sources, &g->n_keep, &g->cap_keep, r.id)) fatal = 1;
+            if (g->o.strict) {
+                stopped = 1;
+                break;
+            }
+            continue;
+        }
+        if (rc) {
+            warnf(g, "lazyingest: %s", err);
+            fatal = 1;
+            break;
+        }
+        id_slot *s = id_map_get(&seen, r.id, 0);
+        if (s && s->ordinal != r.ordinal) continue; /* a later record with this id wins */
+        char where[1100];
+        snprintf(where, sizeof where, "%.1000s:%ld", lz_corpus_name(cp), r.line);
+        int st = do_record(g, &r, &seen, where);
+        if (st < 0) {
+            warnf(g, "lazyingest: %s: %s", where, g->err);
+            fatal = 1;
+            break;
+        }
+        if (st > 0) {
+            warnf(g, "%s", g->err);
+            g->c.n_skipped++;
+            if (push_ptr(&g->keep_sources, &g->n_keep, &g->cap_keep, r.id)) fatal = 1;
+            if (g->o.strict) {
+                stopped = 1;
+                break;
+            }
+        }
+        g->n_records_done++;
+        if (g->batch_tokens >= g->o.batch_tokens || g->n_docs >= 4096) {
+            if (flush(g)) {
+                warnf(g, "lazyingest: %s", g->err);
+                fatal = 1;
+            }
+        }
+        progress(g, 0);
+    }
+    id_map_free(&seen);
+    if (!fatal && flush(g)) {
+        warnf(g, "lazyingest: %s", g->err);
+        fatal = 1;
+    }
+    if (fatal) return EXIT_ERR;
+    progress(g, 1);
+    if (g->progress) fputs("\r\033[K", stderr);
+    if (g->o.prune) {
+        if (stopped) {
+            warnf(g, "lazyingest: --prune skipped: the run stopped at a bad record (--strict)");
+        } else {
+            int64_t n = 0;
+            int st = lz_meta_begin(g->meta, g->err, sizeof g->err);
+            if (!st) st = lz_meta_prune(g->meta, g->run, &n, g->err, sizeof g->err);
+            if (!st) st = lz_meta_commit(g->meta, g->err, sizeof g->err);
+            if (st) {
+                lz_meta_rollback(g->meta);
+                warnf(g, "lazyingest: prune: %s", g->err);
+                return EXIT_ERR;
+            }
+            g->c.n_removed += n;
+        }
+    }
+    return stopped || g->c.n_skipped ? EXIT_SKIPPED : EXIT_OK;
+}
+
+static void join_args(int argc, char **argv, char *buf, size_t n)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < argc && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%s", i ? " " : "", argv[i]);
+}
+
+int main(int argc, char **argv)
+{
+    ingest G;
+    memset(&G, 0, sizeof G);
+    ingest *g = &G;
+    options *o = &g->o;
+    o->store = "./lazystore";
+    o->batch_tokens = 8192;
+    o->max_doc_tokens = 1024;
+    o->level = LZ_PAYLOAD_DEFAULT_LEVEL;
+    int model_given = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return EXIT_OK;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!val) goto missing;
+            o->model = val;
+            model_given = 1;
+            i++;
+        } else if (!strcmp(a, "-s") || !strcmp(a, "--store")) {
+            if (!val) goto missing;
+            o->store = val;
+            i++;
+        } else if (!strcmp(a, "--batch-tokens")) {
+            if (parse_int(val, a, 1, 1 << 30, &o->batch_tokens)) return EXIT_ERR;
+            i++;
+        } else if (!strcmp(a, "--threads")) {
+            if (parse_int(val, a, 1, 4096, &o->threads)) return EXIT_ERR;
+            i++;
+        } else if (!strcmp(a, "--max-doc-tokens")) {
+            if (parse_int(val, a, 16, 1 << 24, &o->max_doc_tokens)) return EXIT_ERR;
+            i++;
+        } else if (!strcmp(a, "--level")) {
+            if (parse_int(val, a, 1, 19, &o->level)) return EXIT_ERR;
+            i++;
+        } else if (!strcmp(a, "--format")) {
+            if (!val) goto missing;
+            if (!strcmp(val, "jsonl")) o->format = LZ_CORPUS_JSONL;
+            else if (!strcmp(val, "csv")) o->format = LZ_CORPUS_CSV;
+            else {
+                fprintf(stderr, "lazyingest: --format expects jsonl or csv, got '%s'\n", val);
+                return EXIT_ERR;
+            }
+            i++;
+        } else if (!strcmp(a, "--prune")) o->prune = 1;
+        else if (!strcmp(a, "--strict")) o->strict = 1;
+        else if (!strcmp(a, "--check")) o->check = 1;
+        else if (!strcmp(a, "--repair")) o->repair = o->check = 1;
+        else if (!strcmp(a, "--gc")) o->gc = 1;
+        else if (!strcmp(a, "--quiet")) o->quiet = 1;
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "lazyingest: unknown option %s (see --help)\n", a);
+            return EXIT_ERR;
+        } else if (!o->corpus) o->corpus = a;
+        else {
+            fprintf(stderr, "lazyingest: one corpus at a time (got '%s' and '%s')\n", o->corpus, a);
+            return EXIT_ERR;
+        }
+        continue;
+    missing:
+        fprintf(stderr, "lazyingest: %s needs a value\n", a);
+        return EXIT_ERR;
+    }
+    if (!o->corpus && !o->check && !o->gc) {
+        usage(stderr);
+        return EXIT_ERR;
+    }
+    g->t0 = now_s();
+    g->progress = !o->quiet && !o->json && isatty(2);
+    int need_model = o->corpus || o->repair || model_given;
+    char model_path[PATH_MAX];
+    if (need_model && !o->model) {
+        if (lz_prompt_default_model(model_path, sizeof model_path, g->err, sizeof g->err)) {
+            fprintf(stderr, "lazyingest: %s\n", g->err);
+            return EXIT_ERR;
+        }
+        o->model = model_path;
+    }
+    int status = EXIT_OK;
+    lz_corpus *cp = NULL;
+    if (o->corpus && lz_corpus_open(o->corpus, (lz_corpus_format)o->format, &cp, g->err, sizeof g->err)) {
+        fprintf(stderr, "lazyingest: %s\n", g->err);
+        return EXIT_ERR;
+    }
+    g->codec = lz_payload_codec_new();
+    if (!g->codec || lz_store_open(o->store, LZ_STORE_WRITER, &g->s, g->err, sizeof g->err)) {
+        fprintf(stderr, "lazyingest: %s\n", g->codec ? g->err : "out of memory");
+        status = EXIT_ERR;
+        goto out;
+    }
+    g->meta = lz_store_meta(g->s);
+    if (need_model ? setup_model(g, o->model) : lz_store_bind_recorded(g->s, g->err, sizeof g->err)) {
+        fprintf(stderr, "lazyingest: %s\n", g->err);
+        status = EXIT_ERR;
+        goto out;
+    }
+
+    lz_store_check_stats cs = { 0 };
+    lz_store_gc_stats gs = { 0 };
+    int64_t fixed = 0, removed_by_repair = 0, n_total = 0;
+    const char *run_status = "ok";
+    if (cp) {
+        char args[8192];
+        join_args(argc, argv, args, sizeof args);
+        int st = lz_meta_begin(g->meta, g->err, sizeof g->err);
+        if (!st) st = lz_meta_run_begin(g->meta, args, g->model_id, &g->run, g->err, sizeof g->err);
+        if (!st) st = lz_meta_commit(g->meta, g->err, sizeof g->err);
+        if (st) {
+            lz_meta_rollback(g->meta);
+            fprintf(stderr, "lazyingest: %s\n", g->err);
+            status = EXIT_ERR;
+            goto out;
+        }
+        status = run_corpus(g, cp);
+        run_status = status == EXIT_ERR ? "failed" : status == EXIT_SKIPPED ? "partial" : "ok";
+    }
+    if (status != EXIT_ERR && o->check) {
+        issue_list l = { g, NULL, 0, 0 };
+        if (lz_store_check(g->s, on_issue, &l, &cs, g->err, sizeof g->err)) {
+            fprintf(stderr, "lazyingest: check: %s\n", g->err);
+            status = EXIT_ERR;
+        } else if (o->repair && l.n) {
+            if (repair(g, &l, &fixed, &removed_by_repair)) {
+                fprintf(stderr, "lazyingest: repair: %s\n", g->err);
+                status = EXIT_ERR;
+            } else {
+                issues_free(&l);
+                lz_store_check_stats again;
+                if (lz_store_check(g->s, on_issue, &l, &again, g->err, sizeof g->err) == 0 && l.n) {
+                    fprintf(stderr, "lazyingest: repair left %d problems\n", l.n);
+                    status = EXIT_CHECK;
+                }
+            }
+        } else if (l.n) {
+            if (status == EXIT_OK) status = EXIT_CHECK;
+        }
+        issues_free(&l);
+    }
+    /* Garbage: payloads of removed or changed documents, and of batches an
+     * interrupted run wrote without committing their rows. */
+    if (status != EXIT_ERR && (cp || o->gc || o->repair)) {
+        if (lz_store_gc(g->s, &gs, g->err, sizeof g->err)) {
+            fprintf(stderr, "lazyingest: gc: %s\n", g->err);
+            status = EXIT_ERR;
+        }
+        g->c.n_garbage = gs.n_removed;
+    }
+    if (cp && g->run) {
+        if (status == EXIT_ERR) run_status = "failed";
+        if (lz_meta_run_end(g->meta, g->run, &g->c, run_status, g->err, sizeof g->err))
+            fprintf(stderr, "lazyingest: recording the run: %s\n", g->err);
+    }
+    lz_meta_doc_count(g->meta, &n_total, g->err, sizeof g->err);
+    summary(g, status == EXIT_OK ? "ok" : status == EXIT_SKIPPED ? "partial" : status == EXIT_CHECK ? "problems"
+                                                                                                    : "failed",
+            n_total, (cp || o->gc || o->repair) ? &gs : NULL, &cs, fixed, removed_by_repair, cp != NULL, o->check);
+out:
+    batch_free(g);
+    lz_encoder_free(g->enc);
+    lz_payload_codec_free(g->codec);
+    lz_store_close(g->s);
+    lz_corpus_close(cp);
+    free(g->prefix);
+    lz_llama_free(g->m);
+    return status;
+}

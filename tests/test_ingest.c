@@ -1,0 +1,665 @@
+/* test_ingest.c - lazyingest end to end on a generated tiny model: stored
+ * payloads decode to the computed KV bit for bit (and match a joint forward
+ * pass over prefix + document), passage splitting, incremental runs
+ * (unchanged, changed, pruned, duplicate content), every bad-input case,
+ * --strict, CSV and stdin input, wrong-model refusal, --check/--repair/--gc,
+ * and a crash test: SIGKILL at random moments (25 trials), rerun, and the
+ * store must equal the corpus with no committed document lost or duplicated.
+ * Runs $LZ_BIN/lazyingest (default build/bin). */
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ingest/encode.h"
+#include "model/half.h"
+#include "model/llama.h"
+#include "model/mkmodel.h"
+#include "model/prompt.h"
+#include "store/store.h"
+#include "tests/test.h"
+
+static char dir[256], bin[512], model_a[300], model_b[300];
+
+static double now_s(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + tv.tv_usec * 1e-6;
+}
+
+/* Runs lazyingest with args (NULL-terminated), stdin from in_path (may be
+ * NULL); stdout/stderr into out/errbuf. kill_after_s > 0: SIGKILL then.
+ * Returns the exit status, or 128 + signal. */
+static int run_tool(const char *const *args, const char *in_path, double kill_after_s, char *out, size_t outn,
+                    char *errbuf, size_t errn)
+{
+    char op[300], ep[300];
+    snprintf(op, sizeof op, "%s/stdout.txt", dir);
+    snprintf(ep, sizeof ep, "%s/stderr.txt", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = open(op, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(ep, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        if (in_path) {
+            int fi = open(in_path, O_RDONLY);
+            dup2(fi, 0);
+        }
+        const char *argv[64];
+        int n = 0;
+        argv[n++] = bin;
+        for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    if (kill_after_s > 0) {
+        double t0 = now_s();
+        for (;;) {
+            pid_t r = waitpid(pid, &status, WNOHANG);
+            if (r == pid) break;
+            if (now_s() - t0 >= kill_after_s) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &status, 0);
+                break;
+            }
+            usleep(500);
+        }
+    } else {
+        waitpid(pid, &status, 0);
+    }
+    FILE *f;
+    if (out && (f = fopen(op, "rb"))) {
+        size_t k = fread(out, 1, outn - 1, f);
+        out[k] = 0;
+        fclose(f);
+    }
+    if (errbuf && (f = fopen(ep, "rb"))) {
+        size_t k = fread(errbuf, 1, errn - 1, f);
+        errbuf[k] = 0;
+        fclose(f);
+    }
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static long jget(const char *json, const char *key)
+{
+    json_error_t e;
+    json_t *j = json_loads(json, 0, &e);
+    if (!j) return -999;
+    json_t *v = json_object_get(j, key);
+    long r = v ? (long)json_integer_value(v) : -998;
+    json_decref(j);
+    return r;
+}
+
+static const char *write_text(const char *name, const char *text)
+{
+    static char path[8][300];
+    static int k;
+    char *p = path[k++ % 8];
+    snprintf(p, 300, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+/* A corpus of n documents; version v > 0 changes every 4th text, or every
+ * text when all_change. */
+static char *make_corpus_k(int n, int v, int with_dup_content, int all_change)
+{
+    static const char *w[] = { "the", "cat", "sat", "on", "a", "mat", "and", "then", "it", "ran", "to", "big",
+                               "red", "house", "where", "people", "lived" };
+    size_t cap = (size_t)n * 400 + 1000, o = 0;
+    char *s = malloc(cap);
+    unsigned seed = 7;
+    for (int i = 0; i < n; i++) {
+        char text[300];
+        size_t t = 0;
+        int words = 6 + (int)(seed % 30);
+        for (int k = 0; k < words; k++) {
+            seed = seed * 1103515245u + 12345u;
+            t += (size_t)snprintf(text + t, sizeof text - t, "%s%s", k ? " " : "", w[(seed >> 16) % 17]);
+        }
+        const char *ver = (v > 0 && (all_change || i % 4 == 0)) ? " Changed." : ".";
+        o += (size_t)snprintf(s + o, cap - o, "{\"id\": \"d%d\", \"title\": \"T%d\", \"text\": \"%s%s\"}\n", i,
+                              i % 7, text, ver);
+    }
+    if (with_dup_content) {
+        o += (size_t)snprintf(s + o, cap - o, "{\"id\": \"copy1\", \"title\": \"Same\", \"text\": \"Same words.\"}\n");
+        o += (size_t)snprintf(s + o, cap - o, "{\"id\": \"copy2\", \"title\": \"Same\", \"text\": \"Same words.\"}\n");
+    }
+    return s;
+}
+
+static char *make_corpus(int n, int v, int with_dup_content) { return make_corpus_k(n, v, with_dup_content, 0); }
+
+/* ---- reading a store from the test ---- */
+
+typedef struct {
+    int n;
+    char ids[512][32];
+    uint8_t hash[512][32];
+    uint8_t key[512][64];
+} rows;
+
+static int collect(const lz_meta_doc *d, void *p)
+{
+    rows *r = p;
+    if (r->n < 512) {
+        snprintf(r->ids[r->n], 32, "%s", d->ext_id);
+        memcpy(r->hash[r->n], d->content_hash, 32);
+        memcpy(r->key[r->n], d->payload_key, 64);
+    }
+    r->n++;
+    return 0;
+}
+
+static int read_rows(const char *store, rows *r)
+{
+    memset(r, 0, sizeof *r);
+    lz_store *s;
+    char err[1024];
+    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) return -1;
+    int rc = lz_meta_doc_foreach(lz_store_meta(s), collect, r, err, sizeof err);
+    lz_store_close(s);
+    return rc;
+}
+
+static int find_row(const rows *r, const char *id)
+{
+    for (int i = 0; i < r->n && i < 512; i++)
+        if (strcmp(r->ids[i], id) == 0) return i;
+    return -1;
+}
+
+static uint64_t n_payloads(const char *store)
+{
+    char path[400], err[512];
+    snprintf(path, sizeof path, "%s/kv", store);
+    lz_kvdb *db;
+    lz_kvdb_stats st = { 0 };
+    if (lz_kvdb_open(path, LZ_KVDB_RDONLY, &db, err, sizeof err)) return 0;
+    lz_kvdb_stat(db, &st, err, sizeof err);
+    lz_kvdb_close(db);
+    return st.entries;
+}
+
+/* ---- tests ---- */
+
+typedef struct {
+    int n;
+    char ext[8][32];
+    int *ids[8];
+    int n_ids[8];
+    uint8_t key[8][64];
+} sample;
+
+static int take_sample(const lz_meta_doc *d, void *p)
+{
+    sample *s = p;
+    if (s->n >= 8) return 1;
+    snprintf(s->ext[s->n], 32, "%s", d->ext_id);
+    s->ids[s->n] = malloc(sizeof(int) * (size_t)(d->n_tokens + 1));
+    memcpy(s->ids[s->n], d->token_ids, sizeof(int) * (size_t)d->n_tokens);
+    s->n_ids[s->n] = d->n_tokens;
+    memcpy(s->key[s->n], d->payload_key, 64);
+    s->n++;
+    return 0;
+}
+
+/* Payloads decode to bf16 of the encoder's fp32 KV bit for bit, and agree
+ * with one joint forward pass over prefix + document (to bf16 rounding). */
+static void test_bits(const char *store)
+{
+    lz_llama *m;
+    char err[1024];
+    if (lz_llama_load(model_a, &m, err, sizeof err)) {
+        CHECK(0, "load: %s", err);
+        return;
+    }
+    lz_llama_set_threads(1);
+    int *prefix, np;
+    lz_prompt_prefix_tokens(m->tok, &prefix, &np);
+    CHECK(np > 1 && prefix[0] == lz_tokenizer_bos(m->tok), "prefix starts with BOS (%d tokens)", np);
+    lz_encoder *e;
+    CHECK(lz_encoder_new(m, prefix, np, &e, err, sizeof err) == 0, "encoder: %s", err);
+    lz_store *s;
+    CHECK(lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err) == 0, "open: %s", err);
+    sample smp = { 0 };
+    lz_meta_doc_foreach(lz_store_meta(s), take_sample, &smp, err, sizeof err);
+    CHECK(smp.n == 8, "sampled %d rows", smp.n);
+    lz_payload_codec *codec = lz_payload_codec_new();
+    const int L = m->cfg.n_layers, KV = m->cfg.n_kv_heads, d = m->cfg.head_dim;
+    int checked = 0;
+    double worst = 0;
+    for (int t = 0; t < smp.n; t++) {
+        const int n = smp.n_ids[t];
+        uint8_t key[64];
+        lz_store_doc_key(m->fingerprint, prefix, np, smp.ids[t], n, key);
+        CHECK(memcmp(key, smp.key[t], 64) == 0, "%s: key = fingerprint + hash of prefix and token ids", smp.ext[t]);
+        void *blob;
+        size_t len;
+        if (lz_store_get_payload(s, smp.key[t], &blob, &len, err, sizeof err)) {
+            CHECK(0, "payload of %s: %s", smp.ext[t], err);
+            continue;
+        }
+        lz_payload_info info;
+        size_t N = (size_t)L * KV * n * d;
+        float *k = calloc(N + 1, 4), *v = calloc(N + 1, 4);
+        CHECK(lz_payload_decode_f32(codec, blob, len, k, v, n, NULL, &info, err, sizeof err) == 0, "decode: %s", err);
+        CHECK(info.pos_base == np && info.n_tokens == n, "base %d n %d", info.pos_base, info.n_tokens);
+        CHECK(memcmp(info.model, m->fingerprint, 32) == 0, "model fingerprint in the header");
+        free(blob);
+        /* recompute exactly as ingest does */
+        CHECK(lz_encoder_run(e, smp.ids[t], n, err, sizeof err) == 0, "run: %s", err);
+        const lz_kv_cache *c = lz_encoder_doc_cache(e);
+        int same = 1;
+        for (int i = 0; i < L * KV; i++)
+            for (int j = 0; j < n * d; j++) {
+                size_t src = (size_t)i * c->cap * d + j, dst = (size_t)i * n * d + j;
+                same &= lz_f32_to_bf16(c->k[src]) == lz_f32_to_bf16(k[dst]) &&
+                        lz_f32_to_bf16(c->v[src]) == lz_f32_to_bf16(v[dst]) &&
+                        lz_bf16_to_f32(lz_f32_to_bf16(c->k[src])) == k[dst];
+            }
+        CHECK(same, "%s: decoded KV equals the computed KV bit for bit", smp.ext[t]);
+        /* joint forward pass: prefix and document in one cache */
+        lz_kv_cache joint;
+        lz_kv_cache_init(&joint, &m->cfg, np + n);
+        lz_kv_cache_reset(&joint, 0);
+        lz_llama_scratch *sc = lz_llama_scratch_new(m, 64);
+        int *all = malloc(sizeof(int) * (size_t)(np + n));
+        memcpy(all, prefix, sizeof(int) * (size_t)np);
+        memcpy(all + np, smp.ids[t], sizeof(int) * (size_t)n);
+        lz_llama_forward(m, sc, &joint, NULL, 0, all, np + n, NULL, LZ_LOGITS_NONE);
+        int close_all = 1;
+        for (int i = 0; i < L * KV; i++)
+            for (int j = 0; j < n * d; j++) {
+                float want_k = joint.k[((size_t)i * joint.cap + np) * d + j], got_k = k[(size_t)i * n * d + j];
+                float want_v = joint.v[((size_t)i * joint.cap + np) * d + j], got_v = v[(size_t)i * n * d + j];
+                double ek = fabs(want_k - got_k) / (1e-3 + fabs(want_k)), ev = fabs(want_v - got_v) / (1e-3 + fabs(want_v));
+                if (ek > worst) worst = ek;
+                if (ev > worst) worst = ev;
+                close_all &= ek < 1e-2 && ev < 1e-2;
+            }
+        CHECK(close_all, "%s: stored KV matches a joint forward pass (worst rel %.3g)", smp.ext[t], worst);
+        free(all);
+        lz_llama_scratch_free(sc);
+        lz_kv_cache_free(&joint);
+        free(k);
+        free(v);
+        checked++;
+    }
+    printf("bits: %d documents checked, worst relative difference to the joint pass %.3g\n", checked, worst);
+    for (int t = 0; t < smp.n; t++) free(smp.ids[t]);
+    lz_payload_codec_free(codec);
+    lz_store_close(s);
+    lz_encoder_free(e);
+    free(prefix);
+    lz_llama_free(m);
+}
+
+static char out[65536], errs[65536];
+
+static void test_incremental(void)
+{
+    char store[300];
+    snprintf(store, sizeof store, "%s/inc", dir);
+    char *c0 = make_corpus(40, 0, 1);
+    const char *p0 = write_text("v0.jsonl", c0);
+    const char *a0[] = { "-m", model_a, "-s", store, "--json", "--threads", "1", p0, NULL };
+    int rc = run_tool(a0, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0, "first run exit %d: %s", rc, errs);
+    CHECK(jget(out, "added") == 42 && jget(out, "tokens_encoded") > 0, "added %ld: %s", jget(out, "added"), out);
+    CHECK(n_payloads(store) == 42, "copy1 and copy2 share one payload: %llu entries (41 + prefix)",
+          (unsigned long long)n_payloads(store));
+    test_bits(store);
+
+    /* the same corpus again: nothing encoded */
+    rc = run_tool(a0, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "unchanged") == 42 && jget(out, "added") == 0 && jget(out, "tokens_encoded") == 0,
+          "rerun: %s", out);
+
+    /* version 1: every 4th document changed */
+    char *c1 = make_corpus(40, 1, 1);
+    const char *p1 = write_text("v1.jsonl", c1);
+    const char *a1[] = { "-m", model_a, "-s", store, "--json", "--threads", "1", p1, NULL };
+    rc = run_tool(a1, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "updated") == 10 && jget(out, "unchanged") == 32 && jget(out, "added") == 0,
+          "changed: %s", out);
+    CHECK(jget(out, "payloads_collected") == 10, "old payloads of changed documents collected: %s", out);
+    CHECK(n_payloads(store) == 42, "entries %llu", (unsigned long long)n_payloads(store));
+
+    /* a shorter corpus without --prune keeps the rest; with --prune removes it */
+    char *c2 = make_corpus(30, 1, 0);
+    const char *p2 = write_text("v2.jsonl", c2);
+    const char *a2[] = { "-m", model_a, "-s", store, "--json", p2, NULL };
+    rc = run_tool(a2, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "removed") == 0 && jget(out, "documents") == 42, "no prune: %s", out);
+    const char *a3[] = { "-m", model_a, "-s", store, "--json", "--prune", p2, NULL };
+    rc = run_tool(a3, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "removed") == 12 && jget(out, "documents") == 30 && jget(out, "unchanged") == 30,
+          "prune: %s", out);
+    CHECK(jget(out, "payloads_collected") == 11, "pruned payloads collected (copy1/copy2 shared one): %s", out);
+    CHECK(n_payloads(store) == 31, "entries after prune %llu", (unsigned long long)n_payloads(store));
+
+    /* --check on a healthy store; then break it and --repair */
+    const char *ac[] = { "-s", store, "--check", "--json", NULL };
+    rc = run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "check_issues") == 0 && jget(out, "checked") == 30, "check: %s %s", out, errs);
+    rows r;
+    read_rows(store, &r);
+    {
+        char path[400], err[512];
+        snprintf(path, sizeof path, "%s/kv", store);
+        lz_kvdb *db;
+        lz_kvdb_open(path, 0, &db, err, sizeof err);
+        lz_kvdb_item del = { r.key[3], 64, NULL, 0 };
+        lz_kvdb_del_batch(db, &del, 1, NULL, err, sizeof err);
+        void *blob;
+        size_t len;
+        lz_kvdb_get(db, r.key[5], 64, &blob, &len, err, sizeof err);
+        ((uint8_t *)blob)[len / 2] ^= 0x40;
+        lz_kvdb_item put = { r.key[5], 64, blob, len };
+        lz_kvdb_put_batch(db, &put, 1, err, sizeof err);
+        free(blob);
+        lz_kvdb_close(db);
+    }
+    rc = run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 3 && jget(out, "check_issues") == 2, "check finds 2 (exit %d): %s", rc, out);
+    CHECK(strstr(errs, "missing payload") && strstr(errs, "corrupt payload") && strstr(errs, r.ids[3]) &&
+              strstr(errs, r.ids[5]), "check names them: %s", errs);
+    const char *ar[] = { "-m", model_a, "-s", store, "--repair", "--json", NULL };
+    rc = run_tool(ar, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "repaired") == 2, "repair (exit %d): %s %s", rc, out, errs);
+    rc = run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "check_issues") == 0, "clean after repair: %s", out);
+    rows r2;
+    read_rows(store, &r2);
+    CHECK(r2.n == 30 && memcmp(r2.key[5], r.key[5], 64) == 0, "repair keeps rows and keys");
+
+    /* --gc removes a stray payload */
+    {
+        char path[400], err[512];
+        snprintf(path, sizeof path, "%s/kv", store);
+        lz_kvdb *db;
+        lz_kvdb_open(path, 0, &db, err, sizeof err);
+        uint8_t k[64] = { 1, 2, 3 };
+        lz_kvdb_item put = { k, 64, "garbage", 7 };
+        lz_kvdb_put_batch(db, &put, 1, err, sizeof err);
+        lz_kvdb_close(db);
+    }
+    const char *ag[] = { "-s", store, "--gc", "--json", NULL };
+    rc = run_tool(ag, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "payloads_collected") == 1, "gc: %s", out);
+
+    /* another model is refused, naming both */
+    const char *aw[] = { "-m", model_b, "-s", store, p2, NULL };
+    rc = run_tool(aw, NULL, 0, out, sizeof out, errs, sizeof errs);
+    lz_llama *ma, *mb;
+    char err[512];
+    lz_llama_load(model_a, &ma, err, sizeof err);
+    lz_llama_load(model_b, &mb, err, sizeof err);
+    char fa[17], fb[17];
+    memcpy(fa, ma->fingerprint_hex, 16);
+    memcpy(fb, mb->fingerprint_hex, 16);
+    fa[16] = fb[16] = 0;
+    CHECK(rc == 1 && strstr(errs, "refusing model") && strstr(errs, fa) && strstr(errs, fb) &&
+              strstr(errs, "a.gguf") && strstr(errs, "b.gguf"), "wrong model (exit %d): %s", rc, errs);
+    lz_llama_free(ma);
+    lz_llama_free(mb);
+    const char *awc[] = { "-m", model_b, "-s", store, "--check", NULL };
+    rc = run_tool(awc, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "refusing model"), "--check with another model refused too");
+    free(c0);
+    free(c1);
+    free(c2);
+}
+
+static void test_bad_inputs(void)
+{
+    char store[300];
+    snprintf(store, sizeof store, "%s/bad", dir);
+    const char *p = write_text("bad.jsonl",
+                               "{\"id\": \"ok1\", \"text\": \"First good one.\"}\n"
+                               "{\"id\": \"u\", \"text\": \"bad \xff utf8\"}\n"
+                               "{\"id\": \"j\" \"text\": 1}\n"
+                               "{\"text\": \"no id\"}\n"
+                               "{\"id\": \"nt\"}\n"
+                               "{\"id\": \"et\", \"text\": \"\"}\n"
+                               "{\"id\": [1], \"text\": \"array id\"}\n"
+                               "{\"id\": \"tt\", \"text\": \"x\", \"title\": 3}\n"
+                               "{\"id\": 42, \"text\": \"Integer id is fine.\"}\n"
+                               "{\"id\": \"ok1\", \"text\": \"First good one, second version.\"}\n");
+    const char *a[] = { "-m", model_a, "-s", store, "--json", p, NULL };
+    int rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 2, "exit 2 when records were skipped (got %d)", rc);
+    CHECK(jget(out, "added") == 2 && jget(out, "skipped") == 7 && jget(out, "duplicates") == 1, "counts: %s", out);
+    static const char *want[] = { "bad.jsonl:2: invalid UTF-8", "bad.jsonl:3: invalid JSON",
+                                  "bad.jsonl:4: missing \"id\"", "bad.jsonl:5: id 'nt': missing \"text\"",
+                                  "bad.jsonl:6: id 'et': \"text\" is empty", "bad.jsonl:7: \"id\" must be",
+                                  "bad.jsonl:8: id 'tt': \"title\" must be a string",
+                                  "bad.jsonl:1: warning: id 'ok1' appears again at line 10" };
+    for (int i = 0; i < 8; i++) CHECK(strstr(errs, want[i]) != NULL, "message '%s' in: %s", want[i], errs);
+    rows r;
+    read_rows(store, &r);
+    CHECK(r.n == 2 && find_row(&r, "42") >= 0 && find_row(&r, "ok1") >= 0, "valid records committed (%d)", r.n);
+
+    /* --strict: stops at line 2, line 1 committed, nothing after */
+    char store2[300];
+    snprintf(store2, sizeof store2, "%s/strict", dir);
+    const char *p2 = write_text("strict.jsonl", "{\"id\": \"s1\", \"text\": \"Before.\"}\n"
+                                                "{\"id\": \"s2\", \"text\": 7}\n"
+                                                "{\"id\": \"s3\", \"text\": \"After.\"}\n");
+    const char *as[] = { "-m", model_a, "-s", store2, "--strict", "--json", p2, NULL };
+    rc = run_tool(as, NULL, 0, out, sizeof out, errs, sizeof errs);
+    read_rows(store2, &r);
+    CHECK(rc == 2 && r.n == 1 && find_row(&r, "s1") == 0, "strict: exit %d, %d rows", rc, r.n);
+    CHECK(strstr(errs, "strict.jsonl:2: id 's2': \"text\" must be a string") != NULL, "strict message: %s", errs);
+
+    /* CSV from stdin: quotes, embedded newlines, CRLF, bad rows */
+    char store3[300];
+    snprintf(store3, sizeof store3, "%s/csv", dir);
+    const char *p3 = write_text("in.csv", "id,title,text\r\n"
+                                          "c1,One,\"Quoted, with comma.\"\r\n"
+                                          "c2,,\"Two lines\r\nof text.\"\r\n"
+                                          "c3,Three\r\n"
+                                          "c4,Four,\"bad \"quote\r\n"
+                                          "c5,Five,Plain text.\r\n");
+    const char *ac[] = { "-m", model_a, "-s", store3, "--json", "--format", "csv", "-", NULL };
+    rc = run_tool(ac, p3, 0, out, sizeof out, errs, sizeof errs);
+    read_rows(store3, &r);
+    CHECK(rc == 2 && r.n == 3 && jget(out, "skipped") == 2, "csv: exit %d rows %d: %s %s", rc, r.n, out, errs);
+    CHECK(strstr(errs, "<stdin>:5: expected 3 fields") && strstr(errs, "<stdin>:6: malformed CSV"), "csv messages: %s",
+          errs);
+    const char *p4 = write_text("nohdr.csv", "name,body\nx,y\n");
+    const char *an[] = { "-m", model_a, "-s", store3, p4, NULL };
+    rc = run_tool(an, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "must name the columns id and text"), "no header: %d %s", rc, errs);
+    const char *am[] = { "-m", "/nonexistent.gguf", "-s", store3, p4, NULL };
+    rc = run_tool(am, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "/nonexistent.gguf"), "missing model: %s", errs);
+    const char *ad[] = { "-s", store3, p4, NULL };
+    rc = run_tool(ad, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "--model"), "no default model: %s", errs);
+}
+
+static void test_split(void)
+{
+    char store[300];
+    snprintf(store, sizeof store, "%s/split", dir);
+    char *text = malloc(20000);
+    size_t o = 0;
+    for (int i = 0; i < 60; i++)
+        o += (size_t)sprintf(text + o, "Sentence number %d tells a small story about a red house.%s", i,
+                             i % 10 == 9 ? "\\n" : " ");
+    char *rec = malloc(21000);
+    sprintf(rec, "{\"id\": \"big\", \"title\": \"Long\", \"text\": \"%s\"}\n{\"id\": \"small\", \"text\": \"Tiny.\"}\n", text);
+    const char *p = write_text("long.jsonl", rec);
+    const char *a[] = { "-m", model_a, "-s", store, "--json", "--max-doc-tokens", "200", p, NULL };
+    int rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0, "split run: %d %s", rc, errs);
+    rows r;
+    read_rows(store, &r);
+    int parts = 0;
+    for (int i = 0; i < r.n; i++) parts += strncmp(r.ids[i], "big#", 4) == 0;
+    CHECK(parts >= 3 && find_row(&r, "big#0") >= 0 && find_row(&r, "small") >= 0 && find_row(&r, "big") < 0,
+          "passages big#0..: %d parts of %d rows", parts, r.n);
+    /* each passage within budget and on a sentence boundary */
+    lz_store *s;
+    char err[512];
+    lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err);
+    lz_meta_doc row;
+    int ok = 1;
+    for (int k = 0; k < parts; k++) {
+        char id[32];
+        snprintf(id, sizeof id, "big#%d", k);
+        ok &= lz_meta_doc_find(lz_store_meta(s), id, &row, NULL, 0, err, sizeof err) == 0 && row.n_tokens <= 200 &&
+              row.passage == k && lz_store_has_payload(s, row.payload_key, err, sizeof err) == 1;
+    }
+    CHECK(ok, "every passage <= 200 tokens with its own payload");
+    lz_store_close(s);
+    /* shrink the document: stale passages are removed without --prune */
+    sprintf(rec, "{\"id\": \"big\", \"title\": \"Long\", \"text\": \"Now short.\"}\n{\"id\": \"small\", \"text\": \"Tiny.\"}\n");
+    p = write_text("long.jsonl", rec);
+    rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+    read_rows(store, &r);
+    CHECK(rc == 0 && r.n == 2 && find_row(&r, "big") >= 0 && jget(out, "removed") == parts,
+          "shrunk: %d rows, %s", r.n, out);
+    free(text);
+    free(rec);
+}
+
+/* SIGKILL at random moments; after each kill the store must be consistent
+ * (every row has its payload); a rerun completes it; the committed rows
+ * survive unchanged; the final store equals the corpus exactly. */
+static void test_crash(void)
+{
+    char store[300];
+    snprintf(store, sizeof store, "%s/crash", dir);
+    char *cv[2] = { make_corpus_k(80, 0, 0, 1), make_corpus_k(70, 1, 1, 1) };
+    const char *pv[2] = { write_text("crash0.jsonl", cv[0]), write_text("crash1.jsonl", cv[1]) };
+    /* expected final contents per version */
+    rows want[2];
+    for (int v = 0; v < 2; v++) {
+        char ws[300];
+        snprintf(ws, sizeof ws, "%s/want%d", dir, v);
+        const char *a[] = { "-m", model_a, "-s", ws, "--quiet", "--threads", "1", "--batch-tokens", "256", pv[v], NULL };
+        double t0 = now_s();
+        int rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+        CHECK(rc == 0, "reference run %d: %s", v, errs);
+        read_rows(ws, &want[v]);
+        if (v == 0) printf("crash: a full run takes %.2f s\n", now_s() - t0);
+    }
+    double full = 0;
+    {
+        const char *a[] = { "-m", model_a, "-s", store, "--quiet", "--threads", "1", "--batch-tokens", "256", "--prune", pv[0], NULL };
+        double t0 = now_s();
+        run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+        full = now_s() - t0;
+    }
+    srand((unsigned)time(NULL));
+    int trials = 25, killed = 0, bad_after_kill = 0, bad_final = 0, lost = 0;
+    for (int t = 0; t < trials; t++) {
+        int v = (t + 1) % 2;
+        const char *a[] = { "-m", model_a, "-s", store, "--quiet", "--threads", "1", "--batch-tokens", "256", "--prune", pv[v], NULL };
+        double when = full * (0.05 + 0.95 * rand() / (double)RAND_MAX);
+        int rc = run_tool(a, NULL, when, out, sizeof out, errs, sizeof errs);
+        killed += rc == 128 + SIGKILL;
+        /* consistent right after the kill: every row has a valid payload */
+        const char *ac[] = { "-s", store, "--check", "--json", NULL };
+        int rcc = run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs);
+        if (rcc != 0 || jget(out, "check_issues") != 0) {
+            bad_after_kill++;
+            fprintf(stderr, "trial %d: check after kill: exit %d %s %s\n", t, rcc, out, errs);
+        }
+        rows mid;
+        read_rows(store, &mid);
+        /* rerun to completion */
+        rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+        rows fin;
+        read_rows(store, &fin);
+        int ok = rc == 0 && fin.n == want[v].n;
+        for (int i = 0; ok && i < want[v].n; i++) {
+            int j = find_row(&fin, want[v].ids[i]);
+            ok = j >= 0 && memcmp(fin.hash[j], want[v].hash[i], 32) == 0 && memcmp(fin.key[j], want[v].key[i], 64) == 0;
+        }
+        /* rows committed before the kill with this version's content are still there, same payload */
+        for (int i = 0; i < mid.n && i < 512; i++) {
+            int w = find_row(&want[v], mid.ids[i]);
+            if (w < 0 || memcmp(want[v].hash[w], mid.hash[i], 32) != 0) continue;
+            int j = find_row(&fin, mid.ids[i]);
+            if (j < 0 || memcmp(fin.key[j], mid.key[i], 64) != 0) lost++;
+        }
+        const char *ac2[] = { "-s", store, "--check", "--json", NULL };
+        rcc = run_tool(ac2, NULL, 0, out, sizeof out, errs, sizeof errs);
+        ok = ok && rcc == 0 && jget(out, "check_issues") == 0;
+        if (!ok) {
+            bad_final++;
+            fprintf(stderr, "trial %d: final store differs from the corpus (rows %d, want %d): %s\n", t, fin.n,
+                    want[v].n, out);
+        }
+        /* no garbage left: payloads = distinct keys + prefix */
+        uint64_t np = n_payloads(store);
+        int distinct = 0;
+        for (int i = 0; i < fin.n; i++) {
+            int dup = 0;
+            for (int j = 0; j < i && !dup; j++) dup = memcmp(fin.key[i], fin.key[j], 64) == 0;
+            distinct += !dup;
+        }
+        if (np != (uint64_t)distinct + 1) {
+            bad_final++;
+            fprintf(stderr, "trial %d: %llu payloads for %d distinct keys + prefix\n", t, (unsigned long long)np,
+                    distinct);
+        }
+    }
+    printf("crash: %d trials, %d killed mid-run, full run %.2f s\n", trials, killed, full);
+    CHECK(killed >= trials / 2, "most trials killed mid-run (%d of %d)", killed, trials);
+    CHECK(bad_after_kill == 0, "%d trials inconsistent right after SIGKILL", bad_after_kill);
+    CHECK(bad_final == 0, "%d trials with a wrong final store", bad_final);
+    CHECK(lost == 0, "%d committed documents lost or changed", lost);
+    free(cv[0]);
+    free(cv[1]);
+}
+
+int main(void)
+{
+    if (!lz_test_tmpdir(dir, sizeof dir)) return 1;
+    const char *b = getenv("LZ_BIN");
+    snprintf(bin, sizeof bin, "%s/lazyingest", b ? b : "build/bin");
+    if (access(bin, X_OK) != 0) {
+        printf("SKIP %s not built\n", bin);
+        return lz_test_done();
+    }
+    char err[512];
+    lz_mkmodel_opts mo;
+    lz_mkmodel_defaults(&mo);
+    snprintf(model_a, sizeof model_a, "%s/a.gguf", dir);
+    snprintf(model_b, sizeof model_b, "%s/b.gguf", dir);
+    CHECK(lz_mkmodel_write(&mo, model_a, err, sizeof err) == 0, "model a: %s", err);
+    mo.seed = 2;
+    CHECK(lz_mkmodel_write(&mo, model_b, err, sizeof err) == 0, "model b: %s", err);
+    unsetenv("LAZY_MODEL");
+    double t0 = now_s();
+    test_incremental();
+    test_bad_inputs();
+    test_split();
+    printf("functional tests: %.1f s\n", now_s() - t0);
+    test_crash();
+    printf("total: %.1f s\n", now_s() - t0);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
+    return lz_test_done();
+}
