@@ -277,12 +277,12 @@ def org_passage(o, r):
     S = []
     k = r.randrange(4)
     if k == 0:
-        S.append((["founder", "year"], "%s is %s %s company founded in %d by %s." % (n, _a(ind), ind, y, f)))
+        S.append((["founder", "year", "industry"], "%s is %s %s company founded in %d by %s." % (n, _a(ind), ind, y, f)))
     elif k == 1:
         S.append((["founder", "year"], "%s was founded by %s in %d." % (n, f, y)))
         S.append((["industry"], "It works in the %s industry." % ind))
     elif k == 2:
-        S.append((["founder", "year"], "Founded in %d by %s, %s is %s %s firm." % (y, f, n, _a(ind), ind)))
+        S.append((["founder", "year", "industry"], "Founded in %d by %s, %s is %s %s firm." % (y, f, n, _a(ind), ind)))
     else:
         S.append((["industry"], "%s is %s %s company." % (n, _a(ind), ind)))
         S.append((["founder"], "Its founder is %s." % f))
@@ -467,8 +467,8 @@ def bridge_questions(e, r):
         f = e["founder"]
         out.append((_q(r, ["In which city was the founder of {n} born?", "Where was the founder of {n} born?"], n=n),
                     f["city"]["name"], [(e, "founder"), (f, "born")]))
-        out.append((_q(r, ["In which year was the founder of {n} born?", "When was the founder of {n} born?"], n=n),
-                    str(f["year"]) if "year" in f else "", [(e, "founder"), (f, "birth")]))
+        out.append((_q(r, ["In which year was the founder of {n} born?", "What year was the founder of {n} born in?"],
+                       n=n), str(f["year"]), [(e, "founder"), (f, "birth")]))
         out.append((_q(r, ["Which organisation employs the founder of {n}?",
                            "Who does the founder of {n} work for?"], n=n),
                     f["employer"]["name"], [(e, "founder"), (f, "employer")]))
