@@ -55,7 +55,8 @@ int lz_decode_check(const lz_decode_params *p)
     if (rc) return rc;
     if (p->n_heads / p->n_kv_heads > 16) return LZ_ATTN_EGQA;
     if (!p->o || !p->q || !p->k_pool || !p->v_pool || !p->blocks || !p->n_blocks ||
-        !p->inv_freq || p->batch < 0 || p->max_blocks < 0 || p->n_split < 0)
+        !p->inv_freq || p->batch < 0 || p->max_blocks < 0 || p->n_split < 0 ||
+        p->n_split > LZ_DECODE_MAX_SPLIT)
         return LZ_ATTN_EARG;
     return LZ_ATTN_OK;
 }

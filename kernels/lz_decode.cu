@@ -23,17 +23,17 @@
 namespace {
 
 constexpr int DEC_THREADS = 128;
-constexpr int DEC_STAGES = 3;
 constexpr int BLK = LZ_DECODE_BLOCK;
 
-template <int D> constexpr size_t dec_smem()
+/* ring of K and V blocks, two bf16 query tiles of 16 rows (current, next),
+ * the raw query rows (16, d) bf16. STAGES = 3 at 2 CTAs per SM, 6 at 1. */
+template <int D, int STAGES> constexpr size_t dec_smem()
 {
-    /* ring of K and V blocks, two bf16 query tiles of 16 rows (current, next) */
-    return (size_t)DEC_STAGES * 2 * BLK * D * 2 + 2 * 16 * D * 2;
+    return (size_t)STAGES * 2 * BLK * D * 2 + 3 * 16 * D * 2;
 }
 
-template <int D, int LAYOUT, bool LAZY>
-__global__ void __launch_bounds__(DEC_THREADS, 2)
+template <int D, int LAYOUT, bool LAZY, int DEC_STAGES>
+__global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
     decode_kernel(const __grid_constant__ lz_decode_params p, int n_split)
 {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
     const int KV = p.n_kv_heads, G = p.n_heads / KV;
     unsigned char *ring = smem;
     unsigned char *qs = smem + (size_t)DEC_STAGES * 2 * BLK * D * 2; /* 2 x (16, d) bf16 swizzled */
+    __nv_bfloat16 *qraw = reinterpret_cast<__nv_bfloat16 *>(qs + 2 * 16 * D * 2); /* (G, d) as given */
     const uint32_t ring_u = lz::smem_u32(ring), qs_u = lz::smem_u32(qs);
 
     const int nb = p.n_blocks[(size_t)b * KV + h];
@@ -74,19 +75,21 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
     /* Writes query tile `buf` = the G query rows rotated by R(-off) (copied
      * when off == 0). Thread: pair tid % (d/2), rows tid / (d/2) + k*step. No
      * barrier inside: the caller's next top-of-loop __syncthreads publishes it. */
-    auto build_q = [&](int buf, int64_t off) {
+    for (int e = tid; e < G * D; e += DEC_THREADS) qraw[e] = qg[e];
+    const float my_inv_freq = p.inv_freq[tid % (D / 2)];
+    auto build_q = [&](int buf, int64_t off, const __nv_bfloat16 *qsrc) {
         constexpr int PAIRS = D / 2, STEP = DEC_THREADS / PAIRS;
         const int i = tid % PAIRS;
         int a, bb;
         lz_rope_pair(LAYOUT, D, i, &a, &bb);
         float c = 1.f, s = 0.f;
         if (LAZY && off != 0) {
-            float ang = (float)(-off) * p.inv_freq[i];
+            float ang = (float)(-off) * my_inv_freq;
             c = cosf(ang);
             s = sinf(ang);
         }
         for (int g = tid / PAIRS; g < G; g += STEP) {
-            float x0 = __bfloat162float(qg[g * D + a]), x1 = __bfloat162float(qg[g * D + bb]);
+            float x0 = __bfloat162float(qsrc[g * D + a]), x1 = __bfloat162float(qsrc[g * D + bb]);
             lz_rope_rotate_pair(&x0, &x1, c, s);
             __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(qs + (buf * 16 + g) * D * 2);
             row[(((a >> 3) ^ (g & 7)) << 3) | (a & 7)] = __float2bfloat16_rn(x0);
@@ -108,7 +111,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
     }
     int64_t cur_off = (LAZY && i0 < i1) ? lz_decode_word_offset(words[i0]) : 0;
     int cur_buf = 0;
-    build_q(0, cur_off);
+    build_q(0, cur_off, qg); /* later builds read the shared copy (published by the loop's barrier) */
 
     float o[D / 8][4];
 #pragma unroll
@@ -133,7 +136,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
         }
         if (LAZY && i + 1 < i1) { /* prepare the next block's query if its offset differs */
             int64_t noff = lz_decode_word_offset(words[i + 1]);
-            if (noff != cur_off) build_q(cur_buf ^ 1, noff);
+            if (noff != cur_off) build_q(cur_buf ^ 1, noff, qraw);
         }
         const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;
         /* S = Q K^T for this warp's 16 keys: s[n-tile][4] */
@@ -253,25 +256,57 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
     __syncthreads();
     if (!is_last) return;
     __threadfence();
+    /* weights 2^(lse_s - max) per (g, part) in shared memory, then sums over
+     * parts with independent loads (the parts sit in L2) */
+    float *wts = red_l + 4 * 16, *lsum = wts + 16 * n_split;
+    for (int g = warp; g < G; g += DEC_THREADS / 32) {
+        const size_t row = (size_t)b * p.n_heads + h * G + g;
+        float M = -INFINITY;
+        for (int s = lane; s < n_split; s += 32) M = fmaxf(M, __ldcg(&lse[row * n_split + s]));
+#pragma unroll
+        for (int o2 = 16; o2; o2 >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o2));
+        float L = 0.f;
+        for (int s = lane; s < n_split; s += 32) {
+            float l = __ldcg(&lse[row * n_split + s]);
+            float f = (M == -INFINITY || l == -INFINITY) ? 0.f : exp2f(l - M);
+            wts[g * n_split + s] = f;
+            L += f;
+        }
+#pragma unroll
+        for (int o2 = 16; o2; o2 >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o2);
+        if (lane == 0) lsum[g] = L;
+    }
+    __syncthreads();
     for (int e = tid; e < G * D; e += DEC_THREADS) {
         int g = e / D, k = e % D;
         size_t row = (size_t)b * p.n_heads + h * G + g;
-        float M = -INFINITY;
-        for (int s = 0; s < n_split; s++) M = fmaxf(M, __ldcg(&lse[row * n_split + s]));
-        float L = 0.f, acc = 0.f;
-        if (M != -INFINITY)
-            for (int s = 0; s < n_split; s++) {
-                float l = __ldcg(&lse[row * n_split + s]);
-                if (l == -INFINITY) continue;
-                float f = exp2f(l - M);
-                L += f;
-                acc += f * __ldcg(&part[(row * n_split + s) * D + k]);
-            }
+        const float *src = part + row * n_split * D + k;
+        float acc = 0.f;
+#pragma unroll 8
+        for (int s = 0; s < n_split; s++) acc += wts[g * n_split + s] * __ldcg(src + (size_t)s * D);
+        float L = lsum[g];
         reinterpret_cast<__nv_bfloat16 *>(p.o)[row * D + k] = __float2bfloat16_rn(L > 0.f ? acc / L : 0.f);
     }
     if (tid == 0) *count = 0;
 }
 
+template <int D, int LAYOUT, bool LAZY, int STAGES>
+int launch(const lz_decode_params *p, int ns, cudaStream_t st)
+{
+    auto kern = decode_kernel<D, LAYOUT, LAZY, STAGES>;
+    static bool attr_set = false;
+    if (!attr_set) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dec_smem<D, STAGES>());
+        if (e != cudaSuccess) return (int)e;
+        attr_set = true;
+    }
+    dim3 grid(ns, p->n_kv_heads, p->batch);
+    kern<<<grid, DEC_THREADS, dec_smem<D, STAGES>(), st>>>(*p, ns);
+    return (int)cudaGetLastError();
+}
+
+/* 3 stages at 2 CTAs per SM when the grid has more CTAs than SMs, else 6
+ * stages at one CTA per SM (more bytes in flight per SM). */
 template <int D, int LAYOUT, bool LAZY>
 int launch(const lz_decode_params *p, cudaStream_t st)
 {
@@ -282,16 +317,8 @@ int launch(const lz_decode_params *p, cudaStream_t st)
     const int ns = lz_decode_splits(p, n_sm);
     if (ns > 1 && (!p->work || p->work_bytes < lz_decode_workspace(p, ns))) return LZ_ATTN_EWORK;
     if (p->batch == 0) return LZ_ATTN_OK;
-    auto kern = decode_kernel<D, LAYOUT, LAZY>;
-    static bool attr_set = false;
-    if (!attr_set) {
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dec_smem<D>());
-        if (e != cudaSuccess) return (int)e;
-        attr_set = true;
-    }
-    dim3 grid(ns, p->n_kv_heads, p->batch);
-    kern<<<grid, DEC_THREADS, dec_smem<D>(), st>>>(*p, ns);
-    return (int)cudaGetLastError();
+    if ((long)p->batch * p->n_kv_heads * ns <= n_sm) return launch<D, LAYOUT, LAZY, 6>(p, ns, st);
+    return launch<D, LAYOUT, LAZY, 3>(p, ns, st);
 }
 
 template <bool LAZY> int dispatch(const lz_decode_params *p, void *stream)

@@ -27,6 +27,7 @@ extern "C" {
 #define LZ_DECODE_BLOCK 64                 /* keys per block word, at most */
 #define LZ_DECODE_MAX_ROW ((1ull << 36) - 1)
 #define LZ_DECODE_MAX_OFFSET ((1ll << 21) - 1)
+#define LZ_DECODE_MAX_SPLIT 256            /* split-KV parts, at most */
 
 #ifdef __CUDACC__
 #define LZ_DEC_HD __host__ __device__ __forceinline__
@@ -57,7 +58,7 @@ typedef struct {
     int head_dim;             /* d: 64 or 128 */
     int rope_layout;          /* LZ_ROPE_ADJACENT or LZ_ROPE_HALF */
     float scale;              /* softmax scale */
-    int n_split;              /* split-KV parts; 0 = choose (lz_decode_splits) */
+    int n_split;              /* split-KV parts, <= LZ_DECODE_MAX_SPLIT; 0 = choose (lz_decode_splits) */
     float *work;              /* scratch, lz_decode_workspace() bytes, ZERO-FILLED before its
                                  first use (per-(b, h) counters; the kernels leave them zero);
                                  unused when 1 part. One call at a time per workspace. */

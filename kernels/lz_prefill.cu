@@ -186,6 +186,7 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
             lz::cp_async16(q_u + lz::swz<D>(r, c), src, ok ? 16 : 0);
         }
     }
+    lz::cp_async_commit(); /* group: Q alone, so its fragments can be ready before the first tile */
     auto load_tile = [&](const Tile &x, int stage) {
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
 #pragma unroll
@@ -206,7 +207,7 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
             load_tile(ld.tile(p, h, D), s);
             ld.next(p, h, self_tiles);
         }
-        lz::cp_async_commit(); /* group 0 also carries Q */
+        lz::cp_async_commit();
     }
     if (LAZY && t0 < t1) { /* cos/sin of R(-p) for every segment this part touches */
         Cursor last;
@@ -218,23 +219,29 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
             float ang = (float)(-off) * p.inv_freq[i];
             cstab[slot * (D / 2) + i] = make_float2(cosf(ang), sinf(ang));
         }
-        if (MT == 2) __syncthreads(); /* the table is read below before the loop's barrier */
     }
     /* MT = 2 lazy: shared Q tile = R(-p) q, from global; unit = pairs 8u..8u+7
      * (ADJACENT: chunks 2u, 2u+1; HALF: chunks u, u + d/16) */
     auto rotate_q_tile = [&](int slot) {
-        constexpr int UNITS = D / 16;
+        constexpr int UNITS = D / 16, PER = BM * UNITS / THREADS;
         const float2 *cs = cstab + slot * (D / 2);
-        for (int e = tid; e < BM * UNITS; e += THREADS) {
-            const int r = e / UNITS, u = e % UNITS, rr = r0 + r;
+        uint4 va[PER], vb[PER];
+#pragma unroll
+        for (int j = 0; j < PER; j++) { /* all loads first: one global latency, not PER */
+            const int e = tid + j * THREADS, r = e / UNITS, u = e % UNITS, rr = r0 + r;
             const int ca = LAYOUT == LZ_ROPE_HALF ? u : 2 * u, cb = LAYOUT == LZ_ROPE_HALF ? u + D / 16 : 2 * u + 1;
-            uint4 va = make_uint4(0, 0, 0, 0), vb = va;
+            va[j] = vb[j] = make_uint4(0, 0, 0, 0);
             if (rr < R) {
                 const __nv_bfloat16 *src = qg + ((size_t)(h * G + rr / M) * M + rr % M) * D;
-                va = *reinterpret_cast<const uint4 *>(src + ca * 8);
-                vb = *reinterpret_cast<const uint4 *>(src + cb * 8);
+                va[j] = *reinterpret_cast<const uint4 *>(src + ca * 8);
+                vb[j] = *reinterpret_cast<const uint4 *>(src + cb * 8);
             }
-            uint32_t w[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+        }
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int e = tid + j * THREADS, r = e / UNITS, u = e % UNITS;
+            const int ca = LAYOUT == LZ_ROPE_HALF ? u : 2 * u, cb = LAYOUT == LZ_ROPE_HALF ? u + D / 16 : 2 * u + 1;
+            uint32_t w[8] = {va[j].x, va[j].y, va[j].z, va[j].w, vb[j].x, vb[j].y, vb[j].z, vb[j].w};
             float xs[16];
 #pragma unroll
             for (int k = 0; k < 8; k++) { xs[2 * k] = lz::bf16_lo(w[k]); xs[2 * k + 1] = lz::bf16_hi(w[k]); }
@@ -269,7 +276,23 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
         lrow[mt][0] = lrow[mt][1] = 0.f;
     }
     const float sl2 = p.scale * 1.4426950408889634f;
-    int q_slot = -1;
+    /* query for the first tile's segment, prepared while the first tiles load */
+    int q_slot = cur.s;
+    if (t0 < t1) {
+        if constexpr (MT == 1) {
+            lz::cp_async_wait<STAGES - 1>(); /* Q landed (tiles may still be in flight) */
+            __syncthreads();                  /* ... for every thread; cos/sin table too */
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++) {
+                int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
+                lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
+            }
+            if (LAZY) rotate_q<D, LAYOUT>(qa, cstab + q_slot * (D / 2), lane);
+        } else if (LAZY) {
+            __syncthreads(); /* cos/sin table */
+            rotate_q_tile(q_slot); /* published by the loop's first barrier */
+        }
+    }
 
     for (int t = t0; t < t1; t++) {
         const int stage = (t - t0) % STAGES;
@@ -282,16 +305,15 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
         lz::cp_async_commit();
         const Tile x = cur.tile(p, h, D);
         cur.next(p, h, self_tiles);
-        if (t == t0 || (LAZY && x.slot != q_slot)) {
+        if (LAZY && x.slot != q_slot) { /* segment change: query rotated by the new R(-p) */
             if constexpr (MT == 1) {
-                /* (re)load the query fragments; lazy: rotate them by this segment's R(-p) */
 #pragma unroll
                 for (int ks = 0; ks < D / 16; ks++) {
                     int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
                     lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
                 }
-                if (LAZY) rotate_q<D, LAYOUT>(qa, cstab + x.slot * (D / 2), lane);
-            } else if (LAZY) {
+                rotate_q<D, LAYOUT>(qa, cstab + x.slot * (D / 2), lane);
+            } else {
                 rotate_q_tile(x.slot);
                 __syncthreads();
             }
