@@ -255,7 +255,7 @@ static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int 
     RC(lz_decode_lazy_ref(&hp, NULL));
     int nan1, nan2;
     double e1 = nerr(o, ref, nq, &nan1), e2 = nerr(o2, o, nq, &nan2);
-    printf("decode  %-8s d=%3d G=%d KV=%d B=%d split=%2d keys=%7lld base=%7lld: gpu-vs-ref %.2e, "
+    printf("decode  %-8s d=%3d G=%d KV=%d B=%2d split=%2d keys=%7lld base=%7lld: gpu-vs-ref %.2e, "
            "lazy-vs-materialised %.2e, nan/unwritten %d/%d\n",
            LNAME[layout], d, G, KV, B, ns, (long long)total, (long long)base, e1, e2, nan1, nan2);
     CHECK(e1 <= TOL && nan1 == 0, "decode gpu vs ref %g nan %d", e1, nan1);
@@ -292,6 +292,8 @@ int main(int argc, char **argv)
         decode_case(layout, d, G, KV, 3, 20, 0, llama3, 70000);
         decode_case(layout, d, G, KV, 2, 20, 1, llama3, 70000);
         decode_case(layout, d, G, KV, 2, 5, 13, llama3, LZ_DECODE_MAX_OFFSET - 50000 - 6 * 6200);
+        /* more CTAs than SMs: the 3-stage, 2-CTAs-per-SM shape */
+        decode_case(layout, d, G, KV, 40, 6, 4, llama3, 70000);
     }
     return lz_test_done();
 }
