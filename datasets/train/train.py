@@ -22,6 +22,7 @@ hf/ (config.json, model.safetensors, tokenizer.json, tokenizer_config.json),
 metrics.json, dev set and predictions.
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -123,9 +124,14 @@ def make_batch(task):
     """Worker: the batch of step `step` (deterministic in seed and step)."""
     seed, step, d, B = task
     r = random.Random((seed << 32) ^ step)
+    k_hi = d["k_max"]
+    cur = d.get("curriculum_steps", 0)
+    if cur and step < cur:  # fewer passages first: the retrieval circuit forms sooner
+        k_hi = min(d["k_max"], 3 + (d["k_max"] - 3) * step // cur)
+    k_lo = min(d["k_min"], k_hi)
     exs, blocks = [], []
     for _ in range(B):
-        ctx = worldgen.make_context(r.getrandbits(62), "train", n_qa=d["n_qa"], k_range=(d["k_min"], d["k_max"]),
+        ctx = worldgen.make_context(r.getrandbits(62), "train", n_qa=d["n_qa"], k_range=(k_lo, k_hi),
                                     mix=tuple(d["mix"]))
         block = r.random() < d["p_block"]
         exs.append(encode_example(_W["prompt"], ctx["docs"], [(q, a) for _, q, a in ctx["qa"]], block))
@@ -347,19 +353,26 @@ def torch_full_logits(model, ids, n_gen, dev):
     return first, gen
 
 
-def check_c(model, cfg, P, out, bindir, dev):
-    """Exports F32 and compares the engine's logits (lazy-logits) with PyTorch's on a few prompts;
-    also through lazy-convert's GGUF when the tool exists. Returns the worst max |diff|."""
-    model = model.float().eval()
-    hf_dir = os.path.join(out, "hf_f32")
-    export_hf(model, cfg, P.tok, hf_dir, "F32")
-    targets = [("hf-f32", hf_dir)]
+def check_c(model, cfg, P, out, bindir, dev, dtype="F32"):
+    """Exports the weights in dtype and compares the engine's logits (lazy-logits, fp32 compute)
+    with PyTorch's (fp32 compute on the same dtype-rounded weights) on a few prompts; also
+    through lazy-convert's GGUF when the tool exists. Returns the worst max |diff|."""
+    model = copy.deepcopy(model).float().eval()
+    if dtype != "F32":
+        tdt = {"F16": torch.float16, "BF16": torch.bfloat16}[dtype]
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(tdt).float())
+    tag = dtype.lower()
+    hf_dir = os.path.join(out, "hf_check_" + tag)
+    export_hf(model, cfg, P.tok, hf_dir, dtype)
+    targets = [("hf-" + tag, hf_dir)]
     conv = os.path.join(bindir, "lazy-convert")
     if os.path.exists(conv):
-        g = os.path.join(out, "model_f32.gguf")
-        r = subprocess.run([conv, hf_dir, g, "--outtype", "f32"], capture_output=True, text=True)
+        g = os.path.join(out, "model_check_%s.gguf" % tag)
+        r = subprocess.run([conv, hf_dir, g, "--outtype", tag], capture_output=True, text=True)
         if r.returncode == 0:
-            targets.append(("gguf-f32", g))
+            targets.append(("gguf-" + tag, g))
         else:
             print("check-c: lazy-convert failed: %s" % r.stderr.strip())
     worst, report = 0.0, []
@@ -370,15 +383,23 @@ def check_c(model, cfg, P, out, bindir, dev):
             ids += P.doc(t, x)
         ids += P.question(ctx["qa"][0][1])
         ref, ref_gen = torch_full_logits(model, ids, 6, dev)
+        if dev.type == "cuda":  # the bf16 autocast model as trained, for the bf16-tolerance criterion
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                ref16, _ = torch_full_logits(model, ids, 1, dev)
+            bf = float((ref16 - ref).abs().max())
+        else:
+            bf = None
         for name, path in targets:
             j = c_logits(os.path.join(bindir, "lazy-logits"), path, ids, 6)
             cl = torch.tensor(j["logits"])
             d = float((cl - ref).abs().max())
             rel = d / float(ref.abs().max())
             worst = max(worst, d)
-            line = ("check-c: prompt %d (%d tokens) %-8s max|dlogit| %.3g (rel %.2g), argmax %s, greedy %s" % (
+            line = ("check-c: prompt %d (%d tokens) %-8s max|dlogit| %.3g (rel %.2g), argmax %s, greedy %s%s" % (
                 i, len(ids), name, d, rel, "same" if int(cl.argmax()) == int(ref.argmax()) else "DIFFERENT",
-                "same" if j["greedy"] == ref_gen else "DIFFERENT %s vs %s" % (j["greedy"], ref_gen)))
+                "same" if j["greedy"] == ref_gen else "DIFFERENT %s vs %s" % (j["greedy"], ref_gen),
+                "" if bf is None else "; torch bf16-autocast vs fp32 %.3g, engine vs bf16-autocast %.3g" % (
+                    bf, float((cl - ref16).abs().max()))))
             print(line)
             report.append(line)
     return worst, report
@@ -421,6 +442,47 @@ def check_block(model, P, dev):
     return max(d, d2)
 
 
+# ---------------------------------------------------------------- small checkpoints
+# The device machine is given back 30 s after a call, and at most 8 files of 16 MiB come
+# back from it, so a run split over calls carries this instead of ckpt.pt: bf16 weights
+# in shards under 15 MiB and the run state; the optimiser restarts (Adam with betas
+# (0.9, 0.95) forgets within ~50 steps) under a short learning-rate re-warm-up.
+
+SMALL_STATE = "resume_state.json"
+
+
+def save_small(model, state, d, shard_bytes=15 << 20):
+    os.makedirs(d, exist_ok=True)
+    shards, cur, size = [], {}, 0
+    for n, p in model.state_dict().items():
+        t = p.detach().to("cpu", torch.bfloat16).clone()
+        nb = t.numel() * 2
+        if cur and size + nb > shard_bytes:
+            shards.append(cur)
+            cur, size = {}, 0
+        cur[n] = t
+        size += nb
+    shards.append(cur)
+    names = []
+    for i, sh in enumerate(shards):
+        fn = "resume_w%d.pt" % i
+        torch.save(sh, os.path.join(d, fn))
+        names.append(fn)
+    st = {k: v for k, v in state.items() if k != "reset_at"}
+    with open(os.path.join(d, SMALL_STATE), "w") as f:
+        json.dump({"state": st, "shards": names}, f)
+
+
+def load_small(model, d, dev):
+    meta = json.load(open(os.path.join(d, SMALL_STATE)))
+    sd = {}
+    for fn in meta["shards"]:
+        sd.update(torch.load(os.path.join(d, fn), map_location="cpu"))
+    model.load_state_dict({k: v.float() for k, v in sd.items()})
+    model.to(dev)
+    return meta["state"]
+
+
 # ---------------------------------------------------------------- main
 
 def load_config(path, overrides):
@@ -435,9 +497,12 @@ def load_config(path, overrides):
 
 
 def lr_at(cfg, frac, step):
+    """Linear warm-up, then cosine over the training-time budget (or max_steps, whichever is nearer)."""
     t = cfg["train"]
     if step < t["warmup"]:
         return t["lr"] * (step + 1) / t["warmup"]
+    if t.get("max_steps"):
+        frac = max(frac, step / t["max_steps"])
     frac = min(1.0, max(0.0, frac))
     return t["min_lr"] + 0.5 * (t["lr"] - t["min_lr"]) * (1 + math.cos(math.pi * frac))
 
@@ -448,7 +513,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--set", action="append", default=[], help="override, e.g. train.batch=32")
     ap.add_argument("--minutes", type=float, default=9.0, help="wall-clock budget of THIS call")
-    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--resume", action="store_true", help="continue from OUT/ckpt.pt when it exists")
+    ap.add_argument("--resume-from", metavar="DIR", help="else continue from a small checkpoint in DIR")
+    ap.add_argument("--small-ckpt", metavar="DIR",
+                    help="also write a small checkpoint (bf16 weights in files < 16 MiB, state) to DIR")
     ap.add_argument("--workers", type=int, default=-1, help="data processes (default: cores - 1)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--export-only", action="store_true")
@@ -458,6 +526,7 @@ def main():
     ap.add_argument("--check-c", metavar="BINDIR", help="compare logits with the engine (lazy-logits in BINDIR)")
     ap.add_argument("--check-prompt", metavar="BINDIR", help="compare prompt ids with prompt_check in BINDIR")
     a = ap.parse_args()
+    a.dtype_given = "--dtype" in sys.argv
 
     cfg = load_config(a.config, a.set)
     os.makedirs(a.out, exist_ok=True)
@@ -491,7 +560,10 @@ def main():
     ck = os.path.join(a.out, "ckpt.pt")
     state = {"step": 0, "train_s": 0.0, "curve": [], "evals": []}
     if (a.resume or a.export_only or a.eval_only) and os.path.exists(ck):
-        st = torch.load(ck, map_location=dev)
+        try:
+            st = torch.load(ck, map_location=dev, weights_only=False)
+        except TypeError:  # torch < 1.13
+            st = torch.load(ck, map_location=dev)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         state = st["state"]
@@ -504,12 +576,18 @@ def main():
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state, "cfg": cfg}, tmp)
         os.replace(tmp, ck)
 
+    if state["step"] == 0 and a.resume_from and os.path.exists(os.path.join(a.resume_from, SMALL_STATE)):
+        state = load_small(model, a.resume_from, dev)
+        state["reset_at"] = state["step"]  # fresh optimiser moments: re-warm the learning rate
+        log("resumed weights (optimiser reset) from %s at step %d (%.1f min trained)" % (
+            a.resume_from, state["step"], state["train_s"] / 60))
+
     if a.check_prompt:
         ok = check_prompt(P, a.check_prompt, cfg)
         sys.exit(0 if ok else 1)
     if a.check_c:
         worst_b = check_block(model, P, dev)
-        worst, report = check_c(model, cfg, P, a.out, a.check_c, dev)
+        worst, report = check_c(model, cfg, P, a.out, a.check_c, dev, a.dtype if a.dtype_given else "F32")
         json.dump({"block_vs_standalone": worst_b, "c_vs_torch_max_abs": worst, "report": report},
                   open(os.path.join(a.out, "check_c.json"), "w"), indent=1)
         sys.exit(0 if worst < cfg["train"].get("check_tol", 1e-3) and worst_b < 1e-3 else 1)
@@ -556,6 +634,8 @@ def main():
             bnp = data.get()
             b = to_device(bnp, dev)
             lr = lr_at(cfg, state["train_s"] / budget_s, state["step"])
+            if "reset_at" in state:  # after a weights-only resume
+                lr *= min(1.0, (state["step"] - state["reset_at"] + 1) / t_cfg.get("resume_warmup", 100))
             for g in opt.param_groups:
                 g["lr"] = lr
             with amp():
@@ -597,6 +677,9 @@ def main():
     finally:
         data.close()
     save()
+    if a.small_ckpt:
+        save_small(model, state, a.small_ckpt)
+        log("small checkpoint (bf16 weights, no optimiser) in %s" % a.small_ckpt)
     log("stopped at step %d, %.2f of %.2f training minutes%s" % (
         state["step"], state["train_s"] / 60, budget_s / 60, " (finished)" if finished else " (resume to continue)"))
     if finished:
