@@ -134,21 +134,24 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
             cur_off = lz_decode_word_offset(w);
             load_qa(cur_buf);
         }
-        if (LAZY && i + 1 < i1) { /* prepare the next block's query if its offset differs */
-            int64_t noff = lz_decode_word_offset(words[i + 1]);
-            if (noff != cur_off) build_q(cur_buf ^ 1, noff, qraw);
-        }
+        /* next block's offset, read now, used after this block's mma */
+        const int64_t noff = (LAZY && i + 1 < i1) ? lz_decode_word_offset(words[i + 1]) : cur_off;
         const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;
         /* S = Q K^T for this warp's 16 keys: s[n-tile][4] */
-        float s[2][4] = {};
+        /* two accumulators per n-tile (even / odd k-steps): 4 independent mma chains */
+        float s[2][4] = {}, s2[2][4] = {};
 #pragma unroll
         for (int ks = 0; ks < D / 16; ks++) {
             uint32_t b0, b1, b2, b3;
             int r = warp * 16 + (lane & 7) + (lane >> 4) * 8, c = ks * 2 + ((lane >> 3) & 1);
             lz::ldsm_x4(kd + lz::swz<D>(r, c), b0, b1, b2, b3);
-            lz::mma16816(s[0], qa[ks], b0, b1);
-            lz::mma16816(s[1], qa[ks], b2, b3);
+            lz::mma16816((ks & 1) ? s2[0] : s[0], qa[ks], b0, b1);
+            lz::mma16816((ks & 1) ? s2[1] : s[1], qa[ks], b2, b3);
         }
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nt][e] += s2[nt][e];
         /* mask keys past the block's count, online softmax on rows lane/4, +8 */
         float mx[2] = {mrow[0], mrow[1]};
 #pragma unroll
@@ -196,6 +199,9 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
             lz::mma16816(o[2 * dp], pa, b0, b1);
             lz::mma16816(o[2 * dp + 1], pa, b2, b3);
         }
+        /* prepare the next block's query if its offset differs (overlaps the mma
+         * above; published by the next iteration's barrier) */
+        if (LAZY && noff != cur_off) build_q(cur_buf ^ 1, noff, qraw);
     }
     lz::cp_async_wait<0>();
     __syncthreads();

@@ -137,6 +137,49 @@ template <int D, int MT> constexpr size_t pf_smem_base()
     return (size_t)BM * D * 2 + (size_t)Shape<MT>::STAGES * 2 * BN * D * 2;
 }
 
+/* MT = 2 lazy: the shared Q tile (128 rows) = R(-p) q, read from global, with
+ * cos/sin cs (d/2 pairs); unit = pairs 8u..8u+7 (ADJACENT: chunks 2u, 2u+1;
+ * HALF: chunks u, u + d/16). Not inlined: keeps its registers out of the
+ * main loop, where it runs only on a segment change. */
+template <int D, int LAYOUT, int THREADS>
+__device__ __noinline__ void rotate_q_tile(unsigned char *qsm, const __nv_bfloat16 *qg, const float2 *cs,
+                                           int r0, int R, int M, int h, int G, int tid)
+{
+    constexpr int UNITS = D / 16, PER = BM * UNITS / THREADS;
+    uint4 va[PER], vb[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) { /* all loads first: one global latency, not PER */
+        const int e = tid + j * THREADS, r = e / UNITS, u = e % UNITS, rr = r0 + r;
+        const int ca = LAYOUT == LZ_ROPE_HALF ? u : 2 * u, cb = LAYOUT == LZ_ROPE_HALF ? u + D / 16 : 2 * u + 1;
+        va[j] = vb[j] = make_uint4(0, 0, 0, 0);
+        if (rr < R) {
+            const __nv_bfloat16 *src = qg + ((size_t)(h * G + rr / M) * M + rr % M) * D;
+            va[j] = *reinterpret_cast<const uint4 *>(src + ca * 8);
+            vb[j] = *reinterpret_cast<const uint4 *>(src + cb * 8);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int e = tid + j * THREADS, r = e / UNITS, u = e % UNITS;
+        const int ca = LAYOUT == LZ_ROPE_HALF ? u : 2 * u, cb = LAYOUT == LZ_ROPE_HALF ? u + D / 16 : 2 * u + 1;
+        uint32_t w[8] = {va[j].x, va[j].y, va[j].z, va[j].w, vb[j].x, vb[j].y, vb[j].z, vb[j].w};
+        float xs[16];
+#pragma unroll
+        for (int k = 0; k < 8; k++) { xs[2 * k] = lz::bf16_lo(w[k]); xs[2 * k + 1] = lz::bf16_hi(w[k]); }
+#pragma unroll
+        for (int t8 = 0; t8 < 8; t8++) {
+            int a, b;
+            lz_rope_pair(LAYOUT, 16, t8, &a, &b); /* local indices of pair 8u + t8 */
+            float2 c = cs[8 * u + t8];
+            lz_rope_rotate_pair(&xs[a], &xs[b], c.x, c.y);
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) w[k] = lz::pack_bf16(xs[2 * k], xs[2 * k + 1]);
+        *reinterpret_cast<uint4 *>(qsm + lz::swz<D>(r, ca)) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4 *>(qsm + lz::swz<D>(r, cb)) = make_uint4(w[4], w[5], w[6], w[7]);
+    }
+}
+
 /* MT = 1: 8 warps x 16 rows, Q fragments in registers (rotated there when lazy).
  * MT = 2: 4 warps x 32 rows, K/V fragments reused by both 16-row halves (half
  * the shared-memory traffic per mma), Q read from shared memory each k-step
@@ -220,45 +263,6 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
             cstab[slot * (D / 2) + i] = make_float2(cosf(ang), sinf(ang));
         }
     }
-    /* MT = 2 lazy: shared Q tile = R(-p) q, from global; unit = pairs 8u..8u+7
-     * (ADJACENT: chunks 2u, 2u+1; HALF: chunks u, u + d/16) */
-    auto rotate_q_tile = [&](int slot) {
-        constexpr int UNITS = D / 16, PER = BM * UNITS / THREADS;
-        const float2 *cs = cstab + slot * (D / 2);
-        uint4 va[PER], vb[PER];
-#pragma unroll
-        for (int j = 0; j < PER; j++) { /* all loads first: one global latency, not PER */
-            const int e = tid + j * THREADS, r = e / UNITS, u = e % UNITS, rr = r0 + r;
-            const int ca = LAYOUT == LZ_ROPE_HALF ? u : 2 * u, cb = LAYOUT == LZ_ROPE_HALF ? u + D / 16 : 2 * u + 1;
-            va[j] = vb[j] = make_uint4(0, 0, 0, 0);
-            if (rr < R) {
-                const __nv_bfloat16 *src = qg + ((size_t)(h * G + rr / M) * M + rr % M) * D;
-                va[j] = *reinterpret_cast<const uint4 *>(src + ca * 8);
-                vb[j] = *reinterpret_cast<const uint4 *>(src + cb * 8);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < PER; j++) {
-            const int e = tid + j * THREADS, r = e / UNITS, u = e % UNITS;
-            const int ca = LAYOUT == LZ_ROPE_HALF ? u : 2 * u, cb = LAYOUT == LZ_ROPE_HALF ? u + D / 16 : 2 * u + 1;
-            uint32_t w[8] = {va[j].x, va[j].y, va[j].z, va[j].w, vb[j].x, vb[j].y, vb[j].z, vb[j].w};
-            float xs[16];
-#pragma unroll
-            for (int k = 0; k < 8; k++) { xs[2 * k] = lz::bf16_lo(w[k]); xs[2 * k + 1] = lz::bf16_hi(w[k]); }
-#pragma unroll
-            for (int t8 = 0; t8 < 8; t8++) {
-                int a, b;
-                lz_rope_pair(LAYOUT, 16, t8, &a, &b); /* local indices of pair 8u + t8 */
-                float2 c = cs[8 * u + t8];
-                lz_rope_rotate_pair(&xs[a], &xs[b], c.x, c.y);
-            }
-#pragma unroll
-            for (int k = 0; k < 8; k++) w[k] = lz::pack_bf16(xs[2 * k], xs[2 * k + 1]);
-            *reinterpret_cast<uint4 *>(qsm + lz::swz<D>(r, ca)) = make_uint4(w[0], w[1], w[2], w[3]);
-            *reinterpret_cast<uint4 *>(qsm + lz::swz<D>(r, cb)) = make_uint4(w[4], w[5], w[6], w[7]);
-        }
-    };
-
     /* rows of this thread: warp*16*MT + mt*16 + lane/4 (+8); causal position m */
     const int wr0 = warp * 16 * MT;
     auto row_pos = [&](int mt, int k) { /* causal position of a row; rows past R see everything */
@@ -290,7 +294,7 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
             if (LAZY) rotate_q<D, LAYOUT>(qa, cstab + q_slot * (D / 2), lane);
         } else if (LAZY) {
             __syncthreads(); /* cos/sin table */
-            rotate_q_tile(q_slot); /* published by the loop's first barrier */
+            rotate_q_tile<D, LAYOUT, THREADS>(qsm, qg, cstab + q_slot * (D / 2), r0, R, M, h, G, tid); /* published by the loop's first barrier */
         }
     }
 
@@ -314,7 +318,7 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
                 }
                 rotate_q<D, LAYOUT>(qa, cstab + x.slot * (D / 2), lane);
             } else {
-                rotate_q_tile(x.slot);
+                rotate_q_tile<D, LAYOUT, THREADS>(qsm, qg, cstab + x.slot * (D / 2), r0, R, M, h, G, tid);
                 __syncthreads();
             }
             q_slot = x.slot;
