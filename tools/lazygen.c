@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/chat.h"
 #include "model/llama.h"
 #include "model/sampler.h"
 
@@ -31,6 +32,11 @@ static void usage(FILE *f)
             "      --timings        print prefill and decode speed to stderr\n"
             "      --no-bos         do not prepend BOS to the prompt\n"
             "      --special        parse special tokens (e.g. <|eot_id|>) in the prompt\n"
+            "      --chat           format the prompt as one user turn: the Llama-3 instruct format when\n"
+            "                       the model's chat template is Llama-3's, a plain User:/Assistant: one otherwise\n"
+            "                       (default: on when the model has a chat template)\n"
+            "      --no-chat        use the prompt as it is\n"
+            "      --system TEXT    system message for --chat\n"
             "      --tokenize TEXT  print the ids of TEXT (no BOS) and exit\n"
             "  -h, --help           this help\n");
 }
@@ -74,6 +80,8 @@ int main(int argc, char **argv)
     long n_predict = 64, threads = 0, batch = 512, seed = 42;
     double temp = 0, top_p = 0.9;
     int print_ids = 0, timings = 0, bos = 1, special = 0;
+    lz_chat_mode chat = LZ_CHAT_AUTO;
+    const char *system_msg = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -92,6 +100,9 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--timings")) timings = 1;
         else if (!strcmp(a, "--no-bos")) bos = 0;
         else if (!strcmp(a, "--special")) special = 1;
+        else if (!strcmp(a, "--chat")) chat = LZ_CHAT_ON;
+        else if (!strcmp(a, "--no-chat")) chat = LZ_CHAT_OFF;
+        else if (!strcmp(a, "--system")) { NEED_VALUE(); system_msg = v; }
         else { fprintf(stderr, "lazygen: unknown option '%s' (try --help)\n", a); return 1; }
 #undef NEED_VALUE
     }
@@ -105,11 +116,21 @@ int main(int argc, char **argv)
     double t_load = now_s() - t0;
     if (!m->tok) { fprintf(stderr, "lazygen: %s has no tokenizer\n", model_path); lz_llama_free(m); return 1; }
 
-    int flags = special ? LZ_TOK_SPECIAL : 0;
+    char *chat_text = NULL;
+    int is_chat = 0;
+    lz_chat_format chat_fmt;
+    if (!tokenize && lz_chat_prompt(model_path, chat, system_msg, prompt, &chat_text, &is_chat, &chat_fmt, err, sizeof err)) {
+        fprintf(stderr, "lazygen: chat template: %s\n", err);
+        lz_llama_free(m);
+        return 1;
+    }
+    if (is_chat && timings) fprintf(stderr, "chat format: %s\n", lz_chat_format_name(chat_fmt));
+    int flags = special || is_chat ? LZ_TOK_SPECIAL : 0;
     int *ids = NULL, n_ids = 0;
-    const char *text = tokenize ? tokenize : prompt;
+    const char *text = tokenize ? tokenize : chat_text;
     if (lz_tokenizer_encode(m->tok, text, strlen(text), flags | (!tokenize && bos ? LZ_TOK_BOS : 0), &ids, &n_ids)) {
         fprintf(stderr, "lazygen: tokenizer failed (out of memory)\n");
+        free(chat_text);
         lz_llama_free(m);
         return 1;
     }
@@ -122,6 +143,7 @@ int main(int argc, char **argv)
     }
     if (n_ids == 0) {
         fprintf(stderr, "lazygen: the prompt is empty and --no-bos was given: nothing to start from\n");
+        free(chat_text);
         free(ids);
         lz_llama_free(m);
         return 1;
@@ -179,6 +201,7 @@ int main(int argc, char **argv)
                 t_load, n_ids, t_prefill, n_ids / t_prefill, n_out, t_decode, n_out > 1 ? (n_out - 1) / t_decode : 0.0);
     rc = 0;
 done:
+    free(chat_text);
     free(ids);
     free(out);
     free(logits);
