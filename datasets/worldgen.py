@@ -150,11 +150,15 @@ class Names:
 
         def gen():
             k = r.random()
-            if k < 0.45:
+            if k < 0.25:
                 return "The %s %s" % (r.choice(ADJ), r.choice(NOUN))
-            if k < 0.75:
+            if k < 0.4:
                 return "%s of %s" % (r.choice(NOUN), r.choice(OF_NOUN))
-            return "%s %s" % (r.choice(ADJ), r.choice(NOUN) + r.choice(["", "s"]))
+            if k < 0.55:
+                return "%s %s" % (r.choice(ADJ), r.choice(NOUN) + r.choice(["", "s"]))
+            if k < 0.8:
+                return "The %s of %s" % (r.choice(NOUN), make_word(r, r.randint(1, 2), r.choice(["a", "o", "is", ""])))
+            return "%s %s" % (make_word(r, r.randint(1, 2), r.choice(["a", "en", "or", ""])), r.choice(NOUN))
         return self._take(gen)
 
 
