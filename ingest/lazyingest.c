@@ -507,20 +507,6 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
 
 /* ---- model, store, prefix ---- */
 
-static void model_desc(const lz_llama *m, const char *path, lz_store_model_desc *d)
-{
-    memset(d, 0, sizeof *d);
-    memcpy(d->fingerprint, m->fingerprint, 32);
-    d->arch = m->arch;
-    d->n_layers = m->cfg.n_layers;
-    d->n_kv_heads = m->cfg.n_kv_heads;
-    d->head_dim = m->cfg.head_dim;
-    d->rope_layout = m->cfg.rope_layout;
-    d->rope_theta = m->cfg.rope_theta;
-    d->rope_divisors = m->cfg.has_rope_divisors ? m->cfg.rope_divisors : NULL;
-    d->source_path = path;
-}
-
 /* Loads the model, binds the store to it, computes the prefix KV and stores
  * its payload when absent. */
 static int setup_model(ingest *g, const char *model_path)
@@ -537,7 +523,7 @@ static int setup_model(ingest *g, const char *model_path)
     }
     char abs[PATH_MAX];
     lz_store_model_desc desc;
-    model_desc(g->m, realpath(model_path, abs) ? abs : model_path, &desc);
+    lz_store_model_desc_of(g->m, realpath(model_path, abs) ? abs : model_path, &desc);
     uint8_t pkey[LZ_META_KEY_LEN];
     if (lz_store_bind_model(g->s, &desc, g->prefix, g->n_prefix, &g->model_id, pkey, &g->prefix_changed, g->err,
                             sizeof g->err))

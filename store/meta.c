@@ -15,7 +15,7 @@ enum {
     ST_MODEL_GET, ST_MODEL_INSERT, ST_MODEL_SET_PREFIX,
     ST_DOC_FIND, ST_DOC_INSERT, ST_DOC_UPDATE, ST_DOC_SET_PAYLOAD, ST_DOC_TOUCH, ST_SOURCE_TOUCH,
     ST_DOC_DELETE, ST_SOURCE_PRUNE, ST_PRUNE, ST_DOC_COUNT, ST_DOC_ALL, ST_KEY_DOC, ST_KEY_MODEL,
-    ST_SEARCH, ST_HIT, ST_HITS_GET,
+    ST_SEARCH, ST_HIT, ST_HITS_GET, ST_DOC_TOKENS, ST_TOP,
     ST_RUN_ABORT_STALE, ST_RUN_BEGIN, ST_RUN_END,
     ST_COUNT
 };
@@ -62,6 +62,9 @@ static const char *const SQL[ST_COUNT] = {
     [ST_HIT] = "INSERT INTO access_stats (doc_id, hits, last_hit) VALUES (?1, 1, " NOW ")"
                " ON CONFLICT(doc_id) DO UPDATE SET hits = hits + 1, last_hit = excluded.last_hit",
     [ST_HITS_GET] = "SELECT hits FROM access_stats WHERE doc_id = ?1",
+    [ST_DOC_TOKENS] = "SELECT token_ids, n_tokens FROM documents WHERE id = ?1",
+    [ST_TOP] = "SELECT a.doc_id, a.hits FROM access_stats a JOIN documents d ON d.id = a.doc_id"
+               " ORDER BY a.hits DESC, a.doc_id LIMIT ?1",
     [ST_RUN_ABORT_STALE] = "UPDATE ingest_runs SET status = 'aborted' WHERE status = 'running'",
     [ST_RUN_BEGIN] = "INSERT INTO ingest_runs (args, model_id) VALUES (?1, ?2)",
     [ST_RUN_END] = "UPDATE ingest_runs SET ended_at = " NOW ", status = ?2, n_added = ?3,"
@@ -595,6 +598,55 @@ int lz_meta_stats_get(lz_meta *m, int64_t doc_id, int64_t *hits, char *err, size
     sqlite3_reset(s);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sql_fail(m, err, errlen, ST_HITS_GET, rc);
     return LZ_META_OK;
+}
+
+int lz_meta_doc_tokens(lz_meta *m, int64_t id, int **ids, int *n, char *err, size_t errlen)
+{
+    *ids = NULL;
+    *n = 0;
+    sqlite3_stmt *s = stmt(m, ST_DOC_TOKENS);
+    sqlite3_bind_int64(s, 1, id);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) {
+        sqlite3_reset(s);
+        return fail(err, errlen, LZ_META_ENOTFOUND, "%s: no document with row id %lld", m->path, (long long)id);
+    }
+    if (rc != SQLITE_ROW) {
+        int st = sql_fail(m, err, errlen, ST_DOC_TOKENS, rc);
+        sqlite3_reset(s);
+        return st;
+    }
+    int nb = sqlite3_column_bytes(s, 0), nt = sqlite3_column_int(s, 1);
+    if (nt < 0 || nb != nt * (int)sizeof(int)) {
+        sqlite3_reset(s);
+        return fail(err, errlen, LZ_META_EINVAL, "%s: document %lld: token_ids holds %d bytes for %d tokens",
+                    m->path, (long long)id, nb, nt);
+    }
+    *ids = malloc(nb ? (size_t)nb : 1);
+    if (!*ids) {
+        sqlite3_reset(s);
+        return fail(err, errlen, LZ_META_ENOMEM, "out of memory");
+    }
+    if (nb) memcpy(*ids, sqlite3_column_blob(s, 0), (size_t)nb);
+    *n = nt;
+    sqlite3_reset(s);
+    return LZ_META_OK;
+}
+
+int lz_meta_stats_top(lz_meta *m, int limit, int (*fn)(int64_t doc_id, int64_t hits, void *ctx), void *ctx,
+                      char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_TOP);
+    sqlite3_bind_int(s, 1, limit);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+        if (fn(sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1), ctx)) {
+            rc = SQLITE_DONE;
+            break;
+        }
+    int st = rc != SQLITE_DONE ? sql_fail(m, err, errlen, ST_TOP, rc) : LZ_META_OK;
+    sqlite3_reset(s);
+    return st;
 }
 
 /* ---- runs ---- */

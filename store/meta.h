@@ -100,6 +100,9 @@ int lz_meta_source_prune(lz_meta *m, const char *source_id, int64_t run, int64_t
                          char *err, size_t errlen);
 /* Deletes every row not seen by run; *n receives the count. */
 int lz_meta_prune(lz_meta *m, int64_t run, int64_t *n, char *err, size_t errlen);
+/* Token ids of row id (the document after the prefix): *ids malloc'd.
+ * Errors: ENOTFOUND, EINVAL (malformed blob). */
+int lz_meta_doc_tokens(lz_meta *m, int64_t id, int **ids, int *n, char *err, size_t errlen);
 /* Number of documents. */
 int lz_meta_doc_count(lz_meta *m, int64_t *n, char *err, size_t errlen);
 /* Calls fn for every row in id order with all columns (pointers valid during
@@ -127,6 +130,10 @@ char *lz_meta_fts_quote(const char *text);
 /* Adds one hit to doc id's statistics (hits + 1, last_hit = now). */
 int lz_meta_stats_hit(lz_meta *m, int64_t doc_id, char *err, size_t errlen);
 int lz_meta_stats_get(lz_meta *m, int64_t doc_id, int64_t *hits, char *err, size_t errlen);
+/* Calls fn for the most hit documents, most hits first, at most limit; fn
+ * returns non-zero to stop early (not an error). */
+int lz_meta_stats_top(lz_meta *m, int limit, int (*fn)(int64_t doc_id, int64_t hits, void *ctx), void *ctx,
+                      char *err, size_t errlen);
 
 /* ---- ingest runs ---- */
 typedef struct {

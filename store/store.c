@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "model/llama.h"
 #include "model/sha256.h"
 
 struct lz_store {
@@ -197,6 +198,20 @@ void lz_store_content_hash(const char *title, const char *text, uint8_t out[32])
 
 /* ---- model binding ---- */
 
+void lz_store_model_desc_of(const lz_llama *m, const char *source_path, lz_store_model_desc *d)
+{
+    memset(d, 0, sizeof *d);
+    memcpy(d->fingerprint, m->fingerprint, 32);
+    d->arch = m->arch;
+    d->n_layers = m->cfg.n_layers;
+    d->n_kv_heads = m->cfg.n_kv_heads;
+    d->head_dim = m->cfg.head_dim;
+    d->rope_layout = m->cfg.rope_layout;
+    d->rope_theta = m->cfg.rope_theta;
+    d->rope_divisors = m->cfg.has_rope_divisors ? m->cfg.rope_divisors : NULL;
+    d->source_path = source_path;
+}
+
 static void describe(const lz_store_model_desc *m, lz_meta_model *o)
 {
     memset(o, 0, sizeof *o);
@@ -341,6 +356,30 @@ int lz_store_bind_model(lz_store *s, const lz_store_model_desc *m, const int *pr
     adopt(s, m, have.id);
     *model_id = have.id;
     return set_prefix(s, prefix, n_prefix);
+}
+
+void lz_store_prefix(const lz_store *s, const int **ids, int *n, uint8_t key[LZ_META_KEY_LEN])
+{
+    *ids = s->prefix;
+    *n = s->n_prefix;
+    lz_store_prefix_key(s->fingerprint, s->prefix, s->n_prefix, key);
+}
+
+int lz_store_doc_tokens(lz_store *s, int64_t doc_id, int **ids, int *n, char *err, size_t errlen)
+{
+    int st = lz_meta_doc_tokens(s->meta, doc_id, ids, n, err, errlen);
+    return st == LZ_META_EINVAL ? LZ_STORE_ECORRUPT : from_meta(st);
+}
+
+int lz_store_top_accessed(lz_store *s, int limit, int (*fn)(int64_t doc_id, int64_t hits, void *ctx), void *ctx,
+                          char *err, size_t errlen)
+{
+    return from_meta(lz_meta_stats_top(s->meta, limit, fn, ctx, err, errlen));
+}
+
+int lz_store_hit(lz_store *s, int64_t doc_id, char *err, size_t errlen)
+{
+    return from_meta(lz_meta_stats_hit(s->meta, doc_id, err, errlen));
 }
 
 /* ---- payloads ---- */

@@ -49,6 +49,10 @@ typedef struct {
     const char *source_path;     /* informational */
 } lz_store_model_desc;
 
+struct lz_llama;
+/* Fills d from a loaded model (model/llama.h); source_path is kept by pointer. */
+void lz_store_model_desc_of(const struct lz_llama *m, const char *source_path, lz_store_model_desc *d);
+
 /* Binds the store to a model: records it in an empty store; in a store built
  * with another model, returns EMODEL with a message naming both (fingerprint,
  * architecture, source path). Also records the prompt prefix tokens and sets
@@ -65,6 +69,21 @@ int lz_store_bind_recorded(lz_store *s, char *err, size_t errlen);
 int lz_store_check_model(lz_store *s, const lz_store_model_desc *m, char *err, size_t errlen);
 /* The bound model's fingerprint (valid after bind/check). */
 const uint8_t *lz_store_model_fingerprint(const lz_store *s);
+
+/* The prompt prefix the store is bound to (valid after bind/check/bind_recorded):
+ * its token ids (owned by s) and the LMDB key of its payload. */
+void lz_store_prefix(const lz_store *s, const int **ids, int *n, uint8_t key[LZ_META_KEY_LEN]);
+
+/* ---- query side ---- */
+/* Token ids of document row doc_id, *ids malloc'd. Errors: ENOTFOUND, ECORRUPT. */
+int lz_store_doc_tokens(lz_store *s, int64_t doc_id, int **ids, int *n, char *err, size_t errlen);
+/* The most hit documents first (SQLite access statistics), at most limit;
+ * fn returns non-zero to stop. */
+int lz_store_top_accessed(lz_store *s, int limit, int (*fn)(int64_t doc_id, int64_t hits, void *ctx), void *ctx,
+                          char *err, size_t errlen);
+/* Counts one hit of document doc_id (hits + 1, last_hit = now). Needs a
+ * store opened without RDONLY (no writer lock needed: SQLite WAL). */
+int lz_store_hit(lz_store *s, int64_t doc_id, char *err, size_t errlen);
 
 /* ---- keys ---- */
 /* Document payload key: fingerprint || sha256("lazykv-doc-v1", n_prefix,

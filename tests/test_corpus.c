@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "ingest/corpus.h"
+#include "ingest/split.h"
 #include "tests/test.h"
 
 static char dir[256];
@@ -216,6 +217,58 @@ static void test_check_text(void)
     CHECK(lz_corpus_check_text("\xf0\x9f\x98\x80", 4) == 4, "emoji");
 }
 
+/* Fake tokenizer: 2 tokens of formatting + one per 4 bytes (rounded up). */
+static int fake_count(void *ctx, const char *s, size_t n)
+{
+    (*(int *)ctx)++;
+    return 2 + (int)((n + 3) / 4);
+}
+
+static void test_split(void)
+{
+    int calls = 0;
+    lz_split_span *sp;
+    int n;
+    const char *small = "  Short text.  ";
+    CHECK(lz_split_passages(small, strlen(small), 100, fake_count, &calls, &sp, &n) == 0 && n == 1 &&
+              sp[0].off == 2 && sp[0].len == 11, "within budget: one trimmed span");
+    free(sp);
+    char text[4096];
+    size_t o = 0;
+    for (int i = 0; i < 40; i++)
+        o += (size_t)snprintf(text + o, sizeof text - o, "Sentence %d is here!%s", i, i % 7 == 6 ? "\n" : " ");
+    o += (size_t)snprintf(text + o, sizeof text - o, "Averyveryverylongwordwithoutanyspaceatallthatgoesonandon%s",
+                          "andonandonandonandonandonandonandonandonandonandonandonandon.");
+    CHECK(lz_split_passages(text, o, 30, fake_count, &calls, &sp, &n) == 0, "split");
+    int ok = 1, boundary = 1;
+    size_t covered = 0, last_end = 0;
+    for (int i = 0; i < n; i++) {
+        ok &= fake_count(&calls, text + sp[i].off, sp[i].len) <= 30 && sp[i].len > 0 && sp[i].off >= last_end;
+        last_end = sp[i].off + sp[i].len;
+        for (size_t j = 0; j < sp[i].len; j++) covered += text[sp[i].off + j] != ' ' && text[sp[i].off + j] != '\n';
+        /* sentence passages end at a sentence end, except the long word's chunks */
+        char e = text[sp[i].off + sp[i].len - 1];
+        if (sp[i].off < 600 && e != '!') boundary = 0;
+    }
+    size_t nonspace = 0;
+    for (size_t j = 0; j < o; j++) nonspace += text[j] != ' ' && text[j] != '\n';
+    CHECK(ok && n > 5, "%d passages, each within budget, in order", n);
+    CHECK(covered == nonspace, "passages cover every non-space byte (%zu of %zu)", covered, nonspace);
+    CHECK(boundary, "sentence passages end at sentence ends");
+    free(sp);
+    /* budget below the formatting overhead */
+    CHECK(lz_split_passages(text, o, 2, fake_count, &calls, &sp, &n) == LZ_SPLIT_EINVAL, "too small a budget");
+    /* UTF-8 never cut inside a character */
+    char u[400];
+    size_t k = 0;
+    for (int i = 0; i < 60; i++) k += (size_t)snprintf(u + k, sizeof u - k, "\xc3\xa9");
+    CHECK(lz_split_passages(u, k, 10, fake_count, &calls, &sp, &n) == 0 && n > 1, "utf8 split");
+    int whole = 1;
+    for (int i = 0; i < n; i++) whole &= (sp[i].off % 2) == 0 && (sp[i].len % 2) == 0;
+    CHECK(whole, "chunks on character boundaries");
+    free(sp);
+}
+
 int main(void)
 {
     if (!lz_test_tmpdir(dir, sizeof dir)) {
@@ -223,6 +276,7 @@ int main(void)
         return 1;
     }
     test_check_text();
+    test_split();
     test_jsonl();
     test_csv();
     test_stdin_and_rewind();

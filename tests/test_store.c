@@ -241,6 +241,22 @@ static int on_hit(const lz_meta_hit *h, void *ctx)
     return 0;
 }
 
+typedef struct {
+    int n;
+    int64_t id[4], hits[4];
+} top_seen;
+
+static int on_top(int64_t id, int64_t hits, void *ctx)
+{
+    top_seen *t = ctx;
+    if (t->n < 4) {
+        t->id[t->n] = id;
+        t->hits[t->n] = hits;
+    }
+    t->n++;
+    return 0;
+}
+
 static void test_store(void)
 {
     char path[300], err[1024];
@@ -302,6 +318,24 @@ static void test_store(void)
     lz_meta_stats_hit(lz_store_meta(s), d1.id, err, sizeof err);
     int64_t h = 0;
     CHECK(lz_meta_stats_get(lz_store_meta(s), d1.id, &h, err, sizeof err) == 0 && h == 2, "hits %lld", (long long)h);
+    lz_meta_doc d2row;
+    lz_meta_doc_find(lz_store_meta(s), "d2", &d2row, NULL, 0, err, sizeof err);
+    CHECK(lz_store_hit(s, d2row.id, err, sizeof err) == 0, "hit d2: %s", err);
+    top_seen ts = { 0 };
+    CHECK(lz_store_top_accessed(s, 10, on_top, &ts, err, sizeof err) == 0 && ts.n == 2 && ts.id[0] == d1.id &&
+              ts.hits[0] == 2 && ts.id[1] == d2row.id && ts.hits[1] == 1, "top accessed: %d", ts.n);
+    ts.n = 0;
+    CHECK(lz_store_top_accessed(s, 1, on_top, &ts, err, sizeof err) == 0 && ts.n == 1, "limit");
+    int *toks, nt;
+    CHECK(lz_store_doc_tokens(s, d2row.id, &toks, &nt, err, sizeof err) == 0 && nt == 3 && toks[0] == 9 &&
+              toks[2] == 11, "doc tokens");
+    free(toks);
+    CHECK(lz_store_doc_tokens(s, 9999, &toks, &nt, err, sizeof err) == LZ_STORE_ENOTFOUND, "unknown row");
+    const int *pids;
+    int npx;
+    uint8_t pk2[LZ_META_KEY_LEN];
+    lz_store_prefix(s, &pids, &npx, pk2);
+    CHECK(npx == 3 && pids[1] == 42 && memcmp(pk2, pkey, LZ_META_KEY_LEN) == 0, "bound prefix");
 
     /* garbage: a payload without a row is counted, then collected */
     lz_store_payload g;
