@@ -32,6 +32,33 @@ template <int D, int STAGES> constexpr size_t dec_smem()
     return (size_t)STAGES * 2 * BLK * D * 2 + 3 * 16 * D * 2;
 }
 
+/* Writes the bf16 query tile qt (16 rows, swizzled) = the G rows of qsrc
+ * rotated by R(-off) (copied when off == 0): pair tid % (d/2), rows tid / (d/2)
+ * + k*step. No barrier inside: the caller's next barrier publishes it. Not
+ * inlined: the main loop stays small; it runs once per segment change. */
+template <int D, int LAYOUT, bool LAZY>
+__device__ __noinline__ void build_query(unsigned char *qt, const __nv_bfloat16 *qsrc, int64_t off,
+                                         float inv_freq, int G, int tid)
+{
+    constexpr int PAIRS = D / 2, STEP = DEC_THREADS / PAIRS;
+    const int i = tid % PAIRS;
+    int a, bb;
+    lz_rope_pair(LAYOUT, D, i, &a, &bb);
+    float c = 1.f, s = 0.f;
+    if (LAZY && off != 0) {
+        float ang = (float)(-off) * inv_freq;
+        c = cosf(ang);
+        s = sinf(ang);
+    }
+    for (int g = tid / PAIRS; g < G; g += STEP) {
+        float x0 = __bfloat162float(qsrc[g * D + a]), x1 = __bfloat162float(qsrc[g * D + bb]);
+        lz_rope_rotate_pair(&x0, &x1, c, s);
+        __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(qt + g * D * 2);
+        row[(((a >> 3) ^ (g & 7)) << 3) | (a & 7)] = __float2bfloat16_rn(x0);
+        row[(((bb >> 3) ^ (g & 7)) << 3) | (bb & 7)] = __float2bfloat16_rn(x1);
+    }
+}
+
 template <int D, int LAYOUT, bool LAZY, int DEC_STAGES>
 __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
     decode_kernel(const __grid_constant__ lz_decode_params p, int n_split)
@@ -72,29 +99,9 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
         lz::cp_async_commit();
     }
 
-    /* Writes query tile `buf` = the G query rows rotated by R(-off) (copied
-     * when off == 0). Thread: pair tid % (d/2), rows tid / (d/2) + k*step. No
-     * barrier inside: the caller's next top-of-loop __syncthreads publishes it. */
-    for (int e = tid; e < G * D; e += DEC_THREADS) qraw[e] = qg[e];
     const float my_inv_freq = p.inv_freq[tid % (D / 2)];
     auto build_q = [&](int buf, int64_t off, const __nv_bfloat16 *qsrc) {
-        constexpr int PAIRS = D / 2, STEP = DEC_THREADS / PAIRS;
-        const int i = tid % PAIRS;
-        int a, bb;
-        lz_rope_pair(LAYOUT, D, i, &a, &bb);
-        float c = 1.f, s = 0.f;
-        if (LAZY && off != 0) {
-            float ang = (float)(-off) * my_inv_freq;
-            c = cosf(ang);
-            s = sinf(ang);
-        }
-        for (int g = tid / PAIRS; g < G; g += STEP) {
-            float x0 = __bfloat162float(qsrc[g * D + a]), x1 = __bfloat162float(qsrc[g * D + bb]);
-            lz_rope_rotate_pair(&x0, &x1, c, s);
-            __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(qs + (buf * 16 + g) * D * 2);
-            row[(((a >> 3) ^ (g & 7)) << 3) | (a & 7)] = __float2bfloat16_rn(x0);
-            row[(((bb >> 3) ^ (g & 7)) << 3) | (bb & 7)] = __float2bfloat16_rn(x1);
-        }
+        build_query<D, LAYOUT, LAZY>(qs + buf * 16 * D * 2, qsrc, off, my_inv_freq, G, tid);
     };
     uint32_t qa[D / 16][4];
     auto load_qa = [&](int buf) {
@@ -134,8 +141,10 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
             cur_off = lz_decode_word_offset(w);
             load_qa(cur_buf);
         }
-        /* next block's offset, read now, used after this block's mma */
-        const int64_t noff = (LAZY && i + 1 < i1) ? lz_decode_word_offset(words[i + 1]) : cur_off;
+        if (LAZY && i + 1 < i1) { /* prepare the next block's query if its offset differs */
+            const int64_t noff = lz_decode_word_offset(words[i + 1]);
+            if (noff != cur_off) build_q(cur_buf ^ 1, noff, qraw);
+        }
         const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;
         /* S = Q K^T for this warp's 16 keys: s[n-tile][4] */
         /* two accumulators per n-tile (even / odd k-steps): 4 independent mma chains */
@@ -199,9 +208,6 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
             lz::mma16816(o[2 * dp], pa, b0, b1);
             lz::mma16816(o[2 * dp + 1], pa, b2, b3);
         }
-        /* prepare the next block's query if its offset differs (overlaps the mma
-         * above; published by the next iteration's barrier) */
-        if (LAZY && noff != cur_off) build_q(cur_buf ^ 1, noff, qraw);
     }
     lz::cp_async_wait<0>();
     __syncthreads();

@@ -181,8 +181,13 @@ static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
             }
         }
     }
-    uint64_t *d_w;
+    /* diagnostic: the same blocks with every offset 0 (lazy code path, no rotation work) */
+    std::vector<uint64_t> w0(w);
+    for (auto &x : w0) x = lz_decode_word(lz_decode_word_row(x), 0, lz_decode_word_keys(x));
+    uint64_t *d_w, *d_w0;
     int32_t *d_nb;
+    CK(cudaMalloc(&d_w0, w0.size() * 8));
+    CK(cudaMemcpy(d_w0, w0.data(), w0.size() * 8, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&d_w, w.size() * 8));
     CK(cudaMalloc(&d_nb, nb.size() * 4));
     CK(cudaMemcpy(d_w, w.data(), w.size() * 8, cudaMemcpyHostToDevice));
@@ -196,13 +201,13 @@ static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
     for (int ns = 1; ns <= 256; ns++) wb = std::max(wb, lz_decode_workspace(&p, ns));
     CK(cudaMalloc(&p.work, wb));
     p.work_bytes = wb;
-    auto run = [&](int lazy, int ns) {
+    auto run = [&](int lazy, int ns, int zero_off = 0) {
         CK(cudaMemset(p.work, 0, wb)); /* split counters start at zero */
         return time_us([&](int set, cudaStream_t st) {
             lz_decode_params x = p;
             x.n_split = ns;
             x.q = q + (size_t)set * B * H * D;
-            x.blocks = d_w + (size_t)set * B * KV * NB;
+            x.blocks = (zero_off ? d_w0 : d_w) + (size_t)set * B * KV * NB;
             x.n_blocks = d_nb + (size_t)set * B * KV;
             LZ(lazy ? lz_decode_lazy(&x, st) : lz_decode(&x, st));
         }, n_sets, 30);
@@ -219,6 +224,7 @@ static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
            100 * (tl / tn - 1));
     jrec("\"kind\":\"decode\",\"B\":%d,\"N\":%d,\"split\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"bytes\":%.0f",
          B, N, auto_ns, tl, tn, bytes);
+    printf("  diagnostic: lazy kernel with every offset 0 (no rotation work): %.2f us\n", run(1, auto_ns, 1));
     if (sweep) {
         int cand[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128};
         printf("  split sweep (lazy us):");
@@ -229,6 +235,7 @@ static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
         printf("\n");
     }
     CK(cudaFree(kp)); CK(cudaFree(vp)); CK(cudaFree(q)); CK(cudaFree(o)); CK(cudaFree(d_w));
+    CK(cudaFree(d_w0));
     CK(cudaFree(d_nb)); CK(cudaFree(p.work));
 }
 
