@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
         lz::cp_async_commit();
     }
 
+    for (int e = tid; e < G * D; e += DEC_THREADS) qraw[e] = qg[e]; /* read by later builds */
     const float my_inv_freq = p.inv_freq[tid % (D / 2)];
     auto build_q = [&](int buf, int64_t off, const __nv_bfloat16 *qsrc) {
         build_query<D, LAYOUT, LAZY>(qs + buf * 16 * D * 2, qsrc, off, my_inv_freq, G, tid);
