@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
         int g = (e / D) % 16;
         if (g >= G) reinterpret_cast<__nv_bfloat16 *>(qs)[e] = __float2bfloat16_rn(0.f);
     }
-    int64_t cur_off = (LAZY && i0 < i1) ? lz_decode_word_offset(words[i0]) : 0;
+    uint64_t wc = i0 < i1 ? words[i0] : 0, wn = i0 + 1 < i1 ? words[i0 + 1] : 0;
+    int64_t cur_off = (LAZY && i0 < i1) ? lz_decode_word_offset(wc) : 0;
     int cur_buf = 0;
     build_q(0, cur_off, qg); /* later builds read the shared copy (published by the loop's barrier) */
 
@@ -133,7 +134,11 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
         __syncthreads();
         if (i + DEC_STAGES - 1 < i1) load_block(i + DEC_STAGES - 1, (i - i0 + DEC_STAGES - 1) % DEC_STAGES);
         lz::cp_async_commit();
-        const uint64_t w = words[i];
+        /* block words are software-pipelined two deep (wc = words[i], wn =
+         * words[i+1] were loaded in earlier iterations): no load stalls here */
+        const uint64_t w = wc;
+        wc = wn;
+        wn = i + 2 < i1 ? words[i + 2] : 0;
         const int nk = lz_decode_word_keys(w);
         if (i == i0) {
             load_qa(0);
@@ -143,7 +148,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
             load_qa(cur_buf);
         }
         if (LAZY && i + 1 < i1) { /* prepare the next block's query if its offset differs */
-            const int64_t noff = lz_decode_word_offset(words[i + 1]);
+            const int64_t noff = lz_decode_word_offset(wc);
             if (noff != cur_off) build_q(cur_buf ^ 1, noff, qraw);
         }
         const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;

@@ -252,10 +252,9 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
         }
         lz::cp_async_commit();
     }
-    if (LAZY && t0 < t1) { /* cos/sin of R(-p) for every segment this part touches */
-        Cursor last;
-        last.init(p, h, t1 - 1, self_tiles);
-        const int n = (last.s - cur.s + 1) * (D / 2);
+    if (LAZY && t0 < t1) { /* cos/sin of R(-p) for the segments from this part's first to the
+                              own keys (a superset of those it touches; no second walk) */
+        const int n = (p.n_seg - cur.s + 1) * (D / 2);
         for (int e = tid; e < n; e += THREADS) {
             int slot = cur.s + e / (D / 2), i = e % (D / 2);
             int64_t off = slot < p.n_seg ? p.segs[slot].offset : p.self_offset;
