@@ -158,7 +158,6 @@ typedef struct {
     lz_payload_codec *codec;
     int *prefix;
     int n_prefix;
-    int prefix_changed;
     int64_t model_id, run;
     /* the batch being built */
     pend_doc *docs;
@@ -397,8 +396,21 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
                  row.passage, src);
         return 1;
     }
-    if (!rc && row.passage < 0 && memcmp(row.content_hash, hash, 32) == 0 && !g->prefix_changed &&
-        row.model_id == g->model_id) {
+    int same = 0;
+    if (!rc && row.passage < 0 && memcmp(row.content_hash, hash, 32) == 0 && row.model_id == g->model_id) {
+        /* same text: unchanged if its payload key is the one this model and
+         * prefix give its tokens (a new prompt prefix changes every key) */
+        int *old = NULL, n_old = 0;
+        uint8_t key[LZ_META_KEY_LEN];
+        int st = lz_meta_doc_tokens(g->meta, row.id, &old, &n_old, g->err, sizeof g->err);
+        if (st && st != LZ_META_EINVAL) return -1;
+        if (!st) {
+            lz_store_doc_key(g->m->fingerprint, g->prefix, g->n_prefix, old, n_old, key);
+            same = memcmp(key, row.payload_key, LZ_META_KEY_LEN) == 0;
+        }
+        free(old);
+    }
+    if (same) {
         pend_doc *d = new_pending(g);
         if (!d || !(d->source_id = strdup(r->id))) return -1;
         d->kind = K_UNCHANGED;
@@ -525,7 +537,8 @@ static int setup_model(ingest *g, const char *model_path)
     lz_store_model_desc desc;
     lz_store_model_desc_of(g->m, realpath(model_path, abs) ? abs : model_path, &desc);
     uint8_t pkey[LZ_META_KEY_LEN];
-    if (lz_store_bind_model(g->s, &desc, g->prefix, g->n_prefix, &g->model_id, pkey, &g->prefix_changed, g->err,
+    int prefix_changed; /* every key changes; the key comparison in do_record sees it */
+    if (lz_store_bind_model(g->s, &desc, g->prefix, g->n_prefix, &g->model_id, pkey, &prefix_changed, g->err,
                             sizeof g->err))
         return -1;
     if (lz_encoder_new(g->m, g->prefix, g->n_prefix, &g->enc, g->err, sizeof g->err)) return -1;

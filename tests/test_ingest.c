@@ -331,6 +331,23 @@ static void test_incremental(void)
     CHECK(rc == 0 && jget(out, "unchanged") == 42 && jget(out, "added") == 0 && jget(out, "tokens_encoded") == 0,
           "rerun: %s", out);
 
+    /* a row whose payload key is not what its tokens give (e.g. written under
+     * another prompt prefix) is re-encoded even though its text is the same */
+    {
+        lz_store *st;
+        char err[512];
+        CHECK(lz_store_open(store, LZ_STORE_WRITER, &st, err, sizeof err) == 0, "open: %s", err);
+        lz_meta_doc row;
+        lz_meta_doc_find(lz_store_meta(st), "d7", &row, NULL, 0, err, sizeof err);
+        lz_meta_doc row2;
+        lz_meta_doc_find(lz_store_meta(st), "d8", &row2, NULL, 0, err, sizeof err);
+        lz_meta_doc_set_payload(lz_store_meta(st), row.id, row2.payload_key, row2.raw_bytes, row2.stored_bytes, err,
+                                sizeof err);
+        lz_store_close(st);
+    }
+    rc = run_tool(a0, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "updated") == 1 && jget(out, "unchanged") == 41, "stale key re-encoded: %s", out);
+
     /* version 1: every 4th document changed */
     char *c1 = make_corpus(40, 1, 1);
     const char *p1 = write_text("v1.jsonl", c1);
