@@ -1,7 +1,7 @@
 /* lz_decode.cu - lazy decode attention and its non-lazy twin (lz_decode.h):
  * one query row per sequence, all G query heads of a kv head in one CTA (K/V
- * read once per group), 64-key blocks streamed by cp.async through a 3-stage
- * shared-memory ring, QK^T and PV on mma.sync m16n8k16 (G heads padded to
+ * read once per group), 64-key blocks streamed by 16-byte cp.async through a
+ * shared-memory ring (6 stages at one CTA per SM, 3 at two), QK^T and PV on mma.sync m16n8k16 (G heads padded to
  * 16 rows), split-KV over CTAs, merged by the last CTA of each (b, h) (an
  * atomic counter in the workspace; no second launch). The lazy kernel
  * rotates the query by R(-p) when a block's offset p changes: the rotated

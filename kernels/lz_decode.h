@@ -14,6 +14,11 @@
  *   bits 57..63  keys in the block minus 1 (1..64 keys)
  *
  * The question's own keys (and generated tokens) are a segment at offset 0.
+ *
+ * Memory layout (the one measured in bench/RESULTS.md): each cached document
+ * occupies (KV, T, d) consecutive pool rows, as the CPU engine stores a layer
+ * (L, KV, T, d), so a block is up to 64 consecutive d-element rows (16 KiB of
+ * K and 16 KiB of V at d = 128) read with coalesced 16-byte loads.
  */
 #ifndef LZ_DECODE_H
 #define LZ_DECODE_H

@@ -4,7 +4,8 @@
  * registers), streams 64-key tiles through a 3-stage cp.async ring, QK^T and
  * PV on mma.sync m16n8k16 (bf16, fp32 accumulate), online softmax in
  * registers. A second shape for many rows (ingest): 4 warps of 32 rows, 2
- * CTAs per SM, 2 stages, each K/V fragment feeding two 16-row halves. Tiles never straddle segments. The lazy kernel uses
+ * CTAs per SM, 2 stages, each K/V fragment feeding two 16-row halves.
+ * Tiles never straddle segments. The lazy kernel uses
  * q . R(p) K = (R(-p) q) . K: when the tile's segment changes it reloads the
  * query fragments from shared memory and rotates them in registers by R(-p)
  * (cos/sin tables for the CTA's segments built once, overlapping the first
@@ -26,7 +27,6 @@
 namespace {
 
 constexpr int BM = LZ_PREFILL_BM, BN = LZ_PREFILL_BN;
-
 
 struct Tile {
     const __nv_bfloat16 *k, *v; /* first row of the tile */
