@@ -111,7 +111,7 @@ int lz_decode_add_segment(uint64_t *words, int *n, int cap, uint64_t row, int64_
     for (int64_t j = 0; j < len; j += LZ_DECODE_BLOCK) {
         if (*n >= cap) return LZ_ATTN_EARG;
         int nk = (int)(len - j < LZ_DECODE_BLOCK ? len - j : LZ_DECODE_BLOCK);
-        words[(*n)++] = lz_decode_word(row + (uint64_t)j, offset, nk);
+        words[(*n)++] = lz_decode_word(row + (uint64_t)j, offset, nk) | (j == 0 ? LZ_DECODE_SEG_START : 0);
     }
     return LZ_ATTN_OK;
 }

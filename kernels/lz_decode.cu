@@ -4,9 +4,9 @@
  * shared-memory ring (6 stages at one CTA per SM, 3 at two), QK^T and PV on mma.sync m16n8k16 (G heads padded to
  * 16 rows), split-KV over CTAs, merged by the last CTA of each (b, h) (an
  * atomic counter in the workspace; no second launch). The lazy kernel
- * rotates the query by R(-p) when a block's offset p changes: the rotated
- * copy for the next block is built into a second shared tile while the
- * current block computes, so no extra barrier; keys are never touched and
+ * rotates the query by R(-p) at blocks marked as a segment's first: the
+ * rotated copy for the next block is built into a second shared tile while
+ * the current block computes, so no extra barrier; keys are never touched and
  * memory traffic equals the twin's.
  *
  * Legend: B = sequences, KV = kv heads, G = query heads per kv head, H =
@@ -118,9 +118,8 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
         if (g >= G) reinterpret_cast<__nv_bfloat16 *>(qs)[e] = __float2bfloat16_rn(0.f);
     }
     uint64_t wc = i0 < i1 ? words[i0] : 0, wn = i0 + 1 < i1 ? words[i0 + 1] : 0;
-    int64_t cur_off = (LAZY && i0 < i1) ? lz_decode_word_offset(wc) : 0;
     int cur_buf = 0;
-    build_q(0, cur_off, qg); /* later builds read the shared copy (published by the loop's barrier) */
+    build_q(0, (LAZY && i0 < i1) ? lz_decode_word_offset(wc) : 0, qg); /* later builds read the shared copy (published by the loop's barrier) */
 
     float o[D / 8][4];
 #pragma unroll
@@ -142,15 +141,12 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
         const int nk = lz_decode_word_keys(w);
         if (i == i0) {
             load_qa(0);
-        } else if (LAZY && lz_decode_word_offset(w) != cur_off) {
+        } else if (LAZY && (w & LZ_DECODE_SEG_START)) {
             cur_buf ^= 1; /* built during the previous block */
-            cur_off = lz_decode_word_offset(w);
             load_qa(cur_buf);
         }
-        if (LAZY && i + 1 < i1) { /* prepare the next block's query if its offset differs */
-            const int64_t noff = lz_decode_word_offset(wc);
-            if (noff != cur_off) build_q(cur_buf ^ 1, noff, qraw);
-        }
+        /* the next block starts a segment (wc is 0 past the end): prepare its query */
+        if (LAZY && (wc & LZ_DECODE_SEG_START)) build_q(cur_buf ^ 1, lz_decode_word_offset(wc), qraw);
         const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;
         /* S = Q K^T for this warp's 16 keys: s[n-tile][4] */
         /* two accumulators per n-tile (even / odd k-steps): 4 independent mma chains */

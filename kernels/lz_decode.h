@@ -11,7 +11,14 @@
  *
  *   bits  0..35  first pool row r (row r at k_pool[r*d]), < 2^36
  *   bits 36..56  segment offset p, < 2^21 (2,097,151 positions)
- *   bits 57..63  keys in the block minus 1 (1..64 keys)
+ *   bits 57..62  keys in the block minus 1 (1..64 keys)
+ *   bit  63      first block of a segment (LZ_DECODE_SEG_START)
+ *
+ * The lazy kernel re-rotates its query only at blocks marked
+ * LZ_DECODE_SEG_START (one sign test a block instead of comparing offsets),
+ * so every block whose offset differs from the previous block's must carry
+ * it; lz_decode_add_segment marks the first block of each segment. The
+ * references and the non-lazy kernel ignore the bit.
  *
  * The question's own keys (and generated tokens) are a segment at offset 0.
  *
@@ -40,13 +47,15 @@ extern "C" {
 #define LZ_DEC_HD static inline
 #endif
 
+#define LZ_DECODE_SEG_START (1ull << 63)
+
 LZ_DEC_HD uint64_t lz_decode_word(uint64_t row, int64_t offset, int n_keys)
 {
     return row | ((uint64_t)offset << 36) | ((uint64_t)(n_keys - 1) << 57);
 }
 LZ_DEC_HD uint64_t lz_decode_word_row(uint64_t w) { return w & ((1ull << 36) - 1); }
 LZ_DEC_HD int64_t lz_decode_word_offset(uint64_t w) { return (int64_t)((w >> 36) & ((1ull << 21) - 1)); }
-LZ_DEC_HD int lz_decode_word_keys(uint64_t w) { return (int)(w >> 57) + 1; }
+LZ_DEC_HD int lz_decode_word_keys(uint64_t w) { return (int)((w >> 57) & 63) + 1; }
 
 typedef struct {
     lz_bf16 *o;               /* (B, H, d) output */

@@ -187,6 +187,8 @@ static void test_words_and_checks(void)
     CHECK(lz_decode_add_segment(ws, &n, 8, 1000, 130, 200000) == 0, "add");
     CHECK(n == 3 && lz_decode_word_keys(ws[2]) == 2 && lz_decode_word_row(ws[1]) == 1064 &&
           lz_decode_word_offset(ws[2]) == 200000, "split into 64+64+2, n=%d", n);
+    CHECK((ws[0] & LZ_DECODE_SEG_START) && !(ws[1] & LZ_DECODE_SEG_START) &&
+          !(ws[2] & LZ_DECODE_SEG_START), "segment start marks the first block only");
     CHECK(lz_decode_add_segment(ws, &n, 8, 0, 1, LZ_DECODE_MAX_OFFSET + 1) == LZ_ATTN_ERANGE, "offset range");
     CHECK(lz_decode_add_segment(ws, &n, 8, 0, 64 * 6, 0) == LZ_ATTN_EARG, "capacity");
     lz_prefill_params p = {0};
