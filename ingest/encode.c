@@ -13,6 +13,7 @@ struct lz_encoder {
     lz_kv_cache prefix; /* (L, KV, s, d) keys rotated at 0..s-1 */
     lz_kv_cache doc;    /* (L, KV, T, d) keys rotated at s..s+n-1 */
     lz_kv_segment seg;
+    int dtype;          /* payload element type (LZ_PAYLOAD_DTYPE_*, 0 = bf16) */
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -75,6 +76,8 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
     return 0;
 }
 
+void lz_encoder_set_dtype(lz_encoder *e, int dtype) { e->dtype = dtype; }
+
 const lz_kv_cache *lz_encoder_doc_cache(const lz_encoder *e) { return &e->doc; }
 const lz_kv_cache *lz_encoder_prefix_cache(const lz_encoder *e) { return &e->prefix; }
 
@@ -84,6 +87,6 @@ int lz_encoder_pack(lz_encoder *e, int doc, lz_payload_codec *c, int codec, int 
     const lz_kv_cache *kc = doc ? &e->doc : &e->prefix;
     const lz_llama_config *cfg = &e->m->cfg;
     lz_payload_src src = { kc->k, kc->v, kc->cap, 0, cfg->n_layers, cfg->n_kv_heads, cfg->head_dim, kc->n,
-                           NULL, doc ? e->seg.n : 0, e->m->fingerprint };
+                           NULL, doc ? e->seg.n : 0, e->m->fingerprint, e->dtype };
     return lz_payload_encode(c, &src, codec, level, blob, len, err, errlen) ? -1 : 0;
 }

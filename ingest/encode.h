@@ -29,6 +29,9 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
 const lz_kv_cache *lz_encoder_doc_cache(const lz_encoder *e);
 const lz_kv_cache *lz_encoder_prefix_cache(const lz_encoder *e);
 
+/* Element type of packed payloads: LZ_PAYLOAD_DTYPE_BF16 (default) or _F32. */
+void lz_encoder_set_dtype(lz_encoder *e, int dtype);
+
 /* Packs the last document (doc != 0) or the prefix (doc == 0) into a
  * malloc'd payload blob with codec and zstd level. */
 int lz_encoder_pack(lz_encoder *e, int doc, lz_payload_codec *c, int codec, int level, void **blob,

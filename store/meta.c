@@ -63,7 +63,7 @@ static const char *const SQL[ST_COUNT] = {
                " ON CONFLICT(doc_id) DO UPDATE SET hits = hits + 1, last_hit = excluded.last_hit",
     [ST_HITS_GET] = "SELECT hits FROM access_stats WHERE doc_id = ?1",
     [ST_DOC_TOKENS] = "SELECT token_ids, n_tokens FROM documents WHERE id = ?1",
-    [ST_TOP] = "SELECT a.doc_id, a.hits FROM access_stats a JOIN documents d ON d.id = a.doc_id"
+    [ST_TOP] = "SELECT a.doc_id, a.hits, d.payload_key, d.n_tokens FROM access_stats a JOIN documents d ON d.id = a.doc_id"
                " ORDER BY a.hits DESC, a.doc_id LIMIT ?1",
     [ST_RUN_ABORT_STALE] = "UPDATE ingest_runs SET status = 'aborted' WHERE status = 'running'",
     [ST_RUN_BEGIN] = "INSERT INTO ingest_runs (args, model_id) VALUES (?1, ?2)",
@@ -71,9 +71,6 @@ static const char *const SQL[ST_COUNT] = {
                    " n_updated = ?4, n_unchanged = ?5, n_removed = ?6, n_skipped = ?7, n_tokens = ?8,"
                    " raw_bytes = ?9, stored_bytes = ?10, n_garbage = ?11 WHERE id = ?1",
 };
-
-/* Statements a read-only open cannot prepare against a database that has not
- * been migrated are never an issue: RDONLY opens require the schema. */
 
 struct lz_meta {
     sqlite3 *db;
@@ -633,17 +630,19 @@ int lz_meta_doc_tokens(lz_meta *m, int64_t id, int **ids, int *n, char *err, siz
     return LZ_META_OK;
 }
 
-int lz_meta_stats_top(lz_meta *m, int limit, int (*fn)(int64_t doc_id, int64_t hits, void *ctx), void *ctx,
-                      char *err, size_t errlen)
+int lz_meta_stats_top(lz_meta *m, int limit, lz_meta_top_fn fn, void *ctx, char *err, size_t errlen)
 {
     sqlite3_stmt *s = stmt(m, ST_TOP);
     sqlite3_bind_int(s, 1, limit);
     int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
-        if (fn(sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1), ctx)) {
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        uint8_t key[LZ_META_KEY_LEN];
+        copy_blob(key, LZ_META_KEY_LEN, s, 2);
+        if (fn(sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1), key, sqlite3_column_int(s, 3), ctx)) {
             rc = SQLITE_DONE;
             break;
         }
+    }
     int st = rc != SQLITE_DONE ? sql_fail(m, err, errlen, ST_TOP, rc) : LZ_META_OK;
     sqlite3_reset(s);
     return st;

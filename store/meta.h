@@ -132,8 +132,10 @@ int lz_meta_stats_hit(lz_meta *m, int64_t doc_id, char *err, size_t errlen);
 int lz_meta_stats_get(lz_meta *m, int64_t doc_id, int64_t *hits, char *err, size_t errlen);
 /* Calls fn for the most hit documents, most hits first, at most limit; fn
  * returns non-zero to stop early (not an error). */
-int lz_meta_stats_top(lz_meta *m, int limit, int (*fn)(int64_t doc_id, int64_t hits, void *ctx), void *ctx,
-                      char *err, size_t errlen);
+/* Called per document, most hit first: its row id, hit count, payload key
+ * and token count; non-zero stops the walk. */
+typedef int (*lz_meta_top_fn)(int64_t doc_id, int64_t hits, const uint8_t *payload_key, int n_tokens, void *ctx);
+int lz_meta_stats_top(lz_meta *m, int limit, lz_meta_top_fn fn, void *ctx, char *err, size_t errlen);
 
 /* ---- ingest runs ---- */
 typedef struct {

@@ -57,6 +57,8 @@ enum { OFF_MAGIC = 0, OFF_VERSION = 4, OFF_DTYPE = 6, OFF_CODEC = 7, OFF_LAYERS 
 
 /* ---- CRC32C ---- */
 
+#ifndef __SSE4_2__
+/* Slicing-by-8 tables for builds without the SSE4.2 crc32 instruction. */
 static uint32_t crc_table[8][256];
 static int crc_table_ready;
 
@@ -72,6 +74,7 @@ static void crc_init_table(void)
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
     __atomic_store_n(&crc_table_ready, 1, __ATOMIC_RELEASE);
 }
+#endif
 
 uint32_t lz_crc32c(uint32_t crc, const void *data, size_t n)
 {
@@ -99,7 +102,6 @@ uint32_t lz_crc32c(uint32_t crc, const void *data, size_t n)
     }
     while (n--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
 #endif
-    (void)crc_init_table;
     return ~crc;
 }
 
@@ -128,6 +130,23 @@ void lz_payload_unshuffle16(uint16_t *dst, const uint8_t *src, size_t n)
     const uint8_t *lo = src, *hi = src + n;
     for (size_t i = 0; i < n; i++) dst[i] = (uint16_t)(lo[i] | (hi[i] << 8));
 }
+
+/* Byte planes for elements of es bytes: dst = [byte 0 of all][byte 1 of all]... */
+static void shuffle_planes(uint8_t *dst, const uint8_t *src, size_t n, size_t es)
+{
+    if (es == 2) { lz_payload_shuffle16(dst, (const uint16_t *)(const void *)src, n); return; }
+    for (size_t i = 0; i < n; i++)
+        for (size_t b = 0; b < es; b++) dst[b * n + i] = src[i * es + b];
+}
+
+static void unshuffle_planes(uint8_t *dst, const uint8_t *src, size_t n, size_t es)
+{
+    if (es == 2) { lz_payload_unshuffle16((uint16_t *)(void *)dst, src, n); return; }
+    for (size_t i = 0; i < n; i++)
+        for (size_t b = 0; b < es; b++) dst[i * es + b] = src[b * n + i];
+}
+
+static size_t dtype_size(int dtype) { return dtype == LZ_PAYLOAD_DTYPE_F32 ? 4 : dtype == LZ_PAYLOAD_DTYPE_BF16 ? 2 : 0; }
 
 /* ---- codec state ---- */
 
@@ -216,20 +235,25 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
                         kept, i / KV, i % KV, n);
         kept_sum += (uint64_t)kept;
     }
+    const int dtype = s->dtype ? s->dtype : LZ_PAYLOAD_DTYPE_BF16;
+    const size_t es = dtype_size(dtype);
+    if (!es) return fail(err, errlen, LZ_PAYLOAD_EINVAL, "payload encode: unknown dtype %d", dtype);
     const size_t n_elem = (size_t)(2 * kept_sum * (uint64_t)d); /* K and V */
-    const size_t raw_size = n_elem * 2;
+    const size_t raw_size = n_elem * es;
     if (reserve(&c->scratch, &c->cap, raw_size ? raw_size : 1))
         return fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload encode: out of memory (%zu bytes)", raw_size);
 
-    /* bf16 body: K of every (l, h) in order, then V. */
-    uint16_t *body = (uint16_t *)c->scratch;
+    /* body: K of every (l, h) in order, then V; bf16, or fp32 as is (little-endian hosts) */
+    uint16_t *body = (uint16_t *)(void *)c->scratch;
+    float *body32 = (float *)(void *)c->scratch;
     size_t o = 0;
     for (int kv = 0; kv < 2; kv++) {
         const float *src = kv ? s->v : s->k;
         for (size_t i = 0; i < nh; i++) {
             int kept = s->n_kept ? s->n_kept[i] : n;
             const float *row = src + (i * (size_t)s->stride + (size_t)s->t0) * (size_t)d;
-            for (size_t e = 0; e < (size_t)kept * d; e++) body[o++] = lz_f32_to_bf16(row[e]);
+            if (es == 4) { memcpy(body32 + o, row, (size_t)kept * d * 4); o += (size_t)kept * d; }
+            else for (size_t e = 0; e < (size_t)kept * d; e++) body[o++] = lz_f32_to_bf16(row[e]);
         }
     }
 
@@ -245,7 +269,7 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
         if (codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
             if (reserve(&c->scratch2, &c->cap2, raw_size ? raw_size : 1))
                 return fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload encode: out of memory");
-            lz_payload_shuffle16(c->scratch2, body, n_elem);
+            shuffle_planes(c->scratch2, c->scratch, n_elem, es);
             stored = c->scratch2;
         }
         size_t bound = ZSTD_compressBound(raw_size);
@@ -266,7 +290,7 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
     memset(blob, 0, LZ_PAYLOAD_HEADER_SIZE);
     memcpy(blob + OFF_MAGIC, LZ_PAYLOAD_MAGIC, 4);
     put16(blob + OFF_VERSION, LZ_PAYLOAD_VERSION);
-    blob[OFF_DTYPE] = LZ_PAYLOAD_DTYPE_BF16;
+    blob[OFF_DTYPE] = (uint8_t)dtype;
     blob[OFF_CODEC] = (uint8_t)codec;
     put32(blob + OFF_LAYERS, (uint32_t)L);
     put32(blob + OFF_KVHEADS, (uint32_t)KV);
@@ -314,7 +338,7 @@ int lz_payload_parse(const void *buf, size_t len, int verify_checksum, lz_payloa
     info->body_size = get64(b + OFF_BODY);
     memcpy(info->model, b + OFF_MODEL, 32);
     info->checksum = get32(b + OFF_CRC);
-    if (info->dtype != LZ_PAYLOAD_DTYPE_BF16)
+    if (!dtype_size(info->dtype))
         return fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: unknown dtype %d", info->dtype);
     if (info->codec > LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD)
         return fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: unknown codec %d", info->codec);
@@ -342,11 +366,11 @@ int lz_payload_parse(const void *buf, size_t len, int verify_checksum, lz_payloa
         sum += kept;
     }
     info->n_kept_sum = sum;
-    if (info->raw_size != 4 * sum * (uint64_t)info->head_dim)
+    uint64_t want_raw = 2 * dtype_size(info->dtype) * sum * (uint64_t)info->head_dim;
+    if (info->raw_size != want_raw)
         return fail(err, errlen, LZ_PAYLOAD_ECORRUPT,
                     "payload: raw size %llu does not match the kept table (%llu)",
-                    (unsigned long long)info->raw_size,
-                    (unsigned long long)(4 * sum * (uint64_t)info->head_dim));
+                    (unsigned long long)info->raw_size, (unsigned long long)want_raw);
     if (info->codec == LZ_PAYLOAD_CODEC_RAW && info->body_size != info->raw_size)
         return fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: raw codec with body %llu != raw %llu",
                     (unsigned long long)info->body_size, (unsigned long long)info->raw_size);
@@ -373,9 +397,9 @@ void lz_payload_kept(const void *buf, const lz_payload_info *info, int *n_kept)
 
 /* ---- decode ---- */
 
-/* Parses, verifies and leaves the bf16 body in c->scratch. */
+/* Parses, verifies and leaves the body (bf16 or fp32 elements) in c->scratch. */
 static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int stride,
-                       lz_payload_info *info, const uint16_t **body, char *err, size_t errlen)
+                       lz_payload_info *info, const uint8_t **body, char *err, size_t errlen)
 {
     int rc = lz_payload_parse(buf, len, 1, info, err, errlen);
     if (rc) return rc;
@@ -384,7 +408,7 @@ static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int str
                     info->n_tokens);
     const uint8_t *src = (const uint8_t *)buf + LZ_PAYLOAD_HEADER_SIZE +
                          4 * (size_t)info->n_layers * info->n_kv_heads;
-    size_t raw = (size_t)info->raw_size, n_elem = raw / 2;
+    size_t es = dtype_size(info->dtype), raw = (size_t)info->raw_size, n_elem = raw / es;
     if (reserve(&c->scratch, &c->cap, raw ? raw : 1))
         return fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload decode: out of memory (%zu bytes)", raw);
     if (info->codec == LZ_PAYLOAD_CODEC_RAW) {
@@ -403,19 +427,32 @@ static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int str
             return fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload decode: zstd gave %zu bytes, expected %zu",
                         r, raw);
         if (info->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD)
-            lz_payload_unshuffle16((uint16_t *)c->scratch, c->scratch2, n_elem);
+            unshuffle_planes(c->scratch, c->scratch2, n_elem, es);
     }
-    *body = (const uint16_t *)c->scratch;
+    *body = c->scratch;
     return LZ_PAYLOAD_OK;
+}
+
+/* Element e of a body of dtype as fp32 / as bf16 bits. */
+static inline float elem_f32(const uint8_t *body, int dtype, size_t e)
+{
+    if (dtype == LZ_PAYLOAD_DTYPE_F32) { float f; memcpy(&f, body + 4 * e, 4); return f; }
+    uint16_t h; memcpy(&h, body + 2 * e, 2); return lz_bf16_to_f32(h);
+}
+static inline uint16_t elem_bf16(const uint8_t *body, int dtype, size_t e)
+{
+    if (dtype == LZ_PAYLOAD_DTYPE_F32) { float f; memcpy(&f, body + 4 * e, 4); return lz_f32_to_bf16(f); }
+    uint16_t h; memcpy(&h, body + 2 * e, 2); return h;
 }
 
 #define DECODE_IMPL(T, CONV)                                                                     \
     lz_payload_info local;                                                                       \
     if (!info) info = &local;                                                                    \
-    const uint16_t *body;                                                                        \
+    const uint8_t *body;                                                                         \
     int rc = decode_body(c, buf, len, stride, info, &body, err, errlen);                         \
     if (rc) return rc;                                                                           \
     const size_t nh = (size_t)info->n_layers * info->n_kv_heads, d = (size_t)info->head_dim;     \
+    const int dtype = info->dtype;                                                               \
     size_t o = 0;                                                                                \
     for (int kv = 0; kv < 2; kv++) {                                                             \
         T *dst = kv ? v : k;                                                                     \
@@ -423,24 +460,22 @@ static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int str
             size_t kept = get32((const uint8_t *)buf + LZ_PAYLOAD_HEADER_SIZE + 4 * i);          \
             if (n_kept && kv == 0) n_kept[i] = (int)kept;                                        \
             T *row = dst + i * (size_t)stride * d;                                               \
-            for (size_t e = 0; e < kept * d; e++) row[e] = CONV(body[o + e]);                    \
+            for (size_t e = 0; e < kept * d; e++) row[e] = CONV(body, dtype, o + e);             \
             o += kept * d;                                                                       \
         }                                                                                        \
     }                                                                                            \
     return LZ_PAYLOAD_OK;
 
-#define IDENT16(x) (x)
-
 int lz_payload_decode_f32(lz_payload_codec *c, const void *buf, size_t len, float *k, float *v,
                           int stride, int *n_kept, lz_payload_info *info, char *err,
                           size_t errlen)
 {
-    DECODE_IMPL(float, lz_bf16_to_f32)
+    DECODE_IMPL(float, elem_f32)
 }
 
 int lz_payload_decode_bf16(lz_payload_codec *c, const void *buf, size_t len, uint16_t *k,
                            uint16_t *v, int stride, int *n_kept, lz_payload_info *info,
                            char *err, size_t errlen)
 {
-    DECODE_IMPL(uint16_t, IDENT16)
+    DECODE_IMPL(uint16_t, elem_bf16)
 }

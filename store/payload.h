@@ -19,7 +19,10 @@
 #define LZ_PAYLOAD_VERSION 1
 #define LZ_PAYLOAD_HEADER_SIZE 96 /* fixed part; the kept table (4 * L * KV bytes) follows */
 
-enum { LZ_PAYLOAD_DTYPE_BF16 = 1 };
+enum {
+    LZ_PAYLOAD_DTYPE_BF16 = 1, /* default: half the bytes, the GPU's format */
+    LZ_PAYLOAD_DTYPE_F32 = 2   /* exact fp32 (CPU-only deployments, exactness tests) */
+};
 
 typedef enum {
     LZ_PAYLOAD_CODEC_RAW = 0,          /* bf16 body as is */
@@ -50,6 +53,7 @@ typedef struct {
     const int *n_kept;     /* (L, KV), each in [0, n]; NULL: every head keeps n */
     int pos_base;          /* rotary position of token 0 (the prompt prefix length s) */
     const uint8_t *model;  /* 32-byte model fingerprint, recorded in the header */
+    int dtype;             /* LZ_PAYLOAD_DTYPE_*; 0 means BF16 */
 } lz_payload_src;
 
 /* A parsed header. Fields are copied out of the blob (which may be unaligned

@@ -371,7 +371,7 @@ int lz_store_doc_tokens(lz_store *s, int64_t doc_id, int **ids, int *n, char *er
     return st == LZ_META_EINVAL ? LZ_STORE_ECORRUPT : from_meta(st);
 }
 
-int lz_store_top_accessed(lz_store *s, int limit, int (*fn)(int64_t doc_id, int64_t hits, void *ctx), void *ctx,
+int lz_store_top_accessed(lz_store *s, int limit, lz_meta_top_fn fn, void *ctx,
                           char *err, size_t errlen)
 {
     return from_meta(lz_meta_stats_top(s->meta, limit, fn, ctx, err, errlen));
@@ -396,9 +396,17 @@ int lz_store_put_payloads(lz_store *s, const lz_store_payload *p, int n, char *e
     return st;
 }
 
-int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], char *err, size_t errlen)
+int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t *len, char *err,
+                         size_t errlen)
 {
-    return lz_kvdb_exists(s->kv, key, LZ_META_KEY_LEN, err, errlen);
+    lz_kvdb_reader *r;
+    if (lz_kvdb_reader_begin(s->kv, &r, err, errlen)) return -1;
+    const void *p;
+    size_t n = 0;
+    int rc = lz_kvdb_reader_get(r, key, LZ_META_KEY_LEN, &p, &n, err, errlen);
+    lz_kvdb_reader_end(r);
+    if (rc == LZ_KVDB_OK && len) *len = n;
+    return rc == LZ_KVDB_OK ? 1 : rc == LZ_KVDB_ENOTFOUND ? 0 : -1;
 }
 
 int lz_store_get_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], void **blob, size_t *len,

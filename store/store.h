@@ -79,7 +79,7 @@ void lz_store_prefix(const lz_store *s, const int **ids, int *n, uint8_t key[LZ_
 int lz_store_doc_tokens(lz_store *s, int64_t doc_id, int **ids, int *n, char *err, size_t errlen);
 /* The most hit documents first (SQLite access statistics), at most limit;
  * fn returns non-zero to stop. */
-int lz_store_top_accessed(lz_store *s, int limit, int (*fn)(int64_t doc_id, int64_t hits, void *ctx), void *ctx,
+int lz_store_top_accessed(lz_store *s, int limit, lz_meta_top_fn fn, void *ctx,
                           char *err, size_t errlen);
 /* Counts one hit of document doc_id (hits + 1, last_hit = now). Needs a
  * store opened without RDONLY (no writer lock needed: SQLite WAL). */
@@ -105,8 +105,10 @@ typedef struct {
 } lz_store_payload;
 /* Writes n payloads in one durable LMDB transaction (before their rows commit). */
 int lz_store_put_payloads(lz_store *s, const lz_store_payload *p, int n, char *err, size_t errlen);
-/* 1 when a payload with key exists, 0 when not, -1 on error. */
-int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], char *err, size_t errlen);
+/* 1 when a payload with key exists (its size in *len when len is not
+ * NULL), 0 when not, -1 on error. */
+int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t *len, char *err,
+                         size_t errlen);
 /* Copies payload key into a malloc'd buffer. Errors: ENOTFOUND, EIO. */
 int lz_store_get_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], void **blob, size_t *len,
                          char *err, size_t errlen);

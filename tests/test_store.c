@@ -246,8 +246,10 @@ typedef struct {
     int64_t id[4], hits[4];
 } top_seen;
 
-static int on_top(int64_t id, int64_t hits, void *ctx)
+static int on_top(int64_t id, int64_t hits, const uint8_t *key, int n_tokens, void *ctx)
 {
+    (void)key;
+    (void)n_tokens;
     top_seen *t = ctx;
     if (t->n < 4) {
         t->id[t->n] = id;
@@ -347,7 +349,7 @@ static void test_store(void)
     lz_store_gc_stats gs;
     CHECK(lz_store_gc(s, &gs, err, sizeof err) == 0 && gs.n_removed == 1 && gs.bytes_removed == (int64_t)g.len,
           "gc removed %lld", (long long)gs.n_removed);
-    CHECK(lz_store_has_payload(s, g.key, err, sizeof err) == 0, "garbage gone");
+    CHECK(lz_store_has_payload(s, g.key, NULL, err, sizeof err) == 0, "garbage gone");
     free(g.blob);
 
     /* corruption: flip a body byte of d2's payload; delete d1/d3's shared payload */
