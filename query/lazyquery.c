@@ -1,0 +1,372 @@
+/* lazyquery.c - answers questions from a store built by lazyingest: retrieves
+ * documents (FTS5 BM25, or --docs), places their cached KV at any position of
+ * the prompt with lazy rotary attention, and generates the answer. One
+ * process answers many questions (argument, --questions file.jsonl, or stdin
+ * lines) and keeps its document cache warm between them. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model/llama.h"
+#include "model/prompt.h"
+#include "query/retrieve.h"
+#include "query/session.h"
+#include "store/store.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: lazyquery [options] \"question\"\n"
+        "       lazyquery [options] --questions FILE.jsonl     (one JSON result per line)\n"
+        "       lazyquery [options] < questions.txt            (one question per line)\n"
+        "\n"
+        "Answers questions from the documents of a store built by lazyingest. Cached\n"
+        "documents are placed at any position of the prompt without re-encoding them.\n"
+        "\n"
+        "  --store DIR          store folder (default ./lazystore)\n"
+        "  -m, --model PATH     model (default: $LAZY_MODEL, else the embedded models/default.gguf);\n"
+        "                       must be the model the store was built with\n"
+        "  -k, --top-k K        documents to retrieve with BM25 (default 5)\n"
+        "  --docs ID,ID,...     use these documents (external ids) instead of retrieval\n"
+        "  --order ORDER        best-last (default: best document nearest the question) or best-first\n"
+        "  --mode MODE          lazy (default): one cached copy per document, rotation in the kernel\n"
+        "                       block: a re-rotated copy per (document, position) (Block-Attention)\n"
+        "                       prefix: reuse only exact prefixes (vLLM automatic prefix caching)\n"
+        "                       full: recompute the whole prompt\n"
+        "  --cache-bytes N      document KV cache budget, e.g. 512M, 2G (default 1G)\n"
+        "  --no-preload         do not preload the most accessed documents at start\n"
+        "  -n, --max-new-tokens N  answer length limit (default 32)\n"
+        "  --temp T, --top-p P, --seed S   sampling (default greedy)\n"
+        "  --threads N          CPU threads (default: all cores)\n"
+        "  --json               one JSON object per question: answer, sources, timings, cache\n"
+        "  --no-stats           do not write access counts back to the store\n"
+        "  -q, --quiet          only the answer (text mode)\n"
+        "  -h, --help           this help\n"
+        "\n"
+        "--questions FILE: JSONL objects with \"question\" and optionally \"id\" and \"docs\"\n"
+        "(a list of external ids); each output line echoes \"id\".\n");
+}
+
+typedef struct {
+    const char *store_dir, *model_path, *docs_arg, *questions_path;
+    int top_k, best_first, json, quiet, preload, stats, threads;
+    lz_query_opts qo;
+} options;
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) return -1;
+    double mul = 1;
+    if (*end == 'k' || *end == 'K') mul = 1024, end++;
+    else if (*end == 'm' || *end == 'M') mul = 1024.0 * 1024, end++;
+    else if (*end == 'g' || *end == 'G') mul = 1024.0 * 1024 * 1024, end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return -1;
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static void print_piece(const char *piece, int len, void *ctx)
+{
+    (void)ctx;
+    fwrite(piece, 1, (size_t)len, stdout);
+    fflush(stdout);
+}
+
+/* Splits "a,b,c" into a malloc'd array of pointers into a copy. */
+static char **split_ids(const char *arg, int *n, char **buf)
+{
+    *buf = strdup(arg);
+    int cap = 1;
+    for (const char *p = arg; *p; p++) cap += *p == ',';
+    char **ids = calloc((size_t)cap, sizeof *ids);
+    *n = 0;
+    if (!*buf || !ids) { free(ids); return NULL; }
+    for (char *tok = strtok(*buf, ","); tok; tok = strtok(NULL, ",")) ids[(*n)++] = tok;
+    return ids;
+}
+
+/* Answers one question; prints text or one JSON line. Returns 0 or 1. */
+static int answer_one(lz_query_session *q, lz_store *st, const options *o, const char *qid, const char *question,
+                      json_t *docs_json)
+{
+    char err[1024] = "";
+    lz_query_doc *docs = NULL;
+    int n_docs = 0, rc = 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!question || !*question) { snprintf(err, sizeof err, "the question is empty"); goto fail; }
+    if (docs_json && json_is_array(docs_json)) {
+        size_t n = json_array_size(docs_json);
+        const char **ids = calloc(n ? n : 1, sizeof *ids);
+        for (size_t i = 0; ids && i < n; i++) ids[i] = json_string_value(json_array_get(docs_json, i));
+        int bad = 0;
+        for (size_t i = 0; ids && i < n; i++) if (!ids[i]) bad = 1;
+        if (!ids || bad) { free(ids); snprintf(err, sizeof err, "\"docs\" must be a list of strings"); goto fail; }
+        int r = lz_retrieve_ids(st, ids, (int)n, &docs, err, sizeof err);
+        free(ids);
+        if (r) goto fail;
+        n_docs = (int)n;
+    } else if (o->docs_arg) {
+        char *buf;
+        int n;
+        char **ids = split_ids(o->docs_arg, &n, &buf);
+        int r = ids ? lz_retrieve_ids(st, (const char *const *)ids, n, &docs, err, sizeof err) : -1;
+        free(ids);
+        free(buf);
+        if (r) goto fail;
+        n_docs = n;
+    } else if (lz_retrieve_search(st, question, o->top_k, &docs, &n_docs, err, sizeof err)) {
+        goto fail;
+    }
+    if (!o->docs_arg && !docs_json) {
+        /* retrieved documents that do not fit the model's context are dropped, lowest ranked first */
+        int64_t budget = lz_query_doc_budget(q, question), used = 0;
+        int fit = 0;
+        while (fit < n_docs && used + docs[fit].n_tokens <= budget) used += docs[fit++].n_tokens;
+        if (fit < n_docs && !o->quiet)
+            fprintf(stderr, "lazyquery: note: %d of %d retrieved documents fit the model's context; using the best %d\n",
+                    fit, n_docs, fit);
+        n_docs = fit;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double t_retrieve = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    /* placement order: retrieval gives best first; default puts the best last (nearest the question) */
+    lz_query_doc *placed = malloc((size_t)(n_docs ? n_docs : 1) * sizeof *placed);
+    if (!placed) { snprintf(err, sizeof err, "out of memory"); goto fail; }
+    int explicit_order = o->docs_arg || docs_json;
+    for (int i = 0; i < n_docs; i++)
+        placed[i] = docs[explicit_order || o->best_first ? i : n_docs - 1 - i];
+    int stream = !o->json && isatty(STDOUT_FILENO);
+    lz_query_opts qo = o->qo;
+    lz_query_result r;
+    (void)qo;
+    if (stream && !o->quiet) { fputs("Answer: ", stdout); fflush(stdout); }
+    int arc = lz_query_answer(q, question, placed, n_docs, &r, err, sizeof err);
+    free(placed);
+    if (arc) goto fail;
+    if (o->stats)
+        for (int i = 0; i < n_docs; i++) {
+            char e2[256];
+            if (lz_store_hit(st, docs[i].id, e2, sizeof e2))
+                fprintf(stderr, "lazyquery: warning: access count not recorded: %s\n", e2);
+        }
+    lz_doc_cache_stats cs;
+    lz_query_cache_stats(q, &cs);
+    double tps = r.n_answer > 1 && r.t_decode > 0 ? (r.n_answer - 1) / r.t_decode : 0;
+    if (o->json) {
+        json_t *src = json_array();
+        for (int i = 0; i < n_docs; i++)
+            json_array_append_new(src, json_pack("{s:s, s:s, s:f, s:i}", "id", docs[i].ext_id, "title", docs[i].title,
+                                                 "score", docs[i].score, "tokens", docs[i].n_tokens));
+        json_t *out = json_pack(
+            "{s:s, s:s, s:o, s:s, s:{s:f, s:f, s:f, s:f, s:f}, s:{s:i, s:i, s:i}, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
+            "question", question, "answer", r.answer, "sources", src, "mode", lz_query_mode_name(o->qo.mode),
+            "timings", "retrieval_s", t_retrieve, "kv_load_s", r.t_load, "ttft_s", r.t_ttft, "decode_s", r.t_decode,
+            "decode_tok_s", tps,
+            "tokens", "prompt", r.n_prompt, "computed", r.n_computed, "answer", r.n_answer,
+            "cache", "hits", (json_int_t)r.hits, "misses", (json_int_t)r.misses, "bytes_loaded", (json_int_t)r.bytes_loaded,
+            "session_hits", (json_int_t)cs.hits, "session_misses", (json_int_t)cs.misses,
+            "bytes_used", (json_int_t)cs.bytes_used, "bytes_budget", (json_int_t)cs.bytes_budget);
+        if (qid) json_object_set_new(out, "id", json_string(qid));
+        char *line = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
+        puts(line ? line : "{}");
+        free(line);
+        json_decref(out);
+    } else {
+        if (!stream) { if (!o->quiet) fputs("Answer: ", stdout); fputs(r.answer, stdout); }
+        putchar('\n');
+        if (!o->quiet) {
+            printf("Sources:\n");
+            for (int i = 0; i < n_docs; i++)
+                printf("  [%d] %s%s%s (bm25 %.3f, %d tokens)\n", i + 1, docs[i].ext_id, docs[i].title[0] ? " — " : "",
+                       docs[i].title, docs[i].score, docs[i].n_tokens);
+            printf("Timings: retrieval %.1f ms, KV load %.1f ms, first token %.1f ms, decode %.1f tok/s "
+                   "(%d prompt tokens, %d computed, mode %s)\n",
+                   1e3 * t_retrieve, 1e3 * r.t_load, 1e3 * r.t_ttft, tps, r.n_prompt, r.n_computed,
+                   lz_query_mode_name(o->qo.mode));
+            printf("Cache: this question %lld hits / %lld misses; session %lld hits / %lld misses, %.1f of %.1f MiB used\n",
+                   (long long)r.hits, (long long)r.misses, (long long)cs.hits, (long long)cs.misses,
+                   cs.bytes_used / 1048576.0, cs.bytes_budget / 1048576.0);
+        }
+        fflush(stdout);
+    }
+    lz_query_result_free(&r);
+    rc = 0;
+    goto done;
+fail:
+    if (o->json) {
+        json_t *out = json_pack("{s:s, s:s}", "question", question ? question : "", "error", err);
+        if (qid) json_object_set_new(out, "id", json_string(qid));
+        char *line = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
+        puts(line ? line : "{}");
+        free(line);
+        json_decref(out);
+    }
+    fprintf(stderr, "lazyquery: %s\n", err);
+done:
+    free(docs);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.store_dir = "lazystore", .top_k = 5, .preload = 1, .stats = 1};
+    lz_query_opts_default(&o.qo);
+    const char *question = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long x;
+        double d;
+        char *end;
+#define VALUE() do { if (!v) { fprintf(stderr, "lazyquery: %s needs a value\n", a); return 1; } i++; } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--store")) { VALUE(); o.store_dir = v; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VALUE(); o.model_path = v; }
+        else if (!strcmp(a, "-k") || !strcmp(a, "--top-k")) {
+            VALUE();
+            if (parse_long(v, 1, 1000, &x)) { fprintf(stderr, "lazyquery: --top-k expects 1..1000, got '%s'\n", v); return 1; }
+            o.top_k = (int)x;
+        } else if (!strcmp(a, "--docs")) { VALUE(); o.docs_arg = v; }
+        else if (!strcmp(a, "--questions")) { VALUE(); o.questions_path = v; }
+        else if (!strcmp(a, "--order")) {
+            VALUE();
+            if (!strcmp(v, "best-first")) o.best_first = 1;
+            else if (!strcmp(v, "best-last")) o.best_first = 0;
+            else { fprintf(stderr, "lazyquery: --order is best-last or best-first\n"); return 1; }
+        } else if (!strcmp(a, "--mode")) {
+            VALUE();
+            if ((o.qo.mode = lz_query_mode_parse(v)) < 0) { fprintf(stderr, "lazyquery: --mode is lazy, block, prefix or full\n"); return 1; }
+        } else if (!strcmp(a, "--cache-bytes")) {
+            VALUE();
+            if (parse_size(v, &o.qo.cache_bytes)) { fprintf(stderr, "lazyquery: --cache-bytes expects a size like 512M, got '%s'\n", v); return 1; }
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-new-tokens")) {
+            VALUE();
+            if (parse_long(v, 1, 1 << 16, &x)) { fprintf(stderr, "lazyquery: --max-new-tokens expects 1..65536\n"); return 1; }
+            o.qo.max_new_tokens = (int)x;
+        } else if (!strcmp(a, "--temp")) {
+            VALUE(); d = strtod(v, &end);
+            if (*end || !(d >= 0 && d <= 100)) { fprintf(stderr, "lazyquery: --temp expects 0..100\n"); return 1; }
+            o.qo.temperature = (float)d;
+        } else if (!strcmp(a, "--top-p")) {
+            VALUE(); d = strtod(v, &end);
+            if (*end || !(d > 0 && d <= 1)) { fprintf(stderr, "lazyquery: --top-p expects (0, 1]\n"); return 1; }
+            o.qo.top_p = (float)d;
+        } else if (!strcmp(a, "--seed")) {
+            VALUE();
+            if (parse_long(v, 0, 0x7fffffffL, &x)) { fprintf(stderr, "lazyquery: --seed expects an integer\n"); return 1; }
+            o.qo.seed = (uint64_t)x;
+        } else if (!strcmp(a, "--threads")) {
+            VALUE();
+            if (parse_long(v, 1, 1024, &x)) { fprintf(stderr, "lazyquery: --threads expects 1..1024\n"); return 1; }
+            o.threads = (int)x;
+        } else if (!strcmp(a, "--json")) o.json = 1;
+        else if (!strcmp(a, "--no-preload")) o.preload = 0;
+        else if (!strcmp(a, "--no-stats")) o.stats = 0;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o.quiet = 1;
+        else if (a[0] == '-' && a[1]) { fprintf(stderr, "lazyquery: unknown option '%s' (try --help)\n", a); return 1; }
+        else if (!question) question = a;
+        else { fprintf(stderr, "lazyquery: one question per call (quote it), or use --questions\n"); return 1; }
+#undef VALUE
+    }
+    if (o.questions_path) o.json = 1; /* one JSON result per line */
+    lz_llama_set_threads(o.threads);
+    char err[1024] = "", model_buf[4096];
+    if (!o.model_path) {
+        if (lz_prompt_default_model(model_buf, sizeof model_buf, err, sizeof err)) { fprintf(stderr, "lazyquery: %s\n", err); return 1; }
+        o.model_path = model_buf;
+    }
+    lz_store *st = NULL;
+    if (lz_store_open(o.store_dir, o.stats ? 0 : LZ_STORE_RDONLY, &st, err, sizeof err)) {
+        fprintf(stderr, "lazyquery: %s\n", err);
+        return 1;
+    }
+    lz_llama *m = NULL;
+    if (lz_llama_load(o.model_path, &m, err, sizeof err)) {
+        fprintf(stderr, "lazyquery: %s\n", err);
+        lz_store_close(st);
+        return 1;
+    }
+    o.qo.max_positions = m->cfg.ctx;
+    if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.qo.on_piece = print_piece;
+    lz_query_session *q = NULL;
+    if (lz_query_session_new(m, st, &o.qo, &q, err, sizeof err)) {
+        fprintf(stderr, "lazyquery: %s\n", err);
+        lz_llama_free(m);
+        lz_store_close(st);
+        return 1;
+    }
+    if (o.preload) {
+        int n = lz_query_preload(q, err, sizeof err);
+        if (n < 0) fprintf(stderr, "lazyquery: warning: preload failed: %s\n", err);
+    }
+    int failures = 0, answered = 0;
+    if (question) {
+        failures += answer_one(q, st, &o, NULL, question, NULL);
+        answered++;
+    } else if (o.questions_path) {
+        FILE *f = strcmp(o.questions_path, "-") ? fopen(o.questions_path, "r") : stdin;
+        if (!f) { fprintf(stderr, "lazyquery: %s: %s\n", o.questions_path, strerror(errno)); failures++; }
+        char *line = NULL;
+        size_t cap = 0;
+        long lineno = 0;
+        while (f && getline(&line, &cap, f) > 0) {
+            lineno++;
+            json_error_t je;
+            if (strspn(line, " \t\r\n") == strlen(line)) continue;
+            json_t *obj = json_loads(line, 0, &je);
+            const char *qq = obj ? json_string_value(json_object_get(obj, "question")) : NULL;
+            if (!qq) {
+                fprintf(stderr, "lazyquery: %s:%ld: %s\n", o.questions_path, lineno,
+                        obj ? "no \"question\" string" : je.text);
+                failures++;
+                json_decref(obj);
+                continue;
+            }
+            json_t *idv = json_object_get(obj, "id");
+            if (!idv) idv = json_object_get(obj, "_id");
+            char idbuf[64];
+            const char *qid = json_string_value(idv);
+            if (!qid && json_is_integer(idv)) { snprintf(idbuf, sizeof idbuf, "%lld", (long long)json_integer_value(idv)); qid = idbuf; }
+            failures += answer_one(q, st, &o, qid, qq, json_object_get(obj, "docs"));
+            answered++;
+            json_decref(obj);
+        }
+        free(line);
+        if (f && f != stdin) fclose(f);
+    } else {
+        if (isatty(STDIN_FILENO)) fprintf(stderr, "lazyquery: reading questions from standard input, one per line (Ctrl-D ends)\n");
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        while ((len = getline(&line, &cap, stdin)) > 0) {
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+            if (!len) continue;
+            failures += answer_one(q, st, &o, NULL, line, NULL);
+            answered++;
+        }
+        free(line);
+    }
+    lz_query_session_free(q);
+    lz_llama_free(m);
+    lz_store_close(st);
+    if (answered == 0 && failures == 0) { fprintf(stderr, "lazyquery: no question given (try --help)\n"); return 1; }
+    return failures ? 2 : 0;
+}

@@ -1,0 +1,73 @@
+/* retrieve.c - BM25 retrieval and id lookup (see retrieve.h). The question
+ * is never handed to FTS5 as syntax: lz_meta_fts_quote turns every word into
+ * a quoted term, so operators, column filters, quotes and parentheses in
+ * user input are plain words. */
+#include "query/retrieve.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    lz_query_doc *docs;
+    int n, cap;
+} hits;
+
+static int on_hit(const lz_meta_hit *h, void *ctx)
+{
+    hits *H = ctx;
+    if (H->n == H->cap) return 1;
+    lz_query_doc *d = &H->docs[H->n++];
+    memset(d, 0, sizeof *d);
+    d->id = h->id;
+    snprintf(d->ext_id, sizeof d->ext_id, "%s", h->ext_id ? h->ext_id : "");
+    snprintf(d->title, sizeof d->title, "%s", h->title ? h->title : "");
+    d->score = h->score;
+    return 0;
+}
+
+/* Completes d (payload key, tokens) from its row. */
+static int complete(lz_store *s, lz_query_doc *d, char *err, size_t errlen)
+{
+    lz_meta_doc row;
+    char e2[256] = "";
+    int rc = lz_meta_doc_find(lz_store_meta(s), d->ext_id, &row, NULL, 0, e2, sizeof e2);
+    if (rc == LZ_META_ENOTFOUND) { snprintf(err, errlen, "document '%s' is not in the store", d->ext_id); return -1; }
+    if (rc) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return -1; }
+    d->id = row.id;
+    memcpy(d->payload_key, row.payload_key, LZ_META_KEY_LEN);
+    d->n_tokens = row.n_tokens;
+    return 0;
+}
+
+int lz_retrieve_search(lz_store *s, const char *question, int k, lz_query_doc **docs, int *n, char *err,
+                       size_t errlen)
+{
+    *docs = NULL;
+    *n = 0;
+    if (k <= 0) return 0;
+    char *fts = lz_meta_fts_quote(question);
+    if (!fts) { snprintf(err, errlen, "out of memory"); return -1; }
+    hits H = {.docs = calloc((size_t)k, sizeof(lz_query_doc)), .cap = k};
+    if (!H.docs) { free(fts); snprintf(err, errlen, "out of memory"); return -1; }
+    int rc = 0;
+    if (fts[0]) rc = lz_meta_search(lz_store_meta(s), fts, k, on_hit, &H, err, errlen);
+    free(fts);
+    for (int i = 0; !rc && i < H.n; i++) rc = complete(s, &H.docs[i], err, errlen);
+    if (rc) { free(H.docs); return -1; }
+    *docs = H.docs;
+    *n = H.n;
+    return 0;
+}
+
+int lz_retrieve_ids(lz_store *s, const char *const *ids, int n_ids, lz_query_doc **docs, char *err, size_t errlen)
+{
+    *docs = calloc((size_t)(n_ids > 0 ? n_ids : 1), sizeof(lz_query_doc));
+    if (!*docs) { snprintf(err, errlen, "out of memory"); return -1; }
+    for (int i = 0; i < n_ids; i++) {
+        lz_query_doc *d = &(*docs)[i];
+        snprintf(d->ext_id, sizeof d->ext_id, "%s", ids[i]);
+        if (complete(s, d, err, errlen)) { free(*docs); *docs = NULL; return -1; }
+    }
+    return 0;
+}

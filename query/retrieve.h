@@ -1,0 +1,18 @@
+/* retrieve.h - documents for a question: BM25 over title + text through the
+ * store's FTS5 index (any user string is made safe first), or explicit
+ * external ids (--docs). Fills lz_query_doc records the session places. */
+#ifndef LZ_RETRIEVE_H
+#define LZ_RETRIEVE_H
+
+#include "query/session.h"
+#include "store/store.h"
+
+/* Best k documents for question, best first. *docs malloc'd, *n <= k (fewer
+ * when the store has fewer matches; 0 is not an error). */
+int lz_retrieve_search(lz_store *s, const char *question, int k, lz_query_doc **docs, int *n, char *err,
+                       size_t errlen);
+/* Documents by external id, in the given order. An unknown id is an error
+ * naming it. */
+int lz_retrieve_ids(lz_store *s, const char *const *ids, int n_ids, lz_query_doc **docs, char *err, size_t errlen);
+
+#endif /* LZ_RETRIEVE_H */

@@ -1,0 +1,498 @@
+/* session.c - the four answer modes over one shared answer path (see
+ * session.h). Every mode ends the same way: a list of external KV segments
+ * plus a local cache, the question prefilled over them, then decoding one
+ * token at a time over the same segments. Only how the segments are made
+ * differs, and that is all a mode is. */
+#include "query/session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/prompt.h"
+#include "model/sampler.h"
+#include "model/sha256.h"
+#include "store/payload.h"
+
+/* A cached KV block: one document, (L, KV, n, d) fp32, per-head kept counts. */
+typedef struct {
+    float *k, *v;
+    int *n_kept;     /* (L, KV) */
+    int n;           /* tokens (stride) */
+    size_t bytes;
+} kv_entry;
+
+struct lz_query_session {
+    lz_llama *m;
+    lz_store *store;
+    lz_query_opts o;
+    lz_doc_cache *cache;
+    lz_payload_codec *codec;
+    lz_llama_scratch *scratch;
+    lz_sampler sampler;
+    int *prefix;         /* prompt prefix tokens (s) */
+    int n_prefix;
+    kv_entry prefix_kv;  /* stored once per model */
+    float *logits;       /* (V) */
+};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+const char *lz_query_mode_name(int mode)
+{
+    static const char *names[] = {"lazy", "block", "prefix", "full"};
+    return mode >= 0 && mode < 4 ? names[mode] : "?";
+}
+
+int lz_query_mode_parse(const char *s)
+{
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, lz_query_mode_name(i))) return i;
+    return -1;
+}
+
+void lz_query_opts_default(lz_query_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->mode = LZ_MODE_LAZY;
+    o->cache_bytes = (size_t)1 << 30;
+    o->max_new_tokens = 32;
+    o->top_p = 0.9f;
+    o->seed = 42;
+    o->batch = 256;
+}
+
+void lz_query_result_free(lz_query_result *r)
+{
+    free(r->answer);
+    free(r->answer_ids);
+    free(r->logits);
+    memset(r, 0, sizeof *r);
+}
+
+static void entry_free(kv_entry *e)
+{
+    if (!e) return;
+    free(e->k);
+    free(e->v);
+    free(e->n_kept);
+    free(e);
+}
+
+static void cache_free_value(void *v, void *ctx)
+{
+    (void)ctx;
+    entry_free(v);
+}
+
+static kv_entry *entry_alloc(const lz_llama_config *c, int n)
+{
+    kv_entry *e = calloc(1, sizeof *e);
+    size_t per = (size_t)c->n_layers * c->n_kv_heads * (size_t)(n > 0 ? n : 1) * c->head_dim;
+    if (!e) return NULL;
+    e->n = n;
+    e->k = malloc(per * sizeof(float));
+    e->v = malloc(per * sizeof(float));
+    e->n_kept = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof(int));
+    if (!e->k || !e->v || !e->n_kept) { entry_free(e); return NULL; }
+    e->bytes = 2 * per * sizeof(float);
+    return e;
+}
+
+/* Loads and decodes the payload of key; checks it belongs to this model and
+ * prompt prefix. what names the document in errors. */
+static kv_entry *load_payload(lz_query_session *q, const uint8_t *key, const char *what, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &q->m->cfg;
+    void *blob = NULL;
+    size_t len = 0;
+    char e2[384] = "";
+    if (lz_store_get_payload(q->store, key, &blob, &len, e2, sizeof e2)) {
+        snprintf(err, errlen, "%s: KV payload missing from the store (%s); run lazyingest --check --repair", what, e2);
+        return NULL;
+    }
+    lz_payload_info info;
+    if (lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) {
+        snprintf(err, errlen, "%s: corrupt KV payload: %s", what, e2);
+        free(blob);
+        return NULL;
+    }
+    if (memcmp(info.model, q->m->fingerprint, 32) || info.n_layers != c->n_layers ||
+        info.n_kv_heads != c->n_kv_heads || info.head_dim != c->head_dim) {
+        snprintf(err, errlen, "%s: KV payload was built by another model (%d layers, %d kv heads, head_dim %d)",
+                 what, info.n_layers, info.n_kv_heads, info.head_dim);
+        free(blob);
+        return NULL;
+    }
+    kv_entry *e = entry_alloc(c, info.n_tokens);
+    if (!e) { snprintf(err, errlen, "%s: out of memory for %d tokens of KV", what, info.n_tokens); free(blob); return NULL; }
+    if (lz_payload_decode_f32(q->codec, blob, len, e->k, e->v, info.n_tokens > 0 ? info.n_tokens : 1, e->n_kept, &info,
+                              e2, sizeof e2)) {
+        snprintf(err, errlen, "%s: corrupt KV payload: %s", what, e2);
+        free(blob);
+        entry_free(e);
+        return NULL;
+    }
+    free(blob);
+    return e;
+}
+
+static lz_kv_segment seg_of(const kv_entry *e, int64_t rot)
+{
+    lz_kv_segment s = {.k = e->k, .v = e->v, .n_kept = e->n_kept, .n = e->n, .stride = e->n > 0 ? e->n : 1, .rot = rot};
+    return s;
+}
+
+int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_query_session **out, char *err,
+                         size_t errlen)
+{
+    *out = NULL;
+    if (!m->tok) { snprintf(err, errlen, "the model has no tokenizer"); return -1; }
+    lz_query_session *q = calloc(1, sizeof *q);
+    if (!q) { snprintf(err, errlen, "out of memory"); return -1; }
+    q->m = m;
+    q->store = s;
+    q->o = *o;
+    if (q->o.batch <= 0) q->o.batch = 256;
+    lz_store_model_desc desc = {.arch = m->arch, .n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
+                                .head_dim = m->cfg.head_dim, .rope_layout = m->cfg.rope_layout,
+                                .rope_theta = m->cfg.rope_theta,
+                                .rope_divisors = m->cfg.has_rope_divisors ? m->cfg.rope_divisors : NULL};
+    memcpy(desc.fingerprint, m->fingerprint, 32);
+    int rc = lz_store_check_model(s, &desc, err, errlen);
+    if (rc) { free(q); return rc; }
+    q->cache = lz_doc_cache_new(o->cache_bytes, cache_free_value, NULL);
+    q->codec = lz_payload_codec_new();
+    q->scratch = lz_llama_scratch_new(m, q->o.batch);
+    q->logits = malloc((size_t)m->cfg.vocab * sizeof(float));
+    if (!q->cache || !q->codec || !q->scratch || !q->logits ||
+        lz_sampler_init(&q->sampler, m->cfg.vocab, o->temperature, o->top_p, o->seed) ||
+        lz_prompt_prefix_tokens(m->tok, &q->prefix, &q->n_prefix)) {
+        snprintf(err, errlen, "out of memory");
+        lz_query_session_free(q);
+        return -1;
+    }
+    /* the prefix this binary builds must be the one the store was encoded after */
+    const int *sp;
+    int sn;
+    uint8_t prefix_key[LZ_META_KEY_LEN];
+    lz_store_prefix(s, &sp, &sn, prefix_key);
+    if (sn != q->n_prefix || memcmp(sp, q->prefix, (size_t)q->n_prefix * sizeof(int))) {
+        snprintf(err, errlen, "the store was encoded after another prompt prefix (%d tokens, this build uses %d); "
+                 "re-run lazyingest on the corpus", sn, q->n_prefix);
+        lz_query_session_free(q);
+        return -1;
+    }
+    kv_entry *pe = load_payload(q, prefix_key, "the prompt prefix", err, errlen);
+    if (!pe) { lz_query_session_free(q); return -1; }
+    if (pe->n != q->n_prefix) {
+        snprintf(err, errlen, "the prompt prefix payload has %d tokens, expected %d", pe->n, q->n_prefix);
+        entry_free(pe);
+        lz_query_session_free(q);
+        return -1;
+    }
+    q->prefix_kv = *pe;
+    free(pe);
+    *out = q;
+    return 0;
+}
+
+void lz_query_session_free(lz_query_session *q)
+{
+    if (!q) return;
+    lz_doc_cache_free(q->cache);
+    lz_payload_codec_free(q->codec);
+    lz_llama_scratch_free(q->scratch);
+    lz_sampler_free(&q->sampler);
+    free(q->prefix);
+    free(q->prefix_kv.k);
+    free(q->prefix_kv.v);
+    free(q->prefix_kv.n_kept);
+    free(q->logits);
+    free(q);
+}
+
+void lz_query_cache_stats(const lz_query_session *q, lz_doc_cache_stats *st) { lz_doc_cache_get_stats(q->cache, st); }
+int lz_query_prefix_len(const lz_query_session *q) { return q->n_prefix; }
+
+int64_t lz_query_doc_budget(const lz_query_session *q, const char *question)
+{
+    int *ids, n;
+    if (q->o.max_positions <= 0) return INT64_MAX / 2;
+    if (lz_prompt_question_tokens(q->m->tok, question, &ids, &n)) return -1;
+    free(ids);
+    return (int64_t)q->o.max_positions - q->n_prefix - n - q->o.max_new_tokens;
+}
+
+/* Entry for a document from the cache or the store; *owned = 1 when the
+ * cache did not take it (the caller frees it after the query). */
+static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, const lz_query_doc *d, int64_t rotate,
+                       int *owned, lz_query_result *r, char *err, size_t errlen)
+{
+    *owned = 0;
+    kv_entry *e = lz_doc_cache_get(q->cache, ckey, ckey_len);
+    if (e) { r->hits++; return e; }
+    r->misses++;
+    char what[320];
+    snprintf(what, sizeof what, "document '%s'", d->ext_id);
+    e = load_payload(q, d->payload_key, what, err, errlen);
+    if (!e) return NULL;
+    if (e->n != d->n_tokens) {
+        snprintf(err, errlen, "%s: payload has %d tokens, the store row says %d", what, e->n, d->n_tokens);
+        entry_free(e);
+        return NULL;
+    }
+    r->bytes_loaded += (int64_t)e->bytes;
+    if (rotate) { /* BLOCK: materialise the keys rotated to their final positions */
+        const lz_llama_config *c = &q->m->cfg;
+        for (int l = 0; l < c->n_layers; l++)
+            for (int h = 0; h < c->n_kv_heads; h++) {
+                int kept = e->n_kept[l * c->n_kv_heads + h];
+                float *kb = e->k + ((size_t)l * c->n_kv_heads + h) * (size_t)e->n * c->head_dim;
+                for (int j = 0; j < kept; j++)
+                    lz_rope_apply(kb + (size_t)j * c->head_dim, c->head_dim, rotate, c->rope_layout, q->m->inv_freq);
+            }
+    }
+    if (!lz_doc_cache_put(q->cache, ckey, ckey_len, e, e->bytes)) *owned = 1;
+    return e;
+}
+
+/* Copies tokens [t0, t0 + n) of a local cache into a new entry (PREFIX mode). */
+static kv_entry *slice_cache(const lz_llama_config *c, const lz_kv_cache *lc, int t0, int n)
+{
+    kv_entry *e = entry_alloc(c, n);
+    if (!e) return NULL;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int h = 0; h < c->n_kv_heads; h++) {
+            size_t src = (((size_t)l * c->n_kv_heads + h) * lc->cap + t0) * c->head_dim;
+            size_t dst = ((size_t)l * c->n_kv_heads + h) * (size_t)n * c->head_dim;
+            memcpy(e->k + dst, lc->k + src, (size_t)n * c->head_dim * sizeof(float));
+            memcpy(e->v + dst, lc->v + src, (size_t)n * c->head_dim * sizeof(float));
+            e->n_kept[l * c->n_kv_heads + h] = n;
+        }
+    return e;
+}
+
+/* Reads a document's token ids (PREFIX and FULL recompute them). */
+static int doc_tokens(lz_query_session *q, const lz_query_doc *d, int **ids, int *n, char *err, size_t errlen)
+{
+    if (lz_store_doc_tokens(q->store, d->id, ids, n, err, errlen)) return -1;
+    if (*n != d->n_tokens) {
+        snprintf(err, errlen, "document '%s': %d token ids stored, row says %d", d->ext_id, *n, d->n_tokens);
+        free(*ids);
+        return -1;
+    }
+    return 0;
+}
+
+int lz_query_answer(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
+                    lz_query_result *r, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &q->m->cfg;
+    const int s = q->n_prefix, mode = q->o.mode;
+    memset(r, 0, sizeof *r);
+    if (!question || !*question) { snprintf(err, errlen, "the question is empty"); return -1; }
+    int *qids = NULL, n_q = 0;
+    if (lz_prompt_question_tokens(q->m->tok, question, &qids, &n_q)) { snprintf(err, errlen, "out of memory"); return -1; }
+    int64_t total = s + (int64_t)n_q + q->o.max_new_tokens;
+    for (int i = 0; i < n_docs; i++) total += docs[i].n_tokens;
+    if (q->o.max_positions > 0 && total > q->o.max_positions) {
+        snprintf(err, errlen, "the prompt needs %lld positions (prefix %d, %d documents, question %d, answer %d) "
+                 "but the model's context is %d", (long long)total, s, n_docs, n_q, q->o.max_new_tokens,
+                 q->o.max_positions);
+        free(qids);
+        return -1;
+    }
+    if (total > (int64_t)1 << 24) {
+        snprintf(err, errlen, "the prompt would need %lld positions (question %d tokens, %d documents); too long",
+                 (long long)total, n_q, n_docs);
+        free(qids);
+        return -1;
+    }
+    r->n_prompt = (int)(total - q->o.max_new_tokens);
+    double t0 = now_s();
+    int rc = -1;
+    lz_doc_cache_begin(q->cache);
+    lz_kv_segment *segs = calloc((size_t)n_docs + 1, sizeof *segs);
+    kv_entry **owned = calloc((size_t)n_docs + 1, sizeof *owned);
+    int n_segs = 0, n_owned = 0;
+    lz_kv_cache lc = {0};
+    if (!segs || !owned) { snprintf(err, errlen, "out of memory"); goto done; }
+
+    int64_t p = s;      /* offset of the next document */
+    int local_from = 0; /* first document computed into the local cache (PREFIX, FULL) */
+    if (mode == LZ_MODE_FULL) {
+        local_from = 0;
+    } else {
+        segs[n_segs++] = seg_of(&q->prefix_kv, 0);
+        if (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) {
+            for (int i = 0; i < n_docs; i++) {
+                uint8_t key[LZ_META_KEY_LEN + 8];
+                memcpy(key, docs[i].payload_key, LZ_META_KEY_LEN);
+                size_t klen = LZ_META_KEY_LEN;
+                if (mode == LZ_MODE_BLOCK) { memcpy(key + klen, &p, 8); klen += 8; } /* one copy per offset */
+                int own;
+                kv_entry *e = fetch(q, key, klen, &docs[i],
+                                    mode == LZ_MODE_BLOCK ? p - s : 0, &own, r, err, errlen);
+                if (!e) goto done;
+                if (own) owned[n_owned++] = e;
+                segs[n_segs++] = seg_of(e, mode == LZ_MODE_LAZY ? p - s : 0);
+                p += docs[i].n_tokens;
+            }
+            local_from = n_docs;
+        } else { /* PREFIX: the longest chain of documents computed after exactly these predecessors */
+            uint8_t chain[32];
+            lz_sha256(q->prefix, (size_t)s * sizeof(int), chain);
+            for (local_from = 0; local_from < n_docs; local_from++) {
+                uint8_t buf[32 + LZ_META_KEY_LEN];
+                memcpy(buf, chain, 32);
+                memcpy(buf + 32, docs[local_from].payload_key, LZ_META_KEY_LEN);
+                lz_sha256(buf, sizeof buf, chain);
+                kv_entry *e = lz_doc_cache_get(q->cache, chain, 32);
+                if (!e) { r->misses++; break; }
+                r->hits++;
+                segs[n_segs++] = seg_of(e, 0);
+                p += docs[local_from].n_tokens;
+            }
+        }
+    }
+    r->t_load = now_s() - t0;
+
+    /* the local cache: documents still to compute (PREFIX/FULL), question, answer */
+    int64_t pos0 = mode == LZ_MODE_FULL ? 0 : p;
+    int64_t n_local = total - pos0;
+    if (lz_kv_cache_init(&lc, c, (int)n_local)) { snprintf(err, errlen, "out of memory for %lld tokens of KV", (long long)n_local); goto done; }
+    lz_kv_cache_reset(&lc, pos0);
+    if (mode == LZ_MODE_FULL &&
+        lz_llama_forward(q->m, q->scratch, &lc, NULL, 0, q->prefix, s, NULL, LZ_LOGITS_NONE)) {
+        snprintf(err, errlen, "forward pass failed on the prefix");
+        goto done;
+    }
+    if (mode == LZ_MODE_FULL) r->n_computed += s;
+    uint8_t chain[32];
+    if (mode == LZ_MODE_PREFIX) { /* recompute the chain key up to local_from */
+        lz_sha256(q->prefix, (size_t)s * sizeof(int), chain);
+        for (int i = 0; i < local_from; i++) {
+            uint8_t buf[32 + LZ_META_KEY_LEN];
+            memcpy(buf, chain, 32);
+            memcpy(buf + 32, docs[i].payload_key, LZ_META_KEY_LEN);
+            lz_sha256(buf, sizeof buf, chain);
+        }
+    }
+    for (int i = local_from; i < n_docs; i++) {
+        int *ids, n;
+        if (doc_tokens(q, &docs[i], &ids, &n, err, errlen)) goto done;
+        int start = lc.n;
+        int frc = n ? lz_llama_forward(q->m, q->scratch, &lc, segs, n_segs, ids, n, NULL, LZ_LOGITS_NONE) : 0;
+        free(ids);
+        if (frc) { snprintf(err, errlen, "forward pass failed on document '%s'", docs[i].ext_id); goto done; }
+        r->n_computed += n;
+        if (mode == LZ_MODE_PREFIX) {
+            uint8_t buf[32 + LZ_META_KEY_LEN];
+            memcpy(buf, chain, 32);
+            memcpy(buf + 32, docs[i].payload_key, LZ_META_KEY_LEN);
+            lz_sha256(buf, sizeof buf, chain);
+            kv_entry *e = slice_cache(c, &lc, start, n);
+            if (e && !lz_doc_cache_put(q->cache, chain, 32, e, e->bytes)) entry_free(e);
+        }
+    }
+    if (lz_llama_forward(q->m, q->scratch, &lc, segs, n_segs, qids, n_q, q->logits, LZ_LOGITS_LAST)) {
+        snprintf(err, errlen, "forward pass failed on the question");
+        goto done;
+    }
+    r->n_computed += n_q;
+    r->t_ttft = now_s() - t0;
+    if (q->o.keep_logits) {
+        r->logits = malloc((size_t)c->vocab * sizeof(float));
+        if (r->logits) memcpy(r->logits, q->logits, (size_t)c->vocab * sizeof(float));
+    }
+
+    /* decode: the same segments, one token at a time */
+    double t1 = now_s();
+    size_t cap = 256, len = 0;
+    r->answer = malloc(cap);
+    r->answer_ids = malloc((size_t)(q->o.max_new_tokens > 0 ? q->o.max_new_tokens : 1) * sizeof(int));
+    if (!r->answer || !r->answer_ids) { snprintf(err, errlen, "out of memory"); goto done; }
+    r->answer[0] = 0;
+    int prev = qids[n_q - 1];
+    int plain = lz_prompt_style_of(q->m->tok) == LZ_PROMPT_PLAIN;
+    for (int i = 0; i < q->o.max_new_tokens; i++) {
+        int next = lz_sample(&q->sampler, q->logits);
+        if (lz_tokenizer_is_eog(q->m->tok, next)) break;
+        char piece[256];
+        int pl = lz_tokenizer_piece(q->m->tok, prev, next, piece, sizeof piece);
+        if (pl > (int)sizeof piece) pl = (int)sizeof piece;
+        if (pl < 0) pl = 0;
+        /* plain prompts end the answer at its first line break */
+        if (plain && len > 0 && memchr(piece, '\n', (size_t)pl)) break;
+        r->answer_ids[r->n_answer++] = next;
+        if (len + (size_t)pl + 1 > cap) {
+            while (len + (size_t)pl + 1 > cap) cap *= 2;
+            char *a = realloc(r->answer, cap);
+            if (!a) { snprintf(err, errlen, "out of memory"); goto done; }
+            r->answer = a;
+        }
+        memcpy(r->answer + len, piece, (size_t)pl);
+        len += (size_t)pl;
+        r->answer[len] = 0;
+        if (q->o.on_piece && pl) q->o.on_piece(piece, pl, q->o.ctx);
+        prev = next;
+        if (i + 1 == q->o.max_new_tokens) break;
+        if (lz_llama_forward(q->m, q->scratch, &lc, segs, n_segs, &next, 1, q->logits, LZ_LOGITS_LAST)) {
+            snprintf(err, errlen, "forward pass failed while decoding");
+            goto done;
+        }
+    }
+    r->t_decode = now_s() - t1;
+    rc = 0;
+done:
+    for (int i = 0; i < n_owned; i++) entry_free(owned[i]);
+    free(owned);
+    free(segs);
+    free(qids);
+    lz_kv_cache_free(&lc);
+    if (rc) lz_query_result_free(r);
+    return rc;
+}
+
+typedef struct {
+    lz_query_session *q;
+    int loaded, failed;
+    char *err;
+    size_t errlen;
+} preload_ctx;
+
+/* One popular document: seed its frequency, load it while there is room. */
+static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_tokens, void *ctx)
+{
+    preload_ctx *P = ctx;
+    lz_query_session *q = P->q;
+    (void)doc_id;
+    lz_doc_cache_prior(q->cache, key, LZ_META_KEY_LEN, (double)hits);
+    lz_doc_cache_stats st;
+    lz_doc_cache_get_stats(q->cache, &st);
+    const lz_llama_config *c = &q->m->cfg;
+    size_t need = 2 * (size_t)c->n_layers * c->n_kv_heads * (size_t)n_tokens * c->head_dim * sizeof(float);
+    if ((int64_t)need > st.bytes_budget - st.bytes_used) return 0; /* skip; smaller ones may fit */
+    kv_entry *e = load_payload(q, key, "preloaded document", P->err, P->errlen);
+    if (!e) { P->failed++; return 0; }
+    if (lz_doc_cache_preload(q->cache, key, LZ_META_KEY_LEN, e, e->bytes)) P->loaded++;
+    else entry_free(e);
+    return 0;
+}
+
+/* Only LAZY preloads: one copy serves every position, while BLOCK and PREFIX
+ * keys depend on placements that no query has made yet. */
+int lz_query_preload(lz_query_session *q, char *err, size_t errlen)
+{
+    if (q->o.mode != LZ_MODE_LAZY || q->o.cache_bytes == 0) return 0;
+    preload_ctx P = {.q = q, .err = err, .errlen = errlen};
+    if (lz_store_top_accessed(q->store, 100000, preload_one, &P, err, errlen)) return -1;
+    return P.loaded;
+}

@@ -1,0 +1,106 @@
+/* session.h - answers questions over cached documents: places each retrieved
+ * document's stored KV at its offset in the prompt and runs the question and
+ * the answer through the model, in one of four comparison modes that share
+ * the same answer path:
+ *
+ *   LAZY    one cached copy per document; the missing rotation R(p - s) is
+ *           applied inside attention (to the query), never to stored keys
+ *   BLOCK   position-aware cache (Block-Attention): a re-rotated materialised
+ *           copy per (document, offset)
+ *   PREFIX  exact-prefix reuse (vLLM automatic prefix caching): the KV of a
+ *           document computed in context is reused only after the very same
+ *           preceding documents; the rest is computed with full attention
+ *   FULL    recompute the whole prompt every time, nothing reused
+ *
+ * LAZY and BLOCK give the same logits up to fp32 rounding; PREFIX equals FULL.
+ * Prompt layout (model/prompt.h): [prefix s tokens][doc 1]..[doc k][question].
+ *
+ * Legend: s = prefix length, p = a document's offset in the prompt,
+ * L/KV/d = layers, kv heads, head_dim.
+ */
+#ifndef LZ_QUERY_SESSION_H
+#define LZ_QUERY_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/llama.h"
+#include "query/doc_cache.h"
+#include "store/store.h"
+
+typedef enum { LZ_MODE_LAZY = 0, LZ_MODE_BLOCK = 1, LZ_MODE_PREFIX = 2, LZ_MODE_FULL = 3 } lz_query_mode;
+
+const char *lz_query_mode_name(int mode);
+int lz_query_mode_parse(const char *s); /* -1 if unknown */
+
+/* A document to place in the prompt (from retrieval or --docs). */
+typedef struct {
+    int64_t id;
+    char ext_id[256];
+    char title[256];
+    double score;                          /* retrieval score (bm25, lower is better), 0 for --docs */
+    uint8_t payload_key[LZ_META_KEY_LEN];
+    int n_tokens;
+} lz_query_doc;
+
+typedef struct {
+    int mode;                /* lz_query_mode */
+    size_t cache_bytes;      /* KV cache budget */
+    int max_new_tokens;
+    float temperature;       /* 0 = greedy */
+    float top_p;
+    uint64_t seed;
+    int batch;               /* forward chunk (tokens) */
+    int max_positions;       /* refuse prompts (+ answer) longer than this; 0 = no limit */
+    int keep_logits;         /* copy the first answer token's logits into the result */
+    /* streaming: called with each piece of the answer as it is generated */
+    void (*on_piece)(const char *piece, int len, void *ctx);
+    void *ctx;
+} lz_query_opts;
+
+void lz_query_opts_default(lz_query_opts *o);
+
+typedef struct {
+    char *answer;            /* malloc'd, NUL-terminated */
+    int *answer_ids;         /* malloc'd */
+    int n_answer;
+    float *logits;           /* (V) first answer token logits when keep_logits, malloc'd */
+    int n_prompt;            /* tokens of the whole prompt */
+    int n_computed;          /* tokens this query ran through the model before the first answer token */
+    double t_load;           /* seconds fetching/decoding/rotating KV */
+    double t_ttft;           /* seconds from the start to the first answer token (load included) */
+    double t_decode;         /* seconds generating the rest */
+    int64_t hits, misses;    /* cache lookups of this query */
+    int64_t bytes_loaded;    /* bytes decoded from the store by this query */
+} lz_query_result;
+
+void lz_query_result_free(lz_query_result *r);
+
+typedef struct lz_query_session lz_query_session;
+
+/* Binds model m and store s (checked: same model, same prompt prefix). The
+ * session borrows both. Errors: LZ_STORE_EMODEL and others, with a message. */
+int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_query_session **out,
+                         char *err, size_t errlen);
+void lz_query_session_free(lz_query_session *q);
+
+/* Answers question over docs[0..n_docs) placed in that order (the last one
+ * nearest the question). Returns 0, or -1 with a message naming the document
+ * or what failed (empty question, prompt too long, corrupt payload, ...). */
+int lz_query_answer(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
+                    lz_query_result *r, char *err, size_t errlen);
+
+/* Preloads the most frequently hit documents (SQLite access counts) into the
+ * cache until it is full, and seeds the cache's frequencies with those counts.
+ * Returns how many were loaded. */
+int lz_query_preload(lz_query_session *q, char *err, size_t errlen);
+
+/* Positions left for documents once the prefix, the question and the answer
+ * are placed (max_positions - s - question - max_new_tokens); a large number
+ * when max_positions is 0; -1 on allocation failure. */
+int64_t lz_query_doc_budget(const lz_query_session *q, const char *question);
+
+void lz_query_cache_stats(const lz_query_session *q, lz_doc_cache_stats *st);
+int lz_query_prefix_len(const lz_query_session *q);
+
+#endif /* LZ_QUERY_SESSION_H */
