@@ -314,12 +314,9 @@ static int encode_doc(ingest *g, const int *ids, int n, const uint8_t key[LZ_MET
         }
     void *blob = NULL;
     size_t len = 0;
-    int have = lz_store_has_payload(g->s, key, g->err, sizeof g->err);
+    int have = lz_store_has_payload(g->s, key, &len, g->err, sizeof g->err);
     if (have < 0) return -1;
-    if (have) {
-        /* shared with an identical document, or left by an interrupted run */
-        if (lz_store_get_payload(g->s, key, &blob, &len, g->err, sizeof g->err)) return -1;
-        free(blob);
+    if (have) { /* shared with an identical document, or left by an interrupted run */
         *stored = (int64_t)len;
         return 0;
     }
@@ -438,7 +435,7 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
             return st == LZ_SPLIT_EINVAL ? 1 : -1;
         }
     }
-    int n_parts = split ? n_spans : 1;
+    int n_parts = split ? n_spans : 1, first = g->n_docs;
     /* passage ids must not collide with other records' ids */
     for (int k = 0; split && k < n_parts; k++) {
         char pid[LZ_CORPUS_MAX_ID + 32];
@@ -489,11 +486,15 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
         if (!rc && strcmp(src, r->id) != 0) {
             snprintf(g->err, sizeof g->err, "%s: id '%s': passage id '%s' collides with document '%s'", where,
                      r->id, pid, src);
-            g->n_docs -= k + 1; /* drop this record's passages */
-            for (int j = g->n_docs; j < g->n_docs + k + 1; j++) {
+            for (int j = first; j < g->n_docs; j++) { /* drop this record's passages */
                 pend_doc *x = &g->docs[j];
-                free(x->ext_id); free(x->source_id); free(x->title); free(x->text); free(x->ids);
+                free(x->ext_id);
+                free(x->source_id);
+                free(x->title);
+                free(x->text);
+                free(x->ids);
             }
+            g->n_docs = first;
             free(all);
             free(spans);
             return 1;
@@ -542,7 +543,7 @@ static int setup_model(ingest *g, const char *model_path)
                             sizeof g->err))
         return -1;
     if (lz_encoder_new(g->m, g->prefix, g->n_prefix, &g->enc, g->err, sizeof g->err)) return -1;
-    int have = lz_store_has_payload(g->s, pkey, g->err, sizeof g->err);
+    int have = lz_store_has_payload(g->s, pkey, NULL, g->err, sizeof g->err);
     if (have < 0) return -1;
     if (!have) {
         lz_store_payload p;
@@ -939,6 +940,14 @@ int main(int argc, char **argv)
     if (o->corpus && lz_corpus_open(o->corpus, (lz_corpus_format)o->format, &cp, g->err, sizeof g->err)) {
         fprintf(stderr, "lazyingest: %s\n", g->err);
         return EXIT_ERR;
+    }
+    if (!cp) { /* maintenance only: never create an empty store */
+        char meta_path[PATH_MAX + 16];
+        snprintf(meta_path, sizeof meta_path, "%s/meta.sqlite", o->store);
+        if (access(meta_path, F_OK) != 0) {
+            fprintf(stderr, "lazyingest: no store at %s (%s not found); give --store\n", o->store, meta_path);
+            return EXIT_ERR;
+        }
     }
     g->codec = lz_payload_codec_new();
     if (!g->codec || lz_store_open(o->store, LZ_STORE_WRITER, &g->s, g->err, sizeof g->err)) {

@@ -507,6 +507,11 @@ static void test_bad_inputs(void)
     const char *am[] = { "-m", "/nonexistent.gguf", "-s", store3, p4, NULL };
     rc = run_tool(am, NULL, 0, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 1 && strstr(errs, "/nonexistent.gguf"), "missing model: %s", errs);
+    char nostore[300];
+    snprintf(nostore, sizeof nostore, "%s/nostore", dir);
+    const char *ax[] = { "-s", nostore, "--check", NULL };
+    rc = run_tool(ax, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "no store at") && access(nostore, F_OK) != 0, "--check of a missing store: %s", errs);
     const char *ad[] = { "-s", store3, p4, NULL };
     rc = run_tool(ad, NULL, 0, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 1 && strstr(errs, "--model"), "no default model: %s", errs);
@@ -543,7 +548,7 @@ static void test_split(void)
         char id[32];
         snprintf(id, sizeof id, "big#%d", k);
         ok &= lz_meta_doc_find(lz_store_meta(s), id, &row, NULL, 0, err, sizeof err) == 0 && row.n_tokens <= 200 &&
-              row.passage == k && lz_store_has_payload(s, row.payload_key, err, sizeof err) == 1;
+              row.passage == k && lz_store_has_payload(s, row.payload_key, NULL, err, sizeof err) == 1;
     }
     CHECK(ok, "every passage <= 200 tokens with its own payload");
     lz_store_close(s);
