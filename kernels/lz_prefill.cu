@@ -344,7 +344,6 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
             }
 #pragma unroll
             for (int np = 0; np < BN / 16; np++) {
-                if (np * 16 >= x.n) break; /* segment tail: keys past n are masked anyway */
                 uint32_t b0, b1, b2, b3;
                 int r = np * 16 + (lane & 7) + (lane >> 4) * 8, c = ks * 2 + ((lane >> 3) & 1);
                 lz::ldsm_x4(kd + lz::swz<D>(r, c), b0, b1, b2, b3);
@@ -403,8 +402,7 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
         }
         /* O += P V, each V fragment used by every 16-row half */
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            if (kk * 16 >= x.n) break; /* all-zero probabilities past the segment's tail */
+        for (int kk = 0; kk < BN / 16; kk++)
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t b0, b1, b2, b3;
@@ -416,7 +414,6 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
                     lz::mma16816(o[mt][2 * dp + 1], pa[mt][kk], b2, b3);
                 }
             }
-        }
     }
     lz::cp_async_wait<0>();
 
