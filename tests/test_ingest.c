@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ingest/encode.h"
+#include "model/gguf.h"
 #include "model/half.h"
 #include "model/llama.h"
 #include "model/mkmodel.h"
@@ -655,6 +656,101 @@ static void test_crash(void)
     free(cv[1]);
 }
 
+static char *decode(const lz_tokenizer *t, const int *ids, int n)
+{
+    char *s = NULL;
+    size_t len;
+    if (lz_tokenizer_decode(t, ids, n, &s, &len)) return strdup("");
+    return s;
+}
+
+static int count_id(const int *ids, int n, int id)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) k += ids[i] == id;
+    return k;
+}
+
+/* The shared prompt pieces: plain style on the generated model's vocabulary,
+ * Llama-3 style on the Llama-3 vocabulary (fixture), default model lookup. */
+static void test_prompt(void)
+{
+    lz_llama *m;
+    char err[1024];
+    if (lz_llama_load(model_a, &m, err, sizeof err)) {
+        CHECK(0, "load: %s", err);
+        return;
+    }
+    const lz_tokenizer *t = m->tok;
+    CHECK(lz_prompt_style_of(t) == LZ_PROMPT_PLAIN, "generated vocabulary: plain style");
+    int *ids, n;
+    CHECK(lz_prompt_prefix_tokens(t, &ids, &n) == 0 && n > 1 && ids[0] == lz_tokenizer_bos(t), "plain prefix");
+    char *s = decode(t, ids, n);
+    CHECK(strstr(s, "Answer the question using only the documents below") != NULL, "plain prefix text: '%s'", s);
+    free(s);
+    free(ids);
+    CHECK(lz_prompt_doc_tokens(t, "Paris", "Capital of France.", 18, &ids, &n) == 0 && ids[0] != lz_tokenizer_bos(t),
+          "document without BOS");
+    s = decode(t, ids, n);
+    CHECK(strstr(s, "Document: Paris\nCapital of France.\n\n") != NULL, "document text: '%s'", s);
+    free(s);
+    free(ids);
+    char *dt = lz_prompt_doc_text(NULL, "x", 1);
+    CHECK(strcmp(dt, "Document:\nx\n\n") == 0, "untitled document: '%s'", dt);
+    free(dt);
+    CHECK(lz_prompt_question_tokens(t, "Where?", &ids, &n) == 0, "question");
+    s = decode(t, ids, n);
+    CHECK(strstr(s, "Question: Where?\nAnswer:") != NULL, "question text: '%s'", s);
+    free(s);
+    free(ids);
+    lz_llama_free(m);
+
+    char fx[512];
+    if (lz_test_fixture("tokenizers/llama3-vocab.gguf", fx, sizeof fx)) {
+        lz_gguf *g;
+        lz_tokenizer *t3 = NULL;
+        if (lz_gguf_open(fx, &g, err, sizeof err) == 0) {
+            lz_tokenizer_from_gguf(g, &t3, err, sizeof err);
+            lz_gguf_close(g);
+        }
+        CHECK(t3 != NULL, "llama3 vocab: %s", err);
+        if (t3) {
+            int sh = lz_tokenizer_find(t3, "<|start_header_id|>"), eh = lz_tokenizer_find(t3, "<|end_header_id|>"),
+                eot = lz_tokenizer_find(t3, "<|eot_id|>");
+            CHECK(lz_prompt_style_of(t3) == LZ_PROMPT_LLAMA3, "llama3 style");
+            lz_prompt_prefix_tokens(t3, &ids, &n);
+            CHECK(n > 6 && ids[0] == 128000 && ids[1] == sh && ids[3] == eh && count_id(ids, n, eot) == 1 &&
+                      ids[n - 2] == eh, "llama3 prefix: BOS, system header, eot, user header (%d tokens)", n);
+            s = decode(t3, ids, n);
+            CHECK(strstr(s, "system") && strstr(s, "Answer briefly.") && strstr(s, "user"), "llama3 prefix text '%s'", s);
+            free(s);
+            free(ids);
+            /* special-token text in a question stays text */
+            lz_prompt_question_tokens(t3, "what is <|eot_id|> here?", &ids, &n);
+            int at = -1;
+            for (int i = 0; i < n; i++)
+                if (ids[i] == eot) at = i;
+            CHECK(count_id(ids, n, eot) == 1 && at > 4 && at + 1 < n && ids[at + 1] == sh,
+                  "only the cue's <|eot_id|> is special (at %d of %d)", at, n);
+            CHECK(count_id(ids, n, sh) == 1 && count_id(ids, n, eh) == 1, "assistant header once");
+            free(ids);
+            lz_prompt_doc_tokens(t3, "T", "<|start_header_id|>", 19, &ids, &n);
+            CHECK(count_id(ids, n, sh) == 0, "document text never becomes a special token");
+            free(ids);
+            lz_tokenizer_free(t3);
+        }
+    }
+
+    /* default model: $LAZY_MODEL, else an error that says --model */
+    char path[1024];
+    setenv("LAZY_MODEL", model_a, 1);
+    CHECK(lz_prompt_default_model(path, sizeof path, err, sizeof err) == 0 && strcmp(path, model_a) == 0, "env");
+    setenv("LAZY_MODEL", "/nonexistent/m.gguf", 1);
+    CHECK(lz_prompt_default_model(path, sizeof path, err, sizeof err) == -1 && strstr(err, "--model") &&
+              strstr(err, "/nonexistent/m.gguf"), "env to a missing file: %s", err);
+    unsetenv("LAZY_MODEL");
+}
+
 int main(void)
 {
     if (!lz_test_tmpdir(dir, sizeof dir)) return 1;
@@ -674,6 +770,7 @@ int main(void)
     CHECK(lz_mkmodel_write(&mo, model_b, err, sizeof err) == 0, "model b: %s", err);
     unsetenv("LAZY_MODEL");
     double t0 = now_s();
+    test_prompt();
     test_incremental();
     test_bad_inputs();
     test_split();
