@@ -775,11 +775,13 @@ static int run_corpus(ingest *g, lz_corpus *cp)
     }
     /* pass 2 */
     int stopped = 0, fatal = 0;
+    long n_anonymous = 0; /* bad records whose id could not be read */
     while (!fatal && (rc = lz_corpus_next(cp, &r, err, sizeof err)) != LZ_CORPUS_EOF) {
         if (rc == LZ_CORPUS_BAD) {
             warnf(g, "%s", err);
             g->c.n_skipped++;
-            if (r.id && push_ptr(&g->keep_sources, &g->n_keep, &g->cap_keep, r.id)) fatal = 1;
+            if (!r.id) n_anonymous++;
+            else if (push_ptr(&g->keep_sources, &g->n_keep, &g->cap_keep, r.id)) fatal = 1;
             if (g->o.strict) {
                 stopped = 1;
                 break;
@@ -830,6 +832,9 @@ static int run_corpus(ingest *g, lz_corpus *cp)
     if (g->o.prune) {
         if (stopped) {
             warnf(g, "lazyingest: --prune skipped: the run stopped at a bad record (--strict)");
+        } else if (n_anonymous) {
+            /* their documents may be in the store: pruning would remove them */
+            warnf(g, "lazyingest: --prune skipped: %ld bad records without a readable id", n_anonymous);
         } else {
             int64_t n = 0;
             int st = lz_meta_begin(g->meta, g->err, sizeof g->err);

@@ -505,7 +505,9 @@ int lz_meta_doc_foreach(lz_meta *m, int (*fn)(const lz_meta_doc *d, void *ctx), 
         d.token_ids = sqlite3_column_blob(s, 7);
         int nb = sqlite3_column_bytes(s, 7);
         d.n_tokens = sqlite3_column_int(s, 8);
+        static const int no_tokens[1];
         if (nb != d.n_tokens * (int)sizeof(int)) d.token_ids = NULL; /* corrupt row: report, don't read */
+        else if (nb == 0) d.token_ids = no_tokens;                    /* SQLite gives NULL for an empty blob */
         d.model_id = sqlite3_column_int64(s, 9);
         copy_blob(d.payload_key, LZ_META_KEY_LEN, s, 10);
         if (sqlite3_column_bytes(s, 10) != LZ_META_KEY_LEN) memset(d.payload_key, 0, LZ_META_KEY_LEN);

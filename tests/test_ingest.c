@@ -372,6 +372,19 @@ static void test_incremental(void)
     CHECK(jget(out, "payloads_collected") == 11, "pruned payloads collected (copy1/copy2 shared one): %s", out);
     CHECK(n_payloads(store) == 31, "entries after prune %llu", (unsigned long long)n_payloads(store));
 
+    /* --prune never runs on a corpus with a bad record whose id is unreadable */
+    char *c3 = malloc(strlen(c2) + 64);
+    sprintf(c3, "%s{not json\n", c2);
+    /* the first 5 records dropped: pruning would remove them */
+    char *cut = c3;
+    for (int i = 0; i < 5; i++) cut = strchr(cut, '\n') + 1;
+    const char *p3 = write_text("v3.jsonl", cut);
+    const char *a4[] = { "-m", model_a, "-s", store, "--json", "--prune", p3, NULL };
+    rc = run_tool(a4, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 2 && jget(out, "removed") == 0 && jget(out, "documents") == 30 &&
+              strstr(errs, "--prune skipped: 1 bad records without a readable id"), "prune withheld: %s %s", out, errs);
+    free(c3);
+
     /* --check on a healthy store; then break it and --repair */
     const char *ac[] = { "-s", store, "--check", "--json", NULL };
     rc = run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs);
