@@ -6,7 +6,7 @@
 #   not finished: resume_w0.pt resume_w1.pt resume_state.json train_log.txt curve.jsonl
 #   finished:     default.gguf.part-00.. (bf16 GGUF, split under 16 MiB; needs
 #                 build/bin/lazy-convert) or model.safetensors.part-.. otherwise,
-#                 metrics.json check_c.json train_log.txt curve.jsonl
+#                 metrics.json check_c.json test_torch.json train_log.txt curve.jsonl
 # Needs: PyTorch (the device image has it), optional static build/bin/{lazy-convert,lazy-logits}.
 set -eu
 OUTDIR=${OUT:?run through the device tool, which sets OUT}
@@ -43,4 +43,9 @@ else
     echo "gpu_train: no runnable ${BIN:-build/bin}/lazy-convert here; shipping the safetensors instead"
     split -b 15M -d "$RUN/hf/model.safetensors" "$OUTDIR/model.safetensors.part-"
 fi
+# PyTorch's answers on the test split (unseen entities, gold among 9 distractors), both masks
+"$PY" datasets/worldgen.py split --split test --seed 3 --worlds 40 --per-type 500 --out build/qa/test
+"$PY" datasets/train/train.py --config "$CONFIG" --out "$RUN" --resume --eval-only build/qa/test/questions.json \
+    2>&1 | tee -a "$OUTDIR/train_log.txt" || true
+cp "$RUN/eval_torch.json" "$OUTDIR/test_torch.json" 2>/dev/null || true
 echo "gpu_train: finished; join the parts with cat"

@@ -182,65 +182,64 @@ def to_device(b, dev):
 # ---------------------------------------------------------------- loss and generation
 
 def forward_loss(model, b, lm_weight):
+    """b: a batch on the device with "sel" / "sel_lm" (flat indices of supervised tokens,
+    computed on the host so nothing waits for the GPU)."""
     mask = build_mask(b["kind"], b["seg"], b["block"])
     h = model.hidden(b["tok"], b["qpos"], b["kpos_a"], b["kpos_b"], mask)
-    lab = b["lab"].view(-1)
-    sel = (lab != -100).nonzero().squeeze(1)
+    sel = b["sel"]
     hf = h.view(-1, h.shape[-1])
-    loss = F.cross_entropy(model.logits(hf[sel]).float(), lab[sel])
+    loss = F.cross_entropy(model.logits(hf[sel]).float(), b["lab"].view(-1)[sel])
     out = {"ans": loss.detach()}
     if lm_weight > 0:
-        lm = b["lm"].view(-1)
-        sel2 = (lm != -100).nonzero().squeeze(1)
-        lml = F.cross_entropy(model.logits(hf[sel2]).float(), lm[sel2])
+        sel2 = b["sel_lm"]
+        lml = F.cross_entropy(model.logits(hf[sel2]).float(), b["lm"].view(-1)[sel2])
         out["lm"] = lml.detach()
         loss = loss + lm_weight * lml
     return loss, out
 
 
 @torch.no_grad()
-def generate(model, P, items, block, dev, max_new=24, batch=32, amp=None):
-    """items [(docs, question)] -> answers (greedy, stops at <|eot_id|>)."""
+def generate(model, P, items, block, dev, max_new=24, batch=64, amp=None):
+    """items [(docs, question)] -> answers (greedy, stops at <|eot_id|>). Each step reruns
+    the whole prompt (no KV cache: answers are a few tokens) with the new token appended
+    in place after each example's last token."""
     model.eval()
     answers = []
     for i0 in range(0, len(items), batch):
         chunk = items[i0:i0 + batch]
-        base = [encode_example(P, docs, [(q, None)], block) for docs, q in chunk]
-        gen = [[] for _ in chunk]
-        done = [False] * len(chunk)
-        for _ in range(max_new):
-            exs = []
-            for e, g in zip(base, gen):
-                e2 = {k: list(v) for k, v in e.items()}
-                p = e2["gpos"][-1] + 1
-                e2["tok"] += g
-                e2["kind"] += [KIND_QA] * len(g)
-                e2["seg"] += [10000] * len(g)
-                e2["gpos"] += range(p, p + len(g))
-                e2["lpos"] += range(p, p + len(g))
-                e2["lab"] += [-100] * len(g)
-                e2["lm"] += [-100] * len(g)
-                exs.append(e2)
-            b = to_device(collate(exs, [block] * len(exs), pad_to=16), dev)
+        exs = [encode_example(P, docs, [(q, None)], block) for docs, q in chunk]
+        n0 = np.array([len(e["tok"]) for e in exs])
+        T = (int(n0.max()) + max_new + 15) // 16 * 16
+        b = collate(exs, [block] * len(exs), pad_to=T)
+        b = to_device(b, dev)
+        B = len(exs)
+        rows = torch.arange(B, device=dev)
+        ln = torch.from_numpy(n0).to(dev)
+        gen = torch.full((B, max_new), -1, dtype=torch.long, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        for step in range(max_new):
             mask = build_mask(b["kind"], b["seg"], b["block"])
             with amp():
                 h = model.hidden(b["tok"], b["qpos"], b["kpos_a"], b["kpos_b"], mask)
-            last = h[torch.arange(len(exs), device=dev), b["len"] - 1]
-            nxt = model.logits(last.float()).argmax(-1).tolist()
-            for j, t in enumerate(nxt):
-                if not done[j]:
-                    if t == P.eot:
-                        done[j] = True
-                    else:
-                        gen[j].append(t)
-            if all(done):
+            nxt = model.logits(h[rows, ln - 1].float()).argmax(-1)
+            done = done | (nxt == P.eot)
+            gen[:, step] = torch.where(done, torch.full_like(nxt, -1), nxt)
+            if bool(done.all()):
                 break
-        answers += [P.tok.decode(g).strip() for g in gen]
+            pos = b["kpos_b"][rows, ln - 1] + 1  # QA tokens: local = global position
+            b["tok"][rows, ln] = torch.where(done, b["tok"][rows, ln], nxt)
+            b["kind"][rows, ln] = KIND_QA
+            b["seg"][rows, ln] = 10000
+            for k in ("qpos", "kpos_a", "kpos_b"):
+                b[k][rows, ln] = pos
+            ln = ln + 1
+        for g in gen.tolist():
+            answers.append(P.tok.decode([t for t in g if t >= 0]).strip())
     model.train()
     return answers
 
 
-def eval_questions(model, P, qs, dev, amp, modes=("full", "block"), batch=32):
+def eval_questions(model, P, qs, dev, amp, modes=("full", "block"), batch=64):
     """EM/F1 per type and mode of HotpotQA-format questions (PyTorch, greedy)."""
     items = [([(t, " ".join(s)) for t, s in q["context"]], q["question"]) for q in qs]
     res, preds = {}, {}
@@ -596,6 +595,8 @@ def main():
         res, preds = eval_questions(model, P, qs, dev, amp, modes=a.mode.split(","))
         for m, p in preds.items():
             json.dump({"answer": p}, open(os.path.join(a.out, "pred_torch_%s.json" % m), "w"), indent=0)
+        json.dump({"questions": a.eval_only, "step": state["step"], "torch": res},
+                  open(os.path.join(a.out, "eval_torch.json"), "w"), indent=1)
         log(evaluate.table({"torch-" + m: r for m, r in res.items()}))
         return
     if a.export_only:
@@ -632,6 +633,8 @@ def main():
                 break
             t0 = time.time()
             bnp = data.get()
+            bnp["sel"] = np.flatnonzero(bnp["lab"].reshape(-1) != -100)
+            bnp["sel_lm"] = np.flatnonzero(bnp["lm"].reshape(-1) != -100)
             b = to_device(bnp, dev)
             lr = lr_at(cfg, state["train_s"] / budget_s, state["step"])
             if "reset_at" in state:  # after a weights-only resume
@@ -645,8 +648,8 @@ def main():
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), t_cfg["clip"])
             opt.step()
             state["step"] += 1
-            acc["ans"] += float(parts["ans"])
-            acc["lm"] += float(parts.get("lm", 0.0))
+            acc["ans"] += parts["ans"]  # stays on the device: no sync per step
+            acc["lm"] += parts.get("lm", 0.0)
             acc["n"] += 1
             acc["tok"] += int(bnp["len"].sum())
             state["train_s"] += time.time() - t0
@@ -654,10 +657,10 @@ def main():
                 dt = time.time() - t_last
                 t_last = time.time()
                 rec = {"step": state["step"], "train_min": round(state["train_s"] / 60, 3),
-                       "loss_answer": round(acc["ans"] / acc["n"], 4), "lr": lr, "grad_norm": round(float(gn), 3),
+                       "loss_answer": round(float(acc["ans"]) / acc["n"], 4), "lr": lr, "grad_norm": round(float(gn), 3),
                        "steps_per_s": round(acc["n"] / dt, 2), "tok_per_s": int(acc["tok"] / dt)}
                 if t_cfg["lm_weight"] > 0:
-                    rec["loss_lm"] = round(acc["lm"] / acc["n"], 4)
+                    rec["loss_lm"] = round(float(acc["lm"]) / acc["n"], 4)
                 state["curve"].append(rec)
                 cf.write(json.dumps(rec) + "\n")
                 cf.flush()
