@@ -384,7 +384,8 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
     lz_meta_doc row;
     char src[LZ_CORPUS_MAX_ID + 1];
     uint8_t hash[32];
-    /* fast path: an unsplit document whose text and prefix are unchanged */
+    /* fast path: an unsplit document whose text and prefix are unchanged and
+     * that still fits --max-doc-tokens */
     lz_store_content_hash(r->title, r->text, hash);
     int rc = lz_meta_doc_find(g->meta, r->id, &row, src, sizeof src, g->err, sizeof g->err);
     if (rc && rc != LZ_META_ENOTFOUND) return -1;
@@ -394,7 +395,8 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
         return 1;
     }
     int same = 0;
-    if (!rc && row.passage < 0 && memcmp(row.content_hash, hash, 32) == 0 && row.model_id == g->model_id) {
+    if (!rc && row.passage < 0 && memcmp(row.content_hash, hash, 32) == 0 && row.model_id == g->model_id &&
+        row.n_tokens <= g->o.max_doc_tokens) {
         /* same text: unchanged if its payload key is the one this model and
          * prefix give its tokens (a new prompt prefix changes every key) */
         int *old = NULL, n_old = 0;

@@ -566,6 +566,16 @@ static void test_split(void)
     }
     CHECK(ok, "every passage <= 200 tokens with its own payload");
     lz_store_close(s);
+    /* a larger budget keeps it whole; the smaller one splits it again */
+    const char *a1000[] = { "-m", model_a, "-s", store, "--json", "--max-doc-tokens", "100000", p, NULL };
+    rc = run_tool(a1000, NULL, 0, out, sizeof out, errs, sizeof errs);
+    read_rows(store, &r);
+    CHECK(rc == 0 && r.n == 2 && find_row(&r, "big") >= 0 && jget(out, "removed") == parts, "whole again: %s", out);
+    rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+    read_rows(store, &r);
+    CHECK(rc == 0 && r.n == parts + 1 && find_row(&r, "big#0") >= 0 && find_row(&r, "big") < 0,
+          "split again under the smaller budget: %d rows %s", r.n, out);
+
     /* shrink the document: stale passages are removed without --prune */
     sprintf(rec, "{\"id\": \"big\", \"title\": \"Long\", \"text\": \"Now short.\"}\n{\"id\": \"small\", \"text\": \"Tiny.\"}\n");
     p = write_text("long.jsonl", rec);
