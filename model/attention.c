@@ -1,9 +1,12 @@
-/* attention.c - lazy attention on the CPU (see attention.h). Two passes per
- * (row, head): scores into a per-thread buffer, then softmax and the weighted
- * sum of values. The missing segment rotation is applied to a copy of the
- * query, once per (row, head, segment); keys are never rotated or copied. */
+/* attention.c - lazy attention on the CPU (see attention.h). Two paths with
+ * the same math: per (row, head) dot products for decode (few rows), and
+ * GEMMs for prefill, where the query rows of one KV head's group and a block
+ * of rows form a matrix: S = Q_rot K^T per segment (Q rotated by R(-rot) once
+ * per segment), a masked row softmax, then O = P V. Keys are never rotated
+ * or copied. */
 #include "model/attention.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -21,7 +24,7 @@ static inline void axpy(float *y, float a, const float *x, int d)
     for (int i = 0; i < d; i++) y[i] += a * x[i];
 }
 
-int lz_attention_cpu(const lz_attn_params *p)
+int lz_attention_cpu_rows(const lz_attn_params *p)
 {
     const int d = p->head_dim, H = p->n_heads, KV = p->n_kv_heads, group = H / KV;
     const float scale = 1.0f / sqrtf((float)d);
@@ -77,4 +80,91 @@ int lz_attention_cpu(const lz_attn_params *p)
     }
     free(scratch);
     return 0;
+}
+
+/* GEMM path: one task per (kv head, block of query rows). */
+#define ROW_BLOCK 64
+
+int lz_attention_cpu_gemm(const lz_attn_params *p)
+{
+    const int d = p->head_dim, H = p->n_heads, KV = p->n_kv_heads, group = H / KV;
+    const float scale = 1.0f / sqrtf((float)d);
+    size_t n_keys = (size_t)p->n_past + (size_t)p->n;
+    for (int s = 0; s < p->n_segs; s++) n_keys += (size_t)p->segs[s].n;
+    const int n_blocks = (p->n + ROW_BLOCK - 1) / ROW_BLOCK;
+    const size_t M = (size_t)ROW_BLOCK * group; /* matrix rows per task */
+    int nthreads = omp_get_max_threads();
+    size_t per_thread = M * n_keys + 2 * M * (size_t)d;
+    float *scratch = malloc((size_t)nthreads * per_thread * sizeof(float));
+    if (!scratch) return -1;
+
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int task = 0; task < KV * n_blocks; task++) {
+        const int g = task / n_blocks, i0 = (task % n_blocks) * ROW_BLOCK;
+        const int rows = p->n - i0 < ROW_BLOCK ? p->n - i0 : ROW_BLOCK;
+        const int m = rows * group; /* matrix row r = (i - i0) * group + hh */
+        float *S = scratch + (size_t)omp_get_thread_num() * per_thread;
+        float *Q = S + M * n_keys, *Qr = Q + M * (size_t)d;
+        for (int r = 0; r < m; r++)
+            memcpy(Q + (size_t)r * d, p->q + ((size_t)(i0 + r / group) * H + g * group + r % group) * d,
+                   (size_t)d * sizeof(float));
+        /* scores, segment by segment, then the cache */
+        size_t col = 0;
+        for (int s = 0; s < p->n_segs; s++) {
+            const lz_kv_segment *sg = &p->segs[s];
+            int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
+            if (len <= 0) continue;
+            const float *kb = sg->k + ((size_t)p->layer * KV + g) * (size_t)sg->stride * d;
+            const float *qq = Q;
+            if (sg->rot) {
+                memcpy(Qr, Q, (size_t)m * d * sizeof(float));
+                for (int r = 0; r < m; r++) lz_rope_apply(Qr + (size_t)r * d, d, -sg->rot, p->rope_layout, p->inv_freq);
+                qq = Qr;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, len, d, scale, qq, d, kb, d, 0.0f, S + col,
+                        (int)n_keys);
+            col += (size_t)len;
+        }
+        const size_t seg_cols = col;
+        const int n_self = p->n_past + i0 + rows; /* cache keys the last row of the block sees */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n_self, d, scale, Q, d,
+                    p->k + (size_t)g * p->cache_stride * d, d, 0.0f, S + col, (int)n_keys);
+        /* causal mask and softmax per row */
+        for (int r = 0; r < m; r++) {
+            float *row = S + (size_t)r * n_keys;
+            const size_t visible = seg_cols + (size_t)(p->n_past + i0 + r / group + 1);
+            float mx = -INFINITY, sum = 0;
+            for (size_t j = 0; j < visible; j++) mx = row[j] > mx ? row[j] : mx;
+            for (size_t j = 0; j < visible; j++) { row[j] = expf(row[j] - mx); sum += row[j]; }
+            float inv = 1.0f / sum;
+            for (size_t j = 0; j < visible; j++) row[j] *= inv;
+            for (size_t j = visible; j < seg_cols + (size_t)n_self; j++) row[j] = 0.0f;
+        }
+        /* O = P V, accumulated over segments and the cache */
+        float *O = Qr;
+        col = 0;
+        float beta = 0.0f;
+        for (int s = 0; s < p->n_segs; s++) {
+            const lz_kv_segment *sg = &p->segs[s];
+            int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
+            if (len <= 0) continue;
+            const float *vb = sg->v + ((size_t)p->layer * KV + g) * (size_t)sg->stride * d;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d, len, 1.0f, S + col, (int)n_keys, vb, d, beta, O, d);
+            beta = 1.0f;
+            col += (size_t)len;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d, n_self, 1.0f, S + col, (int)n_keys,
+                    p->v + (size_t)g * p->cache_stride * d, d, beta, O, d);
+        for (int r = 0; r < m; r++)
+            memcpy(p->out + ((size_t)(i0 + r / group) * H + g * group + r % group) * d, O + (size_t)r * d,
+                   (size_t)d * sizeof(float));
+    }
+    free(scratch);
+    return 0;
+}
+
+int lz_attention_cpu(const lz_attn_params *p)
+{
+    /* few rows (decode): dot products; many rows (prefill): GEMMs */
+    return p->n * (p->n_heads / p->n_kv_heads) >= 16 ? lz_attention_cpu_gemm(p) : lz_attention_cpu_rows(p);
 }

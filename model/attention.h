@@ -25,8 +25,13 @@ typedef struct {
     int rope_layout;           /* lz_rope_layout */
 } lz_attn_params;
 
-/* Computes out. Parallel over rows x heads (OpenMP). Returns 0, or -1 on
+/* Computes out, choosing the path by the number of query rows. Parallel
+ * over OpenMP threads (OpenBLAS single-threaded inside). Returns 0, or -1 on
  * allocation failure. */
 int lz_attention_cpu(const lz_attn_params *p);
+/* The two paths, exposed for tests: per (row, head) dot products, and GEMMs
+ * over blocks of rows of one KV head's group. Same results to fp32 rounding. */
+int lz_attention_cpu_rows(const lz_attn_params *p);
+int lz_attention_cpu_gemm(const lz_attn_params *p);
 
 #endif /* LZ_ATTENTION_H */

@@ -2,7 +2,8 @@
  * reference that materialises every segment's keys rotated by R(rot) and
  * runs plain softmax attention, on random inputs: GQA ratios 1/2/4, both
  * rotary layouts, llama3 divisors, unequal kept lengths per (layer, head)
- * including empty heads, offsets past 65,536, several query rows. */
+ * including empty heads, offsets past 65,536, 1-150 query rows, through
+ * both paths (per-row dot products and GEMMs). */
 #include <math.h>
 
 #include "model/attention.h"
@@ -64,7 +65,7 @@ static void naive(const lz_attn_params *p, float *out)
 static void one_case(int trial)
 {
     const int L = 2, KV = 1 + irand(3), group = 1 << irand(3), H = KV * group;
-    const int d = (irand(2) ? 16 : 64), layout = irand(2), n = 1 + irand(6), n_past = irand(5);
+    const int d = (irand(2) ? 16 : 64), layout = irand(2), n = 1 + irand(trial % 4 == 1 ? 150 : 6), n_past = irand(5);
     const int layer = irand(L), n_segs = 1 + irand(5);
     float inv_freq[128], div[128];
     for (int i = 0; i < d / 2; i++) div[i] = 1.0f + (float)irand(8);
@@ -94,7 +95,8 @@ static void one_case(int trial)
     lz_attn_params p = {.q = q, .out = o1, .n = n, .n_heads = H, .n_kv_heads = KV, .head_dim = d, .layer = layer,
                         .segs = segs, .n_segs = n_segs, .k = kc, .v = vc, .cache_stride = T, .n_past = n_past,
                         .inv_freq = inv_freq, .rope_layout = layout};
-    CHECK(lz_attention_cpu(&p) == 0, "attention");
+    int gemm = trial % 2;
+    CHECK((gemm ? lz_attention_cpu_gemm(&p) : lz_attention_cpu_rows(&p)) == 0, "attention");
     naive(&p, o2);
     double err = 0, ref = 0;
     int nan = 0;
@@ -104,8 +106,8 @@ static void one_case(int trial)
         ref = fmax(ref, fabs(o2[t]));
     }
     CHECK(!nan, "trial %d: output element not written or NaN", trial);
-    CHECK(err <= 1e-5 * fmax(ref, 1e-3) + 1e-6, "trial %d (KV %d group %d d %d layout %d segs %d): err %g ref %g",
-          trial, KV, group, d, layout, n_segs, err, ref);
+    CHECK(err <= 1e-5 * fmax(ref, 1e-3) + 1e-6, "trial %d (%s path, n %d KV %d group %d d %d layout %d segs %d): err %g ref %g",
+          trial, gemm ? "gemm" : "rows", n, KV, group, d, layout, n_segs, err, ref);
     for (int b = 0; b < nb; b++) free(blocks[b]);
     for (int s = 0; s < n_segs; s++) free(kept[s]);
     free(kc); free(vc); free(q); free(o1); free(o2);
