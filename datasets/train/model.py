@@ -7,11 +7,11 @@ no biases, tied or untied output.
 Two attention masks for training (see build_mask): "full" (causal over the
 whole prompt) and "block" (each document sees only the prefix and itself, as
 when documents are encoded standalone after the prefix and placed later with
-a rotation; the question sees everything). To make "block" exact, a block
-document computes its own states at its standalone positions s + j, while the
-question sees its keys at the placement positions p + j: every layer holds two
-copies of the keys, A rotated at local positions and B at global positions,
-and the mask says which copy each query reads.
+a rotation; the question sees everything). "block" is exact: a document at
+placement p, encoded standalone after the s prefix tokens, saw the prefix at
+distance s + i - j from its token i; everything here runs at global positions
+(p + i), so each document gets its own copy of the s prefix keys rotated at
+j + p - s, and the mask sends its queries there instead of to the prefix.
 
 Legend: B = batch, T = tokens, D = width, H/KV = heads, d = head_dim,
 F = FFN width, V = vocabulary.
@@ -51,19 +51,23 @@ def rope(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).to(x.dtype)
 
 
-def build_mask(kind, seg, block):
-    """kind, seg (B, T), block (B) bool -> (B, 1, T, 2T) bool, True = may attend.
-    Keys [0, T) are copy A (local rotation), [T, 2T) copy B (global rotation)."""
+def build_mask(kind, seg, block, xseg):
+    """kind, seg (B, T), block (B) bool, xseg (B, X) -> (B, 1, T, T + X) bool, True = may attend.
+    Keys [0, T) are the tokens themselves (rotated at their global positions); key T + x is
+    extra prefix copy x, visible to the block document whose seg equals xseg[x]."""
     T = kind.shape[1]
     idx = torch.arange(T, device=kind.device)
     causal = (idx[None, :] <= idx[:, None])[None]                      # (1, T, T)
     kq, kk = kind[:, :, None], kind[:, None, :]
     same = seg[:, :, None] == seg[:, None, :]
     blockdoc = block[:, None, None] & (kq == KIND_DOC)                # (B, T, 1)
-    a = blockdoc & causal & ((kk == KIND_PREFIX) | same)
-    vis = (kk == KIND_PREFIX) | ((kk == KIND_DOC) & ((kq == KIND_DOC) | (kq == KIND_QA))) | same
-    b = ~blockdoc & causal & vis
-    return torch.cat([a, b], -1)[:, None]
+    vis = torch.where(blockdoc, (kk == KIND_DOC) & same,
+                      (kk == KIND_PREFIX) | ((kk == KIND_DOC) & ((kq == KIND_DOC) | (kq == KIND_QA))) | same)
+    main = causal & vis
+    if xseg is None or xseg.shape[1] == 0:
+        return main[:, None]
+    extra = blockdoc & (seg[:, :, None] == xseg[:, None, :])         # (B, T, X)
+    return torch.cat([main, extra], -1)[:, None]
 
 
 class Attention(nn.Module):
@@ -96,13 +100,18 @@ class Attention(nn.Module):
             s = s.masked_fill(~mask, float("-inf"))
         return (torch.softmax(s, -1) @ v.float()).to(q.dtype)
 
-    def forward(self, x, cs_q, cs_a, cs_b, mask):
+    def forward(self, x, cs, csx, s, mask):
+        """cs: rotation at the tokens' positions; csx: of the extra prefix copies (or None),
+        which repeat the first s tokens' keys and values."""
         B, T, _ = x.shape
         q, k, v = self.qkv(x)
-        q = rope(q, *cs_q)
-        k2 = torch.cat([rope(k, *cs_a), rope(k, *cs_b)], 2)
-        v2 = torch.cat([v, v], 2)
-        o = self.attend(q, k2, v2, mask)
+        q = rope(q, *cs)
+        kr = rope(k, *cs)
+        if csx is not None:
+            D = csx[0].shape[2] // s
+            kr = torch.cat([kr, rope(k[:, :, :s].repeat(1, 1, D, 1), *csx)], 2)
+            v = torch.cat([v, v[:, :, :s].repeat(1, 1, D, 1)], 2)
+        o = self.attend(q, kr, v, mask)
         return self.o_proj(o.transpose(1, 2).reshape(B, T, self.H * self.d))
 
 
@@ -125,8 +134,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(c["dim"], c["norm_eps"])
         self.mlp = MLP(c)
 
-    def forward(self, x, cs_q, cs_a, cs_b, mask):
-        x = x + self.self_attn(self.input_layernorm(x), cs_q, cs_a, cs_b, mask)
+    def forward(self, x, cs, csx, s, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cs, csx, s, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -153,14 +162,14 @@ class Llama(nn.Module):
     def output_weight(self):
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
-    def hidden(self, tok, qpos, kpos_a, kpos_b, mask):
-        """Final normed hidden states (B, T, D)."""
-        cs_q = rope_cos_sin(qpos, self.inv_freq)
-        cs_a = rope_cos_sin(kpos_a, self.inv_freq)
-        cs_b = rope_cos_sin(kpos_b, self.inv_freq)
+    def hidden(self, tok, pos, mask, xpos=None, s=0):
+        """Final normed hidden states (B, T, D). tok, pos (B, T); mask from build_mask;
+        xpos (B, D*s): positions of the extra prefix copies (one per document slot)."""
+        cs = rope_cos_sin(pos, self.inv_freq)
+        csx = rope_cos_sin(xpos, self.inv_freq) if xpos is not None and xpos.shape[1] else None
         x = self.embed_tokens(tok)
         for layer in self.layers:
-            x = layer(x, cs_q, cs_a, cs_b, mask)
+            x = layer(x, cs, csx, s, mask)
         return self.norm(x)
 
     def logits(self, h):

@@ -57,26 +57,25 @@ def _worker_init(tok_path):
 
 
 def encode_example(P, docs, qas, block):
-    """docs [(title, text)], qas [(question, answer or None)] -> per-token lists.
-    A QA with answer None ends at its question (for generation)."""
-    tok, kind, seg, gpos, lpos, lab, lm = [], [], [], [], [], [], []
+    """docs [(title, text)], qas [(question, answer or None)] -> per-token lists and the
+    documents' start positions. A QA with answer None ends at its question (generation)."""
+    tok, kind, seg, pos, lab, lm, starts = [], [], [], [], [], [], []
     s = len(P.prefix)
     tok += P.prefix
     kind += [KIND_PREFIX] * s
     seg += [0] * s
-    gpos += list(range(s))
-    lpos += list(range(s))
+    pos += list(range(s))
     lab += [-100] * s
     lm += [-100] * s
     p = s
     for j, (title, text) in enumerate(docs):
         ids = P.doc(title, text)
         n = len(ids)
+        starts.append(p)
         tok += ids
         kind += [KIND_DOC] * n
         seg += [1 + j] * n
-        gpos += range(p, p + n)
-        lpos += range(s, s + n) if block else range(p, p + n)
+        pos += range(p, p + n)
         lab += [-100] * n
         lm += ids[1:] + [-100]
         p += n
@@ -88,35 +87,40 @@ def encode_example(P, docs, qas, block):
         tok += ids
         kind += [KIND_QA] * n
         seg += [10000 + i] * n
-        gpos += range(p, p + n)
-        lpos += range(p, p + n)
+        pos += range(p, p + n)  # every QA right after the documents, as if asked alone
         lab += [-100] * (len(qi) - 1) + ai + [-100] if ai else [-100] * len(qi)
         lm += [-100] * n
-    return {"tok": tok, "kind": kind, "seg": seg, "gpos": gpos, "lpos": lpos, "lab": lab, "lm": lm}
+    return {"tok": tok, "kind": kind, "seg": seg, "pos": pos, "lab": lab, "lm": lm, "starts": starts,
+            "n_prefix": s}
 
 
 def collate(exs, blocks, pad_to=64):
-    """Examples -> numpy arrays (B, T) padded to a multiple of pad_to."""
+    """Examples -> numpy arrays (B, T) padded to a multiple of pad_to, plus the extra
+    prefix copies: xpos/xseg (B, D*s) for D = the most documents of an example."""
     T = max(len(e["tok"]) for e in exs)
     T = (T + pad_to - 1) // pad_to * pad_to
     B = len(exs)
+    s = exs[0]["n_prefix"]
+    D = max(len(e["starts"]) for e in exs)
     out = {"tok": np.zeros((B, T), np.int64), "kind": np.full((B, T), KIND_PAD, np.int64),
-           "seg": np.full((B, T), -1, np.int64), "qpos": np.zeros((B, T), np.int64),
-           "kpos_a": np.zeros((B, T), np.int64), "kpos_b": np.zeros((B, T), np.int64),
+           "seg": np.full((B, T), -1, np.int64), "pos": np.zeros((B, T), np.int64),
+           "xpos": np.zeros((B, D * s), np.int64), "xseg": np.full((B, D * s), -2, np.int64),
            "lab": np.full((B, T), -100, np.int64), "lm": np.full((B, T), -100, np.int64),
-           "block": np.array(blocks, bool), "len": np.array([len(e["tok"]) for e in exs], np.int64)}
+           "block": np.array(blocks, bool), "len": np.array([len(e["tok"]) for e in exs], np.int64),
+           "n_prefix": s}
+    jj = np.arange(s)
     for b, e in enumerate(exs):
         n = len(e["tok"])
         out["tok"][b, :n] = e["tok"]
         out["kind"][b, :n] = e["kind"]
         out["seg"][b, :n] = e["seg"]
-        gp, lp = np.array(e["gpos"]), np.array(e["lpos"])
-        out["qpos"][b, :n] = lp  # block documents query at local positions, everything else global
-        out["kpos_a"][b, :n] = lp
-        out["kpos_b"][b, :n] = gp
-        out["qpos"][b, n:] = out["kpos_a"][b, n:] = out["kpos_b"][b, n:] = gp[-1] if n else 0
+        out["pos"][b, :n] = e["pos"]
+        out["pos"][b, n:] = e["pos"][-1]
         out["lab"][b, :n] = e["lab"]
         out["lm"][b, :n] = e["lm"]
+        for d, p in enumerate(e["starts"]):  # prefix key j seen from document d at distance s + i - j
+            out["xpos"][b, d * s:(d + 1) * s] = jj + p - s
+            out["xseg"][b, d * s:(d + 1) * s] = 1 + d
     return out
 
 
@@ -129,9 +133,10 @@ def make_batch(task):
     if cur and step < cur:  # fewer passages first: the retrieval circuit forms sooner
         k_hi = min(d["k_max"], 3 + (d["k_max"] - 3) * step // cur)
     k_lo = min(d["k_min"], k_hi)
+    k = r.randint(k_lo, k_hi)  # one passage count per batch: similar lengths, little padding
     exs, blocks = [], []
     for _ in range(B):
-        ctx = worldgen.make_context(r.getrandbits(62), "train", n_qa=d["n_qa"], k_range=(k_lo, k_hi),
+        ctx = worldgen.make_context(r.getrandbits(62), "train", n_qa=d["n_qa"], k_range=(k, k),
                                     mix=tuple(d["mix"]))
         block = r.random() < d["p_block"]
         exs.append(encode_example(_W["prompt"], ctx["docs"], [(q, a) for _, q, a in ctx["qa"]], block))
@@ -176,7 +181,14 @@ class Batches:
 
 
 def to_device(b, dev):
-    return {k: torch.from_numpy(v).to(dev, non_blocking=True) for k, v in b.items()}
+    return {k: torch.from_numpy(v).to(dev, non_blocking=True) if isinstance(v, np.ndarray) else v
+            for k, v in b.items()}
+
+
+def run_hidden(model, b):
+    """Hidden states of a device batch (masks built here, on the device)."""
+    mask = build_mask(b["kind"], b["seg"], b["block"], b["xseg"])
+    return model.hidden(b["tok"], b["pos"], mask, b["xpos"], b["n_prefix"])
 
 
 # ---------------------------------------------------------------- loss and generation
@@ -184,8 +196,7 @@ def to_device(b, dev):
 def forward_loss(model, b, lm_weight):
     """b: a batch on the device with "sel" / "sel_lm" (flat indices of supervised tokens,
     computed on the host so nothing waits for the GPU)."""
-    mask = build_mask(b["kind"], b["seg"], b["block"])
-    h = model.hidden(b["tok"], b["qpos"], b["kpos_a"], b["kpos_b"], mask)
+    h = run_hidden(model, b)
     sel = b["sel"]
     hf = h.view(-1, h.shape[-1])
     loss = F.cross_entropy(model.logits(hf[sel]).float(), b["lab"].view(-1)[sel])
@@ -218,20 +229,18 @@ def generate(model, P, items, block, dev, max_new=24, batch=64, amp=None):
         gen = torch.full((B, max_new), -1, dtype=torch.long, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         for step in range(max_new):
-            mask = build_mask(b["kind"], b["seg"], b["block"])
             with amp():
-                h = model.hidden(b["tok"], b["qpos"], b["kpos_a"], b["kpos_b"], mask)
+                h = run_hidden(model, b)
             nxt = model.logits(h[rows, ln - 1].float()).argmax(-1)
             done = done | (nxt == P.eot)
             gen[:, step] = torch.where(done, torch.full_like(nxt, -1), nxt)
             if bool(done.all()):
                 break
-            pos = b["kpos_b"][rows, ln - 1] + 1  # QA tokens: local = global position
+            pos = b["pos"][rows, ln - 1] + 1
             b["tok"][rows, ln] = torch.where(done, b["tok"][rows, ln], nxt)
             b["kind"][rows, ln] = KIND_QA
             b["seg"][rows, ln] = 10000
-            for k in ("qpos", "kpos_a", "kpos_b"):
-                b[k][rows, ln] = pos
+            b["pos"][rows, ln] = pos
             ln = ln + 1
         for g in gen.tolist():
             answers.append(P.tok.decode([t for t in g if t >= 0]).strip())
@@ -341,10 +350,8 @@ def torch_full_logits(model, ids, n_gen, dev):
         T = len(ids)
         tok = torch.tensor([ids], device=dev)
         pos = torch.arange(T, device=dev)[None]
-        mask = torch.ones(T, 2 * T, dtype=torch.bool, device=dev)
-        mask[:, :T] = False
-        mask[:, T:] = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
-        lg = model.logits(model.hidden(tok, pos, pos, pos, mask[None, None]))[0, -1].float()
+        mask = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+        lg = model.logits(model.hidden(tok, pos, mask[None, None]))[0, -1].float()
         if first is None:
             first = lg.cpu()
         gen.append(int(lg.argmax()))
@@ -414,8 +421,7 @@ def check_block(model, P, dev):
     docs, q = ctx["docs"], ctx["qa"][0][1]
     e = encode_example(P, docs, [(q, None)], True)
     b = to_device(collate([e], [True], pad_to=1), dev)
-    mask = build_mask(b["kind"], b["seg"], b["block"])
-    ref = model.logits(model.hidden(b["tok"], b["qpos"], b["kpos_a"], b["kpos_b"], mask))[0]
+    ref = model.logits(run_hidden(model, b))[0]
     s = len(P.prefix)
     t = lambda ids: torch.tensor([ids], device=dev)  # noqa: E731
     _, kv_p = model.forward_kv(t(P.prefix), torch.arange(s, device=dev)[None])
@@ -433,12 +439,23 @@ def check_block(model, P, dev):
     # and the full mask equals a plain causal run
     e2 = encode_example(P, docs, [(q, None)], False)
     b2 = to_device(collate([e2], [False], pad_to=1), dev)
-    full = model.logits(model.hidden(b2["tok"], b2["qpos"], b2["kpos_a"], b2["kpos_b"],
-                                     build_mask(b2["kind"], b2["seg"], b2["block"])))[0]
-    plain, _ = model.forward_kv(b2["tok"], b2["kpos_b"])
+    full = model.logits(run_hidden(model, b2))[0]
+    plain, _ = model.forward_kv(b2["tok"], b2["pos"])
     d2 = float((full - plain[0]).abs().max())
-    print("check-block: block mask vs standalone+re-rotation max|d| %.3g; full mask vs plain causal %.3g" % (d, d2))
-    return max(d, d2)
+    # and a padded batch of mixed masks and sizes equals its examples run one by one
+    exs, bl = [], []
+    for i, (k, blk) in enumerate([(5, True), (3, False), (2, True), (4, False)]):
+        c = worldgen.make_context(50 + i, "dev", k_range=(k, k))
+        exs.append(encode_example(P, c["docs"], [(q, a) for _, q, a in c["qa"]], blk))
+        bl.append(blk)
+    hb = run_hidden(model, to_device(collate(exs, bl), dev))
+    d3 = 0.0
+    for i, (e, blk) in enumerate(zip(exs, bl)):
+        h1 = run_hidden(model, to_device(collate([e], [blk], pad_to=1), dev))[0]
+        d3 = max(d3, float((hb[i, :len(e["tok"])] - h1).abs().max()))
+    print("check-block: block mask vs standalone+re-rotation max|d| %.3g; full mask vs plain causal %.3g; "
+          "batched vs one by one %.3g" % (d, d2, d3))
+    return max(d, d2, d3)
 
 
 # ---------------------------------------------------------------- small checkpoints
