@@ -561,6 +561,9 @@ def main():
         logf.write(s + "\n")
         logf.flush()
 
+    training = not (a.check_c or a.check_prompt or a.eval_only or a.export_only)
+    workers = a.workers if a.workers >= 0 else max(1, (os.cpu_count() or 2) - 1)
+    data = Batches(cfg, 0, workers) if training else None  # fork the workers before CUDA starts
     model = Llama(cfg["model"]).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     use_amp = dev.type == "cuda" and cfg["train"].get("amp", "bf16") == "bf16"
@@ -626,15 +629,14 @@ def main():
     dev_path = os.path.join(a.out, "dev")
     if not os.path.exists(os.path.join(dev_path, "questions.json")):
         worldgen.cmd_split(argparse.Namespace(split="dev", seed=dv["seed"], worlds=dv["worlds"],
-                                              per_type=dv["per_type"], distractors=9, out=dev_path))
+                                              per_type=dv["per_type"], distractors=dv.get("distractors", 9), out=dev_path))
     dev_qs = json.load(open(os.path.join(dev_path, "questions.json")))
 
     t_cfg = cfg["train"]
     budget_s = t_cfg["budget_minutes"] * 60
-    workers = a.workers if a.workers >= 0 else max(1, (os.cpu_count() or 2) - 1)
     log("model %.2fM parameters (%s), vocab %d, device %s, amp %s, %d data workers, batch %d" % (
         n_params / 1e6, json.dumps(cfg["model"]), tok.vocab_size, dev, use_amp, workers, t_cfg["batch"]))
-    data = Batches(cfg, state["step"], workers)
+    data.next_step = state["step"]
     t_call = time.time()
     reserve = t_cfg.get("reserve_s", 45)
     cf = open(os.path.join(a.out, "curve.jsonl"), "a")
