@@ -102,6 +102,8 @@ def collate(exs, blocks, pad_to=64):
     B = len(exs)
     s = exs[0]["n_prefix"]
     D = max(len(e["starts"]) for e in exs)
+    while (D * s) % 16:  # keys T + D*s a multiple of 16 (aligned bias rows for SDPA's kernels)
+        D += 1
     out = {"tok": np.zeros((B, T), np.int64), "kind": np.full((B, T), KIND_PAD, np.int64),
            "seg": np.full((B, T), -1, np.int64), "pos": np.zeros((B, T), np.int64),
            "xpos": np.zeros((B, D * s), np.int64), "xseg": np.full((B, D * s), -2, np.int64),
