@@ -27,7 +27,7 @@ enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_SKIPPED = 2, EXIT_CHECK = 3 };
 
 typedef struct {
     const char *corpus, *model, *store;
-    int batch_tokens, threads, max_doc_tokens, level, format;
+    int batch_tokens, threads, max_doc_tokens, level, format, kv_dtype;
     int prune, strict, check, repair, gc, quiet, json;
 } options;
 
@@ -46,6 +46,8 @@ static void usage(FILE *f)
             "  --max-doc-tokens N     split longer documents into passages id#0, id#1, ...\n"
             "                         at sentence or line boundaries (default 1024)\n"
             "  --level N              zstd level of the payloads, 1..19 (default %d)\n"
+            "  --kv-dtype bf16|f32    element type of a new store's KV payloads (default bf16;\n"
+            "                         fixed per store: f32 is exact, twice the size)\n"
             "  --format jsonl|csv     input format when the file name does not tell\n"
             "  --prune                remove documents absent from this corpus\n"
             "  --strict               stop at the first bad record (all before it is committed)\n"
@@ -142,12 +144,17 @@ typedef struct {
     int *ids;
     int n_tokens, passage;
     int64_t row_id;   /* existing row to update; 0 = insert */
-    int kind;         /* K_ADDED, K_UPDATED, K_UNCHANGED */
+    int kind;         /* K_ADDED, K_UPDATED, K_UNCHANGED, K_REHASH */
+    int has_source_hash;
+    uint8_t source_hash[32];
     uint8_t content_hash[32], key[LZ_META_KEY_LEN];
     int64_t raw_bytes, stored_bytes;
 } pend_doc;
 
-enum { K_ADDED = 0, K_UPDATED = 1, K_UNCHANGED = 2 };
+/* K_REHASH: same content and payload, only the row's source_hash is set
+ * (rows from before schema version 2, or after a budget change): counted
+ * as unchanged. */
+enum { K_ADDED = 0, K_UPDATED = 1, K_UNCHANGED = 2, K_REHASH = 3 };
 
 typedef struct {
     options o;
@@ -257,12 +264,15 @@ static int flush(ingest *g)
         d.raw_bytes = p->raw_bytes;
         d.stored_bytes = p->stored_bytes;
         d.seen_run = g->run;
+        d.has_source_hash = p->has_source_hash;
+        memcpy(d.source_hash, p->source_hash, 32);
         if (p->kind == K_ADDED) {
             rc = lz_meta_doc_insert(g->meta, &d, g->err, sizeof g->err);
             add.n_added++;
         } else {
             rc = lz_meta_doc_update(g->meta, &d, g->err, sizeof g->err);
-            add.n_updated++;
+            if (p->kind == K_REHASH) add.n_unchanged++;
+            else add.n_updated++;
         }
     }
     for (int i = 0; !rc && i < g->n_src; i++) {
@@ -300,12 +310,19 @@ static void progress(ingest *g, int force)
             (int)eta / 60, (int)eta % 60);
 }
 
+/* Uncompressed payload body bytes of n tokens: K and V, every layer and head. */
+static int64_t raw_bytes(const ingest *g, int n)
+{
+    int64_t es = lz_store_kv_dtype(g->s) == LZ_PAYLOAD_DTYPE_F32 ? 4 : 2;
+    return 2 * es * g->m->cfg.n_layers * g->m->cfg.n_kv_heads * (int64_t)n * g->m->cfg.head_dim;
+}
+
 /* Encodes ids (unless a payload with key already exists, in the store or in
  * this batch) and queues the payload. Sets raw/stored sizes. */
 static int encode_doc(ingest *g, const int *ids, int n, const uint8_t key[LZ_META_KEY_LEN], int64_t *raw,
                       int64_t *stored)
 {
-    int64_t raw_size = 4LL * g->m->cfg.n_layers * g->m->cfg.n_kv_heads * (int64_t)n * g->m->cfg.head_dim;
+    int64_t raw_size = raw_bytes(g, n);
     *raw = raw_size;
     for (int i = 0; i < g->n_pay; i++)
         if (memcmp(g->pay[i].key, key, LZ_META_KEY_LEN) == 0) {
@@ -376,6 +393,45 @@ static int count_tokens(void *p, const char *s, size_t n)
     return k;
 }
 
+/* The split fast path: rows of a source, checked in passage order. */
+typedef struct {
+    ingest *g;
+    const uint8_t *hash;
+    int64_t *ids;
+    int n, cap, ok;
+    int64_t tokens;
+} split_check;
+
+static int split_visit(const lz_meta_doc *d, void *p)
+{
+    split_check *c = p;
+    ingest *g = c->g;
+    uint8_t key[LZ_META_KEY_LEN];
+    if (!d->token_ids || !d->has_source_hash || memcmp(d->source_hash, c->hash, 32) != 0 || d->passage != c->n ||
+        d->model_id != g->model_id) {
+        c->ok = 0;
+        return 1;
+    }
+    lz_store_doc_key(g->m->fingerprint, g->prefix, g->n_prefix, d->token_ids, d->n_tokens, key);
+    if (memcmp(key, d->payload_key, LZ_META_KEY_LEN) != 0) {
+        c->ok = 0;
+        return 1;
+    }
+    if (c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 16;
+        int64_t *v = realloc(c->ids, sizeof *v * (size_t)cap);
+        if (!v) {
+            c->ok = 0;
+            return 1;
+        }
+        c->ids = v;
+        c->cap = cap;
+    }
+    c->ids[c->n++] = d->id;
+    c->tokens += d->n_tokens;
+    return 0;
+}
+
 /* Processes one valid record. Returns 0, 1 when it was bad (message in
  * g->err), -1 on a fatal error. */
 static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_seen, const char *where)
@@ -416,6 +472,33 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
         d->row_id = row.id;
         g->n_corpus_tokens += row.n_tokens;
         return push_ptr(&g->sources, &g->n_src, &g->cap_src, r->id) ? -1 : 0;
+    }
+
+    /* fast path: a split record whose passages all carry this record's hash
+     * (same text, same budget) and keys valid under this model and prefix */
+    uint8_t split_hash[32];
+    lz_store_split_hash(r->title, r->text, r->text_len, g->o.max_doc_tokens, split_hash);
+    if (rc == LZ_META_ENOTFOUND) {
+        split_check sc = { g, split_hash, NULL, 0, 0, 1, 0 };
+        if (lz_meta_source_rows(g->meta, r->id, split_visit, &sc, g->err, sizeof g->err)) {
+            free(sc.ids);
+            return -1;
+        }
+        if (sc.ok && sc.n > 0) {
+            for (int k = 0; k < sc.n; k++) {
+                pend_doc *d = new_pending(g);
+                if (!d) {
+                    free(sc.ids);
+                    return -1;
+                }
+                d->kind = K_UNCHANGED;
+                d->row_id = sc.ids[k];
+            }
+            free(sc.ids);
+            g->n_corpus_tokens += sc.tokens;
+            return push_ptr(&g->sources, &g->n_src, &g->cap_src, r->id) ? -1 : 0;
+        }
+        free(sc.ids);
     }
 
     /* tokenize, split when over budget */
@@ -480,6 +563,8 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
         if (!split) memcpy(d->ids, all, sizeof(int) * (size_t)n);
         d->n_tokens = n;
         d->passage = split ? k : -1;
+        d->has_source_hash = split;
+        if (split) memcpy(d->source_hash, split_hash, 32);
         lz_store_content_hash(d->title, d->text, d->content_hash);
         lz_store_doc_key(g->m->fingerprint, g->prefix, g->n_prefix, d->ids, n, d->key);
         g->n_corpus_tokens += n;
@@ -503,8 +588,12 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
         }
         if (!rc && row.passage == d->passage && memcmp(row.content_hash, d->content_hash, 32) == 0 &&
             memcmp(row.payload_key, d->key, LZ_META_KEY_LEN) == 0 && row.model_id == g->model_id) {
-            d->kind = K_UNCHANGED;
+            int hash_same = row.has_source_hash == d->has_source_hash &&
+                            (!split || memcmp(row.source_hash, d->source_hash, 32) == 0);
+            d->kind = hash_same ? K_UNCHANGED : K_REHASH;
             d->row_id = row.id;
+            d->raw_bytes = row.raw_bytes;
+            d->stored_bytes = row.stored_bytes;
             continue;
         }
         d->kind = rc ? K_ADDED : K_UPDATED;
@@ -539,12 +628,14 @@ static int setup_model(ingest *g, const char *model_path)
     char abs[PATH_MAX];
     lz_store_model_desc desc;
     lz_store_model_desc_of(g->m, realpath(model_path, abs) ? abs : model_path, &desc);
+    desc.kv_dtype = g->o.kv_dtype;
     uint8_t pkey[LZ_META_KEY_LEN];
     int prefix_changed; /* every key changes; the key comparison in do_record sees it */
     if (lz_store_bind_model(g->s, &desc, g->prefix, g->n_prefix, &g->model_id, pkey, &prefix_changed, g->err,
                             sizeof g->err))
         return -1;
     if (lz_encoder_new(g->m, g->prefix, g->n_prefix, &g->enc, g->err, sizeof g->err)) return -1;
+    lz_encoder_set_dtype(g->enc, lz_store_kv_dtype(g->s));
     int have = lz_store_has_payload(g->s, pkey, NULL, g->err, sizeof g->err);
     if (have < 0) return -1;
     if (!have) {
@@ -661,8 +752,8 @@ static int repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
             return -1;
         int rc = lz_store_put_payloads(g->s, &p, 1, g->err, sizeof g->err);
         if (!rc) {
-            int64_t raw = 4LL * g->m->cfg.n_layers * g->m->cfg.n_kv_heads * (int64_t)c->n * g->m->cfg.head_dim;
-            rc = lz_meta_doc_set_payload(g->meta, c->doc_id, p.key, raw, (int64_t)p.len, g->err, sizeof g->err);
+            rc = lz_meta_doc_set_payload(g->meta, c->doc_id, p.key, raw_bytes(g, c->n), (int64_t)p.len, g->err,
+                                         sizeof g->err);
         }
         free(p.blob);
         if (rc) return -1;
@@ -723,7 +814,7 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
         printf("lazyingest: %s -> %s: %lld added, %lld updated, %lld unchanged, %lld removed, %lld skipped"
                " (%lld duplicate ids)\n"
                "  tokens: %lld in corpus, %lld encoded (%.0f tok/s)\n"
-               "  payloads written: %.2f MB raw bf16, %.2f MB stored (%.2fx)\n",
+               "  payloads written: %.2f MB raw, %.2f MB stored (%.2fx)\n",
                g->o.corpus, g->o.store, (long long)g->c.n_added, (long long)g->c.n_updated,
                (long long)g->c.n_unchanged, (long long)g->c.n_removed, (long long)g->c.n_skipped,
                (long long)g->n_dupes, (long long)g->n_corpus_tokens, (long long)g->c.n_tokens, tps,
@@ -897,6 +988,15 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--level")) {
             if (parse_int(val, a, 1, 19, &o->level)) return EXIT_ERR;
+            i++;
+        } else if (!strcmp(a, "--kv-dtype")) {
+            if (!val) goto missing;
+            if (!strcmp(val, "bf16")) o->kv_dtype = LZ_PAYLOAD_DTYPE_BF16;
+            else if (!strcmp(val, "f32")) o->kv_dtype = LZ_PAYLOAD_DTYPE_F32;
+            else {
+                fprintf(stderr, "lazyingest: --kv-dtype expects bf16 or f32, got '%s'\n", val);
+                return EXIT_ERR;
+            }
             i++;
         } else if (!strcmp(a, "--format")) {
             if (!val) goto missing;

@@ -14,7 +14,7 @@ enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
     ST_MODEL_GET, ST_MODEL_INSERT, ST_MODEL_SET_PREFIX,
     ST_DOC_FIND, ST_DOC_INSERT, ST_DOC_UPDATE, ST_DOC_SET_PAYLOAD, ST_DOC_TOUCH, ST_SOURCE_TOUCH,
-    ST_DOC_DELETE, ST_SOURCE_PRUNE, ST_PRUNE, ST_DOC_COUNT, ST_DOC_ALL, ST_KEY_DOC, ST_KEY_MODEL,
+    ST_DOC_DELETE, ST_SOURCE_ROWS, ST_SOURCE_PRUNE, ST_PRUNE, ST_DOC_COUNT, ST_DOC_ALL, ST_KEY_DOC, ST_KEY_MODEL,
     ST_SEARCH, ST_HIT, ST_HITS_GET, ST_DOC_TOKENS, ST_TOP,
     ST_RUN_ABORT_STALE, ST_RUN_BEGIN, ST_RUN_END,
     ST_COUNT
@@ -27,27 +27,29 @@ static const char *const SQL[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_MODEL_GET] = "SELECT id, fingerprint, architecture, n_layers, n_kv_heads, head_dim, rope_layout,"
-                     " rope_theta, rope_scaling, prefix_tokens, prefix_key, source_path"
+                     " rope_theta, rope_scaling, prefix_tokens, prefix_key, source_path, kv_dtype"
                      " FROM models ORDER BY id LIMIT 1",
     [ST_MODEL_INSERT] = "INSERT INTO models (fingerprint, architecture, n_layers, n_kv_heads, head_dim,"
-                        " rope_layout, rope_theta, rope_scaling, prefix_tokens, prefix_key, source_path)"
-                        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                        " rope_layout, rope_theta, rope_scaling, prefix_tokens, prefix_key, source_path,"
+                        " kv_dtype) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     [ST_MODEL_SET_PREFIX] = "UPDATE models SET prefix_tokens = ?2, prefix_key = ?3, source_path = ?4"
                             " WHERE id = ?1",
     [ST_DOC_FIND] = "SELECT id, source_id, passage, content_hash, payload_key, n_tokens, model_id,"
-                    " raw_bytes, stored_bytes, seen_run FROM documents WHERE ext_id = ?1",
+                    " raw_bytes, stored_bytes, seen_run, source_hash FROM documents WHERE ext_id = ?1",
     [ST_DOC_INSERT] = "INSERT INTO documents (ext_id, source_id, passage, title, text, content_hash,"
-                      " token_ids, n_tokens, model_id, payload_key, raw_bytes, stored_bytes, seen_run)"
-                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                      " token_ids, n_tokens, model_id, payload_key, raw_bytes, stored_bytes, seen_run,"
+                      " source_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     [ST_DOC_UPDATE] = "UPDATE documents SET ext_id = ?1, source_id = ?2, passage = ?3, title = ?4,"
                       " text = ?5, content_hash = ?6, token_ids = ?7, n_tokens = ?8, model_id = ?9,"
                       " payload_key = ?10, raw_bytes = ?11, stored_bytes = ?12, seen_run = ?13,"
-                      " updated_at = " NOW " WHERE id = ?14",
+                      " source_hash = ?14, updated_at = " NOW " WHERE id = ?15",
     [ST_DOC_SET_PAYLOAD] = "UPDATE documents SET payload_key = ?2, raw_bytes = ?3, stored_bytes = ?4,"
                            " updated_at = " NOW " WHERE id = ?1",
     [ST_DOC_TOUCH] = "UPDATE documents SET seen_run = ?2 WHERE id = ?1",
     [ST_SOURCE_TOUCH] = "UPDATE documents SET seen_run = ?2 WHERE source_id = ?1",
     [ST_DOC_DELETE] = "DELETE FROM documents WHERE id = ?1",
+    [ST_SOURCE_ROWS] = "SELECT id, ext_id, passage, source_hash, payload_key, model_id, token_ids, n_tokens"
+                       " FROM documents WHERE source_id = ?1 ORDER BY passage",
     [ST_SOURCE_PRUNE] = "DELETE FROM documents WHERE source_id = ?1 AND seen_run IS NOT ?2",
     [ST_PRUNE] = "DELETE FROM documents WHERE seen_run IS NOT ?1",
     [ST_DOC_COUNT] = "SELECT count(*) FROM documents",
@@ -314,6 +316,7 @@ int lz_meta_model_get(lz_meta *m, lz_meta_model *o, char *err, size_t errlen)
     if (nb) memcpy(o->prefix_tokens, p, (size_t)nb);
     copy_blob(o->prefix_key, LZ_META_KEY_LEN, s, 10);
     copy_text(o->source_path, sizeof o->source_path, sqlite3_column_text(s, 11));
+    o->kv_dtype = sqlite3_column_int(s, 12);
     sqlite3_reset(s);
     return LZ_META_OK;
 }
@@ -332,6 +335,7 @@ int lz_meta_model_insert(lz_meta *m, lz_meta_model *o, char *err, size_t errlen)
     bind_ids(s, 9, o->prefix_tokens, o->n_prefix);
     sqlite3_bind_blob(s, 10, o->prefix_key, LZ_META_KEY_LEN, SQLITE_STATIC);
     sqlite3_bind_text(s, 11, o->source_path, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 12, o->kv_dtype);
     int rc = run_done(m, ST_MODEL_INSERT, err, errlen);
     if (!rc) o->id = sqlite3_last_insert_rowid(m->db);
     return rc;
@@ -377,6 +381,8 @@ int lz_meta_doc_find(lz_meta *m, const char *ext_id, lz_meta_doc *o, char *src, 
     o->raw_bytes = sqlite3_column_int64(s, 7);
     o->stored_bytes = sqlite3_column_int64(s, 8);
     o->seen_run = sqlite3_column_int64(s, 9);
+    o->has_source_hash = sqlite3_column_bytes(s, 10) == 32;
+    copy_blob(o->source_hash, 32, s, 10);
     sqlite3_reset(s);
     return LZ_META_OK;
 }
@@ -397,6 +403,8 @@ static void bind_doc(sqlite3_stmt *s, const lz_meta_doc *d)
     sqlite3_bind_int64(s, 11, d->raw_bytes);
     sqlite3_bind_int64(s, 12, d->stored_bytes);
     sqlite3_bind_int64(s, 13, d->seen_run);
+    if (d->has_source_hash) sqlite3_bind_blob(s, 14, d->source_hash, 32, SQLITE_STATIC);
+    else sqlite3_bind_null(s, 14);
 }
 
 int lz_meta_doc_insert(lz_meta *m, lz_meta_doc *d, char *err, size_t errlen)
@@ -412,7 +420,7 @@ int lz_meta_doc_update(lz_meta *m, const lz_meta_doc *d, char *err, size_t errle
 {
     sqlite3_stmt *s = stmt(m, ST_DOC_UPDATE);
     bind_doc(s, d);
-    sqlite3_bind_int64(s, 14, d->id);
+    sqlite3_bind_int64(s, 15, d->id);
     return run_done(m, ST_DOC_UPDATE, err, errlen);
 }
 
@@ -441,6 +449,39 @@ int lz_meta_source_touch(lz_meta *m, const char *source_id, int64_t run, char *e
     sqlite3_bind_text(s, 1, source_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, run);
     return run_done(m, ST_SOURCE_TOUCH, err, errlen);
+}
+
+int lz_meta_source_rows(lz_meta *m, const char *source_id, int (*fn)(const lz_meta_doc *d, void *ctx),
+                        void *ctx, char *err, size_t errlen)
+{
+    static const int no_tokens[1];
+    sqlite3_stmt *s = stmt(m, ST_SOURCE_ROWS);
+    sqlite3_bind_text(s, 1, source_id, -1, SQLITE_STATIC);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        lz_meta_doc d;
+        memset(&d, 0, sizeof d);
+        d.id = sqlite3_column_int64(s, 0);
+        d.ext_id = (const char *)sqlite3_column_text(s, 1);
+        d.source_id = source_id;
+        d.passage = sqlite3_column_int(s, 2);
+        d.has_source_hash = sqlite3_column_bytes(s, 3) == 32;
+        copy_blob(d.source_hash, 32, s, 3);
+        copy_blob(d.payload_key, LZ_META_KEY_LEN, s, 4);
+        d.model_id = sqlite3_column_int64(s, 5);
+        d.token_ids = sqlite3_column_blob(s, 6);
+        int nb = sqlite3_column_bytes(s, 6);
+        d.n_tokens = sqlite3_column_int(s, 7);
+        if (nb != d.n_tokens * (int)sizeof(int)) d.token_ids = NULL;
+        else if (nb == 0) d.token_ids = no_tokens;
+        if (fn(&d, ctx)) {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+    int st = rc != SQLITE_DONE ? sql_fail(m, err, errlen, ST_SOURCE_ROWS, rc) : LZ_META_OK;
+    sqlite3_reset(s);
+    return st;
 }
 
 int lz_meta_doc_delete(lz_meta *m, int64_t id, char *err, size_t errlen)

@@ -51,6 +51,7 @@ typedef struct {
     int n_prefix;
     uint8_t prefix_key[LZ_META_KEY_LEN];
     char source_path[1024];
+    int kv_dtype;            /* LZ_PAYLOAD_DTYPE_* of the store's payloads */
 } lz_meta_model;
 
 /* The store's model (the first row), or ENOTFOUND. */
@@ -76,11 +77,13 @@ typedef struct {
     uint8_t payload_key[LZ_META_KEY_LEN];
     int64_t raw_bytes, stored_bytes;
     int64_t seen_run;
+    int has_source_hash;               /* passages of a split record */
+    uint8_t source_hash[32];           /* of the whole record and the split budget */
 } lz_meta_doc;
 
 /* Looks up ext_id; on success fills id, source_id (copied into src, srclen),
- * content_hash, payload_key, n_tokens, model_id, sizes; the text fields are
- * left NULL. Errors: ENOTFOUND. */
+ * content_hash, payload_key, n_tokens, model_id, sizes, source_hash; the
+ * text and token fields are left NULL. Errors: ENOTFOUND. */
 int lz_meta_doc_find(lz_meta *m, const char *ext_id, lz_meta_doc *out, char *src, size_t srclen,
                      char *err, size_t errlen);
 /* Inserts (sets d->id) or updates row d->id (every column; timestamps kept or set). */
@@ -89,6 +92,12 @@ int lz_meta_doc_update(lz_meta *m, const lz_meta_doc *d, char *err, size_t errle
 /* Points row id at another payload (repair). */
 int lz_meta_doc_set_payload(lz_meta *m, int64_t id, const uint8_t key[LZ_META_KEY_LEN],
                             int64_t raw_bytes, int64_t stored_bytes, char *err, size_t errlen);
+/* Calls fn for every row of source_id in passage order with id, ext_id,
+ * passage, source_hash, payload_key, model_id and token ids (NULL when the
+ * blob is malformed); pointers valid during the call; fn returns non-zero
+ * to stop early and must not use m. */
+int lz_meta_source_rows(lz_meta *m, const char *source_id, int (*fn)(const lz_meta_doc *d, void *ctx),
+                        void *ctx, char *err, size_t errlen);
 /* Marks row id as seen by run. */
 int lz_meta_doc_touch(lz_meta *m, int64_t id, int64_t run, char *err, size_t errlen);
 /* Marks every row of source_id as seen by run (a bad record keeps its old rows). */

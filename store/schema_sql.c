@@ -97,5 +97,18 @@ const lz_meta_migration lz_meta_migrations[] = {
       "    n_garbage    INTEGER NOT NULL DEFAULT 0  -- unreferenced payloads collected\n"
       ");\n"
     },
+    { 2, "schema/002_source_hash.sql",
+      "-- 002_source_hash.sql - schema version 2. The passages of a split record carry\n"
+      "-- a hash of the whole record and the split budget, so a re-run recognises an\n"
+      "-- unchanged long document without tokenizing and splitting it again.\n"
+      "\n"
+      "-- sha256(\"lazysplit-v1\", u32 max_doc_tokens, title, 0x00, text) of the record a\n"
+      "-- passage was split from; NULL for documents that were not split.\n"
+      "ALTER TABLE documents ADD COLUMN source_hash BLOB;\n"
+      "\n"
+      "-- Element type of the store's KV payloads (schema/PAYLOAD.md dtype): 1 = bf16,\n"
+      "-- 2 = fp32. One per store, chosen when it is created (lazyingest --kv-dtype).\n"
+      "ALTER TABLE models ADD COLUMN kv_dtype INTEGER NOT NULL DEFAULT 1;\n"
+    },
 };
 const int lz_meta_n_migrations = (int)(sizeof lz_meta_migrations / sizeof lz_meta_migrations[0]);

@@ -29,6 +29,7 @@ struct lz_store {
     int *prefix;
     int n_prefix;
     int n_layers, n_kv_heads, head_dim;
+    int kv_dtype;
 };
 
 static int fail(char *err, size_t errlen, int status, const char *fmt, ...)
@@ -148,6 +149,7 @@ lz_meta *lz_store_meta(lz_store *s) { return s->meta; }
 lz_kvdb *lz_store_kvdb(lz_store *s) { return s->kv; }
 const char *lz_store_dir(const lz_store *s) { return s->dir; }
 const uint8_t *lz_store_model_fingerprint(const lz_store *s) { return s->fingerprint; }
+int lz_store_kv_dtype(const lz_store *s) { return s->kv_dtype; }
 
 /* ---- keys ---- */
 
@@ -196,6 +198,19 @@ void lz_store_content_hash(const char *title, const char *text, uint8_t out[32])
     lz_sha256_final(&h, out);
 }
 
+void lz_store_split_hash(const char *title, const char *text, size_t text_len, int max_doc_tokens,
+                         uint8_t out[32])
+{
+    lz_sha256_ctx h;
+    lz_sha256_init(&h);
+    lz_sha256_update(&h, "lazysplit-v1", 12);
+    sha_u32(&h, (uint32_t)max_doc_tokens);
+    if (title) lz_sha256_update(&h, title, strlen(title));
+    lz_sha256_update(&h, "", 1);
+    lz_sha256_update(&h, text, text_len);
+    lz_sha256_final(&h, out);
+}
+
 /* ---- model binding ---- */
 
 void lz_store_model_desc_of(const lz_llama *m, const char *source_path, lz_store_model_desc *d)
@@ -232,6 +247,7 @@ static void describe(const lz_store_model_desc *m, lz_meta_model *o)
         snprintf(o->rope_scaling, sizeof o->rope_scaling, "none");
     }
     snprintf(o->source_path, sizeof o->source_path, "%s", m->source_path ? m->source_path : "");
+    o->kv_dtype = m->kv_dtype;
 }
 
 /* Compares the recorded model with m; EMODEL with both named when they differ. */
@@ -245,6 +261,12 @@ static int compare_model(lz_store *s, const lz_meta_model *have, const lz_meta_m
     else if (strcmp(have->rope_layout, want->rope_layout) != 0) what = "rotary layout";
     else if (have->rope_theta != want->rope_theta) what = "rope theta";
     else if (strcmp(have->rope_scaling, want->rope_scaling) != 0) what = "rope scaling";
+    if (!what && want->kv_dtype && want->kv_dtype != have->kv_dtype)
+        return fail(err, errlen, LZ_STORE_EMODEL,
+                    "store %s holds %s KV payloads; refusing %s: a store has one KV dtype. "
+                    "Use another --store.",
+                    s->dir, have->kv_dtype == LZ_PAYLOAD_DTYPE_F32 ? "fp32" : "bf16",
+                    want->kv_dtype == LZ_PAYLOAD_DTYPE_F32 ? "fp32" : "bf16");
     if (!what) return LZ_STORE_OK;
     return fail(err, errlen, LZ_STORE_EMODEL,
                 "store %s was built with model %.16s (%s, %d layers, %s rotary, theta %g, %s) from '%s'; "
@@ -256,8 +278,9 @@ static int compare_model(lz_store *s, const lz_meta_model *have, const lz_meta_m
                 want->source_path, what);
 }
 
-static void adopt(lz_store *s, const lz_store_model_desc *m, int64_t id)
+static void adopt(lz_store *s, const lz_store_model_desc *m, int64_t id, int kv_dtype)
 {
+    s->kv_dtype = kv_dtype;
     memcpy(s->fingerprint, m->fingerprint, 32);
     s->model_id = id;
     s->n_layers = m->n_layers;
@@ -293,6 +316,7 @@ int lz_store_bind_recorded(lz_store *s, char *err, size_t errlen)
         s->fingerprint[i] = (uint8_t)b;
     }
     s->model_id = have.id;
+    s->kv_dtype = have.kv_dtype;
     s->n_layers = have.n_layers;
     s->n_kv_heads = have.n_kv_heads;
     s->head_dim = have.head_dim;
@@ -312,7 +336,7 @@ int lz_store_check_model(lz_store *s, const lz_store_model_desc *m, char *err, s
     if (st) return st;
     st = compare_model(s, &have, &want, err, errlen);
     if (!st) {
-        adopt(s, m, have.id);
+        adopt(s, m, have.id, have.kv_dtype);
         st = set_prefix(s, have.prefix_tokens, have.n_prefix);
     }
     free(have.prefix_tokens);
@@ -334,8 +358,10 @@ int lz_store_bind_model(lz_store *s, const lz_store_model_desc *m, const int *pr
     if (st) return st;
     st = from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
     if (st == LZ_STORE_ENOTFOUND) {
+        if (!want.kv_dtype) want.kv_dtype = LZ_PAYLOAD_DTYPE_BF16;
         st = from_meta(lz_meta_model_insert(s->meta, &want, err, errlen));
         have.id = want.id;
+        have.kv_dtype = want.kv_dtype;
     } else if (!st) {
         st = compare_model(s, &have, &want, err, errlen);
         if (!st && (have.n_prefix != n_prefix ||
@@ -353,7 +379,7 @@ int lz_store_bind_model(lz_store *s, const lz_store_model_desc *m, const int *pr
         lz_meta_rollback(s->meta);
         return st;
     }
-    adopt(s, m, have.id);
+    adopt(s, m, have.id, have.kv_dtype);
     *model_id = have.id;
     return set_prefix(s, prefix, n_prefix);
 }
@@ -542,6 +568,9 @@ static int check_one(check_ctx *c, int64_t id, const char *ext_id, const uint8_t
         return report(c, LZ_STORE_ISSUE_MISMATCH, id, ext_id, ids, n,
                       "payload shape L=%d KV=%d d=%d, model has L=%d KV=%d d=%d", info.n_layers,
                       info.n_kv_heads, info.head_dim, s->n_layers, s->n_kv_heads, s->head_dim);
+    if (info.dtype != s->kv_dtype)
+        return report(c, LZ_STORE_ISSUE_MISMATCH, id, ext_id, ids, n, "payload dtype %d, the store's is %d",
+                      info.dtype, s->kv_dtype);
     if (info.n_tokens != n || info.pos_base != pos_base)
         return report(c, LZ_STORE_ISSUE_MISMATCH, id, ext_id, ids, n,
                       "payload holds %d tokens at base %d, row says %d at base %d", info.n_tokens,

@@ -47,6 +47,7 @@ typedef struct {
     float rope_theta;
     const float *rope_divisors;  /* (head_dim / 2) or NULL */
     const char *source_path;     /* informational */
+    int kv_dtype;                /* payload dtype (LZ_PAYLOAD_DTYPE_*); 0 = the store's, bf16 for a new one */
 } lz_store_model_desc;
 
 struct lz_llama;
@@ -69,6 +70,9 @@ int lz_store_bind_recorded(lz_store *s, char *err, size_t errlen);
 int lz_store_check_model(lz_store *s, const lz_store_model_desc *m, char *err, size_t errlen);
 /* The bound model's fingerprint (valid after bind/check). */
 const uint8_t *lz_store_model_fingerprint(const lz_store *s);
+/* The element type of the store's payloads (LZ_PAYLOAD_DTYPE_*), valid after
+ * bind/check; fixed when the store is created. */
+int lz_store_kv_dtype(const lz_store *s);
 
 /* The prompt prefix the store is bound to (valid after bind/check/bind_recorded):
  * its token ids (owned by s) and the LMDB key of its payload. */
@@ -96,6 +100,10 @@ void lz_store_prefix_key(const uint8_t fingerprint[32], const int *prefix, int n
                          uint8_t key[LZ_META_KEY_LEN]);
 /* Change detection: sha256(title or "", 0x00, text). */
 void lz_store_content_hash(const char *title, const char *text, uint8_t out[32]);
+/* Change detection of a record split into passages under a token budget:
+ * sha256("lazysplit-v1", u32 max_doc_tokens, title or "", 0x00, text). */
+void lz_store_split_hash(const char *title, const char *text, size_t text_len, int max_doc_tokens,
+                         uint8_t out[32]);
 
 /* ---- payloads ---- */
 typedef struct {

@@ -566,6 +566,9 @@ static void test_split(void)
     }
     CHECK(ok, "every passage <= 200 tokens with its own payload");
     lz_store_close(s);
+    /* the same corpus again: the split record is recognised as unchanged */
+    rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "unchanged") == parts + 1 && jget(out, "tokens_encoded") == 0, "split rerun: %s", out);
     /* a larger budget keeps it whole; the smaller one splits it again */
     const char *a1000[] = { "-m", model_a, "-s", store, "--json", "--max-doc-tokens", "100000", p, NULL };
     rc = run_tool(a1000, NULL, 0, out, sizeof out, errs, sizeof errs);
@@ -585,6 +588,69 @@ static void test_split(void)
           "shrunk: %d rows, %s", r.n, out);
     free(text);
     free(rec);
+}
+
+/* A store of exact fp32 payloads: decodes bit for bit to the engine's fp32
+ * KV; its dtype is fixed. */
+static void test_f32_store(void)
+{
+    char store[300];
+    snprintf(store, sizeof store, "%s/f32", dir);
+    char *c = make_corpus(6, 0, 0);
+    const char *p = write_text("f32.jsonl", c);
+    const char *a[] = { "-m", model_a, "-s", store, "--json", "--threads", "1", "--kv-dtype", "f32", p, NULL };
+    int rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "added") == 6, "f32 ingest: %s %s", out, errs);
+    lz_llama *m;
+    char err[1024];
+    lz_llama_load(model_a, &m, err, sizeof err);
+    lz_llama_set_threads(1);
+    int *prefix, np;
+    lz_prompt_prefix_tokens(m->tok, &prefix, &np);
+    lz_encoder *e;
+    lz_encoder_new(m, prefix, np, &e, err, sizeof err);
+    lz_store *s;
+    CHECK(lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err) == 0, "open");
+    sample smp = { 0 };
+    lz_meta_doc_foreach(lz_store_meta(s), take_sample, &smp, err, sizeof err);
+    lz_payload_codec *codec = lz_payload_codec_new();
+    const int L = m->cfg.n_layers, KV = m->cfg.n_kv_heads, d = m->cfg.head_dim;
+    int exact = 1;
+    for (int t = 0; t < smp.n; t++) {
+        void *blob;
+        size_t len;
+        lz_store_get_payload(s, smp.key[t], &blob, &len, err, sizeof err);
+        int n = smp.n_ids[t];
+        float *k = calloc((size_t)L * KV * n * d + 1, 4), *v = calloc((size_t)L * KV * n * d + 1, 4);
+        lz_payload_info info;
+        exact &= lz_payload_decode_f32(codec, blob, len, k, v, n, NULL, &info, err, sizeof err) == 0 &&
+                 info.dtype == LZ_PAYLOAD_DTYPE_F32;
+        lz_encoder_run(e, smp.ids[t], n, err, sizeof err);
+        const lz_kv_cache *kc = lz_encoder_doc_cache(e);
+        for (int i = 0; i < L * KV; i++)
+            exact &= memcmp(k + (size_t)i * n * d, kc->k + (size_t)i * kc->cap * d, sizeof(float) * (size_t)n * d) == 0 &&
+                     memcmp(v + (size_t)i * n * d, kc->v + (size_t)i * kc->cap * d, sizeof(float) * (size_t)n * d) == 0;
+        free(k);
+        free(v);
+        free(blob);
+        free(smp.ids[t]);
+    }
+    CHECK(exact && smp.n == 6, "fp32 payloads equal the engine's fp32 KV bit for bit (%d)", smp.n);
+    lz_payload_codec_free(codec);
+    lz_store_close(s);
+    lz_encoder_free(e);
+    free(prefix);
+    lz_llama_free(m);
+    const char *ab[] = { "-m", model_a, "-s", store, "--kv-dtype", "bf16", p, NULL };
+    rc = run_tool(ab, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "holds fp32 KV payloads"), "dtype fixed per store: %s", errs);
+    const char *an[] = { "-m", model_a, "-s", store, "--json", p, NULL };
+    rc = run_tool(an, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "unchanged") == 6, "without --kv-dtype the store's is used: %s", out);
+    const char *ac[] = { "-s", store, "--check", "--json", NULL };
+    rc = run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "check_issues") == 0, "f32 store checks clean: %s", out);
+    free(c);
 }
 
 /* SIGKILL at random moments; after each kill the store must be consistent
@@ -802,6 +868,7 @@ int main(void)
     test_incremental();
     test_bad_inputs();
     test_split();
+    test_f32_store();
     printf("functional tests: %.1f s\n", now_s() - t0);
     test_crash();
     printf("total: %.1f s\n", now_s() - t0);

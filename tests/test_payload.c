@@ -78,7 +78,7 @@ static void test_roundtrip(void)
         for (int variant = 0; variant < 2; variant++) {
             int kept[6] = { 29, 0, 7, 29, 1, 13 }; /* Ada-KV-like unequal counts */
             const int *kp = variant ? kept : NULL;
-            lz_payload_src src = { k, v, T, t0, L, KV, d, n, kp, 11, fp };
+            lz_payload_src src = { k, v, T, t0, L, KV, d, n, kp, 11, fp, LZ_PAYLOAD_DTYPE_BF16 };
             void *blob;
             size_t len;
             int rc = lz_payload_encode(c, &src, codec, 3, &blob, &len, err, sizeof err);
@@ -146,7 +146,7 @@ static void test_roundtrip(void)
     }
     /* invalid inputs */
     int bad[6] = { 30, 0, 0, 0, 0, 0 };
-    lz_payload_src src = { k, v, T, t0, L, KV, d, n, bad, 0, fp };
+    lz_payload_src src = { k, v, T, t0, L, KV, d, n, bad, 0, fp, LZ_PAYLOAD_DTYPE_BF16 };
     void *blob;
     size_t len;
     CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == LZ_PAYLOAD_EINVAL,
@@ -158,6 +158,9 @@ static void test_roundtrip(void)
     src.t0 = 0;
     CHECK(lz_payload_encode(c, &src, 7, 3, &blob, &len, err, sizeof err) == LZ_PAYLOAD_EINVAL,
           "unknown codec refused");
+    src.dtype = 9;
+    CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == LZ_PAYLOAD_EINVAL, "unknown dtype refused");
+    src.dtype = LZ_PAYLOAD_DTYPE_BF16;
     /* zero tokens is a valid (empty) payload */
     src.n_tokens = 0;
     CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == 0, "empty: %s", err);
@@ -171,10 +174,56 @@ static void test_roundtrip(void)
     free(v);
 }
 
+/* fp32 payloads: exact round trip for every codec, bf16 decode rounds. */
+static void test_f32(void)
+{
+    const int L = 2, KV = 3, T = 20, d = 8, n = 17;
+    size_t N = (size_t)L * KV * T * d;
+    float *k = malloc(N * 4), *v = malloc(N * 4), *k2 = calloc(N, 4), *v2 = calloc(N, 4);
+    uint16_t *kb = calloc(N, 2), *vb = calloc(N, 2);
+    for (size_t i = 0; i < N; i++) {
+        k[i] = frand() * 3.0f;
+        v[i] = frand() * 1e-3f;
+    }
+    uint8_t fp[32] = { 1 };
+    lz_payload_codec *c = lz_payload_codec_new();
+    char err[256];
+    int kept[6] = { 17, 3, 0, 17, 9, 1 };
+    for (int codec = 0; codec <= 2; codec++) {
+        lz_payload_src src = { k, v, T, 2, L, KV, d, n, kept, 5, fp, LZ_PAYLOAD_DTYPE_F32 };
+        void *blob;
+        size_t len;
+        CHECK(lz_payload_encode(c, &src, codec, 3, &blob, &len, err, sizeof err) == 0, "f32 encode: %s", err);
+        lz_payload_info info;
+        CHECK(lz_payload_decode_f32(c, blob, len, k2, v2, T, NULL, &info, err, sizeof err) == 0, "f32 decode: %s", err);
+        CHECK(info.dtype == LZ_PAYLOAD_DTYPE_F32 && info.raw_size == (uint64_t)2 * 4 * (17 + 3 + 17 + 9 + 1) * d,
+              "f32 header: dtype %d raw %llu", info.dtype, (unsigned long long)info.raw_size);
+        int exact = 1, rounded = 1;
+        CHECK(lz_payload_decode_bf16(c, blob, len, kb, vb, T, NULL, NULL, err, sizeof err) == 0, "bf16 of f32");
+        for (int i = 0; i < L * KV; i++)
+            for (int e = 0; e < kept[i] * d; e++) {
+                size_t src_i = ((size_t)i * T + 2) * d + e, dst = (size_t)i * T * d + e;
+                exact &= memcmp(&k[src_i], &k2[dst], 4) == 0 && memcmp(&v[src_i], &v2[dst], 4) == 0;
+                rounded &= kb[dst] == lz_f32_to_bf16(k[src_i]) && vb[dst] == lz_f32_to_bf16(v[src_i]);
+            }
+        CHECK(exact, "f32 payload decodes exactly (codec %d)", codec);
+        CHECK(rounded, "f32 payload to bf16 rounds to nearest even (codec %d)", codec);
+        free(blob);
+    }
+    lz_payload_codec_free(c);
+    free(k);
+    free(v);
+    free(k2);
+    free(v2);
+    free(kb);
+    free(vb);
+}
+
 int main(void)
 {
     test_crc();
     test_shuffle();
     test_roundtrip();
+    test_f32();
     return lz_test_done();
 }
