@@ -165,7 +165,8 @@ int lz_meta_user_version(lz_meta *m)
     return v;
 }
 
-static int migrate(lz_meta *m, char *err, size_t errlen)
+/* Applies the migrations above the database's version up to target. */
+static int migrate(lz_meta *m, int target, char *err, size_t errlen)
 {
     int latest = lz_meta_migrations[lz_meta_n_migrations - 1].version;
     int v = lz_meta_user_version(m);
@@ -174,14 +175,14 @@ static int migrate(lz_meta *m, char *err, size_t errlen)
         return fail(err, errlen, LZ_META_ESCHEMA,
                     "%s: schema version %d is newer than this build knows (%d); use a newer lazyingest",
                     m->path, v, latest);
-    if (v == latest) return LZ_META_OK;
+    if (v >= target) return LZ_META_OK;
     if (m->rdonly)
         return fail(err, errlen, LZ_META_ESCHEMA,
                     "%s: schema version %d, this build needs %d; open it once read-write to migrate",
                     m->path, v, latest);
     for (int i = 0; i < lz_meta_n_migrations; i++) {
         const lz_meta_migration *mg = &lz_meta_migrations[i];
-        if (mg->version <= v) continue;
+        if (mg->version <= v || mg->version > target) continue;
         char pragma[64];
         snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", mg->version);
         int rc = exec(m, "BEGIN IMMEDIATE", err, errlen);
@@ -229,7 +230,7 @@ int lz_meta_open(const char *path, int flags, lz_meta **out, char *err, size_t e
     int st = LZ_META_OK;
     if (!m->rdonly) st = exec(m, "PRAGMA journal_mode = WAL", err, errlen);
     if (!st) st = exec(m, "PRAGMA synchronous = FULL", err, errlen);
-    if (!st) st = migrate(m, err, errlen);
+    if (!st) st = migrate(m, lz_meta_migrations[lz_meta_n_migrations - 1].version, err, errlen);
     for (int i = 0; !st && i < ST_COUNT; i++) {
         rc = sqlite3_prepare_v3(m->db, SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &m->st[i], NULL);
         if (rc != SQLITE_OK) st = sql_fail(m, err, errlen, i, rc);
@@ -240,6 +241,19 @@ int lz_meta_open(const char *path, int flags, lz_meta **out, char *err, size_t e
     }
     *out = m;
     return LZ_META_OK;
+}
+
+int lz_meta_create_at_version(const char *path, int version, char *err, size_t errlen)
+{
+    lz_meta m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.path, sizeof m.path, "%s", path);
+    int rc = sqlite3_open_v2(path, &m.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    int st = rc == SQLITE_OK ? exec(&m, "PRAGMA journal_mode = WAL", err, errlen)
+                             : fail(err, errlen, LZ_META_EIO, "SQLite %s: cannot open", path);
+    if (!st) st = migrate(&m, version, err, errlen);
+    sqlite3_close(m.db);
+    return st;
 }
 
 void lz_meta_close(lz_meta *m)

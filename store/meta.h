@@ -31,6 +31,9 @@ extern const int lz_meta_n_migrations;
  * ESCHEMA (database newer than this build, or a migration failed). */
 int lz_meta_open(const char *path, int flags, lz_meta **out, char *err, size_t errlen);
 void lz_meta_close(lz_meta *m); /* NULL is a no-op */
+/* Creates (or upgrades) the database at path to exactly schema version
+ * `version` and closes it, for tests of upgrades from older stores. */
+int lz_meta_create_at_version(const char *path, int version, char *err, size_t errlen);
 int lz_meta_user_version(lz_meta *m); /* -1 on error */
 
 /* Write transactions (BEGIN IMMEDIATE). */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -147,6 +148,9 @@ static void test_meta_versions(void)
     CHECK(strcmp(fq, "\"what\" OR \"s\" OR \"the\" OR \"capital\" OR \"city\"") == 0, "fts quote: %s", fq);
     free(fq);
 }
+
+/* A store created by a version-1 build is migrated on open and works. */
+static void test_upgrade(void);
 
 static lz_store_model_desc model_a(void)
 {
@@ -478,6 +482,34 @@ static void test_concurrent_reader(void)
     lz_store_close(s);
 }
 
+static void test_upgrade(void)
+{
+    char path[300], file[340], err[1024];
+    snprintf(path, sizeof path, "%s/v1store", dir);
+    mkdir(path, 0777);
+    snprintf(file, sizeof file, "%s/meta.sqlite", path);
+    CHECK(lz_meta_create_at_version(file, 1, err, sizeof err) == 0, "create v1: %s", err);
+    lz_meta *m;
+    CHECK(lz_meta_open(file, LZ_META_RDONLY, &m, err, sizeof err) == LZ_META_ESCHEMA && strstr(err, "read-write"),
+          "a reader does not migrate: %s", err);
+    lz_store *s;
+    CHECK(lz_store_open(path, LZ_STORE_WRITER, &s, err, sizeof err) == 0, "open migrates: %s", err);
+    int latest = lz_meta_migrations[lz_meta_n_migrations - 1].version;
+    CHECK(lz_meta_user_version(lz_store_meta(s)) == latest && latest >= 2, "migrated to %d",
+          lz_meta_user_version(lz_store_meta(s)));
+    lz_store_model_desc ma = model_a();
+    int64_t mid;
+    uint8_t pkey[LZ_META_KEY_LEN];
+    int changed;
+    CHECK(lz_store_bind_model(s, &ma, PREFIX, 3, &mid, pkey, &changed, err, sizeof err) == 0 &&
+              lz_store_kv_dtype(s) == LZ_PAYLOAD_DTYPE_BF16, "bind after upgrade: %s", err);
+    lz_payload_codec *codec = lz_payload_codec_new();
+    int ids[2] = { 3, 4 };
+    CHECK(put_doc(s, codec, mid, "u1", NULL, "upgraded", ids, 2, 1) == 0, "row after upgrade");
+    lz_payload_codec_free(codec);
+    lz_store_close(s);
+}
+
 int main(void)
 {
     if (!lz_test_tmpdir(dir, sizeof dir)) return 1;
@@ -485,6 +517,7 @@ int main(void)
     test_kvdb();
     test_meta_versions();
     test_store();
+    test_upgrade();
     test_concurrent_reader();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
