@@ -1,15 +1,25 @@
 #!/bin/sh
-# demo.sh - the README's main job on the embedded default: generates a small
-# random-weight model when no trained default ships yet, then runs it.
+# demo.sh - the README's main job on the embedded default: ingest the demo
+# corpus (datasets/demo/corpus.jsonl) into build/demo-store and answer sample
+# questions with lazyquery, citing the source passages. Uses models/default.gguf
+# (the trained QA model) when it ships; until then a random-weight model is
+# generated, so the answers are noise but every stage runs for real.
 # Run through 'make demo' (which installs dependencies and builds first).
 set -eu
 BUILD=${BUILD:-build}
 MODEL=${LAZY_MODEL:-models/default.gguf}
+STORE="$BUILD/demo-store"
 if [ ! -f "$MODEL" ]; then
-    MODEL="$BUILD/models/random-tiny.gguf"
+    MODEL="$BUILD/models/random-demo.gguf"
     mkdir -p "$BUILD/models"
-    echo "demo: no trained default model in models/ yet; generating a random-weight one at $MODEL"
-    "$BUILD/bin/lazy-mkmodel" --dim 128 --layers 4 --heads 8 --kv-heads 2 --head-dim 16 --ffn 344 --vocab 1024 -o "$MODEL"
+    echo "demo: no trained default model (models/default.gguf) yet; generating a random-weight one at $MODEL"
+    "$BUILD/bin/lazy-mkmodel" --dim 128 --layers 4 --heads 8 --kv-heads 2 --head-dim 16 --ffn 344 --vocab 1024 \
+        --ctx 8192 -o "$MODEL"
 fi
-echo "demo: lazygen -m $MODEL -p 'Once upon a time' -n 32 --timings"
-"$BUILD/bin/lazygen" -m "$MODEL" -p "Once upon a time" -n 32 --timings
+echo "demo: lazyingest --model $MODEL --store $STORE datasets/demo/corpus.jsonl"
+"$BUILD/bin/lazyingest" --model "$MODEL" --store "$STORE" datasets/demo/corpus.jsonl
+for q in "In which industry does Droex Foods operate?" "What is the capital of Foxaria?"; do
+    echo
+    echo "demo: lazyquery --model $MODEL --store $STORE --top-k 3 \"$q\""
+    "$BUILD/bin/lazyquery" --model "$MODEL" --store "$STORE" --top-k 3 -n 16 "$q"
+done
