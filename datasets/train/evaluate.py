@@ -4,10 +4,13 @@ questions, with the official normalisation (lower case, ASCII punctuation
 dropped, the articles a/an/the removed, whitespace collapsed; F1 is 0 when
 either side is yes/no/noanswer and they differ), per question type.
 
-  evaluate.py --questions build/qa/test/questions.json --pred pred_lazy.json [--pred pred_full.json ...]
+  evaluate.py --questions build/qa/test/questions.json --pred lazy=pred_lazy.jsonl [--pred full=pred_full.jsonl ...]
+  evaluate.py --questions build/qa/test/questions.json --to-lazyquery build/qa/test/lazyquery.jsonl
 
 A prediction file is {"answer": {_id: text}} (HotpotQA's format; "sp" is
-ignored) or a plain {_id: text} object, or JSONL lines {"_id"|"id", "answer"}.
+ignored) or a plain {_id: text} object, or JSONL lines {"_id"|"id", "answer"}
+(what `lazyquery --json --questions` prints). A question of a type only
+counts when its questions file lists it; predictions without an id are ignored.
 Prints a table and, with --json OUT, writes the numbers."""
 import argparse
 import collections
@@ -92,13 +95,29 @@ def table(results):
     return "\n".join(lines)
 
 
+def write_lazyquery_input(qs, path, limit=0):
+    """lazyquery --questions input: one {"id", "question", "docs"} a line, docs = the
+    question's context passages (corpus ids) in context order."""
+    with open(path, "w", encoding="utf-8") as f:
+        for q in qs[:limit or None]:
+            f.write(json.dumps({"id": q["_id"], "question": q["question"], "docs": q["context_ids"]},
+                               ensure_ascii=False) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", required=True)
-    ap.add_argument("--pred", action="append", required=True, help="NAME=FILE or FILE (repeatable)")
+    ap.add_argument("--pred", action="append", help="NAME=FILE or FILE (repeatable)")
     ap.add_argument("--json")
+    ap.add_argument("--to-lazyquery", metavar="OUT.jsonl", help="only write lazyquery's --questions input")
+    ap.add_argument("--limit", type=int, default=0, help="with --to-lazyquery: the first N questions")
     a = ap.parse_args()
     qs = json.load(open(a.questions, encoding="utf-8"))
+    if a.to_lazyquery:
+        write_lazyquery_input(qs, a.to_lazyquery, a.limit)
+        return
+    if not a.pred:
+        ap.error("--pred is required (or --to-lazyquery)")
     res = {}
     for p in a.pred:
         name, _, path = p.rpartition("=")
