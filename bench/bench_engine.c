@@ -14,6 +14,7 @@
 #include "model/llama.h"
 #include "model/mkmodel.h"
 #include "model/sampler.h"
+#include "model/runtime.h"
 
 static double now_s(void)
 {
@@ -109,6 +110,7 @@ static int run(const char *label, const char *path, int n_prefill, int n_decode,
 
 int main(int argc, char **argv)
 {
+    lz_runtime_init(argc, argv);
     int threads = 0, n_prefill = 512, n_decode = 64, skip100 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);

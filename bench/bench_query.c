@@ -13,6 +13,7 @@
 #include "model/mkmodel.h"
 #include "query/retrieve.h"
 #include "query/session.h"
+#include "model/runtime.h"
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -22,6 +23,7 @@ static int cmp_d(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+    lz_runtime_init(argc, argv);
     int big = 0, threads = 0, Q = 7;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--big")) big = 1;

@@ -16,6 +16,7 @@
 #include "query/retrieve.h"
 #include "query/session.h"
 #include "store/store.h"
+#include "model/runtime.h"
 
 static void usage(FILE *f)
 {
@@ -228,6 +229,7 @@ done:
 
 int main(int argc, char **argv)
 {
+    lz_runtime_init(argc, argv);
     options o = {.store_dir = "lazystore", .top_k = 5, .preload = 1, .stats = 1};
     lz_query_opts_default(&o.qo);
     const char *question = NULL;

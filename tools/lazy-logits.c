@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "model/llama.h"
+#include "model/runtime.h"
 
 static void usage(FILE *f)
 {
@@ -115,6 +116,7 @@ static int tokenize(const char *model_path, const char *path)
 
 int main(int argc, char **argv)
 {
+    lz_runtime_init(argc, argv);
     const char *model_path = NULL, *ids_s = NULL, *ids_file = NULL, *tok_file = NULL;
     long long pos0 = 0;
     long n_gen = 20, threads = 0, batch = 512;

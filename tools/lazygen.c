@@ -11,6 +11,7 @@
 #include "model/chat.h"
 #include "model/llama.h"
 #include "model/sampler.h"
+#include "model/runtime.h"
 
 static void usage(FILE *f)
 {
@@ -76,6 +77,7 @@ static int parse_float(const char *s, const char *opt, double lo, double hi, dou
 
 int main(int argc, char **argv)
 {
+    lz_runtime_init(argc, argv);
     const char *model_path = NULL, *prompt = "", *tokenize = NULL;
     long n_predict = 64, threads = 0, batch = 512, seed = 42;
     double temp = 0, top_p = 0.9;
