@@ -88,6 +88,26 @@ LZ_HD void lz_rope_apply(float *x, int d, int64_t pos, int layout, const float *
     }
 }
 
+/* cos/sin of every pair's angle at pos, for rotating many vectors by the same
+ * R(pos) (lz_rope_apply_cs gives bit-identical results to lz_rope_apply). */
+LZ_HD void lz_rope_cos_sin(float *c, float *s, int d, int64_t pos, const float *inv_freq)
+{
+    for (int i = 0; i < d / 2; i++) {
+        float ang = (float)pos * inv_freq[i];
+        c[i] = cosf(ang);
+        s[i] = sinf(ang);
+    }
+}
+
+LZ_HD void lz_rope_apply_cs(float *x, int d, int layout, const float *c, const float *s)
+{
+    for (int i = 0; i < d / 2; i++) {
+        int a, b;
+        lz_rope_pair(layout, d, i, &a, &b);
+        lz_rope_rotate_pair(&x[a], &x[b], c[i], s[i]);
+    }
+}
+
 /* Llama-3.1 "llama3" frequency scaling as transformers'
  * _compute_llama3_parameters does it, expressed as divisors of the base
  * inverse frequencies (the same numbers GGUF stores in rope_freqs.weight):
