@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 struct lz_encoder {
     const lz_llama *m;
@@ -14,7 +15,32 @@ struct lz_encoder {
     lz_kv_cache doc;    /* (L, KV, T, d) keys rotated at s..s+n-1 */
     lz_kv_segment seg;
     int dtype;          /* payload element type (LZ_PAYLOAD_DTYPE_*, 0 = bf16) */
+    lz_kvpolicy policy; /* KV eviction (kind NONE: store everything) */
+    int compressed;     /* the last document was compressed: kept holds its counts */
+    int *kept;          /* (L, KV) */
+    float *qwin;        /* (L, w, H, d) captured window queries */
+    float *scores, *raw;/* (L, KV, m) */
+    int *rows;          /* (L, KV, n) kept token indices */
+    size_t cap_q, cap_s, cap_r, cap_raw;
+    double t_policy;
 };
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int grow(void **p, size_t *cap, size_t need)
+{
+    if (*cap >= need) return 0;
+    void *q = realloc(*p, need);
+    if (!q) return -1;
+    *p = q;
+    *cap = need;
+    return 0;
+}
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -32,6 +58,9 @@ int lz_encoder_new(const lz_llama *m, const int *prefix, int n_prefix, lz_encode
     lz_encoder *e = calloc(1, sizeof *e);
     if (!e) return fail(err, errlen, "out of memory");
     e->m = m;
+    lz_kvpolicy_default(&e->policy);
+    e->kept = malloc((size_t)m->cfg.n_layers * m->cfg.n_kv_heads * sizeof(int));
+    if (!e->kept) { free(e); return fail(err, errlen, "out of memory"); }
     e->scratch = lz_llama_scratch_new(m, LZ_ENCODE_CHUNK);
     if (!e->scratch || lz_kv_cache_init(&e->prefix, &m->cfg, n_prefix > 0 ? n_prefix : 1) != 0) {
         lz_encoder_free(e);
@@ -43,7 +72,7 @@ int lz_encoder_new(const lz_llama *m, const int *prefix, int n_prefix, lz_encode
         lz_encoder_free(e);
         return fail(err, errlen, "forward pass over the %d-token prompt prefix failed", n_prefix);
     }
-    e->seg = (lz_kv_segment){ e->prefix.k, e->prefix.v, NULL, n_prefix, e->prefix.cap, 0 };
+    e->seg = (lz_kv_segment){ e->prefix.k, e->prefix.v, NULL, n_prefix, e->prefix.cap, 0, NULL };
     *out = e;
     return 0;
 }
@@ -54,7 +83,44 @@ void lz_encoder_free(lz_encoder *e)
     lz_llama_scratch_free(e->scratch);
     lz_kv_cache_free(&e->prefix);
     lz_kv_cache_free(&e->doc);
+    free(e->kept);
+    free(e->qwin);
+    free(e->scores);
+    free(e->raw);
+    free(e->rows);
     free(e);
+}
+
+void lz_encoder_set_kvpolicy(lz_encoder *e, const lz_kvpolicy *p)
+{
+    if (p) e->policy = *p;
+    else lz_kvpolicy_default(&e->policy);
+}
+
+const int *lz_encoder_kept(const lz_encoder *e) { return e->compressed ? e->kept : NULL; }
+double lz_encoder_policy_seconds(const lz_encoder *e) { return e->t_policy; }
+
+/* Scores the window, plans, compacts the document's rows in place. */
+static int compress_doc(lz_encoder *e, int n, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &e->m->cfg;
+    const int L = c->n_layers, KV = c->n_kv_heads, w = e->policy.window, m = n - w;
+    double t = now_s();
+    if (grow((void **)&e->scores, &e->cap_s, (size_t)L * KV * m * sizeof(float)) ||
+        grow((void **)&e->raw, &e->cap_raw, (size_t)L * KV * m * sizeof(float)) ||
+        grow((void **)&e->rows, &e->cap_r, (size_t)L * KV * n * sizeof(int)))
+        return fail(err, errlen, "out of memory (KV eviction scores for %d tokens)", n);
+    lz_kvscore_params sp = {.q = e->qwin, .k = e->doc.k, .k_stride = e->doc.cap, .pk = e->prefix.k,
+                            .pk_stride = e->prefix.cap, .n_prefix = e->seg.n, .n = n, .w = w, .L = L,
+                            .H = c->n_heads, .KV = KV, .d = c->head_dim, .agg = e->policy.agg,
+                            .kernel = e->policy.kernel};
+    if (lz_kvpolicy_score(&sp, e->scores, e->raw) ||
+        lz_kvpolicy_plan(&e->policy, e->scores, e->raw, L, KV, n, e->kept, e->rows))
+        return fail(err, errlen, "KV eviction scoring failed for %d tokens (out of memory)", n);
+    lz_kvpolicy_compact(e->doc.k, e->doc.v, e->doc.cap, L, KV, c->head_dim, n, e->kept, e->rows);
+    e->compressed = 1;
+    e->t_policy += now_s() - t;
+    return 0;
 }
 
 int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errlen)
@@ -67,12 +133,22 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
             return fail(err, errlen, "out of memory (KV cache for %d tokens)", cap);
     }
     lz_kv_cache_reset(&e->doc, e->seg.n);
+    e->compressed = 0;
     int V = e->m->cfg.vocab;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) return fail(err, errlen, "token id %d at %d outside the vocabulary (%d)", ids[i], i, V);
-    if (n > 0 && lz_llama_forward(e->m, e->scratch, &e->doc, e->seg.n ? &e->seg : NULL, e->seg.n ? 1 : 0, ids, n,
-                                  NULL, LZ_LOGITS_NONE) != 0)
-        return fail(err, errlen, "forward pass over %d tokens failed", n);
+    const lz_llama_config *c = &e->m->cfg;
+    const int evict = lz_kvpolicy_budget(&e->policy, n) > 0, w = e->policy.window;
+    if (evict) { /* capture the window's queries: positions s + n - w .. s + n - 1 */
+        if (grow((void **)&e->qwin, &e->cap_q, (size_t)c->n_layers * w * c->n_heads * c->head_dim * sizeof(float)))
+            return fail(err, errlen, "out of memory (window queries)");
+        lz_llama_scratch_capture(e->scratch, e->qwin, (int64_t)e->seg.n + n - w, w);
+    }
+    int frc = n > 0 ? lz_llama_forward(e->m, e->scratch, &e->doc, e->seg.n ? &e->seg : NULL, e->seg.n ? 1 : 0, ids,
+                                       n, NULL, LZ_LOGITS_NONE) : 0;
+    lz_llama_scratch_capture(e->scratch, NULL, 0, 0);
+    if (frc != 0) return fail(err, errlen, "forward pass over %d tokens failed", n);
+    if (evict) return compress_doc(e, n, err, errlen);
     return 0;
 }
 
@@ -87,6 +163,6 @@ int lz_encoder_pack(lz_encoder *e, int doc, lz_payload_codec *c, int codec, int 
     const lz_kv_cache *kc = doc ? &e->doc : &e->prefix;
     const lz_llama_config *cfg = &e->m->cfg;
     lz_payload_src src = { kc->k, kc->v, kc->cap, 0, cfg->n_layers, cfg->n_kv_heads, cfg->head_dim, kc->n,
-                           NULL, doc ? e->seg.n : 0, e->m->fingerprint, e->dtype };
+                           doc && e->compressed ? e->kept : NULL, doc ? e->seg.n : 0, e->m->fingerprint, e->dtype };
     return lz_payload_encode(c, &src, codec, level, blob, len, err, errlen) ? -1 : 0;
 }

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#include "ingest/kvpolicy.h"
 #include "model/llama.h"
 #include "store/payload.h"
 
@@ -31,6 +32,16 @@ const lz_kv_cache *lz_encoder_prefix_cache(const lz_encoder *e);
 
 /* Element type of packed payloads: LZ_PAYLOAD_DTYPE_BF16 (default) or _F32. */
 void lz_encoder_set_dtype(lz_encoder *e, int dtype);
+
+/* KV eviction applied by lz_encoder_run from now on (copied; NULL or kind
+ * NONE stores every token). A document it compresses keeps, per (layer, kv
+ * head), only the kept tokens, compacted at the front of the cache rows. */
+void lz_encoder_set_kvpolicy(lz_encoder *e, const lz_kvpolicy *p);
+/* Kept tokens per (layer, kv head) of the last document, (L, KV), or NULL
+ * when it was stored whole. */
+const int *lz_encoder_kept(const lz_encoder *e);
+/* Seconds spent scoring and selecting (not encoding) since the encoder was made. */
+double lz_encoder_policy_seconds(const lz_encoder *e);
 
 /* Packs the last document (doc != 0) or the prefix (doc == 0) into a
  * malloc'd payload blob with codec and zstd level. */

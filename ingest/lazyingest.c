@@ -18,10 +18,12 @@
 
 #include "ingest/corpus.h"
 #include "ingest/encode.h"
+#include "ingest/kvpolicy.h"
 #include "ingest/split.h"
 #include "model/llama.h"
 #include "model/prompt.h"
 #include "store/store.h"
+#include "model/runtime.h"
 
 enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_SKIPPED = 2, EXIT_CHECK = 3 };
 
@@ -29,6 +31,8 @@ typedef struct {
     const char *corpus, *model, *store;
     int batch_tokens, threads, max_doc_tokens, level, format, kv_dtype;
     int prune, strict, check, repair, gc, quiet, json;
+    lz_kvpolicy kv;       /* KV eviction at ingest (--kv-policy, --kv-budget, ...) */
+    const char *kv_budget_arg;
 } options;
 
 static void usage(FILE *f)
@@ -48,6 +52,15 @@ static void usage(FILE *f)
             "  --level N              zstd level of the payloads, 1..19 (default %d)\n"
             "  --kv-dtype bf16|f32    element type of a new store's KV payloads (default bf16;\n"
             "                         fixed per store: f32 is exact, twice the size)\n"
+            "  --kv-policy P          KV eviction at ingest: none (default), snapkv, ada-snapkv,\n"
+            "                         pyramidkv, ada-pyramidkv; only the kept keys and values are stored\n"
+            "  --kv-budget B          kept tokens per kv head: a fraction of the document (0.2) or an\n"
+            "                         average count (128t); the window counts in it; documents shorter\n"
+            "                         than window + budget are stored whole\n"
+            "  --kv-window N          observation window: the last N tokens, always kept (default %d)\n"
+            "  --kv-kernel K          max-pooling kernel along positions, odd (default %d)\n"
+            "  --kv-alpha A           Ada: share of the budget reserved per head (default %g)\n"
+            "  --kv-agg mean|max      GQA: aggregate a kv head's query heads (default mean)\n"
             "  --format jsonl|csv     input format when the file name does not tell\n"
             "  --prune                remove documents absent from this corpus\n"
             "  --strict               stop at the first bad record (all before it is committed)\n"
@@ -58,7 +71,8 @@ static void usage(FILE *f)
             "  --json                 print the summary as JSON on standard output\n"
             "  -h, --help             this text\n"
             "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n",
-            LZ_DEFAULT_MODEL_ENV, LZ_DEFAULT_MODEL, LZ_PAYLOAD_DEFAULT_LEVEL);
+            LZ_DEFAULT_MODEL_ENV, LZ_DEFAULT_MODEL, LZ_PAYLOAD_DEFAULT_LEVEL, LZ_KVPOLICY_DEFAULT_WINDOW,
+            LZ_KVPOLICY_DEFAULT_KERNEL, (double)LZ_KVPOLICY_DEFAULT_ALPHA);
 }
 
 static double now_s(void)
@@ -149,6 +163,8 @@ typedef struct {
     uint8_t source_hash[32];
     uint8_t content_hash[32], key[LZ_META_KEY_LEN];
     int64_t raw_bytes, stored_bytes;
+    char kv_spec[LZ_KVPOLICY_SPEC_MAX]; /* effective KV eviction ("" = stored whole) */
+    int64_t kv_kept;                    /* keys stored over all (layer, kv head) */
 } pend_doc;
 
 /* K_REHASH: same content and payload, only the row's source_hash is set
@@ -180,6 +196,7 @@ typedef struct {
     lz_meta_run_counts c;
     int64_t n_dupes, n_records_done, n_records_total, n_corpus_tokens;
     double t0, t_encode, last_progress;
+    int64_t kv_kept, kv_full;  /* keys stored / keys before eviction, of the documents this run encoded */
     int progress;
     char err[8192];
 } ingest;
@@ -234,6 +251,36 @@ static void batch_free(ingest *g)
     free(g->keep_sources);
 }
 
+/* The KV eviction of an n-token document under this run's policy: its
+ * effective spec ("" when stored whole) and keys stored. */
+static int64_t doc_kv(const ingest *g, int n, char spec[LZ_KVPOLICY_SPEC_MAX])
+{
+    lz_kvpolicy_doc_spec(&g->o.kv, n, spec, LZ_KVPOLICY_SPEC_MAX);
+    int B = lz_kvpolicy_budget(&g->o.kv, n);
+    return (int64_t)g->m->cfg.n_layers * g->m->cfg.n_kv_heads * (B > 0 ? B : n);
+}
+
+/* Payload key of a document under this run's model, prefix and policy. */
+static void doc_key(const ingest *g, const int *ids, int n, uint8_t key[LZ_META_KEY_LEN])
+{
+    char spec[LZ_KVPOLICY_SPEC_MAX];
+    doc_kv(g, n, spec);
+    lz_store_doc_key_kv(g->m->fingerprint, g->prefix, g->n_prefix, ids, n, spec, key);
+}
+
+/* Row columns of a spec (kv_policy, kv_budget, kv_window read back from it). */
+static void set_kv_fields(const ingest *g, lz_meta_doc *d, const char *spec, int64_t kept)
+{
+    lz_kvpolicy p;
+    (void)g;
+    snprintf(d->kv_spec, sizeof d->kv_spec, "%s", spec);
+    d->kv_kept = kept;
+    if (!spec[0] || lz_kvpolicy_parse_spec(spec, &p)) return;
+    snprintf(d->kv_policy, sizeof d->kv_policy, "%s", lz_kvpolicy_name(p.kind));
+    lz_kvpolicy_budget_str(&p, d->kv_budget, sizeof d->kv_budget);
+    d->kv_window = p.window;
+}
+
 /* Commits the batch: payloads first (one durable LMDB transaction), then
  * every row in one SQLite transaction. Counts only what committed. */
 static int flush(ingest *g)
@@ -266,6 +313,7 @@ static int flush(ingest *g)
         d.seen_run = g->run;
         d.has_source_hash = p->has_source_hash;
         memcpy(d.source_hash, p->source_hash, 32);
+        set_kv_fields(g, &d, p->kv_spec, p->kv_kept);
         if (p->kind == K_ADDED) {
             rc = lz_meta_doc_insert(g->meta, &d, g->err, sizeof g->err);
             add.n_added++;
@@ -322,7 +370,9 @@ static int64_t raw_bytes(const ingest *g, int n)
 static int encode_doc(ingest *g, const int *ids, int n, const uint8_t key[LZ_META_KEY_LEN], int64_t *raw,
                       int64_t *stored)
 {
-    int64_t raw_size = raw_bytes(g, n);
+    char spec[LZ_KVPOLICY_SPEC_MAX];
+    int64_t kept = doc_kv(g, n, spec), full = (int64_t)g->m->cfg.n_layers * g->m->cfg.n_kv_heads * n;
+    int64_t raw_size = full ? raw_bytes(g, n) / full * kept : 0;
     *raw = raw_size;
     for (int i = 0; i < g->n_pay; i++)
         if (memcmp(g->pay[i].key, key, LZ_META_KEY_LEN) == 0) {
@@ -345,6 +395,8 @@ static int encode_doc(ingest *g, const int *ids, int n, const uint8_t key[LZ_MET
     g->t_encode += now_s() - t;
     g->c.n_tokens += n;
     g->c.raw_bytes += raw_size;
+    g->kv_kept += kept;
+    g->kv_full += full;
     if (g->n_pay == g->cap_pay) {
         int cap = g->cap_pay ? g->cap_pay * 2 : 64;
         lz_store_payload *p = realloc(g->pay, sizeof *p * (size_t)cap);
@@ -412,7 +464,7 @@ static int split_visit(const lz_meta_doc *d, void *p)
         c->ok = 0;
         return 1;
     }
-    lz_store_doc_key(g->m->fingerprint, g->prefix, g->n_prefix, d->token_ids, d->n_tokens, key);
+    doc_key(g, d->token_ids, d->n_tokens, key);
     if (memcmp(key, d->payload_key, LZ_META_KEY_LEN) != 0) {
         c->ok = 0;
         return 1;
@@ -460,7 +512,7 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
         int st = lz_meta_doc_tokens(g->meta, row.id, &old, &n_old, g->err, sizeof g->err);
         if (st && st != LZ_META_EINVAL) return -1;
         if (!st) {
-            lz_store_doc_key(g->m->fingerprint, g->prefix, g->n_prefix, old, n_old, key);
+            doc_key(g, old, n_old, key);
             same = memcmp(key, row.payload_key, LZ_META_KEY_LEN) == 0;
         }
         free(old);
@@ -566,7 +618,8 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
         d->has_source_hash = split;
         if (split) memcpy(d->source_hash, split_hash, 32);
         lz_store_content_hash(d->title, d->text, d->content_hash);
-        lz_store_doc_key(g->m->fingerprint, g->prefix, g->n_prefix, d->ids, n, d->key);
+        doc_key(g, d->ids, n, d->key);
+        d->kv_kept = doc_kv(g, n, d->kv_spec);
         g->n_corpus_tokens += n;
         rc = lz_meta_doc_find(g->meta, pid, &row, src, sizeof src, g->err, sizeof g->err);
         if (rc && rc != LZ_META_ENOTFOUND) return -1;
@@ -636,6 +689,7 @@ static int setup_model(ingest *g, const char *model_path)
         return -1;
     if (lz_encoder_new(g->m, g->prefix, g->n_prefix, &g->enc, g->err, sizeof g->err)) return -1;
     lz_encoder_set_dtype(g->enc, lz_store_kv_dtype(g->s));
+    lz_encoder_set_kvpolicy(g->enc, &g->o.kv);
     int have = lz_store_has_payload(g->s, pkey, NULL, g->err, sizeof g->err);
     if (have < 0) return -1;
     if (!have) {
@@ -658,6 +712,7 @@ typedef struct {
     char *ext_id;
     int *ids;
     int n, kind;
+    char kv_spec[LZ_KVPOLICY_SPEC_MAX]; /* the row's KV eviction: re-encoded the same way */
 } issue_copy;
 
 typedef struct {
@@ -696,6 +751,7 @@ static int on_issue(const lz_store_issue *is, void *ctx)
     c->ext_id = strdup(is->ext_id);
     c->kind = is->kind;
     c->n = is->n_tokens;
+    snprintf(c->kv_spec, sizeof c->kv_spec, "%s", is->kv_spec ? is->kv_spec : "");
     c->ids = NULL;
     if (is->token_ids) {
         c->ids = malloc(sizeof(int) * (size_t)(is->n_tokens ? is->n_tokens : 1));
@@ -745,15 +801,21 @@ static int repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
             continue;
         }
         lz_store_payload p;
-        lz_store_doc_key(g->m->fingerprint, g->prefix, g->n_prefix, c->ids, c->n, p.key);
-        if (lz_encoder_run(g->enc, c->ids, c->n, g->err, sizeof g->err) ||
-            lz_encoder_pack(g->enc, 1, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &p.blob, &p.len, g->err,
-                            sizeof g->err))
-            return -1;
+        lz_kvpolicy kp; /* re-encode under the row's own policy, so its key stays valid */
+        if (lz_kvpolicy_parse_spec(c->kv_spec, &kp) || (kp.kind && lz_kvpolicy_budget(&kp, c->n) <= 0))
+            lz_kvpolicy_default(&kp), c->kv_spec[0] = 0;
+        lz_store_doc_key_kv(g->m->fingerprint, g->prefix, g->n_prefix, c->ids, c->n, c->kv_spec, p.key);
+        lz_encoder_set_kvpolicy(g->enc, &kp);
+        int erc = lz_encoder_run(g->enc, c->ids, c->n, g->err, sizeof g->err) ||
+                  lz_encoder_pack(g->enc, 1, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &p.blob, &p.len,
+                                  g->err, sizeof g->err);
+        lz_encoder_set_kvpolicy(g->enc, &g->o.kv);
+        if (erc) return -1;
+        int B = lz_kvpolicy_budget(&kp, c->n);
+        int64_t raw = B > 0 ? raw_bytes(g, c->n) / c->n * B : raw_bytes(g, c->n);
         int rc = lz_store_put_payloads(g->s, &p, 1, g->err, sizeof g->err);
         if (!rc) {
-            rc = lz_meta_doc_set_payload(g->meta, c->doc_id, p.key, raw_bytes(g, c->n), (int64_t)p.len, g->err,
-                                         sizeof g->err);
+            rc = lz_meta_doc_set_payload(g->meta, c->doc_id, p.key, raw, (int64_t)p.len, g->err, sizeof g->err);
         }
         free(p.blob);
         if (rc) return -1;
@@ -791,6 +853,12 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
             json_object_set_new(j, "raw_bytes", json_integer(g->c.raw_bytes));
             json_object_set_new(j, "stored_bytes", json_integer(g->c.stored_bytes));
             json_object_set_new(j, "compression_ratio", json_real(ratio));
+            char spec[LZ_KVPOLICY_SPEC_MAX];
+            lz_kvpolicy_spec(&g->o.kv, spec, sizeof spec);
+            json_object_set_new(j, "kv_policy", json_string(spec[0] ? spec : "none"));
+            json_object_set_new(j, "kv_kept_fraction", json_real(g->kv_full ? (double)g->kv_kept / g->kv_full : 1.0));
+            json_object_set_new(j, "encode_s", json_real(g->t_encode));
+            json_object_set_new(j, "kv_policy_s", json_real(g->enc ? lz_encoder_policy_seconds(g->enc) : 0.0));
         }
         if (did_check) {
             json_object_set_new(j, "checked", json_integer(cs->n_docs));
@@ -819,6 +887,14 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
                (long long)g->c.n_unchanged, (long long)g->c.n_removed, (long long)g->c.n_skipped,
                (long long)g->n_dupes, (long long)g->n_corpus_tokens, (long long)g->c.n_tokens, tps,
                g->c.raw_bytes / 1e6, g->c.stored_bytes / 1e6, ratio);
+    if (did_ingest && g->o.kv.kind != LZ_KVPOLICY_NONE) {
+        char spec[LZ_KVPOLICY_SPEC_MAX];
+        lz_kvpolicy_spec(&g->o.kv, spec, sizeof spec);
+        double tp = g->enc ? lz_encoder_policy_seconds(g->enc) : 0;
+        printf("  kv eviction %s: %.1f%% of the encoded keys kept; scoring %.3f s (%.1f%% of encoding)\n", spec,
+               g->kv_full ? 100.0 * g->kv_kept / g->kv_full : 100.0, tp,
+               g->t_encode > tp ? 100.0 * tp / (g->t_encode - tp) : 0.0);
+    }
     if (did_check)
         printf("  check: %lld documents, %lld ok, %lld problems; %lld repaired, %lld removed; "
                "%lld unreferenced payloads\n",
@@ -953,6 +1029,7 @@ static void join_args(int argc, char **argv, char *buf, size_t n)
 
 int main(int argc, char **argv)
 {
+    lz_runtime_init(argc, argv);
     ingest G;
     memset(&G, 0, sizeof G);
     ingest *g = &G;
@@ -961,6 +1038,7 @@ int main(int argc, char **argv)
     o->batch_tokens = 8192;
     o->max_doc_tokens = 1024;
     o->level = LZ_PAYLOAD_DEFAULT_LEVEL;
+    lz_kvpolicy_default(&o->kv);
     int model_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -998,6 +1076,53 @@ int main(int argc, char **argv)
                 return EXIT_ERR;
             }
             i++;
+        } else if (!strcmp(a, "--kv-policy")) {
+            if (!val) goto missing;
+            int k = lz_kvpolicy_parse_name(val);
+            if (k < 0) {
+                fprintf(stderr, "lazyingest: --kv-policy expects none, snapkv, ada-snapkv, pyramidkv or "
+                                "ada-pyramidkv, got '%s'\n", val);
+                return EXIT_ERR;
+            }
+            o->kv.kind = k;
+            i++;
+        } else if (!strcmp(a, "--kv-budget")) {
+            if (!val) goto missing;
+            if (lz_kvpolicy_parse_budget(val, &o->kv)) {
+                fprintf(stderr, "lazyingest: --kv-budget expects a fraction in (0, 1] (0.2) or a token count "
+                                "(128t), got '%s'\n", val);
+                return EXIT_ERR;
+            }
+            o->kv_budget_arg = val;
+            i++;
+        } else if (!strcmp(a, "--kv-window")) {
+            if (parse_int(val, a, 1, 1 << 20, &o->kv.window)) return EXIT_ERR;
+            i++;
+        } else if (!strcmp(a, "--kv-kernel")) {
+            if (parse_int(val, a, 1, 1023, &o->kv.kernel)) return EXIT_ERR;
+            if (!(o->kv.kernel & 1)) {
+                fprintf(stderr, "lazyingest: --kv-kernel must be odd, got %d\n", o->kv.kernel);
+                return EXIT_ERR;
+            }
+            i++;
+        } else if (!strcmp(a, "--kv-alpha")) {
+            char *end;
+            double x = val ? strtod(val, &end) : -1;
+            if (!val || *end || end == val || !(x >= 0 && x <= 1)) {
+                fprintf(stderr, "lazyingest: --kv-alpha expects a number in [0, 1], got '%s'\n", val ? val : "");
+                return EXIT_ERR;
+            }
+            o->kv.alpha = (float)x;
+            i++;
+        } else if (!strcmp(a, "--kv-agg")) {
+            if (!val) goto missing;
+            if (!strcmp(val, "mean")) o->kv.agg = LZ_KVPOLICY_AGG_MEAN;
+            else if (!strcmp(val, "max")) o->kv.agg = LZ_KVPOLICY_AGG_MAX;
+            else {
+                fprintf(stderr, "lazyingest: --kv-agg expects mean or max, got '%s'\n", val);
+                return EXIT_ERR;
+            }
+            i++;
         } else if (!strcmp(a, "--format")) {
             if (!val) goto missing;
             if (!strcmp(val, "jsonl")) o->format = LZ_CORPUS_JSONL;
@@ -1029,6 +1154,10 @@ int main(int argc, char **argv)
     }
     if (!o->corpus && !o->check && !o->gc) {
         usage(stderr);
+        return EXIT_ERR;
+    }
+    if (o->kv.kind != LZ_KVPOLICY_NONE && !o->kv_budget_arg) {
+        fprintf(stderr, "lazyingest: --kv-policy %s needs --kv-budget (0.2 or 128t)\n", lz_kvpolicy_name(o->kv.kind));
         return EXIT_ERR;
     }
     g->t0 = now_s();

@@ -47,7 +47,7 @@ int lz_attention_cpu_rows(const lz_attn_params *p)
         for (int s = 0; s < p->n_segs; s++) {
             const lz_kv_segment *sg = &p->segs[s];
             int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
-            const float *kb = sg->k + ((size_t)p->layer * KV + g) * (size_t)sg->stride * d;
+            const float *kb = sg->k + lz_kv_segment_block(sg, p->layer, g, KV, d);
             memcpy(qr, q, (size_t)d * sizeof(float));
             if (sg->rot) lz_rope_apply(qr, d, -sg->rot, p->rope_layout, p->inv_freq);
             for (int j = 0; j < len; j++) {
@@ -72,7 +72,7 @@ int lz_attention_cpu_rows(const lz_attn_params *p)
         for (int s = 0; s < p->n_segs; s++) {
             const lz_kv_segment *sg = &p->segs[s];
             int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
-            const float *vb = sg->v + ((size_t)p->layer * KV + g) * (size_t)sg->stride * d;
+            const float *vb = sg->v + lz_kv_segment_block(sg, p->layer, g, KV, d);
             for (int j = 0; j < len; j++) axpy(o, scores[nk++] * inv, vb + (size_t)j * d, d);
         }
         const float *vc = p->v + (size_t)g * p->cache_stride * d;
@@ -114,11 +114,13 @@ int lz_attention_cpu_gemm(const lz_attn_params *p)
             const lz_kv_segment *sg = &p->segs[s];
             int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
             if (len <= 0) continue;
-            const float *kb = sg->k + ((size_t)p->layer * KV + g) * (size_t)sg->stride * d;
+            const float *kb = sg->k + lz_kv_segment_block(sg, p->layer, g, KV, d);
             const float *qq = Q;
-            if (sg->rot) {
+            if (sg->rot) { /* one cos/sin table per segment, shared by every row */
+                float cs[LZ_MAX_HEAD_DIM / 2], sn[LZ_MAX_HEAD_DIM / 2];
+                lz_rope_cos_sin(cs, sn, d, -sg->rot, p->inv_freq);
                 memcpy(Qr, Q, (size_t)m * d * sizeof(float));
-                for (int r = 0; r < m; r++) lz_rope_apply(Qr + (size_t)r * d, d, -sg->rot, p->rope_layout, p->inv_freq);
+                for (int r = 0; r < m; r++) lz_rope_apply_cs(Qr + (size_t)r * d, d, p->rope_layout, cs, sn);
                 qq = Qr;
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, len, d, scale, qq, d, kb, d, 0.0f, S + col,
@@ -148,7 +150,7 @@ int lz_attention_cpu_gemm(const lz_attn_params *p)
             const lz_kv_segment *sg = &p->segs[s];
             int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
             if (len <= 0) continue;
-            const float *vb = sg->v + ((size_t)p->layer * KV + g) * (size_t)sg->stride * d;
+            const float *vb = sg->v + lz_kv_segment_block(sg, p->layer, g, KV, d);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d, len, 1.0f, S + col, (int)n_keys, vb, d, beta, O, d);
             beta = 1.0f;
             col += (size_t)len;

@@ -25,7 +25,19 @@ struct lz_llama_scratch {
     float *att;  /* (B, H*d) attention output */
     float *hb;   /* (B, F) gate */
     float *hb2;  /* (B, F) up */
+    /* optional query capture (lz_llama_scratch_capture): rotated q rows of
+     * positions [cap_pos, cap_pos + cap_count) of every layer */
+    float *cap_q;      /* (L, cap_count, H, d) or NULL */
+    int64_t cap_pos;
+    int cap_count;
 };
+
+void lz_llama_scratch_capture(lz_llama_scratch *s, float *q_out, int64_t first_pos, int count)
+{
+    s->cap_q = count > 0 ? q_out : NULL;
+    s->cap_pos = first_pos;
+    s->cap_count = count > 0 ? count : 0;
+}
 
 lz_llama_scratch *lz_llama_scratch_new(const lz_llama *m, int max_batch)
 {
@@ -129,6 +141,13 @@ static int forward_chunk(const lz_llama *m, lz_llama_scratch *s, lz_kv_cache *ca
                 memcpy(vc + ((size_t)h * T + n_past + i) * d, s->v + (size_t)i * KVd + h * d, (size_t)d * sizeof(float));
             }
         }
+        if (s->cap_q) /* query capture: rows of this chunk inside [cap_pos, cap_pos + cap_count) */
+            for (int i = 0; i < n; i++) {
+                int64_t r = pos0 + i - s->cap_pos;
+                if (r < 0 || r >= s->cap_count) continue;
+                memcpy(s->cap_q + ((size_t)l * s->cap_count + (size_t)r) * Hd, s->q + (size_t)i * Hd,
+                       (size_t)Hd * sizeof(float));
+            }
         lz_attn_params ap = {.q = s->q, .out = s->att, .n = n, .n_heads = H, .n_kv_heads = KV, .head_dim = d,
                              .layer = l, .segs = segs, .n_segs = n_segs, .k = kc, .v = vc, .cache_stride = T,
                              .n_past = n_past, .inv_freq = m->inv_freq, .rope_layout = c->rope_layout};

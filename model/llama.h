@@ -121,12 +121,28 @@ typedef struct {
     int n;               /* tokens */
     int stride;          /* token stride of k/v per (layer, head), >= every kept count */
     int64_t rot;         /* rotation missing from the stored keys (placement - stored base) */
+    const int64_t *head_row; /* (L, KV) first token row of each (layer, kv head) block in k and v
+                              * (packed storage of unequal kept counts), or NULL: (l * KV + h) * stride */
 } lz_kv_segment;
+
+/* Element offset of segment block (layer l, kv head h) in k and v. */
+static inline size_t lz_kv_segment_block(const lz_kv_segment *sg, int l, int h, int KV, int d)
+{
+    size_t lh = (size_t)l * KV + h;
+    return (sg->head_row ? (size_t)sg->head_row[lh] : lh * (size_t)sg->stride) * (size_t)d;
+}
 
 /* Scratch for forward calls of up to max_batch tokens. */
 typedef struct lz_llama_scratch lz_llama_scratch;
 lz_llama_scratch *lz_llama_scratch_new(const lz_llama *m, int max_batch);
 void lz_llama_scratch_free(lz_llama_scratch *s);
+/* Optional query capture (KV eviction scoring, diagnostics): while set, every
+ * forward call through s copies the ROTATED query rows of absolute positions
+ * [first_pos, first_pos + count) of every layer into q_out (L, count, H, d),
+ * row first_pos + r of layer l at q_out[(l * count + r) * H * d]. Rows the
+ * calls never reach are left untouched. count <= 0 (or q_out NULL) turns it
+ * off; costs nothing when off. */
+void lz_llama_scratch_capture(lz_llama_scratch *s, float *q_out, int64_t first_pos, int count);
 
 enum { LZ_LOGITS_NONE = 0, LZ_LOGITS_LAST = 1, LZ_LOGITS_ALL = 2 };
 

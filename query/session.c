@@ -15,11 +15,15 @@
 #include "model/sha256.h"
 #include "store/payload.h"
 
-/* A cached KV block: one document, (L, KV, n, d) fp32, per-head kept counts. */
+/* A cached KV block: one document, fp32, per-head kept counts. Head (l, h)
+ * holds n_kept rows of d floats from row head_row[l * KV + h]: packed, so a
+ * document compressed at ingest (Ada-KV) takes only its kept rows, and bytes
+ * (what the cache accounts) is 2 * sum(kept) * d * 4. */
 typedef struct {
-    float *k, *v;
+    float *k, *v;    /* (sum(kept), d) */
     int *n_kept;     /* (L, KV) */
-    int n;           /* tokens (stride) */
+    int64_t *head_row; /* (L, KV) */
+    int n;           /* tokens of the document (positions it occupies) */
     size_t bytes;
 } kv_entry;
 
@@ -82,6 +86,7 @@ static void entry_free(kv_entry *e)
     free(e->k);
     free(e->v);
     free(e->n_kept);
+    free(e->head_row);
     free(e);
 }
 
@@ -91,25 +96,32 @@ static void cache_free_value(void *v, void *ctx)
     entry_free(v);
 }
 
-static kv_entry *entry_alloc(const lz_llama_config *c, int n)
+/* An entry of n tokens holding rows kept rows in all (e->head_row filled
+ * for n rows per head when rows == L * KV * n; else by the caller). */
+static kv_entry *entry_alloc(const lz_llama_config *c, int n, size_t rows)
 {
     kv_entry *e = calloc(1, sizeof *e);
-    size_t per = (size_t)c->n_layers * c->n_kv_heads * (size_t)(n > 0 ? n : 1) * c->head_dim;
+    const size_t nh = (size_t)c->n_layers * c->n_kv_heads, per = (rows ? rows : 1) * c->head_dim;
     if (!e) return NULL;
     e->n = n;
     e->k = malloc(per * sizeof(float));
     e->v = malloc(per * sizeof(float));
-    e->n_kept = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof(int));
-    if (!e->k || !e->v || !e->n_kept) { entry_free(e); return NULL; }
-    e->bytes = 2 * per * sizeof(float);
+    e->n_kept = malloc(nh * sizeof(int));
+    e->head_row = malloc(nh * sizeof(int64_t));
+    if (!e->k || !e->v || !e->n_kept || !e->head_row) { entry_free(e); return NULL; }
+    if (rows == nh * (size_t)n)
+        for (size_t i = 0; i < nh; i++) { e->head_row[i] = (int64_t)(i * (size_t)n); e->n_kept[i] = n; }
+    e->bytes = 2 * rows * c->head_dim * sizeof(float);
     return e;
 }
 
 /* Loads and decodes the payload of key; checks it belongs to this model and
  * prompt prefix. what names the document in errors. */
+static kv_entry *decode_payload(lz_query_session *q, void *blob, size_t len, const char *what, char *err,
+                                size_t errlen);
+
 static kv_entry *load_payload(lz_query_session *q, const uint8_t *key, const char *what, char *err, size_t errlen)
 {
-    const lz_llama_config *c = &q->m->cfg;
     void *blob = NULL;
     size_t len = 0;
     char e2[384] = "";
@@ -117,6 +129,15 @@ static kv_entry *load_payload(lz_query_session *q, const uint8_t *key, const cha
         snprintf(err, errlen, "%s: KV payload missing from the store (%s); run lazyingest --check --repair", what, e2);
         return NULL;
     }
+    return decode_payload(q, blob, len, what, err, errlen);
+}
+
+/* Decodes (and frees) a payload blob into a packed entry. */
+static kv_entry *decode_payload(lz_query_session *q, void *blob, size_t len, const char *what, char *err,
+                                size_t errlen)
+{
+    const lz_llama_config *c = &q->m->cfg;
+    char e2[384] = "";
     lz_payload_info info;
     if (lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) {
         snprintf(err, errlen, "%s: corrupt KV payload: %s", what, e2);
@@ -130,22 +151,24 @@ static kv_entry *load_payload(lz_query_session *q, const uint8_t *key, const cha
         free(blob);
         return NULL;
     }
-    kv_entry *e = entry_alloc(c, info.n_tokens);
+    kv_entry *e = entry_alloc(c, info.n_tokens, (size_t)info.n_kept_sum);
     if (!e) { snprintf(err, errlen, "%s: out of memory for %d tokens of KV", what, info.n_tokens); free(blob); return NULL; }
-    if (lz_payload_decode_f32(q->codec, blob, len, e->k, e->v, info.n_tokens > 0 ? info.n_tokens : 1, e->n_kept, &info,
-                              e2, sizeof e2)) {
+    if (lz_payload_decode_f32_packed(q->codec, blob, len, e->k, e->v, e->n_kept, &info, e2, sizeof e2)) {
         snprintf(err, errlen, "%s: corrupt KV payload: %s", what, e2);
         free(blob);
         entry_free(e);
         return NULL;
     }
     free(blob);
+    int64_t row = 0;
+    for (int i = 0; i < c->n_layers * c->n_kv_heads; i++) { e->head_row[i] = row; row += e->n_kept[i]; }
     return e;
 }
 
 static lz_kv_segment seg_of(const kv_entry *e, int64_t rot)
 {
-    lz_kv_segment s = {.k = e->k, .v = e->v, .n_kept = e->n_kept, .n = e->n, .stride = e->n > 0 ? e->n : 1, .rot = rot};
+    lz_kv_segment s = {.k = e->k, .v = e->v, .n_kept = e->n_kept, .n = e->n, .stride = e->n > 0 ? e->n : 1, .rot = rot,
+                       .head_row = e->head_row};
     return s;
 }
 
@@ -214,6 +237,7 @@ void lz_query_session_free(lz_query_session *q)
     free(q->prefix_kv.k);
     free(q->prefix_kv.v);
     free(q->prefix_kv.n_kept);
+    free(q->prefix_kv.head_row);
     free(q->logits);
     free(q);
 }
@@ -254,7 +278,7 @@ static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, c
         for (int l = 0; l < c->n_layers; l++)
             for (int h = 0; h < c->n_kv_heads; h++) {
                 int kept = e->n_kept[l * c->n_kv_heads + h];
-                float *kb = e->k + ((size_t)l * c->n_kv_heads + h) * (size_t)e->n * c->head_dim;
+                float *kb = e->k + (size_t)e->head_row[l * c->n_kv_heads + h] * c->head_dim;
                 for (int j = 0; j < kept; j++)
                     lz_rope_apply(kb + (size_t)j * c->head_dim, c->head_dim, rotate, c->rope_layout, q->m->inv_freq);
             }
@@ -266,7 +290,7 @@ static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, c
 /* Copies tokens [t0, t0 + n) of a local cache into a new entry (PREFIX mode). */
 static kv_entry *slice_cache(const lz_llama_config *c, const lz_kv_cache *lc, int t0, int n)
 {
-    kv_entry *e = entry_alloc(c, n);
+    kv_entry *e = entry_alloc(c, n, (size_t)c->n_layers * c->n_kv_heads * (size_t)n);
     if (!e) return NULL;
     for (int l = 0; l < c->n_layers; l++)
         for (int h = 0; h < c->n_kv_heads; h++) {
@@ -274,7 +298,6 @@ static kv_entry *slice_cache(const lz_llama_config *c, const lz_kv_cache *lc, in
             size_t dst = ((size_t)l * c->n_kv_heads + h) * (size_t)n * c->head_dim;
             memcpy(e->k + dst, lc->k + src, (size_t)n * c->head_dim * sizeof(float));
             memcpy(e->v + dst, lc->v + src, (size_t)n * c->head_dim * sizeof(float));
-            e->n_kept[l * c->n_kv_heads + h] = n;
         }
     return e;
 }
@@ -479,8 +502,15 @@ static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_t
     lz_doc_cache_get_stats(q->cache, &st);
     const lz_llama_config *c = &q->m->cfg;
     size_t need = 2 * (size_t)c->n_layers * c->n_kv_heads * (size_t)n_tokens * c->head_dim * sizeof(float);
-    if ((int64_t)need > st.bytes_budget - st.bytes_used) return 0; /* skip; smaller ones may fit */
-    kv_entry *e = load_payload(q, key, "preloaded document", P->err, P->errlen);
+    void *blob = NULL;
+    size_t len = 0;
+    lz_payload_info info;
+    char e2[256];
+    if (lz_store_get_payload(q->store, key, &blob, &len, e2, sizeof e2)) { P->failed++; return 0; }
+    if (!lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) /* compressed at ingest: only the kept rows */
+        need = 2 * (size_t)info.n_kept_sum * c->head_dim * sizeof(float);
+    if ((int64_t)need > st.bytes_budget - st.bytes_used) { free(blob); return 0; } /* skip; smaller ones may fit */
+    kv_entry *e = decode_payload(q, blob, len, "preloaded document", P->err, P->errlen);
     if (!e) { P->failed++; return 0; }
     if (lz_doc_cache_preload(q->cache, key, LZ_META_KEY_LEN, e, e->bytes)) P->loaded++;
     else entry_free(e);

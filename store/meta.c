@@ -35,14 +35,17 @@ static const char *const SQL[ST_COUNT] = {
     [ST_MODEL_SET_PREFIX] = "UPDATE models SET prefix_tokens = ?2, prefix_key = ?3, source_path = ?4"
                             " WHERE id = ?1",
     [ST_DOC_FIND] = "SELECT id, source_id, passage, content_hash, payload_key, n_tokens, model_id,"
-                    " raw_bytes, stored_bytes, seen_run, source_hash FROM documents WHERE ext_id = ?1",
+                    " raw_bytes, stored_bytes, seen_run, source_hash, kv_policy, kv_budget, kv_window, kv_spec, kv_kept"
+                    " FROM documents WHERE ext_id = ?1",
     [ST_DOC_INSERT] = "INSERT INTO documents (ext_id, source_id, passage, title, text, content_hash,"
                       " token_ids, n_tokens, model_id, payload_key, raw_bytes, stored_bytes, seen_run,"
-                      " source_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                      " source_hash, kv_policy, kv_budget, kv_window, kv_spec, kv_kept)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
     [ST_DOC_UPDATE] = "UPDATE documents SET ext_id = ?1, source_id = ?2, passage = ?3, title = ?4,"
                       " text = ?5, content_hash = ?6, token_ids = ?7, n_tokens = ?8, model_id = ?9,"
                       " payload_key = ?10, raw_bytes = ?11, stored_bytes = ?12, seen_run = ?13,"
-                      " source_hash = ?14, updated_at = " NOW " WHERE id = ?15",
+                      " source_hash = ?14, kv_policy = ?15, kv_budget = ?16, kv_window = ?17, kv_spec = ?18, kv_kept = ?19,"
+                      " updated_at = " NOW " WHERE id = ?20",
     [ST_DOC_SET_PAYLOAD] = "UPDATE documents SET payload_key = ?2, raw_bytes = ?3, stored_bytes = ?4,"
                            " updated_at = " NOW " WHERE id = ?1",
     [ST_DOC_TOUCH] = "UPDATE documents SET seen_run = ?2 WHERE id = ?1",
@@ -54,7 +57,7 @@ static const char *const SQL[ST_COUNT] = {
     [ST_PRUNE] = "DELETE FROM documents WHERE seen_run IS NOT ?1",
     [ST_DOC_COUNT] = "SELECT count(*) FROM documents",
     [ST_DOC_ALL] = "SELECT id, ext_id, source_id, passage, title, text, content_hash, token_ids,"
-                   " n_tokens, model_id, payload_key, raw_bytes, stored_bytes, seen_run"
+                   " n_tokens, model_id, payload_key, raw_bytes, stored_bytes, seen_run, kv_spec"
                    " FROM documents ORDER BY id",
     [ST_KEY_DOC] = "SELECT 1 FROM documents WHERE payload_key = ?1 LIMIT 1",
     [ST_KEY_MODEL] = "SELECT 1 FROM models WHERE prefix_key = ?1 LIMIT 1",
@@ -397,6 +400,11 @@ int lz_meta_doc_find(lz_meta *m, const char *ext_id, lz_meta_doc *o, char *src, 
     o->seen_run = sqlite3_column_int64(s, 9);
     o->has_source_hash = sqlite3_column_bytes(s, 10) == 32;
     copy_blob(o->source_hash, 32, s, 10);
+    copy_text(o->kv_policy, sizeof o->kv_policy, sqlite3_column_text(s, 11));
+    copy_text(o->kv_budget, sizeof o->kv_budget, sqlite3_column_text(s, 12));
+    o->kv_window = sqlite3_column_int(s, 13);
+    copy_text(o->kv_spec, sizeof o->kv_spec, sqlite3_column_text(s, 14));
+    o->kv_kept = sqlite3_column_int64(s, 15);
     sqlite3_reset(s);
     return LZ_META_OK;
 }
@@ -419,6 +427,19 @@ static void bind_doc(sqlite3_stmt *s, const lz_meta_doc *d)
     sqlite3_bind_int64(s, 13, d->seen_run);
     if (d->has_source_hash) sqlite3_bind_blob(s, 14, d->source_hash, 32, SQLITE_STATIC);
     else sqlite3_bind_null(s, 14);
+    int evicted = d->kv_spec[0] != 0;
+    sqlite3_bind_text(s, 15, evicted && d->kv_policy[0] ? d->kv_policy : "none", -1, SQLITE_STATIC);
+    if (evicted) {
+        sqlite3_bind_text(s, 16, d->kv_budget, -1, SQLITE_STATIC);
+        sqlite3_bind_int(s, 17, d->kv_window);
+        sqlite3_bind_text(s, 18, d->kv_spec, -1, SQLITE_STATIC);
+    } else {
+        sqlite3_bind_null(s, 16);
+        sqlite3_bind_null(s, 17);
+        sqlite3_bind_null(s, 18);
+    }
+    if (d->kv_kept > 0) sqlite3_bind_int64(s, 19, d->kv_kept);
+    else sqlite3_bind_null(s, 19);
 }
 
 int lz_meta_doc_insert(lz_meta *m, lz_meta_doc *d, char *err, size_t errlen)
@@ -434,7 +455,7 @@ int lz_meta_doc_update(lz_meta *m, const lz_meta_doc *d, char *err, size_t errle
 {
     sqlite3_stmt *s = stmt(m, ST_DOC_UPDATE);
     bind_doc(s, d);
-    sqlite3_bind_int64(s, 15, d->id);
+    sqlite3_bind_int64(s, 20, d->id);
     return run_done(m, ST_DOC_UPDATE, err, errlen);
 }
 
@@ -569,6 +590,7 @@ int lz_meta_doc_foreach(lz_meta *m, int (*fn)(const lz_meta_doc *d, void *ctx), 
         d.raw_bytes = sqlite3_column_int64(s, 11);
         d.stored_bytes = sqlite3_column_int64(s, 12);
         d.seen_run = sqlite3_column_int64(s, 13);
+        copy_text(d.kv_spec, sizeof d.kv_spec, sqlite3_column_text(s, 14));
         ret = fn(&d, ctx);
         if (ret) break;
     }

@@ -82,11 +82,18 @@ typedef struct {
     int64_t seen_run;
     int has_source_hash;               /* passages of a split record */
     uint8_t source_hash[32];           /* of the whole record and the split budget */
+    /* KV eviction at ingest (schema v3; ingest/kvpolicy.h). kv_spec "" means
+     * stored whole (written as kv_policy 'none', the rest NULL). */
+    char kv_policy[16];                /* "snapkv", "ada-snapkv", ... */
+    char kv_budget[24];                /* "0.2" or "128t" */
+    int kv_window;
+    char kv_spec[128];                 /* every parameter, canonical; enters the payload key */
+    int64_t kv_kept;                   /* sum of the payload's kept table; 0 = unknown */
 } lz_meta_doc;
 
 /* Looks up ext_id; on success fills id, source_id (copied into src, srclen),
- * content_hash, payload_key, n_tokens, model_id, sizes, source_hash; the
- * text and token fields are left NULL. Errors: ENOTFOUND. */
+ * content_hash, payload_key, n_tokens, model_id, sizes, source_hash, the kv_*
+ * fields; the text and token fields are left NULL. Errors: ENOTFOUND. */
 int lz_meta_doc_find(lz_meta *m, const char *ext_id, lz_meta_doc *out, char *src, size_t srclen,
                      char *err, size_t errlen);
 /* Inserts (sets d->id) or updates row d->id (every column; timestamps kept or set). */

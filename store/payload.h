@@ -102,6 +102,14 @@ int lz_payload_decode_bf16(lz_payload_codec *c, const void *buf, size_t len, uin
                            uint16_t *v, int stride, int *n_kept, lz_payload_info *info,
                            char *err, size_t errlen);
 
+/* Decodes buf[len] (parsed and checksum-verified inside) packed: k and v
+ * receive sum(kept) rows of d floats each, head (l, h)'s kept rows after
+ * those of every earlier head, in the body's order (the layout of
+ * lz_kv_segment.head_row); size them from lz_payload_parse's n_kept_sum.
+ * n_kept (L * KV) and info as for lz_payload_decode_f32. */
+int lz_payload_decode_f32_packed(lz_payload_codec *c, const void *buf, size_t len, float *k, float *v,
+                                 int *n_kept, lz_payload_info *info, char *err, size_t errlen);
+
 /* Byte shuffle of n 16-bit elements: dst = [low bytes][high bytes], and back. */
 void lz_payload_shuffle16(uint8_t *dst, const uint16_t *src, size_t n);
 void lz_payload_unshuffle16(uint16_t *dst, const uint8_t *src, size_t n);

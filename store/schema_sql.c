@@ -110,5 +110,24 @@ const lz_meta_migration lz_meta_migrations[] = {
       "-- 2 = fp32. One per store, chosen when it is created (lazyingest --kv-dtype).\n"
       "ALTER TABLE models ADD COLUMN kv_dtype INTEGER NOT NULL DEFAULT 1;\n"
     },
+    { 3, "schema/003_kv_policy.sql",
+      "-- 003_kv_policy.sql - schema version 3. KV eviction at ingest (lazyingest\n"
+      "-- --kv-policy, ingest/kvpolicy.h): a compressed document stores only the kept\n"
+      "-- keys and values of every (layer, kv head) (schema/PAYLOAD.md kept table).\n"
+      "-- The row records what was applied; kv_spec (every parameter, canonical text)\n"
+      "-- enters the payload key, so a policy change makes the document \"changed\".\n"
+      "-- A document too short to compress is stored whole and recorded as 'none'.\n"
+      "\n"
+      "ALTER TABLE documents ADD COLUMN kv_policy TEXT NOT NULL DEFAULT 'none'\n"
+      "    CHECK (kv_policy IN ('none', 'snapkv', 'ada-snapkv', 'pyramidkv', 'ada-pyramidkv'));\n"
+      "-- '0.2' (fraction of the document's tokens) or '128t' (tokens per kv head on average); NULL for none\n"
+      "ALTER TABLE documents ADD COLUMN kv_budget TEXT;\n"
+      "-- observation window (the document's last tokens, always kept); NULL for none\n"
+      "ALTER TABLE documents ADD COLUMN kv_window INTEGER;\n"
+      "-- e.g. 'ada-snapkv b=0.2 w=32 k=7 a=0.2 mean'; NULL for none\n"
+      "ALTER TABLE documents ADD COLUMN kv_spec TEXT;\n"
+      "-- keys (= values) stored over all layers and kv heads: sum of the payload's kept table\n"
+      "ALTER TABLE documents ADD COLUMN kv_kept INTEGER;\n"
+    },
 };
 const int lz_meta_n_migrations = (int)(sizeof lz_meta_migrations / sizeof lz_meta_migrations[0]);

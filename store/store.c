@@ -168,11 +168,23 @@ static void sha_ids(lz_sha256_ctx *h, const int *ids, int n)
 void lz_store_doc_key(const uint8_t fp[32], const int *prefix, int n_prefix, const int *ids, int n,
                       uint8_t key[LZ_META_KEY_LEN])
 {
+    lz_store_doc_key_kv(fp, prefix, n_prefix, ids, n, NULL, key);
+}
+
+void lz_store_doc_key_kv(const uint8_t fp[32], const int *prefix, int n_prefix, const int *ids, int n,
+                         const char *kv_spec, uint8_t key[LZ_META_KEY_LEN])
+{
     lz_sha256_ctx h;
     lz_sha256_init(&h);
     lz_sha256_update(&h, "lazykv-doc-v1", 13);
     sha_ids(&h, prefix, n_prefix);
     sha_ids(&h, ids, n);
+    if (kv_spec && *kv_spec) { /* compressed at ingest: the spec is part of the content */
+        size_t len = strlen(kv_spec);
+        lz_sha256_update(&h, "kv-policy", 9);
+        sha_u32(&h, (uint32_t)len);
+        lz_sha256_update(&h, kv_spec, len);
+    }
     memcpy(key, fp, 32);
     lz_sha256_final(&h, key + 32);
 }
@@ -524,6 +536,7 @@ typedef struct {
     lz_store_check_stats *st;
     int stopped; /* the callback asked to stop */
     char msg[512];
+    const char *kv_spec; /* the row being checked: its KV eviction spec */
 } check_ctx;
 
 static int report(check_ctx *c, lz_store_issue_kind kind, int64_t id, const char *ext_id,
@@ -534,7 +547,7 @@ static int report(check_ctx *c, lz_store_issue_kind kind, int64_t id, const char
     vsnprintf(c->msg, sizeof c->msg, fmt, ap);
     va_end(ap);
     c->st->n_issues++;
-    lz_store_issue is = { kind, id, ext_id, ids, n, c->msg };
+    lz_store_issue is = { kind, id, ext_id, ids, n, c->msg, c->kv_spec ? c->kv_spec : "" };
     if (c->fn && c->fn(&is, c->ctx)) c->stopped = 1;
     return c->stopped;
 }
@@ -582,6 +595,7 @@ static int check_one(check_ctx *c, int64_t id, const char *ext_id, const uint8_t
 static int check_doc(const lz_meta_doc *d, void *p)
 {
     check_ctx *c = p;
+    c->kv_spec = d->kv_spec;
     c->st->n_docs++;
     if (!d->token_ids)
         return report(c, LZ_STORE_ISSUE_BAD_ROW, d->id, d->ext_id, NULL, 0,
@@ -591,7 +605,8 @@ static int check_doc(const lz_meta_doc *d, void *p)
                       "row belongs to model id %lld, store model is %lld", (long long)d->model_id,
                       (long long)c->s->model_id);
     uint8_t want[LZ_META_KEY_LEN];
-    lz_store_doc_key(c->s->fingerprint, c->s->prefix, c->s->n_prefix, d->token_ids, d->n_tokens, want);
+    lz_store_doc_key_kv(c->s->fingerprint, c->s->prefix, c->s->n_prefix, d->token_ids, d->n_tokens, d->kv_spec,
+                        want);
     int ok;
     int r = check_one(c, d->id, d->ext_id, d->payload_key, want, d->token_ids, d->n_tokens,
                       c->s->n_prefix, &ok);
@@ -604,7 +619,7 @@ int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), 
 {
     memset(st, 0, sizeof *st);
     if (!s->bound) return fail(err, errlen, LZ_STORE_EINVAL, "store %s: check before binding a model", s->dir);
-    check_ctx c = { s, NULL, fn, ctx, st, 0, "" };
+    check_ctx c = { s, NULL, fn, ctx, st, 0, "", NULL };
     int rc = from_kvdb(lz_kvdb_reader_begin(s->kv, &c.rd, err, errlen));
     if (rc) return rc;
     uint8_t want[LZ_META_KEY_LEN];

@@ -95,6 +95,11 @@ int lz_store_hit(lz_store *s, int64_t doc_id, char *err, size_t errlen);
  * document tokens under one model share a payload. */
 void lz_store_doc_key(const uint8_t fingerprint[32], const int *prefix, int n_prefix,
                       const int *ids, int n, uint8_t key[LZ_META_KEY_LEN]);
+/* The same for a document compressed at ingest: kv_spec (ingest/kvpolicy.h
+ * canonical text, recorded in the row) is hashed after the ids; NULL or ""
+ * gives lz_store_doc_key's key. */
+void lz_store_doc_key_kv(const uint8_t fingerprint[32], const int *prefix, int n_prefix,
+                         const int *ids, int n, const char *kv_spec, uint8_t key[LZ_META_KEY_LEN]);
 /* Prefix payload key: fingerprint || sha256("lazykv-prefix-v1", n, ids). */
 void lz_store_prefix_key(const uint8_t fingerprint[32], const int *prefix, int n_prefix,
                          uint8_t key[LZ_META_KEY_LEN]);
@@ -146,6 +151,7 @@ typedef struct {
     const int *token_ids;         /* the row's tokens, NULL when BAD_ROW */
     int n_tokens;
     const char *message;
+    const char *kv_spec;          /* the row's KV eviction spec ("" = stored whole) */
 } lz_store_issue;
 
 typedef struct {

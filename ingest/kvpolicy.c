@@ -1,0 +1,369 @@
+/* kvpolicy.c - question-agnostic KV eviction at ingest (see kvpolicy.h):
+ * observation-window scores by GEMM per (layer, kv head), max-pooling,
+ * SnapKV / Ada / Pyramid allocation, in-place compaction.
+ *
+ * Legend: L = layers, H/KV = heads, G = H / KV, d = head_dim, n = document
+ * tokens, w = window, m = n - w candidates, s = prefix tokens.
+ */
+#include "ingest/kvpolicy.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const NAMES[] = {"none", "snapkv", "ada-snapkv", "pyramidkv", "ada-pyramidkv"};
+
+void lz_kvpolicy_default(lz_kvpolicy *p)
+{
+    memset(p, 0, sizeof *p);
+    p->kind = LZ_KVPOLICY_NONE;
+    p->window = LZ_KVPOLICY_DEFAULT_WINDOW;
+    p->kernel = LZ_KVPOLICY_DEFAULT_KERNEL;
+    p->alpha = LZ_KVPOLICY_DEFAULT_ALPHA;
+    p->agg = LZ_KVPOLICY_AGG_MEAN;
+}
+
+const char *lz_kvpolicy_name(int kind) { return kind >= 0 && kind <= 4 ? NAMES[kind] : "?"; }
+
+int lz_kvpolicy_parse_name(const char *s)
+{
+    for (int i = 0; i <= 4; i++)
+        if (s && !strcmp(s, NAMES[i])) return i;
+    return -1;
+}
+
+int lz_kvpolicy_parse_budget(const char *s, lz_kvpolicy *p)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    size_t n = strlen(s);
+    if (s[n - 1] == 't') {
+        long v = strtol(s, &end, 10);
+        if (end != s + n - 1 || v < 1 || v > (1 << 24)) return -1;
+        p->budget_tokens = (int)v;
+        p->budget_frac = 0;
+        return 0;
+    }
+    double f = strtod(s, &end);
+    if (*end || end == s || !(f > 0) || f > 1) return -1;
+    p->budget_frac = f;
+    p->budget_tokens = 0;
+    return 0;
+}
+
+void lz_kvpolicy_budget_str(const lz_kvpolicy *p, char *buf, size_t n)
+{
+    if (p->kind == LZ_KVPOLICY_NONE) snprintf(buf, n, "%s", "");
+    else if (p->budget_tokens > 0) snprintf(buf, n, "%dt", p->budget_tokens);
+    else snprintf(buf, n, "%g", p->budget_frac);
+}
+
+void lz_kvpolicy_spec(const lz_kvpolicy *p, char *buf, size_t n)
+{
+    if (p->kind == LZ_KVPOLICY_NONE) { snprintf(buf, n, "%s", ""); return; }
+    char b[32];
+    lz_kvpolicy_budget_str(p, b, sizeof b);
+    snprintf(buf, n, "%s b=%s w=%d k=%d a=%g %s", lz_kvpolicy_name(p->kind), b, p->window, p->kernel,
+             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean");
+}
+
+int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p)
+{
+    lz_kvpolicy_default(p);
+    if (!spec || !*spec || !strcmp(spec, "none")) return 0;
+    char name[32], b[32], agg[8];
+    int w, k;
+    float a;
+    if (sscanf(spec, "%31s b=%31s w=%d k=%d a=%f %7s", name, b, &w, &k, &a, agg) != 6) return -1;
+    int kind = lz_kvpolicy_parse_name(name);
+    if (kind <= 0 || lz_kvpolicy_parse_budget(b, p) || w < 1 || k < 1 || !(k & 1) || a < 0 || a > 1) return -1;
+    if (strcmp(agg, "mean") && strcmp(agg, "max")) return -1;
+    p->kind = kind;
+    p->window = w;
+    p->kernel = k;
+    p->alpha = a;
+    p->agg = strcmp(agg, "max") ? LZ_KVPOLICY_AGG_MEAN : LZ_KVPOLICY_AGG_MAX;
+    return 0;
+}
+
+int lz_kvpolicy_budget(const lz_kvpolicy *p, int n)
+{
+    if (p->kind == LZ_KVPOLICY_NONE || n <= 0) return 0;
+    long B = p->budget_tokens > 0 ? p->budget_tokens : lround(p->budget_frac * n);
+    if (B < 1) B = 1;
+    if ((long)n < p->window + B) return 0; /* short: stored whole */
+    return B < p->window ? p->window : (int)B; /* the window is always kept */
+}
+
+void lz_kvpolicy_doc_spec(const lz_kvpolicy *p, int n, char *buf, size_t len)
+{
+    if (lz_kvpolicy_budget(p, n) > 0) lz_kvpolicy_spec(p, buf, len);
+    else snprintf(buf, len, "%s", "");
+}
+
+/* ---- scoring ---- */
+
+void lz_kvpolicy_maxpool(float *out, const float *x, int m, int kernel)
+{
+    int h = kernel / 2;
+    for (int j = 0; j < m; j++) {
+        int a = j - h < 0 ? 0 : j - h, b = j + h >= m ? m - 1 : j + h;
+        float mx = x[a];
+        for (int t = a + 1; t <= b; t++) mx = x[t] > mx ? x[t] : mx;
+        out[j] = mx;
+    }
+}
+
+static int bad_params(const lz_kvscore_params *p)
+{
+    return !p->q || !p->k || p->n <= 0 || p->w < 1 || p->w >= p->n || p->k_stride < p->n || p->L < 1 || p->KV < 1 ||
+           p->H < p->KV || p->H % p->KV || p->d < 1 || p->n_prefix < 0 || (p->n_prefix > 0 && !p->pk) ||
+           (p->n_prefix > 0 && p->pk_stride < p->n_prefix) || p->kernel < 1;
+}
+
+/* acc (G, m) summed window weights per query head -> aggregated (m), pooled. */
+static void finish_head(float *scores, float *raw, const float *acc, int G, int m, int agg, int kernel, float *tmp)
+{
+    for (int j = 0; j < m; j++) {
+        float a = acc[j];
+        for (int hh = 1; hh < G; hh++) {
+            float x = acc[(size_t)hh * m + j];
+            a = agg == LZ_KVPOLICY_AGG_MAX ? (x > a ? x : a) : a + x;
+        }
+        tmp[j] = agg == LZ_KVPOLICY_AGG_MAX ? a : a / (float)G;
+    }
+    if (raw) memcpy(raw, tmp, (size_t)m * sizeof(float));
+    lz_kvpolicy_maxpool(scores, tmp, m, kernel);
+}
+
+int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
+{
+    if (bad_params(p)) return -1;
+    const int L = p->L, H = p->H, KV = p->KV, G = H / KV, d = p->d, n = p->n, w = p->w, m = n - w, s = p->n_prefix;
+    const int nk = s + n, rows = G * w; /* keys per row; matrix rows r = hh * w + t */
+    const float scale = 1.0f / sqrtf((float)d);
+    const size_t per_task = (size_t)rows * d + (size_t)rows * nk + (size_t)G * m + (size_t)m;
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *buf = malloc(per_task * sizeof(float));
+        if (!buf) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int task = 0; task < L * KV; task++) {
+            if (!buf) continue;
+            const int l = task / KV, g = task % KV;
+            float *Q = buf, *S = Q + (size_t)rows * d, *acc = S + (size_t)rows * nk, *tmp = acc + (size_t)G * m;
+            for (int hh = 0; hh < G; hh++)
+                for (int t = 0; t < w; t++)
+                    memcpy(Q + ((size_t)hh * w + t) * d, p->q + (((size_t)l * w + t) * H + g * G + hh) * d,
+                           (size_t)d * sizeof(float));
+            if (s > 0)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, s, d, scale, Q, d,
+                            p->pk + ((size_t)l * KV + g) * (size_t)p->pk_stride * d, d, 0.0f, S, nk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, d, scale, Q, d,
+                        p->k + ((size_t)l * KV + g) * (size_t)p->k_stride * d, d, 0.0f, S + s, nk);
+            memset(acc, 0, (size_t)G * m * sizeof(float));
+            for (int r = 0; r < rows; r++) {
+                const int t = r % w, visible = s + m + t + 1; /* row t is document token m + t */
+                float *x = S + (size_t)r * nk, mx = -INFINITY, sum = 0;
+                for (int j = 0; j < visible; j++) mx = x[j] > mx ? x[j] : mx;
+                for (int j = 0; j < visible; j++) { x[j] = expf(x[j] - mx); sum += x[j]; }
+                float inv = 1.0f / sum, *a = acc + (size_t)(r / w) * m;
+                for (int j = 0; j < m; j++) a[j] += x[s + j] * inv;
+            }
+            size_t o = ((size_t)l * KV + g) * (size_t)m;
+            finish_head(scores + o, raw ? raw + o : NULL, acc, G, m, p->agg, p->kernel, tmp);
+        }
+        free(buf);
+    }
+    return failed ? -1 : 0;
+}
+
+int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *raw)
+{
+    if (bad_params(p)) return -1;
+    const int L = p->L, H = p->H, KV = p->KV, G = H / KV, d = p->d, n = p->n, w = p->w, m = n - w, s = p->n_prefix;
+    float *logit = malloc((size_t)(s + n) * sizeof(float));
+    float *acc = malloc((size_t)G * m * sizeof(float)), *tmp = malloc((size_t)m * sizeof(float));
+    if (!logit || !acc || !tmp) { free(logit); free(acc); free(tmp); return -1; }
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < KV; g++) {
+            memset(acc, 0, (size_t)G * m * sizeof(float));
+            for (int hh = 0; hh < G; hh++)
+                for (int t = 0; t < w; t++) {
+                    const float *q = p->q + (((size_t)l * w + t) * H + g * G + hh) * d;
+                    int nv = 0;
+                    double mx = -INFINITY, sum = 0;
+                    for (int j = 0; j < s; j++) {
+                        const float *k = p->pk + (((size_t)l * KV + g) * p->pk_stride + j) * d;
+                        double x = 0;
+                        for (int e = 0; e < d; e++) x += (double)q[e] * k[e];
+                        logit[nv++] = (float)(x / sqrt((double)d));
+                    }
+                    for (int j = 0; j <= m + t; j++) {
+                        const float *k = p->k + (((size_t)l * KV + g) * p->k_stride + j) * d;
+                        double x = 0;
+                        for (int e = 0; e < d; e++) x += (double)q[e] * k[e];
+                        logit[nv++] = (float)(x / sqrt((double)d));
+                    }
+                    for (int j = 0; j < nv; j++) mx = logit[j] > mx ? logit[j] : mx;
+                    for (int j = 0; j < nv; j++) sum += exp(logit[j] - mx);
+                    for (int j = 0; j < m; j++) acc[(size_t)hh * m + j] += (float)(exp(logit[s + j] - mx) / sum);
+                }
+            size_t o = ((size_t)l * KV + g) * (size_t)m;
+            for (int j = 0; j < m; j++) { /* aggregation by the obvious loop */
+                float a = p->agg == LZ_KVPOLICY_AGG_MAX ? -INFINITY : 0;
+                for (int hh = 0; hh < G; hh++) {
+                    float x = acc[(size_t)hh * m + j];
+                    if (p->agg == LZ_KVPOLICY_AGG_MAX) a = x > a ? x : a;
+                    else a += x / (float)G;
+                }
+                tmp[j] = a;
+            }
+            if (raw) memcpy(raw + o, tmp, (size_t)m * sizeof(float));
+            for (int j = 0; j < m; j++) {
+                float mx = -INFINITY;
+                for (int t = j - p->kernel / 2; t <= j + p->kernel / 2; t++)
+                    if (t >= 0 && t < m && tmp[t] > mx) mx = tmp[t];
+                scores[o + j] = mx;
+            }
+        }
+    free(logit);
+    free(acc);
+    free(tmp);
+    return 0;
+}
+
+/* ---- allocation ---- */
+
+void lz_kvpolicy_layer_budgets(int *b_l, int L, int b, int m, int pyramid)
+{
+    long total = (long)L * b, cap = (long)L * m;
+    if (total > cap) total = cap;
+    if (!pyramid || L == 1) {
+        for (int l = 0; l < L; l++) b_l[l] = (int)(total / L) + (l < total % L ? 1 : 0);
+    } else {
+        /* PyramidKV: from max_num (layer 0) down to min_num (last), mean b */
+        double mean = (double)total / L, lo = mean / LZ_KVPOLICY_PYRAMID_BETA, hi = 2 * mean - lo;
+        double step = (hi - lo) / (L - 1);
+        long sum = 0;
+        for (int l = 0; l < L; l++) { b_l[l] = (int)floor(hi - step * l); sum += b_l[l]; }
+        /* largest fractional parts first (upper layers on ties) get the remainder */
+        while (sum < total) {
+            int best = -1;
+            double bf = -1;
+            for (int l = 0; l < L; l++) {
+                double f = (hi - step * l) - b_l[l];
+                if (f > bf) { bf = f; best = l; }
+            }
+            b_l[best]++;
+            sum++;
+        }
+        for (int l = L - 1; sum > total && l >= 0; l--) /* float rounding only */
+            if (b_l[l] > 0) { b_l[l]--; sum--; }
+    }
+    /* cap at m; move the excess to layers with room, upper layers first */
+    long excess = 0;
+    for (int l = 0; l < L; l++)
+        if (b_l[l] > m) { excess += b_l[l] - m; b_l[l] = m; }
+    for (int l = 0; l < L && excess > 0; l++) {
+        long room = m - b_l[l], t = room < excess ? room : excess;
+        b_l[l] += (int)t;
+        excess -= t;
+    }
+}
+
+typedef struct {
+    float score, tie;
+    int head, pos;
+} cand;
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    if (x->tie != y->tie) return x->tie > y->tie ? -1 : 1;
+    if (x->head != y->head) return x->head - y->head;
+    return x->pos - y->pos;
+}
+
+int lz_kvpolicy_select(unsigned char *keep, int *head_budget, const float *scores, const float *tie, int KV, int m,
+                       int b, int adaptive, float alpha)
+{
+    memset(keep, 0, (size_t)KV * m);
+    memset(head_budget, 0, (size_t)KV * sizeof(int));
+    if (b <= 0 || m <= 0) return 0;
+    if (b > m) b = m;
+    cand *c = malloc((size_t)KV * m * sizeof *c);
+    if (!c) return -1;
+    int reserve = adaptive ? (int)floorf(alpha * (float)b + 1e-6f) : b;
+    if (reserve > b) reserve = b;
+    /* every head: its own top `reserve` (all of b for SnapKV) */
+    for (int h = 0; h < KV; h++) {
+        cand *ch = c + (size_t)h * m;
+        for (int j = 0; j < m; j++)
+            ch[j] = (cand){scores[(size_t)h * m + j], tie ? tie[(size_t)h * m + j] : 0.0f, h, j};
+        qsort(ch, (size_t)m, sizeof *ch, cand_cmp);
+        for (int i = 0; i < reserve; i++) keep[(size_t)h * m + ch[i].pos] = 1;
+        head_budget[h] = reserve;
+    }
+    if (adaptive) { /* the rest: the joint top over all heads of what is left */
+        long left = (long)KV * b - (long)KV * reserve, nr = 0;
+        for (int h = 0; h < KV; h++)
+            for (int i = reserve; i < m; i++) c[nr++] = c[(size_t)h * m + i];
+        qsort(c, (size_t)nr, sizeof *c, cand_cmp);
+        for (long i = 0; i < left && i < nr; i++) {
+            keep[(size_t)c[i].head * m + c[i].pos] = 1;
+            head_budget[c[i].head]++;
+        }
+    }
+    free(c);
+    return 0;
+}
+
+int lz_kvpolicy_plan(const lz_kvpolicy *p, const float *scores, const float *tie, int L, int KV, int n, int *n_kept,
+                     int *rows)
+{
+    const int B = lz_kvpolicy_budget(p, n), w = p->window, m = n - w;
+    if (B <= 0 || m <= 0) return -1;
+    int *b_l = malloc((size_t)L * sizeof(int)), *hb = malloc((size_t)KV * sizeof(int));
+    unsigned char *keep = malloc((size_t)KV * m);
+    if (!b_l || !hb || !keep) { free(b_l); free(hb); free(keep); return -1; }
+    int pyramid = p->kind == LZ_KVPOLICY_PYRAMIDKV || p->kind == LZ_KVPOLICY_ADA_PYRAMIDKV;
+    int adaptive = p->kind == LZ_KVPOLICY_ADA_SNAPKV || p->kind == LZ_KVPOLICY_ADA_PYRAMIDKV;
+    lz_kvpolicy_layer_budgets(b_l, L, B - w, m, pyramid);
+    int rc = 0;
+    for (int l = 0; l < L && !rc; l++) {
+        size_t o = (size_t)l * KV * m;
+        rc = lz_kvpolicy_select(keep, hb, scores + o, tie ? tie + o : NULL, KV, m, b_l[l], adaptive, p->alpha);
+        for (int h = 0; h < KV && !rc; h++) {
+            int *r = rows + ((size_t)l * KV + h) * n, k = 0;
+            for (int j = 0; j < m; j++)
+                if (keep[(size_t)h * m + j]) r[k++] = j;
+            for (int j = m; j < n; j++) r[k++] = j; /* the window */
+            n_kept[l * KV + h] = k;
+        }
+    }
+    free(b_l);
+    free(hb);
+    free(keep);
+    return rc;
+}
+
+void lz_kvpolicy_compact(float *k, float *v, int T, int L, int KV, int d, int n, const int *n_kept, const int *rows)
+{
+    for (int lh = 0; lh < L * KV; lh++) {
+        float *kb = k + (size_t)lh * T * d, *vb = v + (size_t)lh * T * d;
+        const int *r = rows + (size_t)lh * n;
+        for (int i = 0; i < n_kept[lh]; i++) {
+            if (r[i] == i) continue; /* r ascending, r[i] >= i: forward copies never clobber a source */
+            memcpy(kb + (size_t)i * d, kb + (size_t)r[i] * d, (size_t)d * sizeof(float));
+            memcpy(vb + (size_t)i * d, vb + (size_t)r[i] * d, (size_t)d * sizeof(float));
+        }
+    }
+}

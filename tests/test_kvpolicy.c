@@ -1,0 +1,398 @@
+/* test_kvpolicy.c - KV eviction at ingest (ingest/kvpolicy.h): the Ada
+ * allocation equals a brute-force top-B over the concatenated scores of all
+ * heads, every head gets its alpha share, totals are exact, the window is
+ * kept, GEMM scoring (GQA mean / max) equals a naive loop, pyramid budgets,
+ * compaction order, spec round trip; the forward pass's query capture; the
+ * encoder compresses a document of a generated model and keeps exact rows. */
+#include <math.h>
+#include <stdint.h>
+
+#include "ingest/encode.h"
+#include "ingest/kvpolicy.h"
+#include "model/llama.h"
+#include "model/mkmodel.h"
+#include "tests/test.h"
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0));
+}
+
+typedef struct { float s; int idx; } sv;
+static int sv_cmp(const void *a, const void *b)
+{
+    const sv *x = a, *y = b;
+    return x->s > y->s ? -1 : x->s < y->s ? 1 : x->idx - y->idx;
+}
+
+/* brute force: top `total` of all KV*m scores; with boost, each head's top
+ * r entries are first raised above everything (the safeguard). */
+static void brute(unsigned char *keep, const float *sc, int KV, int m, long total, int r)
+{
+    sv *v = malloc(sizeof *v * (size_t)KV * m);
+    for (int i = 0; i < KV * m; i++) v[i] = (sv){sc[i], i};
+    if (r > 0)
+        for (int h = 0; h < KV; h++) {
+            sv *vh = malloc(sizeof *vh * (size_t)m);
+            for (int j = 0; j < m; j++) vh[j] = (sv){sc[h * m + j], j};
+            qsort(vh, (size_t)m, sizeof *vh, sv_cmp);
+            for (int i = 0; i < r; i++) v[h * m + vh[i].idx].s = 1e30f;
+            free(vh);
+        }
+    qsort(v, (size_t)KV * m, sizeof *v, sv_cmp);
+    memset(keep, 0, (size_t)KV * m);
+    for (long i = 0; i < total; i++) keep[v[i].idx] = 1;
+    free(v);
+}
+
+static void test_allocation(void)
+{
+    const int shapes[][3] = {{1, 50, 10}, {4, 100, 20}, {8, 333, 33}, {8, 64, 1}, {2, 40, 40}, {8, 500, 123}};
+    int all_eq0 = 1, all_eqa = 1, share = 1, totals = 1, snap_ok = 1;
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        int KV = shapes[t][0], m = shapes[t][1], b = shapes[t][2];
+        float *sc = malloc(sizeof(float) * KV * m);
+        /* heads differ: some peaked, some diffuse */
+        for (int h = 0; h < KV; h++)
+            for (int j = 0; j < m; j++) {
+                float x = frand();
+                sc[h * m + j] = h % 2 ? powf(x, 8.0f) : x * 0.1f;
+            }
+        unsigned char *keep = malloc((size_t)KV * m), *want = malloc((size_t)KV * m);
+        int *hb = malloc(sizeof(int) * KV);
+        /* alpha = 0: exactly the joint top-B */
+        lz_kvpolicy_select(keep, hb, sc, NULL, KV, m, b, 1, 0.0f);
+        brute(want, sc, KV, m, (long)KV * b, 0);
+        all_eq0 &= !memcmp(keep, want, (size_t)KV * m);
+        /* alpha = 0.2: the safeguard, then the joint top of the rest */
+        lz_kvpolicy_select(keep, hb, sc, NULL, KV, m, b, 1, 0.2f);
+        int r = (int)floorf(0.2f * b + 1e-6f);
+        brute(want, sc, KV, m, (long)KV * b, r);
+        all_eqa &= !memcmp(keep, want, (size_t)KV * m);
+        long sum = 0, cnt = 0;
+        for (int h = 0; h < KV; h++) {
+            share &= hb[h] >= r;
+            sum += hb[h];
+            int c = 0;
+            for (int j = 0; j < m; j++) c += keep[h * m + j];
+            totals &= c == hb[h];
+            cnt += c;
+        }
+        totals &= sum == (long)KV * b && cnt == sum;
+        /* SnapKV: every head exactly its own top b */
+        lz_kvpolicy_select(keep, hb, sc, NULL, KV, m, b, 0, 0.2f);
+        for (int h = 0; h < KV; h++) {
+            brute(want, sc + h * m, 1, m, b, 0);
+            snap_ok &= hb[h] == b && !memcmp(keep + h * m, want, (size_t)m);
+        }
+        free(sc); free(keep); free(want); free(hb);
+    }
+    CHECK(all_eq0, "Ada (alpha 0) equals the brute-force top-B over all heads");
+    CHECK(all_eqa, "Ada (alpha 0.2) equals brute force with each head's top alpha*B reserved");
+    CHECK(share, "every head gets at least floor(alpha * B)");
+    CHECK(totals, "the total equals the budget exactly");
+    CHECK(snap_ok, "SnapKV keeps each head's own top B");
+
+    /* a peaked head wins budget from a flat one */
+    float sc[2 * 10];
+    for (int j = 0; j < 10; j++) { sc[j] = j < 2 ? 0.45f : 0.0125f; sc[10 + j] = 0.1f - 0.001f * j; }
+    unsigned char keep[20];
+    int hb[2];
+    lz_kvpolicy_select(keep, hb, sc, NULL, 2, 10, 5, 1, 0.2f);
+    CHECK(hb[0] == 2 && hb[1] == 8, "peaked head 2, diffuse head 8 (got %d, %d)", hb[0], hb[1]);
+}
+
+static void test_layer_budgets(void)
+{
+    int b_l[32];
+    lz_kvpolicy_layer_budgets(b_l, 8, 50, 1000, 0);
+    int ok = 1;
+    for (int l = 0; l < 8; l++) ok &= b_l[l] == 50;
+    CHECK(ok, "uniform layer budgets");
+    const int cases[][3] = {{8, 50, 1000}, {5, 17, 300}, {32, 100, 200}, {6, 3, 10}, {12, 90, 100}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int L = cases[c][0], b = cases[c][1], m = cases[c][2];
+        lz_kvpolicy_layer_budgets(b_l, L, b, m, 1);
+        long sum = 0;
+        int mono = 1, capped = 1;
+        for (int l = 0; l < L; l++) {
+            sum += b_l[l];
+            capped &= b_l[l] >= 0 && b_l[l] <= m;
+            if (l && b_l[l] > b_l[l - 1] && b_l[l - 1] < m) mono = 0;
+        }
+        long want = (long)L * b < (long)L * m ? (long)L * b : (long)L * m;
+        CHECK(sum == want, "pyramid L=%d b=%d m=%d: total %ld == %ld", L, b, m, sum, want);
+        CHECK(capped, "pyramid budgets within [0, m]");
+        CHECK(mono, "pyramid budgets do not increase with depth (L=%d b=%d)", L, b);
+        if (c == 0) CHECK(b_l[0] > b_l[L - 1] * 5, "pyramid: first layer %d >> last %d", b_l[0], b_l[L - 1]);
+    }
+}
+
+static void test_plan(void)
+{
+    const int L = 3, KV = 4, n = 200;
+    const int kinds[] = {LZ_KVPOLICY_SNAPKV, LZ_KVPOLICY_ADA_SNAPKV, LZ_KVPOLICY_PYRAMIDKV, LZ_KVPOLICY_ADA_PYRAMIDKV};
+    for (int kk = 0; kk < 4; kk++) {
+        lz_kvpolicy p;
+        lz_kvpolicy_default(&p);
+        p.kind = kinds[kk];
+        lz_kvpolicy_parse_budget("0.3", &p);
+        int B = lz_kvpolicy_budget(&p, n), m = n - p.window;
+        CHECK(B == 60, "budget 0.3 of 200 = %d", B);
+        float *sc = malloc(sizeof(float) * L * KV * m);
+        for (int i = 0; i < L * KV * m; i++) sc[i] = frand();
+        int *kept = malloc(sizeof(int) * L * KV), *rows = malloc(sizeof(int) * L * KV * n);
+        CHECK(lz_kvpolicy_plan(&p, sc, NULL, L, KV, n, kept, rows) == 0, "plan");
+        long sum = 0;
+        int window = 1, order = 1;
+        for (int lh = 0; lh < L * KV; lh++) {
+            sum += kept[lh];
+            const int *r = rows + (size_t)lh * n;
+            for (int i = 1; i < kept[lh]; i++) order &= r[i] > r[i - 1];
+            for (int t = 0; t < p.window; t++) window &= r[kept[lh] - p.window + t] == m + t;
+        }
+        CHECK(sum == (long)L * KV * B, "%s: kept total %ld == L*KV*B %ld", lz_kvpolicy_name(p.kind), sum,
+              (long)L * KV * B);
+        CHECK(window, "%s: window tokens kept", lz_kvpolicy_name(p.kind));
+        CHECK(order, "%s: kept rows in original order", lz_kvpolicy_name(p.kind));
+        free(sc); free(kept); free(rows);
+    }
+    /* short documents are stored whole; a budget below the window keeps the window */
+    lz_kvpolicy p;
+    lz_kvpolicy_default(&p);
+    p.kind = LZ_KVPOLICY_ADA_SNAPKV;
+    lz_kvpolicy_parse_budget("128t", &p);
+    CHECK(lz_kvpolicy_budget(&p, 159) == 0 && lz_kvpolicy_budget(&p, 160) == 128, "128t: whole below w + B = 160");
+    lz_kvpolicy_parse_budget("0.1", &p);
+    CHECK(lz_kvpolicy_budget(&p, 35) == 0 && lz_kvpolicy_budget(&p, 100) == 32 && lz_kvpolicy_budget(&p, 1000) == 100,
+          "0.1: whole below w + B, the window at least, the fraction above");
+    p.kind = LZ_KVPOLICY_NONE;
+    CHECK(lz_kvpolicy_budget(&p, 1000) == 0, "none stores whole");
+}
+
+static void test_spec(void)
+{
+    lz_kvpolicy p, q;
+    lz_kvpolicy_default(&p);
+    char s[LZ_KVPOLICY_SPEC_MAX], t[LZ_KVPOLICY_SPEC_MAX];
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    CHECK(s[0] == 0, "none has an empty spec");
+    p.kind = LZ_KVPOLICY_ADA_PYRAMIDKV;
+    lz_kvpolicy_parse_budget("0.2", &p);
+    p.agg = LZ_KVPOLICY_AGG_MAX;
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    CHECK(!strcmp(s, "ada-pyramidkv b=0.2 w=32 k=7 a=0.2 max"), "spec '%s'", s);
+    CHECK(lz_kvpolicy_parse_spec(s, &q) == 0, "spec parses");
+    lz_kvpolicy_spec(&q, t, sizeof t);
+    CHECK(!strcmp(s, t) && q.kind == p.kind && q.agg == p.agg, "spec round trip '%s'", t);
+    lz_kvpolicy_parse_budget("128t", &p);
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    CHECK(lz_kvpolicy_parse_spec(s, &q) == 0 && q.budget_tokens == 128, "spec with 128t");
+    CHECK(lz_kvpolicy_parse_budget("0", &p) && lz_kvpolicy_parse_budget("1.5", &p) &&
+              lz_kvpolicy_parse_budget("0t", &p) && lz_kvpolicy_parse_budget("x", &p),
+          "bad budgets refused");
+    CHECK(lz_kvpolicy_parse_name("ada-snapkv") == LZ_KVPOLICY_ADA_SNAPKV && lz_kvpolicy_parse_name("x") == -1,
+          "names");
+    char d1[LZ_KVPOLICY_SPEC_MAX];
+    lz_kvpolicy_parse_budget("0.5", &p);
+    lz_kvpolicy_doc_spec(&p, 40, d1, sizeof d1);
+    CHECK(d1[0] == 0, "a 40-token document is stored whole (effective spec empty)");
+    lz_kvpolicy_doc_spec(&p, 400, d1, sizeof d1);
+    CHECK(d1[0] != 0, "a 400-token document is compressed");
+}
+
+static void test_maxpool(void)
+{
+    float x[9] = {0, 0, 0, 5, 0, 0, 0, 0, 1}, y[9];
+    lz_kvpolicy_maxpool(y, x, 9, 7);
+    float want[9] = {5, 5, 5, 5, 5, 5, 5, 1, 1};
+    CHECK(!memcmp(y, want, sizeof y), "max-pool kernel 7");
+    lz_kvpolicy_maxpool(y, x, 9, 1);
+    CHECK(!memcmp(y, x, sizeof y), "kernel 1 is the identity");
+}
+
+static void test_scoring(void)
+{
+    const int L = 2, H = 8, KV = 2, d = 16, n = 90, w = 12, s = 5, T = 100, S = 7;
+    float *q = malloc(sizeof(float) * L * w * H * d), *k = malloc(sizeof(float) * L * KV * T * d);
+    float *pk = malloc(sizeof(float) * L * KV * S * d);
+    for (int i = 0; i < L * w * H * d; i++) q[i] = 2 * frand() - 1;
+    for (int i = 0; i < L * KV * T * d; i++) k[i] = 2 * frand() - 1;
+    for (int i = 0; i < L * KV * S * d; i++) pk[i] = 3 * frand() - 1; /* a stronger sink */
+    int m = n - w;
+    float *a = malloc(sizeof(float) * L * KV * m), *b = malloc(sizeof(float) * L * KV * m);
+    float *ra = malloc(sizeof(float) * L * KV * m), *rb = malloc(sizeof(float) * L * KV * m);
+    for (int agg = 0; agg < 2; agg++) {
+        lz_kvscore_params p = {.q = q, .k = k, .k_stride = T, .pk = pk, .pk_stride = S, .n_prefix = s, .n = n, .w = w,
+                               .L = L, .H = H, .KV = KV, .d = d, .agg = agg, .kernel = 7};
+        CHECK(lz_kvpolicy_score(&p, a, ra) == 0 && lz_kvpolicy_score_naive(&p, b, rb) == 0, "score");
+        double md = 0, mr = 0, tot = 0;
+        for (int i = 0; i < L * KV * m; i++) {
+            md = fmax(md, fabs(a[i] - b[i]));
+            mr = fmax(mr, fabs(ra[i] - rb[i]));
+            tot += ra[i];
+        }
+        CHECK(md < 1e-5 && mr < 1e-5, "GQA %s: GEMM scores == naive loop (max diff %.2g / %.2g)",
+              agg ? "max" : "mean", md, mr);
+        CHECK(tot > 0 && tot < (double)L * KV * w * (agg ? H / KV : 1) + 1e-3, "scores are attention mass");
+    }
+    /* no prefix */
+    lz_kvscore_params p = {.q = q, .k = k, .k_stride = T, .n = n, .w = w, .L = L, .H = H, .KV = KV, .d = d,
+                           .kernel = 3};
+    CHECK(lz_kvpolicy_score(&p, a, NULL) == 0 && lz_kvpolicy_score_naive(&p, b, NULL) == 0, "score without prefix");
+    double md = 0;
+    for (int i = 0; i < L * KV * m; i++) md = fmax(md, fabs(a[i] - b[i]));
+    CHECK(md < 1e-5, "no prefix: GEMM == naive (%.2g)", md);
+    p.w = n;
+    CHECK(lz_kvpolicy_score(&p, a, NULL) == -1, "window >= n refused");
+    free(q); free(k); free(pk); free(a); free(b); free(ra); free(rb);
+}
+
+static void test_compact(void)
+{
+    const int L = 1, KV = 2, d = 3, T = 8, n = 6;
+    float k[L * KV * T * d], v[L * KV * T * d];
+    for (int i = 0; i < L * KV * T * d; i++) { k[i] = (float)i; v[i] = (float)(1000 + i); }
+    int kept[2] = {3, 6}, rows[2 * 6] = {1, 4, 5, 0, 0, 0, 0, 1, 2, 3, 4, 5};
+    lz_kvpolicy_compact(k, v, T, L, KV, d, n, kept, rows);
+    int ok = 1;
+    for (int i = 0; i < 3; i++)
+        for (int e = 0; e < d; e++) ok &= k[i * d + e] == (float)(rows[i] * d + e) && v[i * d + e] == 1000.0f + rows[i] * d + e;
+    for (int i = 0; i < 6; i++)
+        for (int e = 0; e < d; e++) ok &= k[(T + i) * d + e] == (float)((T + i) * d + e);
+    CHECK(ok, "compaction moves kept rows to the front in order, K and V alike");
+}
+
+/* The capture hook and the encoder on a generated model. */
+static void test_encoder(void)
+{
+    char dir[256], path[512], err[512];
+    if (!lz_test_tmpdir(dir, sizeof dir)) { CHECK(0, "tmpdir"); return; }
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    lz_mkmodel_opts o;
+    lz_mkmodel_defaults(&o);
+    o.n_layers = 3; o.n_heads = 8; o.n_kv_heads = 2; o.head_dim = 16; o.dim = 64;
+    if (lz_mkmodel_write(&o, path, err, sizeof err)) { CHECK(0, "mkmodel: %s", err); return; }
+    lz_llama *m;
+    if (lz_llama_load(path, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    const lz_llama_config *c = &m->cfg;
+    const int L = c->n_layers, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, n = 150, w = 32;
+    int ids[150], prefix[4] = {1, 20, 30, 40};
+    for (int i = 0; i < n; i++) ids[i] = 3 + (int)(frand() * (c->vocab - 4));
+
+    /* capture: the same rows whether the forward runs in one chunk or in chunks of 7 */
+    size_t qn = (size_t)L * w * H * d;
+    float *q1 = malloc(qn * sizeof(float)), *q2 = malloc(qn * sizeof(float)) , *q3 = malloc(qn * sizeof(float));
+    for (size_t i = 0; i < qn; i++) q1[i] = q2[i] = q3[i] = -7.0f;
+    lz_llama_scratch *s1 = lz_llama_scratch_new(m, 256), *s2 = lz_llama_scratch_new(m, 7);
+    lz_kv_cache kc;
+    lz_kv_cache_init(&kc, c, n);
+    lz_kv_cache_reset(&kc, 10);
+    lz_llama_scratch_capture(s1, q1, 10 + n - w, w);
+    lz_llama_forward(m, s1, &kc, NULL, 0, ids, n, NULL, LZ_LOGITS_NONE);
+    lz_kv_cache_reset(&kc, 10);
+    lz_llama_scratch_capture(s2, q2, 10 + n - w, w);
+    lz_llama_forward(m, s2, &kc, NULL, 0, ids, n, NULL, LZ_LOGITS_NONE);
+    lz_llama_scratch_capture(s2, NULL, 0, 0);
+    lz_kv_cache_reset(&kc, 10);
+    lz_llama_forward(m, s2, &kc, NULL, 0, ids, n, NULL, LZ_LOGITS_NONE); /* capture off: q3 untouched */
+    double md = 0;
+    int filled = 1;
+    for (size_t i = 0; i < qn; i++) { md = fmax(md, fabs(q1[i] - q2[i])); filled &= q1[i] != -7.0f; }
+    CHECK(md < 1e-4 && filled, "captured queries equal across chunkings and fill every row (%.2g)", md);
+    /* the captured query of the last row reproduces its own key's rotation: q.k of the same position is finite */
+    int untouched = 1;
+    for (size_t i = 0; i < qn; i++) untouched &= q3[i] == -7.0f;
+    CHECK(untouched, "capture off leaves the buffer alone");
+    lz_kv_cache_free(&kc);
+    lz_llama_scratch_free(s1);
+    lz_llama_scratch_free(s2);
+
+    /* encoder: plain, then ada-snapkv 0.5; kept rows equal the plain rows they came from */
+    lz_encoder *e;
+    if (lz_encoder_new(m, prefix, 4, &e, err, sizeof err)) { CHECK(0, "encoder: %s", err); return; }
+    lz_encoder_run(e, ids, n, err, sizeof err);
+    CHECK(lz_encoder_kept(e) == NULL, "no policy: stored whole");
+    const lz_kv_cache *dc = lz_encoder_doc_cache(e);
+    size_t cn = (size_t)L * KV * dc->cap * d;
+    float *k0 = malloc(cn * sizeof(float)), *v0 = malloc(cn * sizeof(float));
+    memcpy(k0, dc->k, cn * sizeof(float));
+    memcpy(v0, dc->v, cn * sizeof(float));
+    int T0 = dc->cap;
+    lz_kvpolicy p;
+    lz_kvpolicy_default(&p);
+    p.kind = LZ_KVPOLICY_ADA_SNAPKV;
+    lz_kvpolicy_parse_budget("0.5", &p);
+    lz_encoder_set_kvpolicy(e, &p);
+    CHECK(lz_encoder_run(e, ids, n, err, sizeof err) == 0, "encode with ada-snapkv: %s", err);
+    const int *kept = lz_encoder_kept(e);
+    CHECK(kept != NULL, "compressed");
+    dc = lz_encoder_doc_cache(e);
+    if (kept && dc->cap == T0) {
+        long sum = 0;
+        int exact = 1, differ = 0;
+        for (int lh = 0; lh < L * KV; lh++) {
+            sum += kept[lh];
+            differ |= kept[lh] != kept[0];
+            /* the window rows are the last w kept rows and equal the plain ones */
+            for (int t = 0; t < w; t++)
+                for (int x = 0; x < d; x++) {
+                    size_t a = ((size_t)lh * T0 + kept[lh] - w + t) * d + x, b = ((size_t)lh * T0 + n - w + t) * d + x;
+                    exact &= dc->k[a] == k0[b] && dc->v[a] == v0[b];
+                }
+        }
+        CHECK(sum == (long)L * KV * 75, "kept total %ld == L*KV*0.5n", sum);
+        CHECK(exact, "window rows kept exactly, K and V");
+        CHECK(differ, "Ada gives heads different budgets");
+        /* every kept row is one of the plain rows (same order): find each in k0 */
+        int found = 1;
+        for (int lh = 0; lh < L * KV && found; lh++) {
+            int j = 0;
+            for (int i = 0; i < kept[lh]; i++) {
+                const float *r = dc->k + ((size_t)lh * T0 + i) * d;
+                while (j < n && memcmp(r, k0 + ((size_t)lh * T0 + j) * d, (size_t)d * sizeof(float))) j++;
+                found &= j < n;
+                j++;
+            }
+        }
+        CHECK(found, "kept rows are original rows, in order");
+    }
+    void *blob;
+    size_t len0, len1;
+    lz_payload_codec *codec = lz_payload_codec_new();
+    CHECK(lz_encoder_pack(e, 1, codec, LZ_PAYLOAD_CODEC_RAW, 1, &blob, &len1, err, sizeof err) == 0, "pack");
+    lz_payload_info info;
+    CHECK(lz_payload_parse(blob, len1, 1, &info, err, sizeof err) == 0 && info.n_tokens == n &&
+              info.n_kept_sum == (uint64_t)L * KV * 75,
+          "payload: n_tokens %d, kept sum %llu", info.n_tokens, (unsigned long long)info.n_kept_sum);
+    free(blob);
+    lz_encoder_set_kvpolicy(e, NULL);
+    lz_encoder_run(e, ids, n, err, sizeof err);
+    lz_encoder_pack(e, 1, codec, LZ_PAYLOAD_CODEC_RAW, 1, &blob, &len0, err, sizeof err);
+    free(blob);
+    CHECK(len1 * 10 < len0 * 6, "compressed payload %zu bytes vs %zu whole", len1, len0);
+    CHECK(lz_encoder_policy_seconds(e) > 0, "scoring time measured");
+    lz_payload_codec_free(codec);
+    lz_encoder_free(e);
+    free(k0); free(v0); free(q1); free(q2); free(q3);
+    lz_llama_free(m);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    test_allocation();
+    test_layer_budgets();
+    test_plan();
+    test_spec();
+    test_maxpool();
+    test_scoring();
+    test_compact();
+    test_encoder();
+    return lz_test_done();
+}
