@@ -9,6 +9,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,27 @@ static int bad_params(const lz_kvscore_params *p)
            (p->n_prefix > 0 && p->pk_stride < p->n_prefix) || p->kernel < 1;
 }
 
+/* e^x for x <= 0 (softmax after subtracting the row maximum), branch-free so
+ * the loops below vectorize: x = k ln2 + r, |r| <= ln2 / 2, e^r by its Taylor
+ * series to r^7 (relative error < 1e-7, below fp32 rounding); inputs under
+ * -87 give e^-87 ~ 1.6e-38 instead of denormals (libm's expf spends its time
+ * on those slow paths here). */
+/* lets GCC if-convert the clamp below and vectorize the softmax loops (no
+ * FP exception flags are read anywhere) */
+#pragma GCC optimize("no-trapping-math")
+static inline float exp_neg(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    /* round x / ln2 to the nearest integer k by the 1.5 * 2^23 trick: k sits in t's low mantissa bits */
+    union { float f; int32_t i; } t = {.f = x * 1.44269504088896341f + 12582912.0f}, u;
+    float k = t.f - 12582912.0f;
+    float r = x - k * 0.693145751953125f - k * 1.42860682030941723e-6f; /* ln2 split in two */
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-1f + r * (4.16666679e-2f + r * (8.33333377e-3f +
+              r * (1.38888892e-3f + r * 1.98412701e-4f))))));
+    u.i = (t.i - 0x4B400000 + 127) << 23; /* 2^k */
+    return p * u.f;
+}
+
 /* acc (G, m) summed window weights per query head -> aggregated (m), pooled. */
 static void finish_head(float *scores, float *raw, const float *acc, int G, int m, int agg, int kernel, float *tmp)
 {
@@ -171,9 +193,14 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
             for (int r = 0; r < rows; r++) {
                 const int t = r % w, visible = s + m + t + 1; /* row t is document token m + t */
                 float *x = S + (size_t)r * nk, mx = -INFINITY, sum = 0;
+#pragma omp simd reduction(max : mx)
                 for (int j = 0; j < visible; j++) mx = x[j] > mx ? x[j] : mx;
-                for (int j = 0; j < visible; j++) { x[j] = expf(x[j] - mx); sum += x[j]; }
+#pragma omp simd
+                for (int j = 0; j < visible; j++) x[j] = exp_neg(x[j] - mx);
+#pragma omp simd reduction(+ : sum)
+                for (int j = 0; j < visible; j++) sum += x[j];
                 float inv = 1.0f / sum, *a = acc + (size_t)(r / w) * m;
+#pragma omp simd
                 for (int j = 0; j < m; j++) a[j] += x[s + j] * inv;
             }
             size_t o = ((size_t)l * KV + g) * (size_t)m;
