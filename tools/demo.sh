@@ -8,7 +8,7 @@
 set -eu
 BUILD=${BUILD:-build}
 MODEL=${LAZY_MODEL:-models/default.gguf}
-STORE="$BUILD/demo-store"
+STORE="$BUILD/demo-store"   # set below, one store per model
 if [ ! -f "$MODEL" ]; then
     MODEL="$BUILD/models/random-demo.gguf"
     mkdir -p "$BUILD/models"
@@ -16,6 +16,7 @@ if [ ! -f "$MODEL" ]; then
     "$BUILD/bin/lazy-mkmodel" --dim 128 --layers 4 --heads 8 --kv-heads 2 --head-dim 16 --ffn 344 --vocab 1024 \
         --ctx 8192 -o "$MODEL"
 fi
+STORE="$BUILD/demo-store-$(basename "$MODEL" .gguf)"   # a store belongs to one model
 echo "demo: lazyingest --model $MODEL --store $STORE datasets/demo/corpus.jsonl"
 "$BUILD/bin/lazyingest" --model "$MODEL" --store "$STORE" datasets/demo/corpus.jsonl
 for q in "In which industry does Droex Foods operate?" "What is the capital of Foxaria?"; do
