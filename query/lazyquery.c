@@ -199,9 +199,12 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
             for (int i = 0; i < n_docs; i++)
                 printf("  [%d] %s%s%s (bm25 %.3f, %d tokens)\n", i + 1, docs[i].ext_id, docs[i].title[0] ? " — " : "",
                        docs[i].title, docs[i].score, docs[i].n_tokens);
-            printf("Timings: retrieval %.1f ms, KV load %.1f ms, first token %.1f ms, decode %.1f tok/s "
+            char dec[64];
+            if (r.n_answer > 1) snprintf(dec, sizeof dec, "decode %.1f tok/s", tps);
+            else snprintf(dec, sizeof dec, "%d answer token%s", r.n_answer, r.n_answer == 1 ? "" : "s");
+            printf("Timings: retrieval %.1f ms, KV load %.1f ms, first token %.1f ms, %s "
                    "(%d prompt tokens, %d computed, mode %s)\n",
-                   1e3 * t_retrieve, 1e3 * r.t_load, 1e3 * r.t_ttft, tps, r.n_prompt, r.n_computed,
+                   1e3 * t_retrieve, 1e3 * r.t_load, 1e3 * r.t_ttft, dec, r.n_prompt, r.n_computed,
                    lz_query_mode_name(o->qo.mode));
             printf("Cache: this question %lld hits / %lld misses; session %lld hits / %lld misses, %.1f of %.1f MiB used\n",
                    (long long)r.hits, (long long)r.misses, (long long)cs.hits, (long long)cs.misses,
