@@ -5,7 +5,8 @@ that model/tokenizer_hf.c (lz_tokenizer_from_hf) and tools/lazy-convert load.
 Also the encoder the trainer uses (class BPE), identical to the C one.
 
 Vocabulary layout: ids 0..255 are the 256 byte symbols (in byte order), then
-one token per merge in merge order, then the special tokens at the end
+one token per merge in merge order (no merges of digits unless --merge-digits:
+every digit is its own token), then the special tokens at the end
 (<|begin_of_text|>, <|end_of_text|>, <|start_header_id|>, <|end_header_id|>,
 <|eot_id|>, reserved ones) so the total is --vocab-size.
 
@@ -331,10 +332,15 @@ def write_tokenizer(out_dir, merges, vocab_size):
     return tj
 
 
-def count_words(lines):
+def count_words(lines, split_digits=True):
+    """{pre-token as byte symbols: count}. With split_digits, digit pre-tokens are left
+    out, so no merge joins digits and every digit stays its own token (numbers are then
+    compared and copied digit by digit)."""
     wf = {}
     for ln in lines:
         for w in pretokenize(ln):
+            if split_digits and w.isdigit():
+                continue
             wf[w] = wf.get(w, 0) + 1
     out = {}
     for w, c in wf.items():
@@ -350,7 +356,7 @@ def cmd_train(a):
             lines.append(ln.rstrip("\n").replace("\\n", "\n"))
             if a.max_lines and len(lines) >= a.max_lines:
                 break
-    wf = count_words(lines)
+    wf = count_words(lines, not a.merge_digits)
     n_merges = a.vocab_size - 256 - len(SPECIALS)
     log = (lambda s: print(s, file=sys.stderr))
     log("bpe: %d lines, %d distinct pre-tokens, learning %d merges" % (len(lines), len(wf), n_merges))
@@ -413,6 +419,7 @@ def main():
     t.add_argument("--text", required=True, help="one item a line, newlines escaped as \\n")
     t.add_argument("--vocab-size", type=int, default=4096)
     t.add_argument("--max-lines", type=int, default=0)
+    t.add_argument("--merge-digits", action="store_true", help="also learn merges of digits (default: one token a digit)")
     t.add_argument("--out", required=True)
     e = sub.add_parser("encode")
     e.add_argument("--tokenizer", required=True)

@@ -168,6 +168,13 @@ def fmt_date(d, m, y):
     return "%d %s %d" % (d, MONTHS[m - 1], y)
 
 
+def _pop(x):
+    """Population from a draw x in [12, 980]: always six digits (100,000 .. 999,000), so
+    comparing two populations is comparing digit by digit (one draw, as before, so the
+    names that follow in the random stream do not change)."""
+    return (100 + (x - 12) * 899 // 968) * 1000
+
+
 def make_world(seed, split, used=None, size=None):
     """A world of entities (dicts) with ids, names and relations."""
     r = random.Random(seed)
@@ -188,7 +195,7 @@ def make_world(seed, split, used=None, size=None):
     for i in range(ncity):
         W["cities"].append({"kind": "city", "id": "%s-city%d" % (tag, i), "name": nm.city(),
                             "country": W["countries"][i % nc if i < nc else r.randrange(nc)],
-                            "pop": r.randint(12, 980) * 1000, "year": r.randint(900, 1850),
+                            "pop": _pop(r.randint(12, 980)), "year": r.randint(900, 1850),
                             "feature": r.choice(FEATURES)})
     for c in W["countries"]:  # capital: one of its cities
         cs = [x for x in W["cities"] if x["country"] is c]
@@ -383,13 +390,24 @@ def country_passage(c, r):
     return _mix(S, F, r)
 
 
-def _mix(S, F, r):
-    """First fact sentence stays first; the other facts and fillers are shuffled."""
+def _mix(S, F, r, min_words=32):
+    """First fact sentence stays first; the other facts and fillers are shuffled. A passage
+    under min_words words (about 40 tokens) gets the unused fillers appended (no further
+    random draws, so the rest of the world does not change)."""
+    all_f = F
     n_f = r.randint(min(2, len(F)), len(F))
     F = r.sample(F, n_f)
     rest = S[1:] + [([], f) for f in F]
     r.shuffle(rest)
-    return [S[0]] + rest
+    out = [S[0]] + rest
+    words = sum(len(x.split()) for _, x in out)
+    for f in all_f:
+        if words >= min_words:
+            break
+        if f not in F:
+            out.append(([], f))
+            words += len(f.split())
+    return out
 
 
 PASSAGE = {"person": person_passage, "org": org_passage, "work": work_passage, "city": city_passage,
