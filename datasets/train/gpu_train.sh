@@ -19,8 +19,9 @@ PY=${PYTHON:-python3}
 mkdir -p "$RUN"
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'
 set +e
+# $EXTRA: more train.py options, e.g. EXTRA="--set train.budget_minutes=8" for a one-call run
 "$PY" datasets/train/train.py --config "$CONFIG" --out "$RUN" --minutes "$MINUTES" --resume \
-    --resume-from "$CARRY" --small-ckpt "$RUN/small" 2>&1 | tee "$OUTDIR/train_log.txt"
+    --resume-from "$CARRY" --small-ckpt "$RUN/small" ${EXTRA:-} 2>&1 | tee "$OUTDIR/train_log.txt"
 set -e
 cp "$RUN/curve.jsonl" "$OUTDIR/" 2>/dev/null || true
 if [ ! -f "$RUN/metrics.json" ]; then
@@ -36,7 +37,7 @@ if "${BIN:-build/bin}/lazy-convert" --help >/dev/null 2>&1; then
     split -b 15M -d "$RUN/default.gguf" "$OUTDIR/default.gguf.part-"
     if "${BIN:-build/bin}/lazy-logits" --help >/dev/null 2>&1; then
         "$PY" datasets/train/train.py --config "$CONFIG" --out "$RUN" --resume --check-c "${BIN:-build/bin}" \
-            --dtype BF16 2>&1 | tee -a "$OUTDIR/train_log.txt" || true
+            --dtype BF16 ${EXTRA:-} 2>&1 | tee -a "$OUTDIR/train_log.txt" || true
         cp "$RUN/check_c.json" "$OUTDIR/" 2>/dev/null || true
     fi
 else
