@@ -10,9 +10,11 @@
 # env:   PER_TYPE=100     questions per type (single, bridge, comparison)
 #        WINDOWS="32 8"   observation windows to run (32 is the default; the
 #                         test passages are 40-124 tokens, so with w = 32 the
-#                         10% and 20% budgets both keep little more than the window)
+#                         10% and 20% budgets both keep little more than the window);
+#                         "probe" runs --kv-probe (the question cue as the window)
 #        POLICIES="snapkv ada-snapkv pyramidkv ada-pyramidkv"  BUDGETS="0.5 0.2 0.1"
 #        MAX_NEW=24 (answer tokens)  THREADS=N  OUT=build/bench-adakv-qa  QA=build/qa/test  PYTHON=python3  LZ_BIN=build/bin
+# The corpus ingested is the passages the asked questions place (gold and distractors).
 # Output: $OUT/summary.md (the table; also printed) and per run ingest/pred/eval files.
 set -e
 MODEL=${1:-${LAZY_MODEL:-models/default.gguf}}
@@ -48,6 +50,12 @@ with open(out + "/questions.jsonl", "w") as f:
         asked.append(q)
         f.write(json.dumps({"id": q["_id"], "question": q["question"], "docs": q["context_ids"]}) + "\n")
 json.dump(asked, open(out + "/questions_asked.json", "w"))
+# the corpus: only the passages these questions place (no retrieval: --docs)
+need = set(i for q in asked for i in q["context_ids"])
+with open(sys.argv[1].rsplit("/", 1)[0] + "/corpus.jsonl") as f, open(out + "/corpus.jsonl", "w") as g:
+    for ln in f:
+        if json.loads(ln)["id"] in need:
+            g.write(ln)
 EOF
 
 run() { # name ingest-args
@@ -55,7 +63,7 @@ run() { # name ingest-args
     store="$OUT/store-$name"
     rm -rf "$store"
     t0=$(date +%s.%N)
-    "$BIN/lazyingest" --json --quiet $THREADS --model "$MODEL" --store "$store" "$@" "$QA/corpus.jsonl" > "$OUT/ingest-$name.json"
+    "$BIN/lazyingest" --json --quiet $THREADS --model "$MODEL" --store "$store" "$@" "$OUT/corpus.jsonl" > "$OUT/ingest-$name.json"
     t1=$(date +%s.%N)
     "$BIN/lazyquery" --model "$MODEL" --store "$store" --mode lazy -n "${MAX_NEW:-24}" $THREADS --questions "$OUT/questions.jsonl" \
         > "$OUT/pred-$name.jsonl" || true
@@ -70,7 +78,11 @@ run none
 for w in $WINDOWS; do
     for b in $BUDGETS; do
         for p in $POLICIES; do
-            run "$p-$b-w$w" --kv-policy "$p" --kv-budget "$b" --kv-window "$w"
+            if [ "$w" = probe ]; then
+                run "$p-$b-probe" --kv-policy "$p" --kv-budget "$b" --kv-probe
+            else
+                run "$p-$b-w$w" --kv-policy "$p" --kv-budget "$b" --kv-window "$w"
+            fi
         done
     done
 done

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 struct lz_encoder {
@@ -23,6 +24,8 @@ struct lz_encoder {
     int *rows;          /* (L, KV, n) kept token indices */
     size_t cap_q, cap_s, cap_r, cap_raw;
     double t_policy;
+    int *probe;         /* (n_probe) tokens run after a document to score it (policy.probe) */
+    int n_probe;
 };
 
 static double now_s(void)
@@ -88,7 +91,20 @@ void lz_encoder_free(lz_encoder *e)
     free(e->scores);
     free(e->raw);
     free(e->rows);
+    free(e->probe);
     free(e);
+}
+
+int lz_encoder_set_probe(lz_encoder *e, const int *ids, int n)
+{
+    free(e->probe);
+    e->probe = NULL;
+    e->n_probe = 0;
+    if (n <= 0) return 0;
+    if (!(e->probe = malloc((size_t)n * sizeof(int)))) return -1;
+    memcpy(e->probe, ids, (size_t)n * sizeof(int));
+    e->n_probe = n;
+    return 0;
 }
 
 void lz_encoder_set_kvpolicy(lz_encoder *e, const lz_kvpolicy *p)
@@ -100,18 +116,20 @@ void lz_encoder_set_kvpolicy(lz_encoder *e, const lz_kvpolicy *p)
 const int *lz_encoder_kept(const lz_encoder *e) { return e->compressed ? e->kept : NULL; }
 double lz_encoder_policy_seconds(const lz_encoder *e) { return e->t_policy; }
 
-/* Scores the window, plans, compacts the document's rows in place. */
+/* Scores the window, plans, compacts the document's rows in place. With a
+ * probe, the cache holds n + w rows (the probe's last) and m = n. */
 static int compress_doc(lz_encoder *e, int n, char *err, size_t errlen)
 {
     const lz_llama_config *c = &e->m->cfg;
-    const int L = c->n_layers, KV = c->n_kv_heads, w = e->policy.window, m = n - w;
+    const int probe = e->policy.probe, L = c->n_layers, KV = c->n_kv_heads;
+    const int w = probe ? e->n_probe : e->policy.window, m = probe ? n : n - w;
     double t = now_s();
     if (grow((void **)&e->scores, &e->cap_s, (size_t)L * KV * m * sizeof(float)) ||
         grow((void **)&e->raw, &e->cap_raw, (size_t)L * KV * m * sizeof(float)) ||
         grow((void **)&e->rows, &e->cap_r, (size_t)L * KV * n * sizeof(int)))
         return fail(err, errlen, "out of memory (KV eviction scores for %d tokens)", n);
     lz_kvscore_params sp = {.q = e->qwin, .k = e->doc.k, .k_stride = e->doc.cap, .pk = e->prefix.k,
-                            .pk_stride = e->prefix.cap, .n_prefix = e->seg.n, .n = n, .w = w, .L = L,
+                            .pk_stride = e->prefix.cap, .n_prefix = e->seg.n, .n = m + w, .w = w, .L = L,
                             .H = c->n_heads, .KV = KV, .d = c->head_dim, .agg = e->policy.agg,
                             .kernel = e->policy.kernel};
     if (lz_kvpolicy_score(&sp, e->scores, e->raw) ||
@@ -125,9 +143,13 @@ static int compress_doc(lz_encoder *e, int n, char *err, size_t errlen)
 
 int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errlen)
 {
-    if (n > e->doc.cap) {
+    const int probe = e->policy.probe && e->n_probe > 0 && lz_kvpolicy_budget(&e->policy, n) > 0;
+    const int need = n + (probe ? e->n_probe : 0);
+    if (e->policy.probe && !e->n_probe && lz_kvpolicy_budget(&e->policy, n) > 0)
+        return fail(err, errlen, "KV eviction with a probe window but no probe tokens set");
+    if (need > e->doc.cap) {
         int cap = e->doc.cap ? e->doc.cap : 256;
-        while (cap < n) cap *= 2;
+        while (cap < need) cap *= 2;
         lz_kv_cache_free(&e->doc);
         if (lz_kv_cache_init(&e->doc, &e->m->cfg, cap) != 0)
             return fail(err, errlen, "out of memory (KV cache for %d tokens)", cap);
@@ -138,17 +160,23 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) return fail(err, errlen, "token id %d at %d outside the vocabulary (%d)", ids[i], i, V);
     const lz_llama_config *c = &e->m->cfg;
-    const int evict = lz_kvpolicy_budget(&e->policy, n) > 0, w = e->policy.window;
-    if (evict) { /* capture the window's queries: positions s + n - w .. s + n - 1 */
+    const int evict = lz_kvpolicy_budget(&e->policy, n) > 0, w = probe ? e->n_probe : e->policy.window;
+    if (evict) { /* capture the window's queries: positions s + n - w .. s + n - 1 (probe: s + n ..) */
         if (grow((void **)&e->qwin, &e->cap_q, (size_t)c->n_layers * w * c->n_heads * c->head_dim * sizeof(float)))
             return fail(err, errlen, "out of memory (window queries)");
-        lz_llama_scratch_capture(e->scratch, e->qwin, (int64_t)e->seg.n + n - w, w);
+        lz_llama_scratch_capture(e->scratch, e->qwin, (int64_t)e->seg.n + n - (probe ? 0 : w), w);
     }
-    int frc = n > 0 ? lz_llama_forward(e->m, e->scratch, &e->doc, e->seg.n ? &e->seg : NULL, e->seg.n ? 1 : 0, ids,
-                                       n, NULL, LZ_LOGITS_NONE) : 0;
+    const lz_kv_segment *sg = e->seg.n ? &e->seg : NULL;
+    int frc = n > 0 ? lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, ids, n, NULL, LZ_LOGITS_NONE) : 0;
+    if (!frc && probe) /* the probe after the document: scored, never stored */
+        frc = lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, e->probe, e->n_probe, NULL, LZ_LOGITS_NONE);
     lz_llama_scratch_capture(e->scratch, NULL, 0, 0);
     if (frc != 0) return fail(err, errlen, "forward pass over %d tokens failed", n);
-    if (evict) return compress_doc(e, n, err, errlen);
+    if (evict) {
+        int rc = compress_doc(e, n, err, errlen);
+        e->doc.n = n; /* drop the probe's rows */
+        return rc;
+    }
     return 0;
 }
 

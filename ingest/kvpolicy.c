@@ -66,18 +66,20 @@ void lz_kvpolicy_spec(const lz_kvpolicy *p, char *buf, size_t n)
     if (p->kind == LZ_KVPOLICY_NONE) { snprintf(buf, n, "%s", ""); return; }
     char b[32];
     lz_kvpolicy_budget_str(p, b, sizeof b);
-    snprintf(buf, n, "%s b=%s w=%d k=%d a=%g %s", lz_kvpolicy_name(p->kind), b, p->window, p->kernel,
-             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean");
+    snprintf(buf, n, "%s b=%s w=%d k=%d a=%g %s%s", lz_kvpolicy_name(p->kind), b, p->window, p->kernel,
+             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean", p->probe ? " probe" : "");
 }
 
 int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p)
 {
     lz_kvpolicy_default(p);
     if (!spec || !*spec || !strcmp(spec, "none")) return 0;
-    char name[32], b[32], agg[8];
+    char name[32], b[32], agg[8], probe[8] = "";
     int w, k;
     float a;
-    if (sscanf(spec, "%31s b=%31s w=%d k=%d a=%f %7s", name, b, &w, &k, &a, agg) != 6) return -1;
+    int nf = sscanf(spec, "%31s b=%31s w=%d k=%d a=%f %7s %7s", name, b, &w, &k, &a, agg, probe);
+    if (nf != 6 && !(nf == 7 && !strcmp(probe, "probe"))) return -1;
+    p->probe = nf == 7;
     int kind = lz_kvpolicy_parse_name(name);
     if (kind <= 0 || lz_kvpolicy_parse_budget(b, p) || w < 1 || k < 1 || !(k & 1) || a < 0 || a > 1) return -1;
     if (strcmp(agg, "mean") && strcmp(agg, "max")) return -1;
@@ -94,6 +96,7 @@ int lz_kvpolicy_budget(const lz_kvpolicy *p, int n)
     if (p->kind == LZ_KVPOLICY_NONE || n <= 0) return 0;
     long B = p->budget_tokens > 0 ? p->budget_tokens : lround(p->budget_frac * n);
     if (B < 1) B = 1;
+    if (p->probe) return n > B ? (int)B : 0;
     if ((long)n < p->window + B) return 0; /* short: stored whole */
     return B < p->window ? p->window : (int)B; /* the window is always kept */
 }
@@ -356,7 +359,7 @@ int lz_kvpolicy_select(unsigned char *keep, int *head_budget, const float *score
 int lz_kvpolicy_plan(const lz_kvpolicy *p, const float *scores, const float *tie, int L, int KV, int n, int *n_kept,
                      int *rows)
 {
-    const int B = lz_kvpolicy_budget(p, n), w = p->window, m = n - w;
+    const int B = lz_kvpolicy_budget(p, n), w = p->probe ? 0 : p->window, m = n - w;
     if (B <= 0 || m <= 0) return -1;
     int *b_l = malloc((size_t)L * sizeof(int)), *hb = malloc((size_t)KV * sizeof(int));
     unsigned char *keep = malloc((size_t)KV * m);

@@ -56,6 +56,10 @@ typedef struct {
     int kernel;          /* max-pool kernel along positions, odd, >= 1 (1 = no pooling) */
     float alpha;         /* Ada safeguard: share of b reserved per head, in [0, 1] */
     int agg;             /* GQA: LZ_KVPOLICY_AGG_MEAN or _MAX over a kv head's query heads */
+    int probe;           /* 1: the observation window is a fixed probe text run after the
+                          * document (the prompt's question cue, lz_encoder_set_probe), not
+                          * the document's tail; every document token is a candidate, the
+                          * probe's keys are not stored, B counts only document tokens */
 } lz_kvpolicy;
 
 /* none, budget 0, window 32, kernel 7, alpha 0.2, mean. */
@@ -75,7 +79,8 @@ int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p);
 
 /* Kept tokens per kv head on average for an n-token document: max(B, w)
  * (the window is always kept, and counts in the budget), or 0 when the
- * document is stored whole: policy none, or a short document, n < w + B. */
+ * document is stored whole: policy none, or a short document, n < w + B.
+ * With a probe: B, or 0 when n <= B. */
 int lz_kvpolicy_budget(const lz_kvpolicy *p, int n);
 /* The effective spec of an n-token document: p's spec when it is
  * compressed, "" when stored whole (its payload then equals policy none's). */
@@ -118,9 +123,11 @@ void lz_kvpolicy_layer_budgets(int *b_l, int L, int b, int m, int pyramid);
 int lz_kvpolicy_select(unsigned char *keep, int *head_budget, const float *scores, const float *tie, int KV,
                        int m, int b, int adaptive, float alpha);
 
-/* Full plan of one document: scores (L, KV, m) (tie may be NULL) ->
+/* Full plan of one document: scores (L, KV, m) (tie may be NULL; m = n,
+ * or n - w without a probe) ->
  * n_kept (L, KV) and rows (L, KV, n): head (l, h) keeps tokens
- * rows[(l*KV+h)*n + i], i < n_kept, ascending, the window included.
+ * rows[(l*KV+h)*n + i], i < n_kept, ascending, the window included
+ * (without a probe).
  * B = lz_kvpolicy_budget(p, n) must be > 0. Returns 0 or -1. */
 int lz_kvpolicy_plan(const lz_kvpolicy *p, const float *scores, const float *tie, int L, int KV, int n, int *n_kept,
                      int *rows);

@@ -61,6 +61,8 @@ static void usage(FILE *f)
             "  --kv-kernel K          max-pooling kernel along positions, odd (default %d)\n"
             "  --kv-alpha A           Ada: share of the budget reserved per head (default %g)\n"
             "  --kv-agg mean|max      GQA: aggregate a kv head's query heads (default mean)\n"
+            "  --kv-probe             observation window = the prompt's question cue run after the\n"
+            "                         document (scored, not stored) instead of the document's tail\n"
             "  --format jsonl|csv     input format when the file name does not tell\n"
             "  --prune                remove documents absent from this corpus\n"
             "  --strict               stop at the first bad record (all before it is committed)\n"
@@ -690,6 +692,13 @@ static int setup_model(ingest *g, const char *model_path)
     if (lz_encoder_new(g->m, g->prefix, g->n_prefix, &g->enc, g->err, sizeof g->err)) return -1;
     lz_encoder_set_dtype(g->enc, lz_store_kv_dtype(g->s));
     lz_encoder_set_kvpolicy(g->enc, &g->o.kv);
+    int *probe = NULL, n_probe = 0; /* the question cue with an empty question (used by --kv-probe) */
+    if (lz_prompt_question_tokens(g->m->tok, "", &probe, &n_probe) || lz_encoder_set_probe(g->enc, probe, n_probe)) {
+        free(probe);
+        snprintf(g->err, sizeof g->err, "out of memory");
+        return -1;
+    }
+    free(probe);
     int have = lz_store_has_payload(g->s, pkey, NULL, g->err, sizeof g->err);
     if (have < 0) return -1;
     if (!have) {
@@ -1114,6 +1123,8 @@ int main(int argc, char **argv)
             }
             o->kv.alpha = (float)x;
             i++;
+        } else if (!strcmp(a, "--kv-probe")) {
+            o->kv.probe = 1;
         } else if (!strcmp(a, "--kv-agg")) {
             if (!val) goto missing;
             if (!strcmp(val, "mean")) o->kv.agg = LZ_KVPOLICY_AGG_MEAN;

@@ -189,6 +189,11 @@ static void test_spec(void)
     CHECK(lz_kvpolicy_parse_spec(s, &q) == 0, "spec parses");
     lz_kvpolicy_spec(&q, t, sizeof t);
     CHECK(!strcmp(s, t) && q.kind == p.kind && q.agg == p.agg, "spec round trip '%s'", t);
+    p.probe = 1;
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    CHECK(lz_kvpolicy_parse_spec(s, &q) == 0 && q.probe == 1 && strstr(s, " probe"), "spec with probe '%s'", s);
+    CHECK(lz_kvpolicy_budget(&p, 100) == 20 && lz_kvpolicy_budget(&p, 20) == 4, "probe budget: no window floor");
+    p.probe = 0;
     lz_kvpolicy_parse_budget("128t", &p);
     lz_kvpolicy_spec(&p, s, sizeof s);
     CHECK(lz_kvpolicy_parse_spec(s, &q) == 0 && q.budget_tokens == 128, "spec with 128t");
@@ -370,6 +375,19 @@ static void test_encoder(void)
               info.n_kept_sum == (uint64_t)L * KV * 75,
           "payload: n_tokens %d, kept sum %llu", info.n_tokens, (unsigned long long)info.n_kept_sum);
     free(blob);
+    /* probe window: scored by tokens run after the document, every token a candidate */
+    p.probe = 1;
+    lz_encoder_set_kvpolicy(e, &p);
+    CHECK(lz_encoder_run(e, ids, n, err, sizeof err) == -1, "probe policy without probe tokens refused");
+    int probe[5] = {7, 8, 9, 10, 11};
+    lz_encoder_set_probe(e, probe, 5);
+    CHECK(lz_encoder_run(e, ids, n, err, sizeof err) == 0, "encode with a probe: %s", err);
+    kept = lz_encoder_kept(e);
+    dc = lz_encoder_doc_cache(e);
+    long psum = 0;
+    for (int lh = 0; kept && lh < L * KV; lh++) psum += kept[lh];
+    CHECK(kept && psum == (long)L * KV * 75 && dc->n == n, "probe: kept %ld == L*KV*0.5n, document rows %d", psum,
+          dc->n);
     lz_encoder_set_kvpolicy(e, NULL);
     lz_encoder_run(e, ids, n, err, sizeof err);
     lz_encoder_pack(e, 1, codec, LZ_PAYLOAD_CODEC_RAW, 1, &blob, &len0, err, sizeof err);
