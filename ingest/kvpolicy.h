@@ -26,6 +26,10 @@
  *               sum over layers = L * b
  * Kept tokens stay in their original order; stored keys carry their own
  * rotation R(s + j), so no per-token position is stored.
+ *
+ * Probe variant (probe = 1): the window is a fixed text run after the
+ * document (the prompt's question cue), scored like the tail window and then
+ * dropped; every document token is a candidate and nothing is kept by force.
  */
 #ifndef LZ_KVPOLICY_H
 #define LZ_KVPOLICY_H

@@ -4,7 +4,9 @@
  * is stored whole as 'none'), passes --check; lazyquery answers from it;
  * lazy and block agree on the unequal per-head lengths and the document
  * cache accounts the smaller bytes; a rerun with the same policy encodes
- * nothing, another policy or budget re-encodes the compressed documents. */
+ * nothing, another policy or budget re-encodes the compressed documents;
+ * --repair restores a lost compressed payload under the row's policy;
+ * --kv-probe (the question cue as the window) gives a valid store. */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -228,6 +230,25 @@ int main(void)
             lz_store_close(s);
         }
     }
+    /* the question-cue probe as the observation window: a different spec, a valid store */
+    j = ingest(ada, "--kv-policy ada-snapkv --kv-budget 0.5 --kv-probe");
+    /* no window to keep: the short document is compressed too */
+    CHECK(jint(j, "updated") == N_LONG + 1, "--kv-probe re-encodes (%lld updated)", jint(j, "updated"));
+    json_decref(j);
+    {
+        char err[512], src[256];
+        lz_store *s;
+        lz_meta_doc d;
+        if (!lz_store_open(ada, LZ_STORE_RDONLY, &s, err, sizeof err)) {
+            lz_meta_doc_find(lz_store_meta(s), "doc5", &d, src, sizeof src, err, sizeof err);
+            CHECK(strstr(d.kv_spec, " probe") != NULL && d.kv_kept == 2L * 2 * (d.n_tokens / 2 + d.n_tokens % 2),
+                  "probe spec '%s', kept %lld of %d tokens", d.kv_spec, (long long)d.kv_kept, d.n_tokens);
+            lz_store_close(s);
+        }
+    }
+    CHECK(sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "--check after --kv-probe");
+    CHECK(sh("%s/lazyquery --model %s --store %s -n 3 --docs doc5,doc6 'castle?' > %s 2>&1", bin, model, ada, out) == 0,
+          "lazyquery answers from a probe-compressed store");
     CHECK(sh("%s/lazyingest --kv-policy snapkv --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1 &&
               sh("grep -q 'needs --kv-budget' %s", out) == 0,
           "--kv-policy without --kv-budget refused");
