@@ -13,6 +13,7 @@
 
 #include "model/llama.h"
 #include "model/prompt.h"
+#include "model/unicode.h"
 #include "query/retrieve.h"
 #include "query/session.h"
 #include "store/store.h"
@@ -82,6 +83,23 @@ static int parse_long(const char *s, long lo, long hi, long *out)
     if (errno || end == s || *end || v < lo || v > hi) return -1;
     *out = v;
     return 0;
+}
+
+/* A copy of s with every byte that does not start a valid UTF-8 sequence
+ * replaced by U+FFFD, so JSON output never fails on what a model generated
+ * (or on a question read from a file). malloc'd. */
+static char *utf8_clean(const char *s)
+{
+    size_t n = strlen(s), o = 0;
+    char *out = malloc(3 * n + 1);
+    if (!out) return NULL;
+    for (size_t i = 0; i < n;) {
+        int len = lz_utf8_seq_len((const unsigned char *)s + i, n - i);
+        if (len > 0) { memcpy(out + o, s + i, (size_t)len); o += (size_t)len; i += (size_t)len; }
+        else { memcpy(out + o, "\xef\xbf\xbd", 3); o += 3; i++; }
+    }
+    out[o] = 0;
+    return out;
 }
 
 static void print_piece(const char *piece, int len, void *ctx)
@@ -174,18 +192,27 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
     double tps = r.n_answer > 1 && r.t_decode > 0 ? (r.n_answer - 1) / r.t_decode : 0;
     if (o->json) {
         json_t *src = json_array();
-        for (int i = 0; i < n_docs; i++)
-            json_array_append_new(src, json_pack("{s:s, s:s, s:f, s:i}", "id", docs[i].ext_id, "title", docs[i].title,
-                                                 "score", docs[i].score, "tokens", docs[i].n_tokens));
+        for (int i = 0; i < n_docs; i++) {
+            /* titles are cut at 255 bytes, possibly inside a UTF-8 sequence */
+            char *id_clean = utf8_clean(docs[i].ext_id), *t_clean = utf8_clean(docs[i].title);
+            json_array_append_new(src, json_pack("{s:s, s:s, s:f, s:i}", "id", id_clean ? id_clean : "", "title",
+                                                 t_clean ? t_clean : "", "score", docs[i].score, "tokens",
+                                                 docs[i].n_tokens));
+            free(id_clean);
+            free(t_clean);
+        }
+        char *q_clean = utf8_clean(question), *a_clean = utf8_clean(r.answer);
         json_t *out = json_pack(
             "{s:s, s:s, s:o, s:s, s:{s:f, s:f, s:f, s:f, s:f}, s:{s:i, s:i, s:i}, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
-            "question", question, "answer", r.answer, "sources", src, "mode", lz_query_mode_name(o->qo.mode),
+            "question", q_clean ? q_clean : "", "answer", a_clean ? a_clean : "", "sources", src, "mode", lz_query_mode_name(o->qo.mode),
             "timings", "retrieval_s", t_retrieve, "kv_load_s", r.t_load, "ttft_s", r.t_ttft, "decode_s", r.t_decode,
             "decode_tok_s", tps,
             "tokens", "prompt", r.n_prompt, "computed", r.n_computed, "answer", r.n_answer,
             "cache", "hits", (json_int_t)r.hits, "misses", (json_int_t)r.misses, "bytes_loaded", (json_int_t)r.bytes_loaded,
             "session_hits", (json_int_t)cs.hits, "session_misses", (json_int_t)cs.misses,
             "bytes_used", (json_int_t)cs.bytes_used, "bytes_budget", (json_int_t)cs.bytes_budget);
+        free(q_clean);
+        free(a_clean);
         if (qid) json_object_set_new(out, "id", json_string(qid));
         char *line = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
         puts(line ? line : "{}");
@@ -217,7 +244,10 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
     goto done;
 fail:
     if (o->json) {
-        json_t *out = json_pack("{s:s, s:s}", "question", question ? question : "", "error", err);
+        char *q_clean = utf8_clean(question ? question : ""), *e_clean = utf8_clean(err);
+        json_t *out = json_pack("{s:s, s:s}", "question", q_clean ? q_clean : "", "error", e_clean ? e_clean : "");
+        free(q_clean);
+        free(e_clean);
         if (qid) json_object_set_new(out, "id", json_string(qid));
         char *line = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
         puts(line ? line : "{}");

@@ -526,9 +526,12 @@ static void test_bad_inputs(void)
     const char *ax[] = { "-s", nostore, "--check", NULL };
     rc = run_tool(ax, NULL, 0, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 1 && strstr(errs, "no store at") && access(nostore, F_OK) != 0, "--check of a missing store: %s", errs);
+    /* the embedded default model ships in the repo: point the default at a missing file */
     const char *ad[] = { "-s", store3, p4, NULL };
+    setenv("LAZY_MODEL", "/nonexistent-default.gguf", 1);
     rc = run_tool(ad, NULL, 0, out, sizeof out, errs, sizeof errs);
-    CHECK(rc == 1 && strstr(errs, "--model"), "no default model: %s", errs);
+    unsetenv("LAZY_MODEL");
+    CHECK(rc == 1 && strstr(errs, "--model") && strstr(errs, "/nonexistent-default.gguf"), "no default model: %s", errs);
 }
 
 static void test_split(void)
