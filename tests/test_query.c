@@ -208,6 +208,9 @@ static void test_cli(void)
           "hostile FTS string and top-k beyond the store answered");
     CHECK(sh("printf 'river?\\ncastle?\\n' | %s/lazyquery --model %s --store %s -n 2 --json > %s 2>&1", bin, model, store, out) == 0 &&
           sh("test $(grep -c '\"answer\"' %s) -eq 2", out) == 0, "questions from stdin, one JSON line each");
+    CHECK(sh("printf 'bad \\377 question?\\n' | %s/lazyquery --model %s --store %s -n 8 --json > %s 2>&1", bin, model, store, out) == 0 &&
+          sh("grep -q 'uFFFD' %s && grep -q '\"answer\"' %s", out, out) == 0,
+          "invalid UTF-8 in a question (and random-model answers) still gives a JSON result");
     CHECK(sh("printf '{\"id\": \"q1\", \"question\": \"river?\", \"docs\": [\"doc3\"]}\\nnot json\\n' > %s/q.jsonl", dir) == 0, "write");
     CHECK(sh("%s/lazyquery --model %s --store %s -n 2 --questions %s/q.jsonl > %s 2>&1", bin, model, store, dir, out) == 2 &&
           sh("grep -q '\"id\":\"q1\"' %s && grep -q 'q.jsonl:2' %s", out, out) == 0, "--questions: answers and names the bad line");
