@@ -5,9 +5,11 @@
 #define LZ_TEST_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int lz_test_passed, lz_test_failed;
@@ -55,6 +57,35 @@ static inline const char *lz_test_tmpdir(char *buf, size_t n)
     const char *t = getenv("TMPDIR");
     snprintf(buf, n, "%s/lztest.XXXXXX", t ? t : "/tmp");
     return mkdtemp(buf);
+}
+
+/* Whole file, NUL-terminated (malloc'd), *len bytes; NULL when unreadable. */
+static inline char *lz_test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
+    fclose(f);
+    if (s) { s[n] = '\0'; *len = (size_t)n; }
+    return s;
+}
+
+/* Runs a shell command built like printf; returns its exit status (128 when
+ * it did not exit normally). */
+static inline int lz_test_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int lz_test_sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
 #endif /* LZ_TEST_H */

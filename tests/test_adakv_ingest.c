@@ -19,17 +19,6 @@
 
 static char dir[256], bin[512], model[600], corpus[600];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
 
 /* Runs lazyingest --json with extra args on store; returns the summary (NULL on failure). */
 static json_t *ingest(const char *store, const char *args)
@@ -38,7 +27,7 @@ static json_t *ingest(const char *store, const char *args)
     snprintf(out, sizeof out, "%s/ingest.json", dir);
     snprintf(cmd, sizeof cmd, "%s/lazyingest --json --kv-dtype f32 --threads 2 --model %s --store %s %s %s > %s", bin,
              model, store, args, corpus, out);
-    if (sh("%s", cmd) != 0) { CHECK(0, "lazyingest failed: %s", cmd); return NULL; }
+    if (lz_test_sh("%s", cmd) != 0) { CHECK(0, "lazyingest failed: %s", cmd); return NULL; }
     json_error_t e;
     json_t *j = json_load_file(out, 0, &e);
     CHECK(j != NULL, "summary JSON: %s", e.text);
@@ -157,7 +146,7 @@ int main(void)
     snprintf(corpus, sizeof corpus, "%s/corpus.jsonl", dir);
     write_corpus();
     lz_llama_set_threads(2);
-    if (sh("%s/lazy-mkmodel --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 -o %s", bin, model)) {
+    if (lz_test_sh("%s/lazy-mkmodel --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 -o %s", bin, model)) {
         CHECK(0, "lazy-mkmodel");
         return lz_test_done();
     }
@@ -178,9 +167,9 @@ int main(void)
     json_decref(jw);
     json_decref(ja);
     test_rows(ada);
-    CHECK(sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "--check passes on a compressed store");
-    CHECK(sh("%s/lazyquery --model %s --store %s -n 4 'Where is the castle?' > %s 2>&1", bin, model, ada, out) == 0 &&
-              sh("grep -q '^Sources:' %s", out) == 0,
+    CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "--check passes on a compressed store");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 4 'Where is the castle?' > %s 2>&1", bin, model, ada, out) == 0 &&
+              lz_test_sh("grep -q '^Sources:' %s", out) == 0,
           "lazyquery answers from the compressed store");
     test_sessions(whole, ada);
 
@@ -203,7 +192,7 @@ int main(void)
     json_decref(j);
     j = ingest(ada, "--kv-policy pyramidkv --kv-budget 0.5");
     json_decref(j);
-    CHECK(sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "--check after pyramidkv");
+    CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "--check after pyramidkv");
     /* a lost compressed payload: --repair re-encodes it under the row's own policy, same key */
     {
         char err[512], src[256];
@@ -218,10 +207,10 @@ int main(void)
             CHECK(lz_kvdb_del_batch(lz_store_kvdb(s), &it, 1, &nd, err, sizeof err) == 0 && nd == 1, "delete payload");
             lz_store_close(s);
         }
-        CHECK(sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 3, "--check finds the loss");
-        CHECK(sh("%s/lazyingest --repair --quiet --model %s --store %s > %s 2>&1", bin, model, ada, out) == 0,
+        CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 3, "--check finds the loss");
+        CHECK(lz_test_sh("%s/lazyingest --repair --quiet --model %s --store %s > %s 2>&1", bin, model, ada, out) == 0,
               "--repair re-encodes it");
-        CHECK(sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "clean after repair");
+        CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "clean after repair");
         if (ok && !lz_store_open(ada, LZ_STORE_RDONLY, &s, err, sizeof err)) {
             lz_meta_doc_find(lz_store_meta(s), "doc4", &d1, src, sizeof src, err, sizeof err);
             CHECK(!memcmp(d0.payload_key, d1.payload_key, LZ_META_KEY_LEN) && !strcmp(d1.kv_policy, "pyramidkv") &&
@@ -246,15 +235,15 @@ int main(void)
             lz_store_close(s);
         }
     }
-    CHECK(sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "--check after --kv-probe");
-    CHECK(sh("%s/lazyquery --model %s --store %s -n 3 --docs doc5,doc6 'castle?' > %s 2>&1", bin, model, ada, out) == 0,
+    CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "--check after --kv-probe");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 3 --docs doc5,doc6 'castle?' > %s 2>&1", bin, model, ada, out) == 0,
           "lazyquery answers from a probe-compressed store");
-    CHECK(sh("%s/lazyingest --kv-policy snapkv --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1 &&
-              sh("grep -q 'needs --kv-budget' %s", out) == 0,
+    CHECK(lz_test_sh("%s/lazyingest --kv-policy snapkv --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1 &&
+              lz_test_sh("grep -q 'needs --kv-budget' %s", out) == 0,
           "--kv-policy without --kv-budget refused");
-    CHECK(sh("%s/lazyingest --kv-policy x --kv-budget 0.2 --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1 &&
-              sh("%s/lazyingest --kv-policy snapkv --kv-budget 1.5 --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1,
+    CHECK(lz_test_sh("%s/lazyingest --kv-policy x --kv-budget 0.2 --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1 &&
+              lz_test_sh("%s/lazyingest --kv-policy snapkv --kv-budget 1.5 --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1,
           "bad policy or budget refused");
-    sh("rm -rf %s", dir);
+    lz_test_sh("rm -rf %s", dir);
     return lz_test_done();
 }

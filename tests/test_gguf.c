@@ -199,13 +199,11 @@ static void test_corrupt(const char *dir)
     /* the CLI reports a corrupt model and exits non-zero */
     const char *bin = getenv("LZ_BIN");
     if (bin) {
-        char cmd[1536], tpath[600];
+        char tpath[600];
         snprintf(tpath, sizeof tpath, "%s/trunc.gguf", dir);
-        snprintf(cmd, sizeof cmd, "head -c 1000 %s > %s && %s/lazygen -m %s -n 1 > %s/out.txt 2>&1", path, tpath, bin, tpath, dir);
-        int rc = system(cmd);
+        int rc = lz_test_sh("head -c 1000 %s > %s && %s/lazygen -m %s -n 1 > %s/out.txt 2>&1", path, tpath, bin, tpath, dir);
         CHECK(rc != 0, "lazygen exits non-zero on a truncated model");
-        snprintf(cmd, sizeof cmd, "grep -q 'trunc.gguf' %s/out.txt", dir);
-        CHECK(system(cmd) == 0, "lazygen names the file");
+        CHECK(lz_test_sh("grep -q 'trunc.gguf' %s/out.txt", dir) == 0, "lazygen names the file");
     }
 }
 

@@ -18,17 +18,6 @@
 
 static char dir[256], bin[512], model[600], store[600];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
 
 static uint64_t rng = 0x1234567;
 static int irand(int n) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (int)(rng % (uint64_t)n); }
@@ -182,13 +171,13 @@ static void test_cli(void)
 {
     char out[700];
     snprintf(out, sizeof out, "%s/out.txt", dir);
-    CHECK(sh("%s/lazyquery --model %s --store %s -n 4 'Where is the castle?' > %s 2>&1", bin, model, store, out) == 0,
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 4 'Where is the castle?' > %s 2>&1", bin, model, store, out) == 0,
           "plain question answers");
-    CHECK(sh("grep -q '^Sources:' %s", out) == 0, "sources listed");
-    CHECK(sh("%s/lazyquery --model %s --store %s -n 4 --json --docs doc1,doc2 'river?' > %s 2>&1", bin, model, store, out) == 0 &&
-          sh("grep -q '\"sources\"' %s && grep -q '\"ttft_s\"' %s", out, out) == 0, "--json with --docs");
-    CHECK(sh("%s/lazyquery --model %s --store %s '' > %s 2>&1", bin, model, store, out) != 0 &&
-          sh("grep -q 'empty' %s", out) == 0, "empty question refused");
+    CHECK(lz_test_sh("grep -q '^Sources:' %s", out) == 0, "sources listed");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 4 --json --docs doc1,doc2 'river?' > %s 2>&1", bin, model, store, out) == 0 &&
+          lz_test_sh("grep -q '\"sources\"' %s && grep -q '\"ttft_s\"' %s", out, out) == 0, "--json with --docs");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s '' > %s 2>&1", bin, model, store, out) != 0 &&
+          lz_test_sh("grep -q 'empty' %s", out) == 0, "empty question refused");
     /* a question longer than the model's context (2048) */
     char longq[700];
     snprintf(longq, sizeof longq, "%s/long.txt", dir);
@@ -196,24 +185,24 @@ static void test_cli(void)
     for (int i = 0; i < 3000; i++) fputs("castle ", f);
     fputc('\n', f);
     fclose(f);
-    CHECK(sh("%s/lazyquery --model %s --store %s < %s > %s 2>&1", bin, model, store, longq, out) != 0 &&
-          sh("grep -q 'context' %s", out) == 0, "too-long question refused, naming the context");
-    CHECK(sh("%s/lazyquery --model %s --store %s/none 'x' > %s 2>&1", bin, model, dir, out) != 0 &&
-          sh("grep -q 'none' %s", out) == 0, "missing store refused");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s < %s > %s 2>&1", bin, model, store, longq, out) != 0 &&
+          lz_test_sh("grep -q 'context' %s", out) == 0, "too-long question refused, naming the context");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s/none 'x' > %s 2>&1", bin, model, dir, out) != 0 &&
+          lz_test_sh("grep -q 'none' %s", out) == 0, "missing store refused");
     /* foreign store: another model */
-    CHECK(sh("%s/lazy-mkmodel --seed 7 -o %s/other.gguf", bin, dir) == 0, "other model");
-    CHECK(sh("%s/lazyquery --model %s/other.gguf --store %s 'x' > %s 2>&1", bin, dir, store, out) != 0 &&
-          sh("grep -qi 'model' %s", out) == 0, "store of another model refused");
-    CHECK(sh("%s/lazyquery --model %s --store %s -k 500 -n 2 'NEAR(castle' > %s 2>&1", bin, model, store, out) == 0,
+    CHECK(lz_test_sh("%s/lazy-mkmodel --seed 7 -o %s/other.gguf", bin, dir) == 0, "other model");
+    CHECK(lz_test_sh("%s/lazyquery --model %s/other.gguf --store %s 'x' > %s 2>&1", bin, dir, store, out) != 0 &&
+          lz_test_sh("grep -qi 'model' %s", out) == 0, "store of another model refused");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -k 500 -n 2 'NEAR(castle' > %s 2>&1", bin, model, store, out) == 0,
           "hostile FTS string and top-k beyond the store answered");
-    CHECK(sh("printf 'river?\\ncastle?\\n' | %s/lazyquery --model %s --store %s -n 2 --json > %s 2>&1", bin, model, store, out) == 0 &&
-          sh("test $(grep -c '\"answer\"' %s) -eq 2", out) == 0, "questions from stdin, one JSON line each");
-    CHECK(sh("printf 'bad \\377 question?\\n' | %s/lazyquery --model %s --store %s -n 8 --json > %s 2>&1", bin, model, store, out) == 0 &&
-          sh("grep -q 'uFFFD' %s && grep -q '\"answer\"' %s", out, out) == 0,
+    CHECK(lz_test_sh("printf 'river?\\ncastle?\\n' | %s/lazyquery --model %s --store %s -n 2 --json > %s 2>&1", bin, model, store, out) == 0 &&
+          lz_test_sh("test $(grep -c '\"answer\"' %s) -eq 2", out) == 0, "questions from stdin, one JSON line each");
+    CHECK(lz_test_sh("printf 'bad \\377 question?\\n' | %s/lazyquery --model %s --store %s -n 8 --json > %s 2>&1", bin, model, store, out) == 0 &&
+          lz_test_sh("grep -q 'uFFFD' %s && grep -q '\"answer\"' %s", out, out) == 0,
           "invalid UTF-8 in a question (and random-model answers) still gives a JSON result");
-    CHECK(sh("printf '{\"id\": \"q1\", \"question\": \"river?\", \"docs\": [\"doc3\"]}\\nnot json\\n' > %s/q.jsonl", dir) == 0, "write");
-    CHECK(sh("%s/lazyquery --model %s --store %s -n 2 --questions %s/q.jsonl > %s 2>&1", bin, model, store, dir, out) == 2 &&
-          sh("grep -q '\"id\":\"q1\"' %s && grep -q 'q.jsonl:2' %s", out, out) == 0, "--questions: answers and names the bad line");
+    CHECK(lz_test_sh("printf '{\"id\": \"q1\", \"question\": \"river?\", \"docs\": [\"doc3\"]}\\nnot json\\n' > %s/q.jsonl", dir) == 0, "write");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --questions %s/q.jsonl > %s 2>&1", bin, model, store, dir, out) == 2 &&
+          lz_test_sh("grep -q '\"id\":\"q1\"' %s && grep -q 'q.jsonl:2' %s", out, out) == 0, "--questions: answers and names the bad line");
 }
 
 int main(void)
@@ -228,13 +217,13 @@ int main(void)
     snprintf(corpus, sizeof corpus, "%s/corpus.jsonl", dir);
     write_corpus(corpus, 40);
     lz_llama_set_threads(2);
-    if (sh("%s/lazy-mkmodel --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 -o %s", bin, model) ||
-        sh("%s/lazyingest --quiet --kv-dtype f32 --model %s --store %s %s", bin, model, store, corpus)) {
+    if (lz_test_sh("%s/lazy-mkmodel --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 -o %s", bin, model) ||
+        lz_test_sh("%s/lazyingest --quiet --kv-dtype f32 --model %s --store %s %s", bin, model, store, corpus)) {
         CHECK(0, "could not build the test store");
         return lz_test_done();
     }
     test_modes();
     test_cli();
-    sh("rm -rf %s", dir);
+    lz_test_sh("rm -rf %s", dir);
     return lz_test_done();
 }

@@ -11,19 +11,6 @@
 #include "model/tokenizer.h"
 #include "tests/test.h"
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
-    fclose(f);
-    if (s) { s[n] = '\0'; *len = (size_t)n; }
-    return s;
-}
 
 static double now_s(void)
 {
@@ -60,7 +47,7 @@ static void add_case(const char *text, size_t len, const int *ids, int n)
 static int load_ggml_cases(const char *ipath, const char *opath)
 {
     size_t ilen, olen;
-    char *inp = read_file(ipath, &ilen), *out = read_file(opath, &olen);
+    char *inp = lz_test_read_file(ipath, &ilen), *out = lz_test_read_file(opath, &olen);
     int before = n_cases;
     static const char sep[] = "\n__ggml_vocab_test__\n";
     char *p = inp, *op = out;

@@ -9,19 +9,6 @@
 #include "model/tokenizer.h"
 #include "tests/test.h"
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
-    fclose(f);
-    if (s) { s[n] = '\0'; *len = (size_t)n; }
-    return s;
-}
 
 /* Splits .inp into cases (pointers into buf, NUL-terminated in place). */
 static int split_cases(char *buf, size_t len, char **cases, size_t *lens, int max)
@@ -127,7 +114,7 @@ static void test_vocab_cases(void)
     CHECK(lz_tokenizer_add_bos(t) == 1, "add_bos");
 
     size_t ilen, olen;
-    char *inp = read_file(ipath, &ilen), *outs = read_file(opath, &olen);
+    char *inp = lz_test_read_file(ipath, &ilen), *outs = lz_test_read_file(opath, &olen);
     CHECK(inp && outs, "read fixtures");
     char *cases[128];
     size_t lens[128];
