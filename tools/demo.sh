@@ -2,8 +2,8 @@
 # demo.sh - the README's main job on the embedded default: ingest the demo
 # corpus (datasets/demo/corpus.jsonl) into build/demo-store and answer sample
 # questions with lazyquery, citing the source passages. Uses models/default.gguf
-# (the trained QA model) when it ships; until then a random-weight model is
-# generated, so the answers are noise but every stage runs for real.
+# (the trained QA model, or $LAZY_MODEL); should it be missing, a random-weight
+# model is generated, so the answers are noise but every stage runs for real.
 # Run through 'make demo' (which installs dependencies and builds first).
 set -eu
 BUILD=${BUILD:-build}
@@ -12,7 +12,7 @@ STORE="$BUILD/demo-store"   # set below, one store per model
 if [ ! -f "$MODEL" ]; then
     MODEL="$BUILD/models/random-demo.gguf"
     mkdir -p "$BUILD/models"
-    echo "demo: no trained default model (models/default.gguf) yet; generating a random-weight one at $MODEL"
+    echo "demo: the trained default model (models/default.gguf) is missing; generating a random-weight one at $MODEL"
     "$BUILD/bin/lazy-mkmodel" --dim 128 --layers 4 --heads 8 --kv-heads 2 --head-dim 16 --ffn 344 --vocab 1024 \
         --ctx 8192 -o "$MODEL"
 fi
