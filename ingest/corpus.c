@@ -16,6 +16,7 @@
 #include <strings.h>
 
 #include "model/unicode.h"
+#include "model/error.h"
 
 /* A CSV record as libcsv hands it over. */
 typedef struct {
@@ -49,17 +50,6 @@ struct lz_corpus {
     long start_line;     /* first line of the record being parsed, 0 = none yet */
     int eof;
 };
-
-static int fail(char *err, size_t errlen, int status, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 size_t lz_corpus_check_text(const char *s, size_t n)
 {
@@ -106,7 +96,7 @@ int lz_corpus_open(const char *path, lz_corpus_format fmt, lz_corpus **out, char
 {
     *out = NULL;
     lz_corpus *c = calloc(1, sizeof *c);
-    if (!c) return fail(err, errlen, LZ_CORPUS_ENOMEM, "out of memory");
+    if (!c) return lz_fail(err, errlen, LZ_CORPUS_ENOMEM, "out of memory");
     int is_stdin = strcmp(path, "-") == 0;
     snprintf(c->name, sizeof c->name, "%s", is_stdin ? "<stdin>" : path);
     if (is_stdin) {
@@ -114,7 +104,7 @@ int lz_corpus_open(const char *path, lz_corpus_format fmt, lz_corpus **out, char
         c->f = tmpfile();
         if (!c->f) {
             free(c);
-            return fail(err, errlen, LZ_CORPUS_EIO, "<stdin>: cannot create a spool file: %s", strerror(errno));
+            return lz_fail(err, errlen, LZ_CORPUS_EIO, "<stdin>: cannot create a spool file: %s", strerror(errno));
         }
         char buf[65536];
         size_t n;
@@ -122,13 +112,13 @@ int lz_corpus_open(const char *path, lz_corpus_format fmt, lz_corpus **out, char
             if (fwrite(buf, 1, n, c->f) != n) {
                 fclose(c->f);
                 free(c);
-                return fail(err, errlen, LZ_CORPUS_EIO, "<stdin>: spool write failed: %s", strerror(errno));
+                return lz_fail(err, errlen, LZ_CORPUS_EIO, "<stdin>: spool write failed: %s", strerror(errno));
             }
         }
         if (ferror(stdin) || fflush(c->f) != 0) {
             fclose(c->f);
             free(c);
-            return fail(err, errlen, LZ_CORPUS_EIO, "<stdin>: read failed: %s", strerror(errno));
+            return lz_fail(err, errlen, LZ_CORPUS_EIO, "<stdin>: read failed: %s", strerror(errno));
         }
         rewind(c->f);
     } else {
@@ -136,7 +126,7 @@ int lz_corpus_open(const char *path, lz_corpus_format fmt, lz_corpus **out, char
         if (!c->f) {
             int e = errno;
             free(c);
-            return fail(err, errlen, LZ_CORPUS_EIO, "%s: cannot open: %s", path, strerror(e));
+            return lz_fail(err, errlen, LZ_CORPUS_EIO, "%s: cannot open: %s", path, strerror(e));
         }
     }
     c->own_file = 1;
@@ -160,7 +150,7 @@ int lz_corpus_open(const char *path, lz_corpus_format fmt, lz_corpus **out, char
     c->fmt = fmt;
     if (fmt == LZ_CORPUS_CSV && csv_start(c) != 0) {
         lz_corpus_close(c);
-        return fail(err, errlen, LZ_CORPUS_ENOMEM, "out of memory");
+        return lz_fail(err, errlen, LZ_CORPUS_ENOMEM, "out of memory");
     }
     *out = c;
     return LZ_CORPUS_OK;
@@ -183,7 +173,7 @@ void lz_corpus_close(lz_corpus *c)
 int lz_corpus_rewind(lz_corpus *c, char *err, size_t errlen)
 {
     if (fseek(c->f, 0, SEEK_SET) != 0)
-        return fail(err, errlen, LZ_CORPUS_EIO, "%s: cannot rewind: %s", c->name, strerror(errno));
+        return lz_fail(err, errlen, LZ_CORPUS_EIO, "%s: cannot rewind: %s", c->name, strerror(errno));
     clearerr(c->f);
     c->lineno = 0;
     c->ordinal = 0;
@@ -201,7 +191,7 @@ int lz_corpus_rewind(lz_corpus *c, char *err, size_t errlen)
         c->q_n = c->q_head = 0;
         c->header_done = 0;
         c->start_line = 0;
-        if (csv_start(c) != 0) return fail(err, errlen, LZ_CORPUS_ENOMEM, "out of memory");
+        if (csv_start(c) != 0) return lz_fail(err, errlen, LZ_CORPUS_ENOMEM, "out of memory");
     }
     return LZ_CORPUS_OK;
 }
@@ -234,7 +224,7 @@ static int json_next(lz_corpus *c, lz_corpus_record *rec, char *err, size_t errl
     for (;;) {
         long n = read_line(c);
         if (n < 0) {
-            if (ferror(c->f)) return fail(err, errlen, LZ_CORPUS_EIO, "%s: read error: %s", c->name, strerror(errno));
+            if (ferror(c->f)) return lz_fail(err, errlen, LZ_CORPUS_EIO, "%s: read error: %s", c->name, strerror(errno));
             return LZ_CORPUS_EOF;
         }
         char *s = c->line;
@@ -246,52 +236,52 @@ static int json_next(lz_corpus *c, lz_corpus_record *rec, char *err, size_t errl
         rec->ordinal = c->ordinal++;
         size_t bad = lz_corpus_check_text(s, (size_t)n);
         if (bad != (size_t)n)
-            return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: %s at byte %zu", c->name, c->lineno,
+            return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: %s at byte %zu", c->name, c->lineno,
                         s[bad] ? "invalid UTF-8" : "NUL byte", bad + 1);
         json_error_t je;
         c->obj = json_loadb(s, (size_t)n, JSON_REJECT_DUPLICATES, &je);
         if (!c->obj)
-            return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: invalid JSON at column %d: %s", c->name,
+            return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: invalid JSON at column %d: %s", c->name,
                         c->lineno, je.column, je.text);
         if (!json_is_object(c->obj))
-            return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: expected a JSON object, found %s", c->name,
+            return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: expected a JSON object, found %s", c->name,
                         c->lineno, json_is_array(c->obj) ? "an array" : "a scalar");
         json_t *id = json_object_get(c->obj, "id");
-        if (!id) return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: missing \"id\"", c->name, c->lineno);
+        if (!id) return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: missing \"id\"", c->name, c->lineno);
         if (json_is_integer(id)) {
             snprintf(c->idbuf, sizeof c->idbuf, "%" JSON_INTEGER_FORMAT, json_integer_value(id));
             rec->id = c->idbuf;
         } else if (json_is_string(id)) {
             rec->id = json_string_value(id);
             size_t len = json_string_length(id);
-            if (len == 0) return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: \"id\" is empty", c->name, c->lineno);
+            if (len == 0) return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: \"id\" is empty", c->name, c->lineno);
             if (len > LZ_CORPUS_MAX_ID) {
                 rec->id = NULL;
-                return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: \"id\" is %zu bytes, longer than %d",
+                return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: \"id\" is %zu bytes, longer than %d",
                             c->name, c->lineno, len, LZ_CORPUS_MAX_ID);
             }
         } else {
-            return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: \"id\" must be a string or an integer",
+            return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: \"id\" must be a string or an integer",
                         c->name, c->lineno);
         }
         json_t *text = json_object_get(c->obj, "text");
         if (!text)
-            return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: id '%s': missing \"text\"", c->name, c->lineno, rec->id);
+            return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: id '%s': missing \"text\"", c->name, c->lineno, rec->id);
         if (!json_is_string(text))
-            return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: id '%s': \"text\" must be a string", c->name,
+            return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: id '%s': \"text\" must be a string", c->name,
                         c->lineno, rec->id);
         rec->text = json_string_value(text);
         rec->text_len = json_string_length(text);
         size_t j = 0;
         while (j < rec->text_len && isspace((unsigned char)rec->text[j])) j++;
         if (j == rec->text_len)
-            return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: id '%s': \"text\" is empty", c->name, c->lineno,
+            return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: id '%s': \"text\" is empty", c->name, c->lineno,
                         rec->id);
         json_t *title = json_object_get(c->obj, "title");
         rec->title = NULL;
         if (title && !json_is_null(title)) {
             if (!json_is_string(title))
-                return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: id '%s': \"title\" must be a string",
+                return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: id '%s': \"title\" must be a string",
                             c->name, c->lineno, rec->id);
             if (json_string_length(title) > 0) rec->title = json_string_value(title);
         }
@@ -379,7 +369,7 @@ static int csv_header(lz_corpus *c, csv_rec *r, char *err, size_t errlen)
             o += (size_t)snprintf(found + o, sizeof found - o, "%s'%.40s'", i ? ", " : "", name);
     }
     if (c->col_id < 0 || c->col_text < 0)
-        return fail(err, errlen, LZ_CORPUS_EFORMAT,
+        return lz_fail(err, errlen, LZ_CORPUS_EFORMAT,
                     "%s:%ld: the CSV header must name the columns id and text (optional title); found %s",
                     c->name, r->line, r->n ? found : "nothing");
     c->header_done = 1;
@@ -393,18 +383,18 @@ static int csv_emit(lz_corpus *c, csv_rec *r, lz_corpus_record *rec, char *err, 
     rec->ordinal = c->ordinal++;
     rec->id = NULL;
     if (r->n != c->n_cols)
-        return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: expected %d fields as in the header, found %d",
+        return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: expected %d fields as in the header, found %d",
                     c->name, r->line, c->n_cols, r->n);
     for (int i = 0; i < r->n; i++) {
         size_t bad = lz_corpus_check_text(r->f[i], r->len[i]);
         if (bad != r->len[i])
-            return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: field %d: %s at byte %zu", c->name, r->line,
+            return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: field %d: %s at byte %zu", c->name, r->line,
                         i + 1, r->f[i][bad] ? "invalid UTF-8" : "NUL byte", bad + 1);
     }
     char *id = trim(r->f[c->col_id]);
-    if (!*id) return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: \"id\" is empty", c->name, r->line);
+    if (!*id) return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: \"id\" is empty", c->name, r->line);
     if (strlen(id) > LZ_CORPUS_MAX_ID)
-        return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: \"id\" is %zu bytes, longer than %d", c->name,
+        return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: \"id\" is %zu bytes, longer than %d", c->name,
                     r->line, strlen(id), LZ_CORPUS_MAX_ID);
     rec->id = id;
     rec->text = r->f[c->col_text];
@@ -412,7 +402,7 @@ static int csv_emit(lz_corpus *c, csv_rec *r, lz_corpus_record *rec, char *err, 
     size_t j = 0;
     while (j < rec->text_len && isspace((unsigned char)rec->text[j])) j++;
     if (j == rec->text_len)
-        return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: id '%s': \"text\" is empty", c->name, r->line, id);
+        return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: id '%s': \"text\" is empty", c->name, r->line, id);
     rec->title = NULL;
     if (c->col_title >= 0 && r->len[c->col_title] > 0) rec->title = r->f[c->col_title];
     return LZ_CORPUS_OK;
@@ -425,12 +415,12 @@ static int csv_next(lz_corpus *c, lz_corpus_record *rec, char *err, size_t errle
         if (c->q_head < c->q_n) {
             c->out = c->queue[c->q_head++];
             csv_rec *r = &c->out;
-            if (r->error == 2) return fail(err, errlen, LZ_CORPUS_ENOMEM, "out of memory");
+            if (r->error == 2) return lz_fail(err, errlen, LZ_CORPUS_ENOMEM, "out of memory");
             if (r->error == 1) {
                 rec->line = r->line;
                 rec->ordinal = c->ordinal++;
                 rec->id = NULL;
-                return fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: malformed CSV quoting (a quote inside an "
+                return lz_fail(err, errlen, LZ_CORPUS_BAD, "%s:%ld: malformed CSV quoting (a quote inside an "
                             "unquoted field, text after a closing quote, or an unterminated quoted field)",
                             c->name, r->line);
             }
@@ -444,7 +434,7 @@ static int csv_next(lz_corpus *c, lz_corpus_record *rec, char *err, size_t errle
         if (c->eof) return LZ_CORPUS_EOF;
         long n = read_line(c);
         if (n < 0) {
-            if (ferror(c->f)) return fail(err, errlen, LZ_CORPUS_EIO, "%s: read error: %s", c->name, strerror(errno));
+            if (ferror(c->f)) return lz_fail(err, errlen, LZ_CORPUS_EIO, "%s: read error: %s", c->name, strerror(errno));
             c->eof = 1;
             if (csv_fini(&c->csv, csv_field_cb, csv_record_cb, c) != 0) {
                 /* unterminated quoted field at the end of the file */
@@ -452,7 +442,7 @@ static int csv_next(lz_corpus *c, lz_corpus_record *rec, char *err, size_t errle
                 push_record(c);
             }
             if (!c->header_done && c->q_n == c->q_head)
-                return fail(err, errlen, LZ_CORPUS_EFORMAT, "%s: empty CSV (no header row)", c->name);
+                return lz_fail(err, errlen, LZ_CORPUS_EFORMAT, "%s: empty CSV (no header row)", c->name);
             continue;
         }
         int blank = 1;
@@ -461,7 +451,7 @@ static int csv_next(lz_corpus *c, lz_corpus_record *rec, char *err, size_t errle
         size_t used = csv_parse(&c->csv, c->line, (size_t)n, csv_field_cb, csv_record_cb, c);
         if (used != (size_t)n) {
             if (csv_error(&c->csv) != CSV_EPARSE)
-                return fail(err, errlen, LZ_CORPUS_ENOMEM, "%s:%ld: CSV parser: %s", c->name, c->lineno,
+                return lz_fail(err, errlen, LZ_CORPUS_ENOMEM, "%s:%ld: CSV parser: %s", c->name, c->lineno,
                             csv_strerror(csv_error(&c->csv)));
             /* Report the broken record, restart the parser on the next line. */
             rec_clear(&c->cur);
@@ -469,7 +459,7 @@ static int csv_next(lz_corpus *c, lz_corpus_record *rec, char *err, size_t errle
             push_record(c);
             csv_free(&c->csv);
             c->csv_ready = 0;
-            if (csv_start(c) != 0) return fail(err, errlen, LZ_CORPUS_ENOMEM, "out of memory");
+            if (csv_start(c) != 0) return lz_fail(err, errlen, LZ_CORPUS_ENOMEM, "out of memory");
         }
     }
 }

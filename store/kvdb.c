@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model/error.h"
+
 struct lz_kvdb {
     MDB_env *env;
     MDB_dbi dbi;
@@ -24,20 +26,9 @@ struct lz_kvdb_reader {
     MDB_txn *txn;
 };
 
-static int fail(char *err, size_t errlen, int status, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 static int lmdb_fail(lz_kvdb *db, char *err, size_t errlen, const char *what, int rc)
 {
-    return fail(err, errlen, rc == ENOMEM ? LZ_KVDB_ENOMEM : LZ_KVDB_EIO, "LMDB %s: %s: %s",
+    return lz_fail(err, errlen, rc == ENOMEM ? LZ_KVDB_ENOMEM : LZ_KVDB_EIO, "LMDB %s: %s: %s",
                 db ? db->path : "?", what, mdb_strerror(rc));
 }
 
@@ -58,18 +49,18 @@ int lz_kvdb_open(const char *dir, int flags, lz_kvdb **out, char *err, size_t er
 {
     *out = NULL;
     lz_kvdb *db = calloc(1, sizeof *db);
-    if (!db) return fail(err, errlen, LZ_KVDB_ENOMEM, "out of memory");
+    if (!db) return lz_fail(err, errlen, LZ_KVDB_ENOMEM, "out of memory");
     snprintf(db->path, sizeof db->path, "%s", dir);
     db->rdonly = (flags & LZ_KVDB_RDONLY) != 0;
     if (!db->rdonly && mkdir(dir, 0777) != 0 && errno != EEXIST) {
         int e = errno;
         free(db);
-        return fail(err, errlen, LZ_KVDB_EIO, "cannot create %s: %s", dir, strerror(e));
+        return lz_fail(err, errlen, LZ_KVDB_EIO, "cannot create %s: %s", dir, strerror(e));
     }
     int rc = mdb_env_create(&db->env);
     if (rc) {
         free(db);
-        return fail(err, errlen, LZ_KVDB_EIO, "LMDB %s: mdb_env_create: %s", dir, mdb_strerror(rc));
+        return lz_fail(err, errlen, LZ_KVDB_EIO, "LMDB %s: mdb_env_create: %s", dir, mdb_strerror(rc));
     }
     unsigned envflags = MDB_NOTLS | (db->rdonly ? MDB_RDONLY : 0);
     rc = mdb_env_set_maxreaders(db->env, 256);
@@ -133,7 +124,7 @@ static int grow(lz_kvdb *db)
 static int check_key(const lz_kvdb_item *it, char *err, size_t errlen)
 {
     if (!it->key || it->key_len == 0 || it->key_len > LZ_KVDB_MAX_KEY)
-        return fail(err, errlen, LZ_KVDB_EINVAL, "kvdb: key length %zu not in [1, %d]", it->key_len,
+        return lz_fail(err, errlen, LZ_KVDB_EINVAL, "kvdb: key length %zu not in [1, %d]", it->key_len,
                     LZ_KVDB_MAX_KEY);
     return 0;
 }
@@ -143,7 +134,7 @@ static int check_key(const lz_kvdb_item *it, char *err, size_t errlen)
 static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, int *n_deleted,
                        char *err, size_t errlen)
 {
-    if (db->rdonly) return fail(err, errlen, LZ_KVDB_EREADONLY, "LMDB %s: opened read-only", db->path);
+    if (db->rdonly) return lz_fail(err, errlen, LZ_KVDB_EREADONLY, "LMDB %s: opened read-only", db->path);
     for (int i = 0; i < n; i++)
         if (check_key(&items[i], err, errlen)) return LZ_KVDB_EINVAL;
     for (int attempt = 0; attempt < 40; attempt++) {
@@ -175,7 +166,7 @@ static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, i
         rc = grow(db);
         if (rc) return lmdb_fail(db, err, errlen, "grow map", rc);
     }
-    return fail(err, errlen, LZ_KVDB_EIO, "LMDB %s: map still full after growing", db->path);
+    return lz_fail(err, errlen, LZ_KVDB_EIO, "LMDB %s: map still full after growing", db->path);
 }
 
 int lz_kvdb_put_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, char *err, size_t errlen)
@@ -193,7 +184,7 @@ int lz_kvdb_reader_begin(lz_kvdb *db, lz_kvdb_reader **out, char *err, size_t er
 {
     *out = NULL;
     lz_kvdb_reader *r = malloc(sizeof *r);
-    if (!r) return fail(err, errlen, LZ_KVDB_ENOMEM, "out of memory");
+    if (!r) return lz_fail(err, errlen, LZ_KVDB_ENOMEM, "out of memory");
     r->db = db;
     int rc = begin(db, MDB_RDONLY, &r->txn);
     if (rc) {
@@ -211,7 +202,7 @@ int lz_kvdb_reader_get(lz_kvdb_reader *r, const void *key, size_t key_len, const
     if (check_key(&it, err, errlen)) return LZ_KVDB_EINVAL;
     MDB_val k = { key_len, (void *)key }, v;
     int rc = mdb_get(r->txn, r->db->dbi, &k, &v);
-    if (rc == MDB_NOTFOUND) return fail(err, errlen, LZ_KVDB_ENOTFOUND, "payload not found");
+    if (rc == MDB_NOTFOUND) return lz_fail(err, errlen, LZ_KVDB_ENOTFOUND, "payload not found");
     if (rc) return lmdb_fail(r->db, err, errlen, "mdb_get", rc);
     *val = v.mv_data;
     *val_len = v.mv_size;
@@ -238,7 +229,7 @@ int lz_kvdb_get(lz_kvdb *db, const void *key, size_t key_len, void **val, size_t
     rc = lz_kvdb_reader_get(r, key, key_len, &p, &n, err, errlen);
     if (!rc) {
         *val = malloc(n ? n : 1);
-        if (!*val) rc = fail(err, errlen, LZ_KVDB_ENOMEM, "out of memory (%zu bytes)", n);
+        if (!*val) rc = lz_fail(err, errlen, LZ_KVDB_ENOMEM, "out of memory (%zu bytes)", n);
         else {
             memcpy(*val, p, n);
             *val_len = n;

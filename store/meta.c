@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/error.h"
+
 enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
     ST_MODEL_GET, ST_MODEL_INSERT, ST_MODEL_SET_PREFIX,
@@ -84,17 +86,6 @@ struct lz_meta {
     int rdonly;
 };
 
-static int fail(char *err, size_t errlen, int status, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 static int sql_status(int rc)
 {
     switch (rc & 0xff) {
@@ -106,7 +97,7 @@ static int sql_status(int rc)
 
 static int sql_fail(lz_meta *m, char *err, size_t errlen, int which, int rc)
 {
-    return fail(err, errlen, sql_status(rc), "SQLite %s: %s (in: %.80s)", m->path,
+    return lz_fail(err, errlen, sql_status(rc), "SQLite %s: %s (in: %.80s)", m->path,
                 m->db ? sqlite3_errmsg(m->db) : sqlite3_errstr(rc), which >= 0 ? SQL[which] : "open");
 }
 
@@ -151,7 +142,7 @@ static int exec(lz_meta *m, const char *sql, char *err, size_t errlen)
     char *msg = NULL;
     int rc = sqlite3_exec(m->db, sql, NULL, NULL, &msg);
     if (rc != SQLITE_OK) {
-        int st = fail(err, errlen, sql_status(rc), "SQLite %s: %s (in: %.60s)", m->path,
+        int st = lz_fail(err, errlen, sql_status(rc), "SQLite %s: %s (in: %.60s)", m->path,
                       msg ? msg : sqlite3_errstr(rc), sql);
         sqlite3_free(msg);
         return st;
@@ -175,12 +166,12 @@ static int migrate(lz_meta *m, int target, char *err, size_t errlen)
     int v = lz_meta_user_version(m);
     if (v < 0) return sql_fail(m, err, errlen, -1, sqlite3_errcode(m->db));
     if (v > latest)
-        return fail(err, errlen, LZ_META_ESCHEMA,
+        return lz_fail(err, errlen, LZ_META_ESCHEMA,
                     "%s: schema version %d is newer than this build knows (%d); use a newer lazyingest",
                     m->path, v, latest);
     if (v >= target) return LZ_META_OK;
     if (m->rdonly)
-        return fail(err, errlen, LZ_META_ESCHEMA,
+        return lz_fail(err, errlen, LZ_META_ESCHEMA,
                     "%s: schema version %d, this build needs %d; open it once read-write to migrate",
                     m->path, v, latest);
     for (int i = 0; i < lz_meta_n_migrations; i++) {
@@ -213,13 +204,13 @@ int lz_meta_open(const char *path, int flags, lz_meta **out, char *err, size_t e
 {
     *out = NULL;
     lz_meta *m = calloc(1, sizeof *m);
-    if (!m) return fail(err, errlen, LZ_META_ENOMEM, "out of memory");
+    if (!m) return lz_fail(err, errlen, LZ_META_ENOMEM, "out of memory");
     snprintf(m->path, sizeof m->path, "%s", path);
     m->rdonly = (flags & LZ_META_RDONLY) != 0;
     int oflags = m->rdonly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
     int rc = sqlite3_open_v2(path, &m->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
-        int st = fail(err, errlen, sql_status(rc), "SQLite %s: cannot open: %s", path,
+        int st = lz_fail(err, errlen, sql_status(rc), "SQLite %s: cannot open: %s", path,
                       m->db ? sqlite3_errmsg(m->db) : sqlite3_errstr(rc));
         lz_meta_close(m);
         return st;
@@ -253,7 +244,7 @@ int lz_meta_create_at_version(const char *path, int version, char *err, size_t e
     snprintf(m.path, sizeof m.path, "%s", path);
     int rc = sqlite3_open_v2(path, &m.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
     int st = rc == SQLITE_OK ? exec(&m, "PRAGMA journal_mode = WAL", err, errlen)
-                             : fail(err, errlen, LZ_META_EIO, "SQLite %s: cannot open", path);
+                             : lz_fail(err, errlen, LZ_META_EIO, "SQLite %s: cannot open", path);
     if (!st) st = migrate(&m, version, err, errlen);
     sqlite3_close(m.db);
     return st;
@@ -306,7 +297,7 @@ int lz_meta_model_get(lz_meta *m, lz_meta_model *o, char *err, size_t errlen)
     int rc = sqlite3_step(s);
     if (rc == SQLITE_DONE) {
         sqlite3_reset(s);
-        return fail(err, errlen, LZ_META_ENOTFOUND, "%s: no model recorded", m->path);
+        return lz_fail(err, errlen, LZ_META_ENOTFOUND, "%s: no model recorded", m->path);
     }
     if (rc != SQLITE_ROW) {
         int st = sql_fail(m, err, errlen, ST_MODEL_GET, rc);
@@ -328,7 +319,7 @@ int lz_meta_model_get(lz_meta *m, lz_meta_model *o, char *err, size_t errlen)
     o->prefix_tokens = malloc(nb ? (size_t)nb : 1);
     if (!o->prefix_tokens) {
         sqlite3_reset(s);
-        return fail(err, errlen, LZ_META_ENOMEM, "out of memory");
+        return lz_fail(err, errlen, LZ_META_ENOMEM, "out of memory");
     }
     if (nb) memcpy(o->prefix_tokens, p, (size_t)nb);
     copy_blob(o->prefix_key, LZ_META_KEY_LEN, s, 10);
@@ -685,7 +676,7 @@ int lz_meta_doc_tokens(lz_meta *m, int64_t id, int **ids, int *n, char *err, siz
     int rc = sqlite3_step(s);
     if (rc == SQLITE_DONE) {
         sqlite3_reset(s);
-        return fail(err, errlen, LZ_META_ENOTFOUND, "%s: no document with row id %lld", m->path, (long long)id);
+        return lz_fail(err, errlen, LZ_META_ENOTFOUND, "%s: no document with row id %lld", m->path, (long long)id);
     }
     if (rc != SQLITE_ROW) {
         int st = sql_fail(m, err, errlen, ST_DOC_TOKENS, rc);
@@ -695,13 +686,13 @@ int lz_meta_doc_tokens(lz_meta *m, int64_t id, int **ids, int *n, char *err, siz
     int nb = sqlite3_column_bytes(s, 0), nt = sqlite3_column_int(s, 1);
     if (nt < 0 || nb != nt * (int)sizeof(int)) {
         sqlite3_reset(s);
-        return fail(err, errlen, LZ_META_EINVAL, "%s: document %lld: token_ids holds %d bytes for %d tokens",
+        return lz_fail(err, errlen, LZ_META_EINVAL, "%s: document %lld: token_ids holds %d bytes for %d tokens",
                     m->path, (long long)id, nb, nt);
     }
     *ids = malloc(nb ? (size_t)nb : 1);
     if (!*ids) {
         sqlite3_reset(s);
-        return fail(err, errlen, LZ_META_ENOMEM, "out of memory");
+        return lz_fail(err, errlen, LZ_META_ENOMEM, "out of memory");
     }
     if (nb) memcpy(*ids, sqlite3_column_blob(s, 0), (size_t)nb);
     *n = nt;

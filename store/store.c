@@ -16,6 +16,7 @@
 
 #include "model/llama.h"
 #include "model/sha256.h"
+#include "model/error.h"
 
 struct lz_store {
     char dir[4096];
@@ -31,17 +32,6 @@ struct lz_store {
     int n_layers, n_kv_heads, head_dim;
     int kv_dtype;
 };
-
-static int fail(char *err, size_t errlen, int status, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 static int from_meta(int st)
 {
@@ -86,7 +76,7 @@ int lz_store_open(const char *dir, int flags, lz_store **out, char *err, size_t 
 {
     *out = NULL;
     lz_store *s = calloc(1, sizeof *s);
-    if (!s) return fail(err, errlen, LZ_STORE_ENOMEM, "out of memory");
+    if (!s) return lz_fail(err, errlen, LZ_STORE_ENOMEM, "out of memory");
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     s->lock_fd = -1;
     s->rdonly = (flags & LZ_STORE_RDONLY) != 0;
@@ -95,31 +85,31 @@ int lz_store_open(const char *dir, int flags, lz_store **out, char *err, size_t 
     struct stat sb;
     if (s->rdonly) {
         if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            st = fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s: no such folder", dir);
+            st = lz_fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s: no such folder", dir);
             goto out;
         }
     } else if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        st = fail(err, errlen, LZ_STORE_EIO, "store %s: cannot create folder: %s", dir, strerror(errno));
+        st = lz_fail(err, errlen, LZ_STORE_EIO, "store %s: cannot create folder: %s", dir, strerror(errno));
         goto out;
     }
     if (flags & LZ_STORE_WRITER) {
         snprintf(path, sizeof path, "%s/writer.lock", dir);
         s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
         if (s->lock_fd < 0) {
-            st = fail(err, errlen, LZ_STORE_EIO, "store %s: cannot open %s: %s", dir, path, strerror(errno));
+            st = lz_fail(err, errlen, LZ_STORE_EIO, "store %s: cannot open %s: %s", dir, path, strerror(errno));
             goto out;
         }
         if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
             st = errno == EWOULDBLOCK
-                     ? fail(err, errlen, LZ_STORE_EBUSY,
+                     ? lz_fail(err, errlen, LZ_STORE_EBUSY,
                             "store %s: another process is writing to it (%s is locked)", dir, path)
-                     : fail(err, errlen, LZ_STORE_EIO, "store %s: flock: %s", dir, strerror(errno));
+                     : lz_fail(err, errlen, LZ_STORE_EIO, "store %s: flock: %s", dir, strerror(errno));
             goto out;
         }
     }
     snprintf(path, sizeof path, "%s/meta.sqlite", dir);
     if (s->rdonly && access(path, R_OK) != 0) {
-        st = fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s: %s not found (not a store?)", dir, path);
+        st = lz_fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s: %s not found (not a store?)", dir, path);
         goto out;
     }
     st = from_meta(lz_meta_open(path, s->rdonly ? LZ_META_RDONLY : 0, &s->meta, err, errlen));
@@ -274,13 +264,13 @@ static int compare_model(lz_store *s, const lz_meta_model *have, const lz_meta_m
     else if (have->rope_theta != want->rope_theta) what = "rope theta";
     else if (strcmp(have->rope_scaling, want->rope_scaling) != 0) what = "rope scaling";
     if (!what && want->kv_dtype && want->kv_dtype != have->kv_dtype)
-        return fail(err, errlen, LZ_STORE_EMODEL,
+        return lz_fail(err, errlen, LZ_STORE_EMODEL,
                     "store %s holds %s KV payloads; refusing %s: a store has one KV dtype. "
                     "Use another --store.",
                     s->dir, have->kv_dtype == LZ_PAYLOAD_DTYPE_F32 ? "fp32" : "bf16",
                     want->kv_dtype == LZ_PAYLOAD_DTYPE_F32 ? "fp32" : "bf16");
     if (!what) return LZ_STORE_OK;
-    return fail(err, errlen, LZ_STORE_EMODEL,
+    return lz_fail(err, errlen, LZ_STORE_EMODEL,
                 "store %s was built with model %.16s (%s, %d layers, %s rotary, theta %g, %s) from '%s'; "
                 "refusing model %.16s (%s, %d layers, %s rotary, theta %g, %s) from '%s': %s differs. "
                 "Use another --store or the original model.",
@@ -316,13 +306,13 @@ int lz_store_bind_recorded(lz_store *s, char *err, size_t errlen)
     lz_meta_model have;
     int st = from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
     if (st == LZ_STORE_ENOTFOUND)
-        return fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
+        return lz_fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
     if (st) return st;
     for (int i = 0; i < 32; i++) {
         unsigned b = 0;
         if (sscanf(have.fingerprint + 2 * i, "%2x", &b) != 1) {
             free(have.prefix_tokens);
-            return fail(err, errlen, LZ_STORE_ECORRUPT, "store %s: bad model fingerprint '%s'", s->dir,
+            return lz_fail(err, errlen, LZ_STORE_ECORRUPT, "store %s: bad model fingerprint '%s'", s->dir,
                         have.fingerprint);
         }
         s->fingerprint[i] = (uint8_t)b;
@@ -344,7 +334,7 @@ int lz_store_check_model(lz_store *s, const lz_store_model_desc *m, char *err, s
     describe(m, &want);
     int st = from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
     if (st == LZ_STORE_ENOTFOUND)
-        return fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
+        return lz_fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
     if (st) return st;
     st = compare_model(s, &have, &want, err, errlen);
     if (!st) {
@@ -426,7 +416,7 @@ int lz_store_put_payloads(lz_store *s, const lz_store_payload *p, int n, char *e
 {
     if (n <= 0) return LZ_STORE_OK;
     lz_kvdb_item *items = malloc(sizeof *items * (size_t)n);
-    if (!items) return fail(err, errlen, LZ_STORE_ENOMEM, "out of memory");
+    if (!items) return lz_fail(err, errlen, LZ_STORE_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
         items[i] = (lz_kvdb_item){ p[i].key, LZ_META_KEY_LEN, p[i].blob, p[i].len };
     int st = from_kvdb(lz_kvdb_put_batch(s->kv, items, n, err, errlen));
@@ -483,7 +473,7 @@ static int gc_visit(const void *key, size_t key_len, size_t val_len, void *p)
         if (k) g->keys = k;
         if (l) g->lens = l;
         if (!k || !l) {
-            g->error = fail(g->err, g->errlen, LZ_STORE_ENOMEM, "out of memory");
+            g->error = lz_fail(g->err, g->errlen, LZ_STORE_ENOMEM, "out of memory");
             return 1;
         }
         g->cap = cap;
@@ -618,7 +608,7 @@ int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), 
                    lz_store_check_stats *st, char *err, size_t errlen)
 {
     memset(st, 0, sizeof *st);
-    if (!s->bound) return fail(err, errlen, LZ_STORE_EINVAL, "store %s: check before binding a model", s->dir);
+    if (!s->bound) return lz_fail(err, errlen, LZ_STORE_EINVAL, "store %s: check before binding a model", s->dir);
     check_ctx c = { s, NULL, fn, ctx, st, 0, "", NULL };
     int rc = from_kvdb(lz_kvdb_reader_begin(s->kv, &c.rd, err, errlen));
     if (rc) return rc;
