@@ -35,6 +35,10 @@ static int complete(lz_store *s, lz_query_doc *d, char *err, size_t errlen)
     if (rc == LZ_META_ENOTFOUND) { snprintf(err, errlen, "document '%s' is not in the store", d->ext_id); return -1; }
     if (rc) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return -1; }
     d->id = row.id;
+    if (!d->title[0]) { /* --docs: the title is not known yet */
+        int trc = lz_meta_doc_title(lz_store_meta(s), row.id, d->title, sizeof d->title, e2, sizeof e2);
+        if (trc && trc != LZ_META_ENOTFOUND) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return -1; }
+    }
     memcpy(d->payload_key, row.payload_key, LZ_META_KEY_LEN);
     d->n_tokens = row.n_tokens;
     return 0;

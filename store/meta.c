@@ -17,7 +17,7 @@ enum {
     ST_MODEL_GET, ST_MODEL_INSERT, ST_MODEL_SET_PREFIX,
     ST_DOC_FIND, ST_DOC_INSERT, ST_DOC_UPDATE, ST_DOC_SET_PAYLOAD, ST_DOC_TOUCH, ST_SOURCE_TOUCH,
     ST_DOC_DELETE, ST_SOURCE_ROWS, ST_SOURCE_PRUNE, ST_PRUNE, ST_DOC_COUNT, ST_DOC_ALL, ST_KEY_DOC, ST_KEY_MODEL,
-    ST_SEARCH, ST_HIT, ST_HITS_GET, ST_DOC_TOKENS, ST_TOP,
+    ST_SEARCH, ST_HIT, ST_HITS_GET, ST_DOC_TOKENS, ST_DOC_TITLE, ST_TOP,
     ST_RUN_ABORT_STALE, ST_RUN_BEGIN, ST_RUN_END,
     ST_COUNT
 };
@@ -69,6 +69,7 @@ static const char *const SQL[ST_COUNT] = {
     [ST_HIT] = "INSERT INTO access_stats (doc_id, hits, last_hit) VALUES (?1, 1, " NOW ")"
                " ON CONFLICT(doc_id) DO UPDATE SET hits = hits + 1, last_hit = excluded.last_hit",
     [ST_HITS_GET] = "SELECT hits FROM access_stats WHERE doc_id = ?1",
+    [ST_DOC_TITLE] = "SELECT title FROM documents WHERE id = ?1",
     [ST_DOC_TOKENS] = "SELECT token_ids, n_tokens FROM documents WHERE id = ?1",
     [ST_TOP] = "SELECT a.doc_id, a.hits, d.payload_key, d.n_tokens FROM access_stats a JOIN documents d ON d.id = a.doc_id"
                " ORDER BY a.hits DESC, a.doc_id LIMIT ?1",
@@ -665,6 +666,18 @@ int lz_meta_stats_get(lz_meta *m, int64_t doc_id, int64_t *hits, char *err, size
     sqlite3_reset(s);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sql_fail(m, err, errlen, ST_HITS_GET, rc);
     return LZ_META_OK;
+}
+
+int lz_meta_doc_title(lz_meta *m, int64_t id, char *buf, size_t len, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_DOC_TITLE);
+    sqlite3_bind_int64(s, 1, id);
+    int rc = sqlite3_step(s), st = LZ_META_OK;
+    if (rc == SQLITE_ROW) copy_text(buf, len, sqlite3_column_text(s, 0));
+    else if (rc == SQLITE_DONE) st = LZ_META_ENOTFOUND;
+    else st = sql_fail(m, err, errlen, ST_DOC_TITLE, rc);
+    sqlite3_reset(s);
+    return st;
 }
 
 int lz_meta_doc_tokens(lz_meta *m, int64_t id, int **ids, int *n, char *err, size_t errlen)

@@ -122,6 +122,8 @@ int lz_meta_prune(lz_meta *m, int64_t run, int64_t *n, char *err, size_t errlen)
 /* Token ids of row id (the document after the prefix): *ids malloc'd.
  * Errors: ENOTFOUND, EINVAL (malformed blob). */
 int lz_meta_doc_tokens(lz_meta *m, int64_t id, int **ids, int *n, char *err, size_t errlen);
+/* Title of document row id into buf (empty when it has none). Errors: ENOTFOUND. */
+int lz_meta_doc_title(lz_meta *m, int64_t id, char *buf, size_t len, char *err, size_t errlen);
 /* Number of documents. */
 int lz_meta_doc_count(lz_meta *m, int64_t *n, char *err, size_t errlen);
 /* Calls fn for every row in id order with all columns (pointers valid during

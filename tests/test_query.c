@@ -176,6 +176,7 @@ static void test_cli(void)
     CHECK(lz_test_sh("grep -q '^Sources:' %s", out) == 0, "sources listed");
     CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 4 --json --docs doc1,doc2 'river?' > %s 2>&1", bin, model, store, out) == 0 &&
           lz_test_sh("grep -q '\"sources\"' %s && grep -q '\"ttft_s\"' %s", out, out) == 0, "--json with --docs");
+    CHECK(lz_test_sh("grep -q '\"title\":\"Title 1 castle\"' %s", out) == 0, "--docs sources carry their titles");
     CHECK(lz_test_sh("%s/lazyquery --model %s --store %s '' > %s 2>&1", bin, model, store, out) != 0 &&
           lz_test_sh("grep -q 'empty' %s", out) == 0, "empty question refused");
     /* a question longer than the model's context (2048) */
