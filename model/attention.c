@@ -33,8 +33,11 @@ int lz_attention_cpu_rows(const lz_attn_params *p)
     int nthreads = omp_get_max_threads();
     float *scratch = malloc(((size_t)nthreads * (max_keys + (size_t)d)) * sizeof(float));
     if (!scratch) return -1;
+    /* small problems (tiny models, short contexts) run on one thread: waking the
+     * others costs more than the work */
+    const int par = (double)p->n * H * (double)max_keys * d >= 262144.0;
 
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int rh = 0; rh < p->n * H; rh++) {
         const int i = rh / H, h = rh % H, g = h / group;
         float *scores = scratch + (size_t)omp_get_thread_num() * (max_keys + (size_t)d);

@@ -131,7 +131,7 @@ static int forward_chunk(const lz_llama *m, lz_llama_scratch *s, lz_kv_cache *ca
         matmul(s->v, s->xb, w->wv, n, D, KVd, 0.0f);
         /* rotate q and k at their absolute positions; append k, v to the cache */
         float *kc = cache->k + (size_t)l * KV * T * d, *vc = cache->v + (size_t)l * KV * T * d;
-#pragma omp parallel for
+#pragma omp parallel for if (n > 1) /* one token (decode): no thread wake-up for a few sincos */
         for (int i = 0; i < n; i++) {
             for (int h = 0; h < H; h++) lz_rope_apply(s->q + (size_t)i * Hd + h * d, d, pos0 + i, c->rope_layout, m->inv_freq);
             for (int h = 0; h < KV; h++) {
@@ -156,7 +156,7 @@ static int forward_chunk(const lz_llama *m, lz_llama_scratch *s, lz_kv_cache *ca
         rmsnorm(s->xb, s->x, w->ffn_norm, n, D, c->norm_eps);
         matmul(s->hb, s->xb, w->w_gate, n, D, F, 0.0f);
         matmul(s->hb2, s->xb, w->w_up, n, D, F, 0.0f);
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)n * F >= 65536)
         for (int i = 0; i < n; i++)
             for (int j = 0; j < F; j++) {
                 float g = s->hb[(size_t)i * F + j];
