@@ -172,13 +172,8 @@ static int encode_word(const lz_tokenizer *t, const unsigned char *w, size_t n, 
             if ((rc = try_pair(t, sym, h, k, k + 1))) return rc;
         while (h->n > 0) {
             lz_pair p = lz_heap_pop(h);
-            lz_sym *L = &sym[p.left], *R = &sym[p.right];
-            if (L->len == 0 || R->len == 0 || L->next != p.right || L->len + R->len != p.size) continue;
-            L->len += R->len;
-            L->next = R->next;
-            L->id = p.id;
-            if (R->next >= 0) sym[R->next].prev = p.left;
-            R->len = 0;
+            if (!lz_sym_merge(sym, &p)) continue;
+            lz_sym *L = &sym[p.left];
             if (L->prev >= 0 && (rc = try_pair(t, sym, h, L->prev, p.left))) return rc;
             if (L->next >= 0 && (rc = try_pair(t, sym, h, p.left, L->next))) return rc;
         }

@@ -119,6 +119,21 @@ typedef struct {
     int id;         /* BPE: its token id */
 } lz_sym;
 
+/* Applies the merge p popped from the heap: joins its right symbol into its
+ * left one. Returns 0 when p is stale (a neighbour already merged away or
+ * grown), 1 when merged; then the caller pushes the new pairs around p.left. */
+static inline int lz_sym_merge(lz_sym *sym, const lz_pair *p)
+{
+    lz_sym *L = &sym[p->left], *R = &sym[p->right];
+    if (L->len == 0 || R->len == 0 || L->next != p->right || L->len + R->len != p->size) return 0;
+    L->len += R->len;
+    L->next = R->next;
+    L->id = p->id;
+    if (R->next >= 0) sym[R->next].prev = p->left;
+    R->len = 0;
+    return 1;
+}
+
 /* Per-call scratch space, so encoding a const tokenizer is thread-safe. */
 typedef struct {
     lz_sym *sym;
