@@ -113,7 +113,7 @@ static char *dup_str(lz_gguf *g, const uint8_t *s, uint64_t len)
     return track(g, p);
 }
 
-static size_t scalar_size(uint32_t t)
+size_t lz_gguf_type_size(uint32_t t)
 {
     switch (t) {
     case LZ_GGUF_UINT8: case LZ_GGUF_INT8: case LZ_GGUF_BOOL: return 1;
@@ -129,7 +129,7 @@ static void decode_scalar(uint32_t t, const uint8_t *p, lz_gguf_value *v)
 {
     union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32; float f32;
             uint64_t u64; int64_t i64; double f64; } x;
-    memcpy(&x, p, scalar_size(t));
+    memcpy(&x, p, lz_gguf_type_size(t));
     switch (t) {
     case LZ_GGUF_UINT8: case LZ_GGUF_BOOL: v->num.u = x.u8; break;
     case LZ_GGUF_INT8: v->num.i = x.i8; break;
@@ -152,7 +152,7 @@ static int rd_value(cursor *c, uint32_t type, lz_gguf_value *v, int depth)
     if (type >= LZ_GGUF_TYPE_COUNT) return fail(c, LZ_GGUF_ECORRUPT, "unknown value type %u", type);
     if (type == LZ_GGUF_STRING) return rd_str(c, &v->data, &v->n);
     if (type != LZ_GGUF_ARRAY) {
-        size_t n = scalar_size(type);
+        size_t n = lz_gguf_type_size(type);
         if ((rc = need(c, n))) return rc;
         v->data = c->g->base + c->pos;
         decode_scalar(type, v->data, v);
@@ -164,7 +164,7 @@ static int rd_value(cursor *c, uint32_t type, lz_gguf_value *v, int depth)
     if (v->elem_type >= LZ_GGUF_TYPE_COUNT)
         return fail(c, LZ_GGUF_ECORRUPT, "unknown array element type %u", v->elem_type);
     v->data = c->g->base + c->pos;
-    size_t es = scalar_size(v->elem_type);
+    size_t es = lz_gguf_type_size(v->elem_type);
     if (es) {
         if (v->n > (c->g->size - c->pos) / es)
             return fail(c, LZ_GGUF_ECORRUPT, "array of %llu elements past end of file", (unsigned long long)v->n);
@@ -433,7 +433,7 @@ static int arr_elem(const lz_gguf_value *arr, uint64_t i, lz_gguf_value *e)
 {
     if (arr->type != LZ_GGUF_ARRAY || i >= arr->n) return LZ_GGUF_ENOTFOUND;
     if (arr->elems) { *e = arr->elems[i]; return 0; }
-    size_t es = scalar_size(arr->elem_type);
+    size_t es = lz_gguf_type_size(arr->elem_type);
     memset(e, 0, sizeof *e);
     e->type = arr->elem_type;
     e->data = arr->data + i * es;

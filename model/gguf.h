@@ -98,5 +98,8 @@ const char *lz_ggml_type_name(uint32_t type);
  * multiple of the block size. */
 size_t lz_ggml_nbytes(uint32_t type, int64_t n);
 const char *lz_gguf_strerror(int status);
+/* Bytes of one scalar metadata value of type t (lz_gguf_type); 0 for
+ * STRING, ARRAY and unknown types. */
+size_t lz_gguf_type_size(uint32_t t);
 
 #endif /* LZ_GGUF_H */

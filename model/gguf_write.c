@@ -93,20 +93,9 @@ int lz_gguf_write_str(lz_gguf_writer *w, const char *key, const char *v)
     return put_key(w, key, LZ_GGUF_STRING) || put_str(&w->kv, v) ? -1 : 0;
 }
 
-static size_t elem_size(uint32_t t)
-{
-    switch (t) {
-    case LZ_GGUF_UINT8: case LZ_GGUF_INT8: case LZ_GGUF_BOOL: return 1;
-    case LZ_GGUF_UINT16: case LZ_GGUF_INT16: return 2;
-    case LZ_GGUF_UINT32: case LZ_GGUF_INT32: case LZ_GGUF_FLOAT32: return 4;
-    case LZ_GGUF_UINT64: case LZ_GGUF_INT64: case LZ_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 int lz_gguf_write_arr(lz_gguf_writer *w, const char *key, uint32_t elem_type, const void *data, uint64_t n)
 {
-    size_t es = elem_size(elem_type);
+    size_t es = lz_gguf_type_size(elem_type);
     if (!es) return -1;
     return put_key(w, key, LZ_GGUF_ARRAY) || put(&w->kv, &elem_type, 4) || put(&w->kv, &n, 8) ||
                    put(&w->kv, data, es * n)
