@@ -59,6 +59,14 @@ static inline const char *lz_test_tmpdir(char *buf, size_t n)
     return mkdtemp(buf);
 }
 
+/* max |a - b| / max |b| over n values (relative difference of two outputs). */
+static inline double lz_test_rel_diff(const float *a, const float *b, int n)
+{
+    double d = 0, r = 0;
+    for (int i = 0; i < n; i++) { d = fmax(d, fabs(a[i] - b[i])); r = fmax(r, fabs(b[i])); }
+    return d / fmax(r, 1e-30);
+}
+
 /* Whole file, NUL-terminated (malloc'd), *len bytes; NULL when unreadable. */
 static inline char *lz_test_read_file(const char *path, size_t *len)
 {

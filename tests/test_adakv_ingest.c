@@ -56,13 +56,6 @@ static void write_corpus(void)
     fclose(f);
 }
 
-static double rel_diff(const float *a, const float *b, int n)
-{
-    double d = 0, r = 0;
-    for (int i = 0; i < n; i++) { d = fmax(d, fabs(a[i] - b[i])); r = fmax(r, fabs(b[i])); }
-    return d / fmax(r, 1e-30);
-}
-
 /* lazy vs block over the compressed store, and bytes loaded per query */
 static void test_sessions(const char *whole, const char *ada)
 {
@@ -92,7 +85,7 @@ static void test_sessions(const char *whole, const char *ada)
                      !lz_query_answer(lw, "Where is the castle?", dw, 3, &rw, err, sizeof err);
             CHECK(ok, "answers: %s", err);
             if (ok) {
-                double d = rel_diff(rl.logits, rb.logits, m->cfg.vocab);
+                double d = lz_test_rel_diff(rl.logits, rb.logits, m->cfg.vocab);
                 CHECK(d <= 1e-5, "compressed store: lazy vs block rel diff %g", d);
                 CHECK(rl.n_prompt == rw.n_prompt, "a compressed document occupies its full positions (%d vs %d)",
                       rl.n_prompt, rw.n_prompt);

@@ -36,13 +36,6 @@ static void write_corpus(const char *path, int n)
     fclose(f);
 }
 
-static double rel_diff(const float *a, const float *b, int n)
-{
-    double d = 0, r = 0;
-    for (int i = 0; i < n; i++) { d = fmax(d, fabs(a[i] - b[i])); r = fmax(r, fabs(b[i])); }
-    return d / fmax(r, 1e-30);
-}
-
 static lz_query_session *session(lz_llama *m, lz_store *s, int mode, size_t cache)
 {
     lz_query_opts o;
@@ -90,8 +83,8 @@ static void test_modes(void)
                  !lz_query_answer(full, question, docs, n, &rf, err, sizeof err);
         CHECK(ok, "answer: %s", err);
         if (ok) {
-            double lb = rel_diff(rl.logits, rb.logits, V), pf = rel_diff(rp.logits, rf.logits, V);
-            double lf = rel_diff(rl.logits, rf.logits, V);
+            double lb = lz_test_rel_diff(rl.logits, rb.logits, V), pf = lz_test_rel_diff(rp.logits, rf.logits, V);
+            double lf = lz_test_rel_diff(rl.logits, rf.logits, V);
             worst_lb = fmax(worst_lb, lb);
             worst_pf = fmax(worst_pf, pf);
             if (rl.n_answer != rb.n_answer || memcmp(rl.answer_ids, rb.answer_ids, (size_t)rl.n_answer * sizeof(int)))
