@@ -16,10 +16,12 @@ if [ ! -f "$MODEL" ]; then
     "$BUILD/bin/lazy-mkmodel" --dim 128 --layers 4 --heads 8 --kv-heads 2 --head-dim 16 --ffn 344 --vocab 1024 \
         --ctx 8192 -o "$MODEL"
 fi
-STORE="$BUILD/demo-store-$(basename "$MODEL" .gguf)"   # a store belongs to one model
+# a store belongs to one model: name it by the model file's content, so a new
+# default model (git pull) gets a fresh store instead of a wrong-model refusal
+STORE="$BUILD/demo-store-$(basename "$MODEL" .gguf)-$(sha256sum "$MODEL" | cut -c1-12)"
 echo "demo: lazyingest --model $MODEL --store $STORE datasets/demo/corpus.jsonl"
 "$BUILD/bin/lazyingest" --model "$MODEL" --store "$STORE" datasets/demo/corpus.jsonl
-for q in "In which industry does Droex Foods operate?" "What is the capital of Foxaria?"; do
+for q in "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?"; do
     echo
     echo "demo: lazyquery --model $MODEL --store $STORE --top-k 3 \"$q\""
     "$BUILD/bin/lazyquery" --model "$MODEL" --store "$STORE" --top-k 3 -n 16 "$q"
