@@ -627,13 +627,52 @@ def corpus_records(W, r):
 
 # ---------------------------------------------------------------- training contexts
 
-def make_context(seed, split="train", n_qa=8, k_range=(6, 12), mix=(0.25, 0.45, 0.30)):
+def aux_comparisons(chosen, r, n):
+    """n curriculum questions that isolate the comparison step of a comparison
+    question: the two values are written in the question, so no passage is needed.
+    Half compare two numbers ("Which year is earlier, 1862 or 1871?" -> "1862"),
+    half map the comparison to a name ("Who was born first, A (1871) or B (1862)?"
+    -> "B"). Values come from the chosen entities of the same kind, so they look
+    like the passages' numbers. Returns [("aux", question, answer)]."""
+    out = []
+    by_kind = {}
+    for e in chosen:
+        if e["kind"] in CMP:
+            by_kind.setdefault(e["kind"], []).append(e)
+    kinds = [k for k, v in by_kind.items() if len(v) >= 2]
+    for _ in range(4 * n):
+        if len(out) >= n or not kinds:
+            break
+        a, b = r.sample(by_kind[r.choice(kinds)], 2)
+        key = CMP[a["kind"]][0]
+        if a[key] == b[key]:
+            continue
+        fmt = (lambda v: "{:,}".format(v)) if key == "pop" else str
+        va, vb = fmt(a[key]), fmt(b[key])
+        if r.random() < 0.5:
+            big = r.random() < 0.5
+            win = max(a[key], b[key]) if big else min(a[key], b[key])
+            if key == "pop":
+                q = "Which number is %s, %s or %s?" % ("larger" if big else "smaller", va, vb)
+            else:
+                q = "Which year is %s, %s or %s?" % ("later" if big else "earlier", va, vb)
+            out.append(("aux", q, fmt(win)))
+        else:
+            q = comparison_question(a, b, r)
+            text = q[0].replace(a["name"], "%s (%s)" % (a["name"], va), 1).replace(
+                " or " + b["name"], " or %s (%s)" % (b["name"], vb), 1)
+            out.append(("aux", text, q[1]))
+    return out
+
+
+def make_context(seed, split="train", n_qa=8, k_range=(6, 12), mix=(0.25, 0.45, 0.30), n_aux=0):
     """One training context: k passages and up to n_qa questions answerable from them.
 
     Returns {"docs": [(title, text)], "qa": [(type, question, answer)]}. The gold
     passages of several bridge / comparison questions are placed among
     same-world distractors, then questions are drawn from everything the
-    chosen passages can answer, with the type mix `mix` (single, bridge, comparison)."""
+    chosen passages can answer, with the type mix `mix` (single, bridge, comparison),
+    plus n_aux curriculum questions of aux_comparisons (type "aux")."""
     r = random.Random(seed)
     W = make_world(r.getrandbits(48), split)
     k = r.randint(*k_range)
@@ -689,6 +728,8 @@ def make_context(seed, split="train", n_qa=8, k_range=(6, 12), mix=(0.25, 0.45, 
         used.add(text)
         qa.append((t, text, ans))
     docs = [(e["name"], " ".join(sentences(e, r))) for e in chosen]
+    if n_aux:  # drawn after the passages: n_aux = 0 leaves every earlier draw as it was
+        qa += aux_comparisons(chosen, r, n_aux)
     return {"docs": docs, "qa": qa}
 
 

@@ -139,7 +139,7 @@ def make_batch(task):
     exs, blocks = [], []
     for _ in range(B):
         ctx = worldgen.make_context(r.getrandbits(62), "train", n_qa=d["n_qa"], k_range=(k, k),
-                                    mix=tuple(d["mix"]))
+                                    mix=tuple(d["mix"]), n_aux=d.get("aux_compare", 0))
         block = r.random() < d["p_block"]
         exs.append(encode_example(_W["prompt"], ctx["docs"], [(q, a) for _, q, a in ctx["qa"]], block))
         blocks.append(block)
@@ -491,6 +491,42 @@ def save_small(model, state, d, shard_bytes=15 << 20):
         json.dump({"state": st, "shards": names}, f)
 
 
+def load_hf_weights(model, d):
+    """Weights of a Hugging Face folder (export_hf's, or gguf_to_hf.py's from a shipped GGUF)
+    into the model: every parameter must be there with its shape."""
+    path = os.path.join(d, "model.safetensors")
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    own = model.state_dict()
+    seen = set()
+    with torch.no_grad():
+        for name, m in header.items():
+            if name == "__metadata__":
+                continue
+            key = name[len("model."):] if name.startswith("model.") else name
+            if key not in own:
+                sys.exit("train: %s: tensor %s is not a parameter of this model" % (path, name))
+            a0, a1 = m["data_offsets"]
+            raw = bytearray(data[a0:a1])
+            if m["dtype"] == "F32":
+                t = torch.frombuffer(raw, dtype=torch.float32)
+            elif m["dtype"] in ("BF16", "F16"):
+                t = torch.frombuffer(raw, dtype=torch.int16).view(
+                    torch.bfloat16 if m["dtype"] == "BF16" else torch.float16)
+            else:
+                sys.exit("train: %s: tensor %s has dtype %s" % (path, name, m["dtype"]))
+            t = t.reshape(m["shape"]).float()
+            if tuple(t.shape) != tuple(own[key].shape):
+                sys.exit("train: %s: %s has shape %s, the model %s" % (path, name, list(t.shape), list(own[key].shape)))
+            own[key].copy_(t)
+            seen.add(key)
+    missing = [k for k in own if k not in seen]
+    if missing:
+        sys.exit("train: %s lacks %s" % (path, ", ".join(missing[:5])))
+
+
 def load_small(model, d, dev):
     meta = json.load(open(os.path.join(d, SMALL_STATE)))
     sd = {}
@@ -533,6 +569,9 @@ def main():
     ap.add_argument("--minutes", type=float, default=9.0, help="wall-clock budget of THIS call")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/ckpt.pt when it exists")
     ap.add_argument("--resume-from", metavar="DIR", help="else continue from a small checkpoint in DIR")
+    ap.add_argument("--init-hf", metavar="DIR",
+                    help="start (step 0, no checkpoint) from the weights of a Hugging Face folder, e.g. "
+                         "gguf_to_hf.py's conversion of models/default.gguf (fine-tuning)")
     ap.add_argument("--small-ckpt", metavar="DIR",
                     help="also write a small checkpoint (bf16 weights in files < 16 MiB, state) to DIR")
     ap.add_argument("--workers", type=int, default=-1, help="data processes (default: cores - 1)")
@@ -602,6 +641,11 @@ def main():
         state["reset_at"] = state["step"]  # fresh optimiser moments: re-warm the learning rate
         log("resumed weights (optimiser reset) from %s at step %d (%.1f min trained)" % (
             a.resume_from, state["step"], state["train_s"] / 60))
+
+    if state["step"] == 0 and a.init_hf:
+        load_hf_weights(model, a.init_hf)
+        state["init_hf"] = a.init_hf
+        log("initial weights from %s (fine-tuning; fresh optimiser and schedule)" % a.init_hf)
 
     if a.check_prompt:
         ok = check_prompt(P, a.check_prompt, cfg)
