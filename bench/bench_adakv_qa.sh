@@ -13,6 +13,7 @@
 #                         10% and 20% budgets both keep little more than the window);
 #                         "probe" runs --kv-probe (the question cue as the window)
 #        POLICIES="snapkv ada-snapkv pyramidkv ada-pyramidkv"  BUDGETS="0.5 0.2 0.1"
+#        INGEST_ARGS="--kv-kernel 15"  more lazyingest options for every compressed run
 #        MAX_NEW=24 (answer tokens)  THREADS=N  OUT=build/bench-adakv-qa  QA=build/qa/test  PYTHON=python3  LZ_BIN=build/bin
 # The corpus ingested is the passages the asked questions place (gold and distractors).
 # Output: $OUT/summary.md (the table; also printed) and per run ingest/pred/eval files.
@@ -79,9 +80,9 @@ for w in $WINDOWS; do
     for b in $BUDGETS; do
         for p in $POLICIES; do
             if [ "$w" = probe ]; then
-                run "$p-$b-probe" --kv-policy "$p" --kv-budget "$b" --kv-probe
+                run "$p-$b-probe" --kv-policy "$p" --kv-budget "$b" --kv-probe ${INGEST_ARGS:-}
             else
-                run "$p-$b-w$w" --kv-policy "$p" --kv-budget "$b" --kv-window "$w"
+                run "$p-$b-w$w" --kv-policy "$p" --kv-budget "$b" --kv-window "$w" ${INGEST_ARGS:-}
             fi
         done
     done
