@@ -11,7 +11,8 @@
 #        WINDOWS="32 8"   observation windows to run (32 is the default; the
 #                         test passages are 40-124 tokens, so with w = 32 the
 #                         10% and 20% budgets both keep little more than the window);
-#                         "probe" runs --kv-probe (the question cue as the window)
+#                         "probe" runs --kv-probe (the question cue as the window),
+#                         "recon" runs --kv-reconstruct (the document re-read as the window)
 #        POLICIES="snapkv ada-snapkv pyramidkv ada-pyramidkv"  BUDGETS="0.5 0.2 0.1"
 #        INGEST_ARGS="--kv-kernel 15"  more lazyingest options for every compressed run
 #        MAX_NEW=24 (answer tokens)  THREADS=N  OUT=build/bench-adakv-qa  QA=build/qa/test  PYTHON=python3  LZ_BIN=build/bin
@@ -81,6 +82,8 @@ for w in $WINDOWS; do
         for p in $POLICIES; do
             if [ "$w" = probe ]; then
                 run "$p-$b-probe" --kv-policy "$p" --kv-budget "$b" --kv-probe ${INGEST_ARGS:-}
+            elif [ "$w" = recon ]; then
+                run "$p-$b-recon" --kv-policy "$p" --kv-budget "$b" --kv-reconstruct ${INGEST_ARGS:-}
             else
                 run "$p-$b-w$w" --kv-policy "$p" --kv-budget "$b" --kv-window "$w" ${INGEST_ARGS:-}
             fi

@@ -116,13 +116,13 @@ void lz_encoder_set_kvpolicy(lz_encoder *e, const lz_kvpolicy *p)
 const int *lz_encoder_kept(const lz_encoder *e) { return e->compressed ? e->kept : NULL; }
 double lz_encoder_policy_seconds(const lz_encoder *e) { return e->t_policy; }
 
-/* Scores the window, plans, compacts the document's rows in place. With a
- * probe, the cache holds n + w rows (the probe's last) and m = n. */
-static int compress_doc(lz_encoder *e, int n, char *err, size_t errlen)
+/* Scores the window of w rows, plans, compacts the document's rows in place.
+ * With a probe, the cache holds n + w rows (the probe's last) and m = n. */
+static int compress_doc(lz_encoder *e, int n, int w, char *err, size_t errlen)
 {
     const lz_llama_config *c = &e->m->cfg;
     const int probe = e->policy.probe, L = c->n_layers, KV = c->n_kv_heads;
-    const int w = probe ? e->n_probe : e->policy.window, m = probe ? n : n - w;
+    const int m = probe ? n : n - w;
     double t = now_s();
     if (grow((void **)&e->scores, &e->cap_s, (size_t)L * KV * m * sizeof(float)) ||
         grow((void **)&e->raw, &e->cap_raw, (size_t)L * KV * m * sizeof(float)) ||
@@ -143,9 +143,12 @@ static int compress_doc(lz_encoder *e, int n, char *err, size_t errlen)
 
 int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errlen)
 {
-    const int probe = e->policy.probe && e->n_probe > 0 && lz_kvpolicy_budget(&e->policy, n) > 0;
-    const int need = n + (probe ? e->n_probe : 0);
-    if (e->policy.probe && !e->n_probe && lz_kvpolicy_budget(&e->policy, n) > 0)
+    /* the probe: the cue set by lz_encoder_set_probe, or the document itself again */
+    const int recon = e->policy.probe == LZ_KVPOLICY_PROBE_RECONSTRUCT;
+    const int *pids = recon ? ids : e->probe, n_pids = recon ? n : e->n_probe;
+    const int probe = e->policy.probe && n_pids > 0 && lz_kvpolicy_budget(&e->policy, n) > 0;
+    const int need = n + (probe ? n_pids : 0);
+    if (e->policy.probe && !n_pids && lz_kvpolicy_budget(&e->policy, n) > 0)
         return fail(err, errlen, "KV eviction with a probe window but no probe tokens set");
     if (need > e->doc.cap) {
         int cap = e->doc.cap ? e->doc.cap : 256;
@@ -160,7 +163,7 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) return fail(err, errlen, "token id %d at %d outside the vocabulary (%d)", ids[i], i, V);
     const lz_llama_config *c = &e->m->cfg;
-    const int evict = lz_kvpolicy_budget(&e->policy, n) > 0, w = probe ? e->n_probe : e->policy.window;
+    const int evict = lz_kvpolicy_budget(&e->policy, n) > 0, w = probe ? n_pids : e->policy.window;
     if (evict) { /* capture the window's queries: positions s + n - w .. s + n - 1 (probe: s + n ..) */
         if (grow((void **)&e->qwin, &e->cap_q, (size_t)c->n_layers * w * c->n_heads * c->head_dim * sizeof(float)))
             return fail(err, errlen, "out of memory (window queries)");
@@ -169,11 +172,11 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
     const lz_kv_segment *sg = e->seg.n ? &e->seg : NULL;
     int frc = n > 0 ? lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, ids, n, NULL, LZ_LOGITS_NONE) : 0;
     if (!frc && probe) /* the probe after the document: scored, never stored */
-        frc = lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, e->probe, e->n_probe, NULL, LZ_LOGITS_NONE);
+        frc = lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, pids, n_pids, NULL, LZ_LOGITS_NONE);
     lz_llama_scratch_capture(e->scratch, NULL, 0, 0);
     if (frc != 0) return fail(err, errlen, "forward pass over %d tokens failed", n);
     if (evict) {
-        int rc = compress_doc(e, n, err, errlen);
+        int rc = compress_doc(e, n, w, err, errlen);
         e->doc.n = n; /* drop the probe's rows */
         return rc;
     }

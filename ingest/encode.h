@@ -38,7 +38,8 @@ void lz_encoder_set_dtype(lz_encoder *e, int dtype);
  * head), only the kept tokens, compacted at the front of the cache rows. */
 void lz_encoder_set_kvpolicy(lz_encoder *e, const lz_kvpolicy *p);
 /* Tokens run after a document only to score it when the policy has
- * probe = 1 (e.g. the prompt's question cue, lz_prompt_question_tokens):
+ * probe = LZ_KVPOLICY_PROBE_CUE (e.g. the prompt's question cue,
+ * lz_prompt_question_tokens; PROBE_RECONSTRUCT uses the document instead):
  * their queries are the observation window, their keys are dropped.
  * Copied; n = 0 clears. Returns 0 or -1 (out of memory). */
 int lz_encoder_set_probe(lz_encoder *e, const int *ids, int n);

@@ -67,7 +67,8 @@ void lz_kvpolicy_spec(const lz_kvpolicy *p, char *buf, size_t n)
     char b[32];
     lz_kvpolicy_budget_str(p, b, sizeof b);
     snprintf(buf, n, "%s b=%s w=%d k=%d a=%g %s%s", lz_kvpolicy_name(p->kind), b, p->window, p->kernel,
-             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean", p->probe ? " probe" : "");
+             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean",
+             p->probe == LZ_KVPOLICY_PROBE_RECONSTRUCT ? " recon" : p->probe ? " probe" : "");
 }
 
 int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p)
@@ -78,8 +79,9 @@ int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p)
     int w, k;
     float a;
     int nf = sscanf(spec, "%31s b=%31s w=%d k=%d a=%f %7s %7s", name, b, &w, &k, &a, agg, probe);
-    if (nf != 6 && !(nf == 7 && !strcmp(probe, "probe"))) return -1;
-    p->probe = nf == 7;
+    if (nf != 6 && !(nf == 7 && (!strcmp(probe, "probe") || !strcmp(probe, "recon")))) return -1;
+    p->probe = nf != 7 ? LZ_KVPOLICY_PROBE_NONE
+                       : !strcmp(probe, "recon") ? LZ_KVPOLICY_PROBE_RECONSTRUCT : LZ_KVPOLICY_PROBE_CUE;
     int kind = lz_kvpolicy_parse_name(name);
     if (kind <= 0 || lz_kvpolicy_parse_budget(b, p) || w < 1 || k < 1 || !(k & 1) || a < 0 || a > 1) return -1;
     if (strcmp(agg, "mean") && strcmp(agg, "max")) return -1;

@@ -27,9 +27,10 @@
  * Kept tokens stay in their original order; stored keys carry their own
  * rotation R(s + j), so no per-token position is stored.
  *
- * Probe variant (probe = 1): the window is a fixed text run after the
- * document (the prompt's question cue), scored like the tail window and then
- * dropped; every document token is a candidate and nothing is kept by force.
+ * Probe variants: the window is a text run after the document, scored like
+ * the tail window and then dropped; every document token is a candidate and
+ * nothing is kept by force. CUE: the prompt's question cue. RECONSTRUCT: the
+ * document itself again (spec suffix " recon").
  */
 #ifndef LZ_KVPOLICY_H
 #define LZ_KVPOLICY_H
@@ -45,6 +46,7 @@ typedef enum {
 } lz_kvpolicy_kind;
 
 enum { LZ_KVPOLICY_AGG_MEAN = 0, LZ_KVPOLICY_AGG_MAX = 1 };
+enum { LZ_KVPOLICY_PROBE_NONE = 0, LZ_KVPOLICY_PROBE_CUE = 1, LZ_KVPOLICY_PROBE_RECONSTRUCT = 2 };
 
 #define LZ_KVPOLICY_DEFAULT_WINDOW 32
 #define LZ_KVPOLICY_DEFAULT_KERNEL 7
@@ -60,10 +62,14 @@ typedef struct {
     int kernel;          /* max-pool kernel along positions, odd, >= 1 (1 = no pooling) */
     float alpha;         /* Ada safeguard: share of b reserved per head, in [0, 1] */
     int agg;             /* GQA: LZ_KVPOLICY_AGG_MEAN or _MAX over a kv head's query heads */
-    int probe;           /* 1: the observation window is a fixed probe text run after the
-                          * document (the prompt's question cue, lz_encoder_set_probe), not
-                          * the document's tail; every document token is a candidate, the
-                          * probe's keys are not stored, B counts only document tokens */
+    int probe;           /* LZ_KVPOLICY_PROBE_*: 0 the document's tail is the observation
+                          * window; CUE: a fixed probe text run after the document (the
+                          * prompt's question cue, lz_encoder_set_probe); RECONSTRUCT: the
+                          * document's own tokens run again after it (KVzip-style: each key
+                          * is scored by the attention it gets while the model re-reads the
+                          * passage; costs about one more encoding). With a probe every
+                          * document token is a candidate, the probe's keys are not stored,
+                          * B counts only document tokens */
 } lz_kvpolicy;
 
 /* none, budget 0, window 32, kernel 7, alpha 0.2, mean. */

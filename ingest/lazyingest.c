@@ -63,6 +63,9 @@ static void usage(FILE *f)
             "  --kv-agg mean|max      GQA: aggregate a kv head's query heads (default mean)\n"
             "  --kv-probe             observation window = the prompt's question cue run after the\n"
             "                         document (scored, not stored) instead of the document's tail\n"
+            "  --kv-reconstruct       observation window = the document itself run again after it\n"
+            "                         (KVzip-style: keys scored while the model re-reads the passage;\n"
+            "                         best quality, costs about one more encoding of every document)\n"
             "  --format jsonl|csv     input format when the file name does not tell\n"
             "  --prune                remove documents absent from this corpus\n"
             "  --strict               stop at the first bad record (all before it is committed)\n"
@@ -1124,7 +1127,9 @@ int main(int argc, char **argv)
             o->kv.alpha = (float)x;
             i++;
         } else if (!strcmp(a, "--kv-probe")) {
-            o->kv.probe = 1;
+            o->kv.probe = LZ_KVPOLICY_PROBE_CUE;
+        } else if (!strcmp(a, "--kv-reconstruct")) {
+            o->kv.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
         } else if (!strcmp(a, "--kv-agg")) {
             if (!val) goto missing;
             if (!strcmp(val, "mean")) o->kv.agg = LZ_KVPOLICY_AGG_MEAN;

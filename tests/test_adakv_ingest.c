@@ -231,6 +231,25 @@ int main(void)
     CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "--check after --kv-probe");
     CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 3 --docs doc5,doc6 'castle?' > %s 2>&1", bin, model, ada, out) == 0,
           "lazyquery answers from a probe-compressed store");
+    /* the reconstruction probe (the document run again): another spec, every document re-encoded */
+    j = ingest(ada, "--kv-policy ada-snapkv --kv-budget 0.5 --kv-reconstruct");
+    CHECK(jint(j, "updated") == N_LONG + 1, "--kv-reconstruct re-encodes (%lld updated)", jint(j, "updated"));
+    json_decref(j);
+    {
+        char err[512], src[256];
+        lz_store *s;
+        lz_meta_doc d;
+        if (!lz_store_open(ada, LZ_STORE_RDONLY, &s, err, sizeof err)) {
+            lz_meta_doc_find(lz_store_meta(s), "doc5", &d, src, sizeof src, err, sizeof err);
+            CHECK(strstr(d.kv_spec, " recon") != NULL && d.kv_kept == 2L * 2 * (d.n_tokens / 2 + d.n_tokens % 2),
+                  "reconstruction spec '%s', kept %lld of %d tokens", d.kv_spec, (long long)d.kv_kept, d.n_tokens);
+            lz_store_close(s);
+        }
+    }
+    CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0,
+          "--check after --kv-reconstruct");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 3 --docs doc5,doc6 'castle?' > %s 2>&1", bin, model, ada, out) == 0,
+          "lazyquery answers from a reconstruction-compressed store");
     CHECK(lz_test_sh("%s/lazyingest --kv-policy snapkv --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1 &&
               lz_test_sh("grep -q 'needs --kv-budget' %s", out) == 0,
           "--kv-policy without --kv-budget refused");

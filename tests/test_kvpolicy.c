@@ -193,6 +193,12 @@ static void test_spec(void)
     lz_kvpolicy_spec(&p, s, sizeof s);
     CHECK(lz_kvpolicy_parse_spec(s, &q) == 0 && q.probe == 1 && strstr(s, " probe"), "spec with probe '%s'", s);
     CHECK(lz_kvpolicy_budget(&p, 100) == 20 && lz_kvpolicy_budget(&p, 20) == 4, "probe budget: no window floor");
+    p.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    CHECK(lz_kvpolicy_parse_spec(s, &q) == 0 && q.probe == LZ_KVPOLICY_PROBE_RECONSTRUCT && strstr(s, " recon") &&
+              !strstr(s, "probe"),
+          "spec with reconstruction '%s'", s);
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean probes", &q) == -1, "unknown probe suffix refused");
     p.probe = 0;
     lz_kvpolicy_parse_budget("128t", &p);
     lz_kvpolicy_spec(&p, s, sizeof s);
@@ -388,6 +394,46 @@ static void test_encoder(void)
     for (int lh = 0; kept && lh < L * KV; lh++) psum += kept[lh];
     CHECK(kept && psum == (long)L * KV * 75 && dc->n == n, "probe: kept %ld == L*KV*0.5n, document rows %d", psum,
           dc->n);
+    /* reconstruction: the document itself is the probe, i.e. exactly a cue probe set to its ids */
+    int *cue_kept = malloc((size_t)L * KV * sizeof(int));
+    if (cue_kept && kept) memcpy(cue_kept, kept, (size_t)L * KV * sizeof(int));
+    lz_encoder_set_probe(e, ids, n);
+    CHECK(lz_encoder_run(e, ids, n, err, sizeof err) == 0, "encode with the document as a cue probe: %s", err);
+    dc = lz_encoder_doc_cache(e);
+    const int T1 = dc->cap; /* grown: the probe's rows need room too */
+    size_t nk = (size_t)L * KV * T1 * d;
+    float *ref_k = malloc(nk * sizeof(float)), *ref_v = malloc(nk * sizeof(float));
+    int *ref_kept = malloc((size_t)L * KV * sizeof(int));
+    int have_ref = ref_k && ref_v && ref_kept && cue_kept && lz_encoder_kept(e);
+    if (have_ref) {
+        memcpy(ref_k, dc->k, nk * sizeof(float));
+        memcpy(ref_v, dc->v, nk * sizeof(float));
+        memcpy(ref_kept, lz_encoder_kept(e), (size_t)L * KV * sizeof(int));
+    }
+    lz_encoder_set_probe(e, probe, 5); /* the cue again: reconstruction must not use it */
+    p.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
+    lz_encoder_set_kvpolicy(e, &p);
+    CHECK(lz_encoder_run(e, ids, n, err, sizeof err) == 0, "encode with reconstruction: %s", err);
+    kept = lz_encoder_kept(e);
+    dc = lz_encoder_doc_cache(e);
+    int recon_same = have_ref && kept && dc->cap == T1 && dc->n == n &&
+                     !memcmp(kept, ref_kept, (size_t)L * KV * sizeof(int));
+    long rsum = 0;
+    for (int lh = 0; recon_same && lh < L * KV; lh++) {
+        size_t o = (size_t)lh * T1 * d, sz = (size_t)kept[lh] * d * sizeof(float);
+        recon_same = !memcmp(dc->k + o, ref_k + o, sz) && !memcmp(dc->v + o, ref_v + o, sz);
+        rsum += kept[lh];
+    }
+    CHECK(recon_same, "reconstruction keeps exactly the rows of a cue probe equal to the document");
+    CHECK(rsum == (long)L * KV * 75, "reconstruction: kept %ld == L*KV*0.5n", rsum);
+    /* a cue run after it still uses the cue: the same kept counts as the first cue run */
+    p.probe = LZ_KVPOLICY_PROBE_CUE;
+    lz_encoder_set_kvpolicy(e, &p);
+    CHECK(lz_encoder_run(e, ids, n, err, sizeof err) == 0, "cue probe again: %s", err);
+    kept = lz_encoder_kept(e);
+    CHECK(have_ref && kept && !memcmp(kept, cue_kept, (size_t)L * KV * sizeof(int)),
+          "the cue probe survives a reconstruction run");
+    free(ref_k); free(ref_v); free(ref_kept); free(cue_kept);
     lz_encoder_set_kvpolicy(e, NULL);
     lz_encoder_run(e, ids, n, err, sizeof err);
     lz_encoder_pack(e, 1, codec, LZ_PAYLOAD_CODEC_RAW, 1, &blob, &len0, err, sizeof err);
