@@ -129,6 +129,29 @@ static void test_rows(const char *store)
     lz_store_close(s);
 }
 
+/* Re-ingests the compressed store with probe option `flag`: every document
+ * re-encoded, doc5's spec ends in `suffix` and keeps half its tokens per
+ * head, --check is clean and lazyquery answers from it. */
+static void test_probe_run(const char *ada, const char *out, const char *flag, const char *suffix)
+{
+    char args[128], err[512], src[256];
+    snprintf(args, sizeof args, "--kv-policy ada-snapkv --kv-budget 0.5 %s", flag);
+    json_t *j = ingest(ada, args);
+    CHECK(jint(j, "updated") == N_LONG + 1, "%s re-encodes (%lld updated)", flag, jint(j, "updated"));
+    json_decref(j);
+    lz_store *s;
+    lz_meta_doc d;
+    if (!lz_store_open(ada, LZ_STORE_RDONLY, &s, err, sizeof err)) {
+        lz_meta_doc_find(lz_store_meta(s), "doc5", &d, src, sizeof src, err, sizeof err);
+        CHECK(strstr(d.kv_spec, suffix) != NULL && d.kv_kept == 2L * 2 * (d.n_tokens / 2 + d.n_tokens % 2),
+              "%s: spec '%s', kept %lld of %d tokens", flag, d.kv_spec, (long long)d.kv_kept, d.n_tokens);
+        lz_store_close(s);
+    }
+    CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "--check after %s", flag);
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 3 --docs doc5,doc6 'castle?' > %s 2>&1", bin, model, ada, out) == 0,
+          "lazyquery answers from a store compressed with %s", flag);
+}
+
 int main(void)
 {
     const char *b = getenv("LZ_BIN");
@@ -212,44 +235,11 @@ int main(void)
             lz_store_close(s);
         }
     }
-    /* the question-cue probe as the observation window: a different spec, a valid store */
-    j = ingest(ada, "--kv-policy ada-snapkv --kv-budget 0.5 --kv-probe");
-    /* no window to keep: the short document is compressed too */
-    CHECK(jint(j, "updated") == N_LONG + 1, "--kv-probe re-encodes (%lld updated)", jint(j, "updated"));
-    json_decref(j);
-    {
-        char err[512], src[256];
-        lz_store *s;
-        lz_meta_doc d;
-        if (!lz_store_open(ada, LZ_STORE_RDONLY, &s, err, sizeof err)) {
-            lz_meta_doc_find(lz_store_meta(s), "doc5", &d, src, sizeof src, err, sizeof err);
-            CHECK(strstr(d.kv_spec, " probe") != NULL && d.kv_kept == 2L * 2 * (d.n_tokens / 2 + d.n_tokens % 2),
-                  "probe spec '%s', kept %lld of %d tokens", d.kv_spec, (long long)d.kv_kept, d.n_tokens);
-            lz_store_close(s);
-        }
-    }
-    CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "--check after --kv-probe");
-    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 3 --docs doc5,doc6 'castle?' > %s 2>&1", bin, model, ada, out) == 0,
-          "lazyquery answers from a probe-compressed store");
-    /* the reconstruction probe (the document run again): another spec, every document re-encoded */
-    j = ingest(ada, "--kv-policy ada-snapkv --kv-budget 0.5 --kv-reconstruct");
-    CHECK(jint(j, "updated") == N_LONG + 1, "--kv-reconstruct re-encodes (%lld updated)", jint(j, "updated"));
-    json_decref(j);
-    {
-        char err[512], src[256];
-        lz_store *s;
-        lz_meta_doc d;
-        if (!lz_store_open(ada, LZ_STORE_RDONLY, &s, err, sizeof err)) {
-            lz_meta_doc_find(lz_store_meta(s), "doc5", &d, src, sizeof src, err, sizeof err);
-            CHECK(strstr(d.kv_spec, " recon") != NULL && d.kv_kept == 2L * 2 * (d.n_tokens / 2 + d.n_tokens % 2),
-                  "reconstruction spec '%s', kept %lld of %d tokens", d.kv_spec, (long long)d.kv_kept, d.n_tokens);
-            lz_store_close(s);
-        }
-    }
-    CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0,
-          "--check after --kv-reconstruct");
-    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 3 --docs doc5,doc6 'castle?' > %s 2>&1", bin, model, ada, out) == 0,
-          "lazyquery answers from a reconstruction-compressed store");
+    /* the question-cue probe, then the reconstruction probe (the document run again) as the
+     * observation window: each a different spec, every document re-encoded (no window to keep:
+     * the short document is compressed too), a valid store */
+    test_probe_run(ada, out, "--kv-probe", " probe");
+    test_probe_run(ada, out, "--kv-reconstruct", " recon");
     CHECK(lz_test_sh("%s/lazyingest --kv-policy snapkv --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1 &&
               lz_test_sh("grep -q 'needs --kv-budget' %s", out) == 0,
           "--kv-policy without --kv-budget refused");
