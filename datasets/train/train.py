@@ -42,6 +42,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 import bpe_train  # noqa: E402
 import evaluate  # noqa: E402
+import gguf_to_hf  # noqa: E402
 import prompt  # noqa: E402
 import worldgen  # noqa: E402
 from model import KIND_DOC, KIND_PAD, KIND_PREFIX, KIND_QA, Llama, build_mask, hf_state_dict, rerotate  # noqa: E402
@@ -264,26 +265,13 @@ def eval_questions(model, P, qs, dev, amp, modes=("full", "block"), batch=64):
 # ---------------------------------------------------------------- export
 
 def write_safetensors(path, tensors, dtype):
-    """tensors {name: torch tensor} -> safetensors file (8-byte header length, JSON header, raw bytes)."""
-    names = sorted(tensors)
+    """tensors {name: torch tensor} -> safetensors file (gguf_to_hf.write_safetensors's format)."""
     tdt = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}[dtype]
-    header, blobs, off = {}, [], 0
-    for n in names:
-        t = tensors[n].detach().to("cpu", tdt).contiguous()
-        raw = t.view(torch.int16).numpy().tobytes() if dtype != "F32" else t.numpy().tobytes()
-        header[n] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for raw in blobs:
-            f.write(raw)
-    os.replace(tmp, path)
+    raw = {}
+    for n, t in tensors.items():
+        t = t.detach().to("cpu", tdt).contiguous()
+        raw[n] = (dtype, list(t.shape), t.view(torch.int16).numpy().tobytes() if dtype != "F32" else t.numpy().tobytes())
+    gguf_to_hf.write_safetensors(path, raw)
 
 
 def export_hf(model, cfg, tok, out_dir, dtype):
