@@ -75,7 +75,7 @@ static inline char *lz_test_read_file(const char *path, size_t *len)
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    char *s = n >= 0 ? (char *)malloc((size_t)n + 1) : NULL;
     if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
     fclose(f);
     if (s) { s[n] = '\0'; *len = (size_t)n; }
