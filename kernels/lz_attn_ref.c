@@ -43,7 +43,10 @@ int lz_prefill_check(const lz_prefill_params *p)
     if (rc) return rc;
     if (!p->o || !p->q || !p->k_self || !p->v_self || !p->inv_freq || p->n_rows < 1 ||
         p->n_seg < 0 || p->n_seg > LZ_PREFILL_MAX_SEG || p->n_split < 0 || p->self_offset < 0 ||
-        (p->n_seg > 0 && (!p->segs || !p->seg_len)))
+        (p->n_seg > 0 && (!p->segs || !p->seg_len)) ||
+        (p->rows_per_warp != 0 && p->rows_per_warp != 16 && p->rows_per_warp != 32) ||
+        (p->rows_per_cta != 0 && p->rows_per_cta != 64 && p->rows_per_cta != 128) ||
+        (p->rows_per_warp == 32 && p->rows_per_cta == 64))
         return LZ_ATTN_EARG;
     return LZ_ATTN_OK;
 }
@@ -63,16 +66,36 @@ int lz_decode_check(const lz_decode_params *p)
 
 static int clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
-int lz_prefill_splits(const lz_prefill_params *p, int n_sm)
+void lz_prefill_plan(const lz_prefill_params *p, int n_sm, int *rows_per_cta, int *rows_per_warp,
+                     int *n_split)
 {
-    if (p->n_split > 0) return p->n_split;
-    int g = p->n_heads / p->n_kv_heads;
-    int64_t row_tiles = ((int64_t)g * p->n_rows + LZ_PREFILL_BM - 1) / LZ_PREFILL_BM * p->n_kv_heads;
+    int g = p->n_heads / p->n_kv_heads, bm = p->rows_per_cta, rpw = p->rows_per_warp;
+    int64_t tiles128 = ((int64_t)g * p->n_rows + 127) / 128 * p->n_kv_heads;
+    /* 32 rows a warp (K/V fragments feed two halves) when the rows alone fill
+     * the GPU; else 16 rows a warp (Q in registers) with split-KV */
+    if (!rpw) rpw = (bm != 64 && tiles128 >= n_sm) ? 32 : 16;
+    if (!bm) bm = LZ_PREFILL_BM;
+    if (rpw == 32) bm = 128;
+    *rows_per_cta = bm;
+    *rows_per_warp = rpw;
+    if (p->n_split > 0) {
+        *n_split = p->n_split;
+        return;
+    }
+    int per_sm = (rpw == 16 && bm == 128) ? 1 : 2; /* CTAs resident per SM (registers, shared memory) */
+    int64_t row_tiles = ((int64_t)g * p->n_rows + bm - 1) / bm * p->n_kv_heads;
     int64_t key_tiles = p->seg_keys / LZ_PREFILL_BN + p->n_seg +
                         (p->n_rows + LZ_PREFILL_BN - 1) / LZ_PREFILL_BN;
-    /* one CTA per SM fits (registers): fill exactly one wave, >= 2 tiles a part */
-    int64_t want = n_sm / row_tiles;
-    return clampi((int)(want < 64 ? want : 64), 1, (int)(key_tiles / 2 > 1 ? key_tiles / 2 : 1));
+    /* fill exactly one wave, >= 2 tiles a part */
+    int64_t want = (int64_t)n_sm * per_sm / row_tiles;
+    *n_split = clampi((int)(want < 64 ? want : 64), 1, (int)(key_tiles / 2 > 1 ? key_tiles / 2 : 1));
+}
+
+int lz_prefill_splits(const lz_prefill_params *p, int n_sm)
+{
+    int bm, rpw, ns;
+    lz_prefill_plan(p, n_sm, &bm, &rpw, &ns);
+    return ns;
 }
 
 size_t lz_prefill_workspace(const lz_prefill_params *p, int n_split)

@@ -4,10 +4,11 @@
  * shared-memory ring (6 stages at one CTA per SM, 3 at two), QK^T and PV on mma.sync m16n8k16 (G heads padded to
  * 16 rows), split-KV over CTAs, merged by the last CTA of each (b, h) (an
  * atomic counter in the workspace; no second launch). The lazy kernel
- * rotates the query by R(-p) at blocks marked as a segment's first: the
- * rotated copy for the next block is built into a second shared tile while
- * the current block computes, so no extra barrier; keys are never touched and
- * memory traffic equals the twin's.
+ * walks runs of blocks of one segment (a run starts at a block marked as a
+ * segment's first): the inner loop is the twin's plus one bit test, and the
+ * next run's query, rotated by R(-p), is built into a second shared tile
+ * between runs (published by the next block's barrier); keys are never
+ * touched and memory traffic equals the twin's.
  *
  * Legend: B = sequences, KV = kv heads, G = query heads per kv head, H =
  * KV*G, d = head_dim, NB = block words per (b, h), NS = split-KV parts.
@@ -15,6 +16,8 @@
  * own online-softmax state; warps merge in shared memory at the end.
  */
 #include <math.h>
+
+#include <type_traits>
 
 #include "kernels/lz_decode.h"
 #include "kernels/lz_mma.cuh"
@@ -34,25 +37,22 @@ template <int D, int STAGES> constexpr size_t dec_smem()
 
 /* Writes the bf16 query tile qt (16 rows, swizzled) = the G rows of qsrc
  * rotated by R(-off) (copied when off == 0): pair tid % (d/2), rows tid / (d/2)
- * + k*step. No barrier inside: the caller's next barrier publishes it. Not
- * inlined: the main loop stays small; it runs once per segment change. */
+ * + k*step. No barrier inside: the caller's next barrier publishes it.
+ * Inlined and cheap (lz::rope_cos_sin has no slow path): it runs in the main
+ * loop once per segment change, and a call there cost the loop 1.5%. */
 template <int D, int LAYOUT, bool LAZY>
-__device__ __noinline__ void build_query(unsigned char *qt, const __nv_bfloat16 *qsrc, int64_t off,
-                                         float inv_freq, int G, int tid)
+__device__ __forceinline__ void build_query(unsigned char *qt, const __nv_bfloat16 *qsrc, int64_t off,
+                                            float inv_freq, int G, int tid)
 {
     constexpr int PAIRS = D / 2, STEP = DEC_THREADS / PAIRS;
     const int i = tid % PAIRS;
     int a, bb;
     lz_rope_pair(LAYOUT, D, i, &a, &bb);
-    float c = 1.f, s = 0.f;
-    if (LAZY && off != 0) {
-        float ang = (float)(-off) * inv_freq;
-        c = cosf(ang);
-        s = sinf(ang);
-    }
+    float2 cs = make_float2(1.f, 0.f);
+    if (LAZY) cs = lz::rope_cos_sin((float)(-off) * inv_freq);
     for (int g = tid / PAIRS; g < G; g += STEP) {
         float x0 = __bfloat162float(qsrc[g * D + a]), x1 = __bfloat162float(qsrc[g * D + bb]);
-        lz_rope_rotate_pair(&x0, &x1, c, s);
+        lz_rope_rotate_pair(&x0, &x1, cs.x, cs.y);
         __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(qt + g * D * 2);
         row[(((a >> 3) ^ (g & 7)) << 3) | (a & 7)] = __float2bfloat16_rn(x0);
         row[(((bb >> 3) ^ (g & 7)) << 3) | (bb & 7)] = __float2bfloat16_rn(x1);
@@ -127,7 +127,10 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
     const float sl2 = p.scale * 1.4426950408889634f;
 
-    for (int i = i0; i < i1; i++) {
+    /* One block: wait for it, refill the ring, (first block of a run) load
+     * the run's query fragments, S = Q K^T, online softmax, O += P V. */
+    int i = i0;
+    auto block = [&](auto first_c) {
         const int stage = (i - i0) % DEC_STAGES;
         lz::cp_async_wait<DEC_STAGES - 2>();
         __syncthreads();
@@ -139,14 +142,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
         wc = wn;
         wn = i + 2 < i1 ? words[i + 2] : 0;
         const int nk = lz_decode_word_keys(w);
-        if (i == i0) {
-            load_qa(0);
-        } else if (LAZY && (w & LZ_DECODE_SEG_START)) {
-            cur_buf ^= 1; /* built during the previous block */
-            load_qa(cur_buf);
-        }
-        /* the next block starts a segment (wc is 0 past the end): prepare its query */
-        if (LAZY && (wc & LZ_DECODE_SEG_START)) build_q(cur_buf ^ 1, lz_decode_word_offset(wc), qraw);
+        if (decltype(first_c)::value) load_qa(cur_buf);
         const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;
         /* S = Q K^T for this warp's 16 keys: s[n-tile][4] */
         /* two accumulators per n-tile (even / odd k-steps): 4 independent mma chains */
@@ -209,6 +205,19 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
             lz::ldsm_x4_t(vd + lz::swz<D>(r, c), b0, b1, b2, b3);
             lz::mma16816(o[2 * dp], pa, b0, b1);
             lz::mma16816(o[2 * dp + 1], pa, b2, b3);
+        }
+        i++;
+    };
+    /* Runs of blocks that share one query: the whole range for the twin, one
+     * segment for the lazy kernel (a new run at each LZ_DECODE_SEG_START). The
+     * inner loop is the twin's plus one bit test; the next run's rotated query
+     * is built between runs and published by the next block's barrier. */
+    while (i < i1) {
+        block(std::true_type{});
+        while (i < i1 && !(LAZY && (wc & LZ_DECODE_SEG_START))) block(std::false_type{});
+        if (LAZY && i < i1) {
+            cur_buf ^= 1;
+            build_q(cur_buf, lz_decode_word_offset(wc), qraw);
         }
     }
     lz::cp_async_wait<0>();

@@ -63,6 +63,20 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 __device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 
+/* (cos a, sin a) of a rotary angle |a| < 2^24 rad: reduced to [-pi, pi] in
+ * double precision (exact product, error ~1e-10 rad at 2e6 rad), then the
+ * hardware sin/cos (absolute error ~4e-7 there). cosf/sinf take a slow path
+ * (Payne-Hanek, a stack frame) above 105,615 rad, which decode offsets reach. */
+__device__ __forceinline__ float2 rope_cos_sin(float a)
+{
+    const double x = (double)a;
+    const double k = rint(x * 0.15915494309189535);
+    const float r = (float)fma(-k, 6.283185307179586, x);
+    float s, c;
+    __sincosf(r, &s, &c);
+    return make_float2(c, s);
+}
+
 /* Byte offset of 16-byte chunk c of row r in a swizzled tile of D bf16 per row. */
 template <int D> __device__ __forceinline__ uint32_t swz(int r, int c)
 {

@@ -20,13 +20,15 @@
  */
 #include <math.h>
 
+#include <type_traits>
+
 #include "kernels/lz_mma.cuh"
 #include "kernels/lz_prefill.h"
 #include "model/rope.h"
 
 namespace {
 
-constexpr int BM = LZ_PREFILL_BM, BN = LZ_PREFILL_BN;
+constexpr int BN = LZ_PREFILL_BN;
 
 struct Tile {
     const __nv_bfloat16 *k, *v; /* first row of the tile */
@@ -125,23 +127,25 @@ __device__ __forceinline__ void rotate_q(uint32_t (&qa)[D / 16][4], const float2
     }
 }
 
-template <int MT> struct Shape {
-    static constexpr int WARPS = MT == 1 ? 8 : 4; /* 16*MT rows per warp, BM = 128 rows */
+/* Kernel shapes: MT 16-row slices per warp, WARPS warps. (1, 8): 128 rows,
+ * 3 stages, one CTA per SM; (1, 4): 64 rows, 2 stages, two CTAs per SM (more
+ * row tiles, fewer split-KV parts); (2, 4): 128 rows, 2 stages, two per SM. */
+template <int MT, int WARPS> struct Shape {
     static constexpr int THREADS = WARPS * 32;
-    static constexpr int STAGES = MT == 1 ? 3 : 2;
-    static constexpr int MIN_CTAS = MT == 1 ? 1 : 2; /* per SM */
-    static_assert(BM == 16 * MT * WARPS, "rows per CTA");
+    static constexpr int BM = 16 * MT * WARPS;
+    static constexpr int STAGES = (MT == 1 && WARPS == 8) ? 3 : 2;
+    static constexpr int MIN_CTAS = (MT == 1 && WARPS == 8) ? 1 : 2; /* per SM */
 };
-template <int D, int MT> constexpr size_t pf_smem_base()
+template <int D, int MT, int WARPS> constexpr size_t pf_smem_base()
 {
-    return (size_t)BM * D * 2 + (size_t)Shape<MT>::STAGES * 2 * BN * D * 2;
+    return (size_t)Shape<MT, WARPS>::BM * D * 2 + (size_t)Shape<MT, WARPS>::STAGES * 2 * BN * D * 2;
 }
 
 /* MT = 2 lazy: the shared Q tile (128 rows) = R(-p) q, read from global, with
  * cos/sin cs (d/2 pairs); unit = pairs 8u..8u+7 (ADJACENT: chunks 2u, 2u+1;
  * HALF: chunks u, u + d/16). Not inlined: keeps its registers out of the
  * main loop, where it runs only on a segment change. */
-template <int D, int LAYOUT, int THREADS>
+template <int D, int LAYOUT, int THREADS, int BM>
 __device__ __noinline__ void rotate_q_tile(unsigned char *qsm, const __nv_bfloat16 *qg, const float2 *cs,
                                            int r0, int R, int M, int h, int G, int tid)
 {
@@ -184,11 +188,12 @@ __device__ __noinline__ void rotate_q_tile(unsigned char *qsm, const __nv_bfloat
  * MT = 2: 4 warps x 32 rows, K/V fragments reused by both 16-row halves (half
  * the shared-memory traffic per mma), Q read from shared memory each k-step
  * (lazy: the shared tile is rewritten from global, rotated, on a segment change). */
-template <int D, int LAYOUT, bool LAZY, int MT>
-__global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
+template <int D, int LAYOUT, bool LAZY, int MT, int WARPS>
+__global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::MIN_CTAS)
     prefill_kernel(const __grid_constant__ lz_prefill_params p, int n_split)
 {
-    constexpr int THREADS = Shape<MT>::THREADS, STAGES = Shape<MT>::STAGES;
+    using SH = Shape<MT, WARPS>;
+    constexpr int THREADS = SH::THREADS, STAGES = SH::STAGES, BM = SH::BM;
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int KV = p.n_kv_heads, G = p.n_heads / KV, M = p.n_rows, R = G * M;
@@ -293,7 +298,7 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
             if (LAZY) rotate_q<D, LAYOUT>(qa, cstab + q_slot * (D / 2), lane);
         } else if (LAZY) {
             __syncthreads(); /* cos/sin table */
-            rotate_q_tile<D, LAYOUT, THREADS>(qsm, qg, cstab + q_slot * (D / 2), r0, R, M, h, G, tid); /* published by the loop's first barrier */
+            rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + q_slot * (D / 2), r0, R, M, h, G, tid); /* published by the loop's first barrier */
         }
     }
 
@@ -317,19 +322,24 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
                 }
                 rotate_q<D, LAYOUT>(qa, cstab + x.slot * (D / 2), lane);
             } else {
-                rotate_q_tile<D, LAYOUT, THREADS>(qsm, qg, cstab + x.slot * (D / 2), r0, R, M, h, G, tid);
+                rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + x.slot * (D / 2), r0, R, M, h, G, tid);
                 __syncthreads();
             }
             q_slot = x.slot;
         }
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
         const int is_self = x.slot == p.n_seg;
+        /* one tile: NB = BN, or BN/2 for a segment's tail of <= BN/2 keys (the
+         * second copy of the code skips the empty half's MMAs; a runtime guard
+         * inside the unrolled loops cost 30%, bench/RESULTS.md call 8) */
+        auto tile_step = [&](auto nb_c) {
+        constexpr int NB = decltype(nb_c)::value;
         /* S = Q K^T: s[m-tile][n-tile][4], rows lane/4 and +8 of each 16-row half */
-        float s[MT][BN / 8][4];
+        float s[MT][NB / 8][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int i = 0; i < BN / 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+            for (int i = 0; i < NB / 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
         for (int ks = 0; ks < D / 16; ks++) {
             uint32_t qf[MT][4];
@@ -343,7 +353,7 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
                 }
             }
 #pragma unroll
-            for (int np = 0; np < BN / 16; np++) {
+            for (int np = 0; np < NB / 16; np++) {
                 uint32_t b0, b1, b2, b3;
                 int r = np * 16 + (lane & 7) + (lane >> 4) * 8, c = ks * 2 + ((lane >> 3) & 1);
                 lz::ldsm_x4(kd + lz::swz<D>(r, c), b0, b1, b2, b3);
@@ -354,14 +364,14 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
                 }
             }
         }
-        const bool need_mask = x.n < BN || (is_self && x.j0 + BN - 1 > m_lo);
-        uint32_t pa[MT][BN / 16][4];
+        const bool need_mask = x.n < NB || (is_self && x.j0 + NB - 1 > m_lo);
+        uint32_t pa[MT][NB / 16][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             float mx[2] = {mrow[mt][0], mrow[mt][1]};
             const int pos0 = need_mask ? row_pos(mt, 0) : 0, pos1 = need_mask ? row_pos(mt, 1) : 0;
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++)
+            for (int nt = 0; nt < NB / 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     float v = s[mt][nt][e] * sl2;
@@ -384,7 +394,7 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
             }
             float rs[2] = {0.f, 0.f};
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) {
+            for (int nt = 0; nt < NB / 8; nt++) {
                 float p0 = exp2f(s[mt][nt][0] - mu[0]), p1 = exp2f(s[mt][nt][1] - mu[0]);
                 float p2 = exp2f(s[mt][nt][2] - mu[1]), p3 = exp2f(s[mt][nt][3] - mu[1]);
                 rs[0] += p0 + p1;
@@ -402,7 +412,7 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
         }
         /* O += P V, each V fragment used by every 16-row half */
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
+        for (int kk = 0; kk < NB / 16; kk++)
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t b0, b1, b2, b3;
@@ -414,6 +424,9 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
                     lz::mma16816(o[mt][2 * dp + 1], pa[mt][kk], b2, b3);
                 }
             }
+    };
+        if (x.n <= BN / 2) tile_step(std::integral_constant<int, BN / 2>{});
+        else tile_step(std::integral_constant<int, BN>{});
     }
     lz::cp_async_wait<0>();
 
@@ -449,12 +462,13 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, Shape<MT>::MIN_CTAS)
         }
 }
 
-template <int D, int LAYOUT, bool LAZY, int MT>
+template <int D, int LAYOUT, bool LAZY, int MT, int WARPS>
 int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
 {
-    auto kern = prefill_kernel<D, LAYOUT, LAZY, MT>;
-    const size_t smem_max = pf_smem_base<D, MT>() + (size_t)(LZ_PREFILL_MAX_SEG + 1) * (D / 2) * sizeof(float2);
-    const size_t smem = pf_smem_base<D, MT>() + (LAZY ? (size_t)(p->n_seg + 1) * (D / 2) * sizeof(float2) : 0);
+    using SH = Shape<MT, WARPS>;
+    auto kern = prefill_kernel<D, LAYOUT, LAZY, MT, WARPS>;
+    const size_t smem_max = pf_smem_base<D, MT, WARPS>() + (size_t)(LZ_PREFILL_MAX_SEG + 1) * (D / 2) * sizeof(float2);
+    const size_t smem = pf_smem_base<D, MT, WARPS>() + (LAZY ? (size_t)(p->n_seg + 1) * (D / 2) * sizeof(float2) : 0);
     static bool attr_set = false;
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
@@ -462,9 +476,9 @@ int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
         attr_set = true;
     }
     const int G = p->n_heads / p->n_kv_heads;
-    const int row_tiles = (G * p->n_rows + BM - 1) / BM;
+    const int row_tiles = (G * p->n_rows + SH::BM - 1) / SH::BM;
     dim3 grid(row_tiles * p->n_kv_heads, ns);
-    kern<<<grid, Shape<MT>::THREADS, smem, st>>>(*p, ns);
+    kern<<<grid, SH::THREADS, smem, st>>>(*p, ns);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
     if (ns > 1) {
@@ -475,8 +489,7 @@ int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
     return LZ_ATTN_OK;
 }
 
-/* Kernel shape: 32 rows a warp when the rows alone fill the GPU, else 16 (Q in
- * registers) with split-KV. */
+/* Kernel shape and split-KV parts: lz_prefill_plan (kernels/lz_attn_ref.c). */
 template <int D, int LAYOUT, bool LAZY>
 int launch(const lz_prefill_params *p, cudaStream_t st)
 {
@@ -484,13 +497,12 @@ int launch(const lz_prefill_params *p, cudaStream_t st)
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess) return (int)e;
-    const int ns = lz_prefill_splits(p, n_sm);
+    int bm, rpw, ns;
+    lz_prefill_plan(p, n_sm, &bm, &rpw, &ns);
     if (ns > 1 && (!p->work || p->work_bytes < lz_prefill_workspace(p, ns))) return LZ_ATTN_EWORK;
-    const int G = p->n_heads / p->n_kv_heads;
-    const long row_tiles = (long)(G * p->n_rows + BM - 1) / BM * p->n_kv_heads;
-    int rpw = p->rows_per_warp ? p->rows_per_warp : (row_tiles >= n_sm ? 32 : 16);
-    if (rpw == 32) return launch<D, LAYOUT, LAZY, 2>(p, ns, st);
-    if (rpw == 16) return launch<D, LAYOUT, LAZY, 1>(p, ns, st);
+    if (rpw == 32 && bm == 128) return launch<D, LAYOUT, LAZY, 2, 4>(p, ns, st);
+    if (rpw == 16 && bm == 128) return launch<D, LAYOUT, LAZY, 1, 8>(p, ns, st);
+    if (rpw == 16 && bm == 64) return launch<D, LAYOUT, LAZY, 1, 4>(p, ns, st);
     return LZ_ATTN_EARG;
 }
 

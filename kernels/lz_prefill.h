@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define LZ_PREFILL_BM 128 /* query rows (GQA-packed) per CTA of the CUDA kernels */
+#define LZ_PREFILL_BM 128 /* default query rows (GQA-packed) per CTA of the CUDA kernels */
 #define LZ_PREFILL_BN 64  /* keys per tile; a tile never straddles two segments */
 #define LZ_PREFILL_MAX_SEG 128 /* segments per call (cos/sin tables live in shared memory) */
 
@@ -47,10 +47,15 @@ typedef struct {
     float scale;                 /* softmax scale, usually 1/sqrt(d) */
     int n_split;                 /* split-KV parts; 0 = choose (lz_prefill_splits) */
     int rows_per_warp;           /* CUDA kernel shape: 0 = choose, 16 or 32 (tests, tuning) */
+    int rows_per_cta;            /* CUDA kernel shape: 0 = choose, 64 (16 rows a warp only) or 128 */
     float *work;                 /* split-KV scratch, lz_prefill_workspace() bytes; unused when 1 part */
     size_t work_bytes;
 } lz_prefill_params;
 
+/* Kernel shape (rows per CTA, rows per warp) and split-KV parts the CUDA
+ * kernels use for p on n_sm SMs (p's own choices where set). */
+void lz_prefill_plan(const lz_prefill_params *p, int n_sm, int *rows_per_cta, int *rows_per_warp,
+                     int *n_split);
 /* Split-KV parts the CUDA kernels use for p (p->n_split if > 0) on n_sm SMs. */
 int lz_prefill_splits(const lz_prefill_params *p, int n_sm);
 /* Bytes of p->work needed for n_split parts (0 when n_split == 1). */

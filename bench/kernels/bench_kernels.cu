@@ -6,7 +6,8 @@
  * torch SDPA timings of the same shapes. Inputs are random, several input sets
  * rotate so that decode reads come from HBM, not L2.
  *
- * Usage: bench_kernels out.json [split_sweep=1]
+ * Usage: bench_kernels out.json [split_sweep=1] [shape: d16x4096 d64x2048 d1x16384
+ *        p32x1536 p32x4096 p128x1536 p128x4096 p2048x0]
  * Legend: B = sequences, H = 32 query heads, KV = 8 kv heads, d = 128,
  * N = keys per sequence, M = query rows, S = 10 segments.
  */
@@ -87,6 +88,7 @@ static double median(std::vector<float> v)
 /* Median microseconds per call of fn(set, stream): CALLS calls (rotating
  * among n_sets) are captured into one CUDA graph, so host launch overhead is
  * excluded as it is for the torch peer; the graph is replayed reps times. */
+static int profile_mode; /* LZ_BENCH_PROFILE=1: each timing is 3 plain calls (for ncu), no graph */
 template <class F> static double time_us(F fn, int n_sets, int reps)
 {
     const int CALLS = 20;
@@ -94,6 +96,10 @@ template <class F> static double time_us(F fn, int n_sets, int reps)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     for (int i = 0; i < 3; i++) fn(i % n_sets, st); /* warm-up, sets kernel attributes */
     CK(cudaStreamSynchronize(st));
+    if (profile_mode) {
+        CK(cudaStreamDestroy(st));
+        return 1.0;
+    }
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
@@ -281,11 +287,12 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv)
     for (int ns = 1; ns <= 64; ns++) wb = std::max(wb, lz_prefill_workspace(&p, ns));
     if (wb) CK(cudaMalloc(&p.work, wb));
     p.work_bytes = wb;
-    auto run = [&](int lazy, int ns, int rpw = 0) {
+    auto run = [&](int lazy, int ns, int rpw = 0, int bm = 0) {
         return time_us([&](int set, cudaStream_t st) {
             lz_prefill_params x = p;
             x.n_split = ns;
             x.rows_per_warp = rpw;
+            x.rows_per_cta = bm;
             x.q = qq[set];
             x.segs = d_segs[set];
             x.k_self = kk[set] + (size_t)KV * N * D;
@@ -315,6 +322,12 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv)
         for (int ns : cand) printf(" %d:%.1f", ns, run(1, ns));
         printf("\n  32 rows/warp (2 CTAs/SM) sweep (lazy us):");
         for (int ns : cand) printf(" %d:%.1f", ns, run(1, ns, 32));
+        printf("\n  64 rows/CTA (4 warps x 16 rows, 2 CTAs/SM) sweep (lazy us):");
+        for (int ns : cand) printf(" %d:%.1f", ns, run(1, ns, 16, 64));
+        printf("\n  64 rows/CTA twin sweep (us):");
+        for (int ns : cand) printf(" %d:%.1f", ns, run(0, ns, 16, 64));
+        printf("\n  128 rows/CTA twin sweep (us):");
+        for (int ns : cand) printf(" %d:%.1f", ns, run(0, ns, 16, 128));
         printf("\n");
     }
     for (int set = 0; set < n_sets; set++) {
@@ -328,6 +341,8 @@ int main(int argc, char **argv)
 {
     const char *out = argc > 1 ? argv[1] : "ours.json";
     int sweep = argc > 2 ? atoi(argv[2]) : 1;
+    const char *only = argc > 3 ? argv[3] : NULL; /* run one shape, e.g. "p128x4096", "d16x4096" (profiling) */
+    profile_mode = getenv("LZ_BENCH_PROFILE") && atoi(getenv("LZ_BENCH_PROFILE"));
     js = fopen(out, "w");
     if (!js) { perror(out); return 2; }
     int dev;
@@ -344,14 +359,16 @@ int main(int argc, char **argv)
     double cbw = copy_bw();
     printf("device %s, %d SMs; device-to-device copy %.2f TB/s (read + write)\n", prop.name, n_sm, cbw);
     fprintf(js, "{\"device\":\"%s\",\"copy_tbs\":%.4f,\"results\":[", prop.name, cbw);
-    bench_decode(16, 4096, cbw, sweep, d_inv);
-    bench_decode(64, 2048, cbw, sweep, d_inv);
-    bench_decode(1, 16384, cbw, sweep, d_inv);
-    bench_prefill(32, 1536, sweep, d_inv);
-    bench_prefill(32, 4096, sweep, d_inv);
-    bench_prefill(128, 1536, sweep, d_inv);
-    bench_prefill(128, 4096, sweep, d_inv);
-    bench_prefill(2048, 0, 0, d_inv);
+    struct { char kind; int a, b; } shapes[] = {{'d', 16, 4096}, {'d', 64, 2048}, {'d', 1, 16384},
+                                                {'p', 32, 1536}, {'p', 32, 4096}, {'p', 128, 1536},
+                                                {'p', 128, 4096}, {'p', 2048, 0}};
+    for (auto &sh : shapes) {
+        char name[32];
+        snprintf(name, sizeof name, "%c%dx%d", sh.kind, sh.a, sh.b);
+        if (only && strcmp(only, name)) continue;
+        if (sh.kind == 'd') bench_decode(sh.a, sh.b, cbw, sweep, d_inv);
+        else bench_prefill(sh.a, sh.b, sh.b ? sweep : 0, d_inv);
+    }
     fprintf(js, "\n]}\n");
     fclose(js);
     CK(cudaFree(d_inv));
