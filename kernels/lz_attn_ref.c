@@ -74,7 +74,7 @@ void lz_prefill_plan(const lz_prefill_params *p, int n_sm, int *rows_per_cta, in
     /* 32 rows a warp (K/V fragments feed two halves) when the rows alone fill
      * the GPU; else 16 rows a warp (Q in registers) with split-KV */
     if (!rpw) rpw = (bm != 64 && tiles128 >= n_sm) ? 32 : 16;
-    if (!bm) bm = LZ_PREFILL_BM;
+    if (!bm) bm = rpw == 16 ? 64 : 128; /* 64 rows a CTA beat 128 on every question shape (H200 sweep) */
     if (rpw == 32) bm = 128;
     *rows_per_cta = bm;
     *rows_per_warp = rpw;

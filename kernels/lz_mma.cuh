@@ -85,7 +85,9 @@ template <int D> __device__ __forceinline__ uint32_t swz(int r, int c)
 
 /* Split-KV combine: rows of n_split partial outputs (normalised) and their
  * log2-sum-exp into one bf16 row. part: (rows, n_split, d) fp32, lse: (rows,
- * n_split) fp32 (-inf = empty part), out: (rows, d). One warp per row. */
+ * n_split) fp32 (-inf = empty part), out: (rows, d). One warp per row: lane s
+ * holds the weight of part s (32 parts a pass), each lane d/32 consecutive
+ * outputs, part loads independent of one another (no chain through lse). */
 template <int D>
 __global__ void combine_kernel(__nv_bfloat16 *__restrict__ out, const float *__restrict__ part,
                                const float *__restrict__ lse, int rows, int n_split)
@@ -97,24 +99,30 @@ __global__ void combine_kernel(__nv_bfloat16 *__restrict__ out, const float *__r
     for (int s = lane; s < n_split; s += 32) mx = fmaxf(mx, ls[s]);
 #pragma unroll
     for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    constexpr int E = D / 32; /* elements per lane */
+    constexpr int E = D / 32; /* elements per lane: 2 or 4 */
     float acc[E] = {};
     float sum = 0.f;
-    if (mx != -INFINITY) {
-        for (int s = 0; s < n_split; s++) {
-            float l = ls[s];
-            if (l == -INFINITY) continue;
-            float w = exp2f(l - mx);
-            sum += w;
-            const float *src = part + ((size_t)row * n_split + s) * D + lane * E;
-#pragma unroll
-            for (int i = 0; i < E; i += 2) {
-                float2 v = *reinterpret_cast<const float2 *>(src + i);
-                acc[i] += w * v.x;
-                acc[i + 1] += w * v.y;
+    const float *src = part + (size_t)row * n_split * D + lane * E;
+    for (int s0 = 0; s0 < n_split; s0 += 32) {
+        const float l = s0 + lane < n_split ? ls[s0 + lane] : -INFINITY;
+        const float wl = (mx == -INFINITY || l == -INFINITY) ? 0.f : exp2f(l - mx);
+        sum += wl;
+        const int n = min(32, n_split - s0);
+#pragma unroll 4
+        for (int j = 0; j < n; j++) {
+            const float w = __shfl_sync(0xffffffffu, wl, j);
+            const float *x = src + (size_t)(s0 + j) * D;
+            if constexpr (E == 4) {
+                const float4 v = *reinterpret_cast<const float4 *>(x);
+                acc[0] += w * v.x; acc[1] += w * v.y; acc[2] += w * v.z; acc[3] += w * v.w;
+            } else {
+                const float2 v = *reinterpret_cast<const float2 *>(x);
+                acc[0] += w * v.x; acc[1] += w * v.y;
             }
         }
     }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     float inv = sum > 0.f ? 1.f / sum : 0.f;
     __nv_bfloat16 *o = out + (size_t)row * D + lane * E;
 #pragma unroll

@@ -24,7 +24,6 @@
 extern "C" {
 #endif
 
-#define LZ_PREFILL_BM 128 /* default query rows (GQA-packed) per CTA of the CUDA kernels */
 #define LZ_PREFILL_BN 64  /* keys per tile; a tile never straddles two segments */
 #define LZ_PREFILL_MAX_SEG 128 /* segments per call (cos/sin tables live in shared memory) */
 
@@ -47,7 +46,7 @@ typedef struct {
     float scale;                 /* softmax scale, usually 1/sqrt(d) */
     int n_split;                 /* split-KV parts; 0 = choose (lz_prefill_splits) */
     int rows_per_warp;           /* CUDA kernel shape: 0 = choose, 16 or 32 (tests, tuning) */
-    int rows_per_cta;            /* CUDA kernel shape: 0 = choose, 64 (16 rows a warp only) or 128 */
+    int rows_per_cta;            /* CUDA kernel shape: 0 = choose, 64 (16 rows a warp only) or 128 (GQA-packed rows) */
     float *work;                 /* split-KV scratch, lz_prefill_workspace() bytes; unused when 1 part */
     size_t work_bytes;
 } lz_prefill_params;
