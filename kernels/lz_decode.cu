@@ -80,18 +80,12 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
     const __nv_bfloat16 *qg = reinterpret_cast<const __nv_bfloat16 *>(p.q) + ((size_t)b * p.n_heads + h * G) * D;
 
     auto load_block = [&](int i, int stage) {
-        uint64_t w = words[i];
-        const uint64_t row = lz_decode_word_row(w);
+        const uint64_t w = words[i];
+        const size_t row = lz_decode_word_row(w) * D;
         const int nk = lz_decode_word_keys(w);
         const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;
-#pragma unroll
-        for (int j = 0; j < BLK * D / 8 / DEC_THREADS; j++) {
-            int idx = tid + j * DEC_THREADS, r = idx / (D / 8), c = idx % (D / 8);
-            int ok = r < nk;
-            size_t src = (row + (ok ? r : 0)) * D + c * 8;
-            lz::cp_async16(kd + lz::swz<D>(r, c), kp + src, ok ? 16 : 0);
-            lz::cp_async16(vd + lz::swz<D>(r, c), vp + src, ok ? 16 : 0);
-        }
+        lz::copy_tile<D, BLK, DEC_THREADS>(kd, kp + row, nk, tid);
+        lz::copy_tile<D, BLK, DEC_THREADS>(vd, vp + row, nk, tid);
     };
 #pragma unroll
     for (int s = 0; s < DEC_STAGES - 1; s++) {

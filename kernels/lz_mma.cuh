@@ -83,6 +83,32 @@ template <int D> __device__ __forceinline__ uint32_t swz(int r, int c)
     return (uint32_t)(r * (D * 2) + ((c ^ (r & 7)) << 4));
 }
 
+/* Copies a tile of up to R rows x D bf16 (rows D elements apart in global
+ * memory) into a swizzled shared tile with 16-byte cp.async, rows >= n
+ * zero-filled, by THREADS threads. Thread t owns chunk t % (D/8) of rows
+ * t / (D/8) + j*RPP; RPP is a multiple of 8, so the swizzle of its rows is
+ * one constant and every copy is base + constant (a generic per-chunk index
+ * computation cost about 27 instructions a copy, bench/RESULTS.md). */
+template <int D, int R, int THREADS>
+__device__ __forceinline__ void copy_tile(uint32_t dst, const __nv_bfloat16 *src, int n, int tid)
+{
+    constexpr int CH = D / 8, RPP = THREADS / CH, PASSES = R / RPP;
+    static_assert(RPP % 8 == 0 && R % RPP == 0, "tile copy shape");
+    const int lr = tid / CH;
+    dst += swz<D>(lr, tid % CH);
+    const __nv_bfloat16 *g = src + lr * D + (tid % CH) * 8;
+    if (n >= R) {
+#pragma unroll
+        for (int j = 0; j < PASSES; j++) cp_async16(dst + j * RPP * D * 2, g + j * RPP * D, 16);
+    } else {
+#pragma unroll
+        for (int j = 0; j < PASSES; j++) {
+            const bool ok = lr + j * RPP < n;
+            cp_async16(dst + j * RPP * D * 2, ok ? g + j * RPP * D : src, ok ? 16 : 0);
+        }
+    }
+}
+
 /* Split-KV combine: rows of n_split partial outputs (normalised) and their
  * log2-sum-exp into one bf16 row. part: (rows, n_split, d) fp32, lse: (rows,
  * n_split) fp32 (-inf = empty part), out: (rows, d). One warp per row: lane s

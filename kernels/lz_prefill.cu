@@ -237,13 +237,18 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     lz::cp_async_commit(); /* group: Q alone, so its fragments can be ready before the first tile */
     auto load_tile = [&](const Tile &x, int stage) {
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
+        if constexpr (MT == 1) {
+            lz::copy_tile<D, BN, THREADS>(kd, x.k, x.n, tid);
+            lz::copy_tile<D, BN, THREADS>(vd, x.v, x.n, tid);
+        } else { /* 32 rows a warp: no registers to spare for the copy's hoisted offsets (they spill) */
 #pragma unroll
-        for (int j = 0; j < BN * D / 8 / THREADS; j++) {
-            int idx = tid + j * THREADS, r = idx / (D / 8), c = idx % (D / 8);
-            int ok = r < x.n;
-            size_t off = (size_t)(ok ? r : 0) * D + c * 8;
-            lz::cp_async16(kd + lz::swz<D>(r, c), x.k + off, ok ? 16 : 0);
-            lz::cp_async16(vd + lz::swz<D>(r, c), x.v + off, ok ? 16 : 0);
+            for (int j = 0; j < BN * D / 8 / THREADS; j++) {
+                int idx = tid + j * THREADS, r = idx / (D / 8), c = idx % (D / 8);
+                int ok = r < x.n;
+                size_t off = (size_t)(ok ? r : 0) * D + c * 8;
+                lz::cp_async16(kd + lz::swz<D>(r, c), x.k + off, ok ? 16 : 0);
+                lz::cp_async16(vd + lz::swz<D>(r, c), x.v + off, ok ? 16 : 0);
+            }
         }
     };
     Cursor cur, ld;
@@ -257,16 +262,19 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
         lz::cp_async_commit();
     }
-    if (LAZY && t0 < t1) { /* cos/sin of R(-p) for the segments from this part's first to the
-                              own keys (a superset of those it touches; no second walk) */
-        const int n = (p.n_seg - cur.s + 1) * (D / 2);
-        for (int e = tid; e < n; e += THREADS) {
-            int slot = cur.s + e / (D / 2), i = e % (D / 2);
-            int64_t off = slot < p.n_seg ? p.segs[slot].offset : p.self_offset;
-            float ang = (float)(-off) * p.inv_freq[i];
-            cstab[slot * (D / 2) + i] = make_float2(cosf(ang), sinf(ang));
+    /* cos/sin of R(-p) for the segments from this part's first to the own
+     * keys (a superset of those it touches; no second walk): the first
+     * segment's now, the others after the first query rotation (published by
+     * the main loop's first barrier), off the path to the first MMA */
+    auto cs_entries = [&](int slot0, int n_slots) {
+        for (int e = tid; e < n_slots * (D / 2); e += THREADS) {
+            const int slot = slot0 + e / (D / 2), i = e % (D / 2);
+            const int64_t off = slot < p.n_seg ? p.segs[slot].offset : p.self_offset;
+            const float ang = (float)(-off) * p.inv_freq[i];
+            cstab[slot * (D / 2) + i] = fabsf(ang) < 1.6e7f ? lz::rope_cos_sin(ang) : make_float2(cosf(ang), sinf(ang));
         }
-    }
+    };
+    if (LAZY && t0 < t1) cs_entries(cur.s, MT == 1 ? 1 : p.n_seg - cur.s + 1); /* MT = 2: all at once (registers) */
     /* rows of this thread: warp*16*MT + mt*16 + lane/4 (+8); causal position m */
     const int wr0 = warp * 16 * MT;
     auto row_pos = [&](int mt, int k) { /* causal position of a row; rows past R see everything */
@@ -300,6 +308,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             __syncthreads(); /* cos/sin table */
             rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + q_slot * (D / 2), r0, R, M, h, G, tid); /* published by the loop's first barrier */
         }
+        if (LAZY && MT == 1) cs_entries(cur.s + 1, p.n_seg - cur.s);
     }
 
     for (int t = t0; t < t1; t++) {
