@@ -1,22 +1,23 @@
 /* lz_prefill.cu - lazy prefill attention and its non-lazy twin
- * (lz_prefill.h), FlashAttention-2 style: a CTA of 8 warps owns 128 query
- * rows (GQA heads of one kv head packed along the rows, 16 rows a warp, Q in
- * registers), streams 64-key tiles through a 3-stage cp.async ring, QK^T and
- * PV on mma.sync m16n8k16 (bf16, fp32 accumulate), online softmax in
- * registers. A second shape for many rows (ingest): 4 warps of 32 rows, 2
- * CTAs per SM, 2 stages, each K/V fragment feeding two 16-row halves.
- * Tiles never straddle segments. The lazy kernel uses
- * q . R(p) K = (R(-p) q) . K: when the tile's segment changes it reloads the
- * query fragments from shared memory and rotates them in registers by R(-p)
- * (cos/sin tables for the CTA's segments built once, overlapping the first
- * loads; model/rope.h math). A first version rotated every K tile in shared
- * memory after it landed: 10-17% slower than the twin (bench/RESULTS.md).
- * Split-KV over the tile list plus a combine kernel when the rows alone
- * cannot fill the GPU (question prefill).
+ * (lz_prefill.h), FlashAttention-2 style: a CTA owns BM query rows (GQA heads
+ * of one kv head packed along the rows), streams 64-key tiles through a
+ * cp.async ring, QK^T and PV on mma.sync m16n8k16 (bf16, fp32 accumulate),
+ * online softmax in registers. Shapes (lz_prefill_plan): 4 warps x 16 rows
+ * (BM 64, Q in registers, 2 stages, 2 CTAs per SM: question prefill), 8 warps
+ * x 16 rows (BM 128, 3 stages, 1 CTA per SM), 4 warps x 32 rows (BM 128, 2
+ * CTAs per SM, each K/V fragment feeding two 16-row halves: ingest).
+ * Tiles never straddle segments; a tail of <= 32 keys runs a half-width copy
+ * of the tile code. The lazy kernel uses q . R(p) K = (R(-p) q) . K: when the
+ * tile's segment changes it reloads the query fragments from shared memory
+ * and rotates them in registers by R(-p) (cos/sin tables for the CTA's
+ * segments built once per CTA; model/rope.h math). A first version rotated
+ * every K tile in shared memory after it landed: 10-17% slower than the twin
+ * (bench/RESULTS.md). Split-KV over the tile list plus a combine kernel when
+ * the rows alone cannot fill the GPU (question prefill).
  *
  * Legend: S = segments, KV = kv heads, G = H/KV, M = rows, R = G*M packed
  * rows per kv head (row r = head g = r / M, position m = r % M), d =
- * head_dim, BM = 128 rows per CTA, BN = 64 keys per tile, NS = parts.
+ * head_dim, BM = rows per CTA, BN = 64 keys per tile, NS = parts.
  */
 #include <math.h>
 
