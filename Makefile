@@ -118,10 +118,10 @@ $(LZK_DIR)/obj/kernels/%.o: kernels/%.c $(LZK_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -march=x86-64-v2 -Wall -Wextra -I. -c $< -o $@
 
-$(LZK_DIR)/test_kernels: tests/cuda/test_kernels.cu $(LZK_OBJS) tests/test.h
+$(LZK_DIR)/test_kernels: tests/cuda/test_kernels.cu $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -o $@
 
-$(LZK_DIR)/bench_kernels: bench/kernels/bench_kernels.cu $(LZK_OBJS)
+$(LZK_DIR)/bench_kernels: bench/kernels/bench_kernels.cu $(LZK_OBJS) tests/cuda/cuda_check.h
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -o $@
 
 # Registers, stack frame and spills of every kernel, demangled, from ptxas -v.

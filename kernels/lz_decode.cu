@@ -17,8 +17,6 @@
  */
 #include <math.h>
 
-#include <type_traits>
-
 #include "kernels/lz_decode.h"
 #include "kernels/lz_mma.cuh"
 #include "model/rope.h"
@@ -327,10 +325,8 @@ int launch(const lz_decode_params *p, int ns, cudaStream_t st)
 template <int D, int LAYOUT, bool LAZY>
 int launch(const lz_decode_params *p, cudaStream_t st)
 {
-    int dev, n_sm;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess) return (int)e;
+    int n_sm, e = lz::sm_count(&n_sm);
+    if (e) return e;
     const int ns = lz_decode_splits(p, n_sm);
     if (ns > 1 && (!p->work || p->work_bytes < lz_decode_workspace(p, ns))) return LZ_ATTN_EWORK;
     if (p->batch == 0) return LZ_ATTN_OK;
@@ -342,12 +338,9 @@ template <bool LAZY> int dispatch(const lz_decode_params *p, void *stream)
 {
     int rc = lz_decode_check(p);
     if (rc) return rc;
-    cudaStream_t st = (cudaStream_t)stream;
-    if (p->head_dim == 128)
-        return p->rope_layout == LZ_ROPE_HALF ? launch<128, LZ_ROPE_HALF, LAZY>(p, st)
-                                              : launch<128, LZ_ROPE_ADJACENT, LAZY>(p, st);
-    return p->rope_layout == LZ_ROPE_HALF ? launch<64, LZ_ROPE_HALF, LAZY>(p, st)
-                                          : launch<64, LZ_ROPE_ADJACENT, LAZY>(p, st);
+    return lz::with_shape(p->head_dim, p->rope_layout, [&](auto d, auto layout) {
+        return launch<decltype(d)::value, decltype(layout)::value, LAZY>(p, (cudaStream_t)stream);
+    });
 }
 
 } /* namespace */

@@ -12,6 +12,10 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
+#include "model/rope.h"
+
 namespace lz {
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p)
@@ -81,6 +85,28 @@ __device__ __forceinline__ float2 rope_cos_sin(float a)
 template <int D> __device__ __forceinline__ uint32_t swz(int r, int c)
 {
     return (uint32_t)(r * (D * 2) + ((c ^ (r & 7)) << 4));
+}
+
+/* Multiprocessors of the current device into *n_sm; 0 or a cudaError_t. */
+static inline int sm_count(int *n_sm)
+{
+    int dev;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(n_sm, cudaDevAttrMultiProcessorCount, dev);
+    return (int)e;
+}
+
+/* f(d, layout), both std::integral_constant: the compile-time head_dim (64
+ * or 128; checked by the caller) and rotary layout of a kernel family from
+ * their runtime values. */
+template <class F> static int with_shape(int head_dim, int layout, F &&f)
+{
+    using D64 = std::integral_constant<int, 64>;
+    using D128 = std::integral_constant<int, 128>;
+    using HALF = std::integral_constant<int, LZ_ROPE_HALF>;
+    using ADJ = std::integral_constant<int, LZ_ROPE_ADJACENT>;
+    if (head_dim == 128) return layout == LZ_ROPE_HALF ? f(D128{}, HALF{}) : f(D128{}, ADJ{});
+    return layout == LZ_ROPE_HALF ? f(D64{}, HALF{}) : f(D64{}, ADJ{});
 }
 
 /* Copies a tile of up to R rows x D bf16 (rows D elements apart in global

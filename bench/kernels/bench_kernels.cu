@@ -27,15 +27,8 @@
 #include "kernels/lz_prefill.h"
 #include "model/half.h"
 #include "model/rope.h"
+#include "tests/cuda/cuda_check.h"
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(2);                                                                           \
-        }                                                                                      \
-    } while (0)
 #define LZ(x)                                                                                  \
     do {                                                                                       \
         int r_ = (x);                                                                          \

@@ -21,15 +21,8 @@
 #include "model/half.h"
 #include "model/rope.h"
 #include "tests/test.h"
+#include "tests/cuda/cuda_check.h"
 
-#define CK(x)                                                                           \
-    do {                                                                                \
-        cudaError_t e_ = (x);                                                           \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(2);                                                                    \
-        }                                                                               \
-    } while (0)
 #define RC(x)                                                                           \
     do {                                                                                \
         int r_ = (x);                                                                   \
