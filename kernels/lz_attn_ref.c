@@ -46,7 +46,8 @@ int lz_prefill_check(const lz_prefill_params *p)
         (p->n_seg > 0 && (!p->segs || !p->seg_len)) ||
         (p->rows_per_warp != 0 && p->rows_per_warp != 16 && p->rows_per_warp != 32) ||
         (p->rows_per_cta != 0 && p->rows_per_cta != 64 && p->rows_per_cta != 128) ||
-        (p->rows_per_warp == 32 && p->rows_per_cta == 64))
+        (p->rows_per_warp == 32 && p->rows_per_cta == 64) || p->wgmma < 0 || p->wgmma > 2 ||
+        (p->wgmma == 2 && (p->rows_per_warp == 32 || p->rows_per_cta == 128)))
         return LZ_ATTN_EARG;
     return LZ_ATTN_OK;
 }
@@ -67,15 +68,17 @@ int lz_decode_check(const lz_decode_params *p)
 static int clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 void lz_prefill_plan(const lz_prefill_params *p, int n_sm, int *rows_per_cta, int *rows_per_warp,
-                     int *n_split)
+                     int *n_split, int *wgmma)
 {
     int g = p->n_heads / p->n_kv_heads, bm = p->rows_per_cta, rpw = p->rows_per_warp;
     int64_t tiles128 = ((int64_t)g * p->n_rows + 127) / 128 * p->n_kv_heads;
     /* 32 rows a warp (K/V fragments feed two halves) when the rows alone fill
      * the GPU; else 16 rows a warp (Q in registers) with split-KV */
-    if (!rpw) rpw = (bm != 64 && tiles128 >= n_sm) ? 32 : 16;
+    if (!rpw) rpw = (bm != 64 && tiles128 >= n_sm && p->wgmma != 2) ? 32 : 16;
     if (!bm) bm = rpw == 16 ? 64 : 128; /* 64 rows a CTA beat 128 on every question shape (H200 sweep) */
     if (rpw == 32) bm = 128;
+    /* the wgmma tile loop exists for the 64-row shape only */
+    *wgmma = p->wgmma == 2 && rpw == 16 && bm == 64;
     *rows_per_cta = bm;
     *rows_per_warp = rpw;
     if (p->n_split > 0) {
@@ -93,8 +96,8 @@ void lz_prefill_plan(const lz_prefill_params *p, int n_sm, int *rows_per_cta, in
 
 int lz_prefill_splits(const lz_prefill_params *p, int n_sm)
 {
-    int bm, rpw, ns;
-    lz_prefill_plan(p, n_sm, &bm, &rpw, &ns);
+    int bm, rpw, ns, wg;
+    lz_prefill_plan(p, n_sm, &bm, &rpw, &ns, &wg);
     return ns;
 }
 

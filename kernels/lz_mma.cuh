@@ -87,6 +87,14 @@ template <int D> __device__ __forceinline__ uint32_t swz(int r, int c)
     return (uint32_t)(r * (D * 2) + ((c ^ (r & 7)) << 4));
 }
 
+/* Byte offset of 16-byte chunk c (0 .. d/8-1) of row r in a tile of R rows
+ * in the wgmma layout (lz_wgmma.cuh): blocks of 64 columns, each R rows of
+ * 128 bytes, chunk c & 7 at (c & 7) ^ (r & 7). Equal to swz<64> for d = 64. */
+template <int R> __device__ __forceinline__ uint32_t wg_off(int r, int c)
+{
+    return (uint32_t)((c >> 3) * (R * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
 /* Multiprocessors of the current device into *n_sm; 0 or a cudaError_t. */
 static inline int sm_count(int *n_sm)
 {
@@ -111,26 +119,28 @@ template <class F> static int with_shape(int head_dim, int layout, F &&f)
 
 /* Copies a tile of up to R rows x D bf16 (rows D elements apart in global
  * memory) into a swizzled shared tile with 16-byte cp.async, rows >= n
- * zero-filled, by THREADS threads. Thread t owns chunk t % (D/8) of rows
+ * zero-filled, by THREADS threads, in the swz<D> layout or (WG) the wgmma
+ * layout of wg_off<R>. Thread t owns chunk t % (D/8) of rows
  * t / (D/8) + j*RPP; RPP is a multiple of 8, so the swizzle of its rows is
  * one constant and every copy is base + constant (a generic per-chunk index
  * computation cost about 27 instructions a copy, bench/RESULTS.md). */
-template <int D, int R, int THREADS>
+template <int D, int R, int THREADS, bool WG = false>
 __device__ __forceinline__ void copy_tile(uint32_t dst, const __nv_bfloat16 *src, int n, int tid)
 {
     constexpr int CH = D / 8, RPP = THREADS / CH, PASSES = R / RPP;
+    constexpr int STEP = WG ? RPP * 128 : RPP * D * 2; /* bytes between a thread's rows */
     static_assert(RPP % 8 == 0 && R % RPP == 0, "tile copy shape");
     const int lr = tid / CH;
-    dst += swz<D>(lr, tid % CH);
+    dst += WG ? wg_off<R>(lr, tid % CH) : swz<D>(lr, tid % CH);
     const __nv_bfloat16 *g = src + lr * D + (tid % CH) * 8;
     if (n >= R) {
 #pragma unroll
-        for (int j = 0; j < PASSES; j++) cp_async16(dst + j * RPP * D * 2, g + j * RPP * D, 16);
+        for (int j = 0; j < PASSES; j++) cp_async16(dst + j * STEP, g + j * RPP * D, 16);
     } else {
 #pragma unroll
         for (int j = 0; j < PASSES; j++) {
             const bool ok = lr + j * RPP < n;
-            cp_async16(dst + j * RPP * D * 2, ok ? g + j * RPP * D : src, ok ? 16 : 0);
+            cp_async16(dst + j * STEP, ok ? g + j * RPP * D : src, ok ? 16 : 0);
         }
     }
 }

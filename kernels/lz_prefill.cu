@@ -22,6 +22,7 @@
 #include <math.h>
 
 #include "kernels/lz_mma.cuh"
+#include "kernels/lz_wgmma.cuh"
 #include "kernels/lz_prefill.h"
 #include "model/rope.h"
 
@@ -187,13 +188,16 @@ __device__ __noinline__ void rotate_q_tile(unsigned char *qsm, const __nv_bfloat
  * MT = 2: 4 warps x 32 rows, K/V fragments reused by both 16-row halves (half
  * the shared-memory traffic per mma), Q read from shared memory each k-step
  * (lazy: the shared tile is rewritten from global, rotated, on a segment change). */
-template <int D, int LAYOUT, bool LAZY, int MT, int WARPS>
+template <int D, int LAYOUT, bool LAZY, int MT, int WARPS, bool WG>
 __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::MIN_CTAS)
     prefill_kernel(const __grid_constant__ lz_prefill_params p, int n_split)
 {
     using SH = Shape<MT, WARPS>;
     constexpr int THREADS = SH::THREADS, STAGES = SH::STAGES, BM = SH::BM;
-    extern __shared__ __align__(128) unsigned char smem[];
+    static_assert(!WG || (MT == 1 && WARPS == 4), "wgmma: one warpgroup of 16-row warps");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    /* wgmma tiles need 1024-byte aligned atoms (the launch adds 1024 bytes) */
+    unsigned char *smem = WG ? smem_raw + ((1024 - (lz::smem_u32(smem_raw) & 1023)) & 1023) : smem_raw;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int KV = p.n_kv_heads, G = p.n_heads / KV, M = p.n_rows, R = G * M;
     const int sp = blockIdx.y;
@@ -237,8 +241,8 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     auto load_tile = [&](const Tile &x, int stage) {
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
         if constexpr (MT == 1) {
-            lz::copy_tile<D, BN, THREADS>(kd, x.k, x.n, tid);
-            lz::copy_tile<D, BN, THREADS>(vd, x.v, x.n, tid);
+            lz::copy_tile<D, BN, THREADS, WG>(kd, x.k, x.n, tid);
+            lz::copy_tile<D, BN, THREADS, WG>(vd, x.v, x.n, tid);
         } else { /* 32 rows a warp: no registers to spare for the copy's hoisted offsets (they spill) */
 #pragma unroll
             for (int j = 0; j < BN * D / 8 / THREADS; j++) {
@@ -313,6 +317,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     for (int t = t0; t < t1; t++) {
         const int stage = (t - t0) % STAGES;
         lz::cp_async_wait<STAGES - 2>();
+        if (WG) lz::fence_proxy_async(); /* this thread's copies, before wgmma reads them */
         __syncthreads();
         if (t + STAGES - 1 < t1) {
             load_tile(ld.tile(p, h, D), (t - t0 + STAGES - 1) % STAGES);
@@ -348,6 +353,17 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int i = 0; i < NB / 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+        if constexpr (WG) { /* the warpgroup's 64 rows x NB keys, K read K-major from shared memory */
+            lz::wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++) {
+                const uint64_t desc = lz::wg_desc(kd + (ks >> 2) * (BN * 128) + (ks & 3) * 32, 16, 1024);
+                if constexpr (NB == BN) lz::wg_s_n64(s[0], qa[ks], desc, ks > 0);
+                else lz::wg_s_n32(s[0], qa[ks], desc, ks > 0);
+            }
+            lz::wg_commit();
+            lz::wg_wait0();
+        } else {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ks++) {
             uint32_t qf[MT][4];
@@ -371,6 +387,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                     lz::mma16816(s[mt][2 * np + 1], qf[mt], b2, b3);
                 }
             }
+        }
         }
         const bool need_mask = x.n < NB || (is_self && x.j0 + NB - 1 > m_lo);
         uint32_t pa[MT][NB / 16][4];
@@ -419,6 +436,17 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             }
         }
         /* O += P V, each V fragment used by every 16-row half */
+        if constexpr (WG) { /* V read MN-major: 64-column blocks BN*128 bytes apart, 8-key atoms 1 KiB apart */
+            lz::wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < NB / 16; kk++) {
+                const uint64_t desc = lz::wg_desc(vd + kk * 2048, BN * 128, 1024);
+                if constexpr (D == 128) lz::wg_pv_n128(o[0], pa[0][kk], desc, 1);
+                else lz::wg_pv_n64(o[0], pa[0][kk], desc, 1);
+            }
+            lz::wg_commit();
+            lz::wg_wait0();
+        } else {
 #pragma unroll
         for (int kk = 0; kk < NB / 16; kk++)
 #pragma unroll
@@ -432,6 +460,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                     lz::mma16816(o[mt][2 * dp + 1], pa[mt][kk], b2, b3);
                 }
             }
+        }
     };
         if (x.n <= BN / 2) tile_step(std::integral_constant<int, BN / 2>{});
         else tile_step(std::integral_constant<int, BN>{});
@@ -470,13 +499,14 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
 }
 
-template <int D, int LAYOUT, bool LAZY, int MT, int WARPS>
+template <int D, int LAYOUT, bool LAZY, int MT, int WARPS, bool WG = false>
 int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
 {
     using SH = Shape<MT, WARPS>;
-    auto kern = prefill_kernel<D, LAYOUT, LAZY, MT, WARPS>;
-    const size_t smem_max = pf_smem_base<D, MT, WARPS>() + (size_t)(LZ_PREFILL_MAX_SEG + 1) * (D / 2) * sizeof(float2);
-    const size_t smem = pf_smem_base<D, MT, WARPS>() + (LAZY ? (size_t)(p->n_seg + 1) * (D / 2) * sizeof(float2) : 0);
+    auto kern = prefill_kernel<D, LAYOUT, LAZY, MT, WARPS, WG>;
+    const size_t base = pf_smem_base<D, MT, WARPS>() + (WG ? 1024 : 0);
+    const size_t smem_max = base + (size_t)(LZ_PREFILL_MAX_SEG + 1) * (D / 2) * sizeof(float2);
+    const size_t smem = base + (LAZY ? (size_t)(p->n_seg + 1) * (D / 2) * sizeof(float2) : 0);
     static bool attr_set = false;
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
@@ -503,9 +533,10 @@ int launch(const lz_prefill_params *p, cudaStream_t st)
 {
     int n_sm, e = lz::sm_count(&n_sm);
     if (e) return e;
-    int bm, rpw, ns;
-    lz_prefill_plan(p, n_sm, &bm, &rpw, &ns);
+    int bm, rpw, ns, wg;
+    lz_prefill_plan(p, n_sm, &bm, &rpw, &ns, &wg);
     if (ns > 1 && (!p->work || p->work_bytes < lz_prefill_workspace(p, ns))) return LZ_ATTN_EWORK;
+    if (wg) return launch<D, LAYOUT, LAZY, 1, 4, true>(p, ns, st);
     if (rpw == 32 && bm == 128) return launch<D, LAYOUT, LAZY, 2, 4>(p, ns, st);
     if (rpw == 16 && bm == 128) return launch<D, LAYOUT, LAZY, 1, 8>(p, ns, st);
     if (rpw == 16 && bm == 64) return launch<D, LAYOUT, LAZY, 1, 4>(p, ns, st);

@@ -47,14 +47,16 @@ typedef struct {
     int n_split;                 /* split-KV parts; 0 = choose (lz_prefill_splits) */
     int rows_per_warp;           /* CUDA kernel shape: 0 = choose, 16 or 32 (tests, tuning) */
     int rows_per_cta;            /* CUDA kernel shape: 0 = choose, 64 (16 rows a warp only) or 128 (GQA-packed rows) */
+    int wgmma;                   /* CUDA tile loop: 0 = choose, 1 = mma.sync, 2 = wgmma (sm_90a; 64 rows a CTA) */
     float *work;                 /* split-KV scratch, lz_prefill_workspace() bytes; unused when 1 part */
     size_t work_bytes;
 } lz_prefill_params;
 
-/* Kernel shape (rows per CTA, rows per warp) and split-KV parts the CUDA
- * kernels use for p on n_sm SMs (p's own choices where set). */
+/* Kernel shape (rows per CTA, rows per warp), split-KV parts and tile loop
+ * (*wgmma 1 = wgmma) the CUDA kernels use for p on n_sm SMs (p's own choices
+ * where set). */
 void lz_prefill_plan(const lz_prefill_params *p, int n_sm, int *rows_per_cta, int *rows_per_warp,
-                     int *n_split);
+                     int *n_split, int *wgmma);
 /* Split-KV parts the CUDA kernels use for p (p->n_split if > 0) on n_sm SMs. */
 int lz_prefill_splits(const lz_prefill_params *p, int n_sm);
 /* Bytes of p->work needed for n_split parts (0 when n_split == 1). */

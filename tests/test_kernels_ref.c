@@ -209,27 +209,31 @@ static void test_prefill_plan(void)
     p.o = dummy; p.q = dummy; p.k_self = dummy; p.v_self = dummy; p.inv_freq = inv; p.seg_len = lens;
     p.segs = (const lz_attn_segment *)dummy;
     p.n_heads = 32; p.n_kv_heads = 8; p.head_dim = 128; p.rope_layout = LZ_ROPE_HALF;
-    int bm, rpw, ns;
+    int bm, rpw, ns, wg;
     /* question prefill, 128 rows over 4096 keys in 10 segments: 64 rows a CTA,
      * 8 x 8 row tiles at two CTAs per SM: 4 parts */
     p.n_rows = 128; p.n_seg = 10; p.seg_keys = 4096;
-    lz_prefill_plan(&p, 132, &bm, &rpw, &ns);
-    CHECK(bm == 64 && rpw == 16 && ns == 4, "128x4096: %d rows/CTA, %d rows/warp, %d parts", bm, rpw, ns);
+    lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
+    CHECK(bm == 64 && rpw == 16 && ns == 4 && !wg, "128x4096: %d rows/CTA, %d rows/warp, %d parts", bm, rpw, ns);
+    p.wgmma = 2;
+    lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
+    CHECK(bm == 64 && rpw == 16 && ns == 4 && wg, "128x4096 wgmma: %d/%d/%d/%d", bm, rpw, ns, wg);
+    p.wgmma = 0;
     CHECK(lz_prefill_splits(&p, 132) == ns, "splits == plan");
     /* 32 rows: 16 row tiles: 16 parts */
     p.n_rows = 32;
-    lz_prefill_plan(&p, 132, &bm, &rpw, &ns);
+    lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
     CHECK(bm == 64 && rpw == 16 && ns == 16, "32x4096: %d/%d/%d", bm, rpw, ns);
     /* ingest, 2048 rows: the rows fill the GPU: 32 rows a warp, one part */
     p.n_rows = 2048; p.n_seg = 0; p.seg_keys = 0;
-    lz_prefill_plan(&p, 132, &bm, &rpw, &ns);
+    lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
     CHECK(bm == 128 && rpw == 32 && ns == 1, "ingest: %d/%d/%d", bm, rpw, ns);
     /* explicit choices are kept; a forced split is kept; too few tiles cap the split */
     p.rows_per_warp = 16; p.rows_per_cta = 128; p.n_split = 3;
-    lz_prefill_plan(&p, 132, &bm, &rpw, &ns);
+    lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
     CHECK(bm == 128 && rpw == 16 && ns == 3, "explicit: %d/%d/%d", bm, rpw, ns);
     p.n_split = 0; p.n_rows = 1;
-    lz_prefill_plan(&p, 132, &bm, &rpw, &ns);
+    lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
     CHECK(ns == 1, "one row, no keys: one part (%d)", ns);
     CHECK(lz_prefill_check(&p) == 0, "valid shape accepted");
     p.rows_per_cta = 96;
@@ -238,6 +242,12 @@ static void test_prefill_plan(void)
     CHECK(lz_prefill_check(&p) == LZ_ATTN_EARG, "32 rows a warp needs 128 rows a CTA");
     p.rows_per_warp = 8;
     CHECK(lz_prefill_check(&p) == LZ_ATTN_EARG, "rows_per_warp 8 refused");
+    p.rows_per_warp = 16; p.rows_per_cta = 128; p.wgmma = 2;
+    CHECK(lz_prefill_check(&p) == LZ_ATTN_EARG, "wgmma needs 64 rows a CTA");
+    p.rows_per_cta = 64;
+    CHECK(lz_prefill_check(&p) == 0, "wgmma with 64 rows a CTA accepted");
+    p.wgmma = 3;
+    CHECK(lz_prefill_check(&p) == LZ_ATTN_EARG, "wgmma 3 refused");
 }
 
 int main(void)

@@ -280,12 +280,13 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv)
     for (int ns = 1; ns <= 64; ns++) wb = std::max(wb, lz_prefill_workspace(&p, ns));
     if (wb) CK(cudaMalloc(&p.work, wb));
     p.work_bytes = wb;
-    auto run = [&](int lazy, int ns, int rpw = 0, int bm = 0) {
+    auto run = [&](int lazy, int ns, int rpw = 0, int bm = 0, int wg = 0) {
         return time_us([&](int set, cudaStream_t st) {
             lz_prefill_params x = p;
             x.n_split = ns;
             x.rows_per_warp = rpw;
             x.rows_per_cta = bm;
+            x.wgmma = wg;
             x.q = qq[set];
             x.segs = d_segs[set];
             x.k_self = kk[set] + (size_t)KV * N * D;
@@ -308,6 +309,8 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv)
     if (!N) {
         double t16 = run(1, 1, 16), t16n = run(0, 1, 16);
         printf("  16 rows/warp shape: lazy %.2f us (%.1f TFLOP/s), twin %.2f us\n", t16, flops / t16 / 1e6, t16n);
+        double tw = run(1, 1, 16, 64, 2), twn = run(0, 1, 16, 64, 2);
+        printf("  wgmma 64-row shape: lazy %.2f us (%.1f TFLOP/s), twin %.2f us\n", tw, flops / tw / 1e6, twn);
     }
     if (sweep && N) {
         int cand[] = {1, 2, 4, 6, 8, 12, 16, 24, 32};
@@ -319,6 +322,10 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv)
         for (int ns : cand) printf(" %d:%.1f", ns, run(1, ns, 16, 64));
         printf("\n  64 rows/CTA twin sweep (us):");
         for (int ns : cand) printf(" %d:%.1f", ns, run(0, ns, 16, 64));
+        printf("\n  64 rows/CTA wgmma sweep (lazy us):");
+        for (int ns : cand) printf(" %d:%.1f", ns, run(1, ns, 16, 64, 2));
+        printf("\n  64 rows/CTA wgmma twin sweep (us):");
+        for (int ns : cand) printf(" %d:%.1f", ns, run(0, ns, 16, 64, 2));
         printf("\n  128 rows/CTA twin sweep (us):");
         for (int ns : cand) printf(" %d:%.1f", ns, run(0, ns, 16, 128));
         printf("\n");

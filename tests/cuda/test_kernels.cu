@@ -84,7 +84,8 @@ static void inv_freqs(float *f, int d, int llama3)
 
 /* One prefill case: GPU lazy vs CPU lazy ref; GPU non-lazy on keys materialised
  * by the GPU rerotate kernel vs GPU lazy; GPU rerotate vs CPU rerotate. */
-static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_split, int llama3, int rpw, int bm = 0)
+static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_split, int llama3, int rpw, int bm = 0,
+                         int wgmma = 0)
 {
     const int H = KV * G;
     float inv[64];
@@ -137,12 +138,12 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     p.o = d_o; p.q = d_q; p.k_self = d_ks; p.v_self = d_vs; p.self_offset = self_off;
     p.segs = d_segs; p.seg_len = d_len; p.inv_freq = d_inv; p.seg_keys = seg_keys; p.n_seg = S;
     p.n_rows = M; p.n_heads = H; p.n_kv_heads = KV; p.head_dim = d; p.rope_layout = layout;
-    p.scale = 1.0f / sqrtf((float)d); p.n_split = n_split; p.rows_per_warp = rpw; p.rows_per_cta = bm;
+    p.scale = 1.0f / sqrtf((float)d); p.n_split = n_split; p.rows_per_warp = rpw; p.rows_per_cta = bm; p.wgmma = wgmma;
     int dev, n_sm;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-    int ns, used_bm, used_rpw;
-    lz_prefill_plan(&p, n_sm, &used_bm, &used_rpw, &ns);
+    int ns, used_bm, used_rpw, used_wg;
+    lz_prefill_plan(&p, n_sm, &used_bm, &used_rpw, &ns, &used_wg);
     CHECK(ns == lz_prefill_splits(&p, n_sm), "plan and splits agree");
     p.work_bytes = lz_prefill_workspace(&p, ns);
     p.work = p.work_bytes ? dalloc<float>(p.work_bytes / 4) : NULL;
@@ -158,9 +159,10 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     RC(lz_prefill_lazy_ref(&hp, NULL));
     int nan1, nan2;
     double e1 = nerr(o, ref, nq, &nan1), e2 = nerr(o2, o, nq, &nan2);
-    printf("prefill %-8s d=%3d G=%d KV=%d S=%2d M=%3d split=%2d rows/cta=%3d rows/warp=%2d keys=%6lld: gpu-vs-ref %.2e, "
+    printf("prefill %-8s d=%3d G=%d KV=%d S=%2d M=%3d split=%2d rows/cta=%3d rows/warp=%2d %s keys=%6lld: gpu-vs-ref %.2e, "
            "lazy-vs-materialised %.2e, nan/unwritten %d/%d\n",
-           LNAME[layout], d, G, KV, S, M, ns, used_bm, used_rpw, (long long)seg_keys, e1, e2, nan1, nan2);
+           LNAME[layout], d, G, KV, S, M, ns, used_bm, used_rpw, used_wg ? "wgmma" : "mma  ", (long long)seg_keys, e1, e2,
+           nan1, nan2);
     CHECK(e1 <= TOL && nan1 == 0, "prefill gpu vs ref %g nan %d", e1, nan1);
     CHECK(e2 <= TOL && nan2 == 0, "prefill lazy vs materialised %g nan %d", e2, nan2);
     for (int s = 0; s < S; s++) {
@@ -287,6 +289,11 @@ int main(int argc, char **argv)
         prefill_case(layout, d, G, KV, 20, 3, 0, llama3, 16, 64);
         prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 45, 5, llama3, 16, 64);
         prefill_case(layout, d, G, KV, 0, 200, 1, llama3, 16, 64);
+        /* the same shape with the wgmma tile loop */
+        prefill_case(layout, d, G, KV, 20, 3, 0, llama3, 16, 64, 2);
+        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 45, 5, llama3, 16, 64, 2);
+        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 6), 130, 0, llama3, 16, 64, 2);
+        prefill_case(layout, d, G, KV, 0, 200, 1, llama3, 16, 64, 2);
         /* decode: auto split, no split, many splits; offsets near 2^21 once */
         decode_case(layout, d, G, KV, 3, 20, 0, llama3, 70000);
         decode_case(layout, d, G, KV, 2, 20, 1, llama3, 70000);
