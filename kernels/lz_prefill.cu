@@ -314,6 +314,17 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         if (LAZY && MT == 1) cs_entries(cur.s + 1, p.n_seg - cur.s);
     }
 
+    /* MT = 1: this warp's query fragments from the shared tile, rotated by R(-p) of slot */
+    auto load_rotated_q = [&](int slot) {
+        if constexpr (MT == 1) {
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++) {
+                int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
+                lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
+            }
+            rotate_q<D, LAYOUT>(qa, cstab + slot * (D / 2), lane);
+        }
+    };
     for (int t = t0; t < t1; t++) {
         const int stage = (t - t0) % STAGES;
         lz::cp_async_wait<STAGES - 2>();
@@ -328,12 +339,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         cur.next(p, h, self_tiles);
         if (LAZY && x.slot != q_slot) { /* segment change: query rotated by the new R(-p) */
             if constexpr (MT == 1) {
-#pragma unroll
-                for (int ks = 0; ks < D / 16; ks++) {
-                    int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
-                    lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
-                }
-                rotate_q<D, LAYOUT>(qa, cstab + x.slot * (D / 2), lane);
+                load_rotated_q(x.slot);
             } else {
                 rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + x.slot * (D / 2), r0, R, M, h, G, tid);
                 __syncthreads();
@@ -363,6 +369,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             }
             lz::wg_commit();
             lz::wg_wait0();
+            lz::wg_fence_acc(s[0]);
         } else {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ks++) {
@@ -445,7 +452,14 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                 else lz::wg_pv_n64(o[0], pa[0][kk], desc, 1);
             }
             lz::wg_commit();
+            /* lazy: the next tile starts another segment: its query is rotated
+             * now, while the tensor cores run P V (qa is not an operand of it) */
+            if (LAZY && t + 1 < t1 && cur.s != q_slot) {
+                load_rotated_q(cur.s);
+                q_slot = cur.s;
+            }
             lz::wg_wait0();
+            lz::wg_fence_acc(o[0]);
         } else {
 #pragma unroll
         for (int kk = 0; kk < NB / 16; kk++)

@@ -29,6 +29,16 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+/* After a wait: the accumulators are read only from here on (the compiler
+ * sees no dependency between wgmma.wait_group and the registers otherwise). */
+template <int N> __device__ __forceinline__ void wg_fence_acc(float (&d)[N][4])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) asm volatile("" : "+f"(d[i][j])::"memory");
+}
+
 /* Generic-proxy writes (cp.async, st.shared) before async-proxy reads (wgmma). */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 

@@ -214,10 +214,11 @@ static void test_prefill_plan(void)
      * 8 x 8 row tiles at two CTAs per SM: 4 parts */
     p.n_rows = 128; p.n_seg = 10; p.seg_keys = 4096;
     lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
-    CHECK(bm == 64 && rpw == 16 && ns == 4 && !wg, "128x4096: %d rows/CTA, %d rows/warp, %d parts", bm, rpw, ns);
-    p.wgmma = 2;
+    CHECK(bm == 64 && rpw == 16 && ns == 4 && wg, "128x4096: %d rows/CTA, %d rows/warp, %d parts, wgmma %d", bm,
+          rpw, ns, wg);
+    p.wgmma = 1; /* mma.sync asked for */
     lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
-    CHECK(bm == 64 && rpw == 16 && ns == 4 && wg, "128x4096 wgmma: %d/%d/%d/%d", bm, rpw, ns, wg);
+    CHECK(bm == 64 && rpw == 16 && ns == 4 && !wg, "128x4096 mma.sync: %d/%d/%d/%d", bm, rpw, ns, wg);
     p.wgmma = 0;
     CHECK(lz_prefill_splits(&p, 132) == ns, "splits == plan");
     /* 32 rows: 16 row tiles: 16 parts */
@@ -227,11 +228,11 @@ static void test_prefill_plan(void)
     /* ingest, 2048 rows: the rows fill the GPU: 32 rows a warp, one part */
     p.n_rows = 2048; p.n_seg = 0; p.seg_keys = 0;
     lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
-    CHECK(bm == 128 && rpw == 32 && ns == 1, "ingest: %d/%d/%d", bm, rpw, ns);
+    CHECK(bm == 128 && rpw == 32 && ns == 1 && !wg, "ingest: %d/%d/%d/%d", bm, rpw, ns, wg);
     /* explicit choices are kept; a forced split is kept; too few tiles cap the split */
     p.rows_per_warp = 16; p.rows_per_cta = 128; p.n_split = 3;
     lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
-    CHECK(bm == 128 && rpw == 16 && ns == 3, "explicit: %d/%d/%d", bm, rpw, ns);
+    CHECK(bm == 128 && rpw == 16 && ns == 3 && !wg, "explicit: %d/%d/%d/%d", bm, rpw, ns, wg);
     p.n_split = 0; p.n_rows = 1;
     lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
     CHECK(ns == 1, "one row, no keys: one part (%d)", ns);

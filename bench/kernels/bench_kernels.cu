@@ -307,8 +307,8 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv)
     jrec("\"kind\":\"prefill\",\"M\":%d,\"N\":%d,\"split\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"flops\":%.0f",
          M, N, auto_ns, tl, tn, flops);
     if (!N) {
-        double t16 = run(1, 1, 16), t16n = run(0, 1, 16);
-        printf("  16 rows/warp shape: lazy %.2f us (%.1f TFLOP/s), twin %.2f us\n", t16, flops / t16 / 1e6, t16n);
+        double t16 = run(1, 1, 16, 64, 1), t16n = run(0, 1, 16, 64, 1);
+        printf("  16 rows/warp 64-row mma.sync shape: lazy %.2f us (%.1f TFLOP/s), twin %.2f us\n", t16, flops / t16 / 1e6, t16n);
         double tw = run(1, 1, 16, 64, 2), twn = run(0, 1, 16, 64, 2);
         printf("  wgmma 64-row shape: lazy %.2f us (%.1f TFLOP/s), twin %.2f us\n", tw, flops / tw / 1e6, twn);
     }
@@ -318,10 +318,10 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv)
         for (int ns : cand) printf(" %d:%.1f", ns, run(1, ns));
         printf("\n  32 rows/warp (2 CTAs/SM) sweep (lazy us):");
         for (int ns : cand) printf(" %d:%.1f", ns, run(1, ns, 32));
-        printf("\n  64 rows/CTA (4 warps x 16 rows, 2 CTAs/SM) sweep (lazy us):");
-        for (int ns : cand) printf(" %d:%.1f", ns, run(1, ns, 16, 64));
-        printf("\n  64 rows/CTA twin sweep (us):");
-        for (int ns : cand) printf(" %d:%.1f", ns, run(0, ns, 16, 64));
+        printf("\n  64 rows/CTA mma.sync (4 warps x 16 rows, 2 CTAs/SM) sweep (lazy us):");
+        for (int ns : cand) printf(" %d:%.1f", ns, run(1, ns, 16, 64, 1));
+        printf("\n  64 rows/CTA mma.sync twin sweep (us):");
+        for (int ns : cand) printf(" %d:%.1f", ns, run(0, ns, 16, 64, 1));
         printf("\n  64 rows/CTA wgmma sweep (lazy us):");
         for (int ns : cand) printf(" %d:%.1f", ns, run(1, ns, 16, 64, 2));
         printf("\n  64 rows/CTA wgmma twin sweep (us):");

@@ -280,16 +280,16 @@ int main(int argc, char **argv)
         /* (rows per warp 32 is the shape chosen for ingest-sized row counts) */
         prefill_case(layout, d, G, KV, 20, 1, 0, llama3, 0);
         prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 37, 0, llama3, 0);
-        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 6), 160, 1, llama3, 16);
+        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 6), 160, 1, llama3, 16, 128); /* 8 warps x 16 rows */
         prefill_case(layout, d, G, KV, 1 + (int)(urand() * 6), 130, 7, llama3, 32);
         prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 37, 3, llama3, 32);
         prefill_case(layout, d, G, KV, 1, 256, 1, llama3, 32);
         prefill_case(layout, d, G, KV, 0, 300, 1, llama3, 32);
-        /* 64 rows a CTA (4 warps of 16, two CTAs per SM) */
-        prefill_case(layout, d, G, KV, 20, 3, 0, llama3, 16, 64);
-        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 45, 5, llama3, 16, 64);
-        prefill_case(layout, d, G, KV, 0, 200, 1, llama3, 16, 64);
-        /* the same shape with the wgmma tile loop */
+        /* 64 rows a CTA (4 warps of 16, two CTAs per SM) with the mma.sync tile loop */
+        prefill_case(layout, d, G, KV, 20, 3, 0, llama3, 16, 64, 1);
+        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 45, 5, llama3, 16, 64, 1);
+        prefill_case(layout, d, G, KV, 0, 200, 1, llama3, 16, 64, 1);
+        /* the same shape with the wgmma tile loop (the default for it) */
         prefill_case(layout, d, G, KV, 20, 3, 0, llama3, 16, 64, 2);
         prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 45, 5, llama3, 16, 64, 2);
         prefill_case(layout, d, G, KV, 1 + (int)(urand() * 6), 130, 0, llama3, 16, 64, 2);
