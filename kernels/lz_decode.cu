@@ -271,36 +271,10 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-    /* weights 2^(lse_s - max) per (g, part) in shared memory, then sums over
-     * parts with independent loads (the parts sit in L2) */
-    float *wts = red_l + 4 * 16, *lsum = wts + 16 * n_split;
     for (int g = warp; g < G; g += DEC_THREADS / 32) {
         const size_t row = (size_t)b * p.n_heads + h * G + g;
-        float M = -INFINITY;
-        for (int s = lane; s < n_split; s += 32) M = fmaxf(M, __ldcg(&lse[row * n_split + s]));
-#pragma unroll
-        for (int o2 = 16; o2; o2 >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o2));
-        float L = 0.f;
-        for (int s = lane; s < n_split; s += 32) {
-            float l = __ldcg(&lse[row * n_split + s]);
-            float f = (M == -INFINITY || l == -INFINITY) ? 0.f : exp2f(l - M);
-            wts[g * n_split + s] = f;
-            L += f;
-        }
-#pragma unroll
-        for (int o2 = 16; o2; o2 >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o2);
-        if (lane == 0) lsum[g] = L;
-    }
-    __syncthreads();
-    for (int e = tid; e < G * D; e += DEC_THREADS) {
-        int g = e / D, k = e % D;
-        size_t row = (size_t)b * p.n_heads + h * G + g;
-        const float *src = part + row * n_split * D + k;
-        float acc = 0.f;
-#pragma unroll 8
-        for (int s = 0; s < n_split; s++) acc += wts[g * n_split + s] * __ldcg(src + (size_t)s * D);
-        float L = lsum[g];
-        reinterpret_cast<__nv_bfloat16 *>(p.o)[row * D + k] = __float2bfloat16_rn(L > 0.f ? acc / L : 0.f);
+        lz::combine_row<D>(reinterpret_cast<__nv_bfloat16 *>(p.o) + row * D, part + row * n_split * D,
+                           lse + row * n_split, n_split, lane);
     }
     if (tid == 0) *count = 0;
 }

@@ -1,6 +1,6 @@
 /* lz_mma.cuh - private device helpers of the attention kernels: cp.async,
  * ldmatrix, mma.sync m16n8k16 (bf16 in, fp32 accumulate), the XOR swizzle of
- * shared-memory tiles, and the split-KV combine kernel. CUDA C++ only.
+ * shared-memory tiles, tile copies, the split-KV combine of a row. CUDA C++ only.
  *
  * Legend: d = head_dim, rows of d bf16 = d/8 chunks of 16 bytes; a chunk c of
  * tile row r lives at chunk (c ^ (r & 7)) so ldmatrix reads hit 8 banks.
@@ -145,28 +145,25 @@ __device__ __forceinline__ void copy_tile(uint32_t dst, const __nv_bfloat16 *src
     }
 }
 
-/* Split-KV combine: rows of n_split partial outputs (normalised) and their
- * log2-sum-exp into one bf16 row. part: (rows, n_split, d) fp32, lse: (rows,
- * n_split) fp32 (-inf = empty part), out: (rows, d). One warp per row: lane s
- * holds the weight of part s (32 parts a pass), each lane d/32 consecutive
- * outputs, part loads independent of one another (no chain through lse). */
+/* Split-KV combine of one row by one warp: n_split partial outputs
+ * (normalised, part[s*d ..]) and their log2-sum-exp (lse[s], -inf = empty
+ * part) into one bf16 row. Lane s holds the weight of part s (32 parts a
+ * pass), each lane d/32 consecutive outputs; the part loads bypass L1 (other
+ * CTAs wrote them) and do not depend on one another. */
 template <int D>
-__global__ void combine_kernel(__nv_bfloat16 *__restrict__ out, const float *__restrict__ part,
-                               const float *__restrict__ lse, int rows, int n_split)
+__device__ __forceinline__ void combine_row(__nv_bfloat16 *out, const float *part, const float *lse, int n_split,
+                                            int lane)
 {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (row >= rows) return;
-    const float *ls = lse + (size_t)row * n_split;
     float mx = -INFINITY;
-    for (int s = lane; s < n_split; s += 32) mx = fmaxf(mx, ls[s]);
+    for (int s = lane; s < n_split; s += 32) mx = fmaxf(mx, __ldcg(lse + s));
 #pragma unroll
     for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     constexpr int E = D / 32; /* elements per lane: 2 or 4 */
     float acc[E] = {};
     float sum = 0.f;
-    const float *src = part + (size_t)row * n_split * D + lane * E;
+    const float *src = part + lane * E;
     for (int s0 = 0; s0 < n_split; s0 += 32) {
-        const float l = s0 + lane < n_split ? ls[s0 + lane] : -INFINITY;
+        const float l = s0 + lane < n_split ? __ldcg(lse + s0 + lane) : -INFINITY;
         const float wl = (mx == -INFINITY || l == -INFINITY) ? 0.f : exp2f(l - mx);
         sum += wl;
         const int n = min(32, n_split - s0);
@@ -175,29 +172,21 @@ __global__ void combine_kernel(__nv_bfloat16 *__restrict__ out, const float *__r
             const float w = __shfl_sync(0xffffffffu, wl, j);
             const float *x = src + (size_t)(s0 + j) * D;
             if constexpr (E == 4) {
-                const float4 v = *reinterpret_cast<const float4 *>(x);
+                const float4 v = __ldcg(reinterpret_cast<const float4 *>(x));
                 acc[0] += w * v.x; acc[1] += w * v.y; acc[2] += w * v.z; acc[3] += w * v.w;
             } else {
-                const float2 v = *reinterpret_cast<const float2 *>(x);
+                const float2 v = __ldcg(reinterpret_cast<const float2 *>(x));
                 acc[0] += w * v.x; acc[1] += w * v.y;
             }
         }
     }
 #pragma unroll
     for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    float inv = sum > 0.f ? 1.f / sum : 0.f;
-    __nv_bfloat16 *o = out + (size_t)row * D + lane * E;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    __nv_bfloat16 *dst = out + lane * E;
 #pragma unroll
     for (int i = 0; i < E; i += 2)
-        *reinterpret_cast<__nv_bfloat162 *>(o + i) = __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
-}
-
-template <int D>
-static int launch_combine(__nv_bfloat16 *out, const float *part, const float *lse, int rows,
-                          int n_split, cudaStream_t st)
-{
-    combine_kernel<D><<<(rows + 7) / 8, 256, 0, st>>>(out, part, lse, rows, n_split);
-    return (int)cudaGetLastError();
+        *reinterpret_cast<__nv_bfloat162 *>(dst + i) = __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
 }
 
 } /* namespace lz */
