@@ -106,9 +106,7 @@ size_t lz_prefill_workspace(const lz_prefill_params *p, int n_split)
 {
     if (n_split <= 1) return 0;
     size_t rows = (size_t)p->n_heads * p->n_rows;
-    /* partial rows and their lse, then one counter per CTA row tile (64-row tiles: the most) */
-    size_t tiles = ((size_t)(p->n_heads / p->n_kv_heads) * p->n_rows + 63) / 64 * p->n_kv_heads;
-    return rows * n_split * ((size_t)p->head_dim + 1) * sizeof(float) + tiles * sizeof(unsigned);
+    return rows * n_split * ((size_t)p->head_dim + 1) * sizeof(float);
 }
 
 int lz_decode_splits(const lz_decode_params *p, int n_sm)

@@ -189,5 +189,28 @@ __device__ __forceinline__ void combine_row(__nv_bfloat16 *out, const float *par
         *reinterpret_cast<__nv_bfloat162 *>(dst + i) = __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
 }
 
+/* Split-KV combine kernel: rows of n_split partial outputs, part (rows,
+ * n_split, d) fp32 and lse (rows, n_split), into out (rows, d); one warp a
+ * row, all warps of the GPU at once (a merge by the last part's CTA serialises
+ * a row tile's rows on four warps: 4x slower on question prefill, call 15 of
+ * bench/RESULTS.md). */
+template <int D>
+__global__ void combine_kernel(__nv_bfloat16 *__restrict__ out, const float *__restrict__ part,
+                               const float *__restrict__ lse, int rows, int n_split)
+{
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= rows) return;
+    combine_row<D>(out + (size_t)row * D, part + (size_t)row * n_split * D, lse + (size_t)row * n_split, n_split,
+                   threadIdx.x & 31);
+}
+
+template <int D>
+static int launch_combine(__nv_bfloat16 *out, const float *part, const float *lse, int rows, int n_split,
+                          cudaStream_t st)
+{
+    combine_kernel<D><<<(rows + 7) / 8, 256, 0, st>>>(out, part, lse, rows, n_split);
+    return (int)cudaGetLastError();
+}
+
 } /* namespace lz */
 #endif /* LZ_MMA_CUH */

@@ -12,8 +12,8 @@
  * and rotates them in registers by R(-p) (cos/sin tables for the CTA's
  * segments built once per CTA; model/rope.h math). A first version rotated
  * every K tile in shared memory after it landed: 10-17% slower than the twin
- * (bench/RESULTS.md). Split-KV over the tile list when the rows alone cannot
- * fill the GPU (question prefill), merged by the last part of each row tile.
+ * (bench/RESULTS.md). Split-KV over the tile list plus a combine kernel when
+ * the rows alone cannot fill the GPU (question prefill).
  *
  * Legend: S = segments, KV = kv heads, G = H/KV, M = rows, R = G*M packed
  * rows per kv head (row r = head g = r / M, position m = r % M), d =
@@ -511,25 +511,6 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                     lse[row * n_split + sp] = l > 0.f ? mrow[mt][k] + log2f(l) : -INFINITY;
             }
         }
-    if (n_split == 1) return;
-    /* split-KV: the last part of this row tile to finish merges all parts (no
-     * second launch; the parts sit in L2); its counter goes back to zero */
-    unsigned *count = reinterpret_cast<unsigned *>(lse + rows * n_split) + blockIdx.x;
-    __shared__ unsigned is_last;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) is_last = atomicAdd(count, 1u) == (unsigned)n_split - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    for (int r = warp; r < BM; r += WARPS) {
-        const int rr = r0 + r;
-        if (rr >= R) break;
-        const size_t row = (size_t)(h * G + rr / M) * M + rr % M;
-        lz::combine_row<D>(reinterpret_cast<__nv_bfloat16 *>(p.o) + row * D, part + row * n_split * D,
-                           lse + row * n_split, n_split, lane);
-    }
-    if (tid == 0) *count = 0;
 }
 
 template <int D, int LAYOUT, bool LAZY, int MT, int WARPS, bool WG = false>
@@ -552,6 +533,11 @@ int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
     kern<<<grid, SH::THREADS, smem, st>>>(*p, ns);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
+    if (ns > 1) {
+        int rows = p->n_heads * p->n_rows;
+        return lz::launch_combine<D>(reinterpret_cast<__nv_bfloat16 *>(p->o), p->work,
+                                     p->work + (size_t)rows * ns * D, rows, ns, st);
+    }
     return LZ_ATTN_OK;
 }
 

@@ -48,9 +48,7 @@ typedef struct {
     int rows_per_warp;           /* CUDA kernel shape: 0 = choose, 16 or 32 (tests, tuning) */
     int rows_per_cta;            /* CUDA kernel shape: 0 = choose, 64 (16 rows a warp only) or 128 (GQA-packed rows) */
     int wgmma;                   /* CUDA tile loop: 0 = choose, 1 = mma.sync, 2 = wgmma (sm_90a; 64 rows a CTA) */
-    float *work;                 /* split-KV scratch, lz_prefill_workspace() bytes, ZERO-FILLED before its
-                                    first use (per-row-tile counters; the kernels leave them zero);
-                                    unused when 1 part. One call at a time per workspace. */
+    float *work;                 /* split-KV scratch, lz_prefill_workspace() bytes; unused when 1 part */
     size_t work_bytes;
 } lz_prefill_params;
 

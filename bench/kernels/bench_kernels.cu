@@ -281,7 +281,6 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv)
     if (wb) CK(cudaMalloc(&p.work, wb));
     p.work_bytes = wb;
     auto run = [&](int lazy, int ns, int rpw = 0, int bm = 0, int wg = 0) {
-        if (wb) CK(cudaMemset(p.work, 0, wb)); /* split counters start at zero (their place moves with ns) */
         return time_us([&](int set, cudaStream_t st) {
             lz_prefill_params x = p;
             x.n_split = ns;
