@@ -72,13 +72,15 @@ void lz_prefill_plan(const lz_prefill_params *p, int n_sm, int *rows_per_cta, in
 {
     int g = p->n_heads / p->n_kv_heads, bm = p->rows_per_cta, rpw = p->rows_per_warp;
     int64_t tiles128 = ((int64_t)g * p->n_rows + 127) / 128 * p->n_kv_heads;
-    /* 32 rows a warp (K/V fragments feed two halves) when the rows alone fill
-     * the GPU; else 16 rows a warp (Q in registers) with split-KV */
-    if (!rpw) rpw = (bm != 64 && tiles128 >= n_sm && p->wgmma != 2) ? 32 : 16;
+    /* 16 rows a warp, 64 a CTA, wgmma: every shape (H200: question prefill
+     * 128 x 4096 twin 41.5 us against 48.6 with mma.sync, ingest 2048 rows
+     * 119.8 against 151.5 with 32 rows a warp). With mma.sync asked for: 32
+     * rows a warp (K/V fragments feed two halves) when the rows alone fill
+     * the GPU, else 16 rows a warp with split-KV. */
+    if (!rpw) rpw = (p->wgmma == 1 && bm != 64 && tiles128 >= n_sm) ? 32 : 16;
     if (!bm) bm = rpw == 16 ? 64 : 128; /* 64 rows a CTA beat 128 on every question shape (H200 sweep) */
     if (rpw == 32) bm = 128;
-    /* the wgmma tile loop exists for the 64-row shape only, and is its default
-     * (H200: 128 x 4096 twin 41.7 us against 48.7 with mma.sync) */
+    /* the wgmma tile loop exists for the 64-row shape only, and is its default */
     *wgmma = p->wgmma != 1 && rpw == 16 && bm == 64;
     *rows_per_cta = bm;
     *rows_per_warp = rpw;

@@ -225,10 +225,15 @@ static void test_prefill_plan(void)
     p.n_rows = 32;
     lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
     CHECK(bm == 64 && rpw == 16 && ns == 16, "32x4096: %d/%d/%d", bm, rpw, ns);
-    /* ingest, 2048 rows: the rows fill the GPU: 32 rows a warp, one part */
+    /* ingest, 2048 rows: 64-row wgmma CTAs, one part; with mma.sync asked
+     * for, the rows fill the GPU: 32 rows a warp */
     p.n_rows = 2048; p.n_seg = 0; p.seg_keys = 0;
     lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
-    CHECK(bm == 128 && rpw == 32 && ns == 1 && !wg, "ingest: %d/%d/%d/%d", bm, rpw, ns, wg);
+    CHECK(bm == 64 && rpw == 16 && ns == 1 && wg, "ingest: %d/%d/%d/%d", bm, rpw, ns, wg);
+    p.wgmma = 1;
+    lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
+    CHECK(bm == 128 && rpw == 32 && ns == 1 && !wg, "ingest, mma.sync: %d/%d/%d/%d", bm, rpw, ns, wg);
+    p.wgmma = 0;
     /* explicit choices are kept; a forced split is kept; too few tiles cap the split */
     p.rows_per_warp = 16; p.rows_per_cta = 128; p.n_split = 3;
     lz_prefill_plan(&p, 132, &bm, &rpw, &ns, &wg);
