@@ -254,13 +254,19 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             }
         }
     };
+    /* ld walks the tiles being loaded; with 2 stages the tile computed next is
+     * the one loaded last (pend), else cur walks them a second time (also for
+     * 32 rows a warp: pend's registers would spill there) */
+    constexpr bool PEND = STAGES == 2 && MT == 1;
     Cursor cur, ld;
     cur.init(p, h, t0, self_tiles);
     ld = cur;
+    Tile pend;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (t0 + s < t1) {
-            load_tile(ld.tile(p, h, D), s);
+            pend = ld.tile(p, h, D);
+            load_tile(pend, s);
             ld.next(p, h, self_tiles);
         }
         lz::cp_async_commit();
@@ -330,13 +336,18 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         lz::cp_async_wait<STAGES - 2>();
         if (WG) lz::fence_proxy_async(); /* this thread's copies, before wgmma reads them */
         __syncthreads();
+        Tile x;
+        if constexpr (PEND) x = pend;
         if (t + STAGES - 1 < t1) {
-            load_tile(ld.tile(p, h, D), (t - t0 + STAGES - 1) % STAGES);
+            pend = ld.tile(p, h, D);
+            load_tile(pend, (t - t0 + STAGES - 1) % STAGES);
             ld.next(p, h, self_tiles);
         }
         lz::cp_async_commit();
-        const Tile x = cur.tile(p, h, D);
-        cur.next(p, h, self_tiles);
+        if constexpr (!PEND) {
+            x = cur.tile(p, h, D);
+            cur.next(p, h, self_tiles);
+        }
         if (LAZY && x.slot != q_slot) { /* segment change: query rotated by the new R(-p) */
             if constexpr (MT == 1) {
                 load_rotated_q(x.slot);
@@ -400,35 +411,36 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         uint32_t pa[MT][NB / 16][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            float mx[2] = {mrow[mt][0], mrow[mt][1]};
+            /* row maxima of the raw scores (the scale is positive), then
+             * p = 2^(s*scale*log2e - max*scale*log2e): one FFMA and one EX2 a score */
+            float mx[2] = {-INFINITY, -INFINITY};
             const int pos0 = need_mask ? row_pos(mt, 0) : 0, pos1 = need_mask ? row_pos(mt, 1) : 0;
 #pragma unroll
             for (int nt = 0; nt < NB / 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float v = s[mt][nt][e] * sl2;
                     if (need_mask) {
                         int col = nt * 8 + 2 * (lane & 3) + (e & 1);
                         bool ok = col < x.n && (!is_self || x.j0 + col <= ((e >> 1) ? pos1 : pos0));
-                        v = ok ? v : -INFINITY;
+                        s[mt][nt][e] = ok ? s[mt][nt][e] : -INFINITY;
                     }
-                    s[mt][nt][e] = v;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][nt][e]);
                 }
             float alpha[2], mu[2];
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                mu[r] = mx[r] == -INFINITY ? 0.f : mx[r];
+                const float m = fmaxf(mrow[mt][r], mx[r] * sl2); /* running max, scaled */
+                mu[r] = m == -INFINITY ? 0.f : m;
                 alpha[r] = exp2f(mrow[mt][r] - mu[r]);
-                mrow[mt][r] = mx[r];
+                mrow[mt][r] = m;
             }
             float rs[2] = {0.f, 0.f};
 #pragma unroll
             for (int nt = 0; nt < NB / 8; nt++) {
-                float p0 = exp2f(s[mt][nt][0] - mu[0]), p1 = exp2f(s[mt][nt][1] - mu[0]);
-                float p2 = exp2f(s[mt][nt][2] - mu[1]), p3 = exp2f(s[mt][nt][3] - mu[1]);
+                float p0 = exp2f(fmaf(s[mt][nt][0], sl2, -mu[0])), p1 = exp2f(fmaf(s[mt][nt][1], sl2, -mu[0]));
+                float p2 = exp2f(fmaf(s[mt][nt][2], sl2, -mu[1])), p3 = exp2f(fmaf(s[mt][nt][3], sl2, -mu[1]));
                 rs[0] += p0 + p1;
                 rs[1] += p2 + p3;
                 pa[mt][nt >> 1][(nt & 1) * 2] = lz::pack_bf16(p0, p1);
@@ -454,9 +466,9 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             lz::wg_commit();
             /* lazy: the next tile starts another segment: its query is rotated
              * now, while the tensor cores run P V (qa is not an operand of it) */
-            if (LAZY && t + 1 < t1 && cur.s != q_slot) {
-                load_rotated_q(cur.s);
-                q_slot = cur.s;
+            if (LAZY && t + 1 < t1 && pend.slot != q_slot) { /* pend: the next tile (WG: 2 stages) */
+                load_rotated_q(pend.slot);
+                q_slot = pend.slot;
             }
             lz::wg_wait0();
             lz::wg_fence_acc(o[0]);

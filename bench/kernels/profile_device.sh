@@ -1,16 +1,17 @@
 #!/bin/sh
 # profile_device.sh - Nsight Compute sections for one prefill and one decode
 # shape, ours (lazy and twin) and torch SDPA's FlashAttention-2 kernels, on the
-# GPU machine (Firecracker runtime: ncu reads the counters; clocks left alone).
+# GPU machine (Firecracker runtime: ncu reads the counters; clocks left alone;
+# caches not flushed between kernels, so a combine kernel reads its parts from L2 as in a run).
 # Usage (repo root, build/cuda carried): sh bench/kernels/profile_device.sh OUTDIR
 OUT=${1:-${OUT:-/tmp/out}}
 B=build/cuda
 mkdir -p "$OUT"
 SECT="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis"
-NCU="ncu --clock-control none $SECT"
+NCU="ncu --clock-control none --cache-control none $SECT"
 # ours (LZ_BENCH_PROFILE=1: every timing is 3 plain calls): lazy x3, twin x3, ...
 export LZ_BENCH_PROFILE=1
-timeout 120 $NCU --kernel-name regex:prefill_kernel --launch-skip 1 --launch-count 1 \
+timeout 120 $NCU --kernel-name regex:'prefill_kernel|combine' --launch-skip 2 --launch-count 2 \
     "$B/bench_kernels" /tmp/p.json 0 p128x4096 > "$OUT/ncu_prefill_lazy.txt" 2>&1
 timeout 120 $NCU --kernel-name regex:'prefill_kernel|combine' --launch-skip 6 --launch-count 2 \
     "$B/bench_kernels" /tmp/p.json 0 p128x4096 > "$OUT/ncu_prefill_twin.txt" 2>&1
