@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
     __threadfence();
     for (int g = warp; g < G; g += DEC_THREADS / 32) {
         const size_t row = (size_t)b * p.n_heads + h * G + g;
-        lz::combine_row<D>(reinterpret_cast<__nv_bfloat16 *>(p.o) + row * D, part + row * n_split * D,
+        lz::combine_row<D, true>(reinterpret_cast<__nv_bfloat16 *>(p.o) + row * D, part + row * n_split * D,
                            lse + row * n_split, n_split, lane);
     }
     if (tid == 0) *count = 0;

@@ -148,14 +148,24 @@ __device__ __forceinline__ void copy_tile(uint32_t dst, const __nv_bfloat16 *src
 /* Split-KV combine of one row by one warp: n_split partial outputs
  * (normalised, part[s*d ..]) and their log2-sum-exp (lse[s], -inf = empty
  * part) into one bf16 row. Lane s holds the weight of part s (32 parts a
- * pass), each lane d/32 consecutive outputs; the part loads bypass L1 (other
- * CTAs wrote them) and do not depend on one another. */
-template <int D>
+ * pass), each lane d/32 consecutive outputs; the part loads do not depend on
+ * one another. */
+template <int D, bool SAME_KERNEL>
 __device__ __forceinline__ void combine_row(__nv_bfloat16 *out, const float *part, const float *lse, int n_split,
                                             int lane)
 {
+    /* parts written by this kernel's other CTAs: L2 loads (L1 is not coherent);
+     * by an earlier kernel: the read-only path (call 16 of bench/RESULTS.md:
+     * 2 us on 32 x 1536 with 16 parts) */
+    auto ld = [](const float *x) { return SAME_KERNEL ? __ldcg(x) : __ldg(x); };
+    auto ld4 = [](const float *x) {
+        return SAME_KERNEL ? __ldcg(reinterpret_cast<const float4 *>(x)) : __ldg(reinterpret_cast<const float4 *>(x));
+    };
+    auto ld2 = [](const float *x) {
+        return SAME_KERNEL ? __ldcg(reinterpret_cast<const float2 *>(x)) : __ldg(reinterpret_cast<const float2 *>(x));
+    };
     float mx = -INFINITY;
-    for (int s = lane; s < n_split; s += 32) mx = fmaxf(mx, __ldcg(lse + s));
+    for (int s = lane; s < n_split; s += 32) mx = fmaxf(mx, ld(lse + s));
 #pragma unroll
     for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     constexpr int E = D / 32; /* elements per lane: 2 or 4 */
@@ -163,7 +173,7 @@ __device__ __forceinline__ void combine_row(__nv_bfloat16 *out, const float *par
     float sum = 0.f;
     const float *src = part + lane * E;
     for (int s0 = 0; s0 < n_split; s0 += 32) {
-        const float l = s0 + lane < n_split ? __ldcg(lse + s0 + lane) : -INFINITY;
+        const float l = s0 + lane < n_split ? ld(lse + s0 + lane) : -INFINITY;
         const float wl = (mx == -INFINITY || l == -INFINITY) ? 0.f : exp2f(l - mx);
         sum += wl;
         const int n = min(32, n_split - s0);
@@ -172,10 +182,10 @@ __device__ __forceinline__ void combine_row(__nv_bfloat16 *out, const float *par
             const float w = __shfl_sync(0xffffffffu, wl, j);
             const float *x = src + (size_t)(s0 + j) * D;
             if constexpr (E == 4) {
-                const float4 v = __ldcg(reinterpret_cast<const float4 *>(x));
+                const float4 v = ld4(x);
                 acc[0] += w * v.x; acc[1] += w * v.y; acc[2] += w * v.z; acc[3] += w * v.w;
             } else {
-                const float2 v = __ldcg(reinterpret_cast<const float2 *>(x));
+                const float2 v = ld2(x);
                 acc[0] += w * v.x; acc[1] += w * v.y;
             }
         }
@@ -192,7 +202,7 @@ __device__ __forceinline__ void combine_row(__nv_bfloat16 *out, const float *par
 /* Split-KV combine kernel: rows of n_split partial outputs, part (rows,
  * n_split, d) fp32 and lse (rows, n_split), into out (rows, d); one warp a
  * row, all warps of the GPU at once (a merge by the last part's CTA serialises
- * a row tile's rows on four warps: 4x slower on question prefill, call 15 of
+ * a row tile's rows on four warps: 4x slower on question prefill,
  * bench/RESULTS.md). */
 template <int D>
 __global__ void combine_kernel(__nv_bfloat16 *__restrict__ out, const float *__restrict__ part,
@@ -200,7 +210,7 @@ __global__ void combine_kernel(__nv_bfloat16 *__restrict__ out, const float *__r
 {
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= rows) return;
-    combine_row<D>(out + (size_t)row * D, part + (size_t)row * n_split * D, lse + (size_t)row * n_split, n_split,
+    combine_row<D, false>(out + (size_t)row * D, part + (size_t)row * n_split * D, lse + (size_t)row * n_split, n_split,
                    threadIdx.x & 31);
 }
 

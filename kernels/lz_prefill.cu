@@ -411,36 +411,35 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         uint32_t pa[MT][NB / 16][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            /* row maxima of the raw scores (the scale is positive), then
-             * p = 2^(s*scale*log2e - max*scale*log2e): one FFMA and one EX2 a score */
-            float mx[2] = {-INFINITY, -INFINITY};
+            float mx[2] = {mrow[mt][0], mrow[mt][1]};
             const int pos0 = need_mask ? row_pos(mt, 0) : 0, pos1 = need_mask ? row_pos(mt, 1) : 0;
 #pragma unroll
             for (int nt = 0; nt < NB / 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
+                    float v = s[mt][nt][e] * sl2;
                     if (need_mask) {
                         int col = nt * 8 + 2 * (lane & 3) + (e & 1);
                         bool ok = col < x.n && (!is_self || x.j0 + col <= ((e >> 1) ? pos1 : pos0));
-                        s[mt][nt][e] = ok ? s[mt][nt][e] : -INFINITY;
+                        v = ok ? v : -INFINITY;
                     }
-                    mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][nt][e]);
+                    s[mt][nt][e] = v;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
                 }
             float alpha[2], mu[2];
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                const float m = fmaxf(mrow[mt][r], mx[r] * sl2); /* running max, scaled */
-                mu[r] = m == -INFINITY ? 0.f : m;
+                mu[r] = mx[r] == -INFINITY ? 0.f : mx[r];
                 alpha[r] = exp2f(mrow[mt][r] - mu[r]);
-                mrow[mt][r] = m;
+                mrow[mt][r] = mx[r];
             }
             float rs[2] = {0.f, 0.f};
 #pragma unroll
             for (int nt = 0; nt < NB / 8; nt++) {
-                float p0 = exp2f(fmaf(s[mt][nt][0], sl2, -mu[0])), p1 = exp2f(fmaf(s[mt][nt][1], sl2, -mu[0]));
-                float p2 = exp2f(fmaf(s[mt][nt][2], sl2, -mu[1])), p3 = exp2f(fmaf(s[mt][nt][3], sl2, -mu[1]));
+                float p0 = exp2f(s[mt][nt][0] - mu[0]), p1 = exp2f(s[mt][nt][1] - mu[0]);
+                float p2 = exp2f(s[mt][nt][2] - mu[1]), p3 = exp2f(s[mt][nt][3] - mu[1]);
                 rs[0] += p0 + p1;
                 rs[1] += p2 + p3;
                 pa[mt][nt >> 1][(nt & 1) * 2] = lz::pack_bf16(p0, p1);
