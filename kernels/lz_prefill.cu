@@ -223,6 +223,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
 
     unsigned char *qsm = smem, *ring = smem + (size_t)BM * D * 2;
     float2 *cstab = reinterpret_cast<float2 *>(ring + (size_t)STAGES * 2 * BN * D * 2); /* (S+1, d/2) */
+    int64_t *soff = reinterpret_cast<int64_t *>(cstab + (size_t)(p.n_seg + 1) * (D / 2)); /* lazy: (S+1) offsets */
     const uint32_t q_u = lz::smem_u32(qsm), ring_u = lz::smem_u32(ring);
     const __nv_bfloat16 *qg = reinterpret_cast<const __nv_bfloat16 *>(p.q);
 
@@ -275,15 +276,19 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
      * keys (a superset of those it touches; no second walk): the first
      * segment's now, the others after the first query rotation (published by
      * the main loop's first barrier), off the path to the first MMA */
-    auto cs_entries = [&](int slot0, int n_slots) {
+    /* offsets of every slot into shared memory, all loads at once (one global
+     * latency; a loop over p.segs in cs_entries waited for each in turn) */
+    if (LAZY)
+        for (int sl = tid; sl <= p.n_seg; sl += THREADS) soff[sl] = sl < p.n_seg ? p.segs[sl].offset : p.self_offset;
+    auto cs_entries = [&](int slot0, int n_slots, bool from_smem) {
         for (int e = tid; e < n_slots * (D / 2); e += THREADS) {
             const int slot = slot0 + e / (D / 2), i = e % (D / 2);
-            const int64_t off = slot < p.n_seg ? p.segs[slot].offset : p.self_offset;
+            const int64_t off = from_smem ? soff[slot] : slot < p.n_seg ? p.segs[slot].offset : p.self_offset;
             const float ang = (float)(-off) * p.inv_freq[i];
             cstab[slot * (D / 2) + i] = fabsf(ang) < 1.6e7f ? lz::rope_cos_sin(ang) : make_float2(cosf(ang), sinf(ang));
         }
     };
-    if (LAZY && t0 < t1) cs_entries(cur.s, MT == 1 ? 1 : p.n_seg - cur.s + 1); /* MT = 2: all at once (registers) */
+    if (LAZY && t0 < t1) cs_entries(cur.s, MT == 1 ? 1 : p.n_seg - cur.s + 1, false); /* MT = 2: all at once (registers) */
     /* rows of this thread: warp*16*MT + mt*16 + lane/4 (+8); causal position m */
     const int wr0 = warp * 16 * MT;
     auto row_pos = [&](int mt, int k) { /* causal position of a row; rows past R see everything */
@@ -317,7 +322,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             __syncthreads(); /* cos/sin table */
             rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + q_slot * (D / 2), r0, R, M, h, G, tid); /* published by the loop's first barrier */
         }
-        if (LAZY && MT == 1) cs_entries(cur.s + 1, p.n_seg - cur.s);
+        if (LAZY && MT == 1) cs_entries(cur.s + 1, p.n_seg - cur.s, true); /* offsets published by the barrier above */
     }
 
     /* MT = 1: this warp's query fragments from the shared tile, rotated by R(-p) of slot */
@@ -530,8 +535,8 @@ int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
     using SH = Shape<MT, WARPS>;
     auto kern = prefill_kernel<D, LAYOUT, LAZY, MT, WARPS, WG>;
     const size_t base = pf_smem_base<D, MT, WARPS>() + (WG ? 1024 : 0);
-    const size_t smem_max = base + (size_t)(LZ_PREFILL_MAX_SEG + 1) * (D / 2) * sizeof(float2);
-    const size_t smem = base + (LAZY ? (size_t)(p->n_seg + 1) * (D / 2) * sizeof(float2) : 0);
+    const size_t smem_max = base + (size_t)(LZ_PREFILL_MAX_SEG + 1) * ((D / 2) * sizeof(float2) + sizeof(int64_t));
+    const size_t smem = base + (LAZY ? (size_t)(p->n_seg + 1) * ((D / 2) * sizeof(float2) + sizeof(int64_t)) : 0);
     static bool attr_set = false;
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
