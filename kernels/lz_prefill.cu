@@ -1,11 +1,13 @@
 /* lz_prefill.cu - lazy prefill attention and its non-lazy twin
  * (lz_prefill.h), FlashAttention-2 style: a CTA owns BM query rows (GQA heads
  * of one kv head packed along the rows), streams 64-key tiles through a
- * cp.async ring, QK^T and PV on mma.sync m16n8k16 (bf16, fp32 accumulate),
- * online softmax in registers. Shapes (lz_prefill_plan): 4 warps x 16 rows
- * (BM 64, Q in registers, 2 stages, 2 CTAs per SM: question prefill), 8 warps
- * x 16 rows (BM 128, 3 stages, 1 CTA per SM), 4 warps x 32 rows (BM 128, 2
- * CTAs per SM, each K/V fragment feeding two 16-row halves: ingest).
+ * cp.async ring, QK^T and PV on tensor cores (bf16, fp32 accumulate), online
+ * softmax in registers. Shapes (lz_prefill_plan): one warpgroup of 4 warps x
+ * 16 rows (BM 64, Q in registers, 2 stages, 2 CTAs per SM) on wgmma
+ * (lz_wgmma.cuh: K and V read from shared memory by the tensor cores; the
+ * default for every shape) or mma.sync m16n8k16; 8 warps x 16 rows (BM 128,
+ * 3 stages, 1 CTA per SM) and 4 warps x 32 rows (BM 128, 2 CTAs per SM, each
+ * K/V fragment feeding two 16-row halves) on mma.sync, on request.
  * Tiles never straddle segments; a tail of <= 32 keys runs a half-width copy
  * of the tile code. The lazy kernel uses q . R(p) K = (R(-p) q) . K: when the
  * tile's segment changes it reloads the query fragments from shared memory
