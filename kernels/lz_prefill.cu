@@ -88,27 +88,19 @@ struct Cursor {
     }
 };
 
-/* (cos, sin) of the rotary angle -off * inv_freq: the hardware sin/cos after a
- * double-precision reduction while it is exact, cosf/sinf beyond. */
-__device__ __forceinline__ float2 rope_cs(int64_t off, float inv_freq)
-{
-    const float ang = (float)(-off) * inv_freq;
-    return fabsf(ang) < 1.6e7f ? lz::rope_cos_sin(ang) : make_float2(cosf(ang), sinf(ang));
-}
-
 /* Rotates this thread's query A fragments (rows lane/4, +8; elements
  * ks*16 + 8*r2 + 2*(lane&3) + {0,1}) by the cos/sin table cs (d/2 pairs).
  * The pairing is model/rope.h's: ADJACENT pairs (2i, 2i+1) sit in one
  * register; HALF pairs (i, i+d/2) sit in k-steps ks and ks + d/32. */
-template <int D, int LAYOUT, class CS>
-__device__ __forceinline__ void rotate_q(uint32_t (&qa)[D / 16][4], CS cs, int lane)
+template <int D, int LAYOUT>
+__device__ __forceinline__ void rotate_q(uint32_t (&qa)[D / 16][4], const float2 *cs, int lane)
 {
     if (LAYOUT == LZ_ROPE_ADJACENT) {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ks++)
 #pragma unroll
             for (int r2 = 0; r2 < 2; r2++) {
-                const float2 c = cs(ks * 8 + 4 * r2 + (lane & 3));
+                const float2 c = cs[ks * 8 + 4 * r2 + (lane & 3)];
 #pragma unroll
                 for (int rh = 0; rh < 2; rh++) {
                     uint32_t &u = qa[ks][2 * r2 + rh];
@@ -123,7 +115,7 @@ __device__ __forceinline__ void rotate_q(uint32_t (&qa)[D / 16][4], CS cs, int l
 #pragma unroll
             for (int r2 = 0; r2 < 2; r2++) {
                 const int i = ks * 16 + 8 * r2 + 2 * (lane & 3);
-                const float2 c0 = cs(i), c1 = cs(i + 1);
+                const float2 c0 = cs[i], c1 = cs[i + 1];
 #pragma unroll
                 for (int rh = 0; rh < 2; rh++) {
                     uint32_t &ua = qa[ks][2 * r2 + rh], &ub = qa[ks + D / 32][2 * r2 + rh];
@@ -294,7 +286,8 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         for (int e = tid; e < n_slots * (D / 2); e += THREADS) {
             const int slot = slot0 + e / (D / 2), i = e % (D / 2);
             const int64_t off = from_smem ? soff[slot] : slot < p.n_seg ? p.segs[slot].offset : p.self_offset;
-            cstab[slot * (D / 2) + i] = rope_cs(off, p.inv_freq[i]);
+            const float ang = (float)(-off) * p.inv_freq[i];
+            cstab[slot * (D / 2) + i] = fabsf(ang) < 1.6e7f ? lz::rope_cos_sin(ang) : make_float2(cosf(ang), sinf(ang));
         }
     };
     if (LAZY && t0 < t1) cs_entries(cur.s, MT == 1 ? 1 : p.n_seg - cur.s + 1, false); /* MT = 2: all at once (registers) */
@@ -326,17 +319,12 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                 int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
                 lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
             }
-            if (LAZY) {
-                const float2 *cs = cstab + q_slot * (D / 2);
-                rotate_q<D, LAYOUT>(qa, [&](int i) { return cs[i]; }, lane);
-            }
+            if (LAZY) rotate_q<D, LAYOUT>(qa, cstab + q_slot * (D / 2), lane);
         } else if (LAZY) {
             __syncthreads(); /* cos/sin table */
             rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + q_slot * (D / 2), r0, R, M, h, G, tid); /* published by the loop's first barrier */
         }
-        /* mma.sync: the other segments' tables now (offsets published by the
-         * barrier above); wgmma computes them in registers while P V runs */
-        if (LAZY && MT == 1 && !WG) cs_entries(cur.s + 1, p.n_seg - cur.s, true);
+        if (LAZY && MT == 1) cs_entries(cur.s + 1, p.n_seg - cur.s, true); /* offsets published by the barrier above */
     }
 
     /* MT = 1: this warp's query fragments from the shared tile, rotated by R(-p) of slot */
@@ -347,13 +335,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                 int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
                 lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
             }
-            if constexpr (WG) { /* this thread's 16 pairs: no table, no barrier */
-                const int64_t off = soff[slot];
-                rotate_q<D, LAYOUT>(qa, [&](int i) { return rope_cs(off, __ldg(p.inv_freq + i)); }, lane);
-            } else {
-                const float2 *cs = cstab + slot * (D / 2);
-                rotate_q<D, LAYOUT>(qa, [&](int i) { return cs[i]; }, lane);
-            }
+            rotate_q<D, LAYOUT>(qa, cstab + slot * (D / 2), lane);
         }
     };
     for (int t = t0; t < t1; t++) {
