@@ -5,6 +5,7 @@
  * Legend: S = segments, KV = kv heads, H = query heads, G = H/KV, M = rows,
  * d = head_dim, B = sequences, NB = max block words per (b, kv head).
  */
+#include <math.h>
 #include <stdio.h>
 
 #include "kernels/lz_decode.h"
@@ -102,6 +103,19 @@ int lz_prefill_splits(const lz_prefill_params *p, int n_sm)
     int bm, rpw, ns, wg;
     lz_prefill_plan(p, n_sm, &bm, &rpw, &ns, &wg);
     return ns;
+}
+
+void lz_prefill_rope_table(float *out, const int64_t *seg_offsets, int n_seg, int64_t self_offset,
+                           const float *inv_freq, int head_dim)
+{
+    for (int sl = 0; sl <= n_seg; sl++) {
+        int64_t off = sl < n_seg ? seg_offsets[sl] : self_offset;
+        for (int i = 0; i < head_dim / 2; i++) {
+            float ang = (float)(-off) * inv_freq[i];
+            out[((size_t)sl * (head_dim / 2) + i) * 2] = cosf(ang);
+            out[((size_t)sl * (head_dim / 2) + i) * 2 + 1] = sinf(ang);
+        }
+    }
 }
 
 size_t lz_prefill_workspace(const lz_prefill_params *p, int n_split)

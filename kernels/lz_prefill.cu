@@ -240,7 +240,12 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             lz::cp_async16(q_u + lz::swz<D>(r, c), src, ok ? 16 : 0);
         }
     }
-    lz::cp_async_commit(); /* group: Q alone, so its fragments can be ready before the first tile */
+    /* lazy, 16 rows a warp: a caller's cos/sin table lands with Q (no sin/cos here) */
+    const bool cs_given = LAZY && MT == 1 && p.rope_cs != nullptr;
+    if (cs_given)
+        for (int e = tid; e < (p.n_seg + 1) * (D / 4); e += THREADS)
+            lz::cp_async16(lz::smem_u32(cstab) + e * 16, p.rope_cs + e * 4, 16);
+    lz::cp_async_commit(); /* group: Q (and the table) alone, so its fragments can be ready before the first tile */
     auto load_tile = [&](const Tile &x, int stage) {
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
         if constexpr (MT == 1) {
@@ -280,7 +285,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
      * the main loop's first barrier), off the path to the first MMA */
     /* offsets of every slot into shared memory, all loads at once (one global
      * latency; a loop over p.segs in cs_entries waited for each in turn) */
-    if (LAZY)
+    if (LAZY && !cs_given)
         for (int sl = tid; sl <= p.n_seg; sl += THREADS) soff[sl] = sl < p.n_seg ? p.segs[sl].offset : p.self_offset;
     auto cs_entries = [&](int slot0, int n_slots, bool from_smem) {
         for (int e = tid; e < n_slots * (D / 2); e += THREADS) {
@@ -290,7 +295,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             cstab[slot * (D / 2) + i] = fabsf(ang) < 1.6e7f ? lz::rope_cos_sin(ang) : make_float2(cosf(ang), sinf(ang));
         }
     };
-    if (LAZY && t0 < t1) cs_entries(cur.s, MT == 1 ? 1 : p.n_seg - cur.s + 1, false); /* MT = 2: all at once (registers) */
+    if (LAZY && !cs_given && t0 < t1) cs_entries(cur.s, MT == 1 ? 1 : p.n_seg - cur.s + 1, false); /* MT = 2: all at once (registers) */
     /* rows of this thread: warp*16*MT + mt*16 + lane/4 (+8); causal position m */
     const int wr0 = warp * 16 * MT;
     auto row_pos = [&](int mt, int k) { /* causal position of a row; rows past R see everything */
@@ -324,7 +329,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             __syncthreads(); /* cos/sin table */
             rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + q_slot * (D / 2), r0, R, M, h, G, tid); /* published by the loop's first barrier */
         }
-        if (LAZY && MT == 1) cs_entries(cur.s + 1, p.n_seg - cur.s, true); /* offsets published by the barrier above */
+        if (LAZY && MT == 1 && !cs_given) cs_entries(cur.s + 1, p.n_seg - cur.s, true); /* offsets published by the barrier above */
     }
 
     /* MT = 1: this warp's query fragments from the shared tile, rotated by R(-p) of slot */

@@ -48,6 +48,10 @@ typedef struct {
     int rows_per_warp;           /* CUDA kernel shape: 0 = choose, 16 or 32 (tests, tuning) */
     int rows_per_cta;            /* CUDA kernel shape: 0 = choose, 64 (16 rows a warp only) or 128 (GQA-packed rows) */
     int wgmma;                   /* CUDA tile loop: 0 = choose, 1 = mma.sync, 2 = wgmma (sm_90a; 64 rows a CTA) */
+    const float *rope_cs;        /* lazy, optional: (S+1, d/2) (cos, sin) pairs of -offset * inv_freq,
+                                    slot S = self_offset (lz_prefill_rope_table; the same for every
+                                    layer of a forward pass; 16-byte aligned, device memory; used by
+                                    the 16-rows-a-warp kernels); NULL = the kernel computes them */
     float *work;                 /* split-KV scratch, lz_prefill_workspace() bytes; unused when 1 part */
     size_t work_bytes;
 } lz_prefill_params;
@@ -59,6 +63,12 @@ void lz_prefill_plan(const lz_prefill_params *p, int n_sm, int *rows_per_cta, in
                      int *n_split, int *wgmma);
 /* Split-KV parts the CUDA kernels use for p (p->n_split if > 0) on n_sm SMs. */
 int lz_prefill_splits(const lz_prefill_params *p, int n_sm);
+/* The (cos, sin) table of p->rope_cs on the host: out[(s*(d/2) + i)*2 + {0,1}] =
+ * cos/sin((float)(-off_s) * inv_freq[i]) for the n_seg offsets then self_offset
+ * (n_seg + 1 slots); offsets and inv_freq in host memory. */
+void lz_prefill_rope_table(float *out, const int64_t *seg_offsets, int n_seg, int64_t self_offset,
+                           const float *inv_freq, int head_dim);
+
 /* Bytes of p->work needed for n_split parts (0 when n_split == 1). */
 size_t lz_prefill_workspace(const lz_prefill_params *p, int n_split);
 

@@ -256,9 +256,30 @@ static void test_prefill_plan(void)
     CHECK(lz_prefill_check(&p) == LZ_ATTN_EARG, "wgmma 3 refused");
 }
 
+/* The host cos/sin table of the lazy prefill: slot s holds -offset_s * inv_freq
+ * (the own keys last), the angle formed in float as the kernels do. */
+static void test_rope_table(void)
+{
+    float inv[32], cs[3 * 32 * 2];
+    for (int i = 0; i < 32; i++) inv[i] = powf(10000.0f, -(float)i / 32);
+    int64_t offs[2] = {1000, 70000};
+    lz_prefill_rope_table(cs, offs, 2, 5, inv, 64);
+    double worst = 0;
+    for (int sl = 0; sl < 3; sl++)
+        for (int i = 0; i < 32; i++) {
+            int64_t off = sl < 2 ? offs[sl] : 5;
+            float ang = (float)(-off) * inv[i];
+            double e = fabs(cs[(sl * 32 + i) * 2] - cos(ang)) + fabs(cs[(sl * 32 + i) * 2 + 1] - sin(ang));
+            worst = e > worst ? e : worst;
+        }
+    CHECK(worst < 1e-5, "rope table vs cos/sin of the float angle: %g", worst);
+    CHECK(cs[0] == cosf(-1000.0f) && cs[(2 * 32) * 2] == cosf(-5.0f), "slot order: segments, then own keys");
+}
+
 int main(void)
 {
     test_words_and_checks();
+    test_rope_table();
     test_prefill_plan();
     for (int layout = 0; layout < 2; layout++) {
         test_rerotate_composes(layout);

@@ -142,6 +142,17 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     int dev, n_sm;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    /* half the cases hand the kernel the cos/sin table (lz_prefill_rope_table) */
+    float *d_cs = NULL;
+    if (urand() < 0.5) {
+        int64_t *offs = (int64_t *)malloc((size_t)(S + 1) * 8);
+        float *cs = (float *)malloc((size_t)(S + 1) * d * 4);
+        for (int s2 = 0; s2 < S; s2++) offs[s2] = segs[s2].offset;
+        lz_prefill_rope_table(cs, offs, S, self_off, inv, d);
+        d_cs = dup(cs, (size_t)(S + 1) * d);
+        p.rope_cs = d_cs;
+        free(offs); free(cs);
+    }
     int ns, used_bm, used_rpw, used_wg;
     lz_prefill_plan(&p, n_sm, &used_bm, &used_rpw, &ns, &used_wg);
     CHECK(ns == lz_prefill_splits(&p, n_sm), "plan and splits agree");
@@ -159,9 +170,10 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     RC(lz_prefill_lazy_ref(&hp, NULL));
     int nan1, nan2;
     double e1 = nerr(o, ref, nq, &nan1), e2 = nerr(o2, o, nq, &nan2);
-    printf("prefill %-8s d=%3d G=%d KV=%d S=%2d M=%3d split=%2d rows/cta=%3d rows/warp=%2d %s keys=%6lld: gpu-vs-ref %.2e, "
+    printf("prefill %-8s d=%3d G=%d KV=%d S=%2d M=%3d split=%2d rows/cta=%3d rows/warp=%2d %s %s keys=%6lld: gpu-vs-ref %.2e, "
            "lazy-vs-materialised %.2e, nan/unwritten %d/%d\n",
-           LNAME[layout], d, G, KV, S, M, ns, used_bm, used_rpw, used_wg ? "wgmma" : "mma  ", (long long)seg_keys, e1, e2,
+           LNAME[layout], d, G, KV, S, M, ns, used_bm, used_rpw, used_wg ? "wgmma" : "mma  ", d_cs ? "cs-table" : "cs-own  ",
+           (long long)seg_keys, e1, e2,
            nan1, nan2);
     CHECK(e1 <= TOL && nan1 == 0, "prefill gpu vs ref %g nan %d", e1, nan1);
     CHECK(e2 <= TOL && nan2 == 0, "prefill lazy vs materialised %g nan %d", e2, nan2);
@@ -172,6 +184,7 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     CK(cudaFree(d_inv)); CK(cudaFree(d_q)); CK(cudaFree(d_ks)); CK(cudaFree(d_vs)); CK(cudaFree(d_ksr));
     CK(cudaFree(d_segs)); CK(cudaFree(d_rsegs)); CK(cudaFree(d_len)); CK(cudaFree(d_o)); CK(cudaFree(d_o2));
     if (p.work) CK(cudaFree(p.work));
+    if (d_cs) CK(cudaFree(d_cs));
     free(segs); free(rsegs); free(hsegs); free(len); free(hk); free(hv);
     free(q); free(ks); free(vs); free(o); free(o2); free(ref);
 }
