@@ -11,8 +11,8 @@
  * Tiles never straddle segments; a tail of <= 32 keys runs a half-width copy
  * of the tile code. The lazy kernel uses q . R(p) K = (R(-p) q) . K: when the
  * tile's segment changes it reloads the query fragments from shared memory
- * and rotates them in registers by R(-p) (cos/sin tables for the CTA's
- * segments built once per CTA; model/rope.h math). A first version rotated
+ * and rotates them in registers by R(-p) (cos/sin tables: the caller's
+ * p.rope_cs, copied with Q, or built once per CTA; model/rope.h math). A first version rotated
  * every K tile in shared memory after it landed: 10-17% slower than the twin
  * (bench/RESULTS.md). Split-KV over the tile list plus a combine kernel when
  * the rows alone cannot fill the GPU (question prefill).
@@ -279,10 +279,11 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
         lz::cp_async_commit();
     }
-    /* cos/sin of R(-p) for the segments from this part's first to the own
-     * keys (a superset of those it touches; no second walk): the first
-     * segment's now, the others after the first query rotation (published by
-     * the main loop's first barrier), off the path to the first MMA */
+    /* Without the caller's table: cos/sin of R(-p) for the segments from this
+     * part's first to the own keys (a superset of those it touches; no second
+     * walk): the first segment's now, the others after the first query
+     * rotation (published by the main loop's first barrier). A/B: this
+     * prologue was most of the lazy overhead (bench/RESULTS.md). */
     /* offsets of every slot into shared memory, all loads at once (one global
      * latency; a loop over p.segs in cs_entries waited for each in turn) */
     if (LAZY && !cs_given)

@@ -9,7 +9,7 @@
  * Row m of the question sees every kept key of every segment and its own
  * keys 0..m. The lazy CUDA kernel applies the placement as q . R(p) K_j =
  * (R(-p) q) . K_j: it rotates the CTA's query fragments in registers once per
- * segment (cos/sin tables built once per CTA) instead of every K tile; the
+ * segment (cos/sin from p->rope_cs or built once per CTA) instead of every K tile; the
  * result equals rotating the keys (tests compare with the materialised twin). Queries come rotated at their final positions; k_self is rotated
  * at final positions (self_offset = 0) or, for the lazy kernel, at local
  * positions and placed at self_offset. An (h, m) with no visible key cannot
