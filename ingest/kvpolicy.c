@@ -26,6 +26,14 @@ void lz_kvpolicy_default(lz_kvpolicy *p)
     p->agg = LZ_KVPOLICY_AGG_MEAN;
 }
 
+uint32_t lz_kvpolicy_text_hash(const char *text)
+{
+    uint32_t h = 2166136261u;
+    if (!text || !*text) return 0;
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) h = (h ^ *c) * 16777619u;
+    return h ? h : 1;
+}
+
 const char *lz_kvpolicy_name(int kind) { return kind >= 0 && kind <= 4 ? NAMES[kind] : "?"; }
 
 int lz_kvpolicy_parse_name(const char *s)
@@ -66,22 +74,30 @@ void lz_kvpolicy_spec(const lz_kvpolicy *p, char *buf, size_t n)
     if (p->kind == LZ_KVPOLICY_NONE) { snprintf(buf, n, "%s", ""); return; }
     char b[32];
     lz_kvpolicy_budget_str(p, b, sizeof b);
+    char probe[24] = "";
+    if (p->probe == LZ_KVPOLICY_PROBE_RECONSTRUCT) snprintf(probe, sizeof probe, " recon");
+    else if (p->probe && p->probe_text) snprintf(probe, sizeof probe, " probe=%08x", (unsigned)p->probe_text);
+    else if (p->probe) snprintf(probe, sizeof probe, " probe");
     snprintf(buf, n, "%s b=%s w=%d k=%d a=%g %s%s", lz_kvpolicy_name(p->kind), b, p->window, p->kernel,
-             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean",
-             p->probe == LZ_KVPOLICY_PROBE_RECONSTRUCT ? " recon" : p->probe ? " probe" : "");
+             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean", probe);
 }
 
 int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p)
 {
     lz_kvpolicy_default(p);
     if (!spec || !*spec || !strcmp(spec, "none")) return 0;
-    char name[32], b[32], agg[8], probe[8] = "";
+    char name[32], b[32], agg[8], probe[24] = "";
     int w, k;
     float a;
-    int nf = sscanf(spec, "%31s b=%31s w=%d k=%d a=%f %7s %7s", name, b, &w, &k, &a, agg, probe);
-    if (nf != 6 && !(nf == 7 && (!strcmp(probe, "probe") || !strcmp(probe, "recon")))) return -1;
+    int nf = sscanf(spec, "%31s b=%31s w=%d k=%d a=%f %7s %23s", name, b, &w, &k, &a, agg, probe);
+    unsigned hash = 0;
+    char tail;
+    int hashed = nf == 7 && sscanf(probe, "probe=%8x%c", &hash, &tail) == 1 && hash != 0 &&
+                 strlen(probe) == 14;
+    if (nf != 6 && !(nf == 7 && (!strcmp(probe, "probe") || !strcmp(probe, "recon") || hashed))) return -1;
     p->probe = nf != 7 ? LZ_KVPOLICY_PROBE_NONE
                        : !strcmp(probe, "recon") ? LZ_KVPOLICY_PROBE_RECONSTRUCT : LZ_KVPOLICY_PROBE_CUE;
+    p->probe_text = hashed ? (uint32_t)hash : 0;
     int kind = lz_kvpolicy_parse_name(name);
     if (kind <= 0 || lz_kvpolicy_parse_budget(b, p) || w < 1 || k < 1 || !(k & 1) || a < 0 || a > 1) return -1;
     if (strcmp(agg, "mean") && strcmp(agg, "max")) return -1;

@@ -36,6 +36,7 @@
 #define LZ_KVPOLICY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum {
     LZ_KVPOLICY_NONE = 0,
@@ -70,7 +71,12 @@ typedef struct {
                           * passage; costs about one more encoding). With a probe every
                           * document token is a candidate, the probe's keys are not stored,
                           * B counts only document tokens */
+    uint32_t probe_text; /* CUE: lz_kvpolicy_text_hash of the question in the cue (0 = the
+                          * empty question; spec " probe", else " probe=%08x") */
 } lz_kvpolicy;
+
+/* FNV-1a hash of a probe question (never 0 for a non-empty text; 0 for ""). */
+uint32_t lz_kvpolicy_text_hash(const char *text);
 
 /* none, budget 0, window 32, kernel 7, alpha 0.2, mean. */
 void lz_kvpolicy_default(lz_kvpolicy *p);

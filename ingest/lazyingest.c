@@ -24,6 +24,7 @@
 #include "model/prompt.h"
 #include "store/store.h"
 #include "model/runtime.h"
+#include "model/unicode.h"
 
 enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_SKIPPED = 2, EXIT_CHECK = 3 };
 
@@ -33,6 +34,7 @@ typedef struct {
     int prune, strict, check, repair, gc, quiet, json;
     lz_kvpolicy kv;       /* KV eviction at ingest (--kv-policy, --kv-budget, ...) */
     const char *kv_budget_arg;
+    const char *probe_text; /* --kv-probe-text: the question in the probe cue (NULL = "") */
 } options;
 
 static void usage(FILE *f)
@@ -63,6 +65,9 @@ static void usage(FILE *f)
             "  --kv-agg mean|max      GQA: aggregate a kv head's query heads (default mean)\n"
             "  --kv-probe             observation window = the prompt's question cue run after the\n"
             "                         document (scored, not stored) instead of the document's tail\n"
+            "  --kv-probe-text Q      the same with question Q in the cue (UTF-8, at most 1024 bytes;\n"
+            "                         recorded in each document's KV spec as a hash; --repair needs the\n"
+            "                         same Q to re-encode such documents)\n"
             "  --kv-reconstruct       observation window = the document itself run again after it\n"
             "                         (KVzip-style: keys scored while the model re-reads the passage;\n"
             "                         best quality, costs about one more encoding of every document)\n"
@@ -695,8 +700,9 @@ static int setup_model(ingest *g, const char *model_path)
     if (lz_encoder_new(g->m, g->prefix, g->n_prefix, &g->enc, g->err, sizeof g->err)) return -1;
     lz_encoder_set_dtype(g->enc, lz_store_kv_dtype(g->s));
     lz_encoder_set_kvpolicy(g->enc, &g->o.kv);
-    int *probe = NULL, n_probe = 0; /* the question cue with an empty question (used by --kv-probe) */
-    if (lz_prompt_question_tokens(g->m->tok, "", &probe, &n_probe) || lz_encoder_set_probe(g->enc, probe, n_probe)) {
+    int *probe = NULL, n_probe = 0; /* the question cue, empty or --kv-probe-text (used by --kv-probe) */
+    if (lz_prompt_question_tokens(g->m->tok, g->o.probe_text ? g->o.probe_text : "", &probe, &n_probe) ||
+        lz_encoder_set_probe(g->enc, probe, n_probe)) {
         free(probe);
         snprintf(g->err, sizeof g->err, "out of memory");
         return -1;
@@ -816,6 +822,13 @@ static int repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
         lz_kvpolicy kp; /* re-encode under the row's own policy, so its key stays valid */
         if (lz_kvpolicy_parse_spec(c->kv_spec, &kp) || (kp.kind && lz_kvpolicy_budget(&kp, c->n) <= 0))
             lz_kvpolicy_default(&kp), c->kv_spec[0] = 0;
+        if (kp.probe == LZ_KVPOLICY_PROBE_CUE && kp.probe_text != g->o.kv.probe_text) {
+            /* the probe question is not stored, only its hash: re-encoding with
+             * another one would store keys chosen by a different score */
+            warnf(g, "repair: document '%s' was compressed with probe question %08x; run --repair with the "
+                  "same --kv-probe-text (left as it is)", c->ext_id, (unsigned)kp.probe_text);
+            continue;
+        }
         lz_store_doc_key_kv(g->m->fingerprint, g->prefix, g->n_prefix, c->ids, c->n, c->kv_spec, p.key);
         lz_encoder_set_kvpolicy(g->enc, &kp);
         int erc = lz_encoder_run(g->enc, c->ids, c->n, g->err, sizeof g->err) ||
@@ -1128,6 +1141,18 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--kv-probe")) {
             o->kv.probe = LZ_KVPOLICY_PROBE_CUE;
+        } else if (!strcmp(a, "--kv-probe-text")) {
+            if (!val) goto missing;
+            size_t len = strlen(val);
+            if (len > 1024 || lz_utf8_valid_prefix((const unsigned char *)val, len) != len) {
+                fprintf(stderr, "lazyingest: --kv-probe-text: %s\n",
+                        len > 1024 ? "longer than 1024 bytes" : "not valid UTF-8");
+                return EXIT_ERR;
+            }
+            o->kv.probe = LZ_KVPOLICY_PROBE_CUE;
+            o->probe_text = val;
+            o->kv.probe_text = lz_kvpolicy_text_hash(val);
+            i++;
         } else if (!strcmp(a, "--kv-reconstruct")) {
             o->kv.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
         } else if (!strcmp(a, "--kv-agg")) {

@@ -132,6 +132,24 @@ static void test_rows(const char *store)
 /* Re-ingests the compressed store with probe option `flag`: every document
  * re-encoded, doc5's spec ends in `suffix` and keeps half its tokens per
  * head, --check is clean and lazyquery answers from it. */
+/* Deletes the payload of document ext_id (its row stays): a lost payload for
+ * --check and --repair. *d gets the row. Returns 1 on success. */
+static int delete_payload(const char *store, const char *ext_id, lz_meta_doc *d)
+{
+    char err[512], src[256];
+    lz_store *s;
+    int ok = !lz_store_open(store, LZ_STORE_WRITER, &s, err, sizeof err);
+    CHECK(ok, "open: %s", err);
+    if (!ok) return 0;
+    lz_meta_doc_find(lz_store_meta(s), ext_id, d, src, sizeof src, err, sizeof err);
+    lz_kvdb_item it = {.key = d->payload_key, .key_len = LZ_META_KEY_LEN};
+    int nd = 0;
+    ok = lz_kvdb_del_batch(lz_store_kvdb(s), &it, 1, &nd, err, sizeof err) == 0 && nd == 1;
+    CHECK(ok, "delete the payload of %s", ext_id);
+    lz_store_close(s);
+    return ok;
+}
+
 static void test_probe_run(const char *ada, const char *out, const char *flag, const char *suffix)
 {
     char args[128], err[512], src[256];
@@ -214,15 +232,7 @@ int main(void)
         char err[512], src[256];
         lz_store *s;
         lz_meta_doc d0, d1;
-        int ok = !lz_store_open(ada, LZ_STORE_WRITER, &s, err, sizeof err);
-        CHECK(ok, "open: %s", err);
-        if (ok) {
-            lz_meta_doc_find(lz_store_meta(s), "doc4", &d0, src, sizeof src, err, sizeof err);
-            lz_kvdb_item it = {.key = d0.payload_key, .key_len = LZ_META_KEY_LEN};
-            int nd = 0;
-            CHECK(lz_kvdb_del_batch(lz_store_kvdb(s), &it, 1, &nd, err, sizeof err) == 0 && nd == 1, "delete payload");
-            lz_store_close(s);
-        }
+        int ok = delete_payload(ada, "doc4", &d0);
         CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 3, "--check finds the loss");
         CHECK(lz_test_sh("%s/lazyingest --repair --quiet --model %s --store %s > %s 2>&1", bin, model, ada, out) == 0,
               "--repair re-encodes it");
@@ -240,6 +250,33 @@ int main(void)
      * the short document is compressed too), a valid store */
     test_probe_run(ada, out, "--kv-probe", " probe");
     test_probe_run(ada, out, "--kv-reconstruct", " recon");
+    /* a probe question: its hash in the spec, every document re-encoded; bad text refused */
+    test_probe_run(ada, out, "--kv-probe-text 'Where is the castle?'", " probe=");
+    CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-probe-text "
+                     "\"$(printf '\\377')\" %s > %s 2>&1",
+                     bin, model, ada, corpus, out) == 1, "--kv-probe-text with invalid UTF-8: exit 1");
+    {
+        size_t len;
+        char *msg = lz_test_read_file(out, &len);
+        CHECK(msg && strstr(msg, "--kv-probe-text: not valid UTF-8"), "error names the option: %s", msg ? msg : "");
+        free(msg);
+    }
+    /* --repair of a document compressed with a probe question needs the same question */
+    {
+        lz_meta_doc d;
+        if (delete_payload(ada, "doc5", &d)) {
+            CHECK(lz_test_sh("%s/lazyingest --repair --model %s --store %s > %s 2>&1", bin, model, ada, out) == 3,
+                  "--repair without the question leaves it (exit 3)");
+            size_t len;
+            char *msg = lz_test_read_file(out, &len);
+            CHECK(msg && strstr(msg, "doc5") && strstr(msg, "same --kv-probe-text"), "and says why: %s", msg ? msg : "");
+            free(msg);
+            CHECK(lz_test_sh("%s/lazyingest --repair --quiet --model %s --store %s --kv-probe-text 'Where is the castle?' "
+                             "> %s 2>&1", bin, model, ada, out) == 0, "--repair with the question re-encodes it");
+            CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0,
+                  "clean after that repair");
+        }
+    }
     CHECK(lz_test_sh("%s/lazyingest --kv-policy snapkv --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1 &&
               lz_test_sh("grep -q 'needs --kv-budget' %s", out) == 0,
           "--kv-policy without --kv-budget refused");

@@ -199,6 +199,24 @@ static void test_spec(void)
               !strstr(s, "probe"),
           "spec with reconstruction '%s'", s);
     CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean probes", &q) == -1, "unknown probe suffix refused");
+    /* a probe question (--kv-probe-text) is recorded by its hash */
+    uint32_t h1 = lz_kvpolicy_text_hash("Who founded it?"), h2 = lz_kvpolicy_text_hash("Who founded them?");
+    CHECK(lz_kvpolicy_text_hash("") == 0 && lz_kvpolicy_text_hash(NULL) == 0 && h1 && h2 && h1 != h2,
+          "text hashes: empty 0, others nonzero and distinct (%08x %08x)", (unsigned)h1, (unsigned)h2);
+    p.probe = LZ_KVPOLICY_PROBE_CUE;
+    p.probe_text = h1;
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    char want[24];
+    snprintf(want, sizeof want, " probe=%08x", (unsigned)h1);
+    CHECK(strstr(s, want) && lz_kvpolicy_parse_spec(s, &q) == 0 && q.probe == LZ_KVPOLICY_PROBE_CUE &&
+              q.probe_text == h1,
+          "spec with a probe question '%s'", s);
+    p.probe_text = 0;
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    CHECK(lz_kvpolicy_parse_spec(s, &q) == 0 && q.probe_text == 0 && !strstr(s, "probe="), "empty question: ' probe' '%s'", s);
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean probe=xyz", &q) == -1, "bad probe hash refused");
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean probe=0000000a9", &q) == -1, "long probe hash refused");
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean probe=00000000", &q) == -1, "zero probe hash refused");
     p.probe = 0;
     lz_kvpolicy_parse_budget("128t", &p);
     lz_kvpolicy_spec(&p, s, sizeof s);
