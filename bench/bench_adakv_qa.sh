@@ -14,6 +14,7 @@
 #                         "probe" runs --kv-probe (the question cue as the window),
 #                         "recon" runs --kv-reconstruct (the document re-read as the window)
 #        POLICIES="snapkv ada-snapkv pyramidkv ada-pyramidkv"  BUDGETS="0.5 0.2 0.1"
+#        PROBE_TEXT="Who ...?"  with WINDOWS=probe: --kv-probe-text (that question in the cue)
 #        INGEST_ARGS="--kv-kernel 15"  more lazyingest options for every compressed run
 #        MAX_NEW=24 (answer tokens)  THREADS=N  OUT=build/bench-adakv-qa  QA=build/qa/test  PYTHON=python3  LZ_BIN=build/bin
 # The corpus ingested is the passages the asked questions place (gold and distractors).
@@ -80,7 +81,9 @@ run none
 for w in $WINDOWS; do
     for b in $BUDGETS; do
         for p in $POLICIES; do
-            if [ "$w" = probe ]; then
+            if [ "$w" = probe ] && [ -n "${PROBE_TEXT:-}" ]; then
+                run "$p-$b-probeq" --kv-policy "$p" --kv-budget "$b" --kv-probe-text "$PROBE_TEXT" ${INGEST_ARGS:-}
+            elif [ "$w" = probe ]; then
                 run "$p-$b-probe" --kv-policy "$p" --kv-budget "$b" --kv-probe ${INGEST_ARGS:-}
             elif [ "$w" = recon ]; then
                 run "$p-$b-recon" --kv-policy "$p" --kv-budget "$b" --kv-reconstruct ${INGEST_ARGS:-}
