@@ -1227,7 +1227,11 @@ int main(int argc, char **argv)
         }
     }
     g->codec = lz_payload_codec_new();
-    if (!g->codec || lz_store_open(o->store, LZ_STORE_WRITER, &g->s, g->err, sizeof g->err)) {
+    /* --check alone (no model to bind) writes nothing: it reads beside a running writer,
+     * without the writer lock */
+    const int read_only = !cp && !o->repair && !o->gc && !need_model;
+    if (!g->codec ||
+        lz_store_open(o->store, read_only ? LZ_STORE_RDONLY : LZ_STORE_WRITER, &g->s, g->err, sizeof g->err)) {
         fprintf(stderr, "lazyingest: %s\n", g->codec ? g->err : "out of memory");
         status = EXIT_ERR;
         goto out;

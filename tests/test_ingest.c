@@ -389,6 +389,18 @@ static void test_incremental(void)
     const char *ac[] = { "-s", store, "--check", "--json", NULL };
     rc = run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 0 && jget(out, "check_issues") == 0 && jget(out, "checked") == 30, "check: %s %s", out, errs);
+    {   /* --check reads beside a writer: it does not need the writer lock */
+        char err[512];
+        lz_store *w;
+        int held = lz_store_open(store, LZ_STORE_WRITER, &w, err, sizeof err) == 0;
+        CHECK(held, "hold the writer lock: %s", err);
+        rc = run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs);
+        CHECK(rc == 0 && jget(out, "checked") == 30, "--check while a writer holds the store: %d %s", rc, errs);
+        const char *agc[] = { "-s", store, "--gc", NULL };
+        rc = run_tool(agc, NULL, 0, out, sizeof out, errs, sizeof errs);
+        CHECK(rc == 1 && strstr(errs, "another process is writing"), "--gc still waits for the writer: %s", errs);
+        if (held) lz_store_close(w);
+    }
     rows r;
     read_rows(store, &r);
     {
