@@ -8,6 +8,7 @@
  *
  * Usage: bench_kernels out.json [split_sweep=1] [shape: d16x4096 d64x2048 d1x16384
  *        p32x1536 p32x4096 p128x1536 p128x4096 p2048x0]
+ * Env: LZ_BENCH_PROFILE=1 (plain calls for ncu), LZ_BENCH_DECODE_SPLIT=N (decode parts).
  * Legend: B = sequences, H = 32 query heads, KV = 8 kv heads, d = 128,
  * N = keys per sequence, M = query rows, S = 10 segments.
  */
@@ -212,6 +213,7 @@ static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
         }, n_sets, 30);
     };
     int auto_ns = lz_decode_splits(&p, n_sm);
+    if (getenv("LZ_BENCH_DECODE_SPLIT")) auto_ns = atoi(getenv("LZ_BENCH_DECODE_SPLIT")); /* A/B of the split choice */
     /* interleave lazy and twin three times, keep each one's best median */
     double tl = 1e30, tn = 1e30;
     for (int k = 0; k < 3; k++) {
