@@ -276,9 +276,25 @@ static void test_rope_table(void)
     CHECK(cs[0] == cosf(-1000.0f) && cs[(2 * 32) * 2] == cosf(-5.0f), "slot order: segments, then own keys");
 }
 
+/* The decode split choice on a 132-SM H200 (the benchmark's shapes). */
+static void test_decode_splits(void)
+{
+    lz_decode_params p = {0};
+    p.n_kv_heads = 8;
+    p.batch = 16; p.max_blocks = 70; /* 4096 keys in 10 segments */
+    CHECK(lz_decode_splits(&p, 132) == 2, "16 x 4096: 2 parts (two CTAs per SM), got %d", lz_decode_splits(&p, 132));
+    p.batch = 1; p.max_blocks = 258; /* 16384 keys */
+    CHECK(lz_decode_splits(&p, 132) == 16, "1 x 16384: 16 parts, got %d", lz_decode_splits(&p, 132));
+    p.batch = 64; p.max_blocks = 40;
+    CHECK(lz_decode_splits(&p, 132) == 1, "64 x 2048: 1 part, got %d", lz_decode_splits(&p, 132));
+    p.n_split = 5;
+    CHECK(lz_decode_splits(&p, 132) == 5, "a forced split is kept");
+}
+
 int main(void)
 {
     test_words_and_checks();
+    test_decode_splits();
     test_rope_table();
     test_prefill_plan();
     for (int layout = 0; layout < 2; layout++) {
