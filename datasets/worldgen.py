@@ -542,17 +542,18 @@ CMP = {
 }
 
 
-def comparison_question(a, b, r):
-    """Which of a, b (same kind) is older / bigger ...; None when tied."""
+def comparison_question(a, b, r, first_form=None):
+    """Which of a, b (same kind) is older / bigger ...; None when tied. first_form: True asks
+    the first form of CMP (earlier / bigger), False the second, None draws one."""
     key, first, last, tag = CMP[a["kind"]]
     if a[key] == b[key]:
         return None
     if a["kind"] == "city":
-        big = r.random() < 0.5
+        big = r.random() < 0.5 if first_form is None else first_form
         ans = (a if a[key] > b[key] else b) if big else (a if a[key] < b[key] else b)
         forms = first if big else last
     else:
-        early = r.random() < 0.5
+        early = r.random() < 0.5 if first_form is None else first_form
         ans = (a if a[key] < b[key] else b) if early else (a if a[key] > b[key] else b)
         forms = first if early else last
     return (_q(r, forms, a=a["name"], b=b["name"]), ans["name"], [(a, tag), (b, tag)])
@@ -665,14 +666,17 @@ def aux_comparisons(chosen, r, n):
     return out
 
 
-def make_context(seed, split="train", n_qa=8, k_range=(6, 12), mix=(0.25, 0.45, 0.30), n_aux=0):
+def make_context(seed, split="train", n_qa=8, k_range=(6, 12), mix=(0.25, 0.45, 0.30), n_aux=0,
+                 cmp_pairs=False):
     """One training context: k passages and up to n_qa questions answerable from them.
 
     Returns {"docs": [(title, text)], "qa": [(type, question, answer)]}. The gold
     passages of several bridge / comparison questions are placed among
     same-world distractors, then questions are drawn from everything the
     chosen passages can answer, with the type mix `mix` (single, bridge, comparison),
-    plus n_aux curriculum questions of aux_comparisons (type "aux")."""
+    plus n_aux curriculum questions of aux_comparisons (type "aux"). cmp_pairs: every
+    comparison drawn comes with its opposite (the same two entities, the other form, the
+    options in a fresh order), so the only way to answer both is to compare the values."""
     r = random.Random(seed)
     W = make_world(r.getrandbits(48), split)
     k = r.randint(*k_range)
@@ -708,6 +712,12 @@ def make_context(seed, split="train", n_qa=8, k_range=(6, 12), mix=(0.25, 0.45, 
         for i in range(len(same)):
             for j in range(i + 1, len(same)):
                 a, b = (same[i], same[j]) if r.random() < 0.5 else (same[j], same[i])
+                if cmp_pairs:
+                    form = r.random() < 0.5
+                    q = comparison_question(a, b, r, form)
+                    if q:
+                        cmps.append((q[0], q[1], a, b, form))
+                    continue
                 q = comparison_question(a, b, r)
                 if q:
                     cmps.append((q[0], q[1]))
@@ -722,11 +732,19 @@ def make_context(seed, split="train", n_qa=8, k_range=(6, 12), mix=(0.25, 0.45, 
         t = r.choices(["single", "bridge", "comparison"], weights=mix)[0]
         if not pools[t]:
             continue
-        text, ans = pools[t].pop()
-        if text in used:
-            continue
-        used.add(text)
-        qa.append((t, text, ans))
+        item = pools[t].pop()
+        if t == "comparison" and cmp_pairs:  # the drawn question and its opposite
+            text, ans, a, b, form = item
+            x, y = (a, b) if r.random() < 0.5 else (b, a)
+            opp = comparison_question(x, y, r, not form)
+            pair = [(text, ans), (opp[0], opp[1])]
+        else:
+            pair = [item]
+        for text, ans in pair:
+            if text in used or len(qa) >= n_qa:
+                continue
+            used.add(text)
+            qa.append((t, text, ans))
     docs = [(e["name"], " ".join(sentences(e, r))) for e in chosen]
     if n_aux:  # drawn after the passages: n_aux = 0 leaves every earlier draw as it was
         qa += aux_comparisons(chosen, r, n_aux)

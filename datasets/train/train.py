@@ -140,7 +140,8 @@ def make_batch(task):
     exs, blocks = [], []
     for _ in range(B):
         ctx = worldgen.make_context(r.getrandbits(62), "train", n_qa=d["n_qa"], k_range=(k, k),
-                                    mix=tuple(d["mix"]), n_aux=d.get("aux_compare", 0))
+                                    mix=tuple(d["mix"]), n_aux=d.get("aux_compare", 0),
+                                    cmp_pairs=d.get("cmp_pairs", False))
         block = r.random() < d["p_block"]
         exs.append(encode_example(_W["prompt"], ctx["docs"], [(q, a) for _, q, a in ctx["qa"]], block))
         blocks.append(block)
