@@ -542,6 +542,15 @@ CMP = {
 }
 
 
+def comparison_reasoning(a, b):
+    """The short reasoning a comparison answer starts with when trained with cmp_cot: each
+    option's compared value, in the question's order ("A 1871; B 1862"). The trainer joins
+    it to the answer with the prompt's final-answer marker (model/prompt.h)."""
+    key = CMP[a["kind"]][0]
+    fmt = (lambda v: "{:,}".format(v)) if key == "pop" else str
+    return "%s %s; %s %s" % (a["name"], fmt(a[key]), b["name"], fmt(b[key]))
+
+
 def comparison_question(a, b, r, first_form=None):
     """Which of a, b (same kind) is older / bigger ...; None when tied. first_form: True asks
     the first form of CMP (earlier / bigger), False the second, None draws one."""
@@ -667,7 +676,7 @@ def aux_comparisons(chosen, r, n):
 
 
 def make_context(seed, split="train", n_qa=8, k_range=(6, 12), mix=(0.25, 0.45, 0.30), n_aux=0,
-                 cmp_pairs=False):
+                 cmp_pairs=False, cmp_cot=False):
     """One training context: k passages and up to n_qa questions answerable from them.
 
     Returns {"docs": [(title, text)], "qa": [(type, question, answer)]}. The gold
@@ -676,7 +685,8 @@ def make_context(seed, split="train", n_qa=8, k_range=(6, 12), mix=(0.25, 0.45, 
     chosen passages can answer, with the type mix `mix` (single, bridge, comparison),
     plus n_aux curriculum questions of aux_comparisons (type "aux"). cmp_pairs: every
     comparison drawn comes with its opposite (the same two entities, the other form, the
-    options in a fresh order), so the only way to answer both is to compare the values."""
+    options in a fresh order), so the only way to answer both is to compare the values.
+    cmp_cot: comparison entries get a 4th element, comparison_reasoning of the options."""
     r = random.Random(seed)
     W = make_world(r.getrandbits(48), split)
     k = r.randint(*k_range)
@@ -720,7 +730,7 @@ def make_context(seed, split="train", n_qa=8, k_range=(6, 12), mix=(0.25, 0.45, 
                     continue
                 q = comparison_question(a, b, r)
                 if q:
-                    cmps.append((q[0], q[1]))
+                    cmps.append((q[0], q[1]) if not cmp_cot else (q[0], q[1], comparison_reasoning(a, b)))
     pools = {"single": singles, "bridge": brs, "comparison": cmps}
     for p in pools.values():
         r.shuffle(p)
@@ -738,13 +748,15 @@ def make_context(seed, split="train", n_qa=8, k_range=(6, 12), mix=(0.25, 0.45, 
             x, y = (a, b) if r.random() < 0.5 else (b, a)
             opp = comparison_question(x, y, r, not form)
             pair = [(text, ans), (opp[0], opp[1])]
+            if cmp_cot:
+                pair = [pair[0] + (comparison_reasoning(a, b),), pair[1] + (comparison_reasoning(x, y),)]
         else:
             pair = [item]
-        for text, ans in pair:
+        for text, ans, *why in pair:
             if text in used or len(qa) >= n_qa:
                 continue
             used.add(text)
-            qa.append((t, text, ans))
+            qa.append((t, text, ans, *why))
     docs = [(e["name"], " ".join(sentences(e, r))) for e in chosen]
     if n_aux:  # drawn after the passages: n_aux = 0 leaves every earlier draw as it was
         qa += aux_comparisons(chosen, r, n_aux)

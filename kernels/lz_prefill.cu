@@ -200,6 +200,9 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     extern __shared__ __align__(128) unsigned char smem_raw[];
     /* wgmma tiles need 1024-byte aligned atoms (the launch adds 1024 bytes) */
     unsigned char *smem = WG ? smem_raw + ((1024 - (lz::smem_u32(smem_raw) & 1023)) & 1023) : smem_raw;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (n_split > 1) asm volatile("griddepcontrol.launch_dependents;"); /* the combine kernel may be scheduled */
+#endif
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int KV = p.n_kv_heads, G = p.n_heads / KV, M = p.n_rows, R = G * M;
     const int sp = blockIdx.y;
@@ -560,7 +563,7 @@ int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
     if (ns > 1) {
         int rows = p->n_heads * p->n_rows;
         return lz::launch_combine<D>(reinterpret_cast<__nv_bfloat16 *>(p->o), p->work,
-                                     p->work + (size_t)rows * ns * D, rows, ns, st);
+                                     p->work + (size_t)rows * ns * D, rows, ns, st, !p->no_pdl);
     }
     return LZ_ATTN_OK;
 }

@@ -52,6 +52,8 @@ typedef struct {
                                     slot S = self_offset (lz_prefill_rope_table; the same for every
                                     layer of a forward pass; 16-byte aligned, device memory; used by
                                     the 16-rows-a-warp kernels); NULL = the kernel computes them */
+    int no_pdl;                  /* CUDA, split-KV: 1 = launch the combine kernel plainly, not as a
+                                    programmatic dependent of the split kernel (A/B; results equal) */
     float *work;                 /* split-KV scratch, lz_prefill_workspace() bytes; unused when 1 part */
     size_t work_bytes;
 } lz_prefill_params;

@@ -38,6 +38,9 @@
 #define LZ_PROMPT_DOC_SEP "\n\n"        /* ends every document */
 #define LZ_PROMPT_QUESTION "Question: "
 #define LZ_PROMPT_ANSWER "\nAnswer:"    /* plain style answer cue */
+/* A generated answer may give a short reasoning first ("A 1871; B 1862 => B"):
+ * the final answer is what follows the last marker (lz_prompt_final_answer). */
+#define LZ_PROMPT_FINAL " => "
 
 typedef enum { LZ_PROMPT_PLAIN = 0, LZ_PROMPT_LLAMA3 = 1 } lz_prompt_style;
 

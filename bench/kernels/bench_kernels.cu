@@ -290,9 +290,10 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
     for (int ns = 1; ns <= 64; ns++) wb = std::max(wb, lz_prefill_workspace(&p, ns));
     if (wb) CK(cudaMalloc(&p.work, wb));
     p.work_bytes = wb;
-    auto run = [&](int lazy, int ns, int rpw = 0, int bm = 0, int wg = 0, int table = 1) {
+    auto run = [&](int lazy, int ns, int rpw = 0, int bm = 0, int wg = 0, int table = 1, int no_pdl = 0) {
         return time_us([&](int set, cudaStream_t st) {
             lz_prefill_params x = p;
+            x.no_pdl = no_pdl;
             x.rope_cs = table ? d_cs[set] : NULL;
             x.n_split = ns;
             x.rows_per_warp = rpw;
@@ -321,6 +322,14 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
         double tt = 1e30;
         for (int k = 0; k < 3; k++) tt = std::min(tt, run(1, auto_ns, 0, 0, 0, 0));
         printf("  lazy computing its own cos/sin (no table): %.2f us (%+.2f%% over the twin)\n", tt, 100 * (tt / tn - 1));
+    }
+    if (auto_ns > 1) { /* A/B: the combine kernel launched plainly instead of as a programmatic dependent */
+        double pl = 1e30, pn = 1e30;
+        for (int k = 0; k < 3; k++) {
+            pl = std::min(pl, run(1, auto_ns, 0, 0, 0, 1, 1));
+            pn = std::min(pn, run(0, auto_ns, 0, 0, 0, 1, 1));
+        }
+        printf("  combine without programmatic dependent launch: lazy %.2f us, twin %.2f us\n", pl, pn);
     }
     if (!N) {
         double t16 = run(1, 1, 16, 64, 1), t16n = run(0, 1, 16, 64, 1);

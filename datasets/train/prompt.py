@@ -33,6 +33,19 @@ SYSTEM = _D["LZ_PROMPT_SYSTEM"]
 DOC_HEAD = _D["LZ_PROMPT_DOC_HEAD"]
 DOC_SEP = _D["LZ_PROMPT_DOC_SEP"]
 QUESTION = _D["LZ_PROMPT_QUESTION"]
+FINAL = _D["LZ_PROMPT_FINAL"]
+
+
+def final_answer(text):
+    """The answer a generated text gives: what follows the last final-answer marker
+    (lz_prompt_final_answer in model/prompt.c), else the whole text."""
+    i = text.rfind(FINAL)
+    return (text[i + len(FINAL):] if i >= 0 else text).strip()
+
+
+def answer_text(answer, reasoning=None):
+    """What the model is trained to generate: the answer, or reasoning + marker + answer."""
+    return answer if not reasoning else reasoning + FINAL + answer
 
 
 class Prompt:

@@ -141,9 +141,10 @@ def make_batch(task):
     for _ in range(B):
         ctx = worldgen.make_context(r.getrandbits(62), "train", n_qa=d["n_qa"], k_range=(k, k),
                                     mix=tuple(d["mix"]), n_aux=d.get("aux_compare", 0),
-                                    cmp_pairs=d.get("cmp_pairs", False))
+                                    cmp_pairs=d.get("cmp_pairs", False), cmp_cot=d.get("cmp_cot", False))
         block = r.random() < d["p_block"]
-        exs.append(encode_example(_W["prompt"], ctx["docs"], [(q, a) for _, q, a in ctx["qa"]], block))
+        qas = [(q, prompt.answer_text(a, *why)) for _, q, a, *why in ctx["qa"]]
+        exs.append(encode_example(_W["prompt"], ctx["docs"], qas, block))
         blocks.append(block)
     return collate(exs, blocks)
 
@@ -214,7 +215,7 @@ def forward_loss(model, b, lm_weight):
 
 
 @torch.no_grad()
-def generate(model, P, items, block, dev, max_new=24, batch=64, amp=None):
+def generate(model, P, items, block, dev, max_new=48, batch=64, amp=None):
     """items [(docs, question)] -> answers (greedy, stops at <|eot_id|>). Each step reruns
     the whole prompt (no KV cache: answers are a few tokens) with the new token appended
     in place after each example's last token."""
@@ -258,7 +259,8 @@ def eval_questions(model, P, qs, dev, amp, modes=("full", "block"), batch=64):
     res, preds = {}, {}
     for mode in modes:
         ans = generate(model, P, items, mode == "block", dev, batch=batch, amp=amp)
-        preds[mode] = {q["_id"]: a for q, a in zip(qs, ans)}
+        preds[mode] = {q["_id"]: prompt.final_answer(a) for q, a in zip(qs, ans)}
+        preds[mode + "_generated"] = {q["_id"]: a for q, a in zip(qs, ans)}
         res[mode] = evaluate.score(qs, preds[mode])
     return res, preds
 
