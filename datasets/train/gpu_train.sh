@@ -17,6 +17,11 @@ CONFIG=${CONFIG:-datasets/train/config.json}
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 mkdir -p "$RUN"
+# the static tools may come gzipped (lazy-logits is 26 MB; with a carried checkpoint the carry
+# passes the device tool's 64 MiB limit otherwise): unpack them where they lie
+for z in "${BIN:-build/bin}"/lazy-*.gz; do
+    [ -f "$z" ] && [ ! -f "${z%.gz}" ] && gunzip -c "$z" > "${z%.gz}" && chmod +x "${z%.gz}"
+done
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'
 set +e
 # $EXTRA: more train.py options, e.g. EXTRA="--set train.budget_minutes=8" for a one-call run
