@@ -2,6 +2,7 @@
  * and resolves the default model path. */
 #include "model/prompt.h"
 
+#include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +159,22 @@ int lz_prompt_question_tokens(const lz_tokenizer *t, const char *question, int *
     }
     free(s);
     return finish(&a, rc, ids, n);
+}
+
+const char *lz_prompt_final_answer(const char *text, size_t *len, size_t *reasoning_len)
+{
+    const char *a = text;
+    size_t why = 0;
+    for (const char *m = strstr(text, LZ_PROMPT_FINAL); m; m = strstr(m + 1, LZ_PROMPT_FINAL)) {
+        why = (size_t)(m - text);
+        a = m + strlen(LZ_PROMPT_FINAL);
+    }
+    if (reasoning_len) *reasoning_len = why;
+    while (*a && isspace((unsigned char)*a)) a++;
+    size_t n = strlen(a);
+    while (n && isspace((unsigned char)a[n - 1])) n--;
+    *len = n;
+    return a;
 }
 
 int lz_prompt_default_model(char *buf, size_t n, char *err, size_t errlen)

@@ -60,6 +60,12 @@ int lz_prompt_doc_tokens(const lz_tokenizer *t, const char *title, const char *t
 /* The question and the answer cue, which follow the last document. */
 int lz_prompt_question_tokens(const lz_tokenizer *t, const char *question, int **ids, int *n);
 
+/* The final answer of a generated text: what follows the LAST LZ_PROMPT_FINAL
+ * marker ("A 1871; B 1862 => B" gives "B"), else the whole text, without
+ * leading or trailing white space. Points into text; *len is its length;
+ * *reasoning_len (if not NULL) the bytes before that marker (0: no marker). */
+const char *lz_prompt_final_answer(const char *text, size_t *len, size_t *reasoning_len);
+
 /* Resolves the default model path: $LAZY_MODEL, else <repo>/models/default.gguf
  * found from /proc/self/exe. Returns 0 with the path in buf, or -1 with an
  * error telling the user to pass --model. */

@@ -41,7 +41,7 @@ static void usage(FILE *f)
         "                       full: recompute the whole prompt\n"
         "  --cache-bytes N      document KV cache budget, e.g. 512M, 2G (default 1G)\n"
         "  --no-preload         do not preload the most accessed documents at start\n"
-        "  -n, --max-new-tokens N  answer length limit (default 32)\n"
+        "  -n, --max-new-tokens N  answer length limit (default 64)\n"
         "  --temp T, --top-p P, --seed S   sampling (default greedy)\n"
         "  --threads N          CPU threads (default: all cores)\n"
         "  --json               one JSON object per question: answer, sources, timings, cache\n"
@@ -201,7 +201,12 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
             free(id_clean);
             free(t_clean);
         }
-        char *q_clean = utf8_clean(question), *a_clean = utf8_clean(r.answer);
+        size_t fl;
+        const char *fin = lz_prompt_final_answer(r.answer, &fl, NULL);
+        char *final = strndup(fin, fl);
+        char *q_clean = utf8_clean(question), *a_clean = utf8_clean(final ? final : r.answer);
+        char *g_clean = utf8_clean(r.answer);
+        free(final);
         json_t *out = json_pack(
             "{s:s, s:s, s:o, s:s, s:{s:f, s:f, s:f, s:f, s:f}, s:{s:i, s:i, s:i}, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
             "question", q_clean ? q_clean : "", "answer", a_clean ? a_clean : "", "sources", src, "mode", lz_query_mode_name(o->qo.mode),
@@ -213,13 +218,22 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
             "bytes_used", (json_int_t)cs.bytes_used, "bytes_budget", (json_int_t)cs.bytes_budget);
         free(q_clean);
         free(a_clean);
+        /* the whole generated text: the reasoning, the marker and the answer when there is a marker */
+        if (out) json_object_set_new(out, "generated", json_string(g_clean ? g_clean : ""));
+        free(g_clean);
         if (qid) json_object_set_new(out, "id", json_string(qid));
         char *line = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
         puts(line ? line : "{}");
         free(line);
         json_decref(out);
     } else {
-        if (!stream) { if (!o->quiet) fputs("Answer: ", stdout); fputs(r.answer, stdout); }
+        size_t fl, wl;
+        const char *fin = lz_prompt_final_answer(r.answer, &fl, &wl);
+        if (!stream) {
+            if (!o->quiet) fputs("Answer: ", stdout);
+            fwrite(fin, 1, fl, stdout);
+            if (!o->quiet && wl) printf("\nReasoning: %.*s", (int)wl, r.answer); /* before the final-answer marker */
+        }
         putchar('\n');
         if (!o->quiet) {
             printf("Sources:\n");

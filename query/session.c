@@ -66,7 +66,7 @@ void lz_query_opts_default(lz_query_opts *o)
     memset(o, 0, sizeof *o);
     o->mode = LZ_MODE_LAZY;
     o->cache_bytes = (size_t)1 << 30;
-    o->max_new_tokens = 32;
+    o->max_new_tokens = 64; /* a comparison answer gives its reasoning first (~35 tokens) */
     o->top_p = 0.9f;
     o->seed = 42;
     o->batch = 256;

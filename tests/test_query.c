@@ -14,6 +14,7 @@
 #include "model/llama.h"
 #include "query/retrieve.h"
 #include "query/session.h"
+#include "model/prompt.h"
 #include "tests/test.h"
 
 static char dir[256], bin[512], model[600], store[600];
@@ -199,8 +200,25 @@ static void test_cli(void)
           lz_test_sh("grep -q '\"id\":\"q1\"' %s && grep -q 'q.jsonl:2' %s", out, out) == 0, "--questions: answers and names the bad line");
 }
 
+/* The final answer after a reasoning (model/prompt.h LZ_PROMPT_FINAL). */
+static void test_final_answer(void)
+{
+    size_t n, w;
+    const char *a = lz_prompt_final_answer("Ada Kell 1871; Bo Tran 1862 => Bo Tran\n", &n, &w);
+    CHECK(n == 7 && !strncmp(a, "Bo Tran", n) && w == 27, "final answer after the marker (%zu, %zu)", n, w);
+    a = lz_prompt_final_answer("  logistics ", &n, &w);
+    CHECK(n == 9 && !strncmp(a, "logistics", n) && w == 0, "no marker: the whole text, trimmed");
+    a = lz_prompt_final_answer("x => y => z", &n, &w);
+    CHECK(n == 1 && *a == 'z' && w == 6, "the last marker counts");
+    a = lz_prompt_final_answer("A 1 => ", &n, &w);
+    CHECK(n == 0 && w == 3, "an empty final answer stays empty, not the reasoning");
+    a = lz_prompt_final_answer("", &n, &w);
+    CHECK(n == 0 && w == 0, "empty text");
+}
+
 int main(void)
 {
+    test_final_answer();
     const char *b = getenv("LZ_BIN");
     if (!b) { printf("SKIP LZ_BIN not set (run through make test)\n"); return lz_test_done(); }
     snprintf(bin, sizeof bin, "%s", b);
