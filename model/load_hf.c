@@ -9,7 +9,9 @@
  * the rotation for both layouts. rope_scaling "llama3" becomes per-pair
  * divisors through lz_rope_llama3_divisors, "linear" a constant divisor;
  * other scalings are refused. Mistral's sliding_window is not applied
- * (attention is full): exact for contexts up to the window.
+ * (attention is full), so the context is capped at the window, where full
+ * attention is exact: longer prompts get the tools' context error instead
+ * of silently different answers.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -166,6 +168,9 @@ static int parse_config(loader *L, json_t *cfg)
         (rc = cfg_int(L, cfg, "max_position_embeddings", 2048, 0, &ctx)))
         return rc;
     if (nh <= 0 || dim <= 0) { snprintf(L->err, L->errlen, "%s/config.json: hidden_size and num_attention_heads must be > 0", L->dir); return LZ_MODEL_ECORRUPT; }
+    int64_t window;
+    if ((rc = cfg_int(L, cfg, "sliding_window", 0, 0, &window))) return rc;
+    if (window > 0 && window < ctx) ctx = window; /* full attention = sliding window up to here */
     if ((rc = cfg_int(L, cfg, "num_key_value_heads", nh, 0, &nkv)) || (rc = cfg_int(L, cfg, "head_dim", dim / nh, 0, &hd)))
         return rc;
     double eps;

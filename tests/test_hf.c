@@ -391,6 +391,19 @@ static void test_config_errors(void)
     CHECK(lz_llama_load_hf(dir, &h, err, sizeof err) == 0 && !strcmp(h->arch, "mistral"), "mistral: %s", err);
     lz_llama_free(h);
     h = NULL;
+    /* a sliding window (not applied) caps the context where full attention is exact */
+    edit_config(dir, "\"max_position_embeddings\": 131072", "\"max_position_embeddings\": 131072, \"sliding_window\": 4096");
+    CHECK(lz_llama_load_hf(dir, &h, err, sizeof err) == 0 && h->cfg.ctx == 4096, "sliding window caps the context: %s %d",
+          err, h ? h->cfg.ctx : -1);
+    lz_llama_free(h);
+    h = NULL;
+    edit_config(dir, "\"sliding_window\": 4096", "\"sliding_window\": null");
+    CHECK(lz_llama_load_hf(dir, &h, err, sizeof err) == 0 && h->cfg.ctx == 131072, "null window: full context: %s", err);
+    lz_llama_free(h);
+    h = NULL;
+    edit_config(dir, "\"sliding_window\": null", "\"sliding_window\": \"big\"");
+    expect_hf_error(dir, LZ_MODEL_ECORRUPT, "'sliding_window' must be an integer");
+    edit_config(dir, ", \"sliding_window\": \"big\"", "");
     /* config shape disagrees with the tensors */
     char ffn[64], ffn2[64];
     snprintf(ffn, sizeof ffn, "\"intermediate_size\": %d", g->cfg.ffn_dim);
