@@ -44,13 +44,17 @@ static void usage(FILE *f)
         "  -n, --max-new-tokens N  answer length limit (default 64)\n"
         "  --temp T, --top-p P, --seed S   sampling (default greedy)\n"
         "  --threads N          CPU threads (default: all cores)\n"
-        "  --json               one JSON object per question: answer, sources, timings, cache\n"
+        "  --json               one JSON object per question: answer, generated, sources, timings, cache\n"
         "  --no-stats           do not write access counts back to the store\n"
         "  -q, --quiet          only the answer (text mode)\n"
         "  -h, --help           this help\n"
         "\n"
         "--questions FILE: JSONL objects with \"question\" and optionally \"id\" and \"docs\"\n"
-        "(a list of external ids); each output line echoes \"id\".\n");
+        "(a list of external ids); each output line echoes \"id\".\n"
+        "\n"
+        "A model may reason before it answers (\"A 1871; B 1862 => B\"): the answer is what\n"
+        "follows the last \" => \"; text mode prints the rest as \"Reasoning:\", --json gives the\n"
+        "whole text as \"generated\".\n");
 }
 
 typedef struct {
