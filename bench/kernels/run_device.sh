@@ -2,6 +2,7 @@
 # run_device.sh - the one command run on the GPU machine: GPU correctness
 # tests (12 cases in parallel), the kernel benchmark, the torch SDPA peer.
 # Usage (repo root, after 'make cuda' here): sh bench/kernels/run_device.sh OUTDIR
+# SWEEP=0 leaves out the split-KV and kernel-shape sweeps (a shorter call).
 OUT=${1:-${OUT:-/tmp/out}}
 B=build/cuda
 mkdir -p "$OUT"
@@ -17,7 +18,7 @@ for p in $pids; do wait $p || st=1; done
 cat "$OUT"/test_case*.log > "$OUT/test.log"; rm -f "$OUT"/test_case*.log
 grep -h -E "passed|FAIL|error" "$OUT/test.log"
 echo "tests exit status: $st"
-timeout 240 "$B/bench_kernels" "$OUT/ours.json" 1 2>&1 | tee "$OUT/bench.log"
+timeout 240 "$B/bench_kernels" "$OUT/ours.json" "${SWEEP:-1}" 2>&1 | tee "$OUT/bench.log"
 PYTHONUNBUFFERED=1 timeout 200 python3 bench/kernels/sdpa_peer.py "$OUT/ours.json" "$OUT/table.md" 2>&1 | tail -n 30
 cp "$B/ptxas.txt" "$OUT/ptxas.txt" 2>/dev/null
 exit $st
