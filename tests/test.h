@@ -84,6 +84,29 @@ static inline char *lz_test_read_file(const char *path, size_t *len)
 
 /* Runs a shell command built like printf; returns its exit status (128 when
  * it did not exit normally). */
+/* xorshift64 draw in [0, n) from *state (tests that need repeatable random data) */
+static inline int lz_test_irand(unsigned long long *state, int n)
+{
+    unsigned long long x = *state;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    *state = x;
+    return (int)(x % (unsigned long long)n);
+}
+
+/* Writes n JSONL records {"id": "doc<i>", "title": "Title <i> <word>", "text": ...} of
+ * min_words + [0, spread) words from a 16-word list, drawn from *state. */
+static inline void lz_test_write_word_docs(FILE *f, int n, int min_words, int spread, unsigned long long *state)
+{
+    static const char *words[] = {"river", "castle", "apple", "north", "engine", "violet", "market", "signal",
+                                  "harbor", "garden", "copper", "winter", "lantern", "meadow", "falcon", "quartz"};
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "{\"id\": \"doc%d\", \"title\": \"Title %d %s\", \"text\": \"", i, i, words[i % 16]);
+        int len = min_words + lz_test_irand(state, spread);
+        for (int w = 0; w < len; w++) fprintf(f, "%s%s", w ? " " : "", words[lz_test_irand(state, 16)]);
+        fprintf(f, ".\"}\n");
+    }
+}
+
 static inline int lz_test_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static inline int lz_test_sh(const char *fmt, ...)
 {

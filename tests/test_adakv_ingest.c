@@ -36,22 +36,14 @@ static json_t *ingest(const char *store, const char *args)
 
 static long long jint(json_t *j, const char *k) { return j ? (long long)json_integer_value(json_object_get(j, k)) : -1; }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static int irand(int n) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (int)(rng % (uint64_t)n); }
+static unsigned long long rng = 0x9e3779b97f4a7c15ull;
 
 enum { N_LONG = 10 };
 
 static void write_corpus(void)
 {
-    static const char *words[] = {"river", "castle", "apple", "north", "engine", "violet", "market", "signal",
-                                  "harbor", "garden", "copper", "winter", "lantern", "meadow", "falcon", "quartz"};
     FILE *f = fopen(corpus, "w");
-    for (int i = 0; i < N_LONG; i++) {
-        fprintf(f, "{\"id\": \"doc%d\", \"title\": \"Title %d %s\", \"text\": \"", i, i, words[i % 16]);
-        int len = 60 + irand(80);
-        for (int w = 0; w < len; w++) fprintf(f, "%s%s", w ? " " : "", words[irand(16)]);
-        fprintf(f, ".\"}\n");
-    }
+    lz_test_write_word_docs(f, N_LONG, 60, 80, &rng);
     fprintf(f, "{\"id\": \"short\", \"text\": \"a small castle.\"}\n");
     fclose(f);
 }

@@ -20,20 +20,13 @@
 static char dir[256], bin[512], model[600], store[600];
 
 
-static uint64_t rng = 0x1234567;
-static int irand(int n) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (int)(rng % (uint64_t)n); }
+static unsigned long long rng = 0x1234567;
+static int irand(int n) { return lz_test_irand(&rng, n); }
 
 static void write_corpus(const char *path, int n)
 {
-    static const char *words[] = {"river", "castle", "apple", "north", "engine", "violet", "market", "signal",
-                                  "harbor", "garden", "copper", "winter", "lantern", "meadow", "falcon", "quartz"};
     FILE *f = fopen(path, "w");
-    for (int i = 0; i < n; i++) {
-        fprintf(f, "{\"id\": \"doc%d\", \"title\": \"Title %d %s\", \"text\": \"", i, i, words[i % 16]);
-        int len = 3 + irand(30);
-        for (int w = 0; w < len; w++) fprintf(f, "%s%s", w ? " " : "", words[irand(16)]);
-        fprintf(f, ".\"}\n");
-    }
+    lz_test_write_word_docs(f, n, 3, 30, &rng);
     fclose(f);
 }
 
