@@ -16,7 +16,7 @@
 #        POLICIES="snapkv ada-snapkv pyramidkv ada-pyramidkv"  BUDGETS="0.5 0.2 0.1"
 #        PROBE_TEXT="Who ...?"  with WINDOWS=probe: --kv-probe-text (that question in the cue)
 #        INGEST_ARGS="--kv-kernel 15"  more lazyingest options for every compressed run
-#        MAX_NEW=24 (answer tokens)  THREADS=N  OUT=build/bench-adakv-qa  QA=build/qa/test  PYTHON=python3  LZ_BIN=build/bin
+#        MAX_NEW=64 (answer tokens; a comparison answered with a reasoning needs ~35)  THREADS=N  OUT=build/bench-adakv-qa  QA=build/qa/test  PYTHON=python3  LZ_BIN=build/bin
 # The corpus ingested is the passages the asked questions place (gold and distractors).
 # Output: $OUT/summary.md (the table; also printed) and per run ingest/pred/eval files.
 set -e
@@ -68,7 +68,7 @@ run() { # name ingest-args
     t0=$(date +%s.%N)
     "$BIN/lazyingest" --json --quiet $THREADS --model "$MODEL" --store "$store" "$@" "$OUT/corpus.jsonl" > "$OUT/ingest-$name.json"
     t1=$(date +%s.%N)
-    "$BIN/lazyquery" --model "$MODEL" --store "$store" --mode lazy -n "${MAX_NEW:-24}" $THREADS --questions "$OUT/questions.jsonl" \
+    "$BIN/lazyquery" --model "$MODEL" --store "$store" --mode lazy -n "${MAX_NEW:-64}" $THREADS --questions "$OUT/questions.jsonl" \
         > "$OUT/pred-$name.jsonl" || true
     $PY datasets/train/evaluate.py --questions "$OUT/questions_asked.json" --pred "$name=$OUT/pred-$name.jsonl" \
         --json "$OUT/eval-$name.json" > /dev/null 2>&1 || true
