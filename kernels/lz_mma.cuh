@@ -220,9 +220,10 @@ __global__ void combine_kernel(__nv_bfloat16 *__restrict__ out, const float *__r
 }
 
 /* pdl: programmatic dependent launch (sm_90): the combine grid is scheduled
- * while the split kernel (which triggers at its start) still runs, so its
- * launch latency leaves the critical path; griddepcontrol.wait keeps the
- * order. Captured into CUDA graphs as a programmatic edge. */
+ * while the split kernel's CTAs store their parts (they trigger after their
+ * tile loop), so its launch latency leaves the critical path;
+ * griddepcontrol.wait keeps the order. Captured into CUDA graphs as a
+ * programmatic edge. */
 template <int D>
 static int launch_combine(__nv_bfloat16 *out, const float *part, const float *lse, int rows, int n_split,
                           cudaStream_t st, bool pdl)
