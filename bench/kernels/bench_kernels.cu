@@ -8,7 +8,8 @@
  *
  * Usage: bench_kernels out.json [split_sweep=1] [shape: d16x4096 d64x2048 d1x16384
  *        p32x1536 p32x4096 p128x1536 p128x4096 p2048x0]
- * Env: LZ_BENCH_PROFILE=1 (plain calls for ncu), LZ_BENCH_DECODE_SPLIT=N (decode parts).
+ * Env: LZ_BENCH_PROFILE=1 (plain calls for ncu), LZ_BENCH_DECODE_SPLIT=N (decode parts),
+ *      LZ_BENCH_ROUNDS=R (lazy / twin pairs per shape, default 3).
  * Legend: B = sequences, H = 32 query heads, KV = 8 kv heads, d = 128,
  * N = keys per sequence, M = query rows, S = 10 segments.
  */
@@ -77,6 +78,38 @@ static double median(std::vector<float> v)
 {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[v.size() / 2];
+}
+
+/* The lazy kernel and its twin timed in R interleaved pairs (LZ_BENCH_ROUNDS,
+ * default 3): each one's best median, and the lazy overhead of every pair,
+ * whose median and range say how far a 1% figure can be trusted on short
+ * kernels. run_one(lazy) times one of the two. */
+struct Paired {
+    double lazy_us, twin_us, ov_med, ov_lo, ov_hi;
+    int rounds;
+};
+template <class F> static Paired paired(F run_one)
+{
+    Paired r = {1e30, 1e30, 0, 0, 0, getenv("LZ_BENCH_ROUNDS") ? atoi(getenv("LZ_BENCH_ROUNDS")) : 3};
+    if (r.rounds < 1) r.rounds = 1;
+    std::vector<double> ov;
+    for (int k = 0; k < r.rounds; k++) {
+        double a = run_one(1), b = run_one(0);
+        r.lazy_us = std::min(r.lazy_us, a);
+        r.twin_us = std::min(r.twin_us, b);
+        ov.push_back(100 * (a / b - 1));
+    }
+    std::sort(ov.begin(), ov.end());
+    size_t n = ov.size();
+    r.ov_med = n % 2 ? ov[n / 2] : 0.5 * (ov[n / 2 - 1] + ov[n / 2]);
+    r.ov_lo = ov.front();
+    r.ov_hi = ov.back();
+    return r;
+}
+static void print_paired(const Paired &r)
+{
+    printf("  lazy overhead per pair (%d pairs): median %+.2f%%, range %+.2f%% .. %+.2f%%\n", r.rounds, r.ov_med,
+           r.ov_lo, r.ov_hi);
 }
 
 /* Median microseconds per call of fn(set, stream): CALLS calls (rotating
@@ -214,17 +247,16 @@ static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
     };
     int auto_ns = lz_decode_splits(&p, n_sm);
     if (getenv("LZ_BENCH_DECODE_SPLIT")) auto_ns = atoi(getenv("LZ_BENCH_DECODE_SPLIT")); /* A/B of the split choice */
-    /* interleave lazy and twin three times, keep each one's best median */
-    double tl = 1e30, tn = 1e30;
-    for (int k = 0; k < 3; k++) {
-        tl = std::min(tl, run(1, auto_ns));
-        tn = std::min(tn, run(0, auto_ns));
-    }
+    /* interleave lazy and twin, keep each one's best median */
+    const Paired pr = paired([&](int lazy) { return run(lazy, auto_ns); });
+    const double tl = pr.lazy_us, tn = pr.twin_us;
     printf("decode B=%3d N=%5d: split %3d lazy %8.2f us (%.2f TB/s, %.1f%% of copy)  twin %8.2f us (%.2f TB/s)  overhead %+.2f%%\n",
            B, N, auto_ns, tl, bytes / tl / 1e6, 100 * bytes / tl / 1e6 / copy_tbs, tn, bytes / tn / 1e6,
            100 * (tl / tn - 1));
-    jrec("\"kind\":\"decode\",\"B\":%d,\"N\":%d,\"split\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"bytes\":%.0f",
-         B, N, auto_ns, tl, tn, bytes);
+    print_paired(pr);
+    jrec("\"kind\":\"decode\",\"B\":%d,\"N\":%d,\"split\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"bytes\":%.0f,"
+         "\"overhead_median_pct\":%.3f,\"overhead_lo_pct\":%.3f,\"overhead_hi_pct\":%.3f,\"pairs\":%d",
+         B, N, auto_ns, tl, tn, bytes, pr.ov_med, pr.ov_lo, pr.ov_hi, pr.rounds);
     printf("  diagnostic: lazy kernel with every offset 0 (no rotation work): %.2f us\n", run(1, auto_ns, 1));
     if (sweep) {
         int cand[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128};
@@ -307,17 +339,16 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
         }, n_sets, N ? 30 : 10);
     };
     int auto_ns = lz_prefill_splits(&p, n_sm);
-    double tl = 1e30, tn = 1e30;
-    for (int k = 0; k < 3; k++) {
-        tl = std::min(tl, run(1, auto_ns));
-        tn = std::min(tn, run(0, auto_ns));
-    }
+    const Paired pr = paired([&](int lazy) { return run(lazy, auto_ns); });
+    const double tl = pr.lazy_us, tn = pr.twin_us;
     /* visible (query, key) pairs x 4 d flops: all cached keys + causal own keys */
     double flops = 4.0 * H * D * ((double)M * N + (double)M * (M + 1) / 2);
     printf("prefill M=%4d N=%5d: split %2d lazy %8.2f us (%.1f TFLOP/s)  twin %8.2f us (%.1f TFLOP/s)  overhead %+.2f%%\n",
            M, N, auto_ns, tl, flops / tl / 1e6, tn, flops / tn / 1e6, 100 * (tl / tn - 1));
-    jrec("\"kind\":\"prefill\",\"M\":%d,\"N\":%d,\"split\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"flops\":%.0f",
-         M, N, auto_ns, tl, tn, flops);
+    print_paired(pr);
+    jrec("\"kind\":\"prefill\",\"M\":%d,\"N\":%d,\"split\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"flops\":%.0f,"
+         "\"overhead_median_pct\":%.3f,\"overhead_lo_pct\":%.3f,\"overhead_hi_pct\":%.3f,\"pairs\":%d",
+         M, N, auto_ns, tl, tn, flops, pr.ov_med, pr.ov_lo, pr.ov_hi, pr.rounds);
     {
         double tt = 1e30;
         for (int k = 0; k < 3; k++) tt = std::min(tt, run(1, auto_ns, 0, 0, 0, 0));

@@ -2,7 +2,9 @@
 # run_device.sh - the one command run on the GPU machine: GPU correctness
 # tests (12 cases in parallel), the kernel benchmark, the torch SDPA peer.
 # Usage (repo root, after 'make cuda' here): sh bench/kernels/run_device.sh OUTDIR
-# SWEEP=0 leaves out the split-KV and kernel-shape sweeps (a shorter call).
+# SWEEP=0 leaves out the split-KV and kernel-shape sweeps (a shorter call);
+# LZ_BENCH_ROUNDS=R times R lazy / twin pairs per shape (default 3; the table
+# then gives the per-pair overhead's median and range).
 OUT=${1:-${OUT:-/tmp/out}}
 B=build/cuda
 mkdir -p "$OUT"

@@ -120,6 +120,15 @@ ISSUE = {("decode", 16, 4096): "3.08 TB/s", ("decode", 64, 2048): "3.63 TB/s",
          ("prefill", 128, 4096): "79 us", ("prefill", 2048, 0): "305 TFLOP/s"}
 
 
+def overhead(r):
+    """lazy overhead of the best medians, plus the per-pair median and range when the bench gave them"""
+    o = "%+.2f%%" % (100 * (r["lazy_us"] / r["twin_us"] - 1))
+    if "overhead_median_pct" in r:
+        o += " (pairs: %+.2f%%, %+.2f..%+.2f%%, %d)" % (r["overhead_median_pct"], r["overhead_lo_pct"],
+                                                       r["overhead_hi_pct"], r["pairs"])
+    return o
+
+
 def main():
     ours = json.load(open(sys.argv[1]))
     out = open(sys.argv[2], "w")
@@ -135,9 +144,9 @@ def main():
             s, var = decode(r["B"], r["N"])
             tb = r["bytes"] / r["lazy_us"] / 1e6
             ts = r["bytes"] / s / 1e6
-            print("| B=%d x %d keys | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f%% | %.2fx | %+.2f%% | %s | %s |" % (
+            print("| B=%d x %d keys | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f%% | %.2fx | %s | %s | %s |" % (
                 r["B"], r["N"], r["split"], r["lazy_us"], r["twin_us"], s, tb, ts, 100 * tb / cbw,
-                s / r["lazy_us"], 100 * (r["lazy_us"] / r["twin_us"] - 1), var,
+                s / r["lazy_us"], overhead(r), var,
                 ISSUE.get(("decode", r["B"], r["N"]), "")), file=out)
         else:
             rows_p.append(r)
@@ -146,9 +155,9 @@ def main():
     for r in rows_p:
         s, var = prefill(r["M"], r["N"])
         name = ("causal %d (ingest)" % r["M"]) if r["N"] == 0 else ("%d rows x %d keys" % (r["M"], r["N"]))
-        print("| %s | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.2fx | %+.2f%% | %s | %s |" % (
+        print("| %s | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.2fx | %s | %s | %s |" % (
             name, r["split"], r["lazy_us"], r["twin_us"], s, r["flops"] / r["lazy_us"] / 1e6,
-            r["flops"] / s / 1e6, s / r["lazy_us"], 100 * (r["lazy_us"] / r["twin_us"] - 1), var,
+            r["flops"] / s / 1e6, s / r["lazy_us"], overhead(r), var,
             ISSUE.get(("prefill", r["M"], r["N"]), "")), file=out)
     out.close()
     print(open(sys.argv[2]).read())
