@@ -7,6 +7,7 @@
  * strings, top-k beyond the store) with a message, never a crash. The store
  * is fp32 (--kv-dtype f32) so the 1e-5 comparisons measure the method, not
  * bf16 storage. */
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <sys/wait.h>
@@ -164,6 +165,19 @@ static void test_cli(void)
     CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 4 --json --docs doc1,doc2 'river?' > %s 2>&1", bin, model, store, out) == 0 &&
           lz_test_sh("grep -q '\"sources\"' %s && grep -q '\"ttft_s\"' %s", out, out) == 0, "--json with --docs");
     CHECK(lz_test_sh("grep -q '\"title\":\"Title 1 castle\"' %s", out) == 0, "--docs sources carry their titles");
+    { /* "answer" is the final answer of "generated" (model/prompt.h LZ_PROMPT_FINAL) */
+        size_t len, fl;
+        char *txt = lz_test_read_file(out, &len);
+        json_error_t je;
+        json_t *o = txt ? json_loads(txt, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+        const char *ans = json_string_value(json_object_get(o, "answer"));
+        const char *gen = json_string_value(json_object_get(o, "generated"));
+        const char *fin = gen ? lz_prompt_final_answer(gen, &fl, NULL) : NULL;
+        CHECK(ans && gen && strlen(ans) == fl && !strncmp(ans, fin, fl), "--json answer = final answer of generated (%s | %s)",
+              ans ? ans : "-", gen ? gen : "-");
+        json_decref(o);
+        free(txt);
+    }
     CHECK(lz_test_sh("%s/lazyquery --model %s --store %s '' > %s 2>&1", bin, model, store, out) != 0 &&
           lz_test_sh("grep -q 'empty' %s", out) == 0, "empty question refused");
     /* a question longer than the model's context (2048) */
