@@ -4,7 +4,7 @@
 # distractors, unseen entities, lazy and full modes, EM/F1 per type.
 #   sh datasets/train/eval_c.sh MODEL.gguf OUTDIR [PER_TYPE]
 # Writes OUTDIR/{store/, pred_lazy.jsonl, pred_full.jsonl, metrics.json, times.txt}.
-# The split (build/qa/test, seed 3, 40 worlds) is generated when missing.
+# The split (build/qa/test-PER_TYPE, seed 3, 40 worlds) is generated when missing.
 # MODES="lazy full" by default; THREADS passes --threads to both tools.
 set -eu
 MODEL=${1:?usage: eval_c.sh MODEL.gguf OUTDIR [PER_TYPE]}
