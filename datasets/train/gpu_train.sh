@@ -7,6 +7,7 @@
 #   finished:     default.gguf.part-00.. (bf16 GGUF, split under 16 MiB; needs
 #                 build/bin/lazy-convert) or model.safetensors.part-.. otherwise,
 #                 metrics.json check_c.json test_torch.json train_log.txt curve.jsonl
+# TEST_PER_TYPE: questions per type of the closing PyTorch test check (default 500).
 # Needs: PyTorch (the device image has it), optional static build/bin/{lazy-convert,lazy-logits}.
 set -eu
 OUTDIR=${OUT:?run through the device tool, which sets OUT}
@@ -50,7 +51,7 @@ else
     split -b 15M -d "$RUN/hf/model.safetensors" "$OUTDIR/model.safetensors.part-"
 fi
 # PyTorch's answers on the test split (unseen entities, gold among 9 distractors), both masks
-"$PY" datasets/worldgen.py split --split test --seed 3 --worlds 40 --per-type 500 --out build/qa/test
+"$PY" datasets/worldgen.py split --split test --seed 3 --worlds 40 --per-type "${TEST_PER_TYPE:-500}" --out build/qa/test
 "$PY" datasets/train/train.py --config "$CONFIG" --out "$RUN" --resume --eval-only build/qa/test/questions.json \
     2>&1 | tee -a "$OUTDIR/train_log.txt" || true
 cp "$RUN/eval_torch.json" "$OUTDIR/test_torch.json" 2>/dev/null || true
