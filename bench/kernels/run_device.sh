@@ -6,7 +6,7 @@
 # LZ_BENCH_ROUNDS=R times R lazy / twin pairs per shape (default 3; the table
 # then gives the per-pair overhead's median and range).
 OUT=${1:-${OUT:-/tmp/out}}
-B=build/cuda
+B=${B:-build/cuda} # B=DIR runs the binaries of another build
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 # correctness: one process per case, in parallel (the CPU reference is the slow part)
