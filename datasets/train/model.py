@@ -51,10 +51,12 @@ def rope(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).to(x.dtype)
 
 
-def build_mask(kind, seg, block, xseg):
+def build_mask(kind, seg, block, xseg, hide=None):
     """kind, seg (B, T), block (B) bool, xseg (B, X) -> (B, 1, T, T + X) bool, True = may attend.
     Keys [0, T) are the tokens themselves (rotated at their global positions); key T + x is
-    extra prefix copy x, visible to the block document whose seg equals xseg[x]."""
+    extra prefix copy x, visible to the block document whose seg equals xseg[x].
+    hide (B, T) bool or None: document keys the question tokens do not see (evicted from a
+    compressed store; the documents themselves were encoded whole)."""
     T = kind.shape[1]
     idx = torch.arange(T, device=kind.device)
     causal = (idx[None, :] <= idx[:, None])[None]                      # (1, T, T)
@@ -63,6 +65,8 @@ def build_mask(kind, seg, block, xseg):
     blockdoc = block[:, None, None] & (kq == KIND_DOC)                # (B, T, 1)
     vis = torch.where(blockdoc, (kk == KIND_DOC) & same,
                       (kk == KIND_PREFIX) | ((kk == KIND_DOC) & ((kq == KIND_DOC) | (kq == KIND_QA))) | same)
+    if hide is not None:
+        vis = vis & ~((kq == KIND_QA) & hide[:, None, :])
     main = causal & vis
     if xseg is None or xseg.shape[1] == 0:
         return main[:, None]

@@ -57,10 +57,13 @@ def _worker_init(tok_path):
     _W["tok"], _W["prompt"] = tok, prompt.Prompt(tok)
 
 
-def encode_example(P, docs, qas, block):
+def encode_example(P, docs, qas, block, evict=None):
     """docs [(title, text)], qas [(question, answer or None)] -> per-token lists and the
-    documents' start positions. A QA with answer None ends at its question (generation)."""
-    tok, kind, seg, pos, lab, lm, starts = [], [], [], [], [], [], []
+    documents' start positions. A QA with answer None ends at its question (generation).
+    evict = (keep, window, rng): hide each document token before the document's last
+    `window` from the questions with probability 1 - keep (a compressed store as the
+    question sees it: the window always kept, as lazyingest --kv-policy keeps it)."""
+    tok, kind, seg, pos, lab, lm, starts, hide = [], [], [], [], [], [], [], []
     s = len(P.prefix)
     tok += P.prefix
     kind += [KIND_PREFIX] * s
@@ -68,6 +71,7 @@ def encode_example(P, docs, qas, block):
     pos += list(range(s))
     lab += [-100] * s
     lm += [-100] * s
+    hide += [False] * s
     p = s
     for j, (title, text) in enumerate(docs):
         ids = P.doc(title, text)
@@ -79,6 +83,11 @@ def encode_example(P, docs, qas, block):
         pos += range(p, p + n)
         lab += [-100] * n
         lm += ids[1:] + [-100]
+        if evict is None:
+            hide += [False] * n
+        else:
+            keep, window, rng = evict
+            hide += [i < n - window and rng.random() >= keep for i in range(n)]
         p += n
     for i, (q, a) in enumerate(qas):
         qi = P.question(q)
@@ -91,8 +100,9 @@ def encode_example(P, docs, qas, block):
         pos += range(p, p + n)  # every QA right after the documents, as if asked alone
         lab += [-100] * (len(qi) - 1) + ai + [-100] if ai else [-100] * len(qi)
         lm += [-100] * n
+        hide += [False] * n
     return {"tok": tok, "kind": kind, "seg": seg, "pos": pos, "lab": lab, "lm": lm, "starts": starts,
-            "n_prefix": s}
+            "hide": hide, "n_prefix": s}
 
 
 def collate(exs, blocks, pad_to=64):
@@ -109,6 +119,7 @@ def collate(exs, blocks, pad_to=64):
            "seg": np.full((B, T), -1, np.int64), "pos": np.zeros((B, T), np.int64),
            "xpos": np.zeros((B, D * s), np.int64), "xseg": np.full((B, D * s), -2, np.int64),
            "lab": np.full((B, T), -100, np.int64), "lm": np.full((B, T), -100, np.int64),
+           "hide": np.zeros((B, T), bool),  # None below when nothing is hidden
            "block": np.array(blocks, bool), "len": np.array([len(e["tok"]) for e in exs], np.int64),
            "n_prefix": s}
     jj = np.arange(s)
@@ -121,9 +132,12 @@ def collate(exs, blocks, pad_to=64):
         out["pos"][b, n:] = e["pos"][-1]
         out["lab"][b, :n] = e["lab"]
         out["lm"][b, :n] = e["lm"]
+        out["hide"][b, :n] = e["hide"]
         for d, p in enumerate(e["starts"]):  # prefix key j seen from document d at distance s + i - j
             out["xpos"][b, d * s:(d + 1) * s] = jj + p - s
             out["xseg"][b, d * s:(d + 1) * s] = 1 + d
+    if not out["hide"].any():
+        out["hide"] = None
     return out
 
 
@@ -143,8 +157,11 @@ def make_batch(task):
                                     mix=tuple(d["mix"]), n_aux=d.get("aux_compare", 0),
                                     cmp_pairs=d.get("cmp_pairs", False), cmp_cot=d.get("cmp_cot", False))
         block = r.random() < d["p_block"]
+        evict = None  # a compressed store (block contexts only: what lazyingest stores)
+        if block and d.get("p_evict", 0) > 0 and r.random() < d["p_evict"]:
+            evict = (r.uniform(*d["evict_keep"]), d["evict_window"], random.Random(r.getrandbits(62)))
         qas = [(q, prompt.answer_text(a, *why)) for _, q, a, *why in ctx["qa"]]
-        exs.append(encode_example(_W["prompt"], ctx["docs"], qas, block))
+        exs.append(encode_example(_W["prompt"], ctx["docs"], qas, block, evict))
         blocks.append(block)
     return collate(exs, blocks)
 
@@ -192,7 +209,7 @@ def to_device(b, dev):
 
 def run_hidden(model, b):
     """Hidden states of a device batch (masks built here, on the device)."""
-    mask = build_mask(b["kind"], b["seg"], b["block"], b["xseg"])
+    mask = build_mask(b["kind"], b["seg"], b["block"], b["xseg"], b.get("hide"))
     return model.hidden(b["tok"], b["pos"], mask, b["xpos"], b["n_prefix"])
 
 
@@ -215,15 +232,18 @@ def forward_loss(model, b, lm_weight):
 
 
 @torch.no_grad()
-def generate(model, P, items, block, dev, max_new=48, batch=64, amp=None):
+def generate(model, P, items, block, dev, max_new=48, batch=64, amp=None, evict_keep=None, evict_window=8):
     """items [(docs, question)] -> answers (greedy, stops at <|eot_id|>). Each step reruns
     the whole prompt (no KV cache: answers are a few tokens) with the new token appended
-    in place after each example's last token."""
+    in place after each example's last token. evict_keep: the question sees each document
+    token before the last evict_window with this probability (seeded by the item's index)."""
     model.eval()
     answers = []
     for i0 in range(0, len(items), batch):
         chunk = items[i0:i0 + batch]
-        exs = [encode_example(P, docs, [(q, None)], block) for docs, q in chunk]
+        exs = [encode_example(P, docs, [(q, None)], block,
+                              None if evict_keep is None else (evict_keep, evict_window, random.Random(i0 + j)))
+               for j, (docs, q) in enumerate(chunk)]
         n0 = np.array([len(e["tok"]) for e in exs])
         T = (int(n0.max()) + max_new + 15) // 16 * 16
         b = collate(exs, [block] * len(exs), pad_to=T)
@@ -254,11 +274,13 @@ def generate(model, P, items, block, dev, max_new=48, batch=64, amp=None):
 
 
 def eval_questions(model, P, qs, dev, amp, modes=("full", "block"), batch=64):
-    """EM/F1 per type and mode of HotpotQA-format questions (PyTorch, greedy)."""
+    """EM/F1 per type and mode of HotpotQA-format questions (PyTorch, greedy). Modes: full,
+    block, evictK (block with each document token before the last 8 seen with K% chance)."""
     items = [([(t, " ".join(s)) for t, s in q["context"]], q["question"]) for q in qs]
     res, preds = {}, {}
     for mode in modes:
-        ans = generate(model, P, items, mode == "block", dev, batch=batch, amp=amp)
+        keep = int(mode[5:]) / 100 if mode.startswith("evict") else None
+        ans = generate(model, P, items, mode != "full", dev, batch=batch, amp=amp, evict_keep=keep)
         preds[mode] = {q["_id"]: prompt.final_answer(a) for q, a in zip(qs, ans)}
         preds[mode + "_generated"] = {q["_id"]: a for q, a in zip(qs, ans)}
         res[mode] = evaluate.score(qs, preds[mode])
@@ -429,6 +451,15 @@ def check_block(model, P, dev):
     qi = P.question(q)
     lg, _ = model.forward_kv(t(qi), torch.arange(p, p + len(qi), device=dev)[None], past)
     d = float((lg[0] - ref[-len(qi):]).abs().max())
+    # and the eviction mask equals a store that dropped the hidden keys (window kept)
+    e3 = encode_example(P, docs, [(q, None)], True, (0.3, 8, random.Random(7)))
+    ref3 = model.logits(run_hidden(model, to_device(collate([e3], [True], pad_to=1), dev)))[0]
+    kept = torch.tensor([not h for h in e3["hide"][s:p]], device=dev)
+    assert 0 < int(kept.sum()) < p - s, "the eviction check hid nothing or everything"
+    past3 = [(torch.cat([k[:, :, :s], k[:, :, s:][:, :, kept]], 2), torch.cat([v[:, :, :s], v[:, :, s:][:, :, kept]], 2))
+             for k, v in past]
+    lg3, _ = model.forward_kv(t(qi), torch.arange(p, p + len(qi), device=dev)[None], past3)
+    d = max(d, float((lg3[0] - ref3[-len(qi):]).abs().max()))
     # and the full mask equals a plain causal run
     e2 = encode_example(P, docs, [(q, None)], False)
     b2 = to_device(collate([e2], [False], pad_to=1), dev)
@@ -446,7 +477,7 @@ def check_block(model, P, dev):
     for i, (e, blk) in enumerate(zip(exs, bl)):
         h1 = run_hidden(model, to_device(collate([e], [blk], pad_to=1), dev))[0]
         d3 = max(d3, float((hb[i, :len(e["tok"])] - h1).abs().max()))
-    print("check-block: block mask vs standalone+re-rotation max|d| %.3g; full mask vs plain causal %.3g; "
+    print("check-block: block mask (also with evicted keys) vs standalone+re-rotation max|d| %.3g; full mask vs plain causal %.3g; "
           "batched vs one by one %.3g" % (d, d2, d3))
     return max(d, d2, d3)
 
@@ -670,6 +701,7 @@ def main():
     dev_qs = json.load(open(os.path.join(dev_path, "questions.json")))
 
     t_cfg = cfg["train"]
+    eval_modes = t_cfg.get("eval_modes", ["full", "block"])  # e.g. "evict20" as well (eval_questions)
     budget_s = t_cfg["budget_minutes"] * 60
     log("model %.2fM parameters (%s), vocab %d, device %s, amp %s, %d data workers, batch %d" % (
         n_params / 1e6, json.dumps(cfg["model"]), tok.vocab_size, dev, use_amp, workers, t_cfg["batch"]))
@@ -725,7 +757,7 @@ def main():
             if state["step"] % t_cfg["eval_every"] == 0:
                 n_e = t_cfg.get("eval_n", 100)
                 sub = sum(([q for q in dev_qs if q["type"] == t][:n_e] for t in ("single", "bridge", "comparison")), [])
-                res, _ = eval_questions(model, P, sub, dev, amp)
+                res, _ = eval_questions(model, P, sub, dev, amp, modes=eval_modes)
                 e = {"step": state["step"], **{"%s_%s_em" % (m, t): round(r[t]["em"], 1) for m, r in res.items()
                                                for t in ("single", "bridge", "comparison")}}
                 state["evals"].append(e)
@@ -743,7 +775,7 @@ def main():
         state["step"], state["train_s"] / 60, budget_s / 60, " (finished)" if finished else " (resume to continue)"))
     if finished:
         export_hf(model, cfg, tok, os.path.join(a.out, "hf"), a.dtype)
-        res, preds = eval_questions(model, P, dev_qs, dev, amp)
+        res, preds = eval_questions(model, P, dev_qs, dev, amp, modes=eval_modes)
         for m, p in preds.items():
             json.dump({"answer": p}, open(os.path.join(a.out, "pred_dev_torch_%s.json" % m), "w"), indent=0)
         log(evaluate.table({"dev-torch-" + m: r for m, r in res.items()}))
