@@ -18,8 +18,8 @@ done
 mkdir -p "$OUT/$B" "$OUT/$A"
 SWEEP=0 B="build/cu-$B" sh bench/kernels/run_device.sh "$OUT/$B"
 st=$?
-timeout 200 "build/cu-$A/bench_kernels" "$OUT/$A/ours.json" 0 > "$OUT/$A/bench.log" 2>&1
-timeout 200 "build/cu-$B/bench_kernels" "$OUT/$B/ours2.json" 0 > "$OUT/$B/bench2.log" 2>&1
+timeout 120 "build/cu-$A/bench_kernels" "$OUT/$A/ours.json" 0 > "$OUT/$A/bench.log" 2>&1
+timeout 120 "build/cu-$B/bench_kernels" "$OUT/$B/ours2.json" 0 > "$OUT/$B/bench2.log" 2>&1
 for f in "$OUT/$B/bench.log" "$OUT/$A/bench.log" "$OUT/$B/bench2.log"; do
     echo "== $f"; grep -E "^(decode|prefill)" "$f"
 done
