@@ -21,8 +21,10 @@ fi
 STORE="$BUILD/demo-store-$(basename "$MODEL" .gguf)-$(sha256sum "$MODEL" | cut -c1-12)"
 echo "demo: lazyingest --model $MODEL --store $STORE datasets/demo/corpus.jsonl"
 "$BUILD/bin/lazyingest" --model "$MODEL" --store "$STORE" datasets/demo/corpus.jsonl
-for q in "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?"; do
+# two single-hop questions and a comparison (answered after a short reasoning)
+for q in "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
+         "Which organisation is older, Raio Works or Rairreil Works?"; do
     echo
     echo "demo: lazyquery --model $MODEL --store $STORE --top-k 3 \"$q\""
-    "$BUILD/bin/lazyquery" --model "$MODEL" --store "$STORE" --top-k 3 -n 16 "$q"
+    "$BUILD/bin/lazyquery" --model "$MODEL" --store "$STORE" --top-k 3 -n 32 "$q"
 done
