@@ -131,7 +131,8 @@ static int compress_doc(lz_encoder *e, int n, int w, char *err, size_t errlen)
     lz_kvscore_params sp = {.q = e->qwin, .k = e->doc.k, .k_stride = e->doc.cap, .pk = e->prefix.k,
                             .pk_stride = e->prefix.cap, .n_prefix = e->seg.n, .n = m + w, .w = w, .L = L,
                             .H = c->n_heads, .KV = KV, .d = c->head_dim, .agg = e->policy.agg,
-                            .kernel = e->policy.kernel};
+                            .kernel = e->policy.kernel, .v = e->policy.value_norm ? e->doc.v : NULL,
+                            .v_stride = e->doc.cap};
     if (lz_kvpolicy_score(&sp, e->scores, e->raw) ||
         lz_kvpolicy_plan(&e->policy, e->scores, e->raw, L, KV, n, e->kept, e->rows))
         return fail(err, errlen, "KV eviction scoring failed for %d tokens (out of memory)", n);

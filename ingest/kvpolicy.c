@@ -8,6 +8,7 @@
 #include "ingest/kvpolicy.h"
 
 #include <cblas.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -78,18 +79,27 @@ void lz_kvpolicy_spec(const lz_kvpolicy *p, char *buf, size_t n)
     if (p->probe == LZ_KVPOLICY_PROBE_RECONSTRUCT) snprintf(probe, sizeof probe, " recon");
     else if (p->probe && p->probe_text) snprintf(probe, sizeof probe, " probe=%08x", (unsigned)p->probe_text);
     else if (p->probe) snprintf(probe, sizeof probe, " probe");
-    snprintf(buf, n, "%s b=%s w=%d k=%d a=%g %s%s", lz_kvpolicy_name(p->kind), b, p->window, p->kernel,
-             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean", probe);
+    snprintf(buf, n, "%s b=%s w=%d k=%d a=%g %s%s%s", lz_kvpolicy_name(p->kind), b, p->window, p->kernel,
+             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean", probe, p->value_norm ? " vnorm" : "");
 }
 
 int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p)
 {
     lz_kvpolicy_default(p);
     if (!spec || !*spec || !strcmp(spec, "none")) return 0;
-    char name[32], b[32], agg[8], probe[24] = "";
+    char name[32], b[32], agg[8], probe[24] = "", extra[24] = "";
     int w, k;
     float a;
-    int nf = sscanf(spec, "%31s b=%31s w=%d k=%d a=%f %7s %23s", name, b, &w, &k, &a, agg, probe);
+    int nf = sscanf(spec, "%31s b=%31s w=%d k=%d a=%f %7s %23s %23s", name, b, &w, &k, &a, agg, probe, extra);
+    int tokens = 0; /* every token must be one of the fields (nothing trailing) */
+    for (const char *c = spec; *c; c++) tokens += !isspace((unsigned char)*c) && (c == spec || isspace((unsigned char)c[-1]));
+    if (tokens != nf) return -1;
+    if (nf >= 7 && !strcmp(nf == 8 ? extra : probe, "vnorm")) { /* the last token: value-aware scores */
+        p->value_norm = 1;
+        if (nf == 7) probe[0] = 0;
+        nf--;
+    }
+    if (nf == 8) return -1;
     unsigned hash = 0;
     char tail;
     int hashed = nf == 7 && sscanf(probe, "probe=%8x%c", &hash, &tail) == 1 && hash != 0 &&
@@ -142,7 +152,18 @@ static int bad_params(const lz_kvscore_params *p)
 {
     return !p->q || !p->k || p->n <= 0 || p->w < 1 || p->w >= p->n || p->k_stride < p->n || p->L < 1 || p->KV < 1 ||
            p->H < p->KV || p->H % p->KV || p->d < 1 || p->n_prefix < 0 || (p->n_prefix > 0 && !p->pk) ||
-           (p->n_prefix > 0 && p->pk_stride < p->n_prefix) || p->kernel < 1;
+           (p->n_prefix > 0 && p->pk_stride < p->n_prefix) || p->kernel < 1 || (p->v && p->v_stride < p->n);
+}
+
+/* mean |v| of the value rows 0 .. m-1 of (layer l, kv head g): the value-aware weight */
+static void value_weights(float *vn, const lz_kvscore_params *p, int l, int g, int m)
+{
+    for (int j = 0; j < m; j++) {
+        const float *v = p->v + (((size_t)l * p->KV + g) * (size_t)p->v_stride + j) * p->d;
+        float a = 0;
+        for (int e = 0; e < p->d; e++) a += fabsf(v[e]);
+        vn[j] = a / (float)p->d;
+    }
 }
 
 /* e^x for x <= 0 (softmax after subtracting the row maximum), branch-free so
@@ -166,8 +187,10 @@ static inline float exp_neg(float x)
     return p * u.f;
 }
 
-/* acc (G, m) summed window weights per query head -> aggregated (m), pooled. */
-static void finish_head(float *scores, float *raw, const float *acc, int G, int m, int agg, int kernel, float *tmp)
+/* acc (G, m) summed window weights per query head -> aggregated (m), times
+ * the value weights vn (m) when given, pooled. */
+static void finish_head(float *scores, float *raw, const float *acc, const float *vn, int G, int m, int agg,
+                        int kernel, float *tmp)
 {
     for (int j = 0; j < m; j++) {
         float a = acc[j];
@@ -175,7 +198,7 @@ static void finish_head(float *scores, float *raw, const float *acc, int G, int 
             float x = acc[(size_t)hh * m + j];
             a = agg == LZ_KVPOLICY_AGG_MAX ? (x > a ? x : a) : a + x;
         }
-        tmp[j] = agg == LZ_KVPOLICY_AGG_MAX ? a : a / (float)G;
+        tmp[j] = (agg == LZ_KVPOLICY_AGG_MAX ? a : a / (float)G) * (vn ? vn[j] : 1.0f);
     }
     if (raw) memcpy(raw, tmp, (size_t)m * sizeof(float));
     lz_kvpolicy_maxpool(scores, tmp, m, kernel);
@@ -187,7 +210,7 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
     const int L = p->L, H = p->H, KV = p->KV, G = H / KV, d = p->d, n = p->n, w = p->w, m = n - w, s = p->n_prefix;
     const int nk = s + n, rows = G * w; /* keys per row; matrix rows r = hh * w + t */
     const float scale = 1.0f / sqrtf((float)d);
-    const size_t per_task = (size_t)rows * d + (size_t)rows * nk + (size_t)G * m + (size_t)m;
+    const size_t per_task = (size_t)rows * d + (size_t)rows * nk + (size_t)G * m + 2 * (size_t)m;
     int failed = 0;
 #pragma omp parallel
     {
@@ -201,6 +224,7 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
             if (!buf) continue;
             const int l = task / KV, g = task % KV;
             float *Q = buf, *S = Q + (size_t)rows * d, *acc = S + (size_t)rows * nk, *tmp = acc + (size_t)G * m;
+            float *vn = p->v ? tmp + m : NULL;
             for (int hh = 0; hh < G; hh++)
                 for (int t = 0; t < w; t++)
                     memcpy(Q + ((size_t)hh * w + t) * d, p->q + (((size_t)l * w + t) * H + g * G + hh) * d,
@@ -225,7 +249,8 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
                 for (int j = 0; j < m; j++) a[j] += x[s + j] * inv;
             }
             size_t o = ((size_t)l * KV + g) * (size_t)m;
-            finish_head(scores + o, raw ? raw + o : NULL, acc, G, m, p->agg, p->kernel, tmp);
+            if (vn) value_weights(vn, p, l, g, m);
+            finish_head(scores + o, raw ? raw + o : NULL, acc, vn, G, m, p->agg, p->kernel, tmp);
         }
         free(buf);
     }
@@ -270,6 +295,11 @@ int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *ra
                     float x = acc[(size_t)hh * m + j];
                     if (p->agg == LZ_KVPOLICY_AGG_MAX) a = x > a ? x : a;
                     else a += x / (float)G;
+                }
+                if (p->v) { /* value-aware: times mean |v|, by the obvious loop */
+                    double vs = 0;
+                    for (int e = 0; e < d; e++) vs += fabs(p->v[(((size_t)l * KV + g) * p->v_stride + j) * d + e]);
+                    a *= (float)(vs / d);
                 }
                 tmp[j] = a;
             }

@@ -12,6 +12,7 @@
  * tokens per kv head on average (window included), b = B - w selected ones.
  *
  *   scores[l][g][j] = pool_k( agg_{h in group g} sum_{r < w} softmax_r(q_r . K / sqrt d)[j] ),  j < m
+ *   (value-aware option: the pooled quantity is multiplied by mean_e |V[j][e]| first)
  *
  * The softmax of window row r runs over every key it saw when encoded (the
  * prefix and the document up to itself), so a head whose attention sits on
@@ -73,6 +74,8 @@ typedef struct {
                           * B counts only document tokens */
     uint32_t probe_text; /* CUE: lz_kvpolicy_text_hash of the question in the cue (0 = the
                           * empty question; spec " probe", else " probe=%08x") */
+    int value_norm;      /* 1: a key's score is its attention times the mean |v| of its value
+                          * row (value-aware scoring, as VATP; spec suffix " vnorm") */
 } lz_kvpolicy;
 
 /* FNV-1a hash of a probe question (never 0 for a non-empty text; 0 for ""). */
@@ -114,6 +117,9 @@ typedef struct {
     int L, H, KV, d;
     int agg;          /* LZ_KVPOLICY_AGG_* */
     int kernel;       /* max-pool kernel (odd) */
+    const float *v;   /* (L, KV, T, d) document values, row j = token j: the aggregated score of
+                       * key j is multiplied by mean_e |v_j[e]| before pooling; NULL = attention only */
+    int v_stride;     /* T >= n when v is set */
 } lz_kvscore_params;
 
 /* scores (L, KV, m) pooled; raw (L, KV, m) before pooling, or NULL.

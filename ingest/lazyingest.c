@@ -71,6 +71,8 @@ static void usage(FILE *f)
             "  --kv-reconstruct       observation window = the document itself run again after it\n"
             "                         (KVzip-style: keys scored while the model re-reads the passage;\n"
             "                         best quality, costs about one more encoding of every document)\n"
+            "  --kv-value-norm        value-aware scores: a key's attention score times the mean |v| of\n"
+            "                         its value row (VATP-style; recorded in the KV spec as 'vnorm')\n"
             "  --format jsonl|csv     input format when the file name does not tell\n"
             "  --prune                remove documents absent from this corpus\n"
             "  --strict               stop at the first bad record (all before it is committed)\n"
@@ -1155,6 +1157,8 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--kv-reconstruct")) {
             o->kv.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
+        } else if (!strcmp(a, "--kv-value-norm")) {
+            o->kv.value_norm = 1;
         } else if (!strcmp(a, "--kv-agg")) {
             if (!val) goto missing;
             if (!strcmp(val, "mean")) o->kv.agg = LZ_KVPOLICY_AGG_MEAN;

@@ -242,6 +242,8 @@ int main(void)
      * the short document is compressed too), a valid store */
     test_probe_run(ada, out, "--kv-probe", " probe");
     test_probe_run(ada, out, "--kv-reconstruct", " recon");
+    /* value-aware scores: another spec (" vnorm" last), every document re-encoded again */
+    test_probe_run(ada, out, "--kv-reconstruct --kv-value-norm", " recon vnorm");
     /* a probe question: its hash in the spec, every document re-encoded; bad text refused */
     test_probe_run(ada, out, "--kv-probe-text 'Where is the castle?'", " probe=");
     CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-probe-text "

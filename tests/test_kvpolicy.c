@@ -199,6 +199,25 @@ static void test_spec(void)
               !strstr(s, "probe"),
           "spec with reconstruction '%s'", s);
     CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean probes", &q) == -1, "unknown probe suffix refused");
+    /* value-aware scores: a last " vnorm", with or without a probe */
+    p.value_norm = 1;
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    CHECK(lz_kvpolicy_parse_spec(s, &q) == 0 && q.value_norm == 1 && q.probe == LZ_KVPOLICY_PROBE_RECONSTRUCT &&
+              strstr(s, " recon vnorm"),
+          "spec with reconstruction and value norms '%s'", s);
+    p.probe = 0;
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    lz_kvpolicy_parse_spec(s, &q);
+    lz_kvpolicy_spec(&q, t, sizeof t);
+    CHECK(!strcmp(s, t) && q.value_norm == 1 && q.probe == 0 && strstr(s, "max vnorm"), "value norms round trip '%s'", s);
+    p.value_norm = 0;
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    CHECK(lz_kvpolicy_parse_spec(s, &q) == 0 && q.value_norm == 0 && !strstr(s, "vnorm"), "no value norms: '%s'", s);
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean vnorm recon", &q) == -1, "vnorm must come last");
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean recon vnorm x", &q) == -1, "trailing token refused");
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean probe junk", &q) == -1, "junk after the probe refused");
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean vnorm vnorm", &q) == -1, "vnorm twice refused");
+    p.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
     /* a probe question (--kv-probe-text) is recorded by its hash */
     uint32_t h1 = lz_kvpolicy_text_hash("Who founded it?"), h2 = lz_kvpolicy_text_hash("Who founded them?");
     CHECK(lz_kvpolicy_text_hash("") == 0 && lz_kvpolicy_text_hash(NULL) == 0 && h1 && h2 && h1 != h2,
@@ -269,6 +288,33 @@ static void test_scoring(void)
               agg ? "max" : "mean", md, mr);
         CHECK(tot > 0 && tot < (double)L * KV * w * (agg ? H / KV : 1) + 1e-3, "scores are attention mass");
     }
+    /* value-aware: fast == naive, and each raw score is the attention-only raw score times mean |v| */
+    float *v = malloc(sizeof(float) * L * KV * T * d), *r0 = malloc(sizeof(float) * L * KV * m);
+    for (int i = 0; i < L * KV * T * d; i++) v[i] = 4 * frand() - 2;
+    for (int agg = 0; agg < 2; agg++) {
+        lz_kvscore_params p = {.q = q, .k = k, .k_stride = T, .pk = pk, .pk_stride = S, .n_prefix = s, .n = n, .w = w,
+                               .L = L, .H = H, .KV = KV, .d = d, .agg = agg, .kernel = 5, .v = v, .v_stride = T};
+        CHECK(lz_kvpolicy_score(&p, a, ra) == 0 && lz_kvpolicy_score_naive(&p, b, rb) == 0, "value-aware score");
+        p.v = NULL;
+        CHECK(lz_kvpolicy_score(&p, b, r0) == 0, "attention-only score");
+        double md = 0, mw = 0;
+        for (int l = 0; l < L; l++)
+            for (int g = 0; g < KV; g++)
+                for (int j = 0; j < m; j++) {
+                    size_t o = ((size_t)l * KV + g) * m + j;
+                    double vn = 0;
+                    for (int e = 0; e < d; e++) vn += fabs(v[(((size_t)l * KV + g) * T + j) * d + e]) / d;
+                    mw = fmax(mw, fabs(ra[o] - r0[o] * vn));
+                    md = fmax(md, fabs(ra[o] - rb[o]));
+                }
+        CHECK(md < 1e-5 && mw < 1e-5, "GQA %s, value-aware: GEMM == naive (%.2g), raw = attention x mean|v| (%.2g)",
+              agg ? "max" : "mean", md, mw);
+        p.v = v;
+        p.v_stride = n - 1;
+        CHECK(lz_kvpolicy_score(&p, a, NULL) == -1, "value stride below n refused");
+    }
+    free(v);
+    free(r0);
     /* no prefix */
     lz_kvscore_params p = {.q = q, .k = k, .k_stride = T, .n = n, .w = w, .L = L, .H = H, .KV = KV, .d = d,
                            .kernel = 3};
