@@ -79,38 +79,36 @@ void lz_kvpolicy_spec(const lz_kvpolicy *p, char *buf, size_t n)
     if (p->probe == LZ_KVPOLICY_PROBE_RECONSTRUCT) snprintf(probe, sizeof probe, " recon");
     else if (p->probe && p->probe_text) snprintf(probe, sizeof probe, " probe=%08x", (unsigned)p->probe_text);
     else if (p->probe) snprintf(probe, sizeof probe, " probe");
-    snprintf(buf, n, "%s b=%s w=%d k=%d a=%g %s%s%s", lz_kvpolicy_name(p->kind), b, p->window, p->kernel,
-             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean", probe, p->value_norm ? " vnorm" : "");
+    snprintf(buf, n, "%s b=%s w=%d k=%d a=%g %s%s%s%s", lz_kvpolicy_name(p->kind), b, p->window, p->kernel,
+             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean", probe, p->value_norm ? " vnorm" : "",
+             p->scope_model ? " model" : "");
 }
 
 int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p)
 {
     lz_kvpolicy_default(p);
     if (!spec || !*spec || !strcmp(spec, "none")) return 0;
-    char name[32], b[32], agg[8], probe[24] = "", extra[24] = "";
-    int w, k;
+    char name[32], b[32], agg[8], tok[40];
+    int w, k, used = 0, n;
     float a;
-    int nf = sscanf(spec, "%31s b=%31s w=%d k=%d a=%f %7s %23s %23s", name, b, &w, &k, &a, agg, probe, extra);
-    int tokens = 0; /* every token must be one of the fields (nothing trailing) */
-    for (const char *c = spec; *c; c++) tokens += !isspace((unsigned char)*c) && (c == spec || isspace((unsigned char)c[-1]));
-    if (tokens != nf) return -1;
-    if (nf >= 7 && !strcmp(nf == 8 ? extra : probe, "vnorm")) { /* the last token: value-aware scores */
-        p->value_norm = 1;
-        if (nf == 7) probe[0] = 0;
-        nf--;
-    }
-    if (nf == 8) return -1;
-    unsigned hash = 0;
-    char tail;
-    int hashed = nf == 7 && sscanf(probe, "probe=%8x%c", &hash, &tail) == 1 && hash != 0 &&
-                 strlen(probe) == 14;
-    if (nf != 6 && !(nf == 7 && (!strcmp(probe, "probe") || !strcmp(probe, "recon") || hashed))) return -1;
-    p->probe = nf != 7 ? LZ_KVPOLICY_PROBE_NONE
-                       : !strcmp(probe, "recon") ? LZ_KVPOLICY_PROBE_RECONSTRUCT : LZ_KVPOLICY_PROBE_CUE;
-    p->probe_text = hashed ? (uint32_t)hash : 0;
+    if (sscanf(spec, "%31s b=%31s w=%d k=%d a=%f %7s%n", name, b, &w, &k, &a, agg, &used) != 6 || !used) return -1;
     int kind = lz_kvpolicy_parse_name(name);
     if (kind <= 0 || lz_kvpolicy_parse_budget(b, p) || w < 1 || k < 1 || !(k & 1) || a < 0 || a > 1) return -1;
     if (strcmp(agg, "mean") && strcmp(agg, "max")) return -1;
+    /* optional tokens, in this order, each at most once: a probe (probe, probe=<8 hex>,
+     * recon), vnorm, model; nothing else */
+    int stage = 0;
+    for (const char *c = spec + used; sscanf(c, " %39s%n", tok, &n) == 1; c += n) {
+        unsigned hash = 0;
+        char tail;
+        if (stage < 1 && !strcmp(tok, "probe")) p->probe = LZ_KVPOLICY_PROBE_CUE, stage = 1;
+        else if (stage < 1 && !strcmp(tok, "recon")) p->probe = LZ_KVPOLICY_PROBE_RECONSTRUCT, stage = 1;
+        else if (stage < 1 && strlen(tok) == 14 && sscanf(tok, "probe=%8x%c", &hash, &tail) == 1 && hash != 0)
+            p->probe = LZ_KVPOLICY_PROBE_CUE, p->probe_text = (uint32_t)hash, stage = 1;
+        else if (stage < 2 && !strcmp(tok, "vnorm")) p->value_norm = 1, stage = 2;
+        else if (stage < 3 && !strcmp(tok, "model") && kind == LZ_KVPOLICY_ADA_SNAPKV) p->scope_model = 1, stage = 3;
+        else return -1;
+    }
     p->kind = kind;
     p->window = w;
     p->kernel = k;
@@ -415,14 +413,25 @@ int lz_kvpolicy_plan(const lz_kvpolicy *p, const float *scores, const float *tie
     int pyramid = p->kind == LZ_KVPOLICY_PYRAMIDKV || p->kind == LZ_KVPOLICY_ADA_PYRAMIDKV;
     int adaptive = p->kind == LZ_KVPOLICY_ADA_SNAPKV || p->kind == LZ_KVPOLICY_ADA_PYRAMIDKV;
     lz_kvpolicy_layer_budgets(b_l, L, B - w, m, pyramid);
-    int rc = 0;
+    /* model scope (Ada-SnapKV): one joint selection over all L * KV heads */
+    const int joint = adaptive && !pyramid && p->scope_model;
+    if (joint) {
+        free(keep);
+        free(hb);
+        keep = malloc((size_t)L * KV * m);
+        hb = malloc((size_t)L * KV * sizeof(int));
+        if (!keep || !hb) { free(b_l); free(hb); free(keep); return -1; }
+    }
+    int rc = joint ? lz_kvpolicy_select(keep, hb, scores, tie, L * KV, m, B - w < m ? B - w : m, 1, p->alpha) : 0;
     for (int l = 0; l < L && !rc; l++) {
         size_t o = (size_t)l * KV * m;
-        rc = lz_kvpolicy_select(keep, hb, scores + o, tie ? tie + o : NULL, KV, m, b_l[l], adaptive, p->alpha);
+        if (!joint)
+            rc = lz_kvpolicy_select(keep, hb, scores + o, tie ? tie + o : NULL, KV, m, b_l[l], adaptive, p->alpha);
+        const unsigned char *kl = joint ? keep + o : keep;
         for (int h = 0; h < KV && !rc; h++) {
             int *r = rows + ((size_t)l * KV + h) * n, k = 0;
             for (int j = 0; j < m; j++)
-                if (keep[(size_t)h * m + j]) r[k++] = j;
+                if (kl[(size_t)h * m + j]) r[k++] = j;
             for (int j = m; j < n; j++) r[k++] = j; /* the window */
             n_kept[l * KV + h] = k;
         }

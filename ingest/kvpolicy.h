@@ -25,6 +25,8 @@
  *               the layer jointly; a head's budget is what it wins
  *   Pyramid     b_l decreases linearly with depth (PyramidKV, beta = 20),
  *               sum over layers = L * b
+ *   model scope (Ada-SnapKV option) the joint top runs over all L * KV heads
+ *               at once: layers get unequal budgets too
  * Kept tokens stay in their original order; stored keys carry their own
  * rotation R(s + j), so no per-token position is stored.
  *
@@ -76,6 +78,9 @@ typedef struct {
                           * empty question; spec " probe", else " probe=%08x") */
     int value_norm;      /* 1: a key's score is its attention times the mean |v| of its value
                           * row (value-aware scoring, as VATP; spec suffix " vnorm") */
+    int scope_model;     /* Ada-SnapKV only, 1: the joint selection runs over all heads of ALL
+                          * layers (total L * KV * b, each head's floor(alpha * b) reserved)
+                          * instead of one layer's heads (spec suffix " model") */
 } lz_kvpolicy;
 
 /* FNV-1a hash of a probe question (never 0 for a non-empty text; 0 for ""). */

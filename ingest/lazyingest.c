@@ -73,6 +73,9 @@ static void usage(FILE *f)
             "                         best quality, costs about one more encoding of every document)\n"
             "  --kv-value-norm        value-aware scores: a key's attention score times the mean |v| of\n"
             "                         its value row (VATP-style; recorded in the KV spec as 'vnorm')\n"
+            "  --kv-scope layer|model Ada-SnapKV: the joint selection over one layer's kv heads (default,\n"
+            "                         as Ada-KV) or over every head of every layer, so layers get unequal\n"
+            "                         budgets too (recorded in the KV spec as 'model')\n"
             "  --format jsonl|csv     input format when the file name does not tell\n"
             "  --prune                remove documents absent from this corpus\n"
             "  --strict               stop at the first bad record (all before it is committed)\n"
@@ -1159,6 +1162,15 @@ int main(int argc, char **argv)
             o->kv.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
         } else if (!strcmp(a, "--kv-value-norm")) {
             o->kv.value_norm = 1;
+        } else if (!strcmp(a, "--kv-scope")) {
+            if (!val) goto missing;
+            if (!strcmp(val, "layer")) o->kv.scope_model = 0;
+            else if (!strcmp(val, "model")) o->kv.scope_model = 1;
+            else {
+                fprintf(stderr, "lazyingest: --kv-scope expects layer or model, got '%s'\n", val);
+                return EXIT_ERR;
+            }
+            i++;
         } else if (!strcmp(a, "--kv-agg")) {
             if (!val) goto missing;
             if (!strcmp(val, "mean")) o->kv.agg = LZ_KVPOLICY_AGG_MEAN;
@@ -1199,6 +1211,11 @@ int main(int argc, char **argv)
     }
     if (!o->corpus && !o->check && !o->gc) {
         usage(stderr);
+        return EXIT_ERR;
+    }
+    if (o->kv.scope_model && o->kv.kind != LZ_KVPOLICY_ADA_SNAPKV) {
+        fprintf(stderr, "lazyingest: --kv-scope model needs --kv-policy ada-snapkv (got %s)\n",
+                lz_kvpolicy_name(o->kv.kind));
         return EXIT_ERR;
     }
     if (o->kv.kind != LZ_KVPOLICY_NONE && !o->kv_budget_arg) {

@@ -161,6 +161,50 @@ static void test_plan(void)
         CHECK(order, "%s: kept rows in original order", lz_kvpolicy_name(p.kind));
         free(sc); free(kept); free(rows);
     }
+    /* model scope: one joint Ada selection over all L * KV heads. Every head keeps its
+     * floor(alpha * b) best, the rest equals a brute-force top over all heads' remaining
+     * candidates (distinct random scores: no ties), and the total is exactly L * KV * B */
+    {
+        lz_kvpolicy p;
+        lz_kvpolicy_default(&p);
+        p.kind = LZ_KVPOLICY_ADA_SNAPKV;
+        p.scope_model = 1;
+        lz_kvpolicy_parse_budget("0.3", &p);
+        const int B = lz_kvpolicy_budget(&p, n), m = n - p.window, b = B - p.window, NH = L * KV;
+        const int res = (int)floorf(p.alpha * (float)b + 1e-6f);
+        float *sc = malloc(sizeof(float) * NH * m);
+        /* layer l's scores scaled by 1 + l: a joint selection favours the last layer */
+        for (int i = 0; i < NH * m; i++) sc[i] = frand() * (float)(1 + i / (KV * m));
+        int *kept = malloc(sizeof(int) * NH), *rows = malloc(sizeof(int) * NH * n);
+        CHECK(lz_kvpolicy_plan(&p, sc, NULL, L, KV, n, kept, rows) == 0, "model scope: plan");
+        unsigned char *sel = calloc((size_t)NH * m, 1), *want = calloc((size_t)NH * m, 1);
+        long sum = 0;
+        int reserve_ok = 1;
+        for (int lh = 0; lh < NH; lh++) {
+            sum += kept[lh];
+            for (int i = 0; i < kept[lh] - p.window; i++) sel[(size_t)lh * m + rows[(size_t)lh * n + i]] = 1;
+            /* brute force: this head's top res by score */
+            for (int r = 0; r < res; r++) {
+                int best = -1;
+                for (int j = 0; j < m; j++)
+                    if (!want[(size_t)lh * m + j] && (best < 0 || sc[(size_t)lh * m + j] > sc[(size_t)lh * m + best])) best = j;
+                want[(size_t)lh * m + best] = 1;
+            }
+            reserve_ok &= kept[lh] - p.window >= res;
+        }
+        for (long r = 0; r < (long)NH * (b - res); r++) { /* then the joint top of the rest */
+            long best = -1;
+            for (long i = 0; i < (long)NH * m; i++)
+                if (!want[i] && (best < 0 || sc[i] > sc[best])) best = i;
+            want[best] = 1;
+        }
+        CHECK(sum == (long)NH * B, "model scope: kept total %ld == L*KV*B %ld", sum, (long)NH * B);
+        CHECK(reserve_ok, "model scope: every head keeps at least its alpha share (%d)", res);
+        CHECK(!memcmp(sel, want, (size_t)NH * m), "model scope: selection equals the brute-force joint top");
+        CHECK(kept[(L - 1) * KV] > kept[0], "model scope: layers get unequal budgets (%d last, %d first)",
+              kept[(L - 1) * KV], kept[0]);
+        free(sc); free(kept); free(rows); free(sel); free(want);
+    }
     /* short documents are stored whole; a budget below the window keeps the window */
     lz_kvpolicy p;
     lz_kvpolicy_default(&p);
@@ -217,6 +261,23 @@ static void test_spec(void)
     CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean recon vnorm x", &q) == -1, "trailing token refused");
     CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean probe junk", &q) == -1, "junk after the probe refused");
     CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean vnorm vnorm", &q) == -1, "vnorm twice refused");
+    /* model scope (Ada-SnapKV only): the last token */
+    p.kind = LZ_KVPOLICY_ADA_SNAPKV;
+    p.scope_model = 1;
+    p.value_norm = 1;
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    CHECK(strstr(s, " vnorm model") && lz_kvpolicy_parse_spec(s, &q) == 0 && q.scope_model == 1 && q.value_norm == 1,
+          "spec with model scope '%s'", s);
+    p.value_norm = 0;
+    lz_kvpolicy_spec(&p, s, sizeof s);
+    lz_kvpolicy_parse_spec(s, &q);
+    lz_kvpolicy_spec(&q, t, sizeof t);
+    CHECK(!strcmp(s, t) && q.scope_model == 1 && q.value_norm == 0, "model scope round trip '%s'", s);
+    CHECK(lz_kvpolicy_parse_spec("ada-snapkv b=0.2 w=32 k=7 a=0.2 mean model vnorm", &q) == -1, "model must come last");
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean model", &q) == -1, "model scope only for ada-snapkv");
+    CHECK(lz_kvpolicy_parse_spec("ada-snapkv b=0.2 w=32 k=7 a=0.2 mean model model", &q) == -1, "model twice refused");
+    p.scope_model = 0;
+    p.kind = LZ_KVPOLICY_ADA_PYRAMIDKV;
     p.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
     /* a probe question (--kv-probe-text) is recorded by its hash */
     uint32_t h1 = lz_kvpolicy_text_hash("Who founded it?"), h2 = lz_kvpolicy_text_hash("Who founded them?");
