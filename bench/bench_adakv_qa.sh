@@ -16,6 +16,7 @@
 #        POLICIES="snapkv ada-snapkv pyramidkv ada-pyramidkv"  BUDGETS="0.5 0.2 0.1"
 #        PROBE_TEXT="Who ...?"  with WINDOWS=probe: --kv-probe-text (that question in the cue)
 #        INGEST_ARGS="--kv-kernel 15"  more lazyingest options for every compressed run
+#        NONE=0 leaves out the uncompressed run (when another run already measured it)
 #        MAX_NEW=64 (answer tokens; a comparison answered with a reasoning needs ~35)  THREADS=N  OUT=build/bench-adakv-qa  QA=build/qa/test  PYTHON=python3  LZ_BIN=build/bin
 # The corpus ingested is the passages the asked questions place (gold and distractors).
 # Output: $OUT/summary.md (the table; also printed) and per run ingest/pred/eval files.
@@ -77,7 +78,7 @@ run() { # name ingest-args
 }
 
 : > "$OUT/runs.txt"
-run none
+[ "${NONE:-1}" = 0 ] || run none
 for w in $WINDOWS; do
     for b in $BUDGETS; do
         for p in $POLICIES; do
