@@ -244,6 +244,16 @@ int main(void)
     test_probe_run(ada, out, "--kv-reconstruct", " recon");
     /* value-aware scores: another spec (" vnorm" last), every document re-encoded again */
     test_probe_run(ada, out, "--kv-reconstruct --kv-value-norm", " recon vnorm");
+    /* model scope: one joint selection over every head of every layer; the same total kept */
+    test_probe_run(ada, out, "--kv-reconstruct --kv-value-norm --kv-scope model", " recon vnorm model");
+    CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-scope model %s > %s 2>&1",
+                     bin, model, ada, corpus, out) == 1, "--kv-scope model with snapkv: exit 1");
+    {
+        size_t len;
+        char *msg = lz_test_read_file(out, &len);
+        CHECK(msg && strstr(msg, "--kv-scope model needs --kv-policy ada-snapkv"), "error names the option: %s", msg ? msg : "");
+        free(msg);
+    }
     /* a probe question: its hash in the spec, every document re-encoded; bad text refused */
     test_probe_run(ada, out, "--kv-probe-text 'Where is the castle?'", " probe=");
     CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-probe-text "
