@@ -153,14 +153,33 @@ static int bad_params(const lz_kvscore_params *p)
            (p->n_prefix > 0 && p->pk_stride < p->n_prefix) || p->kernel < 1 || (p->v && p->v_stride < p->n);
 }
 
-/* mean |v| of the value rows 0 .. m-1 of (layer l, kv head g): the value-aware weight */
-static void value_weights(float *vn, const lz_kvscore_params *p, int l, int g, int m)
+/* mean |v| of the value rows 0 .. m-1 of (layer l, kv head g), divided by
+ * layer_mean (the mean of that over the layer's heads and rows): the
+ * value-aware weight. The division scales a whole layer alike, so no
+ * selection within a layer changes; it makes layers comparable for the model
+ * scope (values grow with depth: raw weights handed the deep layers most of the budget). */
+static void value_weights(float *vn, const lz_kvscore_params *p, int l, int g, int m, float layer_mean)
 {
     for (int j = 0; j < m; j++) {
         const float *v = p->v + (((size_t)l * p->KV + g) * (size_t)p->v_stride + j) * p->d;
         float a = 0;
         for (int e = 0; e < p->d; e++) a += fabsf(v[e]);
-        vn[j] = a / (float)p->d;
+        vn[j] = a / (float)p->d / layer_mean;
+    }
+}
+
+/* layer_mean[l] for value_weights (1 where a layer's values are all zero) */
+static void value_layer_means(float *layer_mean, const lz_kvscore_params *p, int m)
+{
+    for (int l = 0; l < p->L; l++) {
+        double t = 0;
+        for (int g = 0; g < p->KV; g++)
+            for (int j = 0; j < m; j++) {
+                const float *v = p->v + (((size_t)l * p->KV + g) * (size_t)p->v_stride + j) * p->d;
+                for (int e = 0; e < p->d; e++) t += fabsf(v[e]);
+            }
+        t /= (double)p->KV * m * p->d;
+        layer_mean[l] = t > 0 ? (float)t : 1.0f;
     }
 }
 
@@ -210,6 +229,9 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
     const float scale = 1.0f / sqrtf((float)d);
     const size_t per_task = (size_t)rows * d + (size_t)rows * nk + (size_t)G * m + 2 * (size_t)m;
     int failed = 0;
+    float *vmean = p->v ? malloc((size_t)L * sizeof(float)) : NULL;
+    if (p->v && !vmean) return -1;
+    if (vmean) value_layer_means(vmean, p, m);
 #pragma omp parallel
     {
         float *buf = malloc(per_task * sizeof(float));
@@ -247,11 +269,12 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
                 for (int j = 0; j < m; j++) a[j] += x[s + j] * inv;
             }
             size_t o = ((size_t)l * KV + g) * (size_t)m;
-            if (vn) value_weights(vn, p, l, g, m);
+            if (vn) value_weights(vn, p, l, g, m, vmean[l]);
             finish_head(scores + o, raw ? raw + o : NULL, acc, vn, G, m, p->agg, p->kernel, tmp);
         }
         free(buf);
     }
+    free(vmean);
     return failed ? -1 : 0;
 }
 
@@ -294,10 +317,14 @@ int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *ra
                     if (p->agg == LZ_KVPOLICY_AGG_MAX) a = x > a ? x : a;
                     else a += x / (float)G;
                 }
-                if (p->v) { /* value-aware: times mean |v|, by the obvious loop */
-                    double vs = 0;
+                if (p->v) { /* value-aware: times mean |v| over the layer's mean of it, by the obvious loops */
+                    double vs = 0, lt = 0;
                     for (int e = 0; e < d; e++) vs += fabs(p->v[(((size_t)l * KV + g) * p->v_stride + j) * d + e]);
-                    a *= (float)(vs / d);
+                    for (int g2 = 0; g2 < KV; g2++)
+                        for (int j2 = 0; j2 < m; j2++)
+                            for (int e = 0; e < d; e++) lt += fabs(p->v[(((size_t)l * KV + g2) * p->v_stride + j2) * d + e]);
+                    lt /= (double)KV * m * d;
+                    a *= (float)(vs / d / (lt > 0 ? lt : 1.0));
                 }
                 tmp[j] = a;
             }

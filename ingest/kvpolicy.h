@@ -12,7 +12,8 @@
  * tokens per kv head on average (window included), b = B - w selected ones.
  *
  *   scores[l][g][j] = pool_k( agg_{h in group g} sum_{r < w} softmax_r(q_r . K / sqrt d)[j] ),  j < m
- *   (value-aware option: the pooled quantity is multiplied by mean_e |V[j][e]| first)
+ *   (value-aware option: the pooled quantity is multiplied by mean_e |V[j][e]| first, over
+ *   its layer's mean of that: a per-layer constant, so only the model scope sees it)
  *
  * The softmax of window row r runs over every key it saw when encoded (the
  * prefix and the document up to itself), so a head whose attention sits on
@@ -77,7 +78,8 @@ typedef struct {
     uint32_t probe_text; /* CUE: lz_kvpolicy_text_hash of the question in the cue (0 = the
                           * empty question; spec " probe", else " probe=%08x") */
     int value_norm;      /* 1: a key's score is its attention times the mean |v| of its value
-                          * row (value-aware scoring, as VATP; spec suffix " vnorm") */
+                          * row over the layer's mean of it (value-aware scoring, as VATP;
+                          * spec suffix " vnorm") */
     int scope_model;     /* Ada-SnapKV only, 1: the joint selection runs over all heads of ALL
                           * layers (total L * KV * b, each head's floor(alpha * b) reserved)
                           * instead of one layer's heads (spec suffix " model") */
