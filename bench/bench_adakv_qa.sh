@@ -16,6 +16,7 @@
 #        POLICIES="snapkv ada-snapkv pyramidkv ada-pyramidkv"  BUDGETS="0.5 0.2 0.1"
 #        PROBE_TEXT="Who ...?"  with WINDOWS=probe: --kv-probe-text (that question in the cue)
 #        INGEST_ARGS="--kv-kernel 15"  more lazyingest options for every compressed run
+#        ADA_ARGS="--kv-scope model"   more lazyingest options for the ada-* policies only
 #        NONE=0 leaves out the uncompressed run (when another run already measured it)
 #        MAX_NEW=64 (answer tokens; a comparison answered with a reasoning needs ~35)  THREADS=N  OUT=build/bench-adakv-qa  QA=build/qa/test  PYTHON=python3  LZ_BIN=build/bin
 # The corpus ingested is the passages the asked questions place (gold and distractors).
@@ -82,14 +83,16 @@ run() { # name ingest-args
 for w in $WINDOWS; do
     for b in $BUDGETS; do
         for p in $POLICIES; do
+            extra=${INGEST_ARGS:-}
+            case $p in ada-*) extra="$extra ${ADA_ARGS:-}" ;; esac
             if [ "$w" = probe ] && [ -n "${PROBE_TEXT:-}" ]; then
-                run "$p-$b-probeq" --kv-policy "$p" --kv-budget "$b" --kv-probe-text "$PROBE_TEXT" ${INGEST_ARGS:-}
+                run "$p-$b-probeq" --kv-policy "$p" --kv-budget "$b" --kv-probe-text "$PROBE_TEXT" $extra
             elif [ "$w" = probe ]; then
-                run "$p-$b-probe" --kv-policy "$p" --kv-budget "$b" --kv-probe ${INGEST_ARGS:-}
+                run "$p-$b-probe" --kv-policy "$p" --kv-budget "$b" --kv-probe $extra
             elif [ "$w" = recon ]; then
-                run "$p-$b-recon" --kv-policy "$p" --kv-budget "$b" --kv-reconstruct ${INGEST_ARGS:-}
+                run "$p-$b-recon" --kv-policy "$p" --kv-budget "$b" --kv-reconstruct $extra
             else
-                run "$p-$b-w$w" --kv-policy "$p" --kv-budget "$b" --kv-window "$w" ${INGEST_ARGS:-}
+                run "$p-$b-w$w" --kv-policy "$p" --kv-budget "$b" --kv-window "$w" $extra
             fi
         done
     done
