@@ -120,9 +120,12 @@ static int load_texts(const lz_tokenizer *tok, int need, int max, text_ids *out)
     return k;
 }
 
-static const int KINDS[] = {LZ_KVPOLICY_SNAPKV, LZ_KVPOLICY_ADA_SNAPKV, LZ_KVPOLICY_PYRAMIDKV, LZ_KVPOLICY_ADA_PYRAMIDKV};
+/* the policies compared; the last is Ada-SnapKV with --kv-scope model */
+static const int KINDS[] = {LZ_KVPOLICY_SNAPKV, LZ_KVPOLICY_ADA_SNAPKV, LZ_KVPOLICY_PYRAMIDKV, LZ_KVPOLICY_ADA_PYRAMIDKV,
+                            LZ_KVPOLICY_ADA_SNAPKV};
 static const char *BUDGETS[] = {"0.1", "0.2", "0.5"};
-enum { NK = 4, NB = 3 };
+enum { NK = 5, NB = 3, K_MODEL = 4 };
+static const char *kind_label(int k) { return k == K_MODEL ? "ada-snapkv, model scope" : lz_kvpolicy_name(KINDS[k]); }
 
 /* Attention output of every layer for the Q held-out rows over [prefix][doc] + their own cache. */
 static int layer_outputs(const lz_llama *m, const float *qcap, const lz_kv_segment *segs, const lz_kv_cache *own,
@@ -209,6 +212,7 @@ static int run_quality(const char *path, int max_texts, int n_doc, int Q)
                 lz_kvpolicy p;
                 lz_kvpolicy_default(&p);
                 p.kind = KINDS[k];
+                p.scope_model = k == K_MODEL;
                 p.window = g_window;
                 lz_kvpolicy_parse_budget(BUDGETS[b], &p);
                 lz_encoder_set_kvpolicy(e, &p);
@@ -246,17 +250,21 @@ static int run_quality(const char *path, int max_texts, int n_doc, int Q)
     printf("| policy | budget | kept | L1 (attention output) | KL (nats) |\n|---|---:|---:|---:|---:|\n");
     for (int b = 0; b < NB; b++)
         for (int k = 0; k < NK; k++)
-            printf("| %s | %s | %.3f | %.5f | %.5f |\n", lz_kvpolicy_name(KINDS[k]), BUDGETS[b], kept[k][b], l1[k][b],
+            printf("| %s | %s | %.3f | %.5f | %.5f |\n", kind_label(k), BUDGETS[b], kept[k][b], l1[k][b],
                    kl[k][b]);
-    printf("\nper layer L1 (SnapKV / Ada-SnapKV):\n");
+    printf("\nper layer L1 (SnapKV / Ada-SnapKV / Ada-SnapKV, model scope):\n");
     for (int b = 0; b < NB; b++) {
         printf("  budget %s:", BUDGETS[b]);
-        for (int l = 0; l < L && l < 64; l++) printf(" [%d] %.4f/%.4f", l, l1_layer[0][b][l], l1_layer[1][b][l]);
+        for (int l = 0; l < L && l < 64; l++)
+            printf(" [%d] %.4f/%.4f/%.4f", l, l1_layer[0][b][l], l1_layer[1][b][l], l1_layer[K_MODEL][b][l]);
         printf("\n");
     }
     int ok = 1;
     for (int b = 0; b < NB; b++) ok &= l1[1][b] < l1[0][b];
     printf("\nAda-SnapKV below SnapKV at every budget: %s\n", ok ? "yes" : "NO");
+    int okm = 1;
+    for (int b = 0; b < NB; b++) okm &= l1[K_MODEL][b] < l1[0][b];
+    printf("Ada-SnapKV with the model scope below SnapKV at every budget: %s\n", okm ? "yes" : "NO");
     lz_kv_cache_free(&own);
     lz_kv_cache_free(&tmp);
     lz_llama_scratch_free(sc);
