@@ -8,7 +8,6 @@
 #include "ingest/kvpolicy.h"
 
 #include <cblas.h>
-#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -153,33 +152,28 @@ static int bad_params(const lz_kvscore_params *p)
            (p->n_prefix > 0 && p->pk_stride < p->n_prefix) || p->kernel < 1 || (p->v && p->v_stride < p->n);
 }
 
-/* mean |v| of the value rows 0 .. m-1 of (layer l, kv head g), divided by
- * layer_mean (the mean of that over the layer's heads and rows): the
- * value-aware weight. The division scales a whole layer alike, so no
- * selection within a layer changes; it makes layers comparable for the model
- * scope (values grow with depth: raw weights handed the deep layers most of the budget). */
-static void value_weights(float *vn, const lz_kvscore_params *p, int l, int g, int m, float layer_mean)
-{
-    for (int j = 0; j < m; j++) {
-        const float *v = p->v + (((size_t)l * p->KV + g) * (size_t)p->v_stride + j) * p->d;
-        float a = 0;
-        for (int e = 0; e < p->d; e++) a += fabsf(v[e]);
-        vn[j] = a / (float)p->d / layer_mean;
-    }
-}
-
-/* layer_mean[l] for value_weights (1 where a layer's values are all zero) */
-static void value_layer_means(float *layer_mean, const lz_kvscore_params *p, int m)
+/* The value-aware weights vn (L, KV, m): the mean |v| of value row j of
+ * (layer l, kv head g), divided by the mean of that over the layer's heads
+ * and rows (1 where a layer's values are all zero). The division scales a
+ * whole layer alike, so no selection within a layer changes; it makes layers
+ * comparable for the model scope (values grow with depth: raw weights handed
+ * the deep layers most of the budget). */
+static void value_weights(float *vn, const lz_kvscore_params *p, int m)
 {
     for (int l = 0; l < p->L; l++) {
         double t = 0;
+        float *w = vn + (size_t)l * p->KV * m;
         for (int g = 0; g < p->KV; g++)
             for (int j = 0; j < m; j++) {
                 const float *v = p->v + (((size_t)l * p->KV + g) * (size_t)p->v_stride + j) * p->d;
-                for (int e = 0; e < p->d; e++) t += fabsf(v[e]);
+                float a = 0;
+                for (int e = 0; e < p->d; e++) a += fabsf(v[e]);
+                w[(size_t)g * m + j] = a / (float)p->d;
+                t += w[(size_t)g * m + j];
             }
-        t /= (double)p->KV * m * p->d;
-        layer_mean[l] = t > 0 ? (float)t : 1.0f;
+        t /= (double)p->KV * m;
+        const float inv = t > 0 ? (float)(1.0 / t) : 1.0f;
+        for (size_t i = 0; i < (size_t)p->KV * m; i++) w[i] *= inv;
     }
 }
 
@@ -227,11 +221,11 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
     const int L = p->L, H = p->H, KV = p->KV, G = H / KV, d = p->d, n = p->n, w = p->w, m = n - w, s = p->n_prefix;
     const int nk = s + n, rows = G * w; /* keys per row; matrix rows r = hh * w + t */
     const float scale = 1.0f / sqrtf((float)d);
-    const size_t per_task = (size_t)rows * d + (size_t)rows * nk + (size_t)G * m + 2 * (size_t)m;
+    const size_t per_task = (size_t)rows * d + (size_t)rows * nk + (size_t)G * m + (size_t)m;
     int failed = 0;
-    float *vmean = p->v ? malloc((size_t)L * sizeof(float)) : NULL;
-    if (p->v && !vmean) return -1;
-    if (vmean) value_layer_means(vmean, p, m);
+    float *vw = p->v ? malloc((size_t)L * KV * m * sizeof(float)) : NULL;
+    if (p->v && !vw) return -1;
+    if (vw) value_weights(vw, p, m);
 #pragma omp parallel
     {
         float *buf = malloc(per_task * sizeof(float));
@@ -244,7 +238,6 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
             if (!buf) continue;
             const int l = task / KV, g = task % KV;
             float *Q = buf, *S = Q + (size_t)rows * d, *acc = S + (size_t)rows * nk, *tmp = acc + (size_t)G * m;
-            float *vn = p->v ? tmp + m : NULL;
             for (int hh = 0; hh < G; hh++)
                 for (int t = 0; t < w; t++)
                     memcpy(Q + ((size_t)hh * w + t) * d, p->q + (((size_t)l * w + t) * H + g * G + hh) * d,
@@ -269,12 +262,11 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
                 for (int j = 0; j < m; j++) a[j] += x[s + j] * inv;
             }
             size_t o = ((size_t)l * KV + g) * (size_t)m;
-            if (vn) value_weights(vn, p, l, g, m, vmean[l]);
-            finish_head(scores + o, raw ? raw + o : NULL, acc, vn, G, m, p->agg, p->kernel, tmp);
+            finish_head(scores + o, raw ? raw + o : NULL, acc, vw ? vw + o : NULL, G, m, p->agg, p->kernel, tmp);
         }
         free(buf);
     }
-    free(vmean);
+    free(vw);
     return failed ? -1 : 0;
 }
 
