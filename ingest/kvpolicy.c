@@ -426,21 +426,14 @@ int lz_kvpolicy_plan(const lz_kvpolicy *p, const float *scores, const float *tie
 {
     const int B = lz_kvpolicy_budget(p, n), w = p->probe ? 0 : p->window, m = n - w;
     if (B <= 0 || m <= 0) return -1;
-    int *b_l = malloc((size_t)L * sizeof(int)), *hb = malloc((size_t)KV * sizeof(int));
-    unsigned char *keep = malloc((size_t)KV * m);
-    if (!b_l || !hb || !keep) { free(b_l); free(hb); free(keep); return -1; }
-    int pyramid = p->kind == LZ_KVPOLICY_PYRAMIDKV || p->kind == LZ_KVPOLICY_ADA_PYRAMIDKV;
-    int adaptive = p->kind == LZ_KVPOLICY_ADA_SNAPKV || p->kind == LZ_KVPOLICY_ADA_PYRAMIDKV;
-    lz_kvpolicy_layer_budgets(b_l, L, B - w, m, pyramid);
+    const int pyramid = p->kind == LZ_KVPOLICY_PYRAMIDKV || p->kind == LZ_KVPOLICY_ADA_PYRAMIDKV;
+    const int adaptive = p->kind == LZ_KVPOLICY_ADA_SNAPKV || p->kind == LZ_KVPOLICY_ADA_PYRAMIDKV;
     /* model scope (Ada-SnapKV): one joint selection over all L * KV heads */
-    const int joint = adaptive && !pyramid && p->scope_model;
-    if (joint) {
-        free(keep);
-        free(hb);
-        keep = malloc((size_t)L * KV * m);
-        hb = malloc((size_t)L * KV * sizeof(int));
-        if (!keep || !hb) { free(b_l); free(hb); free(keep); return -1; }
-    }
+    const int joint = adaptive && !pyramid && p->scope_model, NH = joint ? L * KV : KV;
+    int *b_l = malloc((size_t)L * sizeof(int)), *hb = malloc((size_t)NH * sizeof(int));
+    unsigned char *keep = malloc((size_t)NH * m);
+    if (!b_l || !hb || !keep) { free(b_l); free(hb); free(keep); return -1; }
+    lz_kvpolicy_layer_budgets(b_l, L, B - w, m, pyramid);
     int rc = joint ? lz_kvpolicy_select(keep, hb, scores, tie, L * KV, m, B - w < m ? B - w : m, 1, p->alpha) : 0;
     for (int l = 0; l < L && !rc; l++) {
         size_t o = (size_t)l * KV * m;
