@@ -277,7 +277,12 @@ int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *ra
     float *logit = malloc((size_t)(s + n) * sizeof(float));
     float *acc = malloc((size_t)G * m * sizeof(float)), *tmp = malloc((size_t)m * sizeof(float));
     if (!logit || !acc || !tmp) { free(logit); free(acc); free(tmp); return -1; }
-    for (int l = 0; l < L; l++)
+    for (int l = 0; l < L; l++) {
+        double lt = 0; /* value-aware: the layer's mean |v| over its heads and candidate rows */
+        for (int g2 = 0; p->v && g2 < KV; g2++)
+            for (int j2 = 0; j2 < m; j2++)
+                for (int e = 0; e < d; e++) lt += fabs(p->v[(((size_t)l * KV + g2) * p->v_stride + j2) * d + e]);
+        lt /= (double)KV * m * d;
         for (int g = 0; g < KV; g++) {
             memset(acc, 0, (size_t)G * m * sizeof(float));
             for (int hh = 0; hh < G; hh++)
@@ -310,12 +315,8 @@ int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *ra
                     else a += x / (float)G;
                 }
                 if (p->v) { /* value-aware: times mean |v| over the layer's mean of it, by the obvious loops */
-                    double vs = 0, lt = 0;
+                    double vs = 0;
                     for (int e = 0; e < d; e++) vs += fabs(p->v[(((size_t)l * KV + g) * p->v_stride + j) * d + e]);
-                    for (int g2 = 0; g2 < KV; g2++)
-                        for (int j2 = 0; j2 < m; j2++)
-                            for (int e = 0; e < d; e++) lt += fabs(p->v[(((size_t)l * KV + g2) * p->v_stride + j2) * d + e]);
-                    lt /= (double)KV * m * d;
                     a *= (float)(vs / d / (lt > 0 ? lt : 1.0));
                 }
                 tmp[j] = a;
@@ -328,6 +329,7 @@ int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *ra
                 scores[o + j] = mx;
             }
         }
+    }
     free(logit);
     free(acc);
     free(tmp);

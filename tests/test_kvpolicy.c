@@ -237,6 +237,14 @@ static void test_plan(void)
     CHECK(lz_kvpolicy_budget(&p, 1000) == 0, "none stores whole");
 }
 
+/* s = p's spec, q = s parsed back, t = q's spec (s and t LZ_KVPOLICY_SPEC_MAX bytes) */
+static void spec_round_trip(const lz_kvpolicy *p, char *s, char *t, lz_kvpolicy *q)
+{
+    lz_kvpolicy_spec(p, s, LZ_KVPOLICY_SPEC_MAX);
+    lz_kvpolicy_parse_spec(s, q);
+    lz_kvpolicy_spec(q, t, LZ_KVPOLICY_SPEC_MAX);
+}
+
 static void test_spec(void)
 {
     lz_kvpolicy p, q;
@@ -269,9 +277,7 @@ static void test_spec(void)
               strstr(s, " recon vnorm"),
           "spec with reconstruction and value norms '%s'", s);
     p.probe = 0;
-    lz_kvpolicy_spec(&p, s, sizeof s);
-    lz_kvpolicy_parse_spec(s, &q);
-    lz_kvpolicy_spec(&q, t, sizeof t);
+    spec_round_trip(&p, s, t, &q);
     CHECK(!strcmp(s, t) && q.value_norm == 1 && q.probe == 0 && strstr(s, "max vnorm"), "value norms round trip '%s'", s);
     p.value_norm = 0;
     lz_kvpolicy_spec(&p, s, sizeof s);
@@ -288,9 +294,7 @@ static void test_spec(void)
     CHECK(strstr(s, " vnorm model") && lz_kvpolicy_parse_spec(s, &q) == 0 && q.scope_model == 1 && q.value_norm == 1,
           "spec with model scope '%s'", s);
     p.value_norm = 0;
-    lz_kvpolicy_spec(&p, s, sizeof s);
-    lz_kvpolicy_parse_spec(s, &q);
-    lz_kvpolicy_spec(&q, t, sizeof t);
+    spec_round_trip(&p, s, t, &q);
     CHECK(!strcmp(s, t) && q.scope_model == 1 && q.value_norm == 0, "model scope round trip '%s'", s);
     CHECK(lz_kvpolicy_parse_spec("ada-snapkv b=0.2 w=32 k=7 a=0.2 mean model vnorm", &q) == -1, "model must come last");
     CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean model", &q) == -1, "model scope only for ada-snapkv");
