@@ -117,21 +117,22 @@ const int *lz_encoder_kept(const lz_encoder *e) { return e->compressed ? e->kept
 double lz_encoder_policy_seconds(const lz_encoder *e) { return e->t_policy; }
 
 /* Scores the window of w rows, plans, compacts the document's rows in place.
- * With a probe, the cache holds n + w rows (the probe's last) and m = n. */
+ * With a probe, the cache holds n + w rows (the probe's last) and m = n; with
+ * the self window, w = m = n (the document's own rows). */
 static int compress_doc(lz_encoder *e, int n, int w, char *err, size_t errlen)
 {
     const lz_llama_config *c = &e->m->cfg;
     const int probe = e->policy.probe, L = c->n_layers, KV = c->n_kv_heads;
-    const int m = probe ? n : n - w;
+    const int m = probe ? n : n - w, self = probe == LZ_KVPOLICY_PROBE_SELF;
     double t = now_s();
     if (grow((void **)&e->scores, &e->cap_s, (size_t)L * KV * m * sizeof(float)) ||
         grow((void **)&e->raw, &e->cap_raw, (size_t)L * KV * m * sizeof(float)) ||
         grow((void **)&e->rows, &e->cap_r, (size_t)L * KV * n * sizeof(int)))
         return fail(err, errlen, "out of memory (KV eviction scores for %d tokens)", n);
     lz_kvscore_params sp = {.q = e->qwin, .k = e->doc.k, .k_stride = e->doc.cap, .pk = e->prefix.k,
-                            .pk_stride = e->prefix.cap, .n_prefix = e->seg.n, .n = m + w, .w = w, .L = L,
+                            .pk_stride = e->prefix.cap, .n_prefix = e->seg.n, .n = self ? n : m + w, .w = w, .m = m, .L = L,
                             .H = c->n_heads, .KV = KV, .d = c->head_dim, .agg = e->policy.agg,
-                            .kernel = e->policy.kernel, .v = e->policy.value_norm ? e->doc.v : NULL,
+                            .kernel = e->policy.kernel, .v = e->policy.value_norm ? e->doc.v : NULL, .v_power = e->policy.value_power,
                             .v_stride = e->doc.cap};
     if (lz_kvpolicy_score(&sp, e->scores, e->raw) ||
         lz_kvpolicy_plan(&e->policy, e->scores, e->raw, L, KV, n, e->kept, e->rows))
@@ -144,12 +145,14 @@ static int compress_doc(lz_encoder *e, int n, int w, char *err, size_t errlen)
 
 int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errlen)
 {
-    /* the probe: the cue set by lz_encoder_set_probe, or the document itself again */
+    /* the probe: the cue set by lz_encoder_set_probe, or the document itself again; the
+     * self window runs none (the document's own queries are the window) */
     const int recon = e->policy.probe == LZ_KVPOLICY_PROBE_RECONSTRUCT;
+    const int self = e->policy.probe == LZ_KVPOLICY_PROBE_SELF;
     const int *pids = recon ? ids : e->probe, n_pids = recon ? n : e->n_probe;
-    const int probe = e->policy.probe && n_pids > 0 && lz_kvpolicy_budget(&e->policy, n) > 0;
+    const int probe = !self && e->policy.probe && n_pids > 0 && lz_kvpolicy_budget(&e->policy, n) > 0;
     const int need = n + (probe ? n_pids : 0);
-    if (e->policy.probe && !n_pids && lz_kvpolicy_budget(&e->policy, n) > 0)
+    if (!self && e->policy.probe && !n_pids && lz_kvpolicy_budget(&e->policy, n) > 0)
         return fail(err, errlen, "KV eviction with a probe window but no probe tokens set");
     if (need > e->doc.cap) {
         int cap = e->doc.cap ? e->doc.cap : 256;
@@ -164,8 +167,9 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) return fail(err, errlen, "token id %d at %d outside the vocabulary (%d)", ids[i], i, V);
     const lz_llama_config *c = &e->m->cfg;
-    const int evict = lz_kvpolicy_budget(&e->policy, n) > 0, w = probe ? n_pids : e->policy.window;
-    if (evict) { /* capture the window's queries: positions s + n - w .. s + n - 1 (probe: s + n ..) */
+    const int evict = lz_kvpolicy_budget(&e->policy, n) > 0, w = self ? n : probe ? n_pids : e->policy.window;
+    if (evict) { /* capture the window's queries: positions s + n - w .. s + n - 1 (probe: s + n ..;
+                  * self: s .. s + n - 1) */
         if (grow((void **)&e->qwin, &e->cap_q, (size_t)c->n_layers * w * c->n_heads * c->head_dim * sizeof(float)))
             return fail(err, errlen, "out of memory (window queries)");
         lz_llama_scratch_capture(e->scratch, e->qwin, (int64_t)e->seg.n + n - (probe ? 0 : w), w);

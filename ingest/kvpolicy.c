@@ -24,6 +24,7 @@ void lz_kvpolicy_default(lz_kvpolicy *p)
     p->kernel = LZ_KVPOLICY_DEFAULT_KERNEL;
     p->alpha = LZ_KVPOLICY_DEFAULT_ALPHA;
     p->agg = LZ_KVPOLICY_AGG_MEAN;
+    p->value_power = 1.0f;
 }
 
 uint32_t lz_kvpolicy_text_hash(const char *text)
@@ -76,10 +77,14 @@ void lz_kvpolicy_spec(const lz_kvpolicy *p, char *buf, size_t n)
     lz_kvpolicy_budget_str(p, b, sizeof b);
     char probe[24] = "";
     if (p->probe == LZ_KVPOLICY_PROBE_RECONSTRUCT) snprintf(probe, sizeof probe, " recon");
+    else if (p->probe == LZ_KVPOLICY_PROBE_SELF) snprintf(probe, sizeof probe, " self");
     else if (p->probe && p->probe_text) snprintf(probe, sizeof probe, " probe=%08x", (unsigned)p->probe_text);
     else if (p->probe) snprintf(probe, sizeof probe, " probe");
+    char vnorm[32] = "";
+    if (p->value_norm && p->value_power != 1.0f && p->value_power != 0.0f) snprintf(vnorm, sizeof vnorm, " vnorm=%g", (double)p->value_power);
+    else if (p->value_norm) snprintf(vnorm, sizeof vnorm, " vnorm");
     snprintf(buf, n, "%s b=%s w=%d k=%d a=%g %s%s%s%s", lz_kvpolicy_name(p->kind), b, p->window, p->kernel,
-             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean", probe, p->value_norm ? " vnorm" : "",
+             (double)p->alpha, p->agg == LZ_KVPOLICY_AGG_MAX ? "max" : "mean", probe, vnorm,
              p->scope_model ? " model" : "");
 }
 
@@ -95,16 +100,20 @@ int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p)
     if (kind <= 0 || lz_kvpolicy_parse_budget(b, p) || w < 1 || k < 1 || !(k & 1) || a < 0 || a > 1) return -1;
     if (strcmp(agg, "mean") && strcmp(agg, "max")) return -1;
     /* optional tokens, in this order, each at most once: a probe (probe, probe=<8 hex>,
-     * recon), vnorm, model; nothing else */
+     * recon, self), vnorm or vnorm=P (P != 1), model; nothing else */
     int stage = 0;
     for (const char *c = spec + used; sscanf(c, " %39s%n", tok, &n) == 1; c += n) {
         unsigned hash = 0;
         char tail;
         if (stage < 1 && !strcmp(tok, "probe")) p->probe = LZ_KVPOLICY_PROBE_CUE, stage = 1;
         else if (stage < 1 && !strcmp(tok, "recon")) p->probe = LZ_KVPOLICY_PROBE_RECONSTRUCT, stage = 1;
+        else if (stage < 1 && !strcmp(tok, "self")) p->probe = LZ_KVPOLICY_PROBE_SELF, stage = 1;
         else if (stage < 1 && strlen(tok) == 14 && sscanf(tok, "probe=%8x%c", &hash, &tail) == 1 && hash != 0)
             p->probe = LZ_KVPOLICY_PROBE_CUE, p->probe_text = (uint32_t)hash, stage = 1;
         else if (stage < 2 && !strcmp(tok, "vnorm")) p->value_norm = 1, stage = 2;
+        else if (stage < 2 && !strncmp(tok, "vnorm=", 6) && lz_kvpolicy_parse_power(tok + 6, &p->value_power) == 0 &&
+                 p->value_power != 1.0f)
+            p->value_norm = 1, stage = 2;
         else if (stage < 3 && !strcmp(tok, "model") && kind == LZ_KVPOLICY_ADA_SNAPKV) p->scope_model = 1, stage = 3;
         else return -1;
     }
@@ -113,6 +122,15 @@ int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p)
     p->kernel = k;
     p->alpha = a;
     p->agg = strcmp(agg, "max") ? LZ_KVPOLICY_AGG_MEAN : LZ_KVPOLICY_AGG_MAX;
+    return 0;
+}
+
+int lz_kvpolicy_parse_power(const char *s, float *power)
+{
+    char *end;
+    double x = s && *s ? strtod(s, &end) : -1;
+    if (!s || !*s || *end || !(x > 0 && x <= 16)) return -1;
+    *power = (float)x;
     return 0;
 }
 
@@ -147,7 +165,8 @@ void lz_kvpolicy_maxpool(float *out, const float *x, int m, int kernel)
 
 static int bad_params(const lz_kvscore_params *p)
 {
-    return !p->q || !p->k || p->n <= 0 || p->w < 1 || p->w >= p->n || p->k_stride < p->n || p->L < 1 || p->KV < 1 ||
+    return !p->q || !p->k || p->n <= 0 || p->w < 1 || p->m < 0 || p->m > p->n || (p->m ? p->w > p->n : p->w >= p->n) ||
+           p->k_stride < p->n || p->L < 1 || p->KV < 1 ||
            p->H < p->KV || p->H % p->KV || p->d < 1 || p->n_prefix < 0 || (p->n_prefix > 0 && !p->pk) ||
            (p->n_prefix > 0 && p->pk_stride < p->n_prefix) || p->kernel < 1 || (p->v && p->v_stride < p->n);
 }
@@ -168,7 +187,8 @@ static void value_weights(float *vn, const lz_kvscore_params *p, int m)
                 const float *v = p->v + (((size_t)l * p->KV + g) * (size_t)p->v_stride + j) * p->d;
                 float a = 0;
                 for (int e = 0; e < p->d; e++) a += fabsf(v[e]);
-                w[(size_t)g * m + j] = a / (float)p->d;
+                a /= (float)p->d;
+                w[(size_t)g * m + j] = p->v_power == 0.0f || p->v_power == 1.0f ? a : powf(a, p->v_power);
                 t += w[(size_t)g * m + j];
             }
         t /= (double)p->KV * m;
@@ -218,8 +238,8 @@ static void finish_head(float *scores, float *raw, const float *acc, const float
 int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
 {
     if (bad_params(p)) return -1;
-    const int L = p->L, H = p->H, KV = p->KV, G = H / KV, d = p->d, n = p->n, w = p->w, m = n - w, s = p->n_prefix;
-    const int nk = s + n, rows = G * w; /* keys per row; matrix rows r = hh * w + t */
+    const int L = p->L, H = p->H, KV = p->KV, G = H / KV, d = p->d, n = p->n, w = p->w, s = p->n_prefix;
+    const int m = p->m ? p->m : n - w, nk = s + n, rows = G * w; /* keys per row; matrix rows r = hh * w + t */
     const float scale = 1.0f / sqrtf((float)d);
     const size_t per_task = (size_t)rows * d + (size_t)rows * nk + (size_t)G * m + (size_t)m;
     int failed = 0;
@@ -249,7 +269,8 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
                         p->k + ((size_t)l * KV + g) * (size_t)p->k_stride * d, d, 0.0f, S + s, nk);
             memset(acc, 0, (size_t)G * m * sizeof(float));
             for (int r = 0; r < rows; r++) {
-                const int t = r % w, visible = s + m + t + 1; /* row t is document token m + t */
+                const int t = r % w, visible = s + n - w + t + 1; /* row t is document token n - w + t */
+                const int mv = visible - s < m ? visible - s : m;  /* the candidates it saw */
                 float *x = S + (size_t)r * nk, mx = -INFINITY, sum = 0;
 #pragma omp simd reduction(max : mx)
                 for (int j = 0; j < visible; j++) mx = x[j] > mx ? x[j] : mx;
@@ -259,7 +280,7 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
                 for (int j = 0; j < visible; j++) sum += x[j];
                 float inv = 1.0f / sum, *a = acc + (size_t)(r / w) * m;
 #pragma omp simd
-                for (int j = 0; j < m; j++) a[j] += x[s + j] * inv;
+                for (int j = 0; j < mv; j++) a[j] += x[s + j] * inv;
             }
             size_t o = ((size_t)l * KV + g) * (size_t)m;
             finish_head(scores + o, raw ? raw + o : NULL, acc, vw ? vw + o : NULL, G, m, p->agg, p->kernel, tmp);
@@ -273,16 +294,22 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
 int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *raw)
 {
     if (bad_params(p)) return -1;
-    const int L = p->L, H = p->H, KV = p->KV, G = H / KV, d = p->d, n = p->n, w = p->w, m = n - w, s = p->n_prefix;
+    const int L = p->L, H = p->H, KV = p->KV, G = H / KV, d = p->d, n = p->n, w = p->w, s = p->n_prefix;
+    const int m = p->m ? p->m : n - w;
     float *logit = malloc((size_t)(s + n) * sizeof(float));
     float *acc = malloc((size_t)G * m * sizeof(float)), *tmp = malloc((size_t)m * sizeof(float));
     if (!logit || !acc || !tmp) { free(logit); free(acc); free(tmp); return -1; }
     for (int l = 0; l < L; l++) {
-        double lt = 0; /* value-aware: the layer's mean |v| over its heads and candidate rows */
+        /* value-aware: the layer's mean of (mean |v| of a row)^P over its heads and candidate rows */
+        const double pw = p->v_power == 0.0f ? 1.0 : (double)p->v_power;
+        double lt = 0;
         for (int g2 = 0; p->v && g2 < KV; g2++)
-            for (int j2 = 0; j2 < m; j2++)
-                for (int e = 0; e < d; e++) lt += fabs(p->v[(((size_t)l * KV + g2) * p->v_stride + j2) * d + e]);
-        lt /= (double)KV * m * d;
+            for (int j2 = 0; j2 < m; j2++) {
+                double r = 0;
+                for (int e = 0; e < d; e++) r += fabs(p->v[(((size_t)l * KV + g2) * p->v_stride + j2) * d + e]);
+                lt += pow(r / d, pw);
+            }
+        lt /= (double)KV * m;
         for (int g = 0; g < KV; g++) {
             memset(acc, 0, (size_t)G * m * sizeof(float));
             for (int hh = 0; hh < G; hh++)
@@ -296,7 +323,7 @@ int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *ra
                         for (int e = 0; e < d; e++) x += (double)q[e] * k[e];
                         logit[nv++] = (float)(x / sqrt((double)d));
                     }
-                    for (int j = 0; j <= m + t; j++) {
+                    for (int j = 0; j <= n - w + t; j++) {
                         const float *k = p->k + (((size_t)l * KV + g) * p->k_stride + j) * d;
                         double x = 0;
                         for (int e = 0; e < d; e++) x += (double)q[e] * k[e];
@@ -304,7 +331,8 @@ int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *ra
                     }
                     for (int j = 0; j < nv; j++) mx = logit[j] > mx ? logit[j] : mx;
                     for (int j = 0; j < nv; j++) sum += exp(logit[j] - mx);
-                    for (int j = 0; j < m; j++) acc[(size_t)hh * m + j] += (float)(exp(logit[s + j] - mx) / sum);
+                    for (int j = 0; j < m && j <= n - w + t; j++)
+                        acc[(size_t)hh * m + j] += (float)(exp(logit[s + j] - mx) / sum);
                 }
             size_t o = ((size_t)l * KV + g) * (size_t)m;
             for (int j = 0; j < m; j++) { /* aggregation by the obvious loop */
@@ -317,7 +345,7 @@ int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *ra
                 if (p->v) { /* value-aware: times mean |v| over the layer's mean of it, by the obvious loops */
                     double vs = 0;
                     for (int e = 0; e < d; e++) vs += fabs(p->v[(((size_t)l * KV + g) * p->v_stride + j) * d + e]);
-                    a *= (float)(vs / d / (lt > 0 ? lt : 1.0));
+                    a *= (float)(pow(vs / d, pw) / (lt > 0 ? lt : 1.0));
                 }
                 tmp[j] = a;
             }

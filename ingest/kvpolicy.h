@@ -12,7 +12,7 @@
  * tokens per kv head on average (window included), b = B - w selected ones.
  *
  *   scores[l][g][j] = pool_k( agg_{h in group g} sum_{r < w} softmax_r(q_r . K / sqrt d)[j] ),  j < m
- *   (value-aware option: the pooled quantity is multiplied by mean_e |V[j][e]| first, over
+ *   (value-aware option: the pooled quantity is multiplied by (mean_e |V[j][e]|)^P first, over
  *   its layer's mean of that: a per-layer constant, so only the model scope sees it)
  *
  * The softmax of window row r runs over every key it saw when encoded (the
@@ -34,7 +34,10 @@
  * Probe variants: the window is a text run after the document, scored like
  * the tail window and then dropped; every document token is a candidate and
  * nothing is kept by force. CUE: the prompt's question cue. RECONSTRUCT: the
- * document itself again (spec suffix " recon").
+ * document itself again (spec suffix " recon"). SELF: no probe is run; the
+ * window is every document token's own query as encoded (H2O-style: key j
+ * scored by the attention mass the later tokens j .. n-1 gave it; spec suffix
+ * " self"): the scores cost one more pass of attention, no forward pass.
  */
 #ifndef LZ_KVPOLICY_H
 #define LZ_KVPOLICY_H
@@ -51,7 +54,12 @@ typedef enum {
 } lz_kvpolicy_kind;
 
 enum { LZ_KVPOLICY_AGG_MEAN = 0, LZ_KVPOLICY_AGG_MAX = 1 };
-enum { LZ_KVPOLICY_PROBE_NONE = 0, LZ_KVPOLICY_PROBE_CUE = 1, LZ_KVPOLICY_PROBE_RECONSTRUCT = 2 };
+enum {
+    LZ_KVPOLICY_PROBE_NONE = 0,
+    LZ_KVPOLICY_PROBE_CUE = 1,
+    LZ_KVPOLICY_PROBE_RECONSTRUCT = 2,
+    LZ_KVPOLICY_PROBE_SELF = 3
+};
 
 #define LZ_KVPOLICY_DEFAULT_WINDOW 32
 #define LZ_KVPOLICY_DEFAULT_KERNEL 7
@@ -72,14 +80,17 @@ typedef struct {
                           * prompt's question cue, lz_encoder_set_probe); RECONSTRUCT: the
                           * document's own tokens run again after it (KVzip-style: each key
                           * is scored by the attention it gets while the model re-reads the
-                          * passage; costs about one more encoding). With a probe every
+                          * passage; costs about one more encoding); SELF: every document
+                          * token's own query, causal (no extra forward pass). With a probe every
                           * document token is a candidate, the probe's keys are not stored,
                           * B counts only document tokens */
     uint32_t probe_text; /* CUE: lz_kvpolicy_text_hash of the question in the cue (0 = the
                           * empty question; spec " probe", else " probe=%08x") */
     int value_norm;      /* 1: a key's score is its attention times the mean |v| of its value
-                          * row over the layer's mean of it (value-aware scoring, as VATP;
-                          * spec suffix " vnorm") */
+                          * row (to the power value_power) over the layer's mean of that
+                          * (value-aware scoring, as VATP; spec suffix " vnorm", or
+                          * " vnorm=P" when value_power P != 1) */
+    float value_power;   /* P in (0, 16], default 1: > 1 favours the rows with large values more */
     int scope_model;     /* Ada-SnapKV only, 1: the joint selection runs over all heads of ALL
                           * layers (total L * KV * b, each head's floor(alpha * b) reserved)
                           * instead of one layer's heads (spec suffix " model") */
@@ -94,6 +105,8 @@ const char *lz_kvpolicy_name(int kind); /* "none", "snapkv", ... */
 int lz_kvpolicy_parse_name(const char *s); /* kind, or -1 */
 /* "0.2" (fraction in (0, 1]) or "128t" (tokens >= 1). Returns 0 or -1. */
 int lz_kvpolicy_parse_budget(const char *s, lz_kvpolicy *p);
+/* A value-norm power: a number in (0, 16]. Returns 0 or -1. */
+int lz_kvpolicy_parse_power(const char *s, float *power);
 /* The budget as given: "0.2" / "128t" ("" for none). */
 void lz_kvpolicy_budget_str(const lz_kvpolicy *p, char *buf, size_t n);
 /* Canonical text of every parameter ("" for none), e.g.
@@ -120,12 +133,18 @@ typedef struct {
     const float *pk;  /* (L, KV, S, d) rotated prefix keys (attention sink), or NULL */
     int pk_stride;    /* S >= n_prefix */
     int n_prefix;     /* s */
-    int n, w;         /* document tokens, window (w < n) */
+    int n, w;         /* document tokens, window: rows are tokens n - w .. n - 1 (w < n, or
+                       * w <= n when m is set) */
+    int m;            /* candidate keys: tokens 0 .. m - 1 (1 <= m <= n); 0 = n - w, the tokens
+                       * before the window. A row only scores the candidates it saw (causal):
+                       * with the self window (w = m = n) key j gets the mass of rows j .. n-1 */
     int L, H, KV, d;
     int agg;          /* LZ_KVPOLICY_AGG_* */
     int kernel;       /* max-pool kernel (odd) */
     const float *v;   /* (L, KV, T, d) document values, row j = token j: the aggregated score of
-                       * key j is multiplied by mean_e |v_j[e]| before pooling; NULL = attention only */
+                       * key j is multiplied by (mean_e |v_j[e]|)^v_power before pooling (over
+                       * the layer's mean of that); NULL = attention only */
+    float v_power;    /* 0 or 1: plain mean |v| */
     int v_stride;     /* T >= n when v is set */
 } lz_kvscore_params;
 

@@ -71,9 +71,14 @@ static void usage(FILE *f)
             "  --kv-reconstruct       observation window = the document itself run again after it\n"
             "                         (KVzip-style: keys scored while the model re-reads the passage;\n"
             "                         best quality, costs about one more encoding of every document)\n"
+            "  --kv-self              observation window = every document token's own query as it was\n"
+            "                         encoded (H2O-style: a key scores the attention all later tokens\n"
+            "                         gave it; no extra forward pass; recorded as 'self')\n"
             "  --kv-value-norm        value-aware scores: a key's attention score times the mean |v| of\n"
             "                         its value row over its layer's mean of that (VATP-style;\n"
             "                         recorded in the KV spec as 'vnorm')\n"
+            "  --kv-value-power P     value-aware scores with (mean |v|)^P, P in (0, 16] (implies\n"
+            "                         --kv-value-norm; 2 is best on the QA dev split; 'vnorm=P')\n"
             "  --kv-scope layer|model Ada-SnapKV: the joint selection over one layer's kv heads (default,\n"
             "                         as Ada-KV) or over every head of every layer, so layers get unequal\n"
             "                         budgets too (recorded in the KV spec as 'model')\n"
@@ -1161,8 +1166,18 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--kv-reconstruct")) {
             o->kv.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
+        } else if (!strcmp(a, "--kv-self")) {
+            o->kv.probe = LZ_KVPOLICY_PROBE_SELF;
         } else if (!strcmp(a, "--kv-value-norm")) {
             o->kv.value_norm = 1;
+        } else if (!strcmp(a, "--kv-value-power")) {
+            if (!val) goto missing;
+            if (lz_kvpolicy_parse_power(val, &o->kv.value_power)) {
+                fprintf(stderr, "lazyingest: --kv-value-power expects a number in (0, 16], got '%s'\n", val);
+                return EXIT_ERR;
+            }
+            o->kv.value_norm = 1;
+            i++;
         } else if (!strcmp(a, "--kv-scope")) {
             if (!val) goto missing;
             if (!strcmp(val, "layer")) o->kv.scope_model = 0;

@@ -270,6 +270,13 @@ static void test_spec(void)
               !strstr(s, "probe"),
           "spec with reconstruction '%s'", s);
     CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean probes", &q) == -1, "unknown probe suffix refused");
+    p.probe = LZ_KVPOLICY_PROBE_SELF;
+    spec_round_trip(&p, s, t, &q);
+    CHECK(!strcmp(s, t) && q.probe == LZ_KVPOLICY_PROBE_SELF && strstr(s, " self") &&
+              lz_kvpolicy_budget(&p, 100) == 20 && lz_kvpolicy_budget(&p, 20) == 4,
+          "spec with the self window '%s', no window floor", s);
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean self recon", &q) == -1, "two windows refused");
+    p.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
     /* value-aware scores: a last " vnorm", with or without a probe */
     p.value_norm = 1;
     lz_kvpolicy_spec(&p, s, sizeof s);
@@ -279,6 +286,23 @@ static void test_spec(void)
     p.probe = 0;
     spec_round_trip(&p, s, t, &q);
     CHECK(!strcmp(s, t) && q.value_norm == 1 && q.probe == 0 && strstr(s, "max vnorm"), "value norms round trip '%s'", s);
+    p.value_power = 2;
+    spec_round_trip(&p, s, t, &q);
+    CHECK(!strcmp(s, t) && q.value_norm == 1 && q.value_power == 2.0f && strstr(s, "max vnorm=2"),
+          "value power round trip '%s'", s);
+    p.value_power = 0.75f;
+    spec_round_trip(&p, s, t, &q);
+    CHECK(!strcmp(s, t) && q.value_power == 0.75f && strstr(s, " vnorm=0.75"), "value power 0.75 round trip '%s'", s);
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean vnorm=1", &q) == -1, "vnorm=1 refused (spelled vnorm)");
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean vnorm=0", &q) == -1, "vnorm=0 refused");
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean vnorm=17", &q) == -1, "vnorm=17 refused");
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean vnorm=2x", &q) == -1, "vnorm=2x refused");
+    CHECK(lz_kvpolicy_parse_spec("snapkv b=0.2 w=32 k=7 a=0.2 mean vnorm vnorm=2", &q) == -1, "two value norms refused");
+    float pw;
+    CHECK(lz_kvpolicy_parse_power("2", &pw) == 0 && pw == 2.0f && lz_kvpolicy_parse_power("", &pw) == -1 &&
+              lz_kvpolicy_parse_power("-1", &pw) == -1 && lz_kvpolicy_parse_power("nan", &pw) == -1,
+          "value power parsing");
+    p.value_power = 1;
     p.value_norm = 0;
     lz_kvpolicy_spec(&p, s, sizeof s);
     CHECK(lz_kvpolicy_parse_spec(s, &q) == 0 && q.value_norm == 0 && !strstr(s, "vnorm"), "no value norms: '%s'", s);
@@ -375,31 +399,36 @@ static void test_scoring(void)
     /* value-aware: fast == naive, and each raw score is the attention-only raw score times mean |v| */
     float *v = malloc(sizeof(float) * L * KV * T * d), *r0 = malloc(sizeof(float) * L * KV * m);
     for (int i = 0; i < L * KV * T * d; i++) v[i] = 4 * frand() - 2;
-    for (int agg = 0; agg < 2; agg++) {
+    for (int agg = 0; agg < 4; agg++) { /* agg & 1: mean / max; agg & 2: power 2.5 instead of 1 */
+        const double pw = agg & 2 ? 2.5 : 1.0;
         lz_kvscore_params p = {.q = q, .k = k, .k_stride = T, .pk = pk, .pk_stride = S, .n_prefix = s, .n = n, .w = w,
-                               .L = L, .H = H, .KV = KV, .d = d, .agg = agg, .kernel = 5, .v = v, .v_stride = T};
+                               .L = L, .H = H, .KV = KV, .d = d, .agg = agg & 1, .kernel = 5, .v = v, .v_stride = T,
+                               .v_power = (float)pw};
         CHECK(lz_kvpolicy_score(&p, a, ra) == 0 && lz_kvpolicy_score_naive(&p, b, rb) == 0, "value-aware score");
         p.v = NULL;
         CHECK(lz_kvpolicy_score(&p, b, r0) == 0, "attention-only score");
         double md = 0, mw = 0;
         for (int l = 0; l < L; l++) {
-            double lm = 0; /* the layer's mean |v| over its heads and candidate rows */
+            double lm = 0; /* the layer's mean of (mean |v| of a row)^P over its heads and candidate rows */
             for (int g = 0; g < KV; g++)
-                for (int j = 0; j < m; j++)
-                    for (int e = 0; e < d; e++) lm += fabs(v[(((size_t)l * KV + g) * T + j) * d + e]);
-            lm /= (double)KV * m * d;
+                for (int j = 0; j < m; j++) {
+                    double r = 0;
+                    for (int e = 0; e < d; e++) r += fabs(v[(((size_t)l * KV + g) * T + j) * d + e]);
+                    lm += pow(r / d, pw);
+                }
+            lm /= (double)KV * m;
             for (int g = 0; g < KV; g++)
                 for (int j = 0; j < m; j++) {
                     size_t o = ((size_t)l * KV + g) * m + j;
                     double vn = 0;
                     for (int e = 0; e < d; e++) vn += fabs(v[(((size_t)l * KV + g) * T + j) * d + e]) / d;
-                    mw = fmax(mw, fabs(ra[o] - r0[o] * vn / lm));
+                    mw = fmax(mw, fabs(ra[o] - r0[o] * pow(vn, pw) / lm) / fmax(1.0, fabs(ra[o])));
                     md = fmax(md, fabs(ra[o] - rb[o]));
                 }
         }
         CHECK(md < 1e-5 && mw < 1e-5,
-              "GQA %s, value-aware: GEMM == naive (%.2g), raw = attention x mean|v| / layer mean (%.2g)",
-              agg ? "max" : "mean", md, mw);
+              "GQA %s, value-aware, power %g: GEMM == naive (%.2g), raw = attention x mean|v|^P / layer mean (%.2g)",
+              agg & 1 ? "max" : "mean", pw, md, mw);
         p.v = v;
         p.v_stride = n - 1;
         CHECK(lz_kvpolicy_score(&p, a, NULL) == -1, "value stride below n refused");
@@ -416,6 +445,68 @@ static void test_scoring(void)
     p.w = n;
     CHECK(lz_kvpolicy_score(&p, a, NULL) == -1, "window >= n refused");
     free(q); free(k); free(pk); free(a); free(b); free(ra); free(rb);
+}
+
+/* The self window (--kv-self): every document token's own query, w = m = n,
+ * causal. GEMM == naive loop; key j gets the mass of rows j .. n-1 only, so
+ * the last key's raw score is exactly the last row's softmax weight on it
+ * (computed here by hand); the scores sum to each row's document mass. */
+static void test_self_scoring(void)
+{
+    const int L = 2, H = 4, KV = 2, G = H / KV, d = 8, n = 37, s = 3, T = 40;
+    float *q = malloc(sizeof(float) * L * n * H * d), *k = malloc(sizeof(float) * L * KV * T * d);
+    float *pk = malloc(sizeof(float) * L * KV * s * d), *v = malloc(sizeof(float) * L * KV * T * d);
+    float *a = malloc(sizeof(float) * L * KV * n), *b = malloc(sizeof(float) * L * KV * n);
+    float *ra = malloc(sizeof(float) * L * KV * n), *rb = malloc(sizeof(float) * L * KV * n);
+    for (int i = 0; i < L * n * H * d; i++) q[i] = 2 * frand() - 1;
+    for (int i = 0; i < L * KV * T * d; i++) k[i] = 2 * frand() - 1, v[i] = 2 * frand() - 1;
+    for (int i = 0; i < L * KV * s * d; i++) pk[i] = 2 * frand() - 1;
+    for (int vn = 0; vn < 2; vn++)
+        for (int agg = 0; agg < 2; agg++) {
+            lz_kvscore_params p = {.q = q, .k = k, .k_stride = T, .pk = pk, .pk_stride = s, .n_prefix = s, .n = n,
+                                   .w = n, .m = n, .L = L, .H = H, .KV = KV, .d = d, .agg = agg, .kernel = 3,
+                                   .v = vn ? v : NULL, .v_stride = T};
+            CHECK(lz_kvpolicy_score(&p, a, ra) == 0 && lz_kvpolicy_score_naive(&p, b, rb) == 0, "self score");
+            double md = 0;
+            for (int i = 0; i < L * KV * n; i++) md = fmax(md, fabs(a[i] - b[i]) + fabs(ra[i] - rb[i]));
+            CHECK(md < 1e-5, "self window, %s%s: GEMM == naive (%.2g)", agg ? "max" : "mean",
+                  vn ? ", value-aware" : "", md);
+        }
+    /* by hand, mean aggregation, no value weights: the last key of (l, g) */
+    lz_kvscore_params p = {.q = q, .k = k, .k_stride = T, .pk = pk, .pk_stride = s, .n_prefix = s, .n = n, .w = n,
+                           .m = n, .L = L, .H = H, .KV = KV, .d = d, .kernel = 1};
+    CHECK(lz_kvpolicy_score(&p, a, ra) == 0, "self score, kernel 1");
+    double md = 0, mass = 0, tot = 0;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < KV; g++) {
+            double want = 0;
+            for (int hh = 0; hh < G; hh++)
+                for (int r = 0; r < n; r++) { /* row r's softmax over the prefix and tokens 0..r */
+                    const float *qr = q + (((size_t)l * n + r) * H + g * G + hh) * d;
+                    double lg[3 + 37], mx = -INFINITY, sum = 0;
+                    for (int j = 0; j < s + r + 1; j++) {
+                        const float *kj = j < s ? pk + (((size_t)l * KV + g) * s + j) * d
+                                                : k + (((size_t)l * KV + g) * T + (j - s)) * d;
+                        double x = 0;
+                        for (int e = 0; e < d; e++) x += (double)qr[e] * kj[e];
+                        lg[j] = x / sqrt((double)d);
+                        mx = fmax(mx, lg[j]);
+                    }
+                    for (int j = 0; j < s + r + 1; j++) sum += exp(lg[j] - mx);
+                    for (int j = s; j < s + r + 1; j++) mass += exp(lg[j] - mx) / sum / G;
+                    if (r == n - 1) want += exp(lg[s + n - 1] - mx) / sum / G;
+                }
+            md = fmax(md, fabs(ra[((size_t)l * KV + g) * n + n - 1] - want));
+            for (int j = 0; j < n; j++) tot += ra[((size_t)l * KV + g) * n + j];
+        }
+    CHECK(md < 1e-5, "self window: the last key scores only the last row's weight (%.2g)", md);
+    CHECK(fabs(tot - mass) < 1e-3 * mass, "self window: the scores sum to the rows' document mass (%.6g / %.6g)", tot,
+          mass);
+    p.m = n + 1;
+    CHECK(lz_kvpolicy_score(&p, a, NULL) == -1, "more candidates than tokens refused");
+    p.m = 0;
+    CHECK(lz_kvpolicy_score(&p, a, NULL) == -1, "w = n without candidates given refused");
+    free(q); free(k); free(pk); free(v); free(a); free(b); free(ra); free(rb);
 }
 
 static void test_compact(void)
@@ -589,6 +680,49 @@ static void test_encoder(void)
     CHECK(have_ref && kept && !memcmp(kept, cue_kept, (size_t)L * KV * sizeof(int)),
           "the cue probe survives a reconstruction run");
     free(ref_k); free(ref_v); free(ref_kept); free(cue_kept);
+    /* self window: the encoder's kept rows equal a plan made here from every document
+     * query, captured by hand after the same prefix, and scored by the naive loops */
+    p.probe = LZ_KVPOLICY_PROBE_SELF;
+    lz_encoder_set_kvpolicy(e, &p);
+    CHECK(lz_encoder_run(e, ids, n, err, sizeof err) == 0, "encode with the self window: %s", err);
+    kept = lz_encoder_kept(e);
+    dc = lz_encoder_doc_cache(e);
+    {
+        lz_kv_cache pc, kc2;
+        lz_llama_scratch *sc = lz_llama_scratch_new(m, 64);
+        float *qa = malloc((size_t)L * n * H * d * sizeof(float)), *sn = malloc((size_t)L * KV * n * sizeof(float));
+        float *tn = malloc((size_t)L * KV * n * sizeof(float)); /* raw scores: the plan's tie order, as the encoder's */
+        int *kn = malloc((size_t)L * KV * sizeof(int)), *rn = malloc((size_t)L * KV * n * sizeof(int));
+        int ok = sc && qa && sn && tn && kn && rn && kept && lz_kv_cache_init(&pc, c, 4) == 0;
+        ok = ok && lz_kv_cache_init(&kc2, c, n) == 0;
+        if (ok) {
+            lz_kv_cache_reset(&pc, 0);
+            lz_llama_forward(m, sc, &pc, NULL, 0, prefix, 4, NULL, LZ_LOGITS_NONE);
+            lz_kv_segment sg = {pc.k, pc.v, NULL, 4, pc.cap, 0, NULL};
+            lz_kv_cache_reset(&kc2, 4);
+            lz_llama_scratch_capture(sc, qa, 4, n);
+            lz_llama_forward(m, sc, &kc2, &sg, 1, ids, n, NULL, LZ_LOGITS_NONE);
+            lz_llama_scratch_capture(sc, NULL, 0, 0);
+            lz_kvscore_params sp = {.q = qa, .k = kc2.k, .k_stride = kc2.cap, .pk = pc.k, .pk_stride = pc.cap,
+                                    .n_prefix = 4, .n = n, .w = n, .m = n, .L = L, .H = H, .KV = KV, .d = d,
+                                    .kernel = p.kernel};
+            ok = lz_kvpolicy_score_naive(&sp, sn, tn) == 0 && lz_kvpolicy_plan(&p, sn, tn, L, KV, n, kn, rn) == 0;
+            ok = ok && !memcmp(kn, kept, (size_t)L * KV * sizeof(int));
+            long ssum = 0;
+            for (int lh = 0; ok && lh < L * KV; lh++) {
+                ssum += kn[lh];
+                for (int i = 0; i < kn[lh]; i++) /* the stored row i is the hand-encoded row rn[i] */
+                    ok &= !memcmp(dc->k + ((size_t)lh * dc->cap + i) * d,
+                                  kc2.k + ((size_t)lh * kc2.cap + rn[(size_t)lh * n + i]) * d, (size_t)d * sizeof(float));
+            }
+            CHECK(ok && ssum == (long)L * KV * 75, "self window: the encoder keeps the naive plan's rows (%ld kept)",
+                  ssum);
+            lz_kv_cache_free(&kc2);
+            lz_kv_cache_free(&pc);
+        } else CHECK(0, "self window reference setup");
+        lz_llama_scratch_free(sc);
+        free(qa); free(sn); free(tn); free(kn); free(rn);
+    }
     lz_encoder_set_kvpolicy(e, NULL);
     lz_encoder_run(e, ids, n, err, sizeof err);
     lz_encoder_pack(e, 1, codec, LZ_PAYLOAD_CODEC_RAW, 1, &blob, &len0, err, sizeof err);
@@ -611,6 +745,7 @@ int main(void)
     test_spec();
     test_maxpool();
     test_scoring();
+    test_self_scoring();
     test_compact();
     test_encoder();
     return lz_test_done();
