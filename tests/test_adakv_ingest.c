@@ -246,6 +246,11 @@ int main(void)
     test_probe_run(ada, out, "--kv-reconstruct --kv-value-norm", " recon vnorm");
     /* model scope: one joint selection over every head of every layer; the same total kept */
     test_probe_run(ada, out, "--kv-reconstruct --kv-value-norm --kv-scope model", " recon vnorm model");
+    /* a value power: another spec (" vnorm=2"), re-encoded; the self window (no probe run) */
+    test_probe_run(ada, out, "--kv-reconstruct --kv-value-power 2 --kv-scope model", " recon vnorm=2 model");
+    test_probe_run(ada, out, "--kv-self --kv-value-power 2", " self vnorm=2");
+    CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-value-power 0 %s > %s "
+                     "2>&1", bin, model, ada, corpus, out) == 1, "--kv-value-power 0: exit 1");
     CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-scope model %s > %s 2>&1",
                      bin, model, ada, corpus, out) == 1, "--kv-scope model with snapkv: exit 1");
     {
