@@ -13,7 +13,8 @@
 #                         10% and 20% budgets both keep little more than the window);
 #                         "probe" runs --kv-probe (the question cue as the window),
 #                         "recon" runs --kv-reconstruct (the document re-read as the window),
-#                         "self" runs --kv-self (every document token's own query)
+#                         "self" runs --kv-self (every document token's own query),
+#                         "learned" runs --kv-learned $SCORER (a fitted key-importance model)
 #        POLICIES="snapkv ada-snapkv pyramidkv ada-pyramidkv"  BUDGETS="0.5 0.2 0.1"
 #        PROBE_TEXT="Who ...?"  with WINDOWS=probe: --kv-probe-text (that question in the cue)
 #        INGEST_ARGS="--kv-kernel 15"  more lazyingest options for every compressed run
@@ -92,6 +93,8 @@ for w in $WINDOWS; do
                 run "$p-$b-probe" --kv-policy "$p" --kv-budget "$b" --kv-probe $extra
             elif [ "$w" = recon ]; then
                 run "$p-$b-recon" --kv-policy "$p" --kv-budget "$b" --kv-reconstruct $extra
+            elif [ "$w" = learned ]; then
+                run "$p-$b-learned" --kv-policy "$p" --kv-budget "$b" --kv-learned "${SCORER:?set SCORER to a --kv-learn-out file}" $extra
             elif [ "$w" = self ]; then
                 run "$p-$b-self" --kv-policy "$p" --kv-budget "$b" --kv-self $extra
             else

@@ -26,6 +26,10 @@ struct lz_encoder {
     double t_policy;
     int *probe;         /* (n_probe) tokens run after a document to score it (policy.probe) */
     int n_probe;
+    const lz_kvlearn *scorer; /* policy.probe LEARNED: the key-importance model (not owned) */
+    lz_kvlearn_acc *learn;    /* reconstruction runs add their scores here (not owned) */
+    float *attn;              /* (L, KV, n) predicted or attention-only scores */
+    size_t cap_a;
 };
 
 static double now_s(void)
@@ -92,8 +96,12 @@ void lz_encoder_free(lz_encoder *e)
     free(e->raw);
     free(e->rows);
     free(e->probe);
+    free(e->attn);
     free(e);
 }
+
+void lz_encoder_set_scorer(lz_encoder *e, const lz_kvlearn *m) { e->scorer = m; }
+void lz_encoder_set_learn(lz_encoder *e, lz_kvlearn_acc *a) { e->learn = a; }
 
 int lz_encoder_set_probe(lz_encoder *e, const int *ids, int n)
 {
@@ -124,9 +132,10 @@ static int compress_doc(lz_encoder *e, int n, int w, char *err, size_t errlen)
     const lz_llama_config *c = &e->m->cfg;
     const int probe = e->policy.probe, L = c->n_layers, KV = c->n_kv_heads;
     const int m = probe ? n : n - w, self = probe == LZ_KVPOLICY_PROBE_SELF;
-    double t = now_s();
+    const int learned = probe == LZ_KVPOLICY_PROBE_LEARNED;
     if (grow((void **)&e->scores, &e->cap_s, (size_t)L * KV * m * sizeof(float)) ||
         grow((void **)&e->raw, &e->cap_raw, (size_t)L * KV * m * sizeof(float)) ||
+        grow((void **)&e->attn, &e->cap_a, (size_t)L * KV * m * sizeof(float)) ||
         grow((void **)&e->rows, &e->cap_r, (size_t)L * KV * n * sizeof(int)))
         return fail(err, errlen, "out of memory (KV eviction scores for %d tokens)", n);
     lz_kvscore_params sp = {.q = e->qwin, .k = e->doc.k, .k_stride = e->doc.cap, .pk = e->prefix.k,
@@ -134,7 +143,22 @@ static int compress_doc(lz_encoder *e, int n, int w, char *err, size_t errlen)
                             .H = c->n_heads, .KV = KV, .d = c->head_dim, .agg = e->policy.agg,
                             .kernel = e->policy.kernel, .v = e->policy.value_norm ? e->doc.v : NULL, .v_power = e->policy.value_power,
                             .v_stride = e->doc.cap};
-    if (lz_kvpolicy_score(&sp, e->scores, e->raw) ||
+    if (e->learn && probe == LZ_KVPOLICY_PROBE_RECONSTRUCT) { /* calibration: attention-only targets */
+        lz_kvscore_params sa = sp;
+        sa.v = NULL;
+        if (lz_kvpolicy_score(&sa, e->attn, NULL) ||
+            lz_kvlearn_acc_doc(e->learn, e->doc.k, e->doc.v, e->doc.cap, e->seg.n, n, e->attn, c->rope_layout,
+                               e->m->inv_freq))
+            return fail(err, errlen, "out of memory (key-importance fit, %d tokens)", n);
+    }
+    double t = now_s();
+    if (learned) { /* the key-importance model's masses, then value weights and pooling as any score */
+        if (lz_kvlearn_predict(e->scorer, e->doc.k, e->doc.v, e->doc.cap, e->seg.n, n, c->rope_layout,
+                               e->m->inv_freq, e->attn) ||
+            lz_kvpolicy_weigh(&sp, e->attn, e->scores, e->raw))
+            return fail(err, errlen, "out of memory (learned key scores for %d tokens)", n);
+    }
+    if ((!learned && lz_kvpolicy_score(&sp, e->scores, e->raw)) ||
         lz_kvpolicy_plan(&e->policy, e->scores, e->raw, L, KV, n, e->kept, e->rows))
         return fail(err, errlen, "KV eviction scoring failed for %d tokens (out of memory)", n);
     lz_kvpolicy_compact(e->doc.k, e->doc.v, e->doc.cap, L, KV, c->head_dim, n, e->kept, e->rows);
@@ -149,11 +173,16 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
      * self window runs none (the document's own queries are the window) */
     const int recon = e->policy.probe == LZ_KVPOLICY_PROBE_RECONSTRUCT;
     const int self = e->policy.probe == LZ_KVPOLICY_PROBE_SELF;
+    const int learned = e->policy.probe == LZ_KVPOLICY_PROBE_LEARNED; /* no window: nothing captured */
     const int *pids = recon ? ids : e->probe, n_pids = recon ? n : e->n_probe;
-    const int probe = !self && e->policy.probe && n_pids > 0 && lz_kvpolicy_budget(&e->policy, n) > 0;
+    const int probe = !self && !learned && e->policy.probe && n_pids > 0 && lz_kvpolicy_budget(&e->policy, n) > 0;
     const int need = n + (probe ? n_pids : 0);
-    if (!self && e->policy.probe && !n_pids && lz_kvpolicy_budget(&e->policy, n) > 0)
+    if (!self && !learned && e->policy.probe && !n_pids && lz_kvpolicy_budget(&e->policy, n) > 0)
         return fail(err, errlen, "KV eviction with a probe window but no probe tokens set");
+    const lz_kvlearn *sc = e->scorer;
+    if (learned && lz_kvpolicy_budget(&e->policy, n) > 0 &&
+        (!sc || sc->L != e->m->cfg.n_layers || sc->KV != e->m->cfg.n_kv_heads || sc->d != e->m->cfg.head_dim))
+        return fail(err, errlen, "KV eviction with a learned scorer but %s", sc ? "its shape is not the model's" : "none set");
     if (need > e->doc.cap) {
         int cap = e->doc.cap ? e->doc.cap : 256;
         while (cap < need) cap *= 2;
@@ -168,7 +197,7 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
         if (ids[i] < 0 || ids[i] >= V) return fail(err, errlen, "token id %d at %d outside the vocabulary (%d)", ids[i], i, V);
     const lz_llama_config *c = &e->m->cfg;
     const int evict = lz_kvpolicy_budget(&e->policy, n) > 0, w = self ? n : probe ? n_pids : e->policy.window;
-    if (evict) { /* capture the window's queries: positions s + n - w .. s + n - 1 (probe: s + n ..;
+    if (evict && !learned) { /* capture the window's queries: positions s + n - w .. s + n - 1 (probe: s + n ..;
                   * self: s .. s + n - 1) */
         if (grow((void **)&e->qwin, &e->cap_q, (size_t)c->n_layers * w * c->n_heads * c->head_dim * sizeof(float)))
             return fail(err, errlen, "out of memory (window queries)");

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#include "ingest/kvlearn.h"
 #include "ingest/kvpolicy.h"
 #include "model/llama.h"
 #include "store/payload.h"
@@ -29,6 +30,13 @@ void lz_encoder_free(lz_encoder *e); /* NULL is a no-op */
 int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errlen);
 const lz_kv_cache *lz_encoder_doc_cache(const lz_encoder *e);
 const lz_kv_cache *lz_encoder_prefix_cache(const lz_encoder *e);
+
+/* The key-importance model of policy probe LEARNED (kept by the caller, not
+ * copied); NULL unsets it. */
+void lz_encoder_set_scorer(lz_encoder *e, const lz_kvlearn *m);
+/* Calibration: every run with the reconstruction probe adds its documents'
+ * keys and attention-only scores to a (the caller fits and frees it). */
+void lz_encoder_set_learn(lz_encoder *e, lz_kvlearn_acc *a);
 
 /* Element type of packed payloads: LZ_PAYLOAD_DTYPE_BF16 (default) or _F32. */
 void lz_encoder_set_dtype(lz_encoder *e, int dtype);

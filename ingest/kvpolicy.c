@@ -78,6 +78,7 @@ void lz_kvpolicy_spec(const lz_kvpolicy *p, char *buf, size_t n)
     char probe[24] = "";
     if (p->probe == LZ_KVPOLICY_PROBE_RECONSTRUCT) snprintf(probe, sizeof probe, " recon");
     else if (p->probe == LZ_KVPOLICY_PROBE_SELF) snprintf(probe, sizeof probe, " self");
+    else if (p->probe == LZ_KVPOLICY_PROBE_LEARNED) snprintf(probe, sizeof probe, " learned=%08x", (unsigned)p->scorer_hash);
     else if (p->probe && p->probe_text) snprintf(probe, sizeof probe, " probe=%08x", (unsigned)p->probe_text);
     else if (p->probe) snprintf(probe, sizeof probe, " probe");
     char vnorm[32] = "";
@@ -100,7 +101,7 @@ int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p)
     if (kind <= 0 || lz_kvpolicy_parse_budget(b, p) || w < 1 || k < 1 || !(k & 1) || a < 0 || a > 1) return -1;
     if (strcmp(agg, "mean") && strcmp(agg, "max")) return -1;
     /* optional tokens, in this order, each at most once: a probe (probe, probe=<8 hex>,
-     * recon, self), vnorm or vnorm=P (P != 1), model; nothing else */
+     * recon, self, learned=<8 hex>), vnorm or vnorm=P (P != 1), model; nothing else */
     int stage = 0;
     for (const char *c = spec + used; sscanf(c, " %39s%n", tok, &n) == 1; c += n) {
         unsigned hash = 0;
@@ -108,6 +109,8 @@ int lz_kvpolicy_parse_spec(const char *spec, lz_kvpolicy *p)
         if (stage < 1 && !strcmp(tok, "probe")) p->probe = LZ_KVPOLICY_PROBE_CUE, stage = 1;
         else if (stage < 1 && !strcmp(tok, "recon")) p->probe = LZ_KVPOLICY_PROBE_RECONSTRUCT, stage = 1;
         else if (stage < 1 && !strcmp(tok, "self")) p->probe = LZ_KVPOLICY_PROBE_SELF, stage = 1;
+        else if (stage < 1 && strlen(tok) == 16 && sscanf(tok, "learned=%8x%c", &hash, &tail) == 1 && hash != 0)
+            p->probe = LZ_KVPOLICY_PROBE_LEARNED, p->scorer_hash = (uint32_t)hash, stage = 1;
         else if (stage < 1 && strlen(tok) == 14 && sscanf(tok, "probe=%8x%c", &hash, &tail) == 1 && hash != 0)
             p->probe = LZ_KVPOLICY_PROBE_CUE, p->probe_text = (uint32_t)hash, stage = 1;
         else if (stage < 2 && !strcmp(tok, "vnorm")) p->value_norm = 1, stage = 2;
@@ -289,6 +292,23 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
     }
     free(vw);
     return failed ? -1 : 0;
+}
+
+int lz_kvpolicy_weigh(const lz_kvscore_params *p, const float *attn, float *scores, float *raw)
+{
+    const int m = p->m;
+    if (m < 1 || p->L < 1 || p->KV < 1 || p->d < 1 || p->kernel < 1 || (p->v && p->v_stride < m)) return -1;
+    float *vw = p->v ? malloc((size_t)p->L * p->KV * m * sizeof(float)) : NULL, *tmp = malloc((size_t)m * sizeof(float));
+    if ((p->v && !vw) || !tmp) { free(vw); free(tmp); return -1; }
+    if (vw) value_weights(vw, p, m);
+    for (int lg = 0; lg < p->L * p->KV; lg++) {
+        size_t o = (size_t)lg * m;
+        finish_head(scores + o, raw ? raw + o : NULL, attn + o, vw ? vw + o : NULL, 1, m, LZ_KVPOLICY_AGG_MEAN,
+                    p->kernel, tmp);
+    }
+    free(vw);
+    free(tmp);
+    return 0;
 }
 
 int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *raw)

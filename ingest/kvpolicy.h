@@ -58,7 +58,8 @@ enum {
     LZ_KVPOLICY_PROBE_NONE = 0,
     LZ_KVPOLICY_PROBE_CUE = 1,
     LZ_KVPOLICY_PROBE_RECONSTRUCT = 2,
-    LZ_KVPOLICY_PROBE_SELF = 3
+    LZ_KVPOLICY_PROBE_SELF = 3,
+    LZ_KVPOLICY_PROBE_LEARNED = 4
 };
 
 #define LZ_KVPOLICY_DEFAULT_WINDOW 32
@@ -91,6 +92,8 @@ typedef struct {
                           * (value-aware scoring, as VATP; spec suffix " vnorm", or
                           * " vnorm=P" when value_power P != 1) */
     float value_power;   /* P in (0, 16], default 1: > 1 favours the rows with large values more */
+    uint32_t scorer_hash;/* LEARNED: the key-importance model file's hash (ingest/kvlearn.h;
+                          * spec " learned=%08x") */
     int scope_model;     /* Ada-SnapKV only, 1: the joint selection runs over all heads of ALL
                           * layers (total L * KV * b, each head's floor(alpha * b) reserved)
                           * instead of one layer's heads (spec suffix " model") */
@@ -151,6 +154,11 @@ typedef struct {
 /* scores (L, KV, m) pooled; raw (L, KV, m) before pooling, or NULL.
  * Returns 0, or -1 on bad shapes or allocation failure. */
 int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw);
+/* Attention-like masses attn (L, KV, m), m = p->m, from elsewhere (the
+ * learned scorer) -> scores and raw as lz_kvpolicy_score makes them: times
+ * the value weights when p->v is set, pooled with p->kernel (p->q, p->k, the
+ * window and the aggregation are not used). Returns 0 or -1. */
+int lz_kvpolicy_weigh(const lz_kvscore_params *p, const float *attn, float *scores, float *raw);
 /* The same by plain loops (tests): one query row at a time. */
 int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *raw);
 /* out[j] = max(x[j - k/2 .. j + k/2] within [0, m)). */

@@ -35,6 +35,8 @@ typedef struct {
     lz_kvpolicy kv;       /* KV eviction at ingest (--kv-policy, --kv-budget, ...) */
     const char *kv_budget_arg;
     const char *probe_text; /* --kv-probe-text: the question in the probe cue (NULL = "") */
+    const char *learned;    /* --kv-learned: key-importance model file */
+    const char *learn_out;  /* --kv-learn-out: fit one from this run's reconstruction scores */
 } options;
 
 static void usage(FILE *f)
@@ -79,6 +81,12 @@ static void usage(FILE *f)
             "                         recorded in the KV spec as 'vnorm')\n"
             "  --kv-value-power P     value-aware scores with (mean |v|)^P, P in (0, 16] (implies\n"
             "                         --kv-value-norm; 2 is best on the QA dev split; 'vnorm=P')\n"
+            "  --kv-learned FILE      scores from a fitted key-importance model (a linear model per\n"
+            "                         layer and kv head of the reconstruction score from each key's\n"
+            "                         value and unrotated key; no extra forward pass; recorded as\n"
+            "                         'learned=<hash>'; --repair needs the same FILE)\n"
+            "  --kv-learn-out FILE    with --kv-reconstruct: fit that model on the documents this run\n"
+            "                         encodes and write it to FILE (calibration; use a new store)\n"
             "  --kv-scope layer|model Ada-SnapKV: the joint selection over one layer's kv heads (default,\n"
             "                         as Ada-KV) or over every head of every layer, so layers get unequal\n"
             "                         budgets too (recorded in the KV spec as 'model')\n"
@@ -199,6 +207,8 @@ typedef struct {
     lz_store *s;
     lz_meta *meta;
     lz_encoder *enc;
+    lz_kvlearn scorer;      /* --kv-learned (w NULL when not given) */
+    lz_kvlearn_acc *learn;  /* --kv-learn-out */
     lz_payload_codec *codec;
     int *prefix;
     int n_prefix;
@@ -710,6 +720,25 @@ static int setup_model(ingest *g, const char *model_path)
         return -1;
     if (lz_encoder_new(g->m, g->prefix, g->n_prefix, &g->enc, g->err, sizeof g->err)) return -1;
     lz_encoder_set_dtype(g->enc, lz_store_kv_dtype(g->s));
+    if (g->o.learned) { /* the key-importance model: this model's, this shape */
+        const lz_llama_config *c = &g->m->cfg;
+        if (lz_kvlearn_load(g->o.learned, &g->scorer, g->err, sizeof g->err)) return -1;
+        if (memcmp(g->scorer.fingerprint, g->m->fingerprint, 32) || g->scorer.L != c->n_layers ||
+            g->scorer.KV != c->n_kv_heads || g->scorer.d != c->head_dim) {
+            snprintf(g->err, sizeof g->err, "%s was fitted for another model (not %s)", g->o.learned, g->m->fingerprint_hex);
+            return -1;
+        }
+        g->o.kv.scorer_hash = g->scorer.hash;
+        lz_encoder_set_scorer(g->enc, &g->scorer);
+    }
+    if (g->o.learn_out) {
+        const lz_llama_config *c = &g->m->cfg;
+        if (!(g->learn = lz_kvlearn_acc_new(c->n_layers, c->n_kv_heads, c->head_dim))) {
+            snprintf(g->err, sizeof g->err, "out of memory");
+            return -1;
+        }
+        lz_encoder_set_learn(g->enc, g->learn);
+    }
     lz_encoder_set_kvpolicy(g->enc, &g->o.kv);
     int *probe = NULL, n_probe = 0; /* the question cue, empty or --kv-probe-text (used by --kv-probe) */
     if (lz_prompt_question_tokens(g->m->tok, g->o.probe_text ? g->o.probe_text : "", &probe, &n_probe) ||
@@ -840,6 +869,11 @@ static int repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
                   "same --kv-probe-text (left as it is)", c->ext_id, (unsigned)kp.probe_text);
             continue;
         }
+        if (kp.probe == LZ_KVPOLICY_PROBE_LEARNED && kp.scorer_hash != g->o.kv.scorer_hash) {
+            warnf(g, "repair: document '%s' was compressed with key-importance model %08x; run --repair with the "
+                  "same --kv-learned FILE (left as it is)", c->ext_id, (unsigned)kp.scorer_hash);
+            continue;
+        }
         lz_store_doc_key_kv(g->m->fingerprint, g->prefix, g->n_prefix, c->ids, c->n, c->kv_spec, p.key);
         lz_encoder_set_kvpolicy(g->enc, &kp);
         int erc = lz_encoder_run(g->enc, c->ids, c->n, g->err, sizeof g->err) ||
@@ -943,6 +977,28 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
 /* ---- the ingest pass ---- */
 
 /* Returns the exit status. */
+/* --kv-learn-out: the key-importance model fitted on this run's documents. */
+static int write_scorer(ingest *g)
+{
+    lz_kvlearn m;
+    if (!lz_kvlearn_acc_docs(g->learn)) {
+        snprintf(g->err, sizeof g->err, "no document was encoded with --kv-reconstruct in this run (all unchanged or "
+                 "stored whole?); fit on a new --store");
+        return -1;
+    }
+    if (lz_kvlearn_fit(g->learn, 1e-4, &m)) {
+        snprintf(g->err, sizeof g->err, "the fit failed (out of memory, or too few distinct keys)");
+        return -1;
+    }
+    memcpy(m.fingerprint, g->m->fingerprint, 32);
+    int rc = lz_kvlearn_save(&m, g->o.learn_out, g->err, sizeof g->err);
+    if (!rc && !g->o.quiet)
+        fprintf(stderr, "lazyingest: key-importance model fitted on %u documents -> %s (learned=%08x)\n", m.n_docs,
+                g->o.learn_out, (unsigned)m.hash);
+    lz_kvlearn_free(&m);
+    return rc;
+}
+
 static int run_corpus(ingest *g, lz_corpus *cp)
 {
     char err[2048];
@@ -1168,6 +1224,15 @@ int main(int argc, char **argv)
             o->kv.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
         } else if (!strcmp(a, "--kv-self")) {
             o->kv.probe = LZ_KVPOLICY_PROBE_SELF;
+        } else if (!strcmp(a, "--kv-learned")) {
+            if (!val) goto missing;
+            o->kv.probe = LZ_KVPOLICY_PROBE_LEARNED;
+            o->learned = val;
+            i++;
+        } else if (!strcmp(a, "--kv-learn-out")) {
+            if (!val) goto missing;
+            o->learn_out = val;
+            i++;
         } else if (!strcmp(a, "--kv-value-norm")) {
             o->kv.value_norm = 1;
         } else if (!strcmp(a, "--kv-value-power")) {
@@ -1227,6 +1292,11 @@ int main(int argc, char **argv)
     }
     if (!o->corpus && !o->check && !o->gc) {
         usage(stderr);
+        return EXIT_ERR;
+    }
+    if (o->learn_out && (!o->corpus || o->kv.kind == LZ_KVPOLICY_NONE || o->kv.probe != LZ_KVPOLICY_PROBE_RECONSTRUCT)) {
+        fprintf(stderr, "lazyingest: --kv-learn-out needs a corpus, --kv-policy, --kv-budget and --kv-reconstruct "
+                        "(it learns the reconstruction scores)\n");
         return EXIT_ERR;
     }
     if (o->kv.scope_model && o->kv.kind != LZ_KVPOLICY_ADA_SNAPKV) {
@@ -1298,6 +1368,10 @@ int main(int argc, char **argv)
         }
         status = run_corpus(g, cp);
         run_status = status == EXIT_ERR ? "failed" : status == EXIT_SKIPPED ? "partial" : "ok";
+        if (status != EXIT_ERR && g->learn && write_scorer(g)) {
+            fprintf(stderr, "lazyingest: --kv-learn-out: %s\n", g->err);
+            status = EXIT_ERR;
+        }
     }
     if (status != EXIT_ERR && o->check) {
         issue_list l = { g, NULL, 0, 0 };
@@ -1342,6 +1416,8 @@ int main(int argc, char **argv)
 out:
     batch_free(g);
     lz_encoder_free(g->enc);
+    lz_kvlearn_free(&g->scorer);
+    lz_kvlearn_acc_free(g->learn);
     lz_payload_codec_free(g->codec);
     lz_store_close(g->s);
     lz_corpus_close(cp);
