@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "model/llama.h"
 #include "query/retrieve.h"
@@ -144,7 +145,7 @@ static int delete_payload(const char *store, const char *ext_id, lz_meta_doc *d)
 
 static void test_probe_run(const char *ada, const char *out, const char *flag, const char *suffix)
 {
-    char args[128], err[512], src[256];
+    char args[2048], err[512], src[256];
     snprintf(args, sizeof args, "--kv-policy ada-snapkv --kv-budget 0.5 %s", flag);
     json_t *j = ingest(ada, args);
     CHECK(jint(j, "updated") == N_LONG + 1, "%s re-encodes (%lld updated)", flag, jint(j, "updated"));
@@ -249,6 +250,32 @@ int main(void)
     /* a value power: another spec (" vnorm=2"), re-encoded; the self window (no probe run) */
     test_probe_run(ada, out, "--kv-reconstruct --kv-value-power 2 --kv-scope model", " recon vnorm=2 model");
     test_probe_run(ada, out, "--kv-self --kv-value-power 2", " self vnorm=2");
+    /* a key-importance model fitted on this corpus's reconstruction scores (a fresh store:
+     * every document encoded), then used as the score; refusals */
+    char lm[760], fit[760], cmd[2400];
+    snprintf(lm, sizeof lm, "%s/m.kvlearn", dir);
+    snprintf(fit, sizeof fit, "%s/fit", dir);
+    snprintf(cmd, sizeof cmd, "--kv-policy ada-snapkv --kv-budget 0.5 --kv-reconstruct --kv-learn-out %s", lm);
+    json_t *jf = ingest(fit, cmd);
+    CHECK(jint(jf, "added") == N_LONG + 1 && access(lm, R_OK) == 0, "--kv-learn-out writes the model");
+    json_decref(jf);
+    snprintf(cmd, sizeof cmd, "--kv-learned %s --kv-value-power 2 --kv-scope model", lm);
+    test_probe_run(ada, out, cmd, " learned=");
+    CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-learn-out %s %s > %s "
+                     "2>&1", bin, model, fit, lm, corpus, out) == 1 &&
+              lz_test_sh("grep -q 'needs a corpus, --kv-policy, --kv-budget and --kv-reconstruct' %s", out) == 0,
+          "--kv-learn-out without --kv-reconstruct refused");
+    CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy ada-snapkv --kv-budget 0.5 --kv-reconstruct "
+                     "--kv-learn-out %s.2 %s > %s 2>&1", bin, model, fit, lm, corpus, out) == 1 &&
+              lz_test_sh("grep -q 'no document was encoded' %s", out) == 0,
+          "--kv-learn-out on a store where nothing changes: exit 1, says why");
+    CHECK(lz_test_sh("printf 'X' | dd of=%s bs=1 seek=100 conv=notrunc 2>/dev/null", lm) == 0 &&
+              lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-learned %s %s > %s "
+                         "2>&1", bin, model, ada, lm, corpus, out) == 1 &&
+              lz_test_sh("grep -q 'checksum mismatch' %s && grep -q '%s' %s", out, lm, out) == 0,
+          "a corrupted model file: exit 1, the error names the file");
+    CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0,
+          "the store is untouched by the refused run");
     CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-value-power 0 %s > %s "
                      "2>&1", bin, model, ada, corpus, out) == 1, "--kv-value-power 0: exit 1");
     CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-scope model %s > %s 2>&1",
