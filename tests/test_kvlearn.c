@@ -278,6 +278,26 @@ static void test_encoder(void)
     rmdir(dir);
 }
 
+/* The shipped key-importance model belongs to the shipped default model. */
+static void test_shipped(void)
+{
+    const char *mp = "models/default.gguf", *sp = "models/default.kvlearn";
+    char err[512];
+    if (access(mp, R_OK) || access(sp, R_OK)) {
+        printf("SKIP %s or %s not found (run from the repository root)\n", mp, sp);
+        return;
+    }
+    lz_llama *m;
+    lz_kvlearn k;
+    if (lz_llama_load(mp, &m, err, sizeof err)) { CHECK(0, "load %s: %s", mp, err); return; }
+    CHECK(lz_kvlearn_load(sp, &k, err, sizeof err) == 0, "load %s: %s", sp, err);
+    CHECK(k.w && !memcmp(k.fingerprint, m->fingerprint, 32) && k.L == m->cfg.n_layers && k.KV == m->cfg.n_kv_heads &&
+              k.d == m->cfg.head_dim && k.n_docs > 0,
+          "%s fits %s (fitted on %u documents, learned=%08x)", sp, mp, k.n_docs, (unsigned)k.hash);
+    lz_kvlearn_free(&k);
+    lz_llama_free(m);
+}
+
 int main(void)
 {
     test_features();
@@ -286,5 +306,6 @@ int main(void)
     test_weigh();
     test_spec();
     test_encoder();
+    test_shipped();
     return lz_test_done();
 }
