@@ -269,6 +269,17 @@ int main(void)
                      "--kv-learn-out %s.2 %s > %s 2>&1", bin, model, fit, lm, corpus, out) == 1 &&
               lz_test_sh("grep -q 'no document was encoded' %s", out) == 0,
           "--kv-learn-out on a store where nothing changes: exit 1, says why");
+    { /* a model file of another model (same shape, other weights) is refused, naming it */
+        char m2[700], st2[700];
+        snprintf(m2, sizeof m2, "%s/m2.gguf", dir);
+        snprintf(st2, sizeof st2, "%s/other", dir);
+        CHECK(lz_test_sh("%s/lazy-mkmodel --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --seed 2 -o %s", bin,
+                         m2) == 0 &&
+                  lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-learned %s %s "
+                             "> %s 2>&1", bin, m2, st2, lm, corpus, out) == 1 &&
+                  lz_test_sh("grep -q 'was fitted for another model' %s", out) == 0,
+              "a key-importance model of another model: exit 1, says so");
+    }
     CHECK(lz_test_sh("printf 'X' | dd of=%s bs=1 seek=100 conv=notrunc 2>/dev/null", lm) == 0 &&
               lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-learned %s %s > %s "
                          "2>&1", bin, model, ada, lm, corpus, out) == 1 &&
