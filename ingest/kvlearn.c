@@ -69,29 +69,49 @@ void lz_kvlearn_acc_free(lz_kvlearn_acc *a)
 
 uint32_t lz_kvlearn_acc_docs(const lz_kvlearn_acc *a) { return a->docs; }
 
+/* The features of every (layer, kv head) block of one document, handed to fn
+ * block by block (x: (n, F)). Returns 0 or -1 (out of memory). */
+typedef void (*block_fn)(void *ctx, int lg, const float *x, int n);
+static int each_block(int L, int KV, int d, const float *k, const float *v, int T, int s, int n, int layout,
+                      const float *inv_freq, block_fn fn, void *ctx)
+{
+    float *cs = malloc((size_t)n * d * sizeof(float)), *x = malloc((size_t)n * lz_kvlearn_nfeat(d) * sizeof(float));
+    if (!cs || !x) { free(cs); free(x); return -1; }
+    lz_kvlearn_unrotation(cs, n, s, d, inv_freq);
+    for (int lg = 0; lg < L * KV; lg++) {
+        lz_kvlearn_features(x, k + (size_t)lg * T * d, v + (size_t)lg * T * d, cs, d, n, layout);
+        fn(ctx, lg, x, n);
+    }
+    free(cs);
+    free(x);
+    return 0;
+}
+
+typedef struct { lz_kvlearn_acc *a; const float *attn; } acc_ctx;
+
+/* (x, log(attn + 1e-6)) of a block's keys into its normal equations */
+static void acc_block(void *ctx, int lg, const float *x, int n)
+{
+    const acc_ctx *c = ctx;
+    const int F = c->a->F;
+    double *A = c->a->xtx + (size_t)lg * F * F, *b = c->a->xty + (size_t)lg * F;
+    for (int j = 0; j < n; j++) {
+        const float *xj = x + (size_t)j * F;
+        const double y = log((double)c->attn[(size_t)lg * n + j] + 1e-6);
+        for (int r = 0; r < F; r++) {
+            const double xr = xj[r];
+            b[r] += xr * y;
+            for (int q = 0; q <= r; q++) A[(size_t)r * F + q] += xr * xj[q]; /* lower triangle */
+        }
+    }
+}
+
 int lz_kvlearn_acc_doc(lz_kvlearn_acc *a, const float *k, const float *v, int T, int s, int n, const float *attn,
                        int layout, const float *inv_freq)
 {
-    const int d = a->d, F = a->F;
-    float *cs = malloc((size_t)n * d * sizeof(float)), *x = malloc((size_t)n * F * sizeof(float));
-    if (!cs || !x) { free(cs); free(x); return -1; }
-    lz_kvlearn_unrotation(cs, n, s, d, inv_freq);
-    for (int lg = 0; lg < a->L * a->KV; lg++) {
-        lz_kvlearn_features(x, k + (size_t)lg * T * d, v + (size_t)lg * T * d, cs, d, n, layout);
-        double *A = a->xtx + (size_t)lg * F * F, *b = a->xty + (size_t)lg * F;
-        for (int j = 0; j < n; j++) {
-            const float *xj = x + (size_t)j * F;
-            const double y = log((double)attn[(size_t)lg * n + j] + 1e-6);
-            for (int r = 0; r < F; r++) {
-                const double xr = xj[r];
-                b[r] += xr * y;
-                for (int c = 0; c <= r; c++) A[(size_t)r * F + c] += xr * xj[c]; /* lower triangle */
-            }
-        }
-    }
+    acc_ctx c = {a, attn};
+    if (each_block(a->L, a->KV, a->d, k, v, T, s, n, layout, inv_freq, acc_block, &c)) return -1;
     a->docs++;
-    free(cs);
-    free(x);
     return 0;
 }
 
@@ -255,24 +275,25 @@ void lz_kvlearn_free(lz_kvlearn *m)
 
 /* ---- scoring ---- */
 
+typedef struct { const lz_kvlearn *m; float *out; } predict_ctx;
+
+/* out = exp(w . x) of a block's keys */
+static void predict_block(void *ctx, int lg, const float *x, int n)
+{
+    const predict_ctx *c = ctx;
+    const int F = c->m->F;
+    const float *w = c->m->w + (size_t)lg * F;
+    for (int j = 0; j < n; j++) {
+        const float *xj = x + (size_t)j * F;
+        float y = 0;
+        for (int i = 0; i < F; i++) y += w[i] * xj[i];
+        c->out[(size_t)lg * n + j] = expf(fminf(y, 80.0f));
+    }
+}
+
 int lz_kvlearn_predict(const lz_kvlearn *m, const float *k, const float *v, int T, int s, int n, int layout,
                        const float *inv_freq, float *out)
 {
-    const int d = m->d, F = m->F;
-    float *cs = malloc((size_t)n * d * sizeof(float)), *x = malloc((size_t)n * F * sizeof(float));
-    if (!cs || !x) { free(cs); free(x); return -1; }
-    lz_kvlearn_unrotation(cs, n, s, d, inv_freq);
-    for (int lg = 0; lg < m->L * m->KV; lg++) {
-        lz_kvlearn_features(x, k + (size_t)lg * T * d, v + (size_t)lg * T * d, cs, d, n, layout);
-        const float *w = m->w + (size_t)lg * F;
-        for (int j = 0; j < n; j++) {
-            const float *xj = x + (size_t)j * F;
-            float y = 0;
-            for (int i = 0; i < F; i++) y += w[i] * xj[i];
-            out[(size_t)lg * n + j] = expf(fminf(y, 80.0f));
-        }
-    }
-    free(cs);
-    free(x);
-    return 0;
+    predict_ctx c = {m, out};
+    return each_block(m->L, m->KV, m->d, k, v, T, s, n, layout, inv_freq, predict_block, &c);
 }
