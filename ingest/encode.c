@@ -152,14 +152,12 @@ static int compress_doc(lz_encoder *e, int n, int w, char *err, size_t errlen)
             return fail(err, errlen, "out of memory (key-importance fit, %d tokens)", n);
     }
     double t = now_s();
-    if (learned) { /* the key-importance model's masses, then value weights and pooling as any score */
-        if (lz_kvlearn_predict(e->scorer, e->doc.k, e->doc.v, e->doc.cap, e->seg.n, n, c->rope_layout,
-                               e->m->inv_freq, e->attn) ||
-            lz_kvpolicy_weigh(&sp, e->attn, e->scores, e->raw))
-            return fail(err, errlen, "out of memory (learned key scores for %d tokens)", n);
-    }
-    if ((!learned && lz_kvpolicy_score(&sp, e->scores, e->raw)) ||
-        lz_kvpolicy_plan(&e->policy, e->scores, e->raw, L, KV, n, e->kept, e->rows))
+    /* learned: the key-importance model's masses, then value weights and pooling as any score */
+    const int rc = learned ? lz_kvlearn_predict(e->scorer, e->doc.k, e->doc.v, e->doc.cap, e->seg.n, n,
+                                                c->rope_layout, e->m->inv_freq, e->attn) ||
+                                 lz_kvpolicy_weigh(&sp, e->attn, e->scores, e->raw)
+                           : lz_kvpolicy_score(&sp, e->scores, e->raw);
+    if (rc || lz_kvpolicy_plan(&e->policy, e->scores, e->raw, L, KV, n, e->kept, e->rows))
         return fail(err, errlen, "KV eviction scoring failed for %d tokens (out of memory)", n);
     lz_kvpolicy_compact(e->doc.k, e->doc.v, e->doc.cap, L, KV, c->head_dim, n, e->kept, e->rows);
     e->compressed = 1;
