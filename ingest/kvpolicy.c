@@ -175,7 +175,7 @@ static int bad_params(const lz_kvscore_params *p)
 }
 
 /* The value-aware weights vn (L, KV, m): the mean |v| of value row j of
- * (layer l, kv head g), divided by the mean of that over the layer's heads
+ * (layer l, kv head g) to the power v_power, divided by the mean of that over the layer's heads
  * and rows (1 where a layer's values are all zero). The division scales a
  * whole layer alike, so no selection within a layer changes; it makes layers
  * comparable for the model scope (values grow with depth: raw weights handed
