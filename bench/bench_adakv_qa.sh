@@ -14,7 +14,8 @@
 #                         "probe" runs --kv-probe (the question cue as the window),
 #                         "recon" runs --kv-reconstruct (the document re-read as the window),
 #                         "self" runs --kv-self (every document token's own query),
-#                         "learned" runs --kv-learned $SCORER (a fitted key-importance model)
+#                         "learned" runs --kv-learned $SCORER (a fitted key-importance model;
+#                         default models/default.kvlearn, the default model's)
 #        POLICIES="snapkv ada-snapkv pyramidkv ada-pyramidkv"  BUDGETS="0.5 0.2 0.1"
 #        PROBE_TEXT="Who ...?"  with WINDOWS=probe: --kv-probe-text (that question in the cue)
 #        INGEST_ARGS="--kv-kernel 15"  more lazyingest options for every compressed run
@@ -94,7 +95,7 @@ for w in $WINDOWS; do
             elif [ "$w" = recon ]; then
                 run "$p-$b-recon" --kv-policy "$p" --kv-budget "$b" --kv-reconstruct $extra
             elif [ "$w" = learned ]; then
-                run "$p-$b-learned" --kv-policy "$p" --kv-budget "$b" --kv-learned "${SCORER:?set SCORER to a --kv-learn-out file}" $extra
+                run "$p-$b-learned" --kv-policy "$p" --kv-budget "$b" --kv-learned "${SCORER:-models/default.kvlearn}" $extra
             elif [ "$w" = self ]; then
                 run "$p-$b-self" --kv-policy "$p" --kv-budget "$b" --kv-self $extra
             else
