@@ -14,9 +14,9 @@
 #include "ingest/kvlearn.h"
 #include "ingest/kvpolicy.h"
 #include "model/llama.h"
-#include "model/mkmodel.h"
 #include "model/rope.h"
 #include "tests/test.h"
+#include "tests/test_model.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void)
@@ -213,16 +213,8 @@ static void test_spec(void)
 static void test_encoder(void)
 {
     char dir[256], path[512], err[512];
-    if (!lz_test_tmpdir(dir, sizeof dir)) { CHECK(0, "tmpdir"); return; }
-    snprintf(path, sizeof path, "%s/m.gguf", dir);
-    lz_mkmodel_opts o;
-    lz_mkmodel_defaults(&o);
-    o.n_layers = 2; o.n_heads = 4; o.n_kv_heads = 2; o.head_dim = 16; o.dim = 64;
-    lz_llama *m;
-    if (lz_mkmodel_write(&o, path, err, sizeof err) || lz_llama_load(path, &m, err, sizeof err)) {
-        CHECK(0, "model: %s", err);
-        return;
-    }
+    lz_llama *m = lz_test_model(2, 4, 2, 16, 64, dir, sizeof dir, path, sizeof path);
+    if (!m) return;
     const lz_llama_config *c = &m->cfg;
     const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, n = 60, F = lz_kvlearn_nfeat(d);
     int ids[60], prefix[3] = {1, 9, 12};
@@ -272,10 +264,8 @@ static void test_encoder(void)
     lz_encoder_set_scorer(e, &wrong);
     CHECK(lz_encoder_run(e, ids, n, err, sizeof err) == -1 && strstr(err, "shape"), "wrong shape: %s", err);
     lz_encoder_free(e);
-    lz_llama_free(m);
+    lz_test_model_free(m, dir, path);
     free(w); free(k0); free(v0); free(attn); free(s1); free(r1); free(rows);
-    unlink(path);
-    rmdir(dir);
 }
 
 /* The shipped key-importance model belongs to the shipped default model. */

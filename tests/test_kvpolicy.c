@@ -10,8 +10,8 @@
 #include "ingest/encode.h"
 #include "ingest/kvpolicy.h"
 #include "model/llama.h"
-#include "model/mkmodel.h"
 #include "tests/test.h"
+#include "tests/test_model.h"
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void)
@@ -528,14 +528,8 @@ static void test_compact(void)
 static void test_encoder(void)
 {
     char dir[256], path[512], err[512];
-    if (!lz_test_tmpdir(dir, sizeof dir)) { CHECK(0, "tmpdir"); return; }
-    snprintf(path, sizeof path, "%s/m.gguf", dir);
-    lz_mkmodel_opts o;
-    lz_mkmodel_defaults(&o);
-    o.n_layers = 3; o.n_heads = 8; o.n_kv_heads = 2; o.head_dim = 16; o.dim = 64;
-    if (lz_mkmodel_write(&o, path, err, sizeof err)) { CHECK(0, "mkmodel: %s", err); return; }
-    lz_llama *m;
-    if (lz_llama_load(path, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    lz_llama *m = lz_test_model(3, 8, 2, 16, 64, dir, sizeof dir, path, sizeof path);
+    if (!m) return;
     const lz_llama_config *c = &m->cfg;
     const int L = c->n_layers, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, n = 150, w = 32;
     int ids[150], prefix[4] = {1, 20, 30, 40};
@@ -732,9 +726,7 @@ static void test_encoder(void)
     lz_payload_codec_free(codec);
     lz_encoder_free(e);
     free(k0); free(v0); free(q1); free(q2); free(q3);
-    lz_llama_free(m);
-    unlink(path);
-    rmdir(dir);
+    lz_test_model_free(m, dir, path);
 }
 
 int main(void)
