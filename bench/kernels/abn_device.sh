@@ -5,7 +5,8 @@
 # prefill / decode lines of every run grouped by build.
 # Usage (repo root, on the GPU machine): sh bench/kernels/abn_device.sh OUTDIR BASE V1 [V2 ...]
 #   with build/kgz/<name>-test_kernels.gz, -bench_kernels.gz (as ab_device.sh).
-#   ROUNDS (default 2); LZ_BENCH_ROUNDS as in run_device.sh.
+#   ROUNDS (default 2); LZ_BENCH_ROUNDS as in run_device.sh; NOTEST=1 skips the
+#   GPU tests (diagnostic builds whose results are wrong on purpose).
 set -u
 OUT=${1:?OUTDIR}
 shift
@@ -20,6 +21,7 @@ st=0
 base=$1
 for v in "$@"; do
     [ "$v" = "$base" ] && continue
+    [ "${NOTEST:-0}" = 1 ] && continue
     pids=""
     for c in 0 1 2 3 4 5 6 7 8 9 10 11; do
         timeout 150 "build/cu-$v/test_kernels" $c > "$OUT/$v/test_case$c.log" 2>&1 &
