@@ -12,7 +12,9 @@
  * of the tile code. The lazy kernel uses q . R(p) K = (R(-p) q) . K: when the
  * tile's segment changes it reloads the query fragments from shared memory
  * and rotates them in registers by R(-p) (cos/sin tables: the caller's
- * p.rope_cs, copied with Q, or built once per CTA; model/rope.h math). A first version rotated
+ * p.rope_cs, copied with Q, or built once per CTA; model/rope.h math); on
+ * wgmma, during the P V of the tile before, in a copy of the tile code that
+ * only those tiles run. A first version rotated
  * every K tile in shared memory after it landed: 10-17% slower than the twin
  * (bench/RESULTS.md). Split-KV over the tile list plus a combine kernel when
  * the rows alone cannot fill the GPU (question prefill).
@@ -364,7 +366,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             x = cur.tile(p, h, D);
             cur.next(p, h, self_tiles);
         }
-        if (LAZY && x.slot != q_slot) { /* segment change: query rotated by the new R(-p) */
+        if (LAZY && !WG && x.slot != q_slot) { /* segment change (wgmma: done during the previous P V) */
             if constexpr (MT == 1) {
                 load_rotated_q(x.slot);
             } else {
@@ -378,8 +380,9 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         /* one tile: NB = BN, or BN/2 for a segment's tail of <= BN/2 keys (the
          * second copy of the code skips the empty half's MMAs; a runtime guard
          * inside the unrolled loops cost 30%, bench/RESULTS.md call 8) */
-        auto tile_step = [&](auto nb_c) {
+        auto tile_step = [&](auto nb_c, auto chg_c) {
         constexpr int NB = decltype(nb_c)::value;
+        constexpr bool CHG = decltype(chg_c)::value; /* lazy wgmma: the next tile starts another segment */
         /* S = Q K^T: s[m-tile][n-tile][4], rows lane/4 and +8 of each 16-row half */
         float s[MT][NB / 8][4];
 #pragma unroll
@@ -481,7 +484,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             lz::wg_commit();
             /* lazy: the next tile starts another segment: its query is rotated
              * now, while the tensor cores run P V (qa is not an operand of it) */
-            if (LAZY && t + 1 < t1 && pend.slot != q_slot) { /* pend: the next tile (WG: 2 stages) */
+            if constexpr (CHG) { /* pend: the next tile (WG: 2 stages) */
                 load_rotated_q(pend.slot);
                 q_slot = pend.slot;
             }
@@ -503,8 +506,21 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             }
         }
     };
-        if (x.n <= BN / 2) tile_step(std::integral_constant<int, BN / 2>{});
-        else tile_step(std::integral_constant<int, BN>{});
+        /* lazy wgmma: the tiles before a segment change run their own copy of
+         * the tile code (CHG: the next query rotated during P V); every other
+         * tile runs the twin's code exactly. With the change as a runtime branch
+         * inside the one copy, the whole loop was scheduled around it: 128 x
+         * 1536 lazy +2.8% over the twin instead of +1.4% (bench/RESULTS.md) */
+        using no_chg = std::integral_constant<bool, false>;
+        using chg = std::integral_constant<bool, LAZY && WG>;
+        const bool change = LAZY && WG && t + 1 < t1 && pend.slot != q_slot;
+        if (x.n <= BN / 2) {
+            if (change) tile_step(std::integral_constant<int, BN / 2>{}, chg{});
+            else tile_step(std::integral_constant<int, BN / 2>{}, no_chg{});
+        } else {
+            if (change) tile_step(std::integral_constant<int, BN>{}, chg{});
+            else tile_step(std::integral_constant<int, BN>{}, no_chg{});
+        }
     }
     lz::cp_async_wait<0>();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
