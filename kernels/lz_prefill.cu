@@ -222,12 +222,6 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     const int m_hi = (r0 / M != rlast / M) ? M - 1 : rlast % M;
     const int m_lo = (r0 / M != rlast / M) ? 0 : r0 % M;
 
-    /* tile list and this part's share of it */
-    const int self_tiles = m_hi / BN + 1;
-    int n_tiles = self_tiles;
-    for (int s = 0; s < p.n_seg; s++) n_tiles += (p.seg_len[(size_t)s * KV + h] + BN - 1) / BN;
-    const int t0 = (int)((int64_t)n_tiles * sp / n_split), t1 = (int)((int64_t)n_tiles * (sp + 1) / n_split);
-
     unsigned char *qsm = smem, *ring = smem + (size_t)BM * D * 2;
     float2 *cstab = reinterpret_cast<float2 *>(ring + (size_t)STAGES * 2 * BN * D * 2); /* (S+1, d/2) */
     int64_t *soff = reinterpret_cast<int64_t *>(cstab + (size_t)(p.n_seg + 1) * (D / 2)); /* lazy: (S+1) offsets */
@@ -250,7 +244,14 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     if (cs_given)
         for (int e = tid; e < (p.n_seg + 1) * (D / 4); e += THREADS)
             lz::cp_async16(lz::smem_u32(cstab) + e * 16, p.rope_cs + e * 4, 16);
-    lz::cp_async_commit(); /* group: Q (and the table) alone, so its fragments can be ready before the first tile */
+    lz::cp_async_commit(); /* group: Q (and the table) alone, so its fragments can be ready before the first tile;
+                           * issued before the tile list is read (global loads), so Q lands early */
+    /* tile list and this part's share of it */
+    const int self_tiles = m_hi / BN + 1;
+    int n_tiles = self_tiles;
+    for (int s = 0; s < p.n_seg; s++) n_tiles += (p.seg_len[(size_t)s * KV + h] + BN - 1) / BN;
+    const int t0 = (int)((int64_t)n_tiles * sp / n_split), t1 = (int)((int64_t)n_tiles * (sp + 1) / n_split);
+
     auto load_tile = [&](const Tile &x, int stage) {
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
         if constexpr (MT == 1) {
