@@ -697,7 +697,10 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
 
 /* Loads the model, binds the store to it, computes the prefix KV and stores
  * its payload when absent. */
-static int setup_model(ingest *g, const char *model_path)
+/* The model and its key-importance model, checked before the store is opened:
+ * a refused model (unreadable, no tokenizer, a --kv-learned file of another
+ * model) leaves no new store behind. */
+static int load_model(ingest *g, const char *model_path)
 {
     if (lz_llama_load(model_path, &g->m, g->err, sizeof g->err)) return -1;
     if (!g->m->tok) {
@@ -709,6 +712,22 @@ static int setup_model(ingest *g, const char *model_path)
         snprintf(g->err, sizeof g->err, "out of memory");
         return -1;
     }
+    if (g->o.learned) { /* the key-importance model: this model's, this shape */
+        const lz_llama_config *c = &g->m->cfg;
+        if (lz_kvlearn_load(g->o.learned, &g->scorer, g->err, sizeof g->err)) return -1;
+        if (memcmp(g->scorer.fingerprint, g->m->fingerprint, 32) || g->scorer.L != c->n_layers ||
+            g->scorer.KV != c->n_kv_heads || g->scorer.d != c->head_dim) {
+            snprintf(g->err, sizeof g->err, "%s was fitted for another model (not %s)", g->o.learned, g->m->fingerprint_hex);
+            return -1;
+        }
+        g->o.kv.scorer_hash = g->scorer.hash;
+    }
+    return 0;
+}
+
+/* Binds the loaded model to the opened store and sets up the encoder. */
+static int setup_model(ingest *g, const char *model_path)
+{
     char abs[PATH_MAX];
     lz_store_model_desc desc;
     lz_store_model_desc_of(g->m, realpath(model_path, abs) ? abs : model_path, &desc);
@@ -720,17 +739,7 @@ static int setup_model(ingest *g, const char *model_path)
         return -1;
     if (lz_encoder_new(g->m, g->prefix, g->n_prefix, &g->enc, g->err, sizeof g->err)) return -1;
     lz_encoder_set_dtype(g->enc, lz_store_kv_dtype(g->s));
-    if (g->o.learned) { /* the key-importance model: this model's, this shape */
-        const lz_llama_config *c = &g->m->cfg;
-        if (lz_kvlearn_load(g->o.learned, &g->scorer, g->err, sizeof g->err)) return -1;
-        if (memcmp(g->scorer.fingerprint, g->m->fingerprint, 32) || g->scorer.L != c->n_layers ||
-            g->scorer.KV != c->n_kv_heads || g->scorer.d != c->head_dim) {
-            snprintf(g->err, sizeof g->err, "%s was fitted for another model (not %s)", g->o.learned, g->m->fingerprint_hex);
-            return -1;
-        }
-        g->o.kv.scorer_hash = g->scorer.hash;
-        lz_encoder_set_scorer(g->enc, &g->scorer);
-    }
+    if (g->o.learned) lz_encoder_set_scorer(g->enc, &g->scorer);
     if (g->o.learn_out) {
         const lz_llama_config *c = &g->m->cfg;
         if (!(g->learn = lz_kvlearn_acc_new(c->n_layers, c->n_kv_heads, c->head_dim))) {
@@ -1332,6 +1341,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "lazyingest: no store at %s (%s not found); give --store\n", o->store, meta_path);
             return EXIT_ERR;
         }
+    }
+    if (need_model && load_model(g, o->model)) { /* before the store: a refused model creates nothing */
+        fprintf(stderr, "lazyingest: %s\n", g->err);
+        status = EXIT_ERR;
+        goto out;
     }
     g->codec = lz_payload_codec_new();
     /* --check alone (no model to bind) writes nothing: it reads beside a running writer,

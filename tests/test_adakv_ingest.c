@@ -279,6 +279,12 @@ int main(void)
                              "> %s 2>&1", bin, m2, st2, lm, corpus, out) == 1 &&
                   lz_test_sh("grep -q 'was fitted for another model' %s", out) == 0,
               "a key-importance model of another model: exit 1, says so");
+        CHECK(access(st2, F_OK) != 0, "the refused run created no store at %s", st2);
+        /* an unreadable model file: refused before the store is opened too */
+        CHECK(lz_test_sh("head -c 1000 %s > %s.cut", model, m2) == 0 &&
+                  lz_test_sh("%s/lazyingest --model %s.cut --store %s %s > %s 2>&1", bin, m2, st2, corpus, out) == 1 &&
+                  access(st2, F_OK) != 0,
+              "a truncated model file: exit 1, no store created");
     }
     CHECK(lz_test_sh("printf 'X' | dd of=%s bs=1 seek=100 conv=notrunc 2>/dev/null", lm) == 0 &&
               lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-learned %s %s > %s "
