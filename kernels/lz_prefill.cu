@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
          * inside the unrolled loops cost 30%, bench/RESULTS.md call 8) */
         auto tile_step = [&](auto nb_c, auto chg_c) {
         constexpr int NB = decltype(nb_c)::value;
-        constexpr bool CHG = decltype(chg_c)::value; /* lazy wgmma: the next tile starts another segment */
+        [[maybe_unused]] constexpr bool CHG = decltype(chg_c)::value; /* lazy wgmma: the next tile starts another segment */
         /* S = Q K^T: s[m-tile][n-tile][4], rows lane/4 and +8 of each 16-row half */
         float s[MT][NB / 8][4];
 #pragma unroll

@@ -43,103 +43,68 @@ template <int N> __device__ __forceinline__ void wg_fence_acc(float (&d)[N][4])
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 
-/* S tile of 64 keys: d (64 x 64) (+)= A (64 x 16, registers) B^T, B K-major */
-__device__ __forceinline__ void wg_s_n64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc, int accumulate)
-{
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-}
+/* The wgmma wrappers below differ only in N (the accumulator count, N/2 a
+ * thread) and in B's major-ness; their operand lists come from these macros:
+ * accumulator registers %0.. in groups of 8 (LZ_WG_D8) and the matching
+ * "+f" operands of d[i..i+1][0..3] (LZ_WG_ACC8). After the accumulators: A's
+ * 4 registers, the descriptor, the scale-d flag (a predicate), TRANS_B. */
+#define LZ_WG_D8(a, b, c, d_, e, f, g, h) "%" #a ", %" #b ", %" #c ", %" #d_ ", %" #e ", %" #f ", %" #g ", %" #h
+#define LZ_WG_ACC8(d, i)                                                                                          \
+    "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3]), "+f"(d[i + 1][0]), "+f"(d[i + 1][1]),             \
+        "+f"(d[i + 1][2]), "+f"(d[i + 1][3])
+#define LZ_WG_IN(a, desc, accumulate, trans_b)                                                                     \
+    "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(trans_b)
 
-/* S tile of 32 keys (a segment's tail) */
+/* m64n32k16: an S tile of 32 keys (a segment's tail), B = K, K-major */
 __device__ __forceinline__ void wg_s_n32(float (&d)[4][4], const uint32_t (&a)[4], uint64_t desc, int accumulate)
 {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15"
-        "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" LZ_WG_D8(0, 1, 2, 3, 4, 5, 6, 7) ", "
+                 LZ_WG_D8(8, 9, 10, 11, 12, 13, 14, 15) "}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+                 : LZ_WG_ACC8(d, 0), LZ_WG_ACC8(d, 2)
+                 : LZ_WG_IN(a, desc, accumulate, 0));
 }
 
-/* O (64 x 128) (+)= P (64 x 16 keys, registers) V (16 keys x 128, MN-major) */
-__device__ __forceinline__ void wg_pv_n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc, int accumulate)
+/* m64n64k16: d (64 x 64) (+)= A (64 x 16, registers) B, B from shared
+ * memory K-major (TRANS_B 0: an S tile of 64 keys, B = K) or MN-major
+ * (TRANS_B 1: O += P V for d = 64, B = V) */
+template <int TRANS_B>
+__device__ __forceinline__ void wg_mma_n64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc, int accumulate)
 {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, "
-        "%40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63"
-        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
-          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" LZ_WG_D8(0, 1, 2, 3, 4, 5, 6, 7) ", "
+                 LZ_WG_D8(8, 9, 10, 11, 12, 13, 14, 15) ", " LZ_WG_D8(16, 17, 18, 19, 20, 21, 22, 23) ", "
+                 LZ_WG_D8(24, 25, 26, 27, 28, 29, 30, 31) "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                 : LZ_WG_ACC8(d, 0), LZ_WG_ACC8(d, 2), LZ_WG_ACC8(d, 4), LZ_WG_ACC8(d, 6)
+                 : LZ_WG_IN(a, desc, accumulate, TRANS_B));
 }
-
+__device__ __forceinline__ void wg_s_n64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc, int accumulate)
+{
+    wg_mma_n64<0>(d, a, desc, accumulate);
+}
 /* O (64 x 64) (+)= P V for d = 64 */
 __device__ __forceinline__ void wg_pv_n64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc, int accumulate)
 {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+    wg_mma_n64<1>(d, a, desc, accumulate);
 }
+
+/* m64n128k16: O (64 x 128) (+)= P (64 x 16 keys, registers) V (16 keys x 128, MN-major) */
+__device__ __forceinline__ void wg_pv_n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" LZ_WG_D8(0, 1, 2, 3, 4, 5, 6, 7) ", "
+                 LZ_WG_D8(8, 9, 10, 11, 12, 13, 14, 15) ", " LZ_WG_D8(16, 17, 18, 19, 20, 21, 22, 23) ", "
+                 LZ_WG_D8(24, 25, 26, 27, 28, 29, 30, 31) ", " LZ_WG_D8(32, 33, 34, 35, 36, 37, 38, 39) ", "
+                 LZ_WG_D8(40, 41, 42, 43, 44, 45, 46, 47) ", " LZ_WG_D8(48, 49, 50, 51, 52, 53, 54, 55) ", "
+                 LZ_WG_D8(56, 57, 58, 59, 60, 61, 62, 63) "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+                 : LZ_WG_ACC8(d, 0), LZ_WG_ACC8(d, 2), LZ_WG_ACC8(d, 4), LZ_WG_ACC8(d, 6), LZ_WG_ACC8(d, 8),
+                   LZ_WG_ACC8(d, 10), LZ_WG_ACC8(d, 12), LZ_WG_ACC8(d, 14)
+                 : LZ_WG_IN(a, desc, accumulate, 1));
+}
+
+#undef LZ_WG_D8
+#undef LZ_WG_ACC8
+#undef LZ_WG_IN
 
 } /* namespace lz */
 #endif /* LZ_WGMMA_CUH */
