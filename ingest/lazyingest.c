@@ -695,8 +695,6 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
 
 /* ---- model, store, prefix ---- */
 
-/* Loads the model, binds the store to it, computes the prefix KV and stores
- * its payload when absent. */
 /* The model and its key-importance model, checked before the store is opened:
  * a refused model (unreadable, no tokenizer, a --kv-learned file of another
  * model) leaves no new store behind. */
@@ -725,7 +723,8 @@ static int load_model(ingest *g, const char *model_path)
     return 0;
 }
 
-/* Binds the loaded model to the opened store and sets up the encoder. */
+/* Binds the loaded model to the opened store, sets up the encoder, computes
+ * the prefix KV and stores its payload when absent. */
 static int setup_model(ingest *g, const char *model_path)
 {
     char abs[PATH_MAX];
