@@ -10,6 +10,7 @@
 #include "model/gguf_write.h"
 #include "model/tokenizer.h"
 #include "tests/test.h"
+#include "tests/test_tokenizer.h"
 
 
 static double now_s(void)
@@ -84,40 +85,6 @@ static int load_vectors(const char *path)
     }
     json_decref(root);
     return n_cases - before;
-}
-
-static void print_ids(const char *what, const int *ids, int n)
-{
-    fprintf(stderr, "  %s:", what);
-    for (int i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
-    fputc('\n', stderr);
-}
-
-static int same_ids(const int *a, int na, const int *b, int nb)
-{
-    return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
-}
-
-/* decode(encode(s)) == s bytewise, and streamed pieces agree with decode. */
-static void check_round_trip(const lz_tokenizer *t, const char *s, size_t len, int flags, const char *name)
-{
-    int *ids = NULL, n = 0;
-    char *out = NULL;
-    size_t olen = 0;
-    CHECK(lz_tokenizer_encode(t, s, len, flags, &ids, &n) == 0, "%s: encode", name);
-    CHECK(lz_tokenizer_decode(t, ids, n, &out, &olen) == 0, "%s: decode", name);
-    CHECK(out && olen == len && memcmp(out, s, len) == 0, "%s: round trip gave %zu of %zu bytes", name, olen, len);
-    size_t k = 0;
-    int ok = 1;
-    char buf[256];
-    for (int i = 0; i < n && ok; i++) {
-        int m = lz_tokenizer_piece(t, i ? ids[i - 1] : -1, ids[i], buf, sizeof buf);
-        ok = m >= 0 && m <= (int)sizeof buf && k + (size_t)m <= olen && memcmp(out + k, buf, (size_t)m) == 0;
-        k += (size_t)(m > 0 ? m : 0);
-    }
-    CHECK(ok && k == olen, "%s: pieces differ from decode", name);
-    free(out);
-    free(ids);
 }
 
 static void run_cases(const lz_tokenizer *t, int first, int count, int flags, const char *what)
@@ -264,16 +231,9 @@ static void test_tiny_vocab(void)
     lz_gguf_write_arr_str(w, "tokenizer.ggml.tokens", toks, 260);
     lz_gguf_write_arr_str(w, "tokenizer.ggml.merges", merges, 5);
     lz_gguf_write_u32(w, "tokenizer.ggml.eos_token_id", 259);
-    int rc = lz_gguf_writer_save(w, path, err, sizeof err);
-    lz_gguf_writer_free(w);
-    CHECK(rc == 0, "save: %s", err);
-    lz_gguf *g = NULL;
     lz_tokenizer *t = NULL;
-    if (rc == 0 && lz_gguf_open(path, &g, err, sizeof err) == 0) {
-        rc = lz_tokenizer_from_gguf(g, &t, err, sizeof err);
-        CHECK(rc == 0, "tiny: %s", err);
-        lz_gguf_close(g);
-    }
+    int rc = tokenizer_from_writer(w, path, &t, err, sizeof err);
+    CHECK(rc == 0, "tiny: %s", err);
     if (t) {
         static const struct { const char *text; int n, ids[4]; } cases[] = {
             {"abc", 1, {258}},                 /* a+b (rank 0) then ab+c (rank 2) */
@@ -304,28 +264,16 @@ static void test_tiny_vocab(void)
     lz_gguf_write_str(w, "tokenizer.ggml.model", "gpt2");
     lz_gguf_write_arr_str(w, "tokenizer.ggml.tokens", toks + 100, 160);
     lz_gguf_write_arr_str(w, "tokenizer.ggml.merges", merges, 5);
-    lz_gguf_writer_save(w, path, err, sizeof err);
-    lz_gguf_writer_free(w);
-    if (lz_gguf_open(path, &g, err, sizeof err) == 0) {
-        t = NULL;
-        rc = lz_tokenizer_from_gguf(g, &t, err, sizeof err);
-        CHECK(rc != 0 && !t && strstr(err, "byte"), "no byte tokens: rc %d '%s'", rc, err);
-        lz_gguf_close(g);
-    }
+    rc = tokenizer_from_writer(w, path, &t, err, sizeof err);
+    CHECK(rc != 0 && !t && strstr(err, "byte"), "no byte tokens: rc %d '%s'", rc, err);
     /* an unknown pre-tokenizer is refused by name */
     w = lz_gguf_writer_new();
     lz_gguf_write_str(w, "tokenizer.ggml.model", "gpt2");
     lz_gguf_write_str(w, "tokenizer.ggml.pre", "qwen2");
     lz_gguf_write_arr_str(w, "tokenizer.ggml.tokens", toks, 260);
     lz_gguf_write_arr_str(w, "tokenizer.ggml.merges", merges, 5);
-    lz_gguf_writer_save(w, path, err, sizeof err);
-    lz_gguf_writer_free(w);
-    if (lz_gguf_open(path, &g, err, sizeof err) == 0) {
-        t = NULL;
-        rc = lz_tokenizer_from_gguf(g, &t, err, sizeof err);
-        CHECK(rc == LZ_TOK_EUNSUPPORTED && !t && strstr(err, "qwen2"), "pre qwen2: rc %d '%s'", rc, err);
-        lz_gguf_close(g);
-    }
+    rc = tokenizer_from_writer(w, path, &t, err, sizeof err);
+    CHECK(rc == LZ_TOK_EUNSUPPORTED && !t && strstr(err, "qwen2"), "pre qwen2: rc %d '%s'", rc, err);
     /* the same vocabulary as tokenizer.json, merges as ["a", "b"] pairs, added tokens */
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     json_t *vocab = json_object(), *jm = json_array(), *added = json_array();

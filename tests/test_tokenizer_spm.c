@@ -8,6 +8,7 @@
 #include "model/gguf_write.h"
 #include "model/tokenizer.h"
 #include "tests/test.h"
+#include "tests/test_tokenizer.h"
 
 
 /* Splits .inp into cases (pointers into buf, NUL-terminated in place). */
@@ -41,51 +42,6 @@ static int parse_ids(char **p, int *ids, int max)
     if (*s == '\n') s++;
     *p = s;
     return n;
-}
-
-static int same_ids(const int *a, int na, const int *b, int nb)
-{
-    return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
-}
-
-static void print_ids(const char *what, const int *ids, int n)
-{
-    fprintf(stderr, "  %s:", what);
-    for (int i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
-    fputc('\n', stderr);
-}
-
-/* decode(encode(s)) == s, and the streamed pieces agree with decode. */
-static void check_round_trip(const lz_tokenizer *t, const char *s, size_t len, int flags, const char *name)
-{
-    int *ids = NULL, n = 0;
-    char *out = NULL;
-    size_t olen = 0;
-    CHECK(lz_tokenizer_encode(t, s, len, flags, &ids, &n) == 0, "%s: encode", name);
-    CHECK(lz_tokenizer_decode(t, ids, n, &out, &olen) == 0, "%s: decode", name);
-    CHECK(out && olen == len && memcmp(out, s, len) == 0, "%s: round trip gave %zu bytes '%.80s'", name, olen,
-          out ? out : "");
-    /* streaming */
-    char *acc = malloc(olen + 16), buf[8];
-    size_t k = 0;
-    int ok = 1;
-    for (int i = 0; i < n; i++) {
-        int m = lz_tokenizer_piece(t, i ? ids[i - 1] : -1, ids[i], buf, sizeof buf);
-        if (m < 0) { ok = 0; break; }
-        if (m > (int)sizeof buf) { /* long piece: ask again with room */
-            char *big = malloc((size_t)m);
-            lz_tokenizer_piece(t, i ? ids[i - 1] : -1, ids[i], big, (size_t)m);
-            if (k + (size_t)m <= olen) memcpy(acc + k, big, (size_t)m);
-            free(big);
-        } else if (k + (size_t)m <= olen) {
-            memcpy(acc + k, buf, (size_t)m);
-        }
-        k += (size_t)m;
-    }
-    CHECK(ok && k == olen && memcmp(acc, out, olen) == 0, "%s: pieces differ from decode", name);
-    free(acc);
-    free(out);
-    free(ids);
 }
 
 static void test_vocab_cases(void)
@@ -255,16 +211,9 @@ static void test_tiny_vocab(void)
     lz_gguf_write_u32(w, "tokenizer.ggml.bos_token_id", 1);
     lz_gguf_write_u32(w, "tokenizer.ggml.eos_token_id", 2);
     lz_gguf_write_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    int rc = lz_gguf_writer_save(w, path, err, sizeof err);
-    lz_gguf_writer_free(w);
-    CHECK(rc == 0, "save: %s", err);
-    lz_gguf *g = NULL;
     lz_tokenizer *t = NULL;
-    if (rc == 0 && lz_gguf_open(path, &g, err, sizeof err) == 0) {
-        rc = lz_tokenizer_from_gguf(g, &t, err, sizeof err);
-        CHECK(rc == 0, "tiny tokenizer: %s", err);
-        lz_gguf_close(g);
-    }
+    int rc = tokenizer_from_writer(w, path, &t, err, sizeof err);
+    CHECK(rc == 0, "tiny tokenizer: %s", err);
     if (t) {
         /* "abb" -> ▁abb: pairs ▁a (-1.5) first, then bb (-3) vs ▁ab (absent): bb, then ▁a+bb absent -> [▁a, bb] */
         int *ids = NULL, n = 0;
@@ -301,25 +250,13 @@ static void test_tiny_vocab(void)
     /* errors: no tokenizer, unknown model */
     w = lz_gguf_writer_new();
     lz_gguf_write_str(w, "general.architecture", "llama");
-    lz_gguf_writer_save(w, path, err, sizeof err);
-    lz_gguf_writer_free(w);
-    if (lz_gguf_open(path, &g, err, sizeof err) == 0) {
-        err[0] = '\0';
-        t = NULL;
-        rc = lz_tokenizer_from_gguf(g, &t, err, sizeof err);
-        CHECK(rc != 0 && t == NULL && strstr(err, "tokenizer.ggml.model"), "no tokenizer: rc %d '%s'", rc, err);
-        lz_gguf_close(g);
-    }
+    rc = tokenizer_from_writer(w, path, &t, err, sizeof err);
+    CHECK(rc != 0 && t == NULL && strstr(err, "tokenizer.ggml.model"), "no tokenizer: rc %d '%s'", rc, err);
     w = lz_gguf_writer_new();
     lz_gguf_write_str(w, "tokenizer.ggml.model", "t5");
     lz_gguf_write_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)nt);
-    lz_gguf_writer_save(w, path, err, sizeof err);
-    lz_gguf_writer_free(w);
-    if (lz_gguf_open(path, &g, err, sizeof err) == 0) {
-        rc = lz_tokenizer_from_gguf(g, &t, err, sizeof err);
-        CHECK(rc == LZ_TOK_EUNSUPPORTED && strstr(err, "t5"), "unsupported model: rc %d '%s'", rc, err);
-        lz_gguf_close(g);
-    }
+    rc = tokenizer_from_writer(w, path, &t, err, sizeof err);
+    CHECK(rc == LZ_TOK_EUNSUPPORTED && !t && strstr(err, "t5"), "unsupported model: rc %d '%s'", rc, err);
     unlink(path);
     rmdir(dir);
     lz_tokenizer_free(NULL);
