@@ -310,9 +310,7 @@ int launch(const lz_decode_params *p, cudaStream_t st)
 
 template <bool LAZY> int dispatch(const lz_decode_params *p, void *stream)
 {
-    int rc = lz_decode_check(p);
-    if (rc) return rc;
-    return lz::with_shape(p->head_dim, p->rope_layout, [&](auto d, auto layout) {
+    return lz::checked_with_shape(lz_decode_check(p), p, [&](auto d, auto layout) {
         return launch<decltype(d)::value, decltype(layout)::value, LAZY>(p, (cudaStream_t)stream);
     });
 }

@@ -126,6 +126,13 @@ template <class F> static int with_shape(int head_dim, int layout, F &&f)
     return layout == LZ_ROPE_HALF ? f(D64{}, HALF{}) : f(D64{}, ADJ{});
 }
 
+/* The entry of a kernel family: rc from its argument check, else
+ * launch(D, LAYOUT) for p's head_dim and rotary layout. */
+template <class P, class F> static int checked_with_shape(int rc, const P *p, F &&launch)
+{
+    return rc ? rc : with_shape(p->head_dim, p->rope_layout, launch);
+}
+
 /* Copies a tile of up to R rows x D bf16 (rows D elements apart in global
  * memory) into a swizzled shared tile with 16-byte cp.async, rows >= n
  * zero-filled, by THREADS threads, in the swz<D> layout or (WG) the wgmma

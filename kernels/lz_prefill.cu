@@ -609,9 +609,7 @@ int launch(const lz_prefill_params *p, cudaStream_t st)
 
 template <bool LAZY> int dispatch(const lz_prefill_params *p, void *stream)
 {
-    int rc = lz_prefill_check(p);
-    if (rc) return rc;
-    return lz::with_shape(p->head_dim, p->rope_layout, [&](auto d, auto layout) {
+    return lz::checked_with_shape(lz_prefill_check(p), p, [&](auto d, auto layout) {
         return launch<decltype(d)::value, decltype(layout)::value, LAZY>(p, (cudaStream_t)stream);
     });
 }
