@@ -5,6 +5,8 @@
 # lazy overhead can be traced to instructions. The split kernel only (the
 # combine kernel is the same for both). LZ_BENCH_PROFILE=1: every timing of
 # bench_kernels is 3 plain calls, lazy first, so launch 1 is lazy, launch 4 the twin.
+# Single plain launches: compare the counters (instructions, stall samples), not the
+# durations (128 x 1536, eighth session: 25.4 / 21.4 us here, 23.9 / 23.2 us graph-timed).
 # Usage (repo root, on the GPU machine): sh bench/kernels/profile_pair.sh OUTDIR [BUILD_DIR] [SHAPE]
 #   BUILD_DIR default build/cuda; SHAPE default p128x1536 (bench_kernels' names).
 OUT=${1:?OUTDIR} B=${2:-build/cuda} SHAPE=${3:-p128x1536}
