@@ -1,7 +1,9 @@
 /* test_kernels_ref.c - CPU checks of the attention references in kernels/:
  * lazy == non-lazy on materialised rotated keys, decode == prefill with one
- * row, per-head lengths (empty ones too), offsets past 65,536, block words.
- * Needs no GPU; tests/cuda/ compares the CUDA kernels against these.
+ * row, per-head lengths (empty ones too), offsets past 65,536, block words,
+ * and the lazy prefill reference == the engine's own CPU attention
+ * (model/attention.h) on the same inputs: the kernels' contract is the
+ * engine's. Needs no GPU; tests/cuda/ compares the CUDA kernels against these.
  *
  * Legend: S = segments, KV = kv heads, H = query heads, G = H/KV, M = rows,
  * d = head_dim, T = segment cap.
@@ -13,6 +15,7 @@
 #include "kernels/lz_decode.h"
 #include "kernels/lz_prefill.h"
 #include "kernels/lz_rerotate.h"
+#include "model/attention.h"
 #include "model/half.h"
 #include "model/rope.h"
 #include "tests/test.h"
@@ -117,6 +120,67 @@ static void test_prefill_lazy_eq(int d, int layout, int G, int llama3)
     double e = nerr(o1, o2, nq);
     CHECK(e < 1e-2, "prefill lazy vs materialised d=%d layout=%d G=%d: %g", d, layout, G, e);
     free(q); free(ks); free(ksr); free(vs); free(o1); free(o2);
+    free_case(&c);
+}
+
+/* The lazy prefill reference == the engine's CPU attention (both of its
+ * paths) on the same bf16-exact inputs: segments placed at offsets past
+ * 65,536 with per-head kept lengths (empty ones too), the rows' own keys
+ * causal, GQA. The engine takes q as (rows, H, d) and segments as
+ * lz_kv_segment (rot = the kernel's offset), the kernel (H, rows, d) and
+ * lz_attn_segment: both compute in fp32, so they may differ only by the
+ * kernel's bf16 output rounding (round to nearest, 7 fraction bits: at most
+ * 2^-8 relative per element) and fp32 noise (0.1% of that allowed). */
+static void test_engine_matches_prefill(int d, int layout, int G, int llama3)
+{
+    scase c;
+    make_case(&c, 1 + (int)(urand() * 6), 2, G, 1 + (int)(urand() * 9), d, layout, llama3);
+    const int H = c.KV * G, M = c.M, KV = c.KV;
+    const size_t nq = (size_t)H * M * d, nk = (size_t)KV * M * d;
+    lz_bf16 *q = malloc(nq * 2), *ks = malloc(nk * 2), *vs = malloc(nk * 2), *o = malloc(nq * 2);
+    float *qe = malloc(nq * 4), *oe = malloc(nq * 4), *ke = malloc(nk * 4), *ve = malloc(nk * 4);
+    fill(q, nq); fill(ks, nk); fill(vs, nk);
+    for (int hh = 0; hh < H; hh++) /* kernel (H, M, d) -> engine (M, H, d) */
+        for (int m = 0; m < M; m++)
+            for (int i = 0; i < d; i++) qe[((size_t)m * H + hh) * d + i] = lz_bf16_to_f32(q[((size_t)hh * M + m) * d + i]);
+    for (size_t i = 0; i < nk; i++) { ke[i] = lz_bf16_to_f32(ks[i]); ve[i] = lz_bf16_to_f32(vs[i]); }
+    /* the kernel: own keys at final positions (self_offset 0), segments at their offsets */
+    lz_prefill_params p = {0};
+    p.o = o; p.q = q; p.k_self = ks; p.v_self = vs; p.self_offset = 0;
+    p.segs = c.seg; p.seg_len = c.len; p.inv_freq = c.inv_freq; p.n_seg = c.S;
+    p.n_rows = M; p.n_heads = H; p.n_kv_heads = KV; p.head_dim = d; p.rope_layout = layout;
+    p.scale = 1.0f / sqrtf((float)d);
+    CHECK(lz_prefill_lazy_ref(&p, NULL) == 0, "lazy ref");
+    /* the engine: one layer; each segment's blocks (KV, cap, d) in fp32 */
+    lz_kv_segment es[8];
+    float *sk[8], *sv[8];
+    for (int s = 0; s < c.S; s++) {
+        const int cap = (int)c.seg[s].cap;
+        const size_t n = (size_t)KV * cap * d;
+        sk[s] = malloc(n * 4); sv[s] = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) { sk[s][i] = lz_bf16_to_f32(c.k[s][i]); sv[s][i] = lz_bf16_to_f32(c.v[s][i]); }
+        es[s] = (lz_kv_segment){sk[s], sv[s], &c.len[s * KV], cap, cap, c.seg[s].offset, NULL};
+    }
+    lz_attn_params ap = {qe, oe, M, H, KV, d, 0, es, c.S, ke, ve, M, 0, c.inv_freq, layout};
+    for (int path = 0; path < 2; path++) {
+        CHECK((path ? lz_attention_cpu_gemm(&ap) : lz_attention_cpu_rows(&ap)) == 0, "engine attention");
+        double num = 0, den = 0, worst = 0;
+        for (int hh = 0; hh < H; hh++)
+            for (int m = 0; m < M; m++)
+                for (int i = 0; i < d; i++) {
+                    const double x = lz_bf16_to_f32(o[((size_t)hh * M + m) * d + i]), y = oe[((size_t)m * H + hh) * d + i];
+                    num += (x - y) * (x - y);
+                    den += y * y;
+                    /* per element: the kernel's bf16 rounding of y */
+                    const double rel = fabs(x - y) / (fabs(y) + 1e-6);
+                    if (rel > worst) worst = rel;
+                }
+        const double e = sqrt(num / (den > 0 ? den : 1));
+        CHECK(e < 0x1p-8 && worst < 0x1p-8 * 1.001, "engine %s path vs lazy prefill ref d=%d layout=%d G=%d S=%d M=%d: "
+              "normalised %.3g, worst element %.3g", path ? "gemm" : "rows", d, layout, G, c.S, M, e, worst);
+    }
+    for (int s = 0; s < c.S; s++) { free(sk[s]); free(sv[s]); }
+    free(q); free(ks); free(vs); free(o); free(qe); free(oe); free(ke); free(ve);
     free_case(&c);
 }
 
@@ -303,6 +367,7 @@ int main(void)
             for (int gi = 0; gi < 3; gi++) {
                 int d = di ? 128 : 64, G = gi == 0 ? 1 : (gi == 1 ? 4 : 8);
                 test_prefill_lazy_eq(d, layout, G, (gi + layout) & 1);
+                test_engine_matches_prefill(d, layout, G, (gi + layout + di) & 1);
                 test_decode_eq_prefill(d, layout, G);
             }
     }
