@@ -130,7 +130,8 @@ static void test_prefill_lazy_eq(int d, int layout, int G, int llama3)
  * lz_kv_segment (rot = the kernel's offset), the kernel (H, rows, d) and
  * lz_attn_segment: both compute in fp32, so they may differ only by the
  * kernel's bf16 output rounding (round to nearest, 7 fraction bits: at most
- * 2^-8 relative per element) and fp32 noise (0.1% of that allowed). */
+ * 2^-8 relative per element) and fp32 accumulation order (values in [-1, 1]
+ * summed over at most a few hundred keys: 1e-4 absolute allowed). */
 static void test_engine_matches_prefill(int d, int layout, int G, int llama3)
 {
     scase c;
@@ -164,20 +165,20 @@ static void test_engine_matches_prefill(int d, int layout, int G, int llama3)
     lz_attn_params ap = {qe, oe, M, H, KV, d, 0, es, c.S, ke, ve, M, 0, c.inv_freq, layout};
     for (int path = 0; path < 2; path++) {
         CHECK((path ? lz_attention_cpu_gemm(&ap) : lz_attention_cpu_rows(&ap)) == 0, "engine attention");
-        double num = 0, den = 0, worst = 0;
+        double num = 0, den = 0, worst = 0; /* worst: excess over the per-element allowance */
         for (int hh = 0; hh < H; hh++)
             for (int m = 0; m < M; m++)
                 for (int i = 0; i < d; i++) {
                     const double x = lz_bf16_to_f32(o[((size_t)hh * M + m) * d + i]), y = oe[((size_t)m * H + hh) * d + i];
                     num += (x - y) * (x - y);
                     den += y * y;
-                    /* per element: the kernel's bf16 rounding of y */
-                    const double rel = fabs(x - y) / (fabs(y) + 1e-6);
-                    if (rel > worst) worst = rel;
+                    const double excess = fabs(x - y) - (0x1p-8 * fabs(y) + 1e-4);
+                    if (excess > worst) worst = excess;
                 }
         const double e = sqrt(num / (den > 0 ? den : 1));
-        CHECK(e < 0x1p-8 && worst < 0x1p-8 * 1.001, "engine %s path vs lazy prefill ref d=%d layout=%d G=%d S=%d M=%d: "
-              "normalised %.3g, worst element %.3g", path ? "gemm" : "rows", d, layout, G, c.S, M, e, worst);
+        CHECK(e < 0x1p-8 && worst <= 0, "engine %s path vs lazy prefill ref d=%d layout=%d G=%d S=%d M=%d: "
+              "normalised %.3g, worst element %.3g over its allowance", path ? "gemm" : "rows", d, layout, G, c.S, M, e,
+              worst);
     }
     for (int s = 0; s < c.S; s++) { free(sk[s]); free(sv[s]); }
     free(q); free(ks); free(vs); free(o); free(qe); free(oe); free(ke); free(ve);
