@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,15 +83,23 @@ static inline char *lz_test_read_file(const char *path, size_t *len)
     return s;
 }
 
-/* Runs a shell command built like printf; returns its exit status (128 when
- * it did not exit normally). */
-/* xorshift64 draw in [0, n) from *state (tests that need repeatable random data) */
+/* The tests' repeatable random data: one xorshift64 step of *state (a
+ * per-file seed), returning the new state. */
+static inline uint64_t lz_test_xorshift(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    return *state = x;
+}
+/* A draw in [0, 1) with 53 random bits. */
+static inline double lz_test_u01(uint64_t *state) { return (double)(lz_test_xorshift(state) >> 11) / 9007199254740992.0; }
+/* A draw in [0, n). */
 static inline int lz_test_irand(unsigned long long *state, int n)
 {
-    unsigned long long x = *state;
-    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    uint64_t x = *state;
+    const int r = (int)(lz_test_xorshift(&x) % (uint64_t)n);
     *state = x;
-    return (int)(x % (unsigned long long)n);
+    return r;
 }
 
 /* Writes n JSONL records {"id": "doc<i>", "title": "Title <i> <word>", "text": ...} of
@@ -107,6 +116,8 @@ static inline void lz_test_write_word_docs(FILE *f, int n, int min_words, int sp
     }
 }
 
+/* Runs a shell command built like printf; returns its exit status (128 when
+ * it did not exit normally). */
 static inline int lz_test_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static inline int lz_test_sh(const char *fmt, ...)
 {

@@ -10,12 +10,8 @@
 #include "tests/test.h"
 
 static uint64_t rng = 88172645463325252ull;
-static float frand(void)
-{
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (float)(rng >> 40) / 16777216.0f * 2.0f - 1.0f;
-}
-static int irand(int n) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (int)(rng % (uint64_t)n); }
+static float frand(void) { return (float)(lz_test_xorshift(&rng) >> 40) / 16777216.0f * 2.0f - 1.0f; }
+static int irand(int n) { return (int)(lz_test_xorshift(&rng) % (uint64_t)n); }
 
 /* Naive: build the full key/value list per kv head (segments rotated, then
  * the cache), scores in double, causal over the cache. */

@@ -102,8 +102,7 @@ static void test_zipf(void)
     lz_doc_cache *c = lz_doc_cache_new((size_t)K * 1000, free_value, NULL);
     uint64_t rng = 12345;
     for (int q = 0; q < Q; q++) {
-        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-        double u = (double)(rng >> 11) / 9007199254740992.0 * z;
+        double u = lz_test_u01(&rng) * z;
         int lo = 0, hi = N - 1;
         while (lo < hi) { int mid = (lo + hi) / 2; if (cdf[mid] < u) lo = mid + 1; else hi = mid; }
         int key = lo;

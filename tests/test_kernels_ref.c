@@ -21,11 +21,7 @@
 #include "tests/test.h"
 
 static uint64_t rng = 88172645463325252ull;
-static double urand(void) /* [0, 1) */
-{
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
+static double urand(void) { return lz_test_u01(&rng); } /* [0, 1) */
 static void fill(lz_bf16 *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) x[i] = lz_f32_to_bf16((float)(2.0 * urand() - 1.0));

@@ -19,13 +19,7 @@
 #include "tests/test_model.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0));
-}
+static float frand(void) { return (float)lz_test_u01(&rng); }
 
 static void inv_freqs(float *inv, int d)
 {

@@ -14,13 +14,7 @@
 #include "tests/test_model.h"
 
 static uint64_t rng = 88172645463325252ull;
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0));
-}
+static float frand(void) { return (float)lz_test_u01(&rng); }
 
 typedef struct { float s; int idx; } sv;
 static int sv_cmp(const void *a, const void *b)

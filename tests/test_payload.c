@@ -10,13 +10,7 @@
 #include "tests/test.h"
 
 static uint64_t rng = 88172645463325252ull;
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 4.0f - 2.0f;
-}
+static float frand(void) { return (float)lz_test_u01(&rng) * 4.0f - 2.0f; }
 
 /* Checks dst (L, KV, T2, d) against bf16 of src (L, KV, T, d) from t0 on. */
 static int same_bits(const float *src, int T, int t0, const float *dst, int T2, int L, int KV, int d,
