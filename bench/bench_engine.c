@@ -1,8 +1,11 @@
 /* bench_engine.c - CPU engine speed: prefill and decode tokens/s for
  * stories260K (when the fixture exists) and a generated ~100M-parameter
- * Llama shape, against the machine's limits measured in the same run:
- * OpenBLAS sgemm GFLOP/s (prefill ceiling) and memory read bandwidth
- * (decode ceiling: every weight is read once per token).
+ * Llama shape (fp32, and bf16 matrices kept in place or widened to fp32 at
+ * load: model/weights.h), against the machine's limits measured in the same
+ * run: OpenBLAS sgemm GFLOP/s (prefill ceiling) and memory read bandwidth
+ * (decode ceiling: every weight byte is read once per token). Also, on one
+ * thread, the 16-bit decode dot product (lz_mat_gemv16, SIMD and portable)
+ * against OpenBLAS sgemv on an fp32 copy of an 8192 x 4096 matrix.
  * usage: bench_engine [--threads N] [--prefill N] [--decode N] [--skip-100m] */
 #include <cblas.h>
 #include <omp.h>
@@ -11,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/gguf.h"
+#include "model/half.h"
 #include "model/llama.h"
 #include "model/mkmodel.h"
 #include "model/sampler.h"
@@ -61,12 +66,13 @@ static double read_gbps(size_t bytes)
     return (double)bytes / best / 1e9;
 }
 
-static size_t weight_bytes(const lz_llama_config *c)
+/* Weight elements of the model (matrices and norms). */
+static size_t weight_count(const lz_llama_config *c)
 {
     size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, Hd = (size_t)c->n_heads * c->head_dim,
            KVd = (size_t)c->n_kv_heads * c->head_dim;
     size_t per_layer = D * Hd * 2 + D * KVd * 2 + 3 * D * F + 2 * D;
-    return 4 * (per_layer * (size_t)c->n_layers + (size_t)c->vocab * D * (c->tied_output ? 1 : 2) + D);
+    return per_layer * (size_t)c->n_layers + (size_t)c->vocab * D * (c->tied_output ? 1 : 2) + D;
 }
 
 static int run(const char *label, const char *path, int n_prefill, int n_decode, double gflops, double gbps)
@@ -93,19 +99,51 @@ static int run(const char *label, const char *path, int n_prefill, int n_decode,
         lz_llama_forward(m, s, &cache, NULL, 0, &next, 1, logits, LZ_LOGITS_LAST);
     }
     double td = now_s() - t0;
-    size_t wb = weight_bytes(c);
-    double params = (double)wb / 4;
+    const int elem = m->layers[0].wq.type == LZ_MAT_F32 ? 4 : 2; /* bytes a decode step reads per weight */
+    double params = (double)weight_count(c), wb = params * elem;
     double pf_gflops = 2.0 * params * n_prefill / tp / 1e9;
     double dec_gbps = (double)wb * n_decode / td / 1e9;
-    printf("%-12s params %6.1fM | prefill %4d tok: %9.1f tok/s (%6.1f GFLOP/s, %3.0f%% of sgemm) | "
+    printf("%-18s params %6.1fM, %d-byte weights | prefill %4d tok: %9.1f tok/s (%6.1f GFLOP/s, %3.0f%% of sgemm) | "
            "decode %3d tok: %8.1f tok/s (%5.1f GB/s weights, %3.0f%% of read bw)\n",
-           label, params / 1e6, n_prefill, n_prefill / tp, pf_gflops, 100 * pf_gflops / gflops, n_decode,
+           label, params / 1e6, elem, n_prefill, n_prefill / tp, pf_gflops, 100 * pf_gflops / gflops, n_decode,
            n_decode / td, dec_gbps, 100 * dec_gbps / gbps);
     free(logits); free(toks);
     lz_llama_scratch_free(s);
     lz_kv_cache_free(&cache);
     lz_llama_free(m);
     return 0;
+}
+
+/* One thread: y = W x for an 8192 x 4096 matrix from memory, bf16 (SIMD,
+ * portable) against sgemv on its fp32 copy; best of 3 after a warm-up. */
+static void gemv_bench(void)
+{
+    enum { R = 8192, C = 4096 };
+    const size_t n = (size_t)R * C;
+    uint16_t *h = malloc(n * 2);
+    float *f = malloc(n * 4), *x = malloc(C * 4), *y = malloc(R * 4);
+    for (size_t i = 0; i < n; i++) h[i] = lz_f32_to_bf16(f[i] = (float)(i % 13) * 0.01f);
+    for (int i = 0; i < C; i++) x[i] = 1e-3f * (float)i;
+    openblas_set_num_threads(1);
+    double best[3] = {1e9, 1e9, 1e9};
+    for (int r = 0; r < 4; r++) {
+        double t[3];
+        for (int k = 0; k < 2; k++) {
+            lz_mat_set_simd(k == 0);
+            t[k] = now_s();
+            lz_mat_gemv16(y, (lz_mat){h, LZ_MAT_BF16}, x, C, 0, R, 0.f);
+            t[k] = now_s() - t[k];
+        }
+        lz_mat_set_simd(1);
+        t[2] = now_s();
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, R, C, 1.f, f, C, x, 1, 0.f, y, 1);
+        t[2] = now_s() - t[2];
+        for (int k = 0; r > 0 && k < 3; k++) best[k] = t[k] < best[k] ? t[k] : best[k];
+    }
+    printf("gemv 8192x4096, 1 thread: bf16 %.2f ms (%.1f GB/s), bf16 portable %.2f ms (%.1f GB/s), "
+           "fp32 sgemv %.2f ms (%.1f GB/s)\n", best[0] * 1e3, n * 2 / best[0] / 1e9, best[1] * 1e3,
+           n * 2 / best[1] / 1e9, best[2] * 1e3, n * 4 / best[2] / 1e9);
+    free(h); free(f); free(x); free(y);
 }
 
 int main(int argc, char **argv)
@@ -123,6 +161,7 @@ int main(int argc, char **argv)
     lz_llama_set_threads(threads);
     openblas_set_num_threads(omp_get_max_threads());
     double gflops = sgemm_gflops(512, 768, 2048), gbps = read_gbps((size_t)512 << 20);
+    gemv_bench();
     openblas_set_num_threads(1);
     printf("limits (%d threads): sgemm 512x768x2048 %.1f GFLOP/s, memory read %.1f GB/s\n", omp_get_max_threads(), gflops, gbps);
     const char *dir = getenv("LZ_FIXTURES");
@@ -140,6 +179,12 @@ int main(int argc, char **argv)
         char err[256];
         if (lz_mkmodel_write(&o, path, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
         run("random-100M", path, n_prefill, n_decode, gflops, gbps);
+        o.tensor_type = LZ_GGML_BF16; /* the same shape stored as bf16: in place, then widened at load */
+        if (lz_mkmodel_write(&o, path, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+        run("random-100M bf16", path, n_prefill, n_decode, gflops, gbps);
+        setenv("LAZY_F32_WEIGHTS", "1", 1);
+        run("bf16 widened", path, n_prefill, n_decode, gflops, gbps);
+        unsetenv("LAZY_F32_WEIGHTS");
         remove(path);
     }
     return 0;

@@ -1,5 +1,7 @@
 /* forward.c - the Llama forward pass on the CPU in fp32, batched: n tokens
- * go through every layer together so projections are GEMMs (OpenBLAS);
+ * go through every layer together so projections are GEMMs (OpenBLAS; 16-bit
+ * weights widened a block of rows at a time, or a dot product of their own
+ * for one token: model/weights.h);
  * attention is model/attention.c (lazy over external segments + causal over
  * the cache). Reads top to bottom like llama2.c's forward().
  *
@@ -25,6 +27,10 @@ struct lz_llama_scratch {
     float *att;  /* (B, H*d) attention output */
     float *hb;   /* (B, F) gate */
     float *hb2;  /* (B, F) up */
+    /* 16-bit weights, n > 1: WB_ROWS rows widened to fp32 per sgemm, a buffer a thread */
+    float *wbuf;      /* (wbuf_threads, wbuf_per) or NULL when every matrix is fp32 */
+    size_t wbuf_per;
+    int wbuf_threads;
     /* optional query capture (lz_llama_scratch_capture): rotated q rows of
      * positions [cap_pos, cap_pos + cap_count) of every layer */
     float *cap_q;      /* (L, cap_count, H, d) or NULL */
@@ -37,6 +43,19 @@ void lz_llama_scratch_capture(lz_llama_scratch *s, float *q_out, int64_t first_p
     s->cap_q = count > 0 ? q_out : NULL;
     s->cap_pos = first_pos;
     s->cap_count = count > 0 ? count : 0;
+}
+
+enum { WB_ROWS = 128 };
+
+static int has_16bit(const lz_llama *m)
+{
+    int any = m->tok_embd.type != LZ_MAT_F32 || m->output.type != LZ_MAT_F32;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const lz_llama_layer *y = &m->layers[l];
+        const lz_mat *w[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
+        for (int i = 0; i < 7; i++) any |= w[i]->type != LZ_MAT_F32;
+    }
+    return any;
 }
 
 lz_llama_scratch *lz_llama_scratch_new(const lz_llama *m, int max_batch)
@@ -54,7 +73,15 @@ lz_llama_scratch *lz_llama_scratch_new(const lz_llama *m, int max_batch)
     s->att = malloc(B * Hd * sizeof(float));
     s->hb = malloc(B * c->ffn_dim * sizeof(float));
     s->hb2 = malloc(B * c->ffn_dim * sizeof(float));
-    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2) {
+    if (has_16bit(m)) {
+        size_t widest = (size_t)c->dim;
+        if ((size_t)Hd > widest) widest = Hd;
+        if ((size_t)c->ffn_dim > widest) widest = c->ffn_dim;
+        s->wbuf_threads = omp_get_max_threads();
+        s->wbuf_per = (size_t)WB_ROWS * widest;
+        s->wbuf = malloc((size_t)s->wbuf_threads * s->wbuf_per * sizeof(float));
+    }
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || (s->wbuf_threads && !s->wbuf)) {
         lz_llama_scratch_free(s);
         return NULL;
     }
@@ -65,6 +92,7 @@ void lz_llama_scratch_free(lz_llama_scratch *s)
 {
     if (!s) return;
     free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->att); free(s->hb); free(s->hb2);
+    free(s->wbuf);
     free(s);
 }
 
@@ -79,21 +107,40 @@ void lz_llama_set_threads(int n)
 }
 
 /* y (n, out) = x (n, in) @ W (out, in)^T (+ y when beta = 1), split over
- * threads by blocks of output rows. */
-static void matmul(float *y, const float *x, const float *w, int n, int in, int out, float beta)
+ * threads by blocks of output rows. 16-bit W: one token through
+ * lz_mat_gemv16, more through sgemm on WB_ROWS rows widened at a time (the
+ * same products as an fp32 copy's; the smaller GEMMs sum in another order,
+ * so results agree within rounding: tests/test_weights.c). */
+static void matmul(lz_llama_scratch *s, float *y, const float *x, lz_mat w, int n, int in, int out, float beta)
 {
     int T = omp_get_max_threads();
     if (T > 1 && (double)n * in * out < 2e5) T = 1; /* too small to split */
+    const int widen = w.type != LZ_MAT_F32 && n > 1;
+    if (widen && T > s->wbuf_threads) T = s->wbuf_threads; /* threads raised after the scratch was made */
     int chunk = ((out + T - 1) / T + 15) / 16 * 16;
 #pragma omp parallel for num_threads(T) schedule(static, 1)
     for (int t = 0; t < T; t++) {
         int o0 = t * chunk, o1 = o0 + chunk < out ? o0 + chunk : out;
         if (o0 >= o1) continue;
-        if (n == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, o1 - o0, in, 1.0f, w + (size_t)o0 * in, in, x, 1, beta, y + o0, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, in, 1.0f, x, in, w + (size_t)o0 * in,
-                        in, beta, y + o0, out);
+        if (w.type == LZ_MAT_F32) {
+            const float *wf = w.data;
+            if (n == 1)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, o1 - o0, in, 1.0f, wf + (size_t)o0 * in, in, x, 1, beta,
+                            y + o0, 1);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, in, 1.0f, x, in,
+                            wf + (size_t)o0 * in, in, beta, y + o0, out);
+        } else if (n == 1) {
+            lz_mat_gemv16(y, w, x, in, o0, o1, beta);
+        } else {
+            float *buf = s->wbuf + (size_t)t * s->wbuf_per;
+            for (int r = o0; r < o1; r += WB_ROWS) {
+                int rb = o1 - r < WB_ROWS ? o1 - r : WB_ROWS;
+                lz_mat_get_f32(w, (size_t)r * in, (size_t)rb * in, buf);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rb, in, 1.0f, x, in, buf, in, beta, y + r,
+                            out);
+            }
+        }
     }
 }
 
@@ -121,14 +168,14 @@ static int forward_chunk(const lz_llama *m, lz_llama_scratch *s, lz_kv_cache *ca
 
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= V) return -1;
-        memcpy(s->x + (size_t)i * D, m->tok_embd + (size_t)tokens[i] * D, (size_t)D * sizeof(float));
+        lz_mat_get_f32(m->tok_embd, (size_t)tokens[i] * D, (size_t)D, s->x + (size_t)i * D);
     }
     for (int l = 0; l < c->n_layers; l++) {
         const lz_llama_layer *w = &m->layers[l];
         rmsnorm(s->xb, s->x, w->attn_norm, n, D, c->norm_eps);
-        matmul(s->q, s->xb, w->wq, n, D, Hd, 0.0f);
-        matmul(s->k, s->xb, w->wk, n, D, KVd, 0.0f);
-        matmul(s->v, s->xb, w->wv, n, D, KVd, 0.0f);
+        matmul(s, s->q, s->xb, w->wq, n, D, Hd, 0.0f);
+        matmul(s, s->k, s->xb, w->wk, n, D, KVd, 0.0f);
+        matmul(s, s->v, s->xb, w->wv, n, D, KVd, 0.0f);
         /* rotate q and k at their absolute positions; append k, v to the cache */
         float *kc = cache->k + (size_t)l * KV * T * d, *vc = cache->v + (size_t)l * KV * T * d;
 #pragma omp parallel for if (n > 1) /* one token (decode): no thread wake-up for a few sincos */
@@ -152,25 +199,25 @@ static int forward_chunk(const lz_llama *m, lz_llama_scratch *s, lz_kv_cache *ca
                              .layer = l, .segs = segs, .n_segs = n_segs, .k = kc, .v = vc, .cache_stride = T,
                              .n_past = n_past, .inv_freq = m->inv_freq, .rope_layout = c->rope_layout};
         if (lz_attention_cpu(&ap)) return -1;
-        matmul(s->x, s->att, w->wo, n, Hd, D, 1.0f); /* residual add */
+        matmul(s, s->x, s->att, w->wo, n, Hd, D, 1.0f); /* residual add */
         rmsnorm(s->xb, s->x, w->ffn_norm, n, D, c->norm_eps);
-        matmul(s->hb, s->xb, w->w_gate, n, D, F, 0.0f);
-        matmul(s->hb2, s->xb, w->w_up, n, D, F, 0.0f);
+        matmul(s, s->hb, s->xb, w->w_gate, n, D, F, 0.0f);
+        matmul(s, s->hb2, s->xb, w->w_up, n, D, F, 0.0f);
 #pragma omp parallel for if ((size_t)n * F >= 65536)
         for (int i = 0; i < n; i++)
             for (int j = 0; j < F; j++) {
                 float g = s->hb[(size_t)i * F + j];
                 s->hb[(size_t)i * F + j] = g / (1.0f + expf(-g)) * s->hb2[(size_t)i * F + j];
             }
-        matmul(s->x, s->hb, w->w_down, n, F, D, 1.0f);
+        matmul(s, s->x, s->hb, w->w_down, n, F, D, 1.0f);
     }
     cache->n += n;
     if (logits_mode == LZ_LOGITS_ALL) {
         rmsnorm(s->xb, s->x, m->out_norm, n, D, c->norm_eps);
-        matmul(logits, s->xb, m->output, n, D, V, 0.0f);
+        matmul(s, logits, s->xb, m->output, n, D, V, 0.0f);
     } else if (logits_mode == LZ_LOGITS_LAST) {
         rmsnorm(s->xb, s->x + (size_t)(n - 1) * D, m->out_norm, 1, D, c->norm_eps);
-        matmul(logits, s->xb, m->output, 1, D, V, 0.0f);
+        matmul(s, logits, s->xb, m->output, 1, D, V, 0.0f);
     }
     return 0;
 }

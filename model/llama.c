@@ -35,16 +35,26 @@ void lz_llama_free(lz_llama *m)
     free(m);
 }
 
-/* Hashes n floats of a weight: its length and 64 evenly spaced windows of 64
- * values (whole tensor when small). Cheap at load even for 8B models. */
-static void hash_weight(lz_sha256_ctx *s, const float *w, int64_t n)
+/* Hashes n values of a weight: its length and 64 evenly spaced windows of 64
+ * values (whole tensor when small), as fp32 bytes. Cheap at load even for 8B
+ * models. Widened first, so a fingerprint does not depend on whether 16-bit
+ * weights stay in place (model/weights.h) or were widened at load. */
+static void hash_weight(lz_sha256_ctx *s, lz_mat w, int64_t n)
 {
     lz_sha256_update(s, &n, sizeof n);
-    if (!w) return;
-    if (n <= 64 * 64) { lz_sha256_update(s, w, (size_t)n * 4); return; }
+    if (!w.data) return;
+    float buf[64];
+    if (n <= 64 * 64) {
+        for (int64_t i = 0; i < n; i += 64) {
+            size_t k = (size_t)(n - i < 64 ? n - i : 64);
+            lz_mat_get_f32(w, (size_t)i, k, buf);
+            lz_sha256_update(s, buf, k * 4);
+        }
+        return;
+    }
     for (int k = 0; k < 64; k++) {
-        int64_t at = (n - 64) / 63 * k;
-        lz_sha256_update(s, w + at, 64 * 4);
+        lz_mat_get_f32(w, (size_t)((n - 64) / 63 * k), 64, buf);
+        lz_sha256_update(s, buf, 64 * 4);
     }
 }
 
@@ -63,16 +73,16 @@ static void fingerprint(lz_llama *m)
     int64_t D = c->dim, F = c->ffn_dim, Hd = (int64_t)c->n_heads * c->head_dim,
             KVd = (int64_t)c->n_kv_heads * c->head_dim;
     hash_weight(&s, m->tok_embd, (int64_t)c->vocab * D);
-    hash_weight(&s, m->out_norm, D);
+    hash_weight(&s, (lz_mat){m->out_norm, LZ_MAT_F32}, D);
     hash_weight(&s, m->output, (int64_t)c->vocab * D);
     for (int l = 0; l < c->n_layers; l++) {
         const lz_llama_layer *L = &m->layers[l];
-        hash_weight(&s, L->attn_norm, D);
+        hash_weight(&s, (lz_mat){L->attn_norm, LZ_MAT_F32}, D);
         hash_weight(&s, L->wq, Hd * D);
         hash_weight(&s, L->wk, KVd * D);
         hash_weight(&s, L->wv, KVd * D);
         hash_weight(&s, L->wo, D * Hd);
-        hash_weight(&s, L->ffn_norm, D);
+        hash_weight(&s, (lz_mat){L->ffn_norm, LZ_MAT_F32}, D);
         hash_weight(&s, L->w_gate, F * D);
         hash_weight(&s, L->w_up, F * D);
         hash_weight(&s, L->w_down, D * F);
@@ -108,15 +118,15 @@ int lz_llama_finish(lz_llama *m, char *err, size_t errlen)
     }
     if (!(c->rope_theta > 0)) c->rope_theta = 10000.0f;
     if (!(c->norm_eps > 0)) c->norm_eps = 1e-5f;
-    if (!m->tok_embd || !m->out_norm || !m->layers) {
+    if (!m->tok_embd.data || !m->out_norm || !m->layers) {
         snprintf(err, errlen, "model is missing token_embd, output_norm or layers");
         return LZ_MODEL_ECORRUPT;
     }
-    if (!m->output) { m->output = m->tok_embd; c->tied_output = 1; }
+    if (!m->output.data) { m->output = m->tok_embd; c->tied_output = 1; }
     for (int l = 0; l < c->n_layers; l++) {
         const lz_llama_layer *L = &m->layers[l];
-        if (!L->attn_norm || !L->wq || !L->wk || !L->wv || !L->wo || !L->ffn_norm || !L->w_gate || !L->w_up ||
-            !L->w_down) {
+        if (!L->attn_norm || !L->wq.data || !L->wk.data || !L->wv.data || !L->wo.data || !L->ffn_norm ||
+            !L->w_gate.data || !L->w_up.data || !L->w_down.data) {
             snprintf(err, errlen, "layer %d is missing a weight", l);
             return LZ_MODEL_ECORRUPT;
         }

@@ -1,4 +1,5 @@
-/* llama.h - the Llama-family decoder on the CPU in fp32: weights, KV cache,
+/* llama.h - the Llama-family decoder on the CPU, fp32 math (16-bit weights
+ * are widened as they are read, model/weights.h): weights, KV cache,
  * batched forward pass with optional external KV segments (lazy attention).
  *
  * Legend: D = model width, L = layers, H = query heads, KV = key/value heads
@@ -23,6 +24,7 @@
 
 #include "model/rope.h"
 #include "model/tokenizer.h"
+#include "model/weights.h"
 
 #define LZ_MAX_HEAD_DIM 256
 
@@ -44,23 +46,25 @@ typedef struct {
     int bos, eos;                             /* -1 if unknown */
 } lz_llama_config;
 
+/* Matrices are lz_mat (fp32, or bf16 / fp16 in place from the file:
+ * model/weights.h); norm vectors are always fp32. */
 typedef struct {
     const float *attn_norm; /* (D) */
-    const float *wq;        /* (H*d, D) */
-    const float *wk;        /* (KV*d, D) */
-    const float *wv;        /* (KV*d, D) */
-    const float *wo;        /* (D, H*d) */
+    lz_mat wq;              /* (H*d, D) */
+    lz_mat wk;              /* (KV*d, D) */
+    lz_mat wv;              /* (KV*d, D) */
+    lz_mat wo;              /* (D, H*d) */
     const float *ffn_norm;  /* (D) */
-    const float *w_gate;    /* (F, D)  ffn_gate, "w1" */
-    const float *w_up;      /* (F, D)  ffn_up,   "w3" */
-    const float *w_down;    /* (D, F)  ffn_down, "w2" */
+    lz_mat w_gate;          /* (F, D)  ffn_gate, "w1" */
+    lz_mat w_up;            /* (F, D)  ffn_up,   "w3" */
+    lz_mat w_down;          /* (D, F)  ffn_down, "w2" */
 } lz_llama_layer;
 
 typedef struct lz_llama {
     lz_llama_config cfg;
-    const float *tok_embd; /* (V, D) */
+    lz_mat tok_embd;       /* (V, D) */
     const float *out_norm; /* (D) */
-    const float *output;   /* (V, D); == tok_embd when tied */
+    lz_mat output;         /* (V, D); == tok_embd when tied */
     lz_llama_layer *layers;/* (L) */
     float inv_freq[LZ_MAX_HEAD_DIM / 2]; /* (d/2) rotary inverse frequencies, divisors applied */
     uint8_t fingerprint[32];             /* sha256 of config, vocabulary and sampled weights */

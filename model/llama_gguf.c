@@ -1,7 +1,8 @@
 /* llama_gguf.c - loads a Llama-family model from GGUF: hyper-parameters from
  * the <arch>.* keys, rotary scaling (rope_freqs.weight, linear scaling),
- * weights (F32 used in place from the mapping, F16/BF16/Q8_0 dequantized to
- * fp32 at load) and the tokenizer. Every shape is checked against the config. */
+ * weights (F32, and F16/BF16 matrices, used in place from the mapping; Q8_0,
+ * and everything with LAZY_F32_WEIGHTS set, dequantized to fp32 at load) and
+ * the tokenizer. Every shape is checked against the config. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +46,8 @@ static int key_float(loader *L, const char *arch, const char *suffix, double def
     return 0;
 }
 
-/* Finds tensor name with shape (ne0, ne1) (ne1 = 1 for vectors) and returns
- * fp32 weights: in place for F32, dequantized copy otherwise. */
-static int weight(loader *L, const char *name, int64_t ne0, int64_t ne1, int optional, const float **out)
+/* Finds tensor name with shape (ne0, ne1) (ne1 = 1 for vectors). */
+static int find(loader *L, const char *name, int64_t ne0, int64_t ne1, int optional, const lz_gguf_tensor **out)
 {
     const lz_gguf_tensor *t = lz_gguf_find_tensor(L->g, name);
     *out = NULL;
@@ -62,17 +62,51 @@ static int weight(loader *L, const char *name, int64_t ne0, int64_t ne1, int opt
                  (long long)ne0, (long long)ne1);
         return LZ_MODEL_ECORRUPT;
     }
+    *out = t;
+    return 0;
+}
+
+/* fp32 weights of tensor t: in place for F32, dequantized copy otherwise. */
+static int to_f32(loader *L, const lz_gguf_tensor *t, const float **out)
+{
     if (t->type == LZ_GGML_F32 && ((uintptr_t)t->data % 4) == 0) {
         *out = t->data;
         return 0;
     }
     float *w = lz_llama_alloc(L->m, (size_t)t->n_elements * sizeof(float));
-    if (!w) { snprintf(L->err, L->errlen, "%s: out of memory for tensor '%s'", L->path, name); return LZ_MODEL_ENOMEM; }
+    if (!w) { snprintf(L->err, L->errlen, "%s: out of memory for tensor '%s'", L->path, t->name); return LZ_MODEL_ENOMEM; }
     if (lz_gguf_tensor_to_f32(t, w)) {
-        snprintf(L->err, L->errlen, "%s: tensor '%s' has unsupported type %s", L->path, name, lz_ggml_type_name(t->type));
+        snprintf(L->err, L->errlen, "%s: tensor '%s' has unsupported type %s", L->path, t->name,
+                 lz_ggml_type_name(t->type));
         return LZ_MODEL_EUNSUPPORTED;
     }
     *out = w;
+    return 0;
+}
+
+/* A vector (norm, rope_freqs): fp32. */
+static int weight(loader *L, const char *name, int64_t ne0, int64_t ne1, int optional, const float **out)
+{
+    const lz_gguf_tensor *t;
+    int rc = find(L, name, ne0, ne1, optional, &t);
+    *out = NULL;
+    return rc || !t ? rc : to_f32(L, t, out);
+}
+
+/* A matrix: F16 / BF16 in place from the mapping (lz_mat_keep_16bit), else fp32. */
+static int matrix(loader *L, const char *name, int64_t ne0, int64_t ne1, int optional, lz_mat *out)
+{
+    const lz_gguf_tensor *t;
+    int rc = find(L, name, ne0, ne1, optional, &t);
+    *out = (lz_mat){NULL, LZ_MAT_F32};
+    if (rc || !t) return rc;
+    if ((t->type == LZ_GGML_BF16 || t->type == LZ_GGML_F16) && (uintptr_t)t->data % 2 == 0 && lz_mat_keep_16bit()) {
+        *out = (lz_mat){t->data, t->type == LZ_GGML_BF16 ? LZ_MAT_BF16 : LZ_MAT_F16};
+        return 0;
+    }
+    const float *w;
+    if ((rc = to_f32(L, t, &w))) return rc;
+    *out = (lz_mat){w, LZ_MAT_F32};
     return 0;
 }
 
@@ -138,9 +172,9 @@ static int load(loader *L)
     c->vocab = (int)tt->ne[1];
 
     int64_t D = dim, Hd = nh * hd, KVd = nkv * hd, F = ffn;
-    if ((rc = weight(L, "token_embd.weight", D, c->vocab, 0, &m->tok_embd)) ||
+    if ((rc = matrix(L, "token_embd.weight", D, c->vocab, 0, &m->tok_embd)) ||
         (rc = weight(L, "output_norm.weight", D, 1, 0, &m->out_norm)) ||
-        (rc = weight(L, "output.weight", D, c->vocab, 1, &m->output)))
+        (rc = matrix(L, "output.weight", D, c->vocab, 1, &m->output)))
         return rc;
     const float *freqs = NULL;
     if ((rc = weight(L, "rope_freqs.weight", hd / 2, 1, 1, &freqs))) return rc;
@@ -160,11 +194,11 @@ static int load(loader *L)
         static const char *suffix[9] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                                         "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
         for (int i = 0; i < 9; i++) snprintf(n[i], sizeof n[i], "blk.%d.%s.weight", l, suffix[i]);
-        if ((rc = weight(L, n[0], D, 1, 0, &y->attn_norm)) || (rc = weight(L, n[1], D, Hd, 0, &y->wq)) ||
-            (rc = weight(L, n[2], D, KVd, 0, &y->wk)) || (rc = weight(L, n[3], D, KVd, 0, &y->wv)) ||
-            (rc = weight(L, n[4], Hd, D, 0, &y->wo)) || (rc = weight(L, n[5], D, 1, 0, &y->ffn_norm)) ||
-            (rc = weight(L, n[6], D, F, 0, &y->w_gate)) || (rc = weight(L, n[7], D, F, 0, &y->w_up)) ||
-            (rc = weight(L, n[8], F, D, 0, &y->w_down)))
+        if ((rc = weight(L, n[0], D, 1, 0, &y->attn_norm)) || (rc = matrix(L, n[1], D, Hd, 0, &y->wq)) ||
+            (rc = matrix(L, n[2], D, KVd, 0, &y->wk)) || (rc = matrix(L, n[3], D, KVd, 0, &y->wv)) ||
+            (rc = matrix(L, n[4], Hd, D, 0, &y->wo)) || (rc = weight(L, n[5], D, 1, 0, &y->ffn_norm)) ||
+            (rc = matrix(L, n[6], D, F, 0, &y->w_gate)) || (rc = matrix(L, n[7], D, F, 0, &y->w_up)) ||
+            (rc = matrix(L, n[8], F, D, 0, &y->w_down)))
             return rc;
     }
     if (lz_gguf_get(L->g, "tokenizer.ggml.model")) {

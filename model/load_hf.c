@@ -3,8 +3,9 @@
  * shards with model.safetensors.index.json, tokenizer.json (optional: the
  * model loads weight-only without it).
  *
- * Weights: F32 used in place from the mapping (when 4-byte aligned), F16 and
- * BF16 converted to fp32 at load. q/k rows stay as Hugging Face stores them,
+ * Weights: F32 used in place from the mapping (when 4-byte aligned); F16 and
+ * BF16 matrices too (model/weights.h), norms widened to fp32 at load (all of
+ * them with LAZY_F32_WEIGHTS set). q/k rows stay as Hugging Face stores them,
  * so the rotary layout is LZ_ROPE_HALF (pairs (i, i+d/2)); model/rope.h does
  * the rotation for both layouts. rope_scaling "llama3" becomes per-pair
  * divisors through lz_rope_llama3_divisors, "linear" a constant divisor;
@@ -195,7 +196,8 @@ static int parse_config(loader *L, json_t *cfg)
 
 /* Finds tensor name with shape (rows, cols) (cols = 0 for vectors) and
  * returns fp32 weights: in place for aligned F32, converted copy otherwise. */
-static int weight(loader *L, const char *name, int64_t rows, int64_t cols, int optional, const float **out)
+/* Finds tensor name of shape (rows, cols) (cols 0: a vector) in F32, F16 or BF16. */
+static int find(loader *L, const char *name, int64_t rows, int64_t cols, int optional, const lz_st_tensor **out)
 {
     const lz_st_tensor *t = lz_st_set_find(L->st, name);
     *out = NULL;
@@ -215,19 +217,52 @@ static int weight(loader *L, const char *name, int64_t rows, int64_t cols, int o
                  got, want);
         return LZ_MODEL_ECORRUPT;
     }
-    if (t->dtype == LZ_ST_F32 && (uintptr_t)t->data % 4 == 0) {
-        *out = t->data;
-        return 0;
-    }
     if (t->dtype != LZ_ST_F32 && t->dtype != LZ_ST_F16 && t->dtype != LZ_ST_BF16) {
         snprintf(L->err, L->errlen, "%s: tensor '%s' in %s has dtype %s (F32, F16, BF16 are supported)", L->dir, name,
                  t->file, lz_st_dtype_name(t->dtype));
         return LZ_MODEL_EUNSUPPORTED;
     }
+    *out = t;
+    return 0;
+}
+
+/* fp32 values of t: in place when F32 (and aligned), else a widened copy. */
+static int to_f32(loader *L, const lz_st_tensor *t, const float **out)
+{
+    if (t->dtype == LZ_ST_F32 && (uintptr_t)t->data % 4 == 0) {
+        *out = t->data;
+        return 0;
+    }
     float *w = lz_llama_alloc(L->m, (size_t)t->n_elements * sizeof(float));
-    if (!w) { snprintf(L->err, L->errlen, "%s: out of memory for tensor '%s'", L->dir, name); return LZ_MODEL_ENOMEM; }
+    if (!w) { snprintf(L->err, L->errlen, "%s: out of memory for tensor '%s'", L->dir, t->name); return LZ_MODEL_ENOMEM; }
     lz_st_to_f32(t, w);
     *out = w;
+    return 0;
+}
+
+/* A vector (norm): fp32. */
+static int weight(loader *L, const char *name, int64_t rows, int64_t cols, int optional, const float **out)
+{
+    const lz_st_tensor *t;
+    int rc = find(L, name, rows, cols, optional, &t);
+    *out = NULL;
+    return rc || !t ? rc : to_f32(L, t, out);
+}
+
+/* A matrix: F16 / BF16 in place from the mapping (lz_mat_keep_16bit), else fp32. */
+static int matrix(loader *L, const char *name, int64_t rows, int64_t cols, lz_mat *out)
+{
+    const lz_st_tensor *t;
+    int rc = find(L, name, rows, cols, 0, &t);
+    *out = (lz_mat){NULL, LZ_MAT_F32};
+    if (rc) return rc;
+    if ((t->dtype == LZ_ST_BF16 || t->dtype == LZ_ST_F16) && (uintptr_t)t->data % 2 == 0 && lz_mat_keep_16bit()) {
+        *out = (lz_mat){t->data, t->dtype == LZ_ST_BF16 ? LZ_MAT_BF16 : LZ_MAT_F16};
+        return 0;
+    }
+    const float *w;
+    if ((rc = to_f32(L, t, &w))) return rc;
+    *out = (lz_mat){w, LZ_MAT_F32};
     return 0;
 }
 
@@ -238,11 +273,11 @@ static int load_weights(loader *L)
     int64_t D = c->dim, V = c->vocab, F = c->ffn_dim, Hd = (int64_t)c->n_heads * c->head_dim,
             KVd = (int64_t)c->n_kv_heads * c->head_dim;
     int rc;
-    if ((rc = weight(L, "model.embed_tokens.weight", V, D, 0, &m->tok_embd)) ||
+    if ((rc = matrix(L, "model.embed_tokens.weight", V, D, &m->tok_embd)) ||
         (rc = weight(L, "model.norm.weight", D, 0, 0, &m->out_norm)))
         return rc;
     if (c->tied_output) m->output = m->tok_embd; /* transformers ties lm_head to the embedding */
-    else if ((rc = weight(L, "lm_head.weight", V, D, 0, &m->output))) return rc;
+    else if ((rc = matrix(L, "lm_head.weight", V, D, &m->output))) return rc;
     m->layers = lz_llama_alloc(m, (size_t)c->n_layers * sizeof *m->layers);
     if (!m->layers) { snprintf(L->err, L->errlen, "%s: out of memory", L->dir); return LZ_MODEL_ENOMEM; }
     memset(m->layers, 0, (size_t)c->n_layers * sizeof *m->layers);
@@ -253,11 +288,11 @@ static int load_weights(loader *L)
                                         "mlp.down_proj"};
         char n[9][96];
         for (int i = 0; i < 9; i++) snprintf(n[i], sizeof n[i], "model.layers.%d.%s.weight", l, suffix[i]);
-        if ((rc = weight(L, n[0], D, 0, 0, &y->attn_norm)) || (rc = weight(L, n[1], Hd, D, 0, &y->wq)) ||
-            (rc = weight(L, n[2], KVd, D, 0, &y->wk)) || (rc = weight(L, n[3], KVd, D, 0, &y->wv)) ||
-            (rc = weight(L, n[4], D, Hd, 0, &y->wo)) || (rc = weight(L, n[5], D, 0, 0, &y->ffn_norm)) ||
-            (rc = weight(L, n[6], F, D, 0, &y->w_gate)) || (rc = weight(L, n[7], F, D, 0, &y->w_up)) ||
-            (rc = weight(L, n[8], D, F, 0, &y->w_down)))
+        if ((rc = weight(L, n[0], D, 0, 0, &y->attn_norm)) || (rc = matrix(L, n[1], Hd, D, &y->wq)) ||
+            (rc = matrix(L, n[2], KVd, D, &y->wk)) || (rc = matrix(L, n[3], KVd, D, &y->wv)) ||
+            (rc = matrix(L, n[4], D, Hd, &y->wo)) || (rc = weight(L, n[5], D, 0, 0, &y->ffn_norm)) ||
+            (rc = matrix(L, n[6], F, D, &y->w_gate)) || (rc = matrix(L, n[7], F, D, &y->w_up)) ||
+            (rc = matrix(L, n[8], D, F, &y->w_down)))
             return rc;
     }
     return 0;

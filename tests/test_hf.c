@@ -58,6 +58,8 @@ static double rel_err(const float *a, const float *b, int n)
     return mb > 0 ? md / mb : md;
 }
 
+#define F32(p) ((lz_mat){(p), LZ_MAT_F32})
+
 /* One weight to write: fp32 values converted to the folder's dtype. */
 typedef struct {
     char name[96];
@@ -66,8 +68,10 @@ typedef struct {
     void *data;
 } hf_tensor;
 
-static void add(hf_tensor *ts, int *n, const char *name, const float *w, int64_t rows, int64_t cols, int dtype)
+static void add(hf_tensor *ts, int *n, const char *name, lz_mat wm, int64_t rows, int64_t cols, int dtype)
 {
+    float *own;
+    const float *w = lz_mat_f32(wm, (size_t)rows * (size_t)(cols ? cols : 1), &own);
     if (!cols) dtype = LZ_ST_F32; /* norms stay F32 (as mkmodel writes them): one file mixes dtypes */
     hf_tensor *t = &ts[(*n)++];
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -81,18 +85,19 @@ static void add(hf_tensor *ts, int *n, const char *name, const float *w, int64_t
         else if (dtype == LZ_ST_BF16) ((uint16_t *)t->data)[i] = lz_f32_to_bf16(w[i]);
         else ((uint16_t *)t->data)[i] = lz_f32_to_f16(w[i]);
     }
+    free(own);
 }
 
 /* q/k rows of H heads from GGUF's adjacent layout back to Hugging Face's
  * half-split layout: out row j*d/2+i = in row 2i+j (inverse of llama.cpp's permute). */
-static float *unpermute(const float *w, int H, int d, int D)
+static float *unpermute(lz_mat w, int H, int d, int D)
 {
     float *o = malloc((size_t)H * d * D * sizeof(float));
     for (int h = 0; h < H; h++)
         for (int i = 0; i < d / 2; i++)
             for (int j = 0; j < 2; j++)
-                memcpy(o + ((size_t)h * d + (size_t)j * (d / 2) + i) * D, w + ((size_t)h * d + 2 * i + j) * D,
-                       (size_t)D * sizeof(float));
+                lz_mat_get_f32(w, ((size_t)h * d + 2 * i + j) * D, (size_t)D,
+                               o + ((size_t)h * d + (size_t)j * (d / 2) + i) * D);
     return o;
 }
 
@@ -124,19 +129,19 @@ static void write_hf(const lz_llama *m, const char *dir, int dtype, int n_shards
     hf_tensor *ts = calloc((size_t)(3 + 9 * c->n_layers), sizeof *ts);
     int n = 0;
     add(ts, &n, "model.embed_tokens.weight", m->tok_embd, V, D, dtype);
-    add(ts, &n, "model.norm.weight", m->out_norm, D, 0, dtype);
+    add(ts, &n, "model.norm.weight", F32(m->out_norm), D, 0, dtype);
     if (!c->tied_output) add(ts, &n, "lm_head.weight", m->output, V, D, dtype);
     for (int l = 0; l < c->n_layers; l++) {
         const lz_llama_layer *y = &m->layers[l];
         char nm[96];
 #define NM(s) (snprintf(nm, sizeof nm, "model.layers.%d." s ".weight", l), nm)
         float *q = permute ? unpermute(y->wq, c->n_heads, d, D) : NULL, *k = permute ? unpermute(y->wk, c->n_kv_heads, d, D) : NULL;
-        add(ts, &n, NM("input_layernorm"), y->attn_norm, D, 0, dtype);
-        add(ts, &n, NM("self_attn.q_proj"), q ? q : y->wq, Hd, D, dtype);
-        add(ts, &n, NM("self_attn.k_proj"), k ? k : y->wk, KVd, D, dtype);
+        add(ts, &n, NM("input_layernorm"), F32(y->attn_norm), D, 0, dtype);
+        add(ts, &n, NM("self_attn.q_proj"), q ? F32(q) : y->wq, Hd, D, dtype);
+        add(ts, &n, NM("self_attn.k_proj"), k ? F32(k) : y->wk, KVd, D, dtype);
         add(ts, &n, NM("self_attn.v_proj"), y->wv, KVd, D, dtype);
         add(ts, &n, NM("self_attn.o_proj"), y->wo, D, Hd, dtype);
-        add(ts, &n, NM("post_attention_layernorm"), y->ffn_norm, D, 0, dtype);
+        add(ts, &n, NM("post_attention_layernorm"), F32(y->ffn_norm), D, 0, dtype);
         add(ts, &n, NM("mlp.gate_proj"), y->w_gate, F, D, dtype);
         add(ts, &n, NM("mlp.up_proj"), y->w_up, F, D, dtype);
         add(ts, &n, NM("mlp.down_proj"), y->w_down, D, F, dtype);
@@ -307,14 +312,29 @@ static void test_variant(const variant *v)
     CHECK(h->cfg.bos == 1 && h->cfg.eos == 2, "%s: bos %d eos %d", v->name, h->cfg.bos, h->cfg.eos);
     for (int i = 0; i < g->cfg.head_dim / 2; i++)
         CHECK(h->inv_freq[i] == g->inv_freq[i], "%s: inv_freq[%d] %g vs %g", v->name, i, h->inv_freq[i], g->inv_freq[i]);
-    if (v->dtype == LZ_ST_F32) /* F32 weights are used in place: the only allocation is the layer table */
-        CHECK(h->n_owned == 1, "%s: %d blocks copied", v->name, h->n_owned);
-    else
-        CHECK(h->n_owned > 1, "%s: converted weights", v->name);
+    /* weights are used in place (F32, and F16 / BF16 matrices; mkmodel's norms are F32): the only
+     * allocation is the layer table; LAZY_F32_WEIGHTS=1 widens 16-bit matrices to fp32 copies */
+    const int mtype = v->dtype == LZ_ST_BF16 ? LZ_MAT_BF16 : v->dtype == LZ_ST_F16 ? LZ_MAT_F16 : LZ_MAT_F32;
+    CHECK(h->n_owned == 1, "%s: %d blocks copied", v->name, h->n_owned);
+    CHECK(h->layers[0].wq.type == mtype && h->tok_embd.type == mtype, "%s: matrices in place", v->name);
+    lz_llama *h32 = NULL, *g32 = NULL;
+    setenv("LAZY_F32_WEIGHTS", "1", 1);
+    CHECK(lz_llama_load_hf(dir, &h32, err, sizeof err) == 0, "%s: %s", v->name, err);
+    CHECK(lz_llama_load_gguf(gguf, &g32, err, sizeof err) == 0, "%s", err);
+    unsetenv("LAZY_F32_WEIGHTS");
+    if (!h32 || !g32) { lz_llama_free(h32); lz_llama_free(g32); lz_llama_free(h); lz_llama_free(g); return; }
+    CHECK(h32->layers[0].wq.type == LZ_MAT_F32 && (v->dtype == LZ_ST_F32 ? h32->n_owned == 1 : h32->n_owned > 1),
+          "%s: LAZY_F32_WEIGHTS: %d blocks, type %d", v->name, h32->n_owned, h32->layers[0].wq.type);
+    CHECK(!memcmp(h32->fingerprint, h->fingerprint, 32) && !memcmp(g32->fingerprint, g->fingerprint, 32),
+          "%s: fingerprint depends on the weights' storage", v->name);
     int ids[40], gen_g[8], gen_h[8];
     for (int i = 0; i < 40; i++) ids[i] = 3 + (i * 37 + 11) % (g->cfg.vocab - 3);
     float *lg = run(g, ids, 40, v->pos0, 8, gen_g), *lh = run(h, ids, 40, v->pos0, 8, gen_h);
-    double e = rel_err(lh, lg, g->cfg.vocab);
+    int gen_w[8];
+    float *lw = run(g32, ids, 40, v->pos0, 8, gen_w); /* every matrix widened at load: OpenBLAS throughout */
+    double e = rel_err(lh, lg, g->cfg.vocab), ew = rel_err(lg, lw, g->cfg.vocab);
+    /* in place, only the one-token products differ from fp32 copies (summation order) */
+    CHECK(ew < 1e-6 && !memcmp(gen_g, gen_w, sizeof gen_g), "%s: in place vs widened rel err %g", v->name, ew);
     CHECK(e < 1e-5, "%s: HF vs GGUF logits rel err %g", v->name, e);
     CHECK(!memcmp(gen_g, gen_h, sizeof gen_g), "%s: greedy continuations differ", v->name);
     printf("%-22s head_dim %2d tied %d llama3 %d %-4s shards %d pos0 %5lld: rel err %.2e, greedy %s\n", v->name,
@@ -333,7 +353,7 @@ static void test_variant(const variant *v)
         int gen_c[8];
         float *lc = run(cg, ids, 40, v->pos0, 8, gen_c);
         CHECK(cg->cfg.has_rope_divisors == g->cfg.has_rope_divisors, "rope_freqs written");
-        double ec = rel_err(lc, lg, g->cfg.vocab);
+        double ec = rel_err(lc, lw, g->cfg.vocab); /* both fp32 in memory: conversion is lossless */
         CHECK(ec == 0, "%s: converted GGUF vs original logits rel err %g", v->name, ec);
         CHECK(!memcmp(gen_g, gen_c, sizeof gen_g), "%s: converted greedy differs", v->name);
         free(lc);
@@ -359,8 +379,11 @@ static void test_variant(const variant *v)
     }
     free(lg);
     free(lh);
+    free(lw);
     lz_llama_free(h);
     lz_llama_free(g);
+    lz_llama_free(h32);
+    lz_llama_free(g32);
 }
 
 static void test_config_errors(void)

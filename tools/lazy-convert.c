@@ -35,13 +35,24 @@ static void usage(FILE *f)
 
 /* out (H*d, D) = rows of w (H*d, D) reordered per head from half-split to
  * adjacent rotary pairs: out row 2i+j = in row j*d/2+i (llama.cpp's permute). */
-static void permute_qk(float *out, const float *w, int H, int d, int D)
+static void permute_qk(float *out, lz_mat w, int H, int d, int D)
 {
     for (int h = 0; h < H; h++)
         for (int i = 0; i < d / 2; i++)
             for (int j = 0; j < 2; j++)
-                memcpy(out + ((size_t)h * d + 2 * i + j) * D, w + ((size_t)h * d + (size_t)j * (d / 2) + i) * D,
-                       (size_t)D * sizeof(float));
+                lz_mat_get_f32(w, ((size_t)h * d + (size_t)j * (d / 2) + i) * D, (size_t)D,
+                               out + ((size_t)h * d + 2 * i + j) * D);
+}
+
+/* Writes matrix p, (outn, in), as tensor nm of type (widened first when 16-bit). 0 or -1. */
+static int write_mat(lz_gguf_writer *w, const char *nm, uint32_t type, int64_t in, int64_t outn, lz_mat p)
+{
+    float *own;
+    const float *f = lz_mat_f32(p, (size_t)(in * outn), &own);
+    int64_t ne[2] = {in, outn};
+    int rc = !f || lz_gguf_write_tensor(w, nm, type, 2, ne, f) ? -1 : 0;
+    free(own);
+    return rc;
 }
 
 static const char *token_text(json_t *v)
@@ -218,7 +229,7 @@ int main(int argc, char **argv)
         goto done;
     }
 #define VEC(nm, p) do { int64_t ne_[1] = {D}; bad |= lz_gguf_write_tensor(w, nm, LZ_GGML_F32, 1, ne_, p); } while (0)
-#define MAT(nm, p, in, outn) do { int64_t ne_[2] = {(in), (outn)}; bad |= lz_gguf_write_tensor(w, nm, type, 2, ne_, p); } while (0)
+#define MAT(nm, p, in, outn) do { bad |= write_mat(w, nm, type, (in), (outn), (p)); } while (0)
     MAT("token_embd.weight", m->tok_embd, D, V);
     VEC("output_norm.weight", m->out_norm);
     if (!c->tied_output) MAT("output.weight", m->output, D, V);
@@ -228,9 +239,9 @@ int main(int argc, char **argv)
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s ".weight", l), n)
         VEC(NAME("attn_norm"), y->attn_norm);
         permute_qk(perm, y->wq, c->n_heads, (int)d, (int)D);
-        MAT(NAME("attn_q"), perm, D, Hd);
+        MAT(NAME("attn_q"), ((lz_mat){perm, LZ_MAT_F32}), D, Hd);
         permute_qk(perm, y->wk, c->n_kv_heads, (int)d, (int)D);
-        MAT(NAME("attn_k"), perm, D, KVd);
+        MAT(NAME("attn_k"), ((lz_mat){perm, LZ_MAT_F32}), D, KVd);
         MAT(NAME("attn_v"), y->wv, D, KVd);
         MAT(NAME("attn_output"), y->wo, Hd, D);
         VEC(NAME("ffn_norm"), y->ffn_norm);
