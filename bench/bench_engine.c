@@ -4,7 +4,7 @@
  * load: model/weights.h), against the machine's limits measured in the same
  * run: OpenBLAS sgemm GFLOP/s (prefill ceiling) and memory read bandwidth
  * (decode ceiling: every weight byte is read once per token). Also, on one
- * thread, the 16-bit decode dot product (lz_mat_gemv16, SIMD and portable)
+ * thread, the 16-bit decode dot product (lz_mat_gemv, SIMD and portable)
  * against OpenBLAS sgemv on an fp32 copy of an 8192 x 4096 matrix.
  * usage: bench_engine [--threads N] [--prefill N] [--decode N] [--skip-100m] */
 #include <cblas.h>
@@ -99,11 +99,12 @@ static int run(const char *label, const char *path, int n_prefill, int n_decode,
         lz_llama_forward(m, s, &cache, NULL, 0, &next, 1, logits, LZ_LOGITS_LAST);
     }
     double td = now_s() - t0;
-    const int elem = m->layers[0].wq.type == LZ_MAT_F32 ? 4 : 2; /* bytes a decode step reads per weight */
+    const int type = m->layers[0].wq.type; /* bytes a decode step reads per weight: */
+    const double elem = type == LZ_MAT_F32 ? 4 : type == LZ_MAT_Q8_0 ? 34.0 / 32 : 2;
     double params = (double)weight_count(c), wb = params * elem;
     double pf_gflops = 2.0 * params * n_prefill / tp / 1e9;
     double dec_gbps = (double)wb * n_decode / td / 1e9;
-    printf("%-18s params %6.1fM, %d-byte weights | prefill %4d tok: %9.1f tok/s (%6.1f GFLOP/s, %3.0f%% of sgemm) | "
+    printf("%-18s params %6.1fM, %.2f-byte weights | prefill %4d tok: %9.1f tok/s (%6.1f GFLOP/s, %3.0f%% of sgemm) | "
            "decode %3d tok: %8.1f tok/s (%5.1f GB/s weights, %3.0f%% of read bw)\n",
            label, params / 1e6, elem, n_prefill, n_prefill / tp, pf_gflops, 100 * pf_gflops / gflops, n_decode,
            n_decode / td, dec_gbps, 100 * dec_gbps / gbps);
@@ -131,7 +132,7 @@ static void gemv_bench(void)
         for (int k = 0; k < 2; k++) {
             lz_mat_set_simd(k == 0);
             t[k] = now_s();
-            lz_mat_gemv16(y, (lz_mat){h, LZ_MAT_BF16}, x, C, 0, R, 0.f);
+            lz_mat_gemv(y, (lz_mat){h, LZ_MAT_BF16}, x, C, 0, R, 0.f);
             t[k] = now_s() - t[k];
         }
         lz_mat_set_simd(1);
@@ -184,6 +185,12 @@ int main(int argc, char **argv)
         run("random-100M bf16", path, n_prefill, n_decode, gflops, gbps);
         setenv("LAZY_F32_WEIGHTS", "1", 1);
         run("bf16 widened", path, n_prefill, n_decode, gflops, gbps);
+        unsetenv("LAZY_F32_WEIGHTS");
+        o.tensor_type = LZ_GGML_Q8_0; /* and as Q8_0 */
+        if (lz_mkmodel_write(&o, path, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+        run("random-100M q8_0", path, n_prefill, n_decode, gflops, gbps);
+        setenv("LAZY_F32_WEIGHTS", "1", 1);
+        run("q8_0 widened", path, n_prefill, n_decode, gflops, gbps);
         unsetenv("LAZY_F32_WEIGHTS");
         remove(path);
     }

@@ -1,7 +1,7 @@
 /* forward.c - the Llama forward pass on the CPU in fp32, batched: n tokens
- * go through every layer together so projections are GEMMs (OpenBLAS; 16-bit
- * weights widened a block of rows at a time, or a dot product of their own
- * for one token: model/weights.h);
+ * go through every layer together so projections are GEMMs (OpenBLAS;
+ * bf16 / fp16 / Q8_0 weights widened a block of rows at a time, or a dot
+ * product of their own for one token: model/weights.h);
  * attention is model/attention.c (lazy over external segments + causal over
  * the cache). Reads top to bottom like llama2.c's forward().
  *
@@ -27,7 +27,7 @@ struct lz_llama_scratch {
     float *att;  /* (B, H*d) attention output */
     float *hb;   /* (B, F) gate */
     float *hb2;  /* (B, F) up */
-    /* 16-bit weights, n > 1: WB_ROWS rows widened to fp32 per sgemm, a buffer a thread */
+    /* weights not in fp32, n > 1: WB_ROWS rows widened to fp32 per sgemm, a buffer a thread */
     float *wbuf;      /* (wbuf_threads, wbuf_per) or NULL when every matrix is fp32 */
     size_t wbuf_per;
     int wbuf_threads;
@@ -47,7 +47,7 @@ void lz_llama_scratch_capture(lz_llama_scratch *s, float *q_out, int64_t first_p
 
 enum { WB_ROWS = 128 };
 
-static int has_16bit(const lz_llama *m)
+static int has_packed(const lz_llama *m) /* any matrix not in fp32 */
 {
     int any = m->tok_embd.type != LZ_MAT_F32 || m->output.type != LZ_MAT_F32;
     for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -73,7 +73,7 @@ lz_llama_scratch *lz_llama_scratch_new(const lz_llama *m, int max_batch)
     s->att = malloc(B * Hd * sizeof(float));
     s->hb = malloc(B * c->ffn_dim * sizeof(float));
     s->hb2 = malloc(B * c->ffn_dim * sizeof(float));
-    if (has_16bit(m)) {
+    if (has_packed(m)) {
         size_t widest = (size_t)c->dim;
         if ((size_t)Hd > widest) widest = Hd;
         if ((size_t)c->ffn_dim > widest) widest = c->ffn_dim;
@@ -107,8 +107,8 @@ void lz_llama_set_threads(int n)
 }
 
 /* y (n, out) = x (n, in) @ W (out, in)^T (+ y when beta = 1), split over
- * threads by blocks of output rows. 16-bit W: one token through
- * lz_mat_gemv16, more through sgemm on WB_ROWS rows widened at a time (the
+ * threads by blocks of output rows. W not in fp32: one token through
+ * lz_mat_gemv, more through sgemm on WB_ROWS rows widened at a time (the
  * same products as an fp32 copy's; the smaller GEMMs sum in another order,
  * so results agree within rounding: tests/test_weights.c). */
 static void matmul(lz_llama_scratch *s, float *y, const float *x, lz_mat w, int n, int in, int out, float beta)
@@ -131,7 +131,7 @@ static void matmul(lz_llama_scratch *s, float *y, const float *x, lz_mat w, int 
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, in, 1.0f, x, in,
                             wf + (size_t)o0 * in, in, beta, y + o0, out);
         } else if (n == 1) {
-            lz_mat_gemv16(y, w, x, in, o0, o1, beta);
+            lz_mat_gemv(y, w, x, in, o0, o1, beta);
         } else {
             float *buf = s->wbuf + (size_t)t * s->wbuf_per;
             for (int r = o0; r < o1; r += WB_ROWS) {

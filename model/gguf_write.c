@@ -131,7 +131,7 @@ int lz_gguf_write_tensor(lz_gguf_writer *w, const char *name, uint32_t type, int
     int64_t n = 1;
     for (int d = 0; d < n_dims; d++) n *= ne[d];
     size_t nbytes = lz_ggml_nbytes(type, n);
-    if (!nbytes) return -1;
+    if (!nbytes || (type == LZ_GGML_Q8_0 && ne[0] % 32)) return -1; /* Q8_0 rows are whole blocks (the reader's rule) */
     if (w->n_t == w->cap_t) {
         size_t cap = w->cap_t ? w->cap_t * 2 : 64;
         wtensor *t = realloc(w->t, cap * sizeof *t);

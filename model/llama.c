@@ -37,7 +37,7 @@ void lz_llama_free(lz_llama *m)
 
 /* Hashes n values of a weight: its length and 64 evenly spaced windows of 64
  * values (whole tensor when small), as fp32 bytes. Cheap at load even for 8B
- * models. Widened first, so a fingerprint does not depend on whether 16-bit
+ * models. Widened first, so a fingerprint does not depend on whether packed
  * weights stay in place (model/weights.h) or were widened at load. */
 static void hash_weight(lz_sha256_ctx *s, lz_mat w, int64_t n)
 {

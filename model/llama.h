@@ -1,4 +1,4 @@
-/* llama.h - the Llama-family decoder on the CPU, fp32 math (16-bit weights
+/* llama.h - the Llama-family decoder on the CPU, fp32 math (bf16 / fp16 / Q8_0
  * are widened as they are read, model/weights.h): weights, KV cache,
  * batched forward pass with optional external KV segments (lazy attention).
  *

@@ -1,8 +1,8 @@
 /* llama_gguf.c - loads a Llama-family model from GGUF: hyper-parameters from
  * the <arch>.* keys, rotary scaling (rope_freqs.weight, linear scaling),
- * weights (F32, and F16/BF16 matrices, used in place from the mapping; Q8_0,
- * and everything with LAZY_F32_WEIGHTS set, dequantized to fp32 at load) and
- * the tokenizer. Every shape is checked against the config. */
+ * weights (F32, and F16/BF16/Q8_0 matrices, used in place from the mapping:
+ * model/weights.h; norms, and everything with LAZY_F32_WEIGHTS set,
+ * dequantized to fp32 at load) and the tokenizer. Every shape is checked against the config. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,15 +93,17 @@ static int weight(loader *L, const char *name, int64_t ne0, int64_t ne1, int opt
     return rc || !t ? rc : to_f32(L, t, out);
 }
 
-/* A matrix: F16 / BF16 in place from the mapping (lz_mat_keep_16bit), else fp32. */
+/* A matrix: F16 / BF16 / Q8_0 in place from the mapping (lz_mat_in_place), else fp32. */
 static int matrix(loader *L, const char *name, int64_t ne0, int64_t ne1, int optional, lz_mat *out)
 {
     const lz_gguf_tensor *t;
     int rc = find(L, name, ne0, ne1, optional, &t);
     *out = (lz_mat){NULL, LZ_MAT_F32};
     if (rc || !t) return rc;
-    if ((t->type == LZ_GGML_BF16 || t->type == LZ_GGML_F16) && (uintptr_t)t->data % 2 == 0 && lz_mat_keep_16bit()) {
-        *out = (lz_mat){t->data, t->type == LZ_GGML_BF16 ? LZ_MAT_BF16 : LZ_MAT_F16};
+    const int type = t->type == LZ_GGML_BF16 ? LZ_MAT_BF16 : t->type == LZ_GGML_F16 ? LZ_MAT_F16
+                     : t->type == LZ_GGML_Q8_0 ? LZ_MAT_Q8_0 : LZ_MAT_F32;
+    if (type != LZ_MAT_F32 && (type == LZ_MAT_Q8_0 || (uintptr_t)t->data % 2 == 0) && lz_mat_in_place()) {
+        *out = (lz_mat){t->data, type}; /* Q8_0: the reader checked ne[0] % 32 == 0 */
         return 0;
     }
     const float *w;

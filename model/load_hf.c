@@ -249,14 +249,14 @@ static int weight(loader *L, const char *name, int64_t rows, int64_t cols, int o
     return rc || !t ? rc : to_f32(L, t, out);
 }
 
-/* A matrix: F16 / BF16 in place from the mapping (lz_mat_keep_16bit), else fp32. */
+/* A matrix: F16 / BF16 in place from the mapping (lz_mat_in_place), else fp32. */
 static int matrix(loader *L, const char *name, int64_t rows, int64_t cols, lz_mat *out)
 {
     const lz_st_tensor *t;
     int rc = find(L, name, rows, cols, 0, &t);
     *out = (lz_mat){NULL, LZ_MAT_F32};
     if (rc) return rc;
-    if ((t->dtype == LZ_ST_BF16 || t->dtype == LZ_ST_F16) && (uintptr_t)t->data % 2 == 0 && lz_mat_keep_16bit()) {
+    if ((t->dtype == LZ_ST_BF16 || t->dtype == LZ_ST_F16) && (uintptr_t)t->data % 2 == 0 && lz_mat_in_place()) {
         *out = (lz_mat){t->data, t->dtype == LZ_ST_BF16 ? LZ_MAT_BF16 : LZ_MAT_F16};
         return 0;
     }

@@ -1,16 +1,25 @@
-/* weights.c - 16-bit weight matrices (weights.h): widening and the decode
- * dot product, portable C and, on x86-64 CPUs that have them, AVX2 + FMA
- * (+ F16C) intrinsics chosen at run time. */
+/* weights.c - weight matrices used in place (weights.h): widening and the
+ * decode dot products, portable C and, on x86-64 CPUs that have them, AVX2 +
+ * FMA + F16C intrinsics chosen at run time. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/half.h"
 #include "model/weights.h"
 
-int lz_mat_keep_16bit(void)
+enum { QK = 32, QBYTES = 34 }; /* Q8_0: values a block, bytes a block */
+
+int lz_mat_in_place(void)
 {
     const char *e = getenv("LAZY_F32_WEIGHTS");
     return !(e && *e && strcmp(e, "0") != 0);
+}
+
+static float q8_scale(const uint8_t *blk)
+{
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return lz_f16_to_f32(h);
 }
 
 void lz_mat_get_f32(lz_mat m, size_t first, size_t n, float *out)
@@ -20,9 +29,16 @@ void lz_mat_get_f32(lz_mat m, size_t first, size_t n, float *out)
     } else if (m.type == LZ_MAT_BF16) {
         const uint16_t *w = (const uint16_t *)m.data + first;
         for (size_t i = 0; i < n; i++) out[i] = lz_bf16_to_f32(w[i]);
-    } else {
+    } else if (m.type == LZ_MAT_F16) {
         const uint16_t *w = (const uint16_t *)m.data + first;
         for (size_t i = 0; i < n; i++) out[i] = lz_f16_to_f32(w[i]);
+    } else { /* block by block from wherever first falls */
+        for (size_t i = 0; i < n;) {
+            const size_t e = first + i;
+            const uint8_t *blk = (const uint8_t *)m.data + e / QK * QBYTES;
+            const float d = q8_scale(blk);
+            for (size_t j = e % QK; j < QK && i < n; j++, i++) out[i] = d * (float)(int8_t)blk[2 + j];
+        }
     }
 }
 
@@ -68,12 +84,35 @@ static float dot_f16(const uint16_t *w, const float *x, int n)
     return s;
 }
 
+/* Q8_0: the block's 32 products summed in 8 lanes, then times its scale */
+static float dot_q8(const uint8_t *w, const float *x, int n)
+{
+    float s = 0.f;
+    for (int b = 0; b < n / QK; b++, w += QBYTES, x += QK) {
+        float acc[8] = {0};
+        for (int i = 0; i < QK; i += 8)
+            for (int j = 0; j < 8; j++) acc[j] += x[i + j] * (float)(int8_t)w[2 + i + j];
+        float bs = 0.f;
+        for (int j = 0; j < 8; j++) bs += acc[j];
+        s += q8_scale(w) * bs;
+    }
+    return s;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define LZ_HAVE_AVX2_DOT 1
 #define LZ_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 enum { ROWS = 8 };
+
+LZ_AVX2 static inline float hsum(__m256 v)
+{
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
+}
 
 /* AVX2 + FMA + F16C: ROWS rows at once, 8 weights of each an iteration
  * sharing one load of x, the next block of rows prefetched. One row
@@ -100,10 +139,7 @@ LZ_AVX2 __attribute__((always_inline)) static inline void dotrows(const uint16_t
         }
     }
     for (int k = 0; k < ROWS; k++) {
-        __m128 q = _mm_add_ps(_mm256_castps256_ps128(a[k]), _mm256_extractf128_ps(a[k], 1));
-        q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-        q = _mm_add_ss(q, _mm_movehdup_ps(q));
-        float s = _mm_cvtss_f32(q);
+        float s = hsum(a[k]);
         for (int j = i; j < n; j++) {
             const uint16_t h = w[k * stride + j];
             s += x[j] * (bf16 ? lz_bf16_to_f32(h) : lz_f16_to_f32(h));
@@ -119,30 +155,73 @@ LZ_AVX2 static void dotrows_f16(const uint16_t *w, size_t stride, const float *x
 {
     dotrows(w, stride, x, n, 0, out);
 }
+
+/* Q8_0: a block (32 weights) of each of ROWS rows an iteration: the int8
+ * widened 8 at a time against the block's 32 x values, then one FMA with
+ * the broadcast scale; the same block of the next ROWS rows prefetched. */
+LZ_AVX2 static void dotrows_q8(const uint8_t *w, size_t stride, const float *x, int n, float out[ROWS])
+{
+    __m256 a[ROWS];
+#pragma GCC unroll 8
+    for (int k = 0; k < ROWS; k++) a[k] = _mm256_setzero_ps();
+    for (int b = 0; b < n / QK; b++) {
+        const float *xb = x + (size_t)b * QK;
+        const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8), x2 = _mm256_loadu_ps(xb + 16),
+                     x3 = _mm256_loadu_ps(xb + 24);
+#pragma GCC unroll 8
+        for (int k = 0; k < ROWS; k++) {
+            const uint8_t *blk = w + k * stride + (size_t)b * QBYTES;
+            _mm_prefetch((const char *)(blk + ROWS * stride), _MM_HINT_T0);
+#define LZ_Q8_8(o) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + (o)))))
+            __m256 bs = _mm256_mul_ps(LZ_Q8_8(0), x0);
+            bs = _mm256_fmadd_ps(LZ_Q8_8(8), x1, bs);
+            bs = _mm256_fmadd_ps(LZ_Q8_8(16), x2, bs);
+            bs = _mm256_fmadd_ps(LZ_Q8_8(24), x3, bs);
+#undef LZ_Q8_8
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            a[k] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(h)), bs, a[k]);
+        }
+    }
+    for (int k = 0; k < ROWS; k++) out[k] = hsum(a[k]);
+}
 #endif
 
 static int simd_allowed = 1;
 void lz_mat_set_simd(int on) { simd_allowed = on; }
 
-void lz_mat_gemv16(float *y, lz_mat m, const float *x, int cols, int r0, int r1, float beta)
+/* Bytes of a row of cols values. */
+static size_t row_bytes(int type, int cols)
 {
-    const uint16_t *w = m.data;
+    return type == LZ_MAT_Q8_0 ? (size_t)cols / QK * QBYTES : (size_t)cols * (type == LZ_MAT_F32 ? 4 : 2);
+}
+
+static float dot_row(lz_mat m, const uint8_t *row, const float *x, int cols)
+{
+    if (m.type == LZ_MAT_BF16) return dot_bf16((const uint16_t *)row, x, cols);
+    if (m.type == LZ_MAT_F16) return dot_f16((const uint16_t *)row, x, cols);
+    return dot_q8(row, x, cols);
+}
+
+void lz_mat_gemv(float *y, lz_mat m, const float *x, int cols, int r0, int r1, float beta)
+{
+    const uint8_t *w = m.data;
+    const size_t rb = row_bytes(m.type, cols);
+    int r = r0;
 #ifdef LZ_HAVE_AVX2_DOT
     const int avx2 =
         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") && simd_allowed;
-#endif
-    int r = r0;
-#ifdef LZ_HAVE_AVX2_DOT
     for (; avx2 && r + ROWS <= r1; r += ROWS) {
         float d[ROWS];
-        if (m.type == LZ_MAT_BF16) dotrows_bf16(w + (size_t)r * cols, (size_t)cols, x, cols, d);
-        else dotrows_f16(w + (size_t)r * cols, (size_t)cols, x, cols, d);
+        const uint8_t *row = w + (size_t)r * rb;
+        if (m.type == LZ_MAT_BF16) dotrows_bf16((const uint16_t *)row, (size_t)cols, x, cols, d);
+        else if (m.type == LZ_MAT_F16) dotrows_f16((const uint16_t *)row, (size_t)cols, x, cols, d);
+        else dotrows_q8(row, rb, x, cols, d);
         for (int k = 0; k < ROWS; k++) y[r + k] = beta != 0.f ? beta * y[r + k] + d[k] : d[k];
     }
 #endif
     for (; r < r1; r++) {
-        const uint16_t *row = w + (size_t)r * cols;
-        float d = m.type == LZ_MAT_BF16 ? dot_bf16(row, x, cols) : dot_f16(row, x, cols);
+        float d = dot_row(m, w + (size_t)r * rb, x, cols);
         y[r] = beta != 0.f ? beta * y[r] + d : d;
     }
 }

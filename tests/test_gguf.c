@@ -56,6 +56,8 @@ static void test_roundtrip(const char *dir)
     uint32_t types[4] = {LZ_GGML_F32, LZ_GGML_F16, LZ_GGML_BF16, LZ_GGML_Q8_0};
     const char *names[4] = {"t.f32", "t.f16", "t.bf16", "t.q8"};
     for (int t = 0; t < 4; t++) CHECK(lz_gguf_write_tensor(w, names[t], types[t], 2, ne, data) == 0, "tensor");
+    int64_t ne_bad[2] = {16, 4}; /* 64 values, but rows of 16: the reader refuses Q8_0 rows that are not whole blocks */
+    CHECK(lz_gguf_write_tensor(w, "t.q8.bad", LZ_GGML_Q8_0, 2, ne_bad, data) == -1, "Q8_0 rows of 16 written");
     char err[512];
     CHECK(lz_gguf_writer_save(w, path, err, sizeof err) == 0, "save: %s", err);
     lz_gguf_writer_free(w);

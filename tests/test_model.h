@@ -20,6 +20,7 @@ static inline lz_llama *lz_test_model_typed(int layers, int heads, int kv_heads,
     lz_mkmodel_defaults(&o);
     o.n_layers = layers, o.n_heads = heads, o.n_kv_heads = kv_heads, o.head_dim = head_dim, o.dim = dim;
     if (tensor_type >= 0) o.tensor_type = tensor_type;
+    if (tensor_type == LZ_GGML_Q8_0) o.ffn_dim = (o.ffn_dim + 31) / 32 * 32; /* Q8_0 rows are blocks of 32 */
     lz_llama *m = NULL;
     if (lz_mkmodel_write(&o, path, err, sizeof err) || lz_llama_load(path, &m, err, sizeof err)) {
         CHECK(0, "test model: %s", err);

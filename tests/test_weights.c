@@ -1,10 +1,11 @@
-/* test_weights.c - 16-bit weight matrices (model/weights.h): widening is
- * exact, the one-token dot product matches a double-precision reference
- * (every column count around its 16-lane blocks, row ranges, beta 0 and 1),
- * and a model whose BF16 / F16 matrices stay in place computes what the
- * same file widened to fp32 at load (LAZY_F32_WEIGHTS=1) computes: same
- * fingerprint, prefill and decode logits within 1e-6, same greedy tokens,
- * no weight copies. */
+/* test_weights.c - weight matrices used in place (model/weights.h): widening
+ * is exact (bf16, fp16, Q8_0, also from an offset inside a Q8_0 block), the
+ * one-token dot products (AVX2 and portable) match a double-precision
+ * reference (column counts around the SIMD blocks, row ranges, beta 0 and
+ * 1), and a model whose BF16 / F16 / Q8_0 matrices stay in place computes
+ * what the same file widened to fp32 at load (LAZY_F32_WEIGHTS=1) computes:
+ * same fingerprint, prefill and decode logits within 1e-6, same greedy
+ * tokens, no weight copies. */
 #include "tests/test.h"
 #include "tests/test_model.h"
 
@@ -12,32 +13,54 @@
 #include "model/half.h"
 #include "model/weights.h"
 
+/* rows x cols random weights stored as type; want[] receives their exact values */
+static void *make_matrix(int type, int rows, int cols, uint64_t *rng, float *want)
+{
+    const size_t n = (size_t)rows * cols;
+    if (type == LZ_MAT_Q8_0) {
+        uint8_t *q = malloc(n / 32 * 34);
+        for (size_t b = 0; b < n / 32; b++) {
+            uint16_t d = lz_f32_to_f16((float)(lz_test_u01(rng) * 0.02 + 1e-3));
+            memcpy(q + b * 34, &d, 2);
+            for (int j = 0; j < 32; j++) {
+                int8_t v = (int8_t)(lz_test_irand((unsigned long long *)rng, 255) - 127);
+                q[b * 34 + 2 + j] = (uint8_t)v;
+                want[b * 32 + j] = lz_f16_to_f32(d) * (float)v;
+            }
+        }
+        return q;
+    }
+    uint16_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)(lz_test_u01(rng) * 4.0 - 2.0);
+        h[i] = type == LZ_MAT_BF16 ? lz_f32_to_bf16(v) : lz_f32_to_f16(v);
+        want[i] = type == LZ_MAT_BF16 ? lz_bf16_to_f32(h[i]) : lz_f16_to_f32(h[i]);
+    }
+    return h;
+}
+
 static void test_widen_and_dot(int type)
 {
-    const char *tn = type == LZ_MAT_BF16 ? "bf16" : "f16";
-    static const int cols_list[] = {1, 7, 15, 16, 17, 33, 255, 1024};
+    const char *tn = type == LZ_MAT_BF16 ? "bf16" : type == LZ_MAT_F16 ? "f16" : "q8_0";
+    static const int cols_16[] = {1, 7, 15, 16, 17, 33, 255, 1024}, cols_q8[] = {32, 64, 96, 1024};
+    const int *cols_list = type == LZ_MAT_Q8_0 ? cols_q8 : cols_16;
+    const int n_cols = type == LZ_MAT_Q8_0 ? 4 : 8;
     uint64_t rng = 0x9e3779b97f4a7c15ull + (uint64_t)type;
-    for (size_t ci = 0; ci < sizeof cols_list / sizeof *cols_list; ci++) {
+    for (int ci = 0; ci < n_cols; ci++) {
         const int cols = cols_list[ci], rows = 20; /* rows 1..18: two 8-row SIMD blocks and a tail */
         const size_t n = (size_t)rows * cols;
-        uint16_t *h = malloc(n * sizeof *h);
-        float *wf = malloc(n * sizeof *wf), *x = malloc((size_t)cols * sizeof *x), part[3];
-        for (size_t i = 0; i < n; i++) {
-            float v = (float)(lz_test_u01(&rng) * 4.0 - 2.0);
-            h[i] = type == LZ_MAT_BF16 ? lz_f32_to_bf16(v) : lz_f32_to_f16(v);
-        }
+        float *wf = malloc(n * sizeof *wf), *want = malloc(n * sizeof *want), *x = malloc((size_t)cols * sizeof *x),
+              part[3];
+        void *h = make_matrix(type, rows, cols, &rng, want);
         for (int i = 0; i < cols; i++) x[i] = (float)(lz_test_u01(&rng) * 2.0 - 1.0);
         const lz_mat m = {h, type};
 
-        /* widening: each element exactly its decode, whole or from an offset */
+        /* widening: each element exactly its value, whole or from an offset */
         lz_mat_get_f32(m, 0, n, wf);
         int bad = 0;
-        for (size_t i = 0; i < n; i++) {
-            float want = type == LZ_MAT_BF16 ? lz_bf16_to_f32(h[i]) : lz_f16_to_f32(h[i]);
-            bad += memcmp(&wf[i], &want, 4) != 0;
-        }
+        for (size_t i = 0; i < n; i++) bad += memcmp(&wf[i], &want[i], 4) != 0;
         CHECK(bad == 0, "%s cols %d: %d elements widened wrong", tn, cols, bad);
-        const size_t off = n > 4 ? n - 4 : 0, k = n - off < 3 ? n - off : 3;
+        const size_t off = n > 37 ? n - 37 : 0, k = n - off < 3 ? n - off : 3; /* Q8_0: inside a block */
         lz_mat_get_f32(m, off, k, part);
         CHECK(!memcmp(part, wf + off, k * 4), "%s cols %d: widening from an offset", tn, cols);
         float *own;
@@ -48,10 +71,10 @@ static void test_widen_and_dot(int type)
         /* rows 1 .. rows-2 only; beta 0 ignores a NaN there, beta 1 adds to it */
         float y[20], y1[20];
         for (int r = 0; r < rows; r++) y[r] = r == 0 || r == rows - 1 ? 12345.f : NAN;
-        lz_mat_gemv16(y, m, x, cols, 1, rows - 1, 0.f);
+        lz_mat_gemv(y, m, x, cols, 1, rows - 1, 0.f);
         CHECK(y[0] == 12345.f && y[rows - 1] == 12345.f, "%s cols %d: rows outside the range written", tn, cols);
         for (int r = 0; r < rows; r++) y1[r] = y[r];
-        lz_mat_gemv16(y1, m, x, cols, 1, rows - 1, 1.f);
+        lz_mat_gemv(y1, m, x, cols, 1, rows - 1, 1.f);
         for (int r = 1; r < rows - 1; r++) {
             double ref = 0, mag = 0;
             for (int i = 0; i < cols; i++) {
@@ -64,6 +87,7 @@ static void test_widen_and_dot(int type)
         }
         free(h);
         free(wf);
+        free(want);
         free(x);
     }
     float vals[3] = {1.f, -2.f, 3.f};
@@ -108,7 +132,7 @@ static float *run(const lz_llama *m, const int *ids, int n, int steps, int *gen)
 
 static void test_model_in_place(int ggml_type)
 {
-    const int mtype = ggml_type == LZ_GGML_BF16 ? LZ_MAT_BF16 : LZ_MAT_F16;
+    const int mtype = ggml_type == LZ_GGML_BF16 ? LZ_MAT_BF16 : ggml_type == LZ_GGML_F16 ? LZ_MAT_F16 : LZ_MAT_Q8_0;
     const char *tn = lz_ggml_type_name((uint32_t)ggml_type);
     char dir[512], path[600], err[512];
     lz_llama *m = lz_test_model_typed(2, 4, 2, 16, 64, ggml_type, dir, sizeof dir, path, sizeof path), *w = NULL;
@@ -142,13 +166,15 @@ static void test_model_in_place(int ggml_type)
 
 int main(void)
 {
-    test_widen_and_dot(LZ_MAT_BF16); /* the AVX2 dot product where the CPU has it */
-    test_widen_and_dot(LZ_MAT_F16);
-    lz_mat_set_simd(0); /* the portable one */
-    test_widen_and_dot(LZ_MAT_BF16);
-    test_widen_and_dot(LZ_MAT_F16);
+    for (int simd = 1; simd >= 0; simd--) { /* the AVX2 dot products where the CPU has them, then the portable ones */
+        lz_mat_set_simd(simd);
+        test_widen_and_dot(LZ_MAT_BF16);
+        test_widen_and_dot(LZ_MAT_F16);
+        test_widen_and_dot(LZ_MAT_Q8_0);
+    }
     lz_mat_set_simd(1);
     test_model_in_place(LZ_GGML_BF16);
     test_model_in_place(LZ_GGML_F16);
+    test_model_in_place(LZ_GGML_Q8_0);
     return lz_test_done();
 }
