@@ -99,7 +99,8 @@ static void usage(FILE *f)
             "  --quiet                no progress and no summary (errors still printed)\n"
             "  --json                 print the summary as JSON on standard output\n"
             "  -h, --help             this text\n"
-            "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n",
+            "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n"
+            LZ_RUNTIME_ENV_HELP,
             LZ_DEFAULT_MODEL_ENV, LZ_DEFAULT_MODEL, LZ_PAYLOAD_DEFAULT_LEVEL, LZ_KVPOLICY_DEFAULT_WINDOW,
             LZ_KVPOLICY_DEFAULT_KERNEL, (double)LZ_KVPOLICY_DEFAULT_ALPHA);
 }

@@ -54,7 +54,9 @@ static void usage(FILE *f)
         "\n"
         "A model may reason before it answers (\"A 1871; B 1862 => B\"): the answer is what\n"
         "follows the last \" => \"; text mode prints the rest as \"Reasoning:\", --json gives the\n"
-        "whole text as \"generated\".\n");
+        "whole text as \"generated\".\n"
+        "\n"
+        LZ_RUNTIME_ENV_HELP);
 }
 
 typedef struct {

@@ -39,7 +39,8 @@ static void usage(FILE *f)
             "      --no-chat        use the prompt as it is\n"
             "      --system TEXT    system message for --chat\n"
             "      --tokenize TEXT  print the ids of TEXT (no BOS) and exit\n"
-            "  -h, --help           this help\n");
+            "  -h, --help           this help\n"
+            LZ_RUNTIME_ENV_HELP);
 }
 
 static double now_s(void)
