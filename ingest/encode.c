@@ -79,7 +79,7 @@ int lz_encoder_new(const lz_llama *m, const int *prefix, int n_prefix, lz_encode
         lz_encoder_free(e);
         return fail(err, errlen, "forward pass over the %d-token prompt prefix failed", n_prefix);
     }
-    e->seg = (lz_kv_segment){ e->prefix.k, e->prefix.v, NULL, n_prefix, e->prefix.cap, 0, NULL };
+    e->seg = (lz_kv_segment){.k = e->prefix.k, .v = e->prefix.v, .n = n_prefix, .stride = e->prefix.cap};
     *out = e;
     return 0;
 }

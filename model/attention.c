@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/half.h"
+
 static inline float dot(const float *a, const float *b, int d)
 {
     float s = 0;
@@ -22,6 +24,31 @@ static inline float dot(const float *a, const float *b, int d)
 static inline void axpy(float *y, float a, const float *x, int d)
 {
     for (int i = 0; i < d; i++) y[i] += a * x[i];
+}
+
+/* The same over bf16 rows (widened exactly: the same products and order) */
+static inline float dot16(const float *a, const uint16_t *b, int d)
+{
+    float s = 0;
+    for (int i = 0; i < d; i++) s += a[i] * lz_bf16_to_f32(b[i]);
+    return s;
+}
+
+static inline void axpy16(float *y, float a, const uint16_t *x, int d)
+{
+    for (int i = 0; i < d; i++) y[i] += a * lz_bf16_to_f32(x[i]);
+}
+
+/* Rows [0, len) of a segment block (layer, kv head g) as fp32: the block
+ * itself, or (bf16) widened into buf. */
+static const float *seg_rows(const lz_kv_segment *sg, int kv, const lz_attn_params *p, int g, int len, float *buf)
+{
+    const int d = p->head_dim;
+    const size_t off = lz_kv_segment_block(sg, p->layer, g, p->n_kv_heads, d);
+    if (!sg->k16) return (kv ? sg->v : sg->k) + off;
+    const uint16_t *src = (kv ? sg->v16 : sg->k16) + off;
+    for (size_t e = 0; e < (size_t)len * d; e++) buf[e] = lz_bf16_to_f32(src[e]);
+    return buf;
 }
 
 int lz_attention_cpu_rows(const lz_attn_params *p)
@@ -50,11 +77,12 @@ int lz_attention_cpu_rows(const lz_attn_params *p)
         for (int s = 0; s < p->n_segs; s++) {
             const lz_kv_segment *sg = &p->segs[s];
             int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
-            const float *kb = sg->k + lz_kv_segment_block(sg, p->layer, g, KV, d);
+            const size_t off = lz_kv_segment_block(sg, p->layer, g, KV, d);
             memcpy(qr, q, (size_t)d * sizeof(float));
             if (sg->rot) lz_rope_apply(qr, d, -sg->rot, p->rope_layout, p->inv_freq);
             for (int j = 0; j < len; j++) {
-                float x = dot(qr, kb + (size_t)j * d, d) * scale;
+                float x = (sg->k16 ? dot16(qr, sg->k16 + off + (size_t)j * d, d) : dot(qr, sg->k + off + (size_t)j * d, d)) *
+                          scale;
                 scores[nk++] = x;
                 mx = x > mx ? x : mx;
             }
@@ -75,8 +103,12 @@ int lz_attention_cpu_rows(const lz_attn_params *p)
         for (int s = 0; s < p->n_segs; s++) {
             const lz_kv_segment *sg = &p->segs[s];
             int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
-            const float *vb = sg->v + lz_kv_segment_block(sg, p->layer, g, KV, d);
-            for (int j = 0; j < len; j++) axpy(o, scores[nk++] * inv, vb + (size_t)j * d, d);
+            const size_t off = lz_kv_segment_block(sg, p->layer, g, KV, d);
+            for (int j = 0; j < len; j++) {
+                const float a = scores[nk++] * inv;
+                if (sg->k16) axpy16(o, a, sg->v16 + off + (size_t)j * d, d);
+                else axpy(o, a, sg->v + off + (size_t)j * d, d);
+            }
         }
         const float *vc = p->v + (size_t)g * p->cache_stride * d;
         for (int j = 0; j < n_self; j++) axpy(o, scores[nk++] * inv, vc + (size_t)j * d, d);
@@ -97,7 +129,10 @@ int lz_attention_cpu_gemm(const lz_attn_params *p)
     const int n_blocks = (p->n + ROW_BLOCK - 1) / ROW_BLOCK;
     const size_t M = (size_t)ROW_BLOCK * group; /* matrix rows per task */
     int nthreads = omp_get_max_threads();
-    size_t per_thread = M * n_keys + 2 * M * (size_t)d;
+    size_t wide = 0; /* rows of the longest bf16 segment block: widened per block */
+    for (int s = 0; s < p->n_segs; s++)
+        if (p->segs[s].k16 && (size_t)p->segs[s].n > wide) wide = (size_t)p->segs[s].n;
+    size_t per_thread = M * n_keys + 2 * M * (size_t)d + wide * (size_t)d;
     float *scratch = malloc((size_t)nthreads * per_thread * sizeof(float));
     if (!scratch) return -1;
 
@@ -107,7 +142,7 @@ int lz_attention_cpu_gemm(const lz_attn_params *p)
         const int rows = p->n - i0 < ROW_BLOCK ? p->n - i0 : ROW_BLOCK;
         const int m = rows * group; /* matrix row r = (i - i0) * group + hh */
         float *S = scratch + (size_t)omp_get_thread_num() * per_thread;
-        float *Q = S + M * n_keys, *Qr = Q + M * (size_t)d;
+        float *Q = S + M * n_keys, *Qr = Q + M * (size_t)d, *W = Qr + M * (size_t)d;
         for (int r = 0; r < m; r++)
             memcpy(Q + (size_t)r * d, p->q + ((size_t)(i0 + r / group) * H + g * group + r % group) * d,
                    (size_t)d * sizeof(float));
@@ -117,7 +152,7 @@ int lz_attention_cpu_gemm(const lz_attn_params *p)
             const lz_kv_segment *sg = &p->segs[s];
             int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
             if (len <= 0) continue;
-            const float *kb = sg->k + lz_kv_segment_block(sg, p->layer, g, KV, d);
+            const float *kb = seg_rows(sg, 0, p, g, len, W);
             const float *qq = Q;
             if (sg->rot) { /* one cos/sin table per segment, shared by every row */
                 float cs[LZ_MAX_HEAD_DIM / 2], sn[LZ_MAX_HEAD_DIM / 2];
@@ -153,7 +188,7 @@ int lz_attention_cpu_gemm(const lz_attn_params *p)
             const lz_kv_segment *sg = &p->segs[s];
             int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
             if (len <= 0) continue;
-            const float *vb = sg->v + lz_kv_segment_block(sg, p->layer, g, KV, d);
+            const float *vb = seg_rows(sg, 1, p, g, len, W);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d, len, 1.0f, S + col, (int)n_keys, vb, d, beta, O, d);
             beta = 1.0f;
             col += (size_t)len;

@@ -127,6 +127,8 @@ typedef struct {
     int64_t rot;         /* rotation missing from the stored keys (placement - stored base) */
     const int64_t *head_row; /* (L, KV) first token row of each (layer, kv head) block in k and v
                               * (packed storage of unequal kept counts), or NULL: (l * KV + h) * stride */
+    const uint16_t *k16;     /* bf16 keys and values in the same layout, read instead of k and v when */
+    const uint16_t *v16;     /* set (a bf16 store's payload as it is: half the memory, the same values) */
 } lz_kv_segment;
 
 /* Element offset of segment block (layer l, kv head h) in k and v. */

@@ -41,6 +41,8 @@ static void usage(FILE *f)
         "                       full: recompute the whole prompt\n"
         "  --cache-bytes N      document KV cache budget, e.g. 512M, 2G (default 1G)\n"
         "  --no-preload         do not preload the most accessed documents at start\n"
+        "  --cache-f32          cache a bf16 store's KV widened to fp32 (twice the memory; by default\n"
+        "                       it stays bf16: lazy results are the same, block / prefix copies rounded)\n"
         "  -n, --max-new-tokens N  answer length limit (default 64)\n"
         "  --temp T, --top-p P, --seed S   sampling (default greedy)\n"
         "  --threads N          CPU threads (default: all cores)\n"
@@ -334,6 +336,7 @@ int main(int argc, char **argv)
             o.threads = (int)x;
         } else if (!strcmp(a, "--json")) o.json = 1;
         else if (!strcmp(a, "--no-preload")) o.preload = 0;
+        else if (!strcmp(a, "--cache-f32")) o.qo.cache_f32 = 1;
         else if (!strcmp(a, "--no-stats")) o.stats = 0;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o.quiet = 1;
         else if (a[0] == '-' && a[1]) { fprintf(stderr, "lazyquery: unknown option '%s' (try --help)\n", a); return 1; }

@@ -10,17 +10,21 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/half.h"
 #include "model/prompt.h"
 #include "model/sampler.h"
 #include "model/sha256.h"
 #include "store/payload.h"
 
-/* A cached KV block: one document, fp32, per-head kept counts. Head (l, h)
- * holds n_kept rows of d floats from row head_row[l * KV + h]: packed, so a
+/* A cached KV block: one document, per-head kept counts, in the store's
+ * element type: a bf16 store's payloads stay bf16 (the values the store
+ * holds, half the memory of fp32), an fp32 store's fp32. Head (l, h) holds
+ * n_kept rows of d values from row head_row[l * KV + h]: packed, so a
  * document compressed at ingest (Ada-KV) takes only its kept rows, and bytes
- * (what the cache accounts) is 2 * sum(kept) * d * 4. */
+ * (what the cache accounts) is 2 * sum(kept) * d * (2 or 4). */
 typedef struct {
-    float *k, *v;    /* (sum(kept), d) */
+    float *k, *v;        /* (sum(kept), d) fp32, or NULL */
+    uint16_t *k16, *v16; /* (sum(kept), d) bf16, or NULL */
     int *n_kept;     /* (L, KV) */
     int64_t *head_row; /* (L, KV) */
     int n;           /* tokens of the document (positions it occupies) */
@@ -38,6 +42,7 @@ struct lz_query_session {
     int *prefix;         /* prompt prefix tokens (s) */
     int n_prefix;
     kv_entry prefix_kv;  /* stored once per model */
+    int kv16;            /* the store's payloads (so every cached entry) are bf16 */
     float *logits;       /* (V) */
 };
 
@@ -80,13 +85,20 @@ void lz_query_result_free(lz_query_result *r)
     memset(r, 0, sizeof *r);
 }
 
+static void entry_clear(kv_entry *e)
+{
+    free(e->k);
+    free(e->v);
+    free(e->k16);
+    free(e->v16);
+    free(e->n_kept);
+    free(e->head_row);
+}
+
 static void entry_free(kv_entry *e)
 {
     if (!e) return;
-    free(e->k);
-    free(e->v);
-    free(e->n_kept);
-    free(e->head_row);
+    entry_clear(e);
     free(e);
 }
 
@@ -96,22 +108,24 @@ static void cache_free_value(void *v, void *ctx)
     entry_free(v);
 }
 
-/* An entry of n tokens holding rows kept rows in all (e->head_row filled
- * for n rows per head when rows == L * KV * n; else by the caller). */
-static kv_entry *entry_alloc(const lz_llama_config *c, int n, size_t rows)
+/* An entry of n tokens holding rows kept rows in all, bf16 or fp32
+ * (e->head_row filled for n rows per head when rows == L * KV * n; else by
+ * the caller). */
+static kv_entry *entry_alloc(const lz_llama_config *c, int n, size_t rows, int bf16)
 {
     kv_entry *e = calloc(1, sizeof *e);
     const size_t nh = (size_t)c->n_layers * c->n_kv_heads, per = (rows ? rows : 1) * c->head_dim;
+    const size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
     if (!e) return NULL;
     e->n = n;
-    e->k = malloc(per * sizeof(float));
-    e->v = malloc(per * sizeof(float));
+    if (bf16) { e->k16 = malloc(per * es); e->v16 = malloc(per * es); }
+    else { e->k = malloc(per * es); e->v = malloc(per * es); }
     e->n_kept = malloc(nh * sizeof(int));
     e->head_row = malloc(nh * sizeof(int64_t));
-    if (!e->k || !e->v || !e->n_kept || !e->head_row) { entry_free(e); return NULL; }
+    if (!(bf16 ? e->k16 && e->v16 : e->k && e->v) || !e->n_kept || !e->head_row) { entry_free(e); return NULL; }
     if (rows == nh * (size_t)n)
         for (size_t i = 0; i < nh; i++) { e->head_row[i] = (int64_t)(i * (size_t)n); e->n_kept[i] = n; }
-    e->bytes = 2 * rows * c->head_dim * sizeof(float);
+    e->bytes = 2 * rows * c->head_dim * es;
     return e;
 }
 
@@ -151,9 +165,11 @@ static kv_entry *decode_payload(lz_query_session *q, void *blob, size_t len, con
         free(blob);
         return NULL;
     }
-    kv_entry *e = entry_alloc(c, info.n_tokens, (size_t)info.n_kept_sum);
+    const int bf16 = info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !q->o.cache_f32;
+    kv_entry *e = entry_alloc(c, info.n_tokens, (size_t)info.n_kept_sum, bf16);
     if (!e) { snprintf(err, errlen, "%s: out of memory for %d tokens of KV", what, info.n_tokens); free(blob); return NULL; }
-    if (lz_payload_decode_f32_packed(q->codec, blob, len, e->k, e->v, e->n_kept, &info, e2, sizeof e2)) {
+    if (bf16 ? lz_payload_decode_bf16_packed(q->codec, blob, len, e->k16, e->v16, e->n_kept, &info, e2, sizeof e2)
+             : lz_payload_decode_f32_packed(q->codec, blob, len, e->k, e->v, e->n_kept, &info, e2, sizeof e2)) {
         snprintf(err, errlen, "%s: corrupt KV payload: %s", what, e2);
         free(blob);
         entry_free(e);
@@ -168,7 +184,7 @@ static kv_entry *decode_payload(lz_query_session *q, void *blob, size_t len, con
 static lz_kv_segment seg_of(const kv_entry *e, int64_t rot)
 {
     lz_kv_segment s = {.k = e->k, .v = e->v, .n_kept = e->n_kept, .n = e->n, .stride = e->n > 0 ? e->n : 1, .rot = rot,
-                       .head_row = e->head_row};
+                       .head_row = e->head_row, .k16 = e->k16, .v16 = e->v16};
     return s;
 }
 
@@ -221,6 +237,7 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
         return -1;
     }
     q->prefix_kv = *pe;
+    q->kv16 = pe->k16 != NULL;
     free(pe);
     *out = q;
     return 0;
@@ -234,10 +251,7 @@ void lz_query_session_free(lz_query_session *q)
     lz_llama_scratch_free(q->scratch);
     lz_sampler_free(&q->sampler);
     free(q->prefix);
-    free(q->prefix_kv.k);
-    free(q->prefix_kv.v);
-    free(q->prefix_kv.n_kept);
-    free(q->prefix_kv.head_row);
+    entry_clear(&q->prefix_kv);
     free(q->logits);
     free(q);
 }
@@ -273,31 +287,45 @@ static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, c
         return NULL;
     }
     r->bytes_loaded += (int64_t)e->bytes;
-    if (rotate) { /* BLOCK: materialise the keys rotated to their final positions */
+    if (rotate) { /* BLOCK: materialise the keys rotated to their final positions (bf16: rounded back) */
         const lz_llama_config *c = &q->m->cfg;
+        const int d = c->head_dim;
+        float row[LZ_MAX_HEAD_DIM];
         for (int l = 0; l < c->n_layers; l++)
             for (int h = 0; h < c->n_kv_heads; h++) {
-                int kept = e->n_kept[l * c->n_kv_heads + h];
-                float *kb = e->k + (size_t)e->head_row[l * c->n_kv_heads + h] * c->head_dim;
-                for (int j = 0; j < kept; j++)
-                    lz_rope_apply(kb + (size_t)j * c->head_dim, c->head_dim, rotate, c->rope_layout, q->m->inv_freq);
+                const int kept = e->n_kept[l * c->n_kv_heads + h];
+                const size_t r0 = (size_t)e->head_row[l * c->n_kv_heads + h];
+                for (int j = 0; j < kept; j++) {
+                    float *kr = e->k ? e->k + (r0 + j) * d : row;
+                    uint16_t *k16 = e->k16 ? e->k16 + (r0 + j) * d : NULL;
+                    if (k16) for (int i = 0; i < d; i++) row[i] = lz_bf16_to_f32(k16[i]);
+                    lz_rope_apply(kr, d, rotate, c->rope_layout, q->m->inv_freq);
+                    if (k16) for (int i = 0; i < d; i++) k16[i] = lz_f32_to_bf16(row[i]);
+                }
             }
     }
     if (!lz_doc_cache_put(q->cache, ckey, ckey_len, e, e->bytes)) *owned = 1;
     return e;
 }
 
-/* Copies tokens [t0, t0 + n) of a local cache into a new entry (PREFIX mode). */
-static kv_entry *slice_cache(const lz_llama_config *c, const lz_kv_cache *lc, int t0, int n)
+/* Copies tokens [t0, t0 + n) of a local cache into a new entry (PREFIX
+ * mode), bf16 (rounded, as the store's entries) or fp32. */
+static kv_entry *slice_cache(const lz_llama_config *c, const lz_kv_cache *lc, int t0, int n, int bf16)
 {
-    kv_entry *e = entry_alloc(c, n, (size_t)c->n_layers * c->n_kv_heads * (size_t)n);
+    kv_entry *e = entry_alloc(c, n, (size_t)c->n_layers * c->n_kv_heads * (size_t)n, bf16);
     if (!e) return NULL;
+    const size_t cnt = (size_t)n * c->head_dim;
     for (int l = 0; l < c->n_layers; l++)
         for (int h = 0; h < c->n_kv_heads; h++) {
             size_t src = (((size_t)l * c->n_kv_heads + h) * lc->cap + t0) * c->head_dim;
-            size_t dst = ((size_t)l * c->n_kv_heads + h) * (size_t)n * c->head_dim;
-            memcpy(e->k + dst, lc->k + src, (size_t)n * c->head_dim * sizeof(float));
-            memcpy(e->v + dst, lc->v + src, (size_t)n * c->head_dim * sizeof(float));
+            size_t dst = ((size_t)l * c->n_kv_heads + h) * cnt;
+            if (bf16) {
+                for (size_t i = 0; i < cnt; i++) e->k16[dst + i] = lz_f32_to_bf16(lc->k[src + i]);
+                for (size_t i = 0; i < cnt; i++) e->v16[dst + i] = lz_f32_to_bf16(lc->v[src + i]);
+            } else {
+                memcpy(e->k + dst, lc->k + src, cnt * sizeof(float));
+                memcpy(e->v + dst, lc->v + src, cnt * sizeof(float));
+            }
         }
     return e;
 }
@@ -421,7 +449,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
             memcpy(buf, chain, 32);
             memcpy(buf + 32, docs[i].payload_key, LZ_META_KEY_LEN);
             lz_sha256(buf, sizeof buf, chain);
-            kv_entry *e = slice_cache(c, &lc, start, n);
+            kv_entry *e = slice_cache(c, &lc, start, n, q->kv16);
             if (e && !lz_doc_cache_put(q->cache, chain, 32, e, e->bytes)) entry_free(e);
         }
     }

@@ -53,6 +53,8 @@ typedef struct {
     int batch;               /* forward chunk (tokens) */
     int max_positions;       /* refuse prompts (+ answer) longer than this; 0 = no limit */
     int keep_logits;         /* copy the first answer token's logits into the result */
+    int cache_f32;           /* 1: cached KV in fp32 even from a bf16 store (widened: twice the memory, the
+                                same lazy results; block / prefix copies then not rounded to bf16) */
     /* streaming: called with each piece of the answer as it is generated */
     void (*on_piece)(const char *piece, int len, void *ctx);
     void *ctx;

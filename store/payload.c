@@ -470,18 +470,28 @@ int lz_payload_decode_bf16(lz_payload_codec *c, const void *buf, size_t len, uin
     DECODE_IMPL(uint16_t, elem_bf16)
 }
 
+/* Packed: k and v receive sum(kept) rows each, in the body's order. */
+#define DECODE_PACKED_IMPL(CONV)                                                                 \
+    lz_payload_info local;                                                                       \
+    if (!info) info = &local;                                                                    \
+    const uint8_t *body;                                                                         \
+    int rc = lz_payload_parse(buf, len, 0, info, err, errlen);                                   \
+    if (!rc) rc = decode_body(c, buf, len, info->n_tokens, info, &body, err, errlen);            \
+    if (rc) return rc;                                                                           \
+    const size_t half = (size_t)info->n_kept_sum * info->head_dim;                               \
+    if (n_kept) lz_payload_kept(buf, info, n_kept);                                              \
+    for (size_t e = 0; e < half; e++) k[e] = CONV(body, info->dtype, e);                         \
+    for (size_t e = 0; e < half; e++) v[e] = CONV(body, info->dtype, half + e);                  \
+    return LZ_PAYLOAD_OK;
+
 int lz_payload_decode_f32_packed(lz_payload_codec *c, const void *buf, size_t len, float *k, float *v,
                                  int *n_kept, lz_payload_info *info, char *err, size_t errlen)
 {
-    lz_payload_info local;
-    if (!info) info = &local;
-    const uint8_t *body;
-    int rc = lz_payload_parse(buf, len, 0, info, err, errlen);
-    if (!rc) rc = decode_body(c, buf, len, info->n_tokens, info, &body, err, errlen);
-    if (rc) return rc;
-    const size_t half = (size_t)info->n_kept_sum * info->head_dim;
-    if (n_kept) lz_payload_kept(buf, info, n_kept);
-    for (size_t e = 0; e < half; e++) k[e] = elem_f32(body, info->dtype, e);
-    for (size_t e = 0; e < half; e++) v[e] = elem_f32(body, info->dtype, half + e);
-    return LZ_PAYLOAD_OK;
+    DECODE_PACKED_IMPL(elem_f32)
+}
+
+int lz_payload_decode_bf16_packed(lz_payload_codec *c, const void *buf, size_t len, uint16_t *k, uint16_t *v,
+                                  int *n_kept, lz_payload_info *info, char *err, size_t errlen)
+{
+    DECODE_PACKED_IMPL(elem_bf16)
 }

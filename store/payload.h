@@ -109,6 +109,9 @@ int lz_payload_decode_bf16(lz_payload_codec *c, const void *buf, size_t len, uin
  * n_kept (L * KV) and info as for lz_payload_decode_f32. */
 int lz_payload_decode_f32_packed(lz_payload_codec *c, const void *buf, size_t len, float *k, float *v,
                                  int *n_kept, lz_payload_info *info, char *err, size_t errlen);
+/* The same as bf16 bits (exact for a bf16 payload; an f32 one is rounded). */
+int lz_payload_decode_bf16_packed(lz_payload_codec *c, const void *buf, size_t len, uint16_t *k, uint16_t *v,
+                                  int *n_kept, lz_payload_info *info, char *err, size_t errlen);
 
 /* Byte shuffle of n 16-bit elements: dst = [low bytes][high bytes], and back. */
 void lz_payload_shuffle16(uint8_t *dst, const uint16_t *src, size_t n);

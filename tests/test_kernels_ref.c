@@ -156,7 +156,8 @@ static void test_engine_matches_prefill(int d, int layout, int G, int llama3)
         const size_t n = (size_t)KV * cap * d;
         sk[s] = malloc(n * 4); sv[s] = malloc(n * 4);
         for (size_t i = 0; i < n; i++) { sk[s][i] = lz_bf16_to_f32(c.k[s][i]); sv[s][i] = lz_bf16_to_f32(c.v[s][i]); }
-        es[s] = (lz_kv_segment){sk[s], sv[s], &c.len[s * KV], cap, cap, c.seg[s].offset, NULL};
+        es[s] = (lz_kv_segment){.k = sk[s], .v = sv[s], .n_kept = &c.len[s * KV], .n = cap, .stride = cap,
+                                .rot = c.seg[s].offset};
     }
     lz_attn_params ap = {qe, oe, M, H, KV, d, 0, es, c.S, ke, ve, M, 0, c.inv_freq, layout};
     for (int path = 0; path < 2; path++) {
@@ -175,6 +176,17 @@ static void test_engine_matches_prefill(int d, int layout, int G, int llama3)
         CHECK(e < 0x1p-8 && worst <= 0, "engine %s path vs lazy prefill ref d=%d layout=%d G=%d S=%d M=%d: "
               "normalised %.3g, worst element %.3g over its allowance", path ? "gemm" : "rows", d, layout, G, c.S, M, e,
               worst);
+        /* the same segments read as bf16 (k16 / v16, as a bf16 store's documents are cached): identical output */
+        float *o32 = malloc((size_t)M * H * d * 4);
+        memcpy(o32, oe, (size_t)M * H * d * 4);
+        lz_kv_segment es16[8];
+        for (int s = 0; s < c.S; s++) { es16[s] = es[s]; es16[s].k = es16[s].v = NULL; es16[s].k16 = c.k[s]; es16[s].v16 = c.v[s]; }
+        lz_attn_params ap16 = ap;
+        ap16.segs = es16;
+        CHECK((path ? lz_attention_cpu_gemm(&ap16) : lz_attention_cpu_rows(&ap16)) == 0, "engine attention, bf16");
+        CHECK(!memcmp(o32, oe, (size_t)M * H * d * 4), "engine %s path: bf16 segments differ from their fp32 widening",
+              path ? "gemm" : "rows");
+        free(o32);
     }
     for (int s = 0; s < c.S; s++) { free(sk[s]); free(sv[s]); }
     free(q); free(ks); free(vs); free(o); free(qe); free(oe); free(ke); free(ve);

@@ -686,7 +686,7 @@ static void test_encoder(void)
         if (ok) {
             lz_kv_cache_reset(&pc, 0);
             lz_llama_forward(m, sc, &pc, NULL, 0, prefix, 4, NULL, LZ_LOGITS_NONE);
-            lz_kv_segment sg = {pc.k, pc.v, NULL, 4, pc.cap, 0, NULL};
+            lz_kv_segment sg = {.k = pc.k, .v = pc.v, .n = 4, .stride = pc.cap};
             lz_kv_cache_reset(&kc2, 4);
             lz_llama_scratch_capture(sc, qa, 4, n);
             lz_llama_forward(m, sc, &kc2, &sg, 1, ids, n, NULL, LZ_LOGITS_NONE);

@@ -31,18 +31,78 @@ static void write_corpus(const char *path, int n)
     fclose(f);
 }
 
-static lz_query_session *session(lz_llama *m, lz_store *s, int mode, size_t cache)
+static lz_query_session *session_f32(lz_llama *m, lz_store *s, int mode, size_t cache, int cache_f32)
 {
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = mode;
     o.cache_bytes = cache;
+    o.cache_f32 = cache_f32;
     o.max_new_tokens = 6;
     o.keep_logits = 1;
     lz_query_session *q = NULL;
     char err[512];
     if (lz_query_session_new(m, s, &o, &q, err, sizeof err)) CHECK(0, "session: %s", err);
     return q;
+}
+
+static lz_query_session *session(lz_llama *m, lz_store *s, int mode, size_t cache)
+{
+    return session_f32(m, s, mode, cache, 0);
+}
+
+/* A bf16 store (lazyingest's default): its KV cached as bf16 (the default)
+ * or widened to fp32 (cache_f32). Lazy: identical logits and answers, half
+ * the cache bytes. Block and prefix round their re-rotated / recomputed
+ * copies to bf16: close, not equal. */
+static void test_bf16_cache(const char *store16)
+{
+    char err[1024];
+    lz_llama *m;
+    lz_store *s;
+    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    if (lz_store_open(store16, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    const int V = m->cfg.vocab, modes[3] = {LZ_MODE_LAZY, LZ_MODE_BLOCK, LZ_MODE_PREFIX};
+    for (int mi = 0; mi < 3; mi++) {
+        lz_query_session *q16 = session_f32(m, s, modes[mi], 1 << 22, 0), *q32 = session_f32(m, s, modes[mi], 1 << 22, 1);
+        if (!q16 || !q32) { lz_query_session_free(q16); lz_query_session_free(q32); continue; }
+        double worst = 0;
+        int identical = 1;
+        for (int t = 0; t < 8; t++) {
+            const char *pick[6];
+            char buf[6][16];
+            const int n = 2 + (t / 2) % 5; /* each placement twice: the second time from the cache */
+            for (int i = 0; i < n; i++) { snprintf(buf[i], 16, "doc%d", (t / 2 * 7 + i * 5) % 40); pick[i] = buf[i]; }
+            lz_query_doc *docs;
+            if (lz_retrieve_ids(s, pick, n, &docs, err, sizeof err)) { CHECK(0, "ids: %s", err); continue; }
+            lz_query_result a, b;
+            int ok = !lz_query_answer(q16, "castle river", docs, n, &a, err, sizeof err) &&
+                     !lz_query_answer(q32, "castle river", docs, n, &b, err, sizeof err);
+            CHECK(ok, "answer: %s", err);
+            if (ok) {
+                identical &= !memcmp(a.logits, b.logits, (size_t)V * sizeof(float)) && a.n_answer == b.n_answer &&
+                             !memcmp(a.answer_ids, b.answer_ids, (size_t)a.n_answer * sizeof(int));
+                worst = fmax(worst, lz_test_rel_diff(a.logits, b.logits, V));
+                lz_query_result_free(&a);
+                lz_query_result_free(&b);
+            }
+            free(docs);
+        }
+        lz_doc_cache_stats a, b;
+        lz_query_cache_stats(q16, &a);
+        lz_query_cache_stats(q32, &b);
+        CHECK(a.n_entries == b.n_entries && a.bytes_used * 2 == b.bytes_used, "%s: bf16 cache %lld bytes in %lld "
+              "entries, fp32 %lld in %lld", lz_query_mode_name(modes[mi]), (long long)a.bytes_used,
+              (long long)a.n_entries, (long long)b.bytes_used, (long long)b.n_entries);
+        if (modes[mi] == LZ_MODE_LAZY) CHECK(identical, "lazy: bf16 cache changed the logits (rel diff %g)", worst);
+        else CHECK(worst <= 1e-2, "%s: bf16 copies moved the logits by %g", lz_query_mode_name(modes[mi]), worst);
+        printf("bf16 store, %-6s: bf16 cache vs fp32 cache: logits rel diff %.3g, %lld vs %lld bytes\n",
+               lz_query_mode_name(modes[mi]), worst, (long long)a.bytes_used, (long long)b.bytes_used);
+        lz_query_session_free(q16);
+        lz_query_session_free(q32);
+    }
+    lz_store_close(s);
+    lz_llama_free(m);
 }
 
 static void test_modes(void)
@@ -242,6 +302,10 @@ int main(void)
         return lz_test_done();
     }
     test_modes();
+    char store16[700];
+    snprintf(store16, sizeof store16, "%s/store16", dir);
+    if (lz_test_sh("%s/lazyingest --quiet --model %s --store %s %s", bin, model, store16, corpus)) CHECK(0, "bf16 store");
+    else test_bf16_cache(store16);
     test_cli();
     lz_test_sh("rm -rf %s", dir);
     return lz_test_done();
