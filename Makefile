@@ -124,6 +124,34 @@ $(LZK_DIR)/test_kernels: tests/cuda/test_kernels.cu $(LZK_OBJS) tests/test.h tes
 $(LZK_DIR)/bench_kernels: bench/kernels/bench_kernels.cu $(LZK_OBJS) tests/cuda/cuda_check.h
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -o $@
 
+# The GPU ingest forward pass and its test against the CPU engine: the CPU
+# library (built here) and its third-party libraries linked statically, cuBLAS
+# and the C runtime dynamically (the GPU machine has the CUDA libraries only).
+LZK_ARCH   := /usr/lib/x86_64-linux-gnu
+LZK_STATIC := $(LZK_ARCH)/liblmdb.a $(LZK_ARCH)/libsqlite3.a $(LZK_ARCH)/libzstd.a $(LZK_ARCH)/libcsv.a \
+              $(LZK_ARCH)/libjansson.a $(LZK_ARCH)/libpcre2-8.a $(LZK_ARCH)/openblas-pthread/libopenblas.a \
+              $(shell $(CC) -print-file-name=libgomp.a)
+LZK_LINK   := $(LZK_DIR)/obj/model/llama_cuda.o $(LZK_CU:%.cu=$(LZK_DIR)/obj/%.o) $(BUILD)/liblazy.a $(LZK_STATIC) \
+              -lcublas -lpthread -ldl -lm
+$(LZK_DIR)/obj/model/llama_cuda.o: model/llama_cuda.cu model/llama_cuda.h model/llama.h $(LZK_HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(LZK_NVFLAGS) -c $< -o $@
+
+$(LZK_DIR)/test_llama_cuda: tests/cuda/test_llama_cuda.cu $(LZK_DIR)/obj/model/llama_cuda.o $(LZK_OBJS) $(BUILD)/liblazy.a
+	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_LINK) -o $@
+
+# lazyingest with --gpu, and lazyquery, for the GPU machine (the same static recipe)
+$(LZK_DIR)/obj/lazyingest.o: ingest/lazyingest.c $(HEADERS) model/llama_cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
+
+$(LZK_DIR)/obj/lazyquery.o: query/lazyquery.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery: $(LZK_DIR)/%: $(LZK_DIR)/obj/%.o $(LZK_DIR)/obj/model/llama_cuda.o $(LZK_OBJS) $(BUILD)/liblazy.a
+	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp $< $(LZK_LINK) -o $@
+
 # Registers, stack frame and spills of every kernel, demangled, from ptxas -v.
 $(LZK_DIR)/ptxas.txt: $(LZK_OBJS)
 	@cat $(LZK_DIR)/obj/kernels/*.o.ptxas | grep -E "Compiling entry|registers|spill" | \
@@ -135,4 +163,6 @@ $(LZK_DIR)/ptxas.txt: $(LZK_OBJS)
 # bench/kernels/run_device.sh on a GPU machine.
 cuda:
 	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: no CUDA build"; exit 1; fi
-	@$(MAKE) --no-print-directory $(LZK_DIR)/test_kernels $(LZK_DIR)/bench_kernels $(LZK_DIR)/ptxas.txt
+	@$(MAKE) --no-print-directory $(BUILD)/liblazy.a
+	@$(MAKE) --no-print-directory $(LZK_DIR)/test_kernels $(LZK_DIR)/bench_kernels $(LZK_DIR)/ptxas.txt \
+	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery

@@ -30,6 +30,8 @@ struct lz_encoder {
     lz_kvlearn_acc *learn;    /* reconstruction runs add their scores here (not owned) */
     float *attn;              /* (L, KV, n) predicted or attention-only scores */
     size_t cap_a;
+    const lz_encode_backend *backend; /* documents on an accelerator (not owned), or NULL */
+    long backend_docs;
 };
 
 static double now_s(void)
@@ -202,7 +204,16 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
         lz_llama_scratch_capture(e->scratch, e->qwin, (int64_t)e->seg.n + n - (probe ? 0 : w), w);
     }
     const lz_kv_segment *sg = e->seg.n ? &e->seg : NULL;
-    int frc = n > 0 ? lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, ids, n, NULL, LZ_LOGITS_NONE) : 0;
+    const lz_encode_backend *b = e->backend;
+    int frc;
+    if (b && n > 0 && n <= b->max_tokens && !probe && !(evict && !learned)) { /* no queries to capture */
+        char berr[256] = "";
+        if ((frc = b->encode(b->ctx, ids, n, &e->doc, berr, sizeof berr)) != 0)
+            return fail(err, errlen, "accelerated forward pass over %d tokens failed: %s", n, berr);
+        e->backend_docs++;
+    } else {
+        frc = n > 0 ? lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, ids, n, NULL, LZ_LOGITS_NONE) : 0;
+    }
     if (!frc && probe) /* the probe after the document: scored, never stored */
         frc = lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, pids, n_pids, NULL, LZ_LOGITS_NONE);
     lz_llama_scratch_capture(e->scratch, NULL, 0, 0);
@@ -216,6 +227,8 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
 }
 
 void lz_encoder_set_dtype(lz_encoder *e, int dtype) { e->dtype = dtype; }
+void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b) { e->backend = b; }
+long lz_encoder_backend_docs(const lz_encoder *e) { return e->backend_docs; }
 
 const lz_kv_cache *lz_encoder_doc_cache(const lz_encoder *e) { return &e->doc; }
 const lz_kv_cache *lz_encoder_prefix_cache(const lz_encoder *e) { return &e->prefix; }

@@ -38,6 +38,21 @@ void lz_encoder_set_scorer(lz_encoder *e, const lz_kvlearn *m);
  * keys and attention-only scores to a (the caller fits and frees it). */
 void lz_encoder_set_learn(lz_encoder *e, lz_kvlearn_acc *a);
 
+/* An accelerated forward pass for documents (model/llama_cuda.h on a GPU):
+ * encode(ctx, ids, n, out) runs ids[0..n) after the prefix into out, as
+ * lz_llama_forward with the prefix as a segment would (to its own precision:
+ * bf16 on the GPU). lz_encoder_run uses it for documents of at most
+ * max_tokens whose KV policy needs no captured queries (none, or the learned
+ * scorer); the rest run on the CPU. Not owned; NULL unsets it. */
+typedef struct {
+    void *ctx;
+    int (*encode)(void *ctx, const int *ids, int n, lz_kv_cache *out, char *err, size_t errlen);
+    int max_tokens;
+} lz_encode_backend;
+void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b);
+/* Documents the backend encoded since the encoder was made. */
+long lz_encoder_backend_docs(const lz_encoder *e);
+
 /* Element type of packed payloads: LZ_PAYLOAD_DTYPE_BF16 (default) or _F32. */
 void lz_encoder_set_dtype(lz_encoder *e, int dtype);
 

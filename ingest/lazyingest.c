@@ -21,6 +21,9 @@
 #include "ingest/kvpolicy.h"
 #include "ingest/split.h"
 #include "model/llama.h"
+#ifdef LZ_CUDA
+#include "model/llama_cuda.h"
+#endif
 #include "model/prompt.h"
 #include "store/store.h"
 #include "model/runtime.h"
@@ -31,7 +34,7 @@ enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_SKIPPED = 2, EXIT_CHECK = 3 };
 typedef struct {
     const char *corpus, *model, *store;
     int batch_tokens, threads, max_doc_tokens, level, format, kv_dtype;
-    int prune, strict, check, repair, gc, quiet, json;
+    int prune, strict, check, repair, gc, quiet, json, gpu;
     lz_kvpolicy kv;       /* KV eviction at ingest (--kv-policy, --kv-budget, ...) */
     const char *kv_budget_arg;
     const char *probe_text; /* --kv-probe-text: the question in the probe cue (NULL = "") */
@@ -98,6 +101,9 @@ static void usage(FILE *f)
             "  --gc                   remove payloads no document references (runs also do this)\n"
             "  --quiet                no progress and no summary (errors still printed)\n"
             "  --json                 print the summary as JSON on standard output\n"
+            "  --gpu                  encode documents on the GPU (CUDA builds: 'make cuda' makes\n"
+            "                         build/cuda/lazyingest): bf16 activations, so payloads differ from\n"
+            "                         the CPU's at bf16 level; policies that capture queries stay on the CPU\n"
             "  -h, --help             this text\n"
             "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n"
             LZ_RUNTIME_ENV_HELP,
@@ -230,6 +236,10 @@ typedef struct {
     double t0, t_encode, last_progress;
     int64_t kv_kept, kv_full;  /* keys stored / keys before eviction, of the documents this run encoded */
     int progress;
+#ifdef LZ_CUDA
+    lz_llama_gpu *gpu;          /* --gpu */
+    lz_encode_backend backend;
+#endif
     char err[8192];
 } ingest;
 
@@ -721,11 +731,21 @@ static int load_model(ingest *g, const char *model_path)
         }
         g->o.kv.scorer_hash = g->scorer.hash;
     }
+#ifdef LZ_CUDA
+    if (g->o.gpu && lz_llama_gpu_new(g->m, g->o.max_doc_tokens, &g->gpu, g->err, sizeof g->err)) return -1; /* weights */
+#endif
     return 0;
 }
 
 /* Binds the loaded model to the opened store, sets up the encoder, computes
  * the prefix KV and stores its payload when absent. */
+#ifdef LZ_CUDA
+static int gpu_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, char *err, size_t errlen)
+{
+    return lz_llama_gpu_encode((lz_llama_gpu *)ctx, ids, n, out, err, errlen);
+}
+#endif
+
 static int setup_model(ingest *g, const char *model_path)
 {
     char abs[PATH_MAX];
@@ -749,6 +769,13 @@ static int setup_model(ingest *g, const char *model_path)
         lz_encoder_set_learn(g->enc, g->learn);
     }
     lz_encoder_set_kvpolicy(g->enc, &g->o.kv);
+    if (g->o.gpu) {
+#ifdef LZ_CUDA
+        if (lz_llama_gpu_set_prefix(g->gpu, lz_encoder_prefix_cache(g->enc), g->err, sizeof g->err)) return -1;
+        g->backend = (lz_encode_backend){g->gpu, gpu_encode, g->o.max_doc_tokens};
+        lz_encoder_set_backend(g->enc, &g->backend);
+#endif
+    }
     int *probe = NULL, n_probe = 0; /* the question cue, empty or --kv-probe-text (used by --kv-probe) */
     if (lz_prompt_question_tokens(g->m->tok, g->o.probe_text ? g->o.probe_text : "", &probe, &n_probe) ||
         lz_encoder_set_probe(g->enc, probe, n_probe)) {
@@ -966,6 +993,9 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
                (long long)g->c.n_unchanged, (long long)g->c.n_removed, (long long)g->c.n_skipped,
                (long long)g->n_dupes, (long long)g->n_corpus_tokens, (long long)g->c.n_tokens, tps,
                g->c.raw_bytes / 1e6, g->c.stored_bytes / 1e6, ratio);
+    if (did_ingest && g->o.gpu && g->enc)
+        printf("  GPU: %ld of the encoded documents (the rest need captured queries or are longer: CPU)\n",
+               lz_encoder_backend_docs(g->enc));
     if (did_ingest && g->o.kv.kind != LZ_KVPOLICY_NONE) {
         char spec[LZ_KVPOLICY_SPEC_MAX];
         lz_kvpolicy_spec(&g->o.kv, spec, sizeof spec);
@@ -1286,6 +1316,13 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--gc")) o->gc = 1;
         else if (!strcmp(a, "--quiet")) o->quiet = 1;
         else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--gpu")) {
+#ifndef LZ_CUDA
+            fprintf(stderr, "lazyingest: --gpu: this build has no CUDA support ('make cuda' builds build/cuda/lazyingest)\n");
+            return EXIT_ERR;
+#endif
+            o->gpu = 1;
+        }
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "lazyingest: unknown option %s (see --help)\n", a);
             return EXIT_ERR;
@@ -1430,6 +1467,9 @@ int main(int argc, char **argv)
 out:
     batch_free(g);
     lz_encoder_free(g->enc);
+#ifdef LZ_CUDA
+    lz_llama_gpu_free(g->gpu);
+#endif
     lz_kvlearn_free(&g->scorer);
     lz_kvlearn_acc_free(g->learn);
     lz_payload_codec_free(g->codec);

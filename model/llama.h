@@ -26,6 +26,10 @@
 #include "model/tokenizer.h"
 #include "model/weights.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define LZ_MAX_HEAD_DIM 256
 
 typedef struct {
@@ -162,4 +166,7 @@ int lz_llama_forward(const lz_llama *m, lz_llama_scratch *s, lz_kv_cache *cache,
                      const lz_kv_segment *segs, int n_segs,
                      const int *tokens, int n, float *logits, int logits_mode);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* LZ_LLAMA_H */

@@ -7,6 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab, ctx;
     float rope_theta, norm_eps;
@@ -21,4 +25,7 @@ void lz_mkmodel_defaults(lz_mkmodel_opts *o);
 /* Writes the model to path. Returns 0 or -1 with a message in err. */
 int lz_mkmodel_write(const lz_mkmodel_opts *o, const char *path, char *err, size_t errlen);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* LZ_MKMODEL_H */

@@ -15,6 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum { LZ_MAT_F32 = 0, LZ_MAT_BF16 = 1, LZ_MAT_F16 = 2, LZ_MAT_Q8_0 = 3 };
 
 typedef struct {
@@ -44,4 +48,7 @@ void lz_mat_gemv(float *y, lz_mat m, const float *x, int cols, int r0, int r1, f
  * where the AVX2 ones run (1, the default, lets it). Not thread-safe. */
 void lz_mat_set_simd(int on);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* LZ_WEIGHTS_H */

@@ -1,0 +1,35 @@
+#!/bin/sh
+# ingest_gpu.sh - on the GPU machine: the GPU ingest forward pass against the
+# CPU engine (tests/cuda/test_llama_cuda.cu, then its --bench), and the demo
+# corpus ingested twice with the embedded model, on the CPU and with --gpu,
+# each store checked and asked the demo's questions.
+# Usage (repo root, GPU machine): sh bench/ingest_gpu.sh OUTDIR
+#   with build/gpuenc/{test_llama_cuda,lazyingest,lazyquery}.gz built here by
+#   'make cuda' and gzip (bench/RESULTS.md, "Ingest on the GPU").
+set -u
+OUT=${1:?OUTDIR}
+mkdir -p "$OUT" build/gpu-run
+for b in test_llama_cuda lazyingest lazyquery; do
+    gunzip -c "build/gpuenc/$b.gz" > "build/gpu-run/$b" && chmod +x "build/gpu-run/$b"
+done
+B=build/gpu-run
+st=0
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+"$B/test_llama_cuda" --bench > "$OUT/test_llama_cuda.log" 2>&1 || st=1
+tail -2 "$OUT/test_llama_cuda.log"
+for mode in cpu gpu; do
+    flag=; [ "$mode" = gpu ] && flag=--gpu
+    rm -rf "$OUT/store-$mode"
+    "$B/lazyingest" $flag --model models/default.gguf --store "$OUT/store-$mode" datasets/demo/corpus.jsonl \
+        > "$OUT/ingest-$mode.log" 2>&1 || st=1
+    echo "== ingest $mode"; grep -E "tokens:|GPU:|store:" "$OUT/ingest-$mode.log"
+    "$B/lazyingest" --check --store "$OUT/store-$mode" --model models/default.gguf > "$OUT/check-$mode.log" 2>&1 || st=1
+    tail -1 "$OUT/check-$mode.log"
+    for q in "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
+             "Which organisation is older, Raio Works or Rairreil Works?"; do
+        "$B/lazyquery" --model models/default.gguf --store "$OUT/store-$mode" --top-k 3 -n 32 --no-stats -q "$q" 2>&1
+    done > "$OUT/answers-$mode.txt"
+    echo "answers ($mode):"; cat "$OUT/answers-$mode.txt"
+done
+cmp -s "$OUT/answers-cpu.txt" "$OUT/answers-gpu.txt" && echo "answers: identical" || echo "answers: differ"
+exit $st

@@ -1,0 +1,373 @@
+/* llama_cuda.cu - the ingest forward pass on the GPU (llama_cuda.h). Per
+ * layer: rmsnorm (bf16 out) -> q, k, v GEMMs (cuBLAS, bf16 in, fp32 out) ->
+ * rotary at absolute positions and head-major bf16 (k and v written where
+ * the caller's KV will be read back) -> lz_prefill over the prefix segment
+ * and the document's own keys (causal) -> o GEMM added to the fp32 residual
+ * -> rmsnorm -> gate, up GEMMs -> silu(gate) * up (bf16) -> down GEMM added.
+ * The math is model/forward.c's; model/rope.h is shared.
+ *
+ * Legend: n = tokens, D = width, H/KV = heads, d = head_dim, F = FFN width,
+ * V = vocabulary, L = layers, s = prefix tokens.
+ */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/lz_prefill.h"
+#include "model/half.h"
+#include "model/llama_cuda.h"
+#include "model/rope.h"
+
+typedef __nv_bfloat16 bf16;
+
+namespace {
+
+struct Layer {
+    bf16 *wq, *wk, *wv, *wo, *wg, *wu, *wd; /* (out, in) row-major */
+    float *attn_norm, *ffn_norm;
+};
+
+/* x[i, :] = embedding row of ids[i] */
+__global__ void embed_kernel(float *x, const bf16 *tok, const int *ids, int D)
+{
+    const bf16 *row = tok + (size_t)ids[blockIdx.x] * D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) x[(size_t)blockIdx.x * D + j] = __bfloat162float(row[j]);
+}
+
+/* out[i, :] = bf16(x[i, :] / sqrt(mean(x^2) + eps) * w), one block a row */
+__global__ void rmsnorm_kernel(bf16 *out, const float *x, const float *w, int D, float eps)
+{
+    __shared__ float part[32];
+    const float *xr = x + (size_t)blockIdx.x * D;
+    float ss = 0.f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) ss += xr[j] * xr[j];
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        ss = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
+        for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (threadIdx.x == 0) part[0] = ss;
+    }
+    __syncthreads();
+    const float r = 1.0f / sqrtf(part[0] / (float)D + eps);
+    for (int j = threadIdx.x; j < D; j += blockDim.x) out[(size_t)blockIdx.x * D + j] = __float2bfloat16_rn(xr[j] * r * w[j]);
+}
+
+/* Token-major q, k, v (fp32, from the GEMMs) to head-major bf16: q and k
+ * rotated at pos0 + i (model/rope.h), v copied. Block (i, head), head < H
+ * is q, then KV of k, then KV of v; thread t owns pair t. */
+__global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const float *k, const float *v, int n, int H,
+                             int KV, int d, int64_t pos0, int layout, const float *inv_freq)
+{
+    const int i = blockIdx.x, hh = blockIdx.y, t = threadIdx.x;
+    const float *src;
+    bf16 *dst;
+    int rotate = 1;
+    if (hh < H) { src = q + ((size_t)i * H + hh) * d; dst = qh + ((size_t)hh * n + i) * d; }
+    else if (hh < H + KV) { src = k + ((size_t)i * KV + hh - H) * d; dst = kh + ((size_t)(hh - H) * n + i) * d; }
+    else { src = v + ((size_t)i * KV + hh - H - KV) * d; dst = vh + ((size_t)(hh - H - KV) * n + i) * d; rotate = 0; }
+    int a, b;
+    lz_rope_pair(layout, d, t, &a, &b);
+    float x0 = src[a], x1 = src[b];
+    if (rotate) {
+        const float ang = (float)(pos0 + i) * inv_freq[t];
+        lz_rope_rotate_pair(&x0, &x1, cosf(ang), sinf(ang));
+    }
+    dst[a] = __float2bfloat16_rn(x0);
+    dst[b] = __float2bfloat16_rn(x1);
+}
+
+/* out = bf16(silu(gate) * up) */
+__global__ void silu_mul_kernel(bf16 *out, const float *gate, const float *up, size_t count)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < count; e += (size_t)gridDim.x * blockDim.x) {
+        const float g = gate[e];
+        out[e] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * up[e]);
+    }
+}
+
+/* (H, n, d) -> (n, H * d) */
+__global__ void tokens_kernel(bf16 *out, const bf16 *oh, int n, int H, int d)
+{
+    const int i = blockIdx.x, h = blockIdx.y;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) out[((size_t)i * H + h) * d + e] = oh[((size_t)h * n + i) * d + e];
+}
+
+} /* namespace */
+
+struct lz_llama_gpu {
+    lz_llama_config cfg;
+    int max_tokens;
+    cublasHandle_t blas;
+    cudaStream_t st;
+    bf16 *tok_embd;
+    Layer *layers; /* host array of device pointers */
+    float *inv_freq;
+    float *x, *q, *k, *v, *gate, *up;
+    bf16 *xb, *qh, *oh, *ot, *hb;
+    bf16 *kall, *vall; /* (L, KV, n, d): the document's K and V, read back at the end */
+    int *ids;
+    bf16 *pk, *pv;     /* prefix (L, KV, s, d) */
+    int s;
+    lz_attn_segment *dsegs; /* (L) one prefix segment a layer */
+    int32_t *dlen;          /* (KV) = s */
+    float *work;
+    size_t work_bytes;
+    bf16 *host16;      /* pinned staging (2, L, KV, max_tokens, d) */
+    void **owned;
+    int n_owned;
+};
+
+static int fail(char *err, size_t errlen, const char *what, int code)
+{
+    snprintf(err, errlen, "GPU: %s failed (%d)", what, code);
+    return -1;
+}
+
+#define CUDA_OK(call, what)                                                                                       \
+    do {                                                                                                          \
+        cudaError_t e_ = (call);                                                                                  \
+        if (e_ != cudaSuccess) {                                                                                  \
+            snprintf(err, errlen, "GPU: %s: %s", what, cudaGetErrorString(e_));                                   \
+            return -1;                                                                                            \
+        }                                                                                                         \
+    } while (0)
+
+/* cudaMalloc owned by g (freed with it). */
+template <class T> static T *dalloc(lz_llama_gpu *g, size_t count)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, count * sizeof(T) ? count * sizeof(T) : 1) != cudaSuccess) return NULL;
+    void **o = (void **)realloc(g->owned, (size_t)(g->n_owned + 1) * sizeof *o);
+    if (!o) { cudaFree(p); return NULL; }
+    g->owned = o;
+    g->owned[g->n_owned++] = p;
+    return (T *)p;
+}
+
+/* A weight matrix of count values to the device as bf16 (widened first when not bf16). */
+static bf16 *upload_mat(lz_llama_gpu *g, lz_mat m, size_t count)
+{
+    bf16 *d = dalloc<bf16>(g, count);
+    if (!d) return NULL;
+    if (m.type == LZ_MAT_BF16) {
+        if (cudaMemcpy(d, m.data, count * 2, cudaMemcpyHostToDevice) != cudaSuccess) return NULL;
+        return d;
+    }
+    const size_t chunk = (size_t)1 << 20;
+    float *f = (float *)malloc(chunk * sizeof(float));
+    uint16_t *h = (uint16_t *)malloc(chunk * 2);
+    int ok = f && h;
+    for (size_t at = 0; ok && at < count; at += chunk) {
+        const size_t c = count - at < chunk ? count - at : chunk;
+        lz_mat_get_f32(m, at, c, f);
+        for (size_t i = 0; i < c; i++) h[i] = lz_f32_to_bf16(f[i]);
+        ok = cudaMemcpy(d + at, h, c * 2, cudaMemcpyHostToDevice) == cudaSuccess;
+    }
+    free(f);
+    free(h);
+    return ok ? d : NULL;
+}
+
+static float *upload_f32(lz_llama_gpu *g, const float *x, size_t count)
+{
+    float *d = dalloc<float>(g, count);
+    if (d && cudaMemcpy(d, x, count * 4, cudaMemcpyHostToDevice) != cudaSuccess) return NULL;
+    return d;
+}
+
+extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
+{
+    if (!g) return;
+    for (int i = 0; i < g->n_owned; i++) cudaFree(g->owned[i]);
+    free(g->owned);
+    free(g->layers);
+    if (g->host16) cudaFreeHost(g->host16);
+    if (g->blas) cublasDestroy(g->blas);
+    if (g->st) cudaStreamDestroy(g->st);
+    free(g);
+}
+
+extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    const lz_llama_config *c = &m->cfg;
+    if (c->head_dim != 64 && c->head_dim != 128) {
+        snprintf(err, errlen, "GPU: head_dim %d (the attention kernels take 64 or 128)", c->head_dim);
+        return -1;
+    }
+    if (max_tokens <= 0) { snprintf(err, errlen, "GPU: max_tokens %d", max_tokens); return -1; }
+    lz_llama_gpu *g = (lz_llama_gpu *)calloc(1, sizeof *g);
+    if (!g) { snprintf(err, errlen, "out of memory"); return -1; }
+    g->cfg = *c;
+    g->max_tokens = max_tokens;
+    const size_t D = c->dim, F = c->ffn_dim, Hd = (size_t)c->n_heads * c->head_dim,
+                 KVd = (size_t)c->n_kv_heads * c->head_dim, L = c->n_layers, N = max_tokens;
+    cudaError_t ce = cudaStreamCreate(&g->st);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "GPU: %s", cudaGetErrorString(ce));
+        lz_llama_gpu_free(g);
+        return -1;
+    }
+    int rc;
+    if ((rc = (int)cublasCreate(&g->blas)) || (rc = (int)cublasSetStream(g->blas, g->st))) {
+        lz_llama_gpu_free(g);
+        return fail(err, errlen, "cuBLAS setup", rc);
+    }
+    g->layers = (Layer *)calloc(L, sizeof *g->layers);
+    int ok = g->layers && (g->tok_embd = upload_mat(g, m->tok_embd, (size_t)c->vocab * D)) &&
+             (g->inv_freq = upload_f32(g, m->inv_freq, (size_t)c->head_dim / 2));
+    for (size_t l = 0; ok && l < L; l++) {
+        const lz_llama_layer *y = &m->layers[l];
+        Layer *w = &g->layers[l];
+        ok = (w->wq = upload_mat(g, y->wq, Hd * D)) && (w->wk = upload_mat(g, y->wk, KVd * D)) &&
+             (w->wv = upload_mat(g, y->wv, KVd * D)) && (w->wo = upload_mat(g, y->wo, D * Hd)) &&
+             (w->wg = upload_mat(g, y->w_gate, F * D)) && (w->wu = upload_mat(g, y->w_up, F * D)) &&
+             (w->wd = upload_mat(g, y->w_down, D * F)) && (w->attn_norm = upload_f32(g, y->attn_norm, D)) &&
+             (w->ffn_norm = upload_f32(g, y->ffn_norm, D));
+    }
+    const size_t widest = D > F ? (D > Hd ? D : Hd) : (F > Hd ? F : Hd);
+    ok = ok && (g->x = dalloc<float>(g, N * D)) && (g->q = dalloc<float>(g, N * Hd)) && (g->k = dalloc<float>(g, N * KVd)) &&
+         (g->v = dalloc<float>(g, N * KVd)) && (g->gate = dalloc<float>(g, N * F)) && (g->up = dalloc<float>(g, N * F)) &&
+         (g->xb = dalloc<bf16>(g, N * widest)) && (g->qh = dalloc<bf16>(g, N * Hd)) && (g->oh = dalloc<bf16>(g, N * Hd)) &&
+         (g->ot = dalloc<bf16>(g, N * Hd)) && (g->hb = dalloc<bf16>(g, N * F)) &&
+         (g->kall = dalloc<bf16>(g, L * N * KVd)) && (g->vall = dalloc<bf16>(g, L * N * KVd)) &&
+         (g->ids = dalloc<int>(g, N)) && (g->dsegs = dalloc<lz_attn_segment>(g, L)) &&
+         (g->dlen = dalloc<int32_t>(g, c->n_kv_heads)) &&
+         cudaMallocHost((void **)&g->host16, 2 * L * N * KVd * 2) == cudaSuccess;
+    if (!ok) {
+        lz_llama_gpu_free(g);
+        snprintf(err, errlen, "GPU: out of device memory for the weights and %d tokens of activations", max_tokens);
+        return -1;
+    }
+    *out = g;
+    return 0;
+}
+
+extern "C" int lz_llama_gpu_set_prefix(lz_llama_gpu *g, const lz_kv_cache *prefix, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, s = prefix->n;
+    g->s = s;
+    if (s == 0) return 0;
+    const size_t per = (size_t)L * KV * s * d;
+    uint16_t *hk = (uint16_t *)malloc(per * 2), *hv = (uint16_t *)malloc(per * 2);
+    if (!hk || !hv) { free(hk); free(hv); snprintf(err, errlen, "out of memory"); return -1; }
+    for (int lh = 0; lh < L * KV; lh++)
+        for (size_t e = 0; e < (size_t)s * d; e++) {
+            hk[(size_t)lh * s * d + e] = lz_f32_to_bf16(prefix->k[(size_t)lh * prefix->cap * d + e]);
+            hv[(size_t)lh * s * d + e] = lz_f32_to_bf16(prefix->v[(size_t)lh * prefix->cap * d + e]);
+        }
+    g->pk = dalloc<bf16>(g, per);
+    g->pv = dalloc<bf16>(g, per);
+    int ok = g->pk && g->pv && cudaMemcpy(g->pk, hk, per * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
+             cudaMemcpy(g->pv, hv, per * 2, cudaMemcpyHostToDevice) == cudaSuccess;
+    free(hk);
+    free(hv);
+    if (!ok) { snprintf(err, errlen, "GPU: uploading the %d-token prefix failed", s); return -1; }
+    lz_attn_segment *segs = (lz_attn_segment *)malloc((size_t)L * sizeof *segs);
+    int32_t *len = (int32_t *)malloc((size_t)KV * sizeof *len);
+    if (!segs || !len) { free(segs); free(len); snprintf(err, errlen, "out of memory"); return -1; }
+    for (int l = 0; l < L; l++)
+        segs[l] = (lz_attn_segment){(const lz_bf16 *)(g->pk + (size_t)l * KV * s * d),
+                                    (const lz_bf16 *)(g->pv + (size_t)l * KV * s * d), 0, s};
+    for (int h = 0; h < KV; h++) len[h] = s;
+    ok = cudaMemcpy(g->dsegs, segs, (size_t)L * sizeof *segs, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaMemcpy(g->dlen, len, (size_t)KV * sizeof *len, cudaMemcpyHostToDevice) == cudaSuccess;
+    free(segs);
+    free(len);
+    if (!ok) { snprintf(err, errlen, "GPU: uploading the prefix descriptors failed"); return -1; }
+    return 0;
+}
+
+/* y (n, out) (+)= x (n, in) @ W (out, in)^T: column-major y^T = W x^T */
+static cublasStatus_t gemm(lz_llama_gpu *g, float *y, const bf16 *x, const bf16 *w, int n, int in, int out, float beta)
+{
+    const float alpha = 1.0f;
+    return cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
+                        &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int D = c->dim, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, F = c->ffn_dim, L = c->n_layers;
+    const int Hd = H * d, KVd = KV * d;
+    if (n <= 0 || n > g->max_tokens || n > out->cap) {
+        snprintf(err, errlen, "GPU: %d tokens (at most %d, cache %d)", n, g->max_tokens, out->cap);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab) { snprintf(err, errlen, "token id %d out of range", ids[i]); return -1; }
+    cudaStream_t st = g->st;
+    CUDA_OK(cudaMemcpyAsync(g->ids, ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, st), "ids");
+    embed_kernel<<<n, 256, 0, st>>>(g->x, g->tok_embd, g->ids, D);
+    lz_prefill_params p;
+    memset(&p, 0, sizeof p);
+    p.q = (const lz_bf16 *)g->qh;
+    p.o = (lz_bf16 *)g->oh;
+    p.n_seg = g->s > 0;
+    p.seg_len = g->dlen;
+    p.seg_keys = g->s;
+    p.inv_freq = g->inv_freq;
+    p.n_rows = n;
+    p.n_heads = H;
+    p.n_kv_heads = KV;
+    p.head_dim = d;
+    p.rope_layout = c->rope_layout;
+    p.scale = 1.0f / sqrtf((float)d);
+    int dev, n_sm;
+    CUDA_OK(cudaGetDevice(&dev), "device");
+    CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev), "device");
+    const size_t need = lz_prefill_workspace(&p, lz_prefill_splits(&p, n_sm));
+    if (need > g->work_bytes) {
+        if (g->work) cudaFree(g->work);
+        g->work = NULL;
+        g->work_bytes = 0;
+        CUDA_OK(cudaMalloc((void **)&g->work, need), "attention workspace");
+        g->work_bytes = need;
+    }
+    p.work = g->work;
+    p.work_bytes = g->work_bytes;
+    int rc;
+    for (int l = 0; l < L; l++) {
+        const Layer *w = &g->layers[l];
+        bf16 *kh = g->kall + (size_t)l * n * KVd, *vh = g->vall + (size_t)l * n * KVd;
+        rmsnorm_kernel<<<n, 256, 0, st>>>(g->xb, g->x, w->attn_norm, D, c->norm_eps);
+        if ((rc = (int)gemm(g, g->q, g->xb, w->wq, n, D, Hd, 0.f)) || (rc = (int)gemm(g, g->k, g->xb, w->wk, n, D, KVd, 0.f)) ||
+            (rc = (int)gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f)))
+            return fail(err, errlen, "cuBLAS q/k/v", rc);
+        heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, st>>>(g->qh, kh, vh, g->q, g->k, g->v, n, H, KV, d, g->s,
+                                                            c->rope_layout, g->inv_freq);
+        p.k_self = (const lz_bf16 *)kh;
+        p.v_self = (const lz_bf16 *)vh;
+        p.segs = g->dsegs + l;
+        if ((rc = lz_prefill(&p, st))) return fail(err, errlen, "attention (lz_prefill)", rc);
+        tokens_kernel<<<dim3(n, H), 128, 0, st>>>(g->ot, g->oh, n, H, d);
+        if ((rc = (int)gemm(g, g->x, g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "cuBLAS o", rc);
+        rmsnorm_kernel<<<n, 256, 0, st>>>(g->xb, g->x, w->ffn_norm, D, c->norm_eps);
+        if ((rc = (int)gemm(g, g->gate, g->xb, w->wg, n, D, F, 0.f)) || (rc = (int)gemm(g, g->up, g->xb, w->wu, n, D, F, 0.f)))
+            return fail(err, errlen, "cuBLAS gate/up", rc);
+        silu_mul_kernel<<<1024, 256, 0, st>>>(g->hb, g->gate, g->up, (size_t)n * F);
+        if ((rc = (int)gemm(g, g->x, g->hb, w->wd, n, F, D, 1.f))) return fail(err, errlen, "cuBLAS down", rc);
+    }
+    CUDA_OK(cudaGetLastError(), "kernel launch");
+    const size_t per = (size_t)L * n * KVd;
+    CUDA_OK(cudaMemcpyAsync(g->host16, g->kall, per * 2, cudaMemcpyDeviceToHost, st), "K read-back");
+    CUDA_OK(cudaMemcpyAsync(g->host16 + per, g->vall, per * 2, cudaMemcpyDeviceToHost, st), "V read-back");
+    CUDA_OK(cudaStreamSynchronize(st), "forward pass");
+    const uint16_t *hk = (const uint16_t *)g->host16, *hv = hk + per;
+    for (int lh = 0; lh < L * KV; lh++) /* (L, KV, n, d) -> the cache's (L, KV, cap, d) */
+        for (size_t e = 0; e < (size_t)n * d; e++) {
+            out->k[(size_t)lh * out->cap * d + e] = lz_bf16_to_f32(hk[(size_t)lh * n * d + e]);
+            out->v[(size_t)lh * out->cap * d + e] = lz_bf16_to_f32(hv[(size_t)lh * n * d + e]);
+        }
+    out->n = n;
+    out->pos0 = g->s;
+    return 0;
+}

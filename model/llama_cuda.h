@@ -1,0 +1,41 @@
+/* llama_cuda.h - the Llama forward pass on an NVIDIA GPU for ingest: runs a
+ * document's tokens after the prompt prefix (an external KV segment at
+ * positions 0..s-1) and returns their K (rotated at s..s+n-1) and V of every
+ * layer, as lz_llama_forward does on the CPU. bf16 weights and activations
+ * on the tensor cores (cuBLAS GEMMs, fp32 accumulation and residual stream),
+ * attention by kernels/lz_prefill (the non-lazy kernel: every key is already
+ * at its final position). No logits and no query capture: KV eviction
+ * policies that score from queries run on the CPU.
+ *
+ * Legend: s = prefix tokens, n = document tokens, L = layers, KV = kv heads,
+ * d = head_dim.
+ */
+#ifndef LZ_LLAMA_CUDA_H
+#define LZ_LLAMA_CUDA_H
+
+#include "model/llama.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lz_llama_gpu lz_llama_gpu;
+
+/* Uploads m's weights (as bf16) to the current device for documents of up to
+ * max_tokens tokens. Returns 0, or -1 with a message in err. */
+int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu **out, char *err, size_t errlen);
+void lz_llama_gpu_free(lz_llama_gpu *g); /* NULL is a no-op */
+
+/* The prompt prefix's KV (prefix->n tokens from position prefix->pos0 = 0),
+ * uploaded as bf16 and attended by every later document. */
+int lz_llama_gpu_set_prefix(lz_llama_gpu *g, const lz_kv_cache *prefix, char *err, size_t errlen);
+
+/* Runs ids[0..n) at positions s..s+n-1 over the prefix; out (cap >= n)
+ * receives their K and V (rows 0..n-1 of every (layer, kv head)), out->n = n,
+ * out->pos0 = s. */
+int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LZ_LLAMA_CUDA_H */
