@@ -140,14 +140,14 @@ $(LZK_DIR)/obj/model/llama_cuda.o: model/llama_cuda.cu model/llama_cuda.h model/
 $(LZK_DIR)/test_llama_cuda: tests/cuda/test_llama_cuda.cu $(LZK_DIR)/obj/model/llama_cuda.o $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_LINK) -o $@
 
-# lazyingest with --gpu, and lazyquery, for the GPU machine (the same static recipe)
+# lazyingest and lazyquery with --gpu, for the GPU machine (the same static recipe)
 $(LZK_DIR)/obj/lazyingest.o: ingest/lazyingest.c $(HEADERS) model/llama_cuda.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
 
-$(LZK_DIR)/obj/lazyquery.o: query/lazyquery.c $(HEADERS)
+$(LZK_DIR)/obj/lazyquery.o: query/lazyquery.c $(HEADERS) model/llama_cuda.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
 
 $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery: $(LZK_DIR)/%: $(LZK_DIR)/obj/%.o $(LZK_DIR)/obj/model/llama_cuda.o $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp $< $(LZK_LINK) -o $@

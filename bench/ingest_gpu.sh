@@ -2,7 +2,8 @@
 # ingest_gpu.sh - on the GPU machine: the GPU ingest forward pass against the
 # CPU engine (tests/cuda/test_llama_cuda.cu, then its --bench), and the demo
 # corpus ingested twice with the embedded model, on the CPU and with --gpu,
-# each store checked and asked the demo's questions.
+# each store checked and asked the demo's questions, and the questions
+# answered on the GPU (lazyquery --gpu).
 # Usage (repo root, GPU machine): sh bench/ingest_gpu.sh OUTDIR
 #   with build/gpuenc/{test_llama_cuda,lazyingest,lazyquery}.gz built here by
 #   'make cuda' and gzip (bench/RESULTS.md, "Ingest on the GPU").
@@ -32,4 +33,13 @@ for mode in cpu gpu; do
     echo "answers ($mode):"; cat "$OUT/answers-$mode.txt"
 done
 cmp -s "$OUT/answers-cpu.txt" "$OUT/answers-gpu.txt" && echo "answers: identical" || echo "answers: differ"
+# the questions answered on the GPU (lazyquery --gpu) from the CPU-ingested store, with timings
+for q in "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
+         "Which organisation is older, Raio Works or Rairreil Works?"; do
+    "$B/lazyquery" --gpu --model models/default.gguf --store "$OUT/store-cpu" --top-k 3 -n 32 --no-stats --json "$q" 2>&1
+done > "$OUT/answers-gpu-query.jsonl" || st=1
+echo "answers (lazyquery --gpu, CPU store):"; grep -o '"answer":"[^"]*"' "$OUT/answers-gpu-query.jsonl"
+grep -o '"answer":"[^"]*"' "$OUT/answers-gpu-query.jsonl" | sed 's/"answer":"//; s/"$//' > "$OUT/answers-gq.txt"
+cmp -s "$OUT/answers-cpu.txt" "$OUT/answers-gq.txt" && echo "GPU query answers: identical to the CPU's" || echo "GPU query answers: differ"
+head -c 600 "$OUT/answers-gpu-query.jsonl"; echo
 exit $st

@@ -119,6 +119,17 @@ struct lz_llama_gpu {
     float *work;
     size_t work_bytes;
     bf16 *host16;      /* pinned staging (2, L, KV, max_tokens, d) */
+    /* query side */
+    bf16 *out_w;       /* (V, D) output head (the embedding when tied) */
+    float *out_norm, *logits, *hlogits; /* (D), (V) device, (V) pinned */
+    bf16 *tk, *tv;     /* (KV, max_tokens, d) a step's own keys / values */
+    bf16 *own_k, *own_v; /* (L, KV, max_tokens, d) the sequence's tokens so far */
+    bf16 *pool_k, *pool_v; /* the segments: per segment and layer (KV, cap_l, d) */
+    size_t pool_rows;
+    lz_attn_segment *qsegs;  /* (L, S + 1) device: the segments then the own sequence */
+    int32_t *qlen, *hqlen;   /* (L, S + 1, KV) device / host */
+    int S, n_own, qcap;      /* qcap: S + 1 the descriptor arrays hold */
+    int64_t pos0, seg_keys;
     void **owned;
     int n_owned;
 };
@@ -142,7 +153,7 @@ static int fail(char *err, size_t errlen, const char *what, int code)
 template <class T> static T *dalloc(lz_llama_gpu *g, size_t count)
 {
     void *p = NULL;
-    if (cudaMalloc(&p, count * sizeof(T) ? count * sizeof(T) : 1) != cudaSuccess) return NULL;
+    if (cudaMalloc(&p, count > 0 ? count * sizeof(T) : 1) != cudaSuccess) return NULL;
     void **o = (void **)realloc(g->owned, (size_t)(g->n_owned + 1) * sizeof *o);
     if (!o) { cudaFree(p); return NULL; }
     g->owned = o;
@@ -188,6 +199,13 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     free(g->owned);
     free(g->layers);
     if (g->host16) cudaFreeHost(g->host16);
+    if (g->hlogits) cudaFreeHost(g->hlogits);
+    cudaFree(g->pool_k);
+    cudaFree(g->pool_v);
+    cudaFree(g->qsegs);
+    cudaFree(g->qlen);
+    free(g->hqlen);
+    cudaFree(g->work);
     if (g->blas) cublasDestroy(g->blas);
     if (g->st) cudaStreamDestroy(g->st);
     free(g);
@@ -239,7 +257,12 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
          (g->kall = dalloc<bf16>(g, L * N * KVd)) && (g->vall = dalloc<bf16>(g, L * N * KVd)) &&
          (g->ids = dalloc<int>(g, N)) && (g->dsegs = dalloc<lz_attn_segment>(g, L)) &&
          (g->dlen = dalloc<int32_t>(g, c->n_kv_heads)) &&
-         cudaMallocHost((void **)&g->host16, 2 * L * N * KVd * 2) == cudaSuccess;
+         cudaMallocHost((void **)&g->host16, 2 * L * N * KVd * 2) == cudaSuccess &&
+         (g->out_w = c->tied_output ? g->tok_embd : upload_mat(g, m->output, (size_t)c->vocab * D)) &&
+         (g->out_norm = upload_f32(g, m->out_norm, D)) && (g->logits = dalloc<float>(g, (size_t)c->vocab)) &&
+         cudaMallocHost((void **)&g->hlogits, (size_t)c->vocab * sizeof(float)) == cudaSuccess &&
+         (g->tk = dalloc<bf16>(g, N * KVd)) && (g->tv = dalloc<bf16>(g, N * KVd)) &&
+         (g->own_k = dalloc<bf16>(g, L * N * KVd)) && (g->own_v = dalloc<bf16>(g, L * N * KVd));
     if (!ok) {
         lz_llama_gpu_free(g);
         snprintf(err, errlen, "GPU: out of device memory for the weights and %d tokens of activations", max_tokens);
@@ -293,11 +316,78 @@ static cublasStatus_t gemm(lz_llama_gpu *g, float *y, const bf16 *x, const bf16 
                         &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
+/* Attention parameters shared by ingest and query for n rows (segments,
+ * lengths and own keys set by the caller). */
+static lz_prefill_params attn_params(const lz_llama_gpu *g, int n)
+{
+    const lz_llama_config *c = &g->cfg;
+    lz_prefill_params p;
+    memset(&p, 0, sizeof p);
+    p.q = (const lz_bf16 *)g->qh;
+    p.o = (lz_bf16 *)g->oh;
+    p.inv_freq = g->inv_freq;
+    p.n_rows = n;
+    p.n_heads = c->n_heads;
+    p.n_kv_heads = c->n_kv_heads;
+    p.head_dim = c->head_dim;
+    p.rope_layout = c->rope_layout;
+    p.scale = 1.0f / sqrtf((float)c->head_dim);
+    return p;
+}
+
+/* Layer l over the n rows of g->x at positions pos0..: norm, q / k / v,
+ * rotary (k, v into kh, vh: p's own keys), attention over p's segments
+ * (lazy: lz_prefill_lazy), o, FFN; the residual stream updated in place. */
+static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, bf16 *kh, bf16 *vh, lz_prefill_params *p, int lazy,
+                 char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int D = c->dim, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, F = c->ffn_dim, Hd = H * d, KVd = KV * d;
+    const Layer *w = &g->layers[l];
+    cudaStream_t st = g->st;
+    int rc;
+    rmsnorm_kernel<<<n, 256, 0, st>>>(g->xb, g->x, w->attn_norm, D, c->norm_eps);
+    if ((rc = (int)gemm(g, g->q, g->xb, w->wq, n, D, Hd, 0.f)) || (rc = (int)gemm(g, g->k, g->xb, w->wk, n, D, KVd, 0.f)) ||
+        (rc = (int)gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f)))
+        return fail(err, errlen, "cuBLAS q/k/v", rc);
+    heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, st>>>(g->qh, kh, vh, g->q, g->k, g->v, n, H, KV, d, pos0,
+                                                        c->rope_layout, g->inv_freq);
+    p->k_self = (const lz_bf16 *)kh;
+    p->v_self = (const lz_bf16 *)vh;
+    if ((rc = lazy ? lz_prefill_lazy(p, st) : lz_prefill(p, st))) return fail(err, errlen, "attention", rc);
+    tokens_kernel<<<dim3(n, H), 128, 0, st>>>(g->ot, g->oh, n, H, d);
+    if ((rc = (int)gemm(g, g->x, g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "cuBLAS o", rc);
+    rmsnorm_kernel<<<n, 256, 0, st>>>(g->xb, g->x, w->ffn_norm, D, c->norm_eps);
+    if ((rc = (int)gemm(g, g->gate, g->xb, w->wg, n, D, F, 0.f)) || (rc = (int)gemm(g, g->up, g->xb, w->wu, n, D, F, 0.f)))
+        return fail(err, errlen, "cuBLAS gate/up", rc);
+    silu_mul_kernel<<<1024, 256, 0, st>>>(g->hb, g->gate, g->up, (size_t)n * F);
+    if ((rc = (int)gemm(g, g->x, g->hb, w->wd, n, F, D, 1.f))) return fail(err, errlen, "cuBLAS down", rc);
+    return 0;
+}
+
+/* The attention workspace for p (grown, never shrunk). */
+static int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen)
+{
+    int dev, n_sm;
+    CUDA_OK(cudaGetDevice(&dev), "device");
+    CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev), "device");
+    const size_t need = lz_prefill_workspace(p, lz_prefill_splits(p, n_sm));
+    if (need > g->work_bytes) {
+        cudaFree(g->work);
+        g->work = NULL;
+        g->work_bytes = 0;
+        CUDA_OK(cudaMalloc((void **)&g->work, need), "attention workspace");
+        g->work_bytes = need;
+    }
+    p->work = g->work;
+    p->work_bytes = g->work_bytes;
+    return 0;
+}
+
 extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
-    const int D = c->dim, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, F = c->ffn_dim, L = c->n_layers;
-    const int Hd = H * d, KVd = KV * d;
+    const int D = c->dim, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, KVd = KV * d;
     if (n <= 0 || n > g->max_tokens || n > out->cap) {
         snprintf(err, errlen, "GPU: %d tokens (at most %d, cache %d)", n, g->max_tokens, out->cap);
         return -1;
@@ -307,54 +397,15 @@ extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv
     cudaStream_t st = g->st;
     CUDA_OK(cudaMemcpyAsync(g->ids, ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, st), "ids");
     embed_kernel<<<n, 256, 0, st>>>(g->x, g->tok_embd, g->ids, D);
-    lz_prefill_params p;
-    memset(&p, 0, sizeof p);
-    p.q = (const lz_bf16 *)g->qh;
-    p.o = (lz_bf16 *)g->oh;
+    lz_prefill_params p = attn_params(g, n);
     p.n_seg = g->s > 0;
     p.seg_len = g->dlen;
     p.seg_keys = g->s;
-    p.inv_freq = g->inv_freq;
-    p.n_rows = n;
-    p.n_heads = H;
-    p.n_kv_heads = KV;
-    p.head_dim = d;
-    p.rope_layout = c->rope_layout;
-    p.scale = 1.0f / sqrtf((float)d);
-    int dev, n_sm;
-    CUDA_OK(cudaGetDevice(&dev), "device");
-    CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev), "device");
-    const size_t need = lz_prefill_workspace(&p, lz_prefill_splits(&p, n_sm));
-    if (need > g->work_bytes) {
-        if (g->work) cudaFree(g->work);
-        g->work = NULL;
-        g->work_bytes = 0;
-        CUDA_OK(cudaMalloc((void **)&g->work, need), "attention workspace");
-        g->work_bytes = need;
-    }
-    p.work = g->work;
-    p.work_bytes = g->work_bytes;
-    int rc;
+    if (ensure_work(g, &p, err, errlen)) return -1;
     for (int l = 0; l < L; l++) {
-        const Layer *w = &g->layers[l];
-        bf16 *kh = g->kall + (size_t)l * n * KVd, *vh = g->vall + (size_t)l * n * KVd;
-        rmsnorm_kernel<<<n, 256, 0, st>>>(g->xb, g->x, w->attn_norm, D, c->norm_eps);
-        if ((rc = (int)gemm(g, g->q, g->xb, w->wq, n, D, Hd, 0.f)) || (rc = (int)gemm(g, g->k, g->xb, w->wk, n, D, KVd, 0.f)) ||
-            (rc = (int)gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f)))
-            return fail(err, errlen, "cuBLAS q/k/v", rc);
-        heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, st>>>(g->qh, kh, vh, g->q, g->k, g->v, n, H, KV, d, g->s,
-                                                            c->rope_layout, g->inv_freq);
-        p.k_self = (const lz_bf16 *)kh;
-        p.v_self = (const lz_bf16 *)vh;
         p.segs = g->dsegs + l;
-        if ((rc = lz_prefill(&p, st))) return fail(err, errlen, "attention (lz_prefill)", rc);
-        tokens_kernel<<<dim3(n, H), 128, 0, st>>>(g->ot, g->oh, n, H, d);
-        if ((rc = (int)gemm(g, g->x, g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "cuBLAS o", rc);
-        rmsnorm_kernel<<<n, 256, 0, st>>>(g->xb, g->x, w->ffn_norm, D, c->norm_eps);
-        if ((rc = (int)gemm(g, g->gate, g->xb, w->wg, n, D, F, 0.f)) || (rc = (int)gemm(g, g->up, g->xb, w->wu, n, D, F, 0.f)))
-            return fail(err, errlen, "cuBLAS gate/up", rc);
-        silu_mul_kernel<<<1024, 256, 0, st>>>(g->hb, g->gate, g->up, (size_t)n * F);
-        if ((rc = (int)gemm(g, g->x, g->hb, w->wd, n, F, D, 1.f))) return fail(err, errlen, "cuBLAS down", rc);
+        if (layer(g, l, n, g->s, g->kall + (size_t)l * n * KVd, g->vall + (size_t)l * n * KVd, &p, 0, err, errlen))
+            return -1;
     }
     CUDA_OK(cudaGetLastError(), "kernel launch");
     const size_t per = (size_t)L * n * KVd;
@@ -369,5 +420,147 @@ extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv
         }
     out->n = n;
     out->pos0 = g->s;
+    return 0;
+}
+
+/* ---- query side ---- */
+
+/* kept rows of segment sg at (layer l, kv head h) */
+static int seg_kept(const lz_kv_segment *sg, int l, int h, int KV)
+{
+    return sg->n_kept ? sg->n_kept[l * KV + h] : sg->n;
+}
+
+extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, int n_segs, int64_t pos0, char *err,
+                                  size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, N = g->max_tokens;
+    if (n_segs < 0 || n_segs + 1 > LZ_PREFILL_MAX_SEG) {
+        snprintf(err, errlen, "GPU: %d segments (at most %d)", n_segs, LZ_PREFILL_MAX_SEG - 1);
+        return -1;
+    }
+    /* rows: segment i, layer l holds KV x cap(i, l) rows, cap = the most any head kept */
+    size_t rows = 0;
+    int64_t keys = 0;
+    for (int i = 0; i < n_segs; i++) {
+        int most_any = 0;
+        for (int l = 0; l < L; l++) {
+            int most = 0;
+            for (int h = 0; h < KV; h++) most = seg_kept(&segs[i], l, h, KV) > most ? seg_kept(&segs[i], l, h, KV) : most;
+            rows += (size_t)KV * most;
+            most_any = most > most_any ? most : most_any;
+        }
+        keys += most_any;
+    }
+    if (rows > g->pool_rows) {
+        cudaFree(g->pool_k);
+        cudaFree(g->pool_v);
+        g->pool_k = g->pool_v = NULL;
+        g->pool_rows = 0;
+        CUDA_OK(cudaMalloc((void **)&g->pool_k, rows * d * 2), "segment pool");
+        CUDA_OK(cudaMalloc((void **)&g->pool_v, rows * d * 2), "segment pool");
+        g->pool_rows = rows;
+    }
+    if (n_segs + 1 > g->qcap) {
+        cudaFree(g->qsegs);
+        cudaFree(g->qlen);
+        free(g->hqlen);
+        g->qsegs = NULL, g->qlen = NULL, g->hqlen = NULL, g->qcap = 0;
+        CUDA_OK(cudaMalloc((void **)&g->qsegs, (size_t)L * (n_segs + 1) * sizeof(lz_attn_segment)), "descriptors");
+        CUDA_OK(cudaMalloc((void **)&g->qlen, (size_t)L * (n_segs + 1) * KV * sizeof(int32_t)), "descriptors");
+        if (!(g->hqlen = (int32_t *)malloc((size_t)L * (n_segs + 1) * KV * sizeof(int32_t)))) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        g->qcap = n_segs + 1;
+    }
+    const int S = n_segs, W = S + 1;
+    lz_attn_segment *hs = (lz_attn_segment *)malloc((size_t)L * W * sizeof *hs);
+    uint16_t *stage = (uint16_t *)malloc((rows ? rows : 1) * d * 2 * 2);
+    if (!hs || !stage) { free(hs); free(stage); snprintf(err, errlen, "out of memory"); return -1; }
+    uint16_t *sk = stage, *sv = stage + rows * d;
+    size_t row = 0;
+    for (int i = 0; i < S; i++) {
+        const lz_kv_segment *sg = &segs[i];
+        for (int l = 0; l < L; l++) {
+            int most = 0;
+            for (int h = 0; h < KV; h++) most = seg_kept(sg, l, h, KV) > most ? seg_kept(sg, l, h, KV) : most;
+            hs[l * W + i] = (lz_attn_segment){(const lz_bf16 *)(g->pool_k + row * d), (const lz_bf16 *)(g->pool_v + row * d),
+                                              sg->rot, most};
+            for (int h = 0; h < KV; h++) {
+                const int kept = seg_kept(sg, l, h, KV);
+                g->hqlen[((size_t)l * W + i) * KV + h] = kept;
+                const size_t src = lz_kv_segment_block(sg, l, h, KV, d), dst = (row + (size_t)h * most) * d;
+                for (size_t e = 0; e < (size_t)kept * d; e++) {
+                    sk[dst + e] = sg->k16 ? sg->k16[src + e] : lz_f32_to_bf16(sg->k[src + e]);
+                    sv[dst + e] = sg->k16 ? sg->v16[src + e] : lz_f32_to_bf16(sg->v[src + e]);
+                }
+            }
+            row += (size_t)KV * most;
+        }
+    }
+    for (int l = 0; l < L; l++) { /* the own sequence: (KV, N, d) a layer, empty so far */
+        hs[l * W + S] = (lz_attn_segment){(const lz_bf16 *)(g->own_k + (size_t)l * KV * N * d),
+                                          (const lz_bf16 *)(g->own_v + (size_t)l * KV * N * d), 0, N};
+        for (int h = 0; h < KV; h++) g->hqlen[((size_t)l * W + S) * KV + h] = 0;
+    }
+    cudaError_t ce = cudaSuccess;
+    if (rows) ce = cudaMemcpy(g->pool_k, sk, rows * d * 2, cudaMemcpyHostToDevice);
+    if (rows && ce == cudaSuccess) ce = cudaMemcpy(g->pool_v, sv, rows * d * 2, cudaMemcpyHostToDevice);
+    if (ce == cudaSuccess) ce = cudaMemcpy(g->qsegs, hs, (size_t)L * W * sizeof *hs, cudaMemcpyHostToDevice);
+    free(hs);
+    free(stage);
+    CUDA_OK(ce, "uploading the segments");
+    g->S = S;
+    g->n_own = 0;
+    g->pos0 = pos0;
+    g->seg_keys = keys;
+    return 0;
+}
+
+extern "C" int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *logits, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int D = c->dim, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, V = c->vocab;
+    const int N = g->max_tokens, W = g->S + 1;
+    if (n <= 0 || n > N || g->n_own + n > N) {
+        snprintf(err, errlen, "GPU: %d more tokens after %d (at most %d)", n, g->n_own, N);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V) { snprintf(err, errlen, "token id %d out of range", ids[i]); return -1; }
+    cudaStream_t st = g->st;
+    for (int l = 0; l < L; l++) /* the own sequence's earlier tokens: a segment at offset 0 */
+        for (int h = 0; h < KV; h++) g->hqlen[((size_t)l * W + g->S) * KV + h] = g->n_own;
+    CUDA_OK(cudaMemcpyAsync(g->qlen, g->hqlen, (size_t)L * W * KV * sizeof(int32_t), cudaMemcpyHostToDevice, st), "lengths");
+    CUDA_OK(cudaMemcpyAsync(g->ids, ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, st), "ids");
+    embed_kernel<<<n, 256, 0, st>>>(g->x, g->tok_embd, g->ids, D);
+    lz_prefill_params p = attn_params(g, n);
+    p.self_offset = 0; /* own keys are rotated at their final positions */
+    p.n_seg = W;
+    p.seg_keys = g->seg_keys + g->n_own;
+    if (ensure_work(g, &p, err, errlen)) return -1;
+    for (int l = 0; l < L; l++) {
+        p.segs = g->qsegs + (size_t)l * W;
+        p.seg_len = g->qlen + (size_t)l * W * KV;
+        if (layer(g, l, n, g->pos0 + g->n_own, g->tk, g->tv, &p, 1, err, errlen)) return -1;
+        /* this step's keys and values join the sequence: rows n_own .. n_own + n - 1 of every head */
+        const size_t own = (size_t)l * KV * N * d;
+        CUDA_OK(cudaMemcpy2DAsync(g->own_k + own + (size_t)g->n_own * d, (size_t)N * d * 2, g->tk, (size_t)n * d * 2,
+                                  (size_t)n * d * 2, KV, cudaMemcpyDeviceToDevice, st), "own keys");
+        CUDA_OK(cudaMemcpy2DAsync(g->own_v + own + (size_t)g->n_own * d, (size_t)N * d * 2, g->tv, (size_t)n * d * 2,
+                                  (size_t)n * d * 2, KV, cudaMemcpyDeviceToDevice, st), "own values");
+    }
+    g->n_own += n;
+    if (logits) { /* the last row: final norm, output head */
+        rmsnorm_kernel<<<1, 256, 0, st>>>(g->xb, g->x + (size_t)(n - 1) * D, g->out_norm, D, c->norm_eps);
+        const int rc = (int)gemm(g, g->logits, g->xb, g->out_w, 1, D, V, 0.f);
+        if (rc) return fail(err, errlen, "cuBLAS output", rc);
+        CUDA_OK(cudaMemcpyAsync(g->hlogits, g->logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, st), "logits");
+    }
+    CUDA_OK(cudaGetLastError(), "kernel launch");
+    CUDA_OK(cudaStreamSynchronize(st), "forward pass");
+    if (logits) memcpy(logits, g->hlogits, (size_t)V * sizeof(float));
     return 0;
 }

@@ -4,8 +4,9 @@
  * layer, as lz_llama_forward does on the CPU. bf16 weights and activations
  * on the tensor cores (cuBLAS GEMMs, fp32 accumulation and residual stream),
  * attention by kernels/lz_prefill (the non-lazy kernel: every key is already
- * at its final position). No logits and no query capture: KV eviction
- * policies that score from queries run on the CPU.
+ * at its final position); no query capture: KV eviction policies that
+ * score from queries run on the CPU. And the query side: a question and its
+ * answer over cached documents placed anywhere (lz_prefill_lazy).
  *
  * Legend: s = prefix tokens, n = document tokens, L = layers, KV = kv heads,
  * d = head_dim.
@@ -34,6 +35,17 @@ int lz_llama_gpu_set_prefix(lz_llama_gpu *g, const lz_kv_cache *prefix, char *er
  * receives their K and V (rows 0..n-1 of every (layer, kv head)), out->n = n,
  * out->pos0 = s. */
 int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, char *err, size_t errlen);
+
+/* Query side (lazy placement): begin uploads a prompt's segments (the
+ * prefix and cached documents as lz_kv_segment, bf16 or fp32, packed per-head
+ * kept counts allowed, each with its missing rotation rot) and starts an own
+ * sequence at position pos0; step runs ids[0..n) after them and after the
+ * sequence's earlier tokens (lz_prefill_lazy: keys never rotated, the query
+ * once per segment), appends their K/V to the sequence and writes the last
+ * row's logits (V floats) to logits when not NULL. lz_llama_gpu_new's
+ * max_tokens bounds the tokens of one step and of the whole own sequence. */
+int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, int n_segs, int64_t pos0, char *err, size_t errlen);
+int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *logits, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

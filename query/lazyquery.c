@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include "model/llama.h"
+#ifdef LZ_CUDA
+#include "model/llama_cuda.h"
+#endif
 #include "model/prompt.h"
 #include "model/unicode.h"
 #include "query/retrieve.h"
@@ -41,6 +44,9 @@ static void usage(FILE *f)
         "                       full: recompute the whole prompt\n"
         "  --cache-bytes N      document KV cache budget, e.g. 512M, 2G (default 1G)\n"
         "  --no-preload         do not preload the most accessed documents at start\n"
+        "  --gpu                the question and answer on the GPU, lazy and block modes (CUDA builds:\n"
+        "                       'make cuda' makes build/cuda/lazyquery); documents placed by the lazy\n"
+        "                       attention kernels, bf16 activations\n"
         "  --cache-f32          cache a bf16 store's KV widened to fp32 (twice the memory; by default\n"
         "                       it stays bf16: lazy results are the same, block / prefix copies rounded)\n"
         "  -n, --max-new-tokens N  answer length limit (default 64)\n"
@@ -61,9 +67,20 @@ static void usage(FILE *f)
         LZ_RUNTIME_ENV_HELP);
 }
 
+#ifdef LZ_CUDA
+static int gpu_begin(void *ctx, const lz_kv_segment *segs, int n_segs, int64_t pos0, char *err, size_t errlen)
+{
+    return lz_llama_gpu_begin((lz_llama_gpu *)ctx, segs, n_segs, pos0, err, errlen);
+}
+static int gpu_step(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen)
+{
+    return lz_llama_gpu_step((lz_llama_gpu *)ctx, ids, n, logits, err, errlen);
+}
+#endif
+
 typedef struct {
     const char *store_dir, *model_path, *docs_arg, *questions_path;
-    int top_k, best_first, json, quiet, preload, stats, threads;
+    int top_k, best_first, json, quiet, preload, stats, threads, gpu;
     lz_query_opts qo;
 } options;
 
@@ -337,6 +354,13 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--json")) o.json = 1;
         else if (!strcmp(a, "--no-preload")) o.preload = 0;
         else if (!strcmp(a, "--cache-f32")) o.qo.cache_f32 = 1;
+        else if (!strcmp(a, "--gpu")) {
+#ifndef LZ_CUDA
+            fprintf(stderr, "lazyquery: --gpu: this build has no CUDA support ('make cuda' builds build/cuda/lazyquery)\n");
+            return 1;
+#endif
+            o.gpu = 1;
+        }
         else if (!strcmp(a, "--no-stats")) o.stats = 0;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o.quiet = 1;
         else if (a[0] == '-' && a[1]) { fprintf(stderr, "lazyquery: unknown option '%s' (try --help)\n", a); return 1; }
@@ -364,6 +388,26 @@ int main(int argc, char **argv)
     }
     o.qo.max_positions = m->cfg.ctx;
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.qo.on_piece = print_piece;
+#ifdef LZ_CUDA
+    lz_llama_gpu *gpu = NULL;
+    lz_query_backend backend = {NULL, gpu_begin, gpu_step};
+    if (o.gpu) { /* the question and the answer (own tokens) on the GPU: up to 4,096 of them */
+        if (o.qo.mode != LZ_MODE_LAZY && o.qo.mode != LZ_MODE_BLOCK) {
+            fprintf(stderr, "lazyquery: --gpu runs the lazy and block modes\n");
+            lz_llama_free(m);
+            lz_store_close(st);
+            return 1;
+        }
+        if (lz_llama_gpu_new(m, 4096, &gpu, err, sizeof err)) {
+            fprintf(stderr, "lazyquery: %s\n", err);
+            lz_llama_free(m);
+            lz_store_close(st);
+            return 1;
+        }
+        backend.ctx = gpu;
+        o.qo.backend = &backend;
+    }
+#endif
     lz_query_session *q = NULL;
     if (lz_query_session_new(m, st, &o.qo, &q, err, sizeof err)) {
         fprintf(stderr, "lazyquery: %s\n", err);
@@ -423,6 +467,9 @@ int main(int argc, char **argv)
         free(line);
     }
     lz_query_session_free(q);
+#ifdef LZ_CUDA
+    lz_llama_gpu_free(gpu);
+#endif
     lz_llama_free(m);
     lz_store_close(st);
     if (answered == 0 && failures == 0) { fprintf(stderr, "lazyquery: no question given (try --help)\n"); return 1; }

@@ -415,9 +415,12 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
     }
     r->t_load = now_s() - t0;
 
+    /* lazy, block: the question and answer on the accelerator when there is one */
+    const lz_query_backend *be = (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) ? q->o.backend : NULL;
+    if (be && be->begin(be->ctx, segs, n_segs, p, err, errlen)) goto done;
     /* the local cache: documents still to compute (PREFIX/FULL), question, answer */
     int64_t pos0 = mode == LZ_MODE_FULL ? 0 : p;
-    int64_t n_local = total - pos0;
+    int64_t n_local = be ? 1 : total - pos0;
     if (lz_kv_cache_init(&lc, c, (int)n_local)) { snprintf(err, errlen, "out of memory for %lld tokens of KV", (long long)n_local); goto done; }
     lz_kv_cache_reset(&lc, pos0);
     if (mode == LZ_MODE_FULL &&
@@ -453,8 +456,9 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
             if (e && !lz_doc_cache_put(q->cache, chain, 32, e, e->bytes)) entry_free(e);
         }
     }
-    if (lz_llama_forward(q->m, q->scratch, &lc, segs, n_segs, qids, n_q, q->logits, LZ_LOGITS_LAST)) {
-        snprintf(err, errlen, "forward pass failed on the question");
+    if (be ? be->step(be->ctx, qids, n_q, q->logits, err, errlen)
+           : lz_llama_forward(q->m, q->scratch, &lc, segs, n_segs, qids, n_q, q->logits, LZ_LOGITS_LAST)) {
+        if (!be) snprintf(err, errlen, "forward pass failed on the question");
         goto done;
     }
     r->n_computed += n_q;
@@ -495,8 +499,9 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
         if (q->o.on_piece && pl) q->o.on_piece(piece, pl, q->o.ctx);
         prev = next;
         if (i + 1 == q->o.max_new_tokens) break;
-        if (lz_llama_forward(q->m, q->scratch, &lc, segs, n_segs, &next, 1, q->logits, LZ_LOGITS_LAST)) {
-            snprintf(err, errlen, "forward pass failed while decoding");
+        if (be ? be->step(be->ctx, &next, 1, q->logits, err, errlen)
+               : lz_llama_forward(q->m, q->scratch, &lc, segs, n_segs, &next, 1, q->logits, LZ_LOGITS_LAST)) {
+            if (!be) snprintf(err, errlen, "forward pass failed while decoding");
             goto done;
         }
     }

@@ -43,6 +43,17 @@ typedef struct {
     int n_tokens;
 } lz_query_doc;
 
+/* An accelerated forward pass for the question and the answer (the GPU's,
+ * model/llama_cuda.h): begin takes the prompt's segments (the prefix and the
+ * documents, each with its missing rotation) and the position of the first
+ * own token; step runs tokens after them and everything stepped before,
+ * writing the last token's logits (V floats) when logits is not NULL. */
+typedef struct {
+    void *ctx;
+    int (*begin)(void *ctx, const lz_kv_segment *segs, int n_segs, int64_t pos0, char *err, size_t errlen);
+    int (*step)(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen);
+} lz_query_backend;
+
 typedef struct {
     int mode;                /* lz_query_mode */
     size_t cache_bytes;      /* KV cache budget */
@@ -55,6 +66,7 @@ typedef struct {
     int keep_logits;         /* copy the first answer token's logits into the result */
     int cache_f32;           /* 1: cached KV in fp32 even from a bf16 store (widened: twice the memory, the
                                 same lazy results; block / prefix copies then not rounded to bf16) */
+    const lz_query_backend *backend; /* lazy and block modes run the question and answer there; NULL: CPU */
     /* streaming: called with each piece of the answer as it is generated */
     void (*on_piece)(const char *piece, int len, void *ctx);
     void *ctx;

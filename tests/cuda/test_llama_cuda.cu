@@ -3,8 +3,12 @@
  * the document's K and V of every layer after a prompt prefix, at bf16
  * level (normalised error per layer <= 3e-2, no NaN), for documents of 1,
  * 37, 300 and the maximum tokens, head_dim 64 and 128, GQA 1 and 4, both
- * rotary layouts. Then, with --bench, tokens/s of one document of 1024
- * tokens on a ~0.4B model: GPU against the CPU engine on the same machine.
+ * rotary layouts. The query side (lz_llama_gpu_begin / _step) against
+ * lz_llama_forward over the same segments: the prefix, documents placed at
+ * other offsets (fp32, bf16, and one packed with per-head kept counts),
+ * the question, then greedy decode steps: logits normalised error <= 3e-2.
+ * Then, with --bench, tokens/s of one document of 1024 tokens on a ~0.35B
+ * model, and a question over 10 documents: GPU against the CPU engine.
  *
  * Usage: test_llama_cuda [--bench]   (run on the GPU machine)
  */
@@ -16,6 +20,7 @@
 #include <time.h>
 
 #include "model/gguf.h"
+#include "model/half.h"
 #include "model/llama.h"
 #include "model/llama_cuda.h"
 #include "model/mkmodel.h"
@@ -119,6 +124,113 @@ static void test_shape(const char *dir, int hd, int heads, int kv, int layout_ha
     remove(path);
 }
 
+/* max over rows of ||a - b|| / ||b|| for one row of V */
+static double row_err(const float *a, const float *b, int V)
+{
+    double num = 0, den = 0;
+    for (int i = 0; i < V; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* Documents encoded after the prefix (CPU), placed one after another: CPU
+ * lz_llama_forward and the GPU step over the same segments. */
+static void test_query(const char *dir, int hd, int heads, int kv, int layout_half)
+{
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/q%d_%d_%d.gguf", dir, hd, heads, kv);
+    const int layers = 3, vocab = 512, s = 17, nd = 3, n_q = 9, steps = 4;
+    lz_llama *m = make_model(path, 256, layers, heads, kv, hd, 512, vocab, layout_half);
+    if (!m) return;
+    const lz_llama_config *c = &m->cfg;
+    int prefix[17], lens[3] = {41, 7, 66}, qids[9];
+    for (int i = 0; i < s; i++) prefix[i] = 3 + (i * 31 + 5) % (vocab - 3);
+    for (int i = 0; i < n_q; i++) qids[i] = 3 + (i * 13 + 2) % (vocab - 3);
+    lz_kv_cache pc, dc[3];
+    lz_kv_segment segs[4];
+    float *packed_k = NULL, *packed_v = NULL;
+    uint16_t *k16 = NULL, *v16 = NULL;
+    int kept[64];
+    int64_t head_row[64];
+    int64_t pos = s;
+    for (int i = 0; i < nd; i++) {
+        int ids[66];
+        for (int j = 0; j < lens[i]; j++) ids[j] = 3 + (j * 97 + 11 * i) % (vocab - 3);
+        lz_kv_cache tmp;
+        if (cpu_encode(m, prefix, s, ids, lens[i], i == 0 ? &pc : &tmp, &dc[i])) { CHECK(0, "cpu encode"); return; }
+        if (i) lz_kv_cache_free(&tmp);
+        segs[i + 1] = (lz_kv_segment){.k = dc[i].k, .v = dc[i].v, .n = lens[i], .stride = dc[i].cap, .rot = pos - s};
+        pos += lens[i];
+    }
+    segs[0] = (lz_kv_segment){.k = pc.k, .v = pc.v, .n = s, .stride = pc.cap};
+    /* document 0 as bf16; document 2 packed, head (l, h) keeping its first 66 - 9 * ((l + h) % 5) rows */
+    const size_t n0 = (size_t)layers * kv * dc[0].cap * hd;
+    k16 = (uint16_t *)malloc(n0 * 2), v16 = (uint16_t *)malloc(n0 * 2);
+    for (size_t e = 0; e < n0; e++) {
+        k16[e] = lz_f32_to_bf16(dc[0].k[e]), v16[e] = lz_f32_to_bf16(dc[0].v[e]);
+        dc[0].k[e] = lz_bf16_to_f32(k16[e]), dc[0].v[e] = lz_bf16_to_f32(v16[e]); /* the CPU sees the same values */
+    }
+    segs[1].k = segs[1].v = NULL;
+    segs[1].k16 = k16, segs[1].v16 = v16;
+    packed_k = (float *)malloc((size_t)layers * kv * 66 * hd * 4), packed_v = (float *)malloc((size_t)layers * kv * 66 * hd * 4);
+    int64_t row = 0;
+    for (int l = 0; l < layers; l++)
+        for (int h = 0; h < kv; h++) {
+            const int lh = l * kv + h;
+            kept[lh] = 66 - 9 * ((l + h) % 5);
+            head_row[lh] = row;
+            memcpy(packed_k + row * hd, dc[2].k + (size_t)lh * dc[2].cap * hd, (size_t)kept[lh] * hd * 4);
+            memcpy(packed_v + row * hd, dc[2].v + (size_t)lh * dc[2].cap * hd, (size_t)kept[lh] * hd * 4);
+            row += kept[lh];
+        }
+    segs[3].k = packed_k, segs[3].v = packed_v, segs[3].n_kept = kept, segs[3].head_row = head_row;
+    /* CPU */
+    lz_kv_cache lc;
+    lz_llama_scratch *sc = lz_llama_scratch_new(m, 64);
+    lz_kv_cache_init(&lc, c, n_q + steps);
+    lz_kv_cache_reset(&lc, pos);
+    float *lcpu = (float *)malloc((size_t)(steps + 1) * vocab * 4), *lgpu = (float *)malloc((size_t)(steps + 1) * vocab * 4);
+    int toks[4];
+    CHECK(lz_llama_forward(m, sc, &lc, segs, 4, qids, n_q, lcpu, LZ_LOGITS_LAST) == 0, "cpu question");
+    for (int t = 0; t < steps; t++) {
+        const float *lg = lcpu + (size_t)t * vocab;
+        int b = 0;
+        for (int v = 1; v < vocab; v++) if (lg[v] > lg[b]) b = v;
+        toks[t] = b;
+        CHECK(lz_llama_forward(m, sc, &lc, segs, 4, &toks[t], 1, lcpu + (size_t)(t + 1) * vocab, LZ_LOGITS_LAST) == 0, "cpu step");
+    }
+    /* GPU */
+    lz_llama_gpu *g = NULL;
+    CHECK(lz_llama_gpu_new(m, 64, &g, err, sizeof err) == 0, "gpu: %s", err);
+    if (g) {
+        CHECK(lz_llama_gpu_begin(g, segs, 4, pos, err, sizeof err) == 0, "begin: %s", err);
+        CHECK(lz_llama_gpu_step(g, qids, n_q, lgpu, err, sizeof err) == 0, "question: %s", err);
+        for (int t = 0; t < steps; t++)
+            CHECK(lz_llama_gpu_step(g, &toks[t], 1, lgpu + (size_t)(t + 1) * vocab, err, sizeof err) == 0, "step: %s", err);
+        double worst = 0;
+        for (int t = 0; t <= steps; t++) {
+            const double e = row_err(lgpu + (size_t)t * vocab, lcpu + (size_t)t * vocab, vocab);
+            worst = e > worst ? e : worst;
+        }
+        CHECK(worst <= 3e-2, "query d=%d H=%d KV=%d layout=%s: logits normalised error %.3g", hd, heads, kv,
+              layout_half ? "half" : "adjacent", worst);
+        printf("query d=%3d H=%d KV=%d %-8s: question and %d decode steps over 4 segments (bf16, packed): logits "
+               "normalised error, worst %.2e\n", hd, heads, kv, layout_half ? "half" : "adjacent", steps, worst);
+        int too_many[65] = {0};
+        CHECK(lz_llama_gpu_step(g, too_many, 65, NULL, err, sizeof err) != 0, "more than max_tokens accepted");
+    }
+    lz_llama_gpu_free(g);
+    lz_llama_scratch_free(sc);
+    lz_kv_cache_free(&lc);
+    lz_kv_cache_free(&pc);
+    for (int i = 0; i < nd; i++) lz_kv_cache_free(&dc[i]);
+    free(lcpu); free(lgpu); free(k16); free(v16); free(packed_k); free(packed_v);
+    lz_llama_free(m);
+    remove(path);
+}
+
 static void bench(const char *dir)
 {
     char path[600], err[512];
@@ -150,6 +262,54 @@ static void bench(const char *dir)
            "%.1f TFLOP/s of GEMMs, K/V read back included), CPU engine %.0f ms (%.0f tok/s, %d threads): %.0fx\n",
            params / 1e6, n, s, best * 1e3, n / best, 2.0 * (params - 32000.0 * 1536) * n / best / 1e12, tc * 1e3,
            n / tc, (int)sysconf(_SC_NPROCESSORS_ONLN), tc / best);
+    /* a question over 10 documents of 150 tokens (encoded on the GPU), placed after the prefix */
+    enum { ND = 10, DL = 150, NQ = 32, STEPS = 32 };
+    lz_kv_cache docs[ND];
+    lz_kv_segment segs[ND + 1];
+    segs[0] = (lz_kv_segment){.k = pc.k, .v = pc.v, .n = s, .stride = pc.cap};
+    int64_t pos = s;
+    for (int i = 0; i < ND; i++) {
+        lz_kv_cache_init(&docs[i], &m->cfg, DL);
+        CHECK(lz_llama_gpu_encode(g, ids + i * 50, DL, &docs[i], err, sizeof err) == 0, "encode: %s", err);
+        segs[i + 1] = (lz_kv_segment){.k = docs[i].k, .v = docs[i].v, .n = DL, .stride = DL, .rot = pos - s};
+        pos += DL;
+    }
+    int qids[NQ], tok = 5;
+    for (int i = 0; i < NQ; i++) qids[i] = 7 + i;
+    float *lg = (float *)malloc((size_t)m->cfg.vocab * 4);
+    lz_llama_gpu *gq = NULL;
+    if (lz_llama_gpu_new(m, NQ + STEPS, &gq, err, sizeof err)) { CHECK(0, "gpu: %s", err); }
+    double tg_ttft = 1e9, tg_dec = 1e9;
+    for (int r = 0; gq && r < 3; r++) {
+        t = now_s();
+        CHECK(lz_llama_gpu_begin(gq, segs, ND + 1, pos, err, sizeof err) == 0 &&
+              lz_llama_gpu_step(gq, qids, NQ, lg, err, sizeof err) == 0, "gpu question: %s", err);
+        const double a = now_s() - t;
+        t = now_s();
+        for (int i = 0; i < STEPS; i++) lz_llama_gpu_step(gq, &tok, 1, lg, err, sizeof err);
+        const double b = now_s() - t;
+        tg_ttft = a < tg_ttft ? a : tg_ttft;
+        tg_dec = b < tg_dec ? b : tg_dec;
+    }
+    lz_kv_cache lc;
+    lz_llama_scratch *sc = lz_llama_scratch_new(m, 64);
+    lz_kv_cache_init(&lc, &m->cfg, NQ + STEPS);
+    lz_kv_cache_reset(&lc, pos);
+    t = now_s();
+    lz_llama_forward(m, sc, &lc, segs, ND + 1, qids, NQ, lg, LZ_LOGITS_LAST);
+    const double tc_ttft = now_s() - t;
+    t = now_s();
+    for (int i = 0; i < STEPS; i++) lz_llama_forward(m, sc, &lc, segs, ND + 1, &tok, 1, lg, LZ_LOGITS_LAST);
+    const double tc_dec = now_s() - t;
+    printf("bench: a %d-token question over %d documents of %d tokens (lazy placement) and %d decode steps: "
+           "GPU %.2f ms to the first token (segments uploaded included), %.1f tok/s decode; CPU engine %.1f ms, "
+           "%.1f tok/s: %.0fx / %.0fx\n", NQ, ND, DL, STEPS, tg_ttft * 1e3, STEPS / tg_dec, tc_ttft * 1e3,
+           STEPS / tc_dec, tc_ttft / tg_ttft, tc_dec / tg_dec);
+    lz_llama_scratch_free(sc);
+    lz_kv_cache_free(&lc);
+    lz_llama_gpu_free(gq);
+    for (int i = 0; i < ND; i++) lz_kv_cache_free(&docs[i]);
+    free(lg);
     free(ids);
     lz_kv_cache_free(&pc); lz_kv_cache_free(&dc); lz_kv_cache_free(&gc);
     lz_llama_gpu_free(g);
@@ -165,6 +325,8 @@ int main(int argc, char **argv)
     test_shape(dir, 64, 4, 4, 0);
     test_shape(dir, 128, 8, 2, 1);
     test_shape(dir, 128, 8, 2, 0);
+    test_query(dir, 64, 4, 4, 0);
+    test_query(dir, 128, 8, 2, 1);
     if (argc > 1 && !strcmp(argv[1], "--bench")) bench(dir);
     rmdir(dir);
     return lz_test_done();
