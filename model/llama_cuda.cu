@@ -100,6 +100,22 @@ __global__ void tokens_kernel(bf16 *out, const bf16 *oh, int n, int H, int d)
 
 } /* namespace */
 
+/* A segment resident on the device: per layer l, (KV, cap[l], d) rows from
+ * row first[l] of k and v; kept (L, KV). Keyed by a 32-byte content digest
+ * (a store payload's key), or unkeyed: then it lives for one question. */
+struct GpuDoc {
+    uint8_t key[32];
+    int keyed;
+    bf16 *k, *v;
+    size_t rows;
+    int *cap;
+    size_t *first;
+    int32_t *kept;
+    int64_t keys; /* rows of its longest (layer, head) */
+    uint64_t used; /* the question that used it last */
+    uint64_t id;   /* unique: entries move when others are dropped */
+};
+
 struct lz_llama_gpu {
     lz_llama_config cfg;
     int max_tokens;
@@ -124,8 +140,11 @@ struct lz_llama_gpu {
     float *out_norm, *logits, *hlogits; /* (D), (V) device, (V) pinned */
     bf16 *tk, *tv;     /* (KV, max_tokens, d) a step's own keys / values */
     bf16 *own_k, *own_v; /* (L, KV, max_tokens, d) the sequence's tokens so far */
-    bf16 *pool_k, *pool_v; /* the segments: per segment and layer (KV, cap_l, d) */
-    size_t pool_rows;
+    GpuDoc *docs;        /* resident segments, LRU by .used */
+    int n_docs, cap_docs;
+    size_t cache_bytes, used_bytes; /* budget and use of the keyed ones */
+    uint64_t question, next_id;
+    long hits, misses;
     lz_attn_segment *qsegs;  /* (L, S + 1) device: the segments then the own sequence */
     int32_t *qlen, *hqlen;   /* (L, S + 1, KV) device / host */
     int S, n_own, qcap;      /* qcap: S + 1 the descriptor arrays hold */
@@ -200,8 +219,14 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     free(g->layers);
     if (g->host16) cudaFreeHost(g->host16);
     if (g->hlogits) cudaFreeHost(g->hlogits);
-    cudaFree(g->pool_k);
-    cudaFree(g->pool_v);
+    for (int i = 0; i < g->n_docs; i++) {
+        cudaFree(g->docs[i].k);
+        cudaFree(g->docs[i].v);
+        free(g->docs[i].cap);
+        free(g->docs[i].first);
+        free(g->docs[i].kept);
+    }
+    free(g->docs);
     cudaFree(g->qsegs);
     cudaFree(g->qlen);
     free(g->hqlen);
@@ -268,6 +293,8 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
         snprintf(err, errlen, "GPU: out of device memory for the weights and %d tokens of activations", max_tokens);
         return -1;
     }
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) g->cache_bytes = free_b / 2;
     *out = g;
     return 0;
 }
@@ -431,8 +458,131 @@ static int seg_kept(const lz_kv_segment *sg, int l, int h, int KV)
     return sg->n_kept ? sg->n_kept[l * KV + h] : sg->n;
 }
 
-extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, int n_segs, int64_t pos0, char *err,
-                                  size_t errlen)
+static void doc_free(GpuDoc *x)
+{
+    cudaFree(x->k);
+    cudaFree(x->v);
+    free(x->cap);
+    free(x->first);
+    free(x->kept);
+    memset(x, 0, sizeof *x);
+}
+
+static size_t doc_bytes(const lz_llama_gpu *g, const GpuDoc *x) { return x->rows * g->cfg.head_dim * 2 * 2; }
+
+/* Removes doc i (the last one takes its place). */
+static void doc_drop(lz_llama_gpu *g, int i)
+{
+    if (g->docs[i].keyed) g->used_bytes -= doc_bytes(g, &g->docs[i]);
+    doc_free(&g->docs[i]);
+    g->docs[i] = g->docs[--g->n_docs];
+}
+
+/* Uploads segment sg (bf16 or fp32, packed heads padded per layer) into a new doc. */
+static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim;
+    memset(x, 0, sizeof *x);
+    x->cap = (int *)malloc((size_t)L * sizeof(int));
+    x->first = (size_t *)malloc((size_t)L * sizeof(size_t));
+    x->kept = (int32_t *)malloc((size_t)L * KV * sizeof(int32_t));
+    if (!x->cap || !x->first || !x->kept) { doc_free(x); snprintf(err, errlen, "out of memory"); return -1; }
+    for (int l = 0; l < L; l++) {
+        int most = 0;
+        for (int h = 0; h < KV; h++) {
+            x->kept[l * KV + h] = seg_kept(sg, l, h, KV);
+            most = x->kept[l * KV + h] > most ? x->kept[l * KV + h] : most;
+        }
+        x->cap[l] = most;
+        x->first[l] = x->rows;
+        x->rows += (size_t)KV * most;
+        x->keys = most > x->keys ? most : x->keys;
+    }
+    const size_t n = (x->rows ? x->rows : 1) * d;
+    uint16_t *stage = (uint16_t *)malloc(n * 2 * 2);
+    if (!stage) { doc_free(x); snprintf(err, errlen, "out of memory"); return -1; }
+    uint16_t *sk = stage, *sv = stage + n;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < KV; h++) {
+            const int kept = x->kept[l * KV + h];
+            const size_t src = lz_kv_segment_block(sg, l, h, KV, d), dst = (x->first[l] + (size_t)h * x->cap[l]) * d;
+            for (size_t e = 0; e < (size_t)kept * d; e++) {
+                sk[dst + e] = sg->k16 ? sg->k16[src + e] : lz_f32_to_bf16(sg->k[src + e]);
+                sv[dst + e] = sg->k16 ? sg->v16[src + e] : lz_f32_to_bf16(sg->v[src + e]);
+            }
+        }
+    cudaError_t ce = cudaMalloc((void **)&x->k, n * 2);
+    if (ce == cudaSuccess) ce = cudaMalloc((void **)&x->v, n * 2);
+    if (ce == cudaSuccess) ce = cudaMemcpy(x->k, sk, n * 2, cudaMemcpyHostToDevice);
+    if (ce == cudaSuccess) ce = cudaMemcpy(x->v, sv, n * 2, cudaMemcpyHostToDevice);
+    free(stage);
+    if (ce != cudaSuccess) {
+        doc_free(x);
+        snprintf(err, errlen, "GPU: uploading a document: %s", cudaGetErrorString(ce));
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" void lz_llama_gpu_set_cache(lz_llama_gpu *g, size_t bytes) { g->cache_bytes = bytes; }
+
+extern "C" void lz_llama_gpu_cache_stats(const lz_llama_gpu *g, long *hits, long *misses, size_t *bytes)
+{
+    *hits = g->hits;
+    *misses = g->misses;
+    *bytes = g->used_bytes;
+}
+
+/* The doc of segment sg for this question: resident under key, else uploaded
+ * (keyed ones kept within the budget, least recently used out first;
+ * unkeyed ones dropped at the next question). Its id in *id; 0 or -1. */
+static int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, uint64_t *id, char *err, size_t errlen)
+{
+    for (int i = 0; key && i < g->n_docs; i++)
+        if (g->docs[i].keyed && !memcmp(g->docs[i].key, key, 32)) {
+            g->docs[i].used = g->question;
+            g->hits++;
+            *id = g->docs[i].id;
+            return 0;
+        }
+    if (key) g->misses++;
+    if (g->n_docs == g->cap_docs) {
+        int cap = g->cap_docs ? 2 * g->cap_docs : 64;
+        GpuDoc *d2 = (GpuDoc *)realloc(g->docs, (size_t)cap * sizeof *d2);
+        if (!d2) { snprintf(err, errlen, "out of memory"); return -1; }
+        g->docs = d2;
+        g->cap_docs = cap;
+    }
+    GpuDoc x;
+    if (doc_upload(g, sg, &x, err, errlen)) return -1;
+    x.used = g->question;
+    x.id = *id = ++g->next_id;
+    if (key) {
+        memcpy(x.key, key, 32);
+        x.keyed = 1;
+        g->used_bytes += doc_bytes(g, &x);
+    }
+    g->docs[g->n_docs++] = x;
+    return 0;
+}
+
+/* Evicts keyed docs this question does not use, least recently used first,
+ * until the budget holds (this question's own stay even past it). */
+static void doc_trim(lz_llama_gpu *g)
+{
+    while (g->used_bytes > g->cache_bytes) {
+        int lru = -1;
+        for (int i = 0; i < g->n_docs; i++)
+            if (g->docs[i].keyed && g->docs[i].used != g->question && (lru < 0 || g->docs[i].used < g->docs[lru].used))
+                lru = i;
+        if (lru < 0) return;
+        doc_drop(g, lru);
+    }
+}
+
+extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
+                                  int64_t pos0, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, N = g->max_tokens;
@@ -440,28 +590,9 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, in
         snprintf(err, errlen, "GPU: %d segments (at most %d)", n_segs, LZ_PREFILL_MAX_SEG - 1);
         return -1;
     }
-    /* rows: segment i, layer l holds KV x cap(i, l) rows, cap = the most any head kept */
-    size_t rows = 0;
-    int64_t keys = 0;
-    for (int i = 0; i < n_segs; i++) {
-        int most_any = 0;
-        for (int l = 0; l < L; l++) {
-            int most = 0;
-            for (int h = 0; h < KV; h++) most = seg_kept(&segs[i], l, h, KV) > most ? seg_kept(&segs[i], l, h, KV) : most;
-            rows += (size_t)KV * most;
-            most_any = most > most_any ? most : most_any;
-        }
-        keys += most_any;
-    }
-    if (rows > g->pool_rows) {
-        cudaFree(g->pool_k);
-        cudaFree(g->pool_v);
-        g->pool_k = g->pool_v = NULL;
-        g->pool_rows = 0;
-        CUDA_OK(cudaMalloc((void **)&g->pool_k, rows * d * 2), "segment pool");
-        CUDA_OK(cudaMalloc((void **)&g->pool_v, rows * d * 2), "segment pool");
-        g->pool_rows = rows;
-    }
+    for (int i = g->n_docs - 1; i >= 0; i--) /* the previous question's unkeyed segments */
+        if (!g->docs[i].keyed) doc_drop(g, i);
+    g->question++;
     if (n_segs + 1 > g->qcap) {
         cudaFree(g->qsegs);
         cudaFree(g->qlen);
@@ -477,45 +608,36 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, in
     }
     const int S = n_segs, W = S + 1;
     lz_attn_segment *hs = (lz_attn_segment *)malloc((size_t)L * W * sizeof *hs);
-    uint16_t *stage = (uint16_t *)malloc((rows ? rows : 1) * d * 2 * 2);
-    if (!hs || !stage) { free(hs); free(stage); snprintf(err, errlen, "out of memory"); return -1; }
-    uint16_t *sk = stage, *sv = stage + rows * d;
-    size_t row = 0;
+    uint64_t *ids = (uint64_t *)malloc((size_t)(S ? S : 1) * sizeof *ids);
+    if (!hs || !ids) { free(hs); free(ids); snprintf(err, errlen, "out of memory"); return -1; }
+    int64_t keys_hint = 0;
+    for (int i = 0; i < S; i++) /* every doc first: uploads and evictions move entries */
+        if (doc_for(g, &segs[i], keys ? keys[i] : NULL, &ids[i], err, errlen)) { free(hs); free(ids); return -1; }
+    doc_trim(g);
     for (int i = 0; i < S; i++) {
-        const lz_kv_segment *sg = &segs[i];
+        int at = 0;
+        while (g->docs[at].id != ids[i]) at++; /* present: this question's docs are never evicted */
+        const GpuDoc *x = &g->docs[at];
+        keys_hint += x->keys;
         for (int l = 0; l < L; l++) {
-            int most = 0;
-            for (int h = 0; h < KV; h++) most = seg_kept(sg, l, h, KV) > most ? seg_kept(sg, l, h, KV) : most;
-            hs[l * W + i] = (lz_attn_segment){(const lz_bf16 *)(g->pool_k + row * d), (const lz_bf16 *)(g->pool_v + row * d),
-                                              sg->rot, most};
-            for (int h = 0; h < KV; h++) {
-                const int kept = seg_kept(sg, l, h, KV);
-                g->hqlen[((size_t)l * W + i) * KV + h] = kept;
-                const size_t src = lz_kv_segment_block(sg, l, h, KV, d), dst = (row + (size_t)h * most) * d;
-                for (size_t e = 0; e < (size_t)kept * d; e++) {
-                    sk[dst + e] = sg->k16 ? sg->k16[src + e] : lz_f32_to_bf16(sg->k[src + e]);
-                    sv[dst + e] = sg->k16 ? sg->v16[src + e] : lz_f32_to_bf16(sg->v[src + e]);
-                }
-            }
-            row += (size_t)KV * most;
+            hs[l * W + i] = (lz_attn_segment){(const lz_bf16 *)(x->k + x->first[l] * d),
+                                              (const lz_bf16 *)(x->v + x->first[l] * d), segs[i].rot, x->cap[l]};
+            for (int h = 0; h < KV; h++) g->hqlen[((size_t)l * W + i) * KV + h] = x->kept[l * KV + h];
         }
     }
+    free(ids);
     for (int l = 0; l < L; l++) { /* the own sequence: (KV, N, d) a layer, empty so far */
         hs[l * W + S] = (lz_attn_segment){(const lz_bf16 *)(g->own_k + (size_t)l * KV * N * d),
                                           (const lz_bf16 *)(g->own_v + (size_t)l * KV * N * d), 0, N};
         for (int h = 0; h < KV; h++) g->hqlen[((size_t)l * W + S) * KV + h] = 0;
     }
-    cudaError_t ce = cudaSuccess;
-    if (rows) ce = cudaMemcpy(g->pool_k, sk, rows * d * 2, cudaMemcpyHostToDevice);
-    if (rows && ce == cudaSuccess) ce = cudaMemcpy(g->pool_v, sv, rows * d * 2, cudaMemcpyHostToDevice);
-    if (ce == cudaSuccess) ce = cudaMemcpy(g->qsegs, hs, (size_t)L * W * sizeof *hs, cudaMemcpyHostToDevice);
+    cudaError_t ce = cudaMemcpy(g->qsegs, hs, (size_t)L * W * sizeof *hs, cudaMemcpyHostToDevice);
     free(hs);
-    free(stage);
-    CUDA_OK(ce, "uploading the segments");
+    CUDA_OK(ce, "uploading the descriptors");
     g->S = S;
     g->n_own = 0;
     g->pos0 = pos0;
-    g->seg_keys = keys;
+    g->seg_keys = keys_hint;
     return 0;
 }
 

@@ -36,16 +36,24 @@ int lz_llama_gpu_set_prefix(lz_llama_gpu *g, const lz_kv_cache *prefix, char *er
  * out->pos0 = s. */
 int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, char *err, size_t errlen);
 
-/* Query side (lazy placement): begin uploads a prompt's segments (the
- * prefix and cached documents as lz_kv_segment, bf16 or fp32, packed per-head
- * kept counts allowed, each with its missing rotation rot) and starts an own
- * sequence at position pos0; step runs ids[0..n) after them and after the
+/* Query side (lazy placement): begin takes a prompt's segments (the prefix
+ * and cached documents as lz_kv_segment, bf16 or fp32, packed per-head kept
+ * counts allowed, each with its missing rotation rot) and starts an own
+ * sequence at position pos0. A segment with a key (keys[i], a 32-byte
+ * content digest; keys or keys[i] NULL: none) stays on the device for later
+ * questions within lz_llama_gpu_set_cache's budget, least recently used out
+ * first; one without is uploaded for this question only; step runs ids[0..n) after them and after the
  * sequence's earlier tokens (lz_prefill_lazy: keys never rotated, the query
  * once per segment), appends their K/V to the sequence and writes the last
  * row's logits (V floats) to logits when not NULL. lz_llama_gpu_new's
  * max_tokens bounds the tokens of one step and of the whole own sequence. */
-int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, int n_segs, int64_t pos0, char *err, size_t errlen);
+int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
+                       int64_t pos0, char *err, size_t errlen);
 int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *logits, char *err, size_t errlen);
+/* Device bytes the keyed segments may keep (default: half the memory free after the weights). */
+void lz_llama_gpu_set_cache(lz_llama_gpu *g, size_t bytes);
+/* Segment lookups that found their key resident / uploaded it; bytes resident. */
+void lz_llama_gpu_cache_stats(const lz_llama_gpu *g, long *hits, long *misses, size_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -46,7 +46,8 @@ static void usage(FILE *f)
         "  --no-preload         do not preload the most accessed documents at start\n"
         "  --gpu                the question and answer on the GPU, lazy and block modes (CUDA builds:\n"
         "                       'make cuda' makes build/cuda/lazyquery); documents placed by the lazy\n"
-        "                       attention kernels, bf16 activations\n"
+        "                       attention kernels, bf16 activations; documents stay in GPU memory\n"
+        "  --gpu-cache-bytes N  GPU memory documents may keep (default: half of what is free)\n"
         "  --cache-f32          cache a bf16 store's KV widened to fp32 (twice the memory; by default\n"
         "                       it stays bf16: lazy results are the same, block / prefix copies rounded)\n"
         "  -n, --max-new-tokens N  answer length limit (default 64)\n"
@@ -68,9 +69,10 @@ static void usage(FILE *f)
 }
 
 #ifdef LZ_CUDA
-static int gpu_begin(void *ctx, const lz_kv_segment *segs, int n_segs, int64_t pos0, char *err, size_t errlen)
+static int gpu_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
+                     char *err, size_t errlen)
 {
-    return lz_llama_gpu_begin((lz_llama_gpu *)ctx, segs, n_segs, pos0, err, errlen);
+    return lz_llama_gpu_begin((lz_llama_gpu *)ctx, segs, keys, n_segs, pos0, err, errlen);
 }
 static int gpu_step(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen)
 {
@@ -81,6 +83,7 @@ static int gpu_step(void *ctx, const int *ids, int n, float *logits, char *err, 
 typedef struct {
     const char *store_dir, *model_path, *docs_arg, *questions_path;
     int top_k, best_first, json, quiet, preload, stats, threads, gpu;
+    size_t gpu_cache;        /* --gpu-cache-bytes; 0 = the default */
     lz_query_opts qo;
 } options;
 
@@ -331,6 +334,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--cache-bytes")) {
             VALUE();
             if (parse_size(v, &o.qo.cache_bytes)) { fprintf(stderr, "lazyquery: --cache-bytes expects a size like 512M, got '%s'\n", v); return 1; }
+        } else if (!strcmp(a, "--gpu-cache-bytes")) {
+            VALUE();
+            if (parse_size(v, &o.gpu_cache) || !o.gpu_cache) { fprintf(stderr, "lazyquery: --gpu-cache-bytes expects a size like 8G, got '%s'\n", v); return 1; }
         } else if (!strcmp(a, "-n") || !strcmp(a, "--max-new-tokens")) {
             VALUE();
             if (parse_long(v, 1, 1 << 16, &x)) { fprintf(stderr, "lazyquery: --max-new-tokens expects 1..65536\n"); return 1; }
@@ -404,6 +410,7 @@ int main(int argc, char **argv)
             lz_store_close(st);
             return 1;
         }
+        if (o.gpu_cache) lz_llama_gpu_set_cache(gpu, o.gpu_cache);
         backend.ctx = gpu;
         o.qo.backend = &backend;
     }

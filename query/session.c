@@ -43,6 +43,7 @@ struct lz_query_session {
     int n_prefix;
     kv_entry prefix_kv;  /* stored once per model */
     int kv16;            /* the store's payloads (so every cached entry) are bf16 */
+    uint8_t prefix_digest[32]; /* the prefix payload's key, hashed (a backend's content key) */
     float *logits;       /* (V) */
 };
 
@@ -228,6 +229,7 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
         lz_query_session_free(q);
         return -1;
     }
+    lz_sha256(prefix_key, LZ_META_KEY_LEN, q->prefix_digest);
     kv_entry *pe = load_payload(q, prefix_key, "the prompt prefix", err, errlen);
     if (!pe) { lz_query_session_free(q); return -1; }
     if (pe->n != q->n_prefix) {
@@ -371,16 +373,19 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
     int rc = -1;
     lz_doc_cache_begin(q->cache);
     lz_kv_segment *segs = calloc((size_t)n_docs + 1, sizeof *segs);
+    uint8_t(*digest)[32] = calloc((size_t)n_docs + 1, 32); /* content keys of the segments (backend) */
+    const uint8_t **digests = calloc((size_t)n_docs + 1, sizeof *digests);
     kv_entry **owned = calloc((size_t)n_docs + 1, sizeof *owned);
     int n_segs = 0, n_owned = 0;
     lz_kv_cache lc = {0};
-    if (!segs || !owned) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (!segs || !owned || !digest || !digests) { snprintf(err, errlen, "out of memory"); goto done; }
 
     int64_t p = s;      /* offset of the next document */
     int local_from = 0; /* first document computed into the local cache (PREFIX, FULL) */
     if (mode == LZ_MODE_FULL) {
         local_from = 0;
     } else {
+        memcpy(digest[n_segs], q->prefix_digest, 32);
         segs[n_segs++] = seg_of(&q->prefix_kv, 0);
         if (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) {
             for (int i = 0; i < n_docs; i++) {
@@ -393,6 +398,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
                                     mode == LZ_MODE_BLOCK ? p - s : 0, &own, r, err, errlen);
                 if (!e) goto done;
                 if (own) owned[n_owned++] = e;
+                lz_sha256(key, klen, digest[n_segs]); /* block: the copy at this offset */
                 segs[n_segs++] = seg_of(e, mode == LZ_MODE_LAZY ? p - s : 0);
                 p += docs[i].n_tokens;
             }
@@ -417,7 +423,8 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
 
     /* lazy, block: the question and answer on the accelerator when there is one */
     const lz_query_backend *be = (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) ? q->o.backend : NULL;
-    if (be && be->begin(be->ctx, segs, n_segs, p, err, errlen)) goto done;
+    for (int i = 0; be && i < n_segs; i++) digests[i] = digest[i];
+    if (be && be->begin(be->ctx, segs, digests, n_segs, p, err, errlen)) goto done;
     /* the local cache: documents still to compute (PREFIX/FULL), question, answer */
     int64_t pos0 = mode == LZ_MODE_FULL ? 0 : p;
     int64_t n_local = be ? 1 : total - pos0;
@@ -511,6 +518,8 @@ done:
     for (int i = 0; i < n_owned; i++) entry_free(owned[i]);
     free(owned);
     free(segs);
+    free(digest);
+    free(digests);
     free(qids);
     lz_kv_cache_free(&lc);
     if (rc) lz_query_result_free(r);

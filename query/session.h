@@ -45,12 +45,14 @@ typedef struct {
 
 /* An accelerated forward pass for the question and the answer (the GPU's,
  * model/llama_cuda.h): begin takes the prompt's segments (the prefix and the
- * documents, each with its missing rotation) and the position of the first
- * own token; step runs tokens after them and everything stepped before,
- * writing the last token's logits (V floats) when logits is not NULL. */
+ * documents, each with its missing rotation), a 32-byte content key each (the
+ * same key, the same KV: the backend may keep it resident) and the position
+ * of the first own token; step runs tokens after them and everything stepped
+ * before, writing the last token's logits (V floats) when logits is not NULL. */
 typedef struct {
     void *ctx;
-    int (*begin)(void *ctx, const lz_kv_segment *segs, int n_segs, int64_t pos0, char *err, size_t errlen);
+    int (*begin)(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0, char *err,
+                 size_t errlen);
     int (*step)(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen);
 } lz_query_backend;
 
