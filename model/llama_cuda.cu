@@ -62,8 +62,9 @@ __global__ void rmsnorm_kernel(bf16 *out, const float *x, const float *w, int D,
  * rotated at pos0 + i (model/rope.h), v copied. Block (i, head), head < H
  * is q, then KV of k, then KV of v; thread t owns pair t. */
 __global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const float *k, const float *v, int n, int H,
-                             int KV, int d, int64_t pos0, int layout, const float *inv_freq)
+                             int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq)
 {
+    if (count) pos0 += *count; /* query: the tokens so far, kept on the device (a graph replays this) */
     const int i = blockIdx.x, hh = blockIdx.y, t = threadIdx.x;
     const float *src;
     bf16 *dst;
@@ -97,6 +98,22 @@ __global__ void tokens_kernel(bf16 *out, const bf16 *oh, int n, int H, int d)
     const int i = blockIdx.x, h = blockIdx.y;
     for (int e = threadIdx.x; e < d; e += blockDim.x) out[((size_t)i * H + h) * d + e] = oh[((size_t)h * n + i) * d + e];
 }
+
+/* the own sequence's length in every layer's descriptor: qlen[(l * W + S) * KV + h] = *count */
+__global__ void own_len_kernel(int32_t *qlen, int L, int W, int S, int KV, const int *count)
+{
+    for (int e = threadIdx.x; e < L * KV; e += blockDim.x) qlen[((size_t)(e / KV) * W + S) * KV + e % KV] = *count;
+}
+
+/* this step's n keys or values (KV, n, d) appended to a layer's own rows (KV, N, d) after *count */
+__global__ void append_kernel(bf16 *own, const bf16 *t, int n, int N, int d, const int *count)
+{
+    const int h = blockIdx.y, i = blockIdx.x;
+    for (int e = threadIdx.x; e < d; e += blockDim.x)
+        own[((size_t)h * N + *count + i) * d + e] = t[((size_t)h * n + i) * d + e];
+}
+
+__global__ void bump_kernel(int *count, int n) { *count += n; }
 
 } /* namespace */
 
@@ -145,6 +162,10 @@ struct lz_llama_gpu {
     size_t cache_bytes, used_bytes; /* budget and use of the keyed ones */
     uint64_t question, next_id;
     long hits, misses;
+    int *dn_own;         /* device: the own sequence's length (read by the kernels; a graph replays them) */
+    int *hids;           /* pinned: a step's token ids */
+    cudaGraphExec_t decode; /* one decode step of this question, captured at its first one */
+    void *blas_ws;       /* cuBLAS workspace (no allocation inside a captured graph) */
     lz_attn_segment *qsegs;  /* (L, S + 1) device: the segments then the own sequence */
     int32_t *qlen, *hqlen;   /* (L, S + 1, KV) device / host */
     int S, n_own, qcap;      /* qcap: S + 1 the descriptor arrays hold */
@@ -219,6 +240,8 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     free(g->layers);
     if (g->host16) cudaFreeHost(g->host16);
     if (g->hlogits) cudaFreeHost(g->hlogits);
+    if (g->hids) cudaFreeHost(g->hids);
+    if (g->decode) cudaGraphExecDestroy(g->decode);
     for (int i = 0; i < g->n_docs; i++) {
         cudaFree(g->docs[i].k);
         cudaFree(g->docs[i].v);
@@ -287,7 +310,10 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
          (g->out_norm = upload_f32(g, m->out_norm, D)) && (g->logits = dalloc<float>(g, (size_t)c->vocab)) &&
          cudaMallocHost((void **)&g->hlogits, (size_t)c->vocab * sizeof(float)) == cudaSuccess &&
          (g->tk = dalloc<bf16>(g, N * KVd)) && (g->tv = dalloc<bf16>(g, N * KVd)) &&
-         (g->own_k = dalloc<bf16>(g, L * N * KVd)) && (g->own_v = dalloc<bf16>(g, L * N * KVd));
+         (g->own_k = dalloc<bf16>(g, L * N * KVd)) && (g->own_v = dalloc<bf16>(g, L * N * KVd)) &&
+         (g->dn_own = dalloc<int>(g, 1)) && cudaMallocHost((void **)&g->hids, N * sizeof(int)) == cudaSuccess &&
+         (g->blas_ws = dalloc<char>(g, (size_t)32 << 20)) &&
+         cublasSetWorkspace(g->blas, g->blas_ws, (size_t)32 << 20) == CUBLAS_STATUS_SUCCESS;
     if (!ok) {
         lz_llama_gpu_free(g);
         snprintf(err, errlen, "GPU: out of device memory for the weights and %d tokens of activations", max_tokens);
@@ -365,8 +391,8 @@ static lz_prefill_params attn_params(const lz_llama_gpu *g, int n)
 /* Layer l over the n rows of g->x at positions pos0..: norm, q / k / v,
  * rotary (k, v into kh, vh: p's own keys), attention over p's segments
  * (lazy: lz_prefill_lazy), o, FFN; the residual stream updated in place. */
-static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, bf16 *kh, bf16 *vh, lz_prefill_params *p, int lazy,
-                 char *err, size_t errlen)
+static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, bf16 *kh, bf16 *vh, lz_prefill_params *p,
+                 int lazy, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int D = c->dim, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, F = c->ffn_dim, Hd = H * d, KVd = KV * d;
@@ -377,7 +403,7 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, bf16 *kh, bf16 *vh
     if ((rc = (int)gemm(g, g->q, g->xb, w->wq, n, D, Hd, 0.f)) || (rc = (int)gemm(g, g->k, g->xb, w->wk, n, D, KVd, 0.f)) ||
         (rc = (int)gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f)))
         return fail(err, errlen, "cuBLAS q/k/v", rc);
-    heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, st>>>(g->qh, kh, vh, g->q, g->k, g->v, n, H, KV, d, pos0,
+    heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, st>>>(g->qh, kh, vh, g->q, g->k, g->v, n, H, KV, d, pos0, count,
                                                         c->rope_layout, g->inv_freq);
     p->k_self = (const lz_bf16 *)kh;
     p->v_self = (const lz_bf16 *)vh;
@@ -400,6 +426,8 @@ static int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t 
     CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev), "device");
     const size_t need = lz_prefill_workspace(p, lz_prefill_splits(p, n_sm));
     if (need > g->work_bytes) {
+        if (g->decode) cudaGraphExecDestroy(g->decode); /* it points at the old workspace */
+        g->decode = NULL;
         cudaFree(g->work);
         g->work = NULL;
         g->work_bytes = 0;
@@ -431,7 +459,7 @@ extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv
     if (ensure_work(g, &p, err, errlen)) return -1;
     for (int l = 0; l < L; l++) {
         p.segs = g->dsegs + l;
-        if (layer(g, l, n, g->s, g->kall + (size_t)l * n * KVd, g->vall + (size_t)l * n * KVd, &p, 0, err, errlen))
+        if (layer(g, l, n, g->s, NULL, g->kall + (size_t)l * n * KVd, g->vall + (size_t)l * n * KVd, &p, 0, err, errlen))
             return -1;
     }
     CUDA_OK(cudaGetLastError(), "kernel launch");
@@ -632,20 +660,68 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
         for (int h = 0; h < KV; h++) g->hqlen[((size_t)l * W + S) * KV + h] = 0;
     }
     cudaError_t ce = cudaMemcpy(g->qsegs, hs, (size_t)L * W * sizeof *hs, cudaMemcpyHostToDevice);
+    if (ce == cudaSuccess) /* the kept lengths; the own sequence's are set by each step on the device */
+        ce = cudaMemcpy(g->qlen, g->hqlen, (size_t)L * W * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
     free(hs);
     CUDA_OK(ce, "uploading the descriptors");
     g->S = S;
     g->n_own = 0;
     g->pos0 = pos0;
-    g->seg_keys = keys_hint;
+    g->seg_keys = keys_hint + N; /* with the longest own sequence: one split plan for every step */
+    if (g->decode) cudaGraphExecDestroy(g->decode);
+    g->decode = NULL;
+    CUDA_OK(cudaMemsetAsync(g->dn_own, 0, sizeof(int), g->st), "reset");
+    return 0;
+}
+
+/* The attention parameters of a query step of n rows. */
+static lz_prefill_params step_params(const lz_llama_gpu *g, int n)
+{
+    lz_prefill_params p = attn_params(g, n);
+    p.self_offset = 0; /* own keys are rotated at their final positions */
+    p.n_seg = g->S + 1;
+    p.seg_keys = g->seg_keys;
+    return p;
+}
+
+/* Enqueues one query step of n rows whose ids are in g->hids: every position
+ * and length it needs is read from g->dn_own on the device, so the same work
+ * replays as a graph. want: the last row's logits into g->hlogits. */
+static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int D = c->dim, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, V = c->vocab;
+    const int N = g->max_tokens, W = g->S + 1;
+    cudaStream_t st = g->st;
+    CUDA_OK(cudaMemcpyAsync(g->ids, g->hids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, st), "ids");
+    own_len_kernel<<<1, 256, 0, st>>>(g->qlen, L, W, g->S, KV, g->dn_own); /* the tokens so far: a segment at offset 0 */
+    embed_kernel<<<n, 256, 0, st>>>(g->x, g->tok_embd, g->ids, D);
+    lz_prefill_params p = step_params(g, n);
+    p.work = g->work;
+    p.work_bytes = g->work_bytes;
+    for (int l = 0; l < L; l++) {
+        p.segs = g->qsegs + (size_t)l * W;
+        p.seg_len = g->qlen + (size_t)l * W * KV;
+        if (layer(g, l, n, g->pos0, g->dn_own, g->tk, g->tv, &p, 1, err, errlen)) return -1;
+        /* this step's keys and values join the sequence */
+        const size_t own = (size_t)l * KV * N * d;
+        append_kernel<<<dim3(n, KV), 128, 0, st>>>(g->own_k + own, g->tk, n, N, d, g->dn_own);
+        append_kernel<<<dim3(n, KV), 128, 0, st>>>(g->own_v + own, g->tv, n, N, d, g->dn_own);
+    }
+    bump_kernel<<<1, 1, 0, st>>>(g->dn_own, n);
+    if (want) { /* the last row: final norm, output head */
+        rmsnorm_kernel<<<1, 256, 0, st>>>(g->xb, g->x + (size_t)(n - 1) * D, g->out_norm, D, c->norm_eps);
+        const int rc = (int)gemm(g, g->logits, g->xb, g->out_w, 1, D, V, 0.f);
+        if (rc) return fail(err, errlen, "cuBLAS output", rc);
+        CUDA_OK(cudaMemcpyAsync(g->hlogits, g->logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, st), "logits");
+    }
     return 0;
 }
 
 extern "C" int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *logits, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
-    const int D = c->dim, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, V = c->vocab;
-    const int N = g->max_tokens, W = g->S + 1;
+    const int V = c->vocab, N = g->max_tokens;
     if (n <= 0 || n > N || g->n_own + n > N) {
         snprintf(err, errlen, "GPU: %d more tokens after %d (at most %d)", n, g->n_own, N);
         return -1;
@@ -653,36 +729,29 @@ extern "C" int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) { snprintf(err, errlen, "token id %d out of range", ids[i]); return -1; }
     cudaStream_t st = g->st;
-    for (int l = 0; l < L; l++) /* the own sequence's earlier tokens: a segment at offset 0 */
-        for (int h = 0; h < KV; h++) g->hqlen[((size_t)l * W + g->S) * KV + h] = g->n_own;
-    CUDA_OK(cudaMemcpyAsync(g->qlen, g->hqlen, (size_t)L * W * KV * sizeof(int32_t), cudaMemcpyHostToDevice, st), "lengths");
-    CUDA_OK(cudaMemcpyAsync(g->ids, ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, st), "ids");
-    embed_kernel<<<n, 256, 0, st>>>(g->x, g->tok_embd, g->ids, D);
-    lz_prefill_params p = attn_params(g, n);
-    p.self_offset = 0; /* own keys are rotated at their final positions */
-    p.n_seg = W;
-    p.seg_keys = g->seg_keys + g->n_own;
+    CUDA_OK(cudaStreamSynchronize(st), "forward pass"); /* g->hids is free again */
+    memcpy(g->hids, ids, (size_t)n * sizeof(int));
+    lz_prefill_params p = step_params(g, n);
     if (ensure_work(g, &p, err, errlen)) return -1;
-    for (int l = 0; l < L; l++) {
-        p.segs = g->qsegs + (size_t)l * W;
-        p.seg_len = g->qlen + (size_t)l * W * KV;
-        if (layer(g, l, n, g->pos0 + g->n_own, g->tk, g->tv, &p, 1, err, errlen)) return -1;
-        /* this step's keys and values join the sequence: rows n_own .. n_own + n - 1 of every head */
-        const size_t own = (size_t)l * KV * N * d;
-        CUDA_OK(cudaMemcpy2DAsync(g->own_k + own + (size_t)g->n_own * d, (size_t)N * d * 2, g->tk, (size_t)n * d * 2,
-                                  (size_t)n * d * 2, KV, cudaMemcpyDeviceToDevice, st), "own keys");
-        CUDA_OK(cudaMemcpy2DAsync(g->own_v + own + (size_t)g->n_own * d, (size_t)N * d * 2, g->tv, (size_t)n * d * 2,
-                                  (size_t)n * d * 2, KV, cudaMemcpyDeviceToDevice, st), "own values");
-    }
-    g->n_own += n;
-    if (logits) { /* the last row: final norm, output head */
-        rmsnorm_kernel<<<1, 256, 0, st>>>(g->xb, g->x + (size_t)(n - 1) * D, g->out_norm, D, c->norm_eps);
-        const int rc = (int)gemm(g, g->logits, g->xb, g->out_w, 1, D, V, 0.f);
-        if (rc) return fail(err, errlen, "cuBLAS output", rc);
-        CUDA_OK(cudaMemcpyAsync(g->hlogits, g->logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, st), "logits");
+    if (n == 1 && logits) { /* decode: one captured graph, replayed for every token of the answer */
+        if (!g->decode) {
+            cudaGraph_t graph;
+            CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed), "graph capture");
+            const int rc = step_body(g, 1, 1, err, errlen);
+            const cudaError_t ce = cudaStreamEndCapture(st, &graph);
+            if (rc) { if (ce == cudaSuccess) cudaGraphDestroy(graph); return -1; }
+            CUDA_OK(ce, "graph capture");
+            const cudaError_t ie = cudaGraphInstantiate(&g->decode, graph, 0);
+            cudaGraphDestroy(graph);
+            CUDA_OK(ie, "graph instantiation");
+        }
+        CUDA_OK(cudaGraphLaunch(g->decode, st), "graph launch");
+    } else if (step_body(g, n, logits != NULL, err, errlen)) {
+        return -1;
     }
     CUDA_OK(cudaGetLastError(), "kernel launch");
     CUDA_OK(cudaStreamSynchronize(st), "forward pass");
+    g->n_own += n;
     if (logits) memcpy(logits, g->hlogits, (size_t)V * sizeof(float));
     return 0;
 }
