@@ -33,6 +33,20 @@ for mode in cpu gpu; do
     echo "answers ($mode):"; cat "$OUT/answers-$mode.txt"
 done
 cmp -s "$OUT/answers-cpu.txt" "$OUT/answers-gpu.txt" && echo "answers: identical" || echo "answers: differ"
+# Ada-KV at ingest (the default snapkv window, half the keys kept): the window's queries captured on the GPU
+for mode in cpu gpu; do
+    flag=; [ "$mode" = gpu ] && flag=--gpu
+    rm -rf "$OUT/store-ada-$mode"
+    "$B/lazyingest" $flag --kv-policy ada-snapkv --kv-budget 0.5 --model models/default.gguf --store "$OUT/store-ada-$mode" \
+        datasets/demo/corpus.jsonl > "$OUT/ingest-ada-$mode.log" 2>&1 || st=1
+    echo "== ingest ada-snapkv $mode"; grep -E "tokens:|GPU:|kv eviction" "$OUT/ingest-ada-$mode.log"
+    "$B/lazyingest" --check --store "$OUT/store-ada-$mode" --model models/default.gguf 2>&1 | tail -1
+    for q in "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
+             "Which organisation is older, Raio Works or Rairreil Works?"; do
+        "$B/lazyquery" --model models/default.gguf --store "$OUT/store-ada-$mode" --top-k 3 -n 32 --no-stats -q "$q" 2>&1
+    done > "$OUT/answers-ada-$mode.txt"
+    echo "answers (ada-snapkv, $mode):"; cat "$OUT/answers-ada-$mode.txt"
+done
 # the questions answered on the GPU (lazyquery --gpu) from the CPU-ingested store, with timings
 for q in "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
          "Which organisation is older, Raio Works or Rairreil Works?"; do

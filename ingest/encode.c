@@ -206,9 +206,10 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
     const lz_kv_segment *sg = e->seg.n ? &e->seg : NULL;
     const lz_encode_backend *b = e->backend;
     int frc;
-    if (b && n > 0 && n <= b->max_tokens && !probe && !(evict && !learned)) { /* no queries to capture */
+    if (b && n > 0 && n <= b->max_tokens && !probe) { /* the window (if any): the document's last w rows, or all (self) */
         char berr[256] = "";
-        if ((frc = b->encode(b->ctx, ids, n, &e->doc, berr, sizeof berr)) != 0)
+        const int cw = evict && !learned ? w : 0;
+        if ((frc = b->encode(b->ctx, ids, n, &e->doc, e->qwin, self ? 0 : n - w, cw, berr, sizeof berr)) != 0)
             return fail(err, errlen, "accelerated forward pass over %d tokens failed: %s", n, berr);
         e->backend_docs++;
     } else {

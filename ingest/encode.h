@@ -39,14 +39,17 @@ void lz_encoder_set_scorer(lz_encoder *e, const lz_kvlearn *m);
 void lz_encoder_set_learn(lz_encoder *e, lz_kvlearn_acc *a);
 
 /* An accelerated forward pass for documents (model/llama_cuda.h on a GPU):
- * encode(ctx, ids, n, out) runs ids[0..n) after the prefix into out, as
- * lz_llama_forward with the prefix as a segment would (to its own precision:
- * bf16 on the GPU). lz_encoder_run uses it for documents of at most
- * max_tokens whose KV policy needs no captured queries (none, or the learned
- * scorer); the rest run on the CPU. Not owned; NULL unsets it. */
+ * encode(ctx, ids, n, out, qwin, c0, cw) runs ids[0..n) after the prefix into
+ * out, as lz_llama_forward with the prefix as a segment would (to its own
+ * precision: bf16 on the GPU), and when cw > 0 writes the rotated queries of
+ * rows c0..c0+cw-1 to qwin (L, cw, H, d), the KV policy's observation window.
+ * lz_encoder_run uses it for documents of at most max_tokens whose policy
+ * runs no probe after the document (the cue and reconstruction probes stay
+ * on the CPU). Not owned; NULL unsets it. */
 typedef struct {
     void *ctx;
-    int (*encode)(void *ctx, const int *ids, int n, lz_kv_cache *out, char *err, size_t errlen);
+    int (*encode)(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
+                  size_t errlen);
     int max_tokens;
 } lz_encode_backend;
 void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b);

@@ -103,7 +103,7 @@ static void usage(FILE *f)
             "  --json                 print the summary as JSON on standard output\n"
             "  --gpu                  encode documents on the GPU (CUDA builds: 'make cuda' makes\n"
             "                         build/cuda/lazyingest): bf16 activations, so payloads differ from\n"
-            "                         the CPU's at bf16 level; policies that capture queries stay on the CPU\n"
+            "                         the CPU's at bf16 level; --kv-probe / --kv-reconstruct stay on the CPU\n"
             "  -h, --help             this text\n"
             "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n"
             LZ_RUNTIME_ENV_HELP,
@@ -740,9 +740,10 @@ static int load_model(ingest *g, const char *model_path)
 /* Binds the loaded model to the opened store, sets up the encoder, computes
  * the prefix KV and stores its payload when absent. */
 #ifdef LZ_CUDA
-static int gpu_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, char *err, size_t errlen)
+static int gpu_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
+                      size_t errlen)
 {
-    return lz_llama_gpu_encode((lz_llama_gpu *)ctx, ids, n, out, err, errlen);
+    return lz_llama_gpu_encode((lz_llama_gpu *)ctx, ids, n, out, qwin, c0, cw, err, errlen);
 }
 #endif
 
@@ -994,7 +995,7 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
                (long long)g->n_dupes, (long long)g->n_corpus_tokens, (long long)g->c.n_tokens, tps,
                g->c.raw_bytes / 1e6, g->c.stored_bytes / 1e6, ratio);
     if (did_ingest && g->o.gpu && g->enc)
-        printf("  GPU: %ld of the encoded documents (the rest need captured queries or are longer: CPU)\n",
+        printf("  GPU: %ld of the encoded documents (the rest are longer or have a probe: CPU)\n",
                lz_encoder_backend_docs(g->enc));
     if (did_ingest && g->o.kv.kind != LZ_KVPOLICY_NONE) {
         char spec[LZ_KVPOLICY_SPEC_MAX];

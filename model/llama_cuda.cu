@@ -62,7 +62,8 @@ __global__ void rmsnorm_kernel(bf16 *out, const float *x, const float *w, int D,
  * rotated at pos0 + i (model/rope.h), v copied. Block (i, head), head < H
  * is q, then KV of k, then KV of v; thread t owns pair t. */
 __global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const float *k, const float *v, int n, int H,
-                             int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq)
+                             int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq, float *qcap,
+                             int c0, int cw)
 {
     if (count) pos0 += *count; /* query: the tokens so far, kept on the device (a graph replays this) */
     const int i = blockIdx.x, hh = blockIdx.y, t = threadIdx.x;
@@ -81,6 +82,11 @@ __global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const
     }
     dst[a] = __float2bfloat16_rn(x0);
     dst[b] = __float2bfloat16_rn(x1);
+    if (qcap && hh < H && i >= c0 && i < c0 + cw) { /* KV eviction's window: rotated queries, fp32, (cw, H, d) */
+        float *row = qcap + ((size_t)(i - c0) * H + hh) * d;
+        row[a] = x0;
+        row[b] = x1;
+    }
 }
 
 /* out = bf16(silu(gate) * up) */
@@ -166,6 +172,8 @@ struct lz_llama_gpu {
     int *hids;           /* pinned: a step's token ids */
     cudaGraphExec_t decode; /* one decode step of this question, captured at its first one */
     void *blas_ws;       /* cuBLAS workspace (no allocation inside a captured graph) */
+    float *wq;           /* ingest: the KV-eviction window's rotated queries (L, cw, H, d) */
+    size_t wq_n;
     lz_attn_segment *qsegs;  /* (L, S + 1) device: the segments then the own sequence */
     int32_t *qlen, *hqlen;   /* (L, S + 1, KV) device / host */
     int S, n_own, qcap;      /* qcap: S + 1 the descriptor arrays hold */
@@ -254,6 +262,7 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     cudaFree(g->qlen);
     free(g->hqlen);
     cudaFree(g->work);
+    cudaFree(g->wq);
     if (g->blas) cublasDestroy(g->blas);
     if (g->st) cudaStreamDestroy(g->st);
     free(g);
@@ -392,7 +401,7 @@ static lz_prefill_params attn_params(const lz_llama_gpu *g, int n)
  * rotary (k, v into kh, vh: p's own keys), attention over p's segments
  * (lazy: lz_prefill_lazy), o, FFN; the residual stream updated in place. */
 static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, bf16 *kh, bf16 *vh, lz_prefill_params *p,
-                 int lazy, char *err, size_t errlen)
+                 int lazy, float *qcap, int c0, int cw, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int D = c->dim, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, F = c->ffn_dim, Hd = H * d, KVd = KV * d;
@@ -404,7 +413,7 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, 
         (rc = (int)gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f)))
         return fail(err, errlen, "cuBLAS q/k/v", rc);
     heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, st>>>(g->qh, kh, vh, g->q, g->k, g->v, n, H, KV, d, pos0, count,
-                                                        c->rope_layout, g->inv_freq);
+                                                        c->rope_layout, g->inv_freq, qcap, c0, cw);
     p->k_self = (const lz_bf16 *)kh;
     p->v_self = (const lz_bf16 *)vh;
     if ((rc = lazy ? lz_prefill_lazy(p, st) : lz_prefill(p, st))) return fail(err, errlen, "attention", rc);
@@ -439,7 +448,8 @@ static int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t 
     return 0;
 }
 
-extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, char *err, size_t errlen)
+extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw,
+                                   char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int D = c->dim, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, KVd = KV * d;
@@ -449,6 +459,16 @@ extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv
     }
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab) { snprintf(err, errlen, "token id %d out of range", ids[i]); return -1; }
+    if (!qwin || cw <= 0) cw = 0;
+    if (cw && (c0 < 0 || c0 + cw > n)) { snprintf(err, errlen, "GPU: capture rows %d..%d of %d", c0, c0 + cw, n); return -1; }
+    const size_t wq_n = (size_t)L * cw * c->n_heads * d;
+    if (wq_n > g->wq_n) {
+        cudaFree(g->wq);
+        g->wq = NULL;
+        g->wq_n = 0;
+        CUDA_OK(cudaMalloc((void **)&g->wq, wq_n * sizeof(float)), "window queries");
+        g->wq_n = wq_n;
+    }
     cudaStream_t st = g->st;
     CUDA_OK(cudaMemcpyAsync(g->ids, ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, st), "ids");
     embed_kernel<<<n, 256, 0, st>>>(g->x, g->tok_embd, g->ids, D);
@@ -459,13 +479,16 @@ extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv
     if (ensure_work(g, &p, err, errlen)) return -1;
     for (int l = 0; l < L; l++) {
         p.segs = g->dsegs + l;
-        if (layer(g, l, n, g->s, NULL, g->kall + (size_t)l * n * KVd, g->vall + (size_t)l * n * KVd, &p, 0, err, errlen))
+        float *qc = cw ? g->wq + (size_t)l * cw * c->n_heads * d : NULL;
+        if (layer(g, l, n, g->s, NULL, g->kall + (size_t)l * n * KVd, g->vall + (size_t)l * n * KVd, &p, 0, qc, c0, cw, err,
+                  errlen))
             return -1;
     }
     CUDA_OK(cudaGetLastError(), "kernel launch");
     const size_t per = (size_t)L * n * KVd;
     CUDA_OK(cudaMemcpyAsync(g->host16, g->kall, per * 2, cudaMemcpyDeviceToHost, st), "K read-back");
     CUDA_OK(cudaMemcpyAsync(g->host16 + per, g->vall, per * 2, cudaMemcpyDeviceToHost, st), "V read-back");
+    if (cw) CUDA_OK(cudaMemcpyAsync(qwin, g->wq, wq_n * sizeof(float), cudaMemcpyDeviceToHost, st), "window queries");
     CUDA_OK(cudaStreamSynchronize(st), "forward pass");
     const uint16_t *hk = (const uint16_t *)g->host16, *hv = hk + per;
     for (int lh = 0; lh < L * KV; lh++) /* (L, KV, n, d) -> the cache's (L, KV, cap, d) */
@@ -702,7 +725,7 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
     for (int l = 0; l < L; l++) {
         p.segs = g->qsegs + (size_t)l * W;
         p.seg_len = g->qlen + (size_t)l * W * KV;
-        if (layer(g, l, n, g->pos0, g->dn_own, g->tk, g->tv, &p, 1, err, errlen)) return -1;
+        if (layer(g, l, n, g->pos0, g->dn_own, g->tk, g->tv, &p, 1, NULL, 0, 0, err, errlen)) return -1;
         /* this step's keys and values join the sequence */
         const size_t own = (size_t)l * KV * N * d;
         append_kernel<<<dim3(n, KV), 128, 0, st>>>(g->own_k + own, g->tk, n, N, d, g->dn_own);

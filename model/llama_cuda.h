@@ -4,8 +4,8 @@
  * layer, as lz_llama_forward does on the CPU. bf16 weights and activations
  * on the tensor cores (cuBLAS GEMMs, fp32 accumulation and residual stream),
  * attention by kernels/lz_prefill (the non-lazy kernel: every key is already
- * at its final position); no query capture: KV eviction policies that
- * score from queries run on the CPU. And the query side: a question and its
+ * at its final position); it can capture the observation window's queries
+ * for KV eviction (probes that run more tokens stay on the CPU). And the query side: a question and its
  * answer over cached documents placed anywhere (lz_prefill_lazy).
  *
  * Legend: s = prefix tokens, n = document tokens, L = layers, KV = kv heads,
@@ -33,8 +33,11 @@ int lz_llama_gpu_set_prefix(lz_llama_gpu *g, const lz_kv_cache *prefix, char *er
 
 /* Runs ids[0..n) at positions s..s+n-1 over the prefix; out (cap >= n)
  * receives their K and V (rows 0..n-1 of every (layer, kv head)), out->n = n,
- * out->pos0 = s. */
-int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, char *err, size_t errlen);
+ * out->pos0 = s. With qwin and cw > 0, qwin (L, cw, H, d) also receives the
+ * rotated queries of rows c0..c0+cw-1 (KV eviction's observation window), as
+ * lz_llama_scratch_capture does on the CPU. */
+int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw,
+                        char *err, size_t errlen);
 
 /* Query side (lazy placement): begin takes a prompt's segments (the prefix
  * and cached documents as lz_kv_segment, bf16 or fp32, packed per-head kept

@@ -53,7 +53,7 @@ static lz_llama *make_model(const char *path, int dim, int layers, int heads, in
 
 /* The CPU encoder's steps (ingest/encode.c): the prefix, then the document after it as a segment. */
 static int cpu_encode(const lz_llama *m, const int *prefix, int s, const int *ids, int n, lz_kv_cache *pc,
-                      lz_kv_cache *dc)
+                      lz_kv_cache *dc, float *qwin = NULL, int c0 = 0, int cw = 0)
 {
     lz_llama_scratch *sc = lz_llama_scratch_new(m, 256);
     if (!sc || lz_kv_cache_init(pc, &m->cfg, s) || lz_kv_cache_init(dc, &m->cfg, n)) return -1;
@@ -61,6 +61,7 @@ static int cpu_encode(const lz_llama *m, const int *prefix, int s, const int *id
     if (lz_llama_forward(m, sc, pc, NULL, 0, prefix, s, NULL, LZ_LOGITS_NONE)) return -1;
     lz_kv_segment seg = {.k = pc->k, .v = pc->v, .n = s, .stride = pc->cap};
     lz_kv_cache_reset(dc, s);
+    if (cw) lz_llama_scratch_capture(sc, qwin, s + c0, cw); /* the eviction window's queries */
     int rc = lz_llama_forward(m, sc, dc, &seg, 1, ids, n, NULL, LZ_LOGITS_NONE);
     lz_llama_scratch_free(sc);
     return rc;
@@ -83,10 +84,25 @@ static void test_shape(const char *dir, int hd, int heads, int kv, int layout_ha
     for (int li = 0; g && li < 4; li++) {
         const int n = lens[li];
         lz_kv_cache pc, dc, gc;
-        if (cpu_encode(m, prefix, s, ids, n, &pc, &dc) || lz_kv_cache_init(&gc, &m->cfg, n)) { CHECK(0, "cpu"); break; }
+        const int cw = n >= 32 ? 32 : 0, c0 = n - cw; /* the observation window: the last 32 rows */
+        const size_t qn = (size_t)layers * cw * heads * hd;
+        float *qc = (float *)malloc((qn ? qn : 1) * 4), *qg = (float *)malloc((qn ? qn : 1) * 4);
+        if (cpu_encode(m, prefix, s, ids, n, &pc, &dc, qc, c0, cw) || lz_kv_cache_init(&gc, &m->cfg, n)) { CHECK(0, "cpu"); break; }
         if (li == 0) CHECK(lz_llama_gpu_set_prefix(g, &pc, err, sizeof err) == 0, "prefix: %s", err);
         for (size_t i = 0; i < (size_t)layers * kv * n * hd; i++) gc.k[i] = gc.v[i] = NAN;
-        CHECK(lz_llama_gpu_encode(g, ids, n, &gc, err, sizeof err) == 0, "encode: %s", err);
+        CHECK(lz_llama_gpu_encode(g, ids, n, &gc, qg, c0, cw, err, sizeof err) == 0, "encode: %s", err);
+        if (cw) {
+            double num = 0, den = 0;
+            for (size_t e = 0; e < qn; e++) {
+                num += ((double)qg[e] - qc[e]) * ((double)qg[e] - qc[e]);
+                den += (double)qc[e] * qc[e];
+            }
+            const double qe = sqrt(num / (den > 0 ? den : 1));
+            CHECK(qe <= 3e-2, "window queries d=%d n=%d: normalised error %.3g", hd, n, qe);
+            printf("d=%3d n=%4d: the eviction window's 32 queries, GPU vs CPU normalised error %.2e\n", hd, n, qe);
+        }
+        free(qc);
+        free(qg);
         CHECK(gc.n == n && gc.pos0 == s, "cache counts");
         double worst = 0;
         int nan = 0;
@@ -112,9 +128,9 @@ static void test_shape(const char *dir, int hd, int heads, int kv, int layout_ha
     lz_kv_cache big;
     if (g && !lz_kv_cache_init(&big, &m->cfg, max_tokens + 1)) {
         int *many = (int *)calloc((size_t)max_tokens + 1, sizeof(int));
-        CHECK(lz_llama_gpu_encode(g, many, max_tokens + 1, &big, err, sizeof err) != 0, "too many tokens accepted");
+        CHECK(lz_llama_gpu_encode(g, many, max_tokens + 1, &big, NULL, 0, 0, err, sizeof err) != 0, "too many tokens accepted");
         many[0] = vocab;
-        CHECK(lz_llama_gpu_encode(g, many, 2, &big, err, sizeof err) != 0 && strstr(err, "out of range"), "bad id");
+        CHECK(lz_llama_gpu_encode(g, many, 2, &big, NULL, 0, 0, err, sizeof err) != 0 && strstr(err, "out of range"), "bad id");
         free(many);
         lz_kv_cache_free(&big);
     }
@@ -273,11 +289,11 @@ static void bench(const char *dir)
     const double tc = now_s() - t;
     lz_kv_cache_init(&gc, &m->cfg, n);
     lz_llama_gpu_set_prefix(g, &pc, err, sizeof err);
-    lz_llama_gpu_encode(g, ids, n, &gc, err, sizeof err); /* warm-up */
+    lz_llama_gpu_encode(g, ids, n, &gc, NULL, 0, 0, err, sizeof err); /* warm-up */
     double best = 1e9;
     for (int r = 0; r < 5; r++) {
         t = now_s();
-        CHECK(lz_llama_gpu_encode(g, ids, n, &gc, err, sizeof err) == 0, "encode: %s", err);
+        CHECK(lz_llama_gpu_encode(g, ids, n, &gc, NULL, 0, 0, err, sizeof err) == 0, "encode: %s", err);
         t = now_s() - t;
         best = t < best ? t : best;
     }
@@ -294,7 +310,7 @@ static void bench(const char *dir)
     int64_t pos = s;
     for (int i = 0; i < ND; i++) {
         lz_kv_cache_init(&docs[i], &m->cfg, DL);
-        CHECK(lz_llama_gpu_encode(g, ids + i * 50, DL, &docs[i], err, sizeof err) == 0, "encode: %s", err);
+        CHECK(lz_llama_gpu_encode(g, ids + i * 50, DL, &docs[i], NULL, 0, 0, err, sizeof err) == 0, "encode: %s", err);
         segs[i + 1] = (lz_kv_segment){.k = docs[i].k, .v = docs[i].v, .n = DL, .stride = DL, .rot = pos - s};
         pos += DL;
     }
