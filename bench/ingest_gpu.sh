@@ -15,6 +15,14 @@ for b in test_llama_cuda lazyingest lazyquery; do
 done
 B=build/gpu-run
 st=0
+# ask STORE [lazyquery options]: the demo's three questions, one answer a line
+ask() {
+    store=$1; shift
+    for q in "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
+             "Which organisation is older, Raio Works or Rairreil Works?"; do
+        "$B/lazyquery" --model models/default.gguf --store "$store" --top-k 3 -n 32 --no-stats "$@" "$q" 2>&1
+    done
+}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 "$B/test_llama_cuda" --bench > "$OUT/test_llama_cuda.log" 2>&1 || st=1
 tail -2 "$OUT/test_llama_cuda.log"
@@ -26,10 +34,7 @@ for mode in cpu gpu; do
     echo "== ingest $mode"; grep -E "tokens:|GPU:|store:" "$OUT/ingest-$mode.log"
     "$B/lazyingest" --check --store "$OUT/store-$mode" --model models/default.gguf > "$OUT/check-$mode.log" 2>&1 || st=1
     tail -1 "$OUT/check-$mode.log"
-    for q in "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
-             "Which organisation is older, Raio Works or Rairreil Works?"; do
-        "$B/lazyquery" --model models/default.gguf --store "$OUT/store-$mode" --top-k 3 -n 32 --no-stats -q "$q" 2>&1
-    done > "$OUT/answers-$mode.txt"
+    ask "$OUT/store-$mode" -q > "$OUT/answers-$mode.txt"
     echo "answers ($mode):"; cat "$OUT/answers-$mode.txt"
 done
 cmp -s "$OUT/answers-cpu.txt" "$OUT/answers-gpu.txt" && echo "answers: identical" || echo "answers: differ"
@@ -41,17 +46,11 @@ for mode in cpu gpu; do
         datasets/demo/corpus.jsonl > "$OUT/ingest-ada-$mode.log" 2>&1 || st=1
     echo "== ingest ada-snapkv $mode"; grep -E "tokens:|GPU:|kv eviction" "$OUT/ingest-ada-$mode.log"
     "$B/lazyingest" --check --store "$OUT/store-ada-$mode" --model models/default.gguf 2>&1 | tail -1
-    for q in "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
-             "Which organisation is older, Raio Works or Rairreil Works?"; do
-        "$B/lazyquery" --model models/default.gguf --store "$OUT/store-ada-$mode" --top-k 3 -n 32 --no-stats -q "$q" 2>&1
-    done > "$OUT/answers-ada-$mode.txt"
+    ask "$OUT/store-ada-$mode" -q > "$OUT/answers-ada-$mode.txt"
     echo "answers (ada-snapkv, $mode):"; cat "$OUT/answers-ada-$mode.txt"
 done
 # the questions answered on the GPU (lazyquery --gpu) from the CPU-ingested store, with timings
-for q in "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
-         "Which organisation is older, Raio Works or Rairreil Works?"; do
-    "$B/lazyquery" --gpu --model models/default.gguf --store "$OUT/store-cpu" --top-k 3 -n 32 --no-stats --json "$q" 2>&1
-done > "$OUT/answers-gpu-query.jsonl" || st=1
+ask "$OUT/store-cpu" --gpu --json > "$OUT/answers-gpu-query.jsonl" || st=1
 echo "answers (lazyquery --gpu, CPU store):"; grep -o '"answer":"[^"]*"' "$OUT/answers-gpu-query.jsonl"
 grep -o '"answer":"[^"]*"' "$OUT/answers-gpu-query.jsonl" | sed 's/"answer":"//; s/"$//' > "$OUT/answers-gq.txt"
 cmp -s "$OUT/answers-cpu.txt" "$OUT/answers-gq.txt" && echo "GPU query answers: identical to the CPU's" || echo "GPU query answers: differ"
