@@ -1,16 +1,18 @@
 #!/bin/sh
-# ingest_gpu.sh - on the GPU machine: the GPU ingest forward pass against the
-# CPU engine (tests/cuda/test_llama_cuda.cu, then its --bench), and the demo
+# ingest_gpu.sh - on the GPU machine: the forward pass's small kernels against
+# their CPU references (tests/cuda/test_ops.cu), the GPU ingest and query
+# passes against the CPU engine (tests/cuda/test_llama_cuda.cu, then its
+# --bench), and the demo
 # corpus ingested twice with the embedded model, on the CPU and with --gpu,
 # each store checked and asked the demo's questions, and the questions
 # answered on the GPU (lazyquery --gpu).
 # Usage (repo root, GPU machine): sh bench/ingest_gpu.sh OUTDIR
-#   with build/gpuenc/{test_llama_cuda,lazyingest,lazyquery}.gz built here by
+#   with build/gpuenc/{test_ops,test_llama_cuda,lazyingest,lazyquery}.gz built here by
 #   'make cuda' and gzip (bench/RESULTS.md, "Ingest on the GPU").
 set -u
 OUT=${1:?OUTDIR}
 mkdir -p "$OUT" build/gpu-run
-for b in test_llama_cuda lazyingest lazyquery; do
+for b in test_ops test_llama_cuda lazyingest lazyquery; do
     gunzip -c "build/gpuenc/$b.gz" > "build/gpu-run/$b" && chmod +x "build/gpu-run/$b"
 done
 B=build/gpu-run
@@ -24,6 +26,8 @@ ask() {
     done
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+"$B/test_ops" > "$OUT/test_ops.log" 2>&1 || st=1
+tail -1 "$OUT/test_ops.log"
 "$B/test_llama_cuda" --bench > "$OUT/test_llama_cuda.log" 2>&1 || st=1
 tail -2 "$OUT/test_llama_cuda.log"
 for mode in cpu gpu; do

@@ -4,7 +4,8 @@
  * the caller's KV will be read back) -> lz_prefill over the prefix segment
  * and the document's own keys (causal) -> o GEMM added to the fp32 residual
  * -> rmsnorm -> gate, up GEMMs -> silu(gate) * up (bf16) -> down GEMM added.
- * The math is model/forward.c's; model/rope.h is shared.
+ * The math is model/forward.c's; model/rope.h is shared; the small kernels
+ * are kernels/lz_ops.cu (each with a CPU reference).
  *
  * Legend: n = tokens, D = width, H/KV = heads, d = head_dim, F = FFN width,
  * V = vocabulary, L = layers, s = prefix tokens.
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/lz_ops.h"
 #include "kernels/lz_prefill.h"
 #include "model/half.h"
 #include "model/llama_cuda.h"
@@ -30,96 +32,6 @@ struct Layer {
     bf16 *wq, *wk, *wv, *wo, *wg, *wu, *wd; /* (out, in) row-major */
     float *attn_norm, *ffn_norm;
 };
-
-/* x[i, :] = embedding row of ids[i] */
-__global__ void embed_kernel(float *x, const bf16 *tok, const int *ids, int D)
-{
-    const bf16 *row = tok + (size_t)ids[blockIdx.x] * D;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) x[(size_t)blockIdx.x * D + j] = __bfloat162float(row[j]);
-}
-
-/* out[i, :] = bf16(x[i, :] / sqrt(mean(x^2) + eps) * w), one block a row */
-__global__ void rmsnorm_kernel(bf16 *out, const float *x, const float *w, int D, float eps)
-{
-    __shared__ float part[32];
-    const float *xr = x + (size_t)blockIdx.x * D;
-    float ss = 0.f;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) ss += xr[j] * xr[j];
-    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        ss = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
-        for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (threadIdx.x == 0) part[0] = ss;
-    }
-    __syncthreads();
-    const float r = 1.0f / sqrtf(part[0] / (float)D + eps);
-    for (int j = threadIdx.x; j < D; j += blockDim.x) out[(size_t)blockIdx.x * D + j] = __float2bfloat16_rn(xr[j] * r * w[j]);
-}
-
-/* Token-major q, k, v (fp32, from the GEMMs) to head-major bf16: q and k
- * rotated at pos0 + i (model/rope.h), v copied. Block (i, head), head < H
- * is q, then KV of k, then KV of v; thread t owns pair t. */
-__global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const float *k, const float *v, int n, int H,
-                             int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq, float *qcap,
-                             int c0, int cw)
-{
-    if (count) pos0 += *count; /* query: the tokens so far, kept on the device (a graph replays this) */
-    const int i = blockIdx.x, hh = blockIdx.y, t = threadIdx.x;
-    const float *src;
-    bf16 *dst;
-    int rotate = 1;
-    if (hh < H) { src = q + ((size_t)i * H + hh) * d; dst = qh + ((size_t)hh * n + i) * d; }
-    else if (hh < H + KV) { src = k + ((size_t)i * KV + hh - H) * d; dst = kh + ((size_t)(hh - H) * n + i) * d; }
-    else { src = v + ((size_t)i * KV + hh - H - KV) * d; dst = vh + ((size_t)(hh - H - KV) * n + i) * d; rotate = 0; }
-    int a, b;
-    lz_rope_pair(layout, d, t, &a, &b);
-    float x0 = src[a], x1 = src[b];
-    if (rotate) {
-        const float ang = (float)(pos0 + i) * inv_freq[t];
-        lz_rope_rotate_pair(&x0, &x1, cosf(ang), sinf(ang));
-    }
-    dst[a] = __float2bfloat16_rn(x0);
-    dst[b] = __float2bfloat16_rn(x1);
-    if (qcap && hh < H && i >= c0 && i < c0 + cw) { /* KV eviction's window: rotated queries, fp32, (cw, H, d) */
-        float *row = qcap + ((size_t)(i - c0) * H + hh) * d;
-        row[a] = x0;
-        row[b] = x1;
-    }
-}
-
-/* out = bf16(silu(gate) * up) */
-__global__ void silu_mul_kernel(bf16 *out, const float *gate, const float *up, size_t count)
-{
-    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < count; e += (size_t)gridDim.x * blockDim.x) {
-        const float g = gate[e];
-        out[e] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * up[e]);
-    }
-}
-
-/* (H, n, d) -> (n, H * d) */
-__global__ void tokens_kernel(bf16 *out, const bf16 *oh, int n, int H, int d)
-{
-    const int i = blockIdx.x, h = blockIdx.y;
-    for (int e = threadIdx.x; e < d; e += blockDim.x) out[((size_t)i * H + h) * d + e] = oh[((size_t)h * n + i) * d + e];
-}
-
-/* the own sequence's length in every layer's descriptor: qlen[(l * W + S) * KV + h] = *count */
-__global__ void own_len_kernel(int32_t *qlen, int L, int W, int S, int KV, const int *count)
-{
-    for (int e = threadIdx.x; e < L * KV; e += blockDim.x) qlen[((size_t)(e / KV) * W + S) * KV + e % KV] = *count;
-}
-
-/* this step's n keys or values (KV, n, d) appended to a layer's own rows (KV, N, d) after *count */
-__global__ void append_kernel(bf16 *own, const bf16 *t, int n, int N, int d, const int *count)
-{
-    const int h = blockIdx.y, i = blockIdx.x;
-    for (int e = threadIdx.x; e < d; e += blockDim.x)
-        own[((size_t)h * N + *count + i) * d + e] = t[((size_t)h * n + i) * d + e];
-}
-
-__global__ void bump_kernel(int *count, int n) { *count += n; }
 
 } /* namespace */
 
@@ -408,21 +320,21 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, 
     const Layer *w = &g->layers[l];
     cudaStream_t st = g->st;
     int rc;
-    rmsnorm_kernel<<<n, 256, 0, st>>>(g->xb, g->x, w->attn_norm, D, c->norm_eps);
+    lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->attn_norm, n, D, c->norm_eps, st);
     if ((rc = (int)gemm(g, g->q, g->xb, w->wq, n, D, Hd, 0.f)) || (rc = (int)gemm(g, g->k, g->xb, w->wk, n, D, KVd, 0.f)) ||
         (rc = (int)gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f)))
         return fail(err, errlen, "cuBLAS q/k/v", rc);
-    heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, st>>>(g->qh, kh, vh, g->q, g->k, g->v, n, H, KV, d, pos0, count,
-                                                        c->rope_layout, g->inv_freq, qcap, c0, cw);
+    lz_op_heads((lz_bf16 *)g->qh, (lz_bf16 *)kh, (lz_bf16 *)vh, g->q, g->k, g->v, n, H, KV, d, pos0, count, c->rope_layout,
+                g->inv_freq, qcap, c0, cw, st);
     p->k_self = (const lz_bf16 *)kh;
     p->v_self = (const lz_bf16 *)vh;
     if ((rc = lazy ? lz_prefill_lazy(p, st) : lz_prefill(p, st))) return fail(err, errlen, "attention", rc);
-    tokens_kernel<<<dim3(n, H), 128, 0, st>>>(g->ot, g->oh, n, H, d);
+    lz_op_tokens((lz_bf16 *)g->ot, (const lz_bf16 *)g->oh, n, H, d, st);
     if ((rc = (int)gemm(g, g->x, g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "cuBLAS o", rc);
-    rmsnorm_kernel<<<n, 256, 0, st>>>(g->xb, g->x, w->ffn_norm, D, c->norm_eps);
+    lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->ffn_norm, n, D, c->norm_eps, st);
     if ((rc = (int)gemm(g, g->gate, g->xb, w->wg, n, D, F, 0.f)) || (rc = (int)gemm(g, g->up, g->xb, w->wu, n, D, F, 0.f)))
         return fail(err, errlen, "cuBLAS gate/up", rc);
-    silu_mul_kernel<<<1024, 256, 0, st>>>(g->hb, g->gate, g->up, (size_t)n * F);
+    lz_op_silu_mul((lz_bf16 *)g->hb, g->gate, g->up, (size_t)n * F, st);
     if ((rc = (int)gemm(g, g->x, g->hb, w->wd, n, F, D, 1.f))) return fail(err, errlen, "cuBLAS down", rc);
     return 0;
 }
@@ -471,7 +383,7 @@ extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv
     }
     cudaStream_t st = g->st;
     CUDA_OK(cudaMemcpyAsync(g->ids, ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, st), "ids");
-    embed_kernel<<<n, 256, 0, st>>>(g->x, g->tok_embd, g->ids, D);
+    lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->ids, n, D, st);
     lz_prefill_params p = attn_params(g, n);
     p.n_seg = g->s > 0;
     p.seg_len = g->dlen;
@@ -717,8 +629,8 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
     const int N = g->max_tokens, W = g->S + 1;
     cudaStream_t st = g->st;
     CUDA_OK(cudaMemcpyAsync(g->ids, g->hids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, st), "ids");
-    own_len_kernel<<<1, 256, 0, st>>>(g->qlen, L, W, g->S, KV, g->dn_own); /* the tokens so far: a segment at offset 0 */
-    embed_kernel<<<n, 256, 0, st>>>(g->x, g->tok_embd, g->ids, D);
+    lz_op_own_len(g->qlen, L, W, g->S, KV, g->dn_own, st); /* the tokens so far: a segment at offset 0 */
+    lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->ids, n, D, st);
     lz_prefill_params p = step_params(g, n);
     p.work = g->work;
     p.work_bytes = g->work_bytes;
@@ -728,12 +640,12 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
         if (layer(g, l, n, g->pos0, g->dn_own, g->tk, g->tv, &p, 1, NULL, 0, 0, err, errlen)) return -1;
         /* this step's keys and values join the sequence */
         const size_t own = (size_t)l * KV * N * d;
-        append_kernel<<<dim3(n, KV), 128, 0, st>>>(g->own_k + own, g->tk, n, N, d, g->dn_own);
-        append_kernel<<<dim3(n, KV), 128, 0, st>>>(g->own_v + own, g->tv, n, N, d, g->dn_own);
+        lz_op_append((lz_bf16 *)(g->own_k + own), (const lz_bf16 *)g->tk, n, KV, N, d, g->dn_own, st);
+        lz_op_append((lz_bf16 *)(g->own_v + own), (const lz_bf16 *)g->tv, n, KV, N, d, g->dn_own, st);
     }
-    bump_kernel<<<1, 1, 0, st>>>(g->dn_own, n);
+    lz_op_count_add(g->dn_own, n, st);
     if (want) { /* the last row: final norm, output head */
-        rmsnorm_kernel<<<1, 256, 0, st>>>(g->xb, g->x + (size_t)(n - 1) * D, g->out_norm, D, c->norm_eps);
+        lz_op_rmsnorm((lz_bf16 *)g->xb, g->x + (size_t)(n - 1) * D, g->out_norm, 1, D, c->norm_eps, st);
         const int rc = (int)gemm(g, g->logits, g->xb, g->out_w, 1, D, V, 0.f);
         if (rc) return fail(err, errlen, "cuBLAS output", rc);
         CUDA_OK(cudaMemcpyAsync(g->hlogits, g->logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, st), "logits");

@@ -1,0 +1,164 @@
+/* lz_ops.cu - the small kernels of the GPU forward pass and their launchers
+ * (lz_ops.h); CPU references in lz_ops_ref.c. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "kernels/lz_ops.h"
+#include "model/rope.h"
+
+typedef __nv_bfloat16 bf16;
+
+namespace {
+
+/* x[i, :] = embedding row of ids[i] */
+__global__ void embed_kernel(float *x, const bf16 *tok, const int *ids, int D)
+{
+    const bf16 *row = tok + (size_t)ids[blockIdx.x] * D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) x[(size_t)blockIdx.x * D + j] = __bfloat162float(row[j]);
+}
+
+/* out[i, :] = bf16(x[i, :] / sqrt(mean(x^2) + eps) * w), one block a row */
+__global__ void rmsnorm_kernel(bf16 *out, const float *x, const float *w, int D, float eps)
+{
+    __shared__ float part[32];
+    const float *xr = x + (size_t)blockIdx.x * D;
+    float ss = 0.f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) ss += xr[j] * xr[j];
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        ss = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
+        for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (threadIdx.x == 0) part[0] = ss;
+    }
+    __syncthreads();
+    const float r = 1.0f / sqrtf(part[0] / (float)D + eps);
+    for (int j = threadIdx.x; j < D; j += blockDim.x) out[(size_t)blockIdx.x * D + j] = __float2bfloat16_rn(xr[j] * r * w[j]);
+}
+
+/* Token-major q, k, v (fp32, from the GEMMs) to head-major bf16: q and k
+ * rotated at pos0 + i (model/rope.h), v copied. Block (i, head), head < H
+ * is q, then KV of k, then KV of v; thread t owns pair t. */
+__global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const float *k, const float *v, int n, int H,
+                             int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq, float *qcap,
+                             int c0, int cw)
+{
+    if (count) pos0 += *count; /* query: the tokens so far, kept on the device (a graph replays this) */
+    const int i = blockIdx.x, hh = blockIdx.y, t = threadIdx.x;
+    const float *src;
+    bf16 *dst;
+    int rotate = 1;
+    if (hh < H) { src = q + ((size_t)i * H + hh) * d; dst = qh + ((size_t)hh * n + i) * d; }
+    else if (hh < H + KV) { src = k + ((size_t)i * KV + hh - H) * d; dst = kh + ((size_t)(hh - H) * n + i) * d; }
+    else { src = v + ((size_t)i * KV + hh - H - KV) * d; dst = vh + ((size_t)(hh - H - KV) * n + i) * d; rotate = 0; }
+    int a, b;
+    lz_rope_pair(layout, d, t, &a, &b);
+    float x0 = src[a], x1 = src[b];
+    if (rotate) {
+        const float ang = (float)(pos0 + i) * inv_freq[t];
+        lz_rope_rotate_pair(&x0, &x1, cosf(ang), sinf(ang));
+    }
+    dst[a] = __float2bfloat16_rn(x0);
+    dst[b] = __float2bfloat16_rn(x1);
+    if (qcap && hh < H && i >= c0 && i < c0 + cw) { /* KV eviction's window: rotated queries, fp32, (cw, H, d) */
+        float *row = qcap + ((size_t)(i - c0) * H + hh) * d;
+        row[a] = x0;
+        row[b] = x1;
+    }
+}
+
+/* out = bf16(silu(gate) * up) */
+__global__ void silu_mul_kernel(bf16 *out, const float *gate, const float *up, size_t count)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < count; e += (size_t)gridDim.x * blockDim.x) {
+        const float g = gate[e];
+        out[e] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * up[e]);
+    }
+}
+
+/* (H, n, d) -> (n, H * d) */
+__global__ void tokens_kernel(bf16 *out, const bf16 *oh, int n, int H, int d)
+{
+    const int i = blockIdx.x, h = blockIdx.y;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) out[((size_t)i * H + h) * d + e] = oh[((size_t)h * n + i) * d + e];
+}
+
+/* the own sequence's length in every layer's descriptor: qlen[(l * W + S) * KV + h] = *count */
+__global__ void own_len_kernel(int32_t *qlen, int L, int W, int S, int KV, const int *count)
+{
+    for (int e = threadIdx.x; e < L * KV; e += blockDim.x) qlen[((size_t)(e / KV) * W + S) * KV + e % KV] = *count;
+}
+
+/* this step's n keys or values (KV, n, d) appended to a layer's own rows (KV, N, d) after *count */
+__global__ void append_kernel(bf16 *own, const bf16 *t, int n, int N, int d, const int *count)
+{
+    const int h = blockIdx.y, i = blockIdx.x;
+    for (int e = threadIdx.x; e < d; e += blockDim.x)
+        own[((size_t)h * N + *count + i) * d + e] = t[((size_t)h * n + i) * d + e];
+}
+
+__global__ void bump_kernel(int *count, int n) { *count += n; }
+
+} /* namespace */
+
+#define LZ_OP_DONE() return (int)cudaGetLastError()
+
+extern "C" int lz_op_embed(float *x, const lz_bf16 *table, const int *ids, int n, int D, void *stream)
+{
+    if (n <= 0) return 0;
+    embed_kernel<<<n, 256, 0, (cudaStream_t)stream>>>(x, (const bf16 *)table, ids, D);
+    LZ_OP_DONE();
+}
+
+extern "C" int lz_op_rmsnorm(lz_bf16 *out, const float *x, const float *w, int n, int D, float eps, void *stream)
+{
+    if (n <= 0) return 0;
+    rmsnorm_kernel<<<n, 256, 0, (cudaStream_t)stream>>>((bf16 *)out, x, w, D, eps);
+    LZ_OP_DONE();
+}
+
+extern "C" int lz_op_heads(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int n,
+                           int H, int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq,
+                           float *qcap, int c0, int cw, void *stream)
+{
+    if (n <= 0) return 0;
+    heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, (cudaStream_t)stream>>>((bf16 *)qh, (bf16 *)kh, (bf16 *)vh, q, k, v, n,
+                                                                          H, KV, d, pos0, count, layout, inv_freq, qcap,
+                                                                          c0, cw);
+    LZ_OP_DONE();
+}
+
+extern "C" int lz_op_silu_mul(lz_bf16 *out, const float *gate, const float *up, size_t count, void *stream)
+{
+    if (!count) return 0;
+    silu_mul_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>((bf16 *)out, gate, up, count);
+    LZ_OP_DONE();
+}
+
+extern "C" int lz_op_tokens(lz_bf16 *out, const lz_bf16 *oh, int n, int H, int d, void *stream)
+{
+    if (n <= 0) return 0;
+    tokens_kernel<<<dim3(n, H), 128, 0, (cudaStream_t)stream>>>((bf16 *)out, (const bf16 *)oh, n, H, d);
+    LZ_OP_DONE();
+}
+
+extern "C" int lz_op_own_len(int32_t *qlen, int L, int W, int S, int KV, const int *count, void *stream)
+{
+    own_len_kernel<<<1, 256, 0, (cudaStream_t)stream>>>(qlen, L, W, S, KV, count);
+    LZ_OP_DONE();
+}
+
+extern "C" int lz_op_append(lz_bf16 *own, const lz_bf16 *t, int n, int KV, int N, int d, const int *count, void *stream)
+{
+    if (n <= 0) return 0;
+    append_kernel<<<dim3(n, KV), 128, 0, (cudaStream_t)stream>>>((bf16 *)own, (const bf16 *)t, n, N, d, count);
+    LZ_OP_DONE();
+}
+
+extern "C" int lz_op_count_add(int *count, int n, void *stream)
+{
+    bump_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(count, n);
+    LZ_OP_DONE();
+}

@@ -1,0 +1,91 @@
+/* lz_ops_ref.c - CPU references of the small GPU forward-pass kernels
+ * (lz_ops.h): the same signatures, host memory, plain loops, fp32 math and
+ * bf16 rounding where the kernels round. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/lz_ops.h"
+#include "model/half.h"
+#include "model/rope.h"
+
+int lz_op_embed_ref(float *x, const lz_bf16 *table, const int *ids, int n, int D, void *stream)
+{
+    (void)stream;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < D; j++) x[(size_t)i * D + j] = lz_bf16_to_f32(table[(size_t)ids[i] * D + j]);
+    return 0;
+}
+
+int lz_op_rmsnorm_ref(lz_bf16 *out, const float *x, const float *w, int n, int D, float eps, void *stream)
+{
+    (void)stream;
+    for (int i = 0; i < n; i++) {
+        const float *xr = x + (size_t)i * D;
+        float ss = 0.f;
+        for (int j = 0; j < D; j++) ss += xr[j] * xr[j];
+        const float r = 1.0f / sqrtf(ss / (float)D + eps);
+        for (int j = 0; j < D; j++) out[(size_t)i * D + j] = lz_f32_to_bf16(xr[j] * r * w[j]);
+    }
+    return 0;
+}
+
+int lz_op_heads_ref(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int n, int H,
+                    int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq, float *qcap,
+                    int c0, int cw, void *stream)
+{
+    (void)stream;
+    if (count) pos0 += *count;
+    float x[512];
+    for (int i = 0; i < n; i++)
+        for (int hh = 0; hh < H + 2 * KV; hh++) {
+            const float *src;
+            lz_bf16 *dst;
+            if (hh < H) { src = q + ((size_t)i * H + hh) * d; dst = qh + ((size_t)hh * n + i) * d; }
+            else if (hh < H + KV) { src = k + ((size_t)i * KV + hh - H) * d; dst = kh + ((size_t)(hh - H) * n + i) * d; }
+            else { src = v + ((size_t)i * KV + hh - H - KV) * d; dst = vh + ((size_t)(hh - H - KV) * n + i) * d; }
+            memcpy(x, src, (size_t)d * sizeof(float));
+            if (hh < H + KV) lz_rope_apply(x, d, pos0 + i, layout, inv_freq);
+            for (int e = 0; e < d; e++) dst[e] = lz_f32_to_bf16(x[e]);
+            if (qcap && hh < H && i >= c0 && i < c0 + cw) memcpy(qcap + ((size_t)(i - c0) * H + hh) * d, x, (size_t)d * 4);
+        }
+    return 0;
+}
+
+int lz_op_silu_mul_ref(lz_bf16 *out, const float *gate, const float *up, size_t count, void *stream)
+{
+    (void)stream;
+    for (size_t e = 0; e < count; e++) out[e] = lz_f32_to_bf16(gate[e] / (1.0f + expf(-gate[e])) * up[e]);
+    return 0;
+}
+
+int lz_op_tokens_ref(lz_bf16 *out, const lz_bf16 *oh, int n, int H, int d, void *stream)
+{
+    (void)stream;
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < H; h++)
+            memcpy(out + ((size_t)i * H + h) * d, oh + ((size_t)h * n + i) * d, (size_t)d * sizeof(lz_bf16));
+    return 0;
+}
+
+int lz_op_own_len_ref(int32_t *qlen, int L, int W, int S, int KV, const int *count, void *stream)
+{
+    (void)stream;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < KV; h++) qlen[((size_t)l * W + S) * KV + h] = *count;
+    return 0;
+}
+
+int lz_op_append_ref(lz_bf16 *own, const lz_bf16 *t, int n, int KV, int N, int d, const int *count, void *stream)
+{
+    (void)stream;
+    for (int h = 0; h < KV; h++)
+        memcpy(own + ((size_t)h * N + *count) * d, t + (size_t)h * n * d, (size_t)n * d * sizeof(lz_bf16));
+    return 0;
+}
+
+int lz_op_count_add_ref(int *count, int n, void *stream)
+{
+    (void)stream;
+    *count += n;
+    return 0;
+}

@@ -1,0 +1,152 @@
+/* test_ops.cu - every kernel of kernels/lz_ops.cu against its CPU reference
+ * (kernels/lz_ops_ref.c) on fresh random inputs: exact for the data movement
+ * (embedding, transpose, the own sequence's bookkeeping), within two bf16
+ * ulps where the kernel rounds fp32 math to bf16 (rmsnorm, rotary, silu),
+ * 1e-5 relative for the fp32 window queries; outputs poisoned first.
+ * Usage: test_ops (on the GPU machine) */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/lz_ops.h"
+#include "model/half.h"
+#include "model/rope.h"
+#include "tests/cuda/cuda_check.h"
+#include "tests/test.h"
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static float urand(void) { return (float)lz_test_u01(&rng); }
+
+template <class T> static T *dev(const T *h, size_t n)
+{
+    T *d;
+    CK(cudaMalloc((void **)&d, n * sizeof(T) + 1));
+    if (h) CK(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice));
+    else CK(cudaMemset(d, 0xff, n * sizeof(T) + 1)); /* poison: NaN bf16 / fp32 */
+    return d;
+}
+template <class T> static T *back(const T *d, size_t n)
+{
+    T *h = (T *)malloc(n * sizeof(T) + 1);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+static float *frand(size_t n, float scale)
+{
+    float *x = (float *)malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (urand() * 2.f - 1.f) * scale;
+    return x;
+}
+/* elements of a (GPU) and b (reference) bf16 further apart than ulps bf16
+ * ulps of b plus atol (the rotary: device and host cos/sin of one fp32 angle
+ * differ in the last bit, which a cancelling pair turns into an absolute,
+ * not a relative, difference of ~1e-6 of its inputs) */
+static size_t bf16_bad(const lz_bf16 *a, const lz_bf16 *b, size_t n, int ulps, float atol = 0.f)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float x = lz_bf16_to_f32(a[i]), y = lz_bf16_to_f32(b[i]);
+        bad += !(fabsf(x - y) <= ulps * 0x1p-8f * fabsf(y) + atol + 1e-30f);
+    }
+    return bad;
+}
+
+static void test_shapes(int n, int D, int H, int KV, int d, int layout)
+{
+    const size_t nd = (size_t)n * D, V = 97;
+    /* embedding */
+    lz_bf16 *tab = (lz_bf16 *)malloc(V * D * 2);
+    for (size_t i = 0; i < V * D; i++) tab[i] = lz_f32_to_bf16(urand() - 0.5f);
+    int *ids = (int *)malloc(n * sizeof(int));
+    for (int i = 0; i < n; i++) ids[i] = (int)(urand() * V) % (int)V;
+    float *x_ref = (float *)malloc(nd * 4), *x_d = dev<float>(NULL, nd);
+    lz_bf16 *tab_d = dev(tab, V * D);
+    int *ids_d = dev(ids, n);
+    CHECK(lz_op_embed(x_d, tab_d, ids_d, n, D, NULL) == 0, "embed launch");
+    lz_op_embed_ref(x_ref, tab, ids, n, D, NULL);
+    float *x_g = back(x_d, nd);
+    CHECK(!memcmp(x_g, x_ref, nd * 4), "embed n=%d D=%d", n, D);
+    /* rmsnorm */
+    float *x = frand(nd, 3.f), *w = frand(D, 1.f);
+    float *xd = dev(x, nd), *wd = dev(w, D);
+    lz_bf16 *o_d = dev<lz_bf16>(NULL, nd), *o_ref = (lz_bf16 *)malloc(nd * 2);
+    CHECK(lz_op_rmsnorm(o_d, xd, wd, n, D, 1e-5f, NULL) == 0, "rmsnorm launch");
+    lz_op_rmsnorm_ref(o_ref, x, w, n, D, 1e-5f, NULL);
+    lz_bf16 *o_g = back(o_d, nd);
+    CHECK(bf16_bad(o_g, o_ref, nd, 2) == 0, "rmsnorm n=%d D=%d: %zu elements off", n, D, bf16_bad(o_g, o_ref, nd, 2));
+    /* heads: rotary into head-major, window queries, a length read from memory */
+    float inv[64];
+    lz_rope_inv_freqs(inv, d, 500000.f, NULL);
+    const size_t nq = (size_t)n * H * d, nk = (size_t)n * KV * d;
+    float *q = frand(nq, 2.f), *k = frand(nk, 2.f), *v = frand(nk, 2.f);
+    float *qd = dev(q, nq), *kd = dev(k, nk), *vd = dev(v, nk), *invd = dev(inv, (size_t)d / 2);
+    lz_bf16 *qh_d = dev<lz_bf16>(NULL, nq), *kh_d = dev<lz_bf16>(NULL, nk), *vh_d = dev<lz_bf16>(NULL, nk);
+    lz_bf16 *qh = (lz_bf16 *)malloc(nq * 2), *kh = (lz_bf16 *)malloc(nk * 2), *vh = (lz_bf16 *)malloc(nk * 2);
+    const int cw = n > 3 ? 3 : n, c0 = n - cw, cnt = 70000 + n; /* positions past 65,536 */
+    int *cnt_d = dev(&cnt, 1);
+    float *qc_d = dev<float>(NULL, (size_t)cw * H * d), *qc = (float *)malloc((size_t)cw * H * d * 4);
+    CHECK(lz_op_heads(qh_d, kh_d, vh_d, qd, kd, vd, n, H, KV, d, 5, cnt_d, layout, invd, qc_d, c0, cw, NULL) == 0, "heads");
+    lz_op_heads_ref(qh, kh, vh, q, k, v, n, H, KV, d, 5, &cnt, layout, inv, qc, c0, cw, NULL);
+    lz_bf16 *qh_g = back(qh_d, nq), *kh_g = back(kh_d, nk), *vh_g = back(vh_d, nk);
+    float *qc_g = back(qc_d, (size_t)cw * H * d);
+    /* inputs within [-2, 2]: 1e-4 absolute is ~100x the cos/sin disagreement; a wrong angle or pair is O(1) */
+    CHECK(bf16_bad(qh_g, qh, nq, 2, 1e-4f) == 0 && bf16_bad(kh_g, kh, nk, 2, 1e-4f) == 0 && !memcmp(vh_g, vh, nk * 2),
+          "heads n=%d H=%d KV=%d d=%d layout=%d: %zu / %zu off", n, H, KV, d, layout, bf16_bad(qh_g, qh, nq, 2, 1e-4f),
+          bf16_bad(kh_g, kh, nk, 2, 1e-4f));
+    double worst = 0;
+    for (size_t e = 0; e < (size_t)cw * H * d; e++) worst = fmax(worst, fabs(qc_g[e] - qc[e]) / (fabs(qc[e]) + 1e-3));
+    CHECK(worst <= 1e-4, "window queries: relative %g", worst);
+    /* silu */
+    float *gt = frand(nd, 6.f), *up = frand(nd, 2.f), *gtd = dev(gt, nd), *upd = dev(up, nd);
+    lz_bf16 *s_d = dev<lz_bf16>(NULL, nd), *s_ref = (lz_bf16 *)malloc(nd * 2);
+    CHECK(lz_op_silu_mul(s_d, gtd, upd, nd, NULL) == 0, "silu launch");
+    lz_op_silu_mul_ref(s_ref, gt, up, nd, NULL);
+    lz_bf16 *s_g = back(s_d, nd);
+    CHECK(bf16_bad(s_g, s_ref, nd, 2) == 0, "silu: %zu off", bf16_bad(s_g, s_ref, nd, 2));
+    /* tokens: (H, n, d) -> (n, H*d) */
+    lz_bf16 *t_d = dev<lz_bf16>(NULL, nq), *t_ref = (lz_bf16 *)malloc(nq * 2);
+    CHECK(lz_op_tokens(t_d, qh_d, n, H, d, NULL) == 0, "tokens launch");
+    lz_op_tokens_ref(t_ref, qh_g, n, H, d, NULL);
+    lz_bf16 *t_g = back(t_d, nq);
+    CHECK(!memcmp(t_g, t_ref, nq * 2), "tokens");
+    /* the own sequence: lengths, append after *count, count += n */
+    const int L = 3, W = 4, S = 2, N = n + 9, start = 4;
+    int32_t *ql = (int32_t *)malloc((size_t)L * W * KV * 4);
+    for (int e = 0; e < L * W * KV; e++) ql[e] = e;
+    int32_t *ql_d = dev(ql, (size_t)L * W * KV);
+    int st = start, *st_d = dev(&st, 1);
+    CHECK(lz_op_own_len(ql_d, L, W, S, KV, st_d, NULL) == 0, "own len launch");
+    lz_op_own_len_ref(ql, L, W, S, KV, &st, NULL);
+    int32_t *ql_g = back(ql_d, (size_t)L * W * KV);
+    CHECK(!memcmp(ql_g, ql, (size_t)L * W * KV * 4), "own lengths");
+    lz_bf16 *own = (lz_bf16 *)malloc((size_t)KV * N * d * 2);
+    for (size_t e = 0; e < (size_t)KV * N * d; e++) own[e] = (lz_bf16)e;
+    lz_bf16 *own_d = dev(own, (size_t)KV * N * d);
+    CHECK(lz_op_append(own_d, kh_d, n, KV, N, d, st_d, NULL) == 0, "append launch");
+    lz_op_append_ref(own, kh_g, n, KV, N, d, &st, NULL);
+    lz_bf16 *own_g = back(own_d, (size_t)KV * N * d);
+    CHECK(!memcmp(own_g, own, (size_t)KV * N * d * 2), "append after %d rows", start);
+    CHECK(lz_op_count_add(st_d, n, NULL) == 0, "count launch");
+    lz_op_count_add_ref(&st, n, NULL);
+    int *st_g = back(st_d, 1);
+    CHECK(*st_g == st && st == start + n, "count %d", *st_g);
+    printf("ops n=%4d D=%4d H=%2d KV=%d d=%3d layout=%d: clean\n", n, D, H, KV, d, layout);
+    cudaFree(tab_d); cudaFree(ids_d); cudaFree(x_d); cudaFree(xd); cudaFree(wd); cudaFree(o_d); cudaFree(qd); cudaFree(kd);
+    cudaFree(vd); cudaFree(invd); cudaFree(qh_d); cudaFree(kh_d); cudaFree(vh_d); cudaFree(cnt_d); cudaFree(qc_d);
+    cudaFree(gtd); cudaFree(upd); cudaFree(s_d); cudaFree(t_d); cudaFree(ql_d); cudaFree(st_d); cudaFree(own_d);
+    free(tab); free(ids); free(x_ref); free(x_g); free(x); free(w); free(o_ref); free(o_g); free(q); free(k); free(v);
+    free(qh); free(kh); free(vh); free(qc); free(qh_g); free(kh_g); free(vh_g); free(qc_g); free(gt); free(up);
+    free(s_ref); free(s_g); free(t_ref); free(t_g); free(ql); free(ql_g); free(own); free(own_g); free(st_g);
+}
+
+int main(void)
+{
+    test_shapes(1, 64, 4, 4, 64, LZ_ROPE_ADJACENT);
+    test_shapes(37, 256, 8, 2, 128, LZ_ROPE_HALF);
+    test_shapes(300, 1536, 12, 4, 128, LZ_ROPE_ADJACENT);
+    test_shapes(129, 4096, 32, 8, 128, LZ_ROPE_HALF);
+    return lz_test_done();
+}
