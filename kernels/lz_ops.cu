@@ -123,6 +123,7 @@ extern "C" int lz_op_heads(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q
                            int H, int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq,
                            float *qcap, int c0, int cw, void *stream)
 {
+    if (d <= 0 || d % 2 || d > 512) return LZ_ATTN_EHEADDIM;
     if (n <= 0) return 0;
     heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, (cudaStream_t)stream>>>((bf16 *)qh, (bf16 *)kh, (bf16 *)vh, q, k, v, n,
                                                                           H, KV, d, pos0, count, layout, inv_freq, qcap,

@@ -33,7 +33,8 @@ int lz_op_rmsnorm_ref(lz_bf16 *out, const float *x, const float *w, int n, int D
  * (H, n, d), kh and vh (KV, n, d): q and k rotated at position pos0 + i (+
  * *count when count is not NULL: a length kept in the same memory as the
  * data), layout and inv_freq as model/rope.h. qcap (cw, H, d) fp32, when
- * not NULL, receives the rotated q of rows c0 .. c0 + cw - 1. */
+ * not NULL, receives the rotated q of rows c0 .. c0 + cw - 1. d even, <= 512
+ * (else LZ_ATTN_EHEADDIM). */
 int lz_op_heads(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int n, int H,
                 int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq, float *qcap, int c0,
                 int cw, void *stream);

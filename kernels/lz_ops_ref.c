@@ -34,6 +34,7 @@ int lz_op_heads_ref(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const
                     int c0, int cw, void *stream)
 {
     (void)stream;
+    if (d <= 0 || d % 2 || d > 512) return LZ_ATTN_EHEADDIM;
     if (count) pos0 += *count;
     float x[512];
     for (int i = 0; i < n; i++)

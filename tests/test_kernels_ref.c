@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "kernels/lz_decode.h"
+#include "kernels/lz_ops.h"
 #include "kernels/lz_prefill.h"
 #include "kernels/lz_rerotate.h"
 #include "model/attention.h"
@@ -364,6 +365,81 @@ static void test_decode_splits(void)
     CHECK(lz_decode_splits(&p, 132) == 5, "a forced split is kept");
 }
 
+/* The CPU references of the forward pass's small GPU kernels (kernels/lz_ops_ref.c)
+ * against the engine's own math written out here: the layouts (token-major to
+ * head-major and back), the rotation at pos0 + *count (model/rope.h), the window
+ * capture, rmsnorm and silu in double, and the own sequence's bookkeeping. A
+ * wrong index, pair or position fails them. */
+static void test_ops_ref(int layout)
+{
+    const int n = 5, H = 4, KV = 2, d = 8, D = 16;
+    float q[5 * 4 * 8], k[5 * 2 * 8], v[5 * 2 * 8], inv[4], qc[2 * 4 * 8];
+    for (size_t i = 0; i < sizeof q / 4; i++) q[i] = (float)(urand() * 2 - 1);
+    for (size_t i = 0; i < sizeof k / 4; i++) k[i] = (float)(urand() * 2 - 1), v[i] = (float)(urand() * 2 - 1);
+    lz_rope_inv_freqs(inv, d, 10000.f, NULL);
+    lz_bf16 qh[5 * 4 * 8], kh[5 * 2 * 8], vh[5 * 2 * 8], back_q[5 * 4 * 8];
+    const int count = 70001;
+    lz_op_heads_ref(qh, kh, vh, q, k, v, n, H, KV, d, 3, &count, layout, inv, qc, 3, 2, NULL);
+    int bad = 0, badc = 0;
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < H + KV; h++) {
+            float x[8];
+            memcpy(x, h < H ? q + ((size_t)i * H + h) * d : k + ((size_t)i * KV + h - H) * d, sizeof x);
+            lz_rope_apply(x, d, 3 + count + i, layout, inv);
+            const lz_bf16 *got = h < H ? qh + ((size_t)h * n + i) * d : kh + ((size_t)(h - H) * n + i) * d;
+            for (int e = 0; e < d; e++) bad += got[e] != lz_f32_to_bf16(x[e]);
+            if (h < H && i >= 3)
+                for (int e = 0; e < d; e++) badc += qc[((size_t)(i - 3) * H + h) * d + e] != x[e];
+            if (h < KV)
+                for (int e = 0; e < d; e++) bad += vh[((size_t)h * n + i) * d + e] != lz_f32_to_bf16(v[((size_t)i * KV + h) * d + e]);
+        }
+    CHECK(bad == 0 && badc == 0, "heads ref layout %d: %d values, %d window values wrong", layout, bad, badc);
+    lz_op_tokens_ref(back_q, qh, n, H, d, NULL);
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < H; h++) bad += memcmp(back_q + ((size_t)i * H + h) * d, qh + ((size_t)h * n + i) * d, d * 2) != 0;
+    CHECK(bad == 0, "tokens ref: the transpose");
+    float x[5 * 16], w[16], gate[80], up[80];
+    lz_bf16 o[80], s[80];
+    for (int i = 0; i < n * D; i++) x[i] = (float)(urand() * 4 - 2), gate[i] = (float)(urand() * 8 - 4), up[i] = (float)urand();
+    for (int j = 0; j < D; j++) w[j] = (float)(urand() + 0.5);
+    lz_op_rmsnorm_ref(o, x, w, n, D, 1e-5f, NULL);
+    lz_op_silu_mul_ref(s, gate, up, (size_t)n * D, NULL);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double ss = 0;
+        for (int j = 0; j < D; j++) ss += (double)x[i * D + j] * x[i * D + j];
+        for (int j = 0; j < D; j++) {
+            const double want = x[i * D + j] / sqrt(ss / D + 1e-5) * w[j], g = gate[i * D + j];
+            worst = fmax(worst, fabs(lz_bf16_to_f32(o[i * D + j]) - want) / (fabs(want) + 1e-6));
+            const double sw = g / (1 + exp(-g)) * up[i * D + j];
+            worst = fmax(worst, fabs(lz_bf16_to_f32(s[i * D + j]) - sw) / (fabs(sw) + 1e-6));
+        }
+    }
+    CHECK(worst <= 0x1p-8, "rmsnorm / silu refs: relative %g beyond bf16 rounding", worst);
+    /* own sequence: lengths of segment S in every layer, append after count, count += n */
+    int32_t ql[3 * 4 * 2];
+    for (int e = 0; e < 24; e++) ql[e] = -1;
+    int cnt = 4;
+    lz_op_own_len_ref(ql, 3, 4, 2, 2, &cnt, NULL);
+    for (int e = 0; e < 24; e++) bad += ql[e] != ((e / 2) % 4 == 2 ? 4 : -1);
+    lz_bf16 own[2 * 12 * 8];
+    memset(own, 0, sizeof own);
+    lz_op_append_ref(own, kh, n, KV, 12, d, &cnt, NULL);
+    for (int h = 0; h < KV; h++)
+        for (int r = 0; r < 12; r++)
+            for (int e = 0; e < d; e++)
+                bad += own[((size_t)h * 12 + r) * d + e] != (r >= 4 && r < 4 + n ? kh[((size_t)h * n + r - 4) * d + e] : 0);
+    lz_op_count_add_ref(&cnt, n, NULL);
+    CHECK(bad == 0 && cnt == 4 + n, "own sequence refs (%d wrong, count %d)", bad, cnt);
+    lz_bf16 table[7 * 16];
+    int ids[3] = {6, 0, 3};
+    for (int e = 0; e < 7 * 16; e++) table[e] = lz_f32_to_bf16((float)e);
+    lz_op_embed_ref(x, table, ids, 3, 16, NULL);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 16; j++) bad += x[i * 16 + j] != (float)(ids[i] * 16 + j);
+    CHECK(bad == 0, "embed ref");
+}
+
 int main(void)
 {
     test_words_and_checks();
@@ -371,6 +447,7 @@ int main(void)
     test_rope_table();
     test_prefill_plan();
     for (int layout = 0; layout < 2; layout++) {
+        test_ops_ref(layout);
         test_rerotate_composes(layout);
         for (int di = 0; di < 2; di++)
             for (int gi = 0; gi < 3; gi++) {
