@@ -152,6 +152,16 @@ static float *upload_f32(lz_llama_gpu *g, const float *x, size_t count)
     return d;
 }
 
+static void doc_free(GpuDoc *x)
+{
+    cudaFree(x->k);
+    cudaFree(x->v);
+    free(x->cap);
+    free(x->first);
+    free(x->kept);
+    memset(x, 0, sizeof *x);
+}
+
 extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
 {
     if (!g) return;
@@ -162,13 +172,7 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     if (g->hlogits) cudaFreeHost(g->hlogits);
     if (g->hids) cudaFreeHost(g->hids);
     if (g->decode) cudaGraphExecDestroy(g->decode);
-    for (int i = 0; i < g->n_docs; i++) {
-        cudaFree(g->docs[i].k);
-        cudaFree(g->docs[i].v);
-        free(g->docs[i].cap);
-        free(g->docs[i].first);
-        free(g->docs[i].kept);
-    }
+    for (int i = 0; i < g->n_docs; i++) doc_free(&g->docs[i]);
     free(g->docs);
     cudaFree(g->qsegs);
     cudaFree(g->qlen);
@@ -421,15 +425,6 @@ static int seg_kept(const lz_kv_segment *sg, int l, int h, int KV)
     return sg->n_kept ? sg->n_kept[l * KV + h] : sg->n;
 }
 
-static void doc_free(GpuDoc *x)
-{
-    cudaFree(x->k);
-    cudaFree(x->v);
-    free(x->cap);
-    free(x->first);
-    free(x->kept);
-    memset(x, 0, sizeof *x);
-}
 
 static size_t doc_bytes(const lz_llama_gpu *g, const GpuDoc *x) { return x->rows * g->cfg.head_dim * 2 * 2; }
 
