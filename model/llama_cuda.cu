@@ -52,6 +52,7 @@ struct GpuDoc {
 };
 
 struct lz_llama_gpu {
+    const lz_llama *m; /* the caller's, alive as long as g: the output head uploads at the first question */
     lz_llama_config cfg;
     int max_tokens;
     cublasHandle_t blas;
@@ -195,6 +196,7 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
     if (max_tokens <= 0) { snprintf(err, errlen, "GPU: max_tokens %d", max_tokens); return -1; }
     lz_llama_gpu *g = (lz_llama_gpu *)calloc(1, sizeof *g);
     if (!g) { snprintf(err, errlen, "out of memory"); return -1; }
+    g->m = m;
     g->cfg = *c;
     g->max_tokens = max_tokens;
     const size_t D = c->dim, F = c->ffn_dim, Hd = (size_t)c->n_heads * c->head_dim,
@@ -226,17 +228,7 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
     ok = ok && (g->x = dalloc<float>(g, N * D)) && (g->q = dalloc<float>(g, N * Hd)) && (g->k = dalloc<float>(g, N * KVd)) &&
          (g->v = dalloc<float>(g, N * KVd)) && (g->gate = dalloc<float>(g, N * F)) && (g->up = dalloc<float>(g, N * F)) &&
          (g->xb = dalloc<bf16>(g, N * widest)) && (g->qh = dalloc<bf16>(g, N * Hd)) && (g->oh = dalloc<bf16>(g, N * Hd)) &&
-         (g->ot = dalloc<bf16>(g, N * Hd)) && (g->hb = dalloc<bf16>(g, N * F)) &&
-         (g->kall = dalloc<bf16>(g, L * N * KVd)) && (g->vall = dalloc<bf16>(g, L * N * KVd)) &&
-         (g->ids = dalloc<int>(g, N)) && (g->dsegs = dalloc<lz_attn_segment>(g, L)) &&
-         (g->dlen = dalloc<int32_t>(g, c->n_kv_heads)) &&
-         cudaMallocHost((void **)&g->host16, 2 * L * N * KVd * 2) == cudaSuccess &&
-         (g->out_w = c->tied_output ? g->tok_embd : upload_mat(g, m->output, (size_t)c->vocab * D)) &&
-         (g->out_norm = upload_f32(g, m->out_norm, D)) && (g->logits = dalloc<float>(g, (size_t)c->vocab)) &&
-         cudaMallocHost((void **)&g->hlogits, (size_t)c->vocab * sizeof(float)) == cudaSuccess &&
-         (g->tk = dalloc<bf16>(g, N * KVd)) && (g->tv = dalloc<bf16>(g, N * KVd)) &&
-         (g->own_k = dalloc<bf16>(g, L * N * KVd)) && (g->own_v = dalloc<bf16>(g, L * N * KVd)) &&
-         (g->dn_own = dalloc<int>(g, 1)) && cudaMallocHost((void **)&g->hids, N * sizeof(int)) == cudaSuccess &&
+         (g->ot = dalloc<bf16>(g, N * Hd)) && (g->hb = dalloc<bf16>(g, N * F)) && (g->ids = dalloc<int>(g, N)) &&
          (g->blas_ws = dalloc<char>(g, (size_t)32 << 20)) &&
          cublasSetWorkspace(g->blas, g->blas_ws, (size_t)32 << 20) == CUBLAS_STATUS_SUCCESS;
     if (!ok) {
@@ -250,10 +242,47 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
     return 0;
 }
 
+/* Ingest's buffers (the document's K / V on the device and pinned for the
+ * read-back, the prefix descriptors), allocated at first use: a GPU context
+ * that only answers questions does not hold them. 0 or -1. */
+static int ensure_ingest(lz_llama_gpu *g, char *err, size_t errlen)
+{
+    if (g->kall) return 0;
+    const lz_llama_config *c = &g->cfg;
+    const size_t L = c->n_layers, N = g->max_tokens, KVd = (size_t)c->n_kv_heads * c->head_dim;
+    if ((g->kall = dalloc<bf16>(g, L * N * KVd)) && (g->vall = dalloc<bf16>(g, L * N * KVd)) &&
+        (g->dsegs = dalloc<lz_attn_segment>(g, L)) && (g->dlen = dalloc<int32_t>(g, c->n_kv_heads)) &&
+        cudaMallocHost((void **)&g->host16, 2 * L * N * KVd * 2) == cudaSuccess)
+        return 0;
+    g->kall = NULL;
+    snprintf(err, errlen, "GPU: out of memory for %d tokens of document KV", g->max_tokens);
+    return -1;
+}
+
+/* The query side's buffers (the output head, logits, the own sequence), at the first question. */
+static int ensure_query(lz_llama_gpu *g, char *err, size_t errlen)
+{
+    if (g->own_k) return 0;
+    const lz_llama_config *c = &g->cfg;
+    const size_t D = c->dim, L = c->n_layers, N = g->max_tokens, KVd = (size_t)c->n_kv_heads * c->head_dim;
+    if ((g->out_w = c->tied_output ? g->tok_embd : upload_mat(g, g->m->output, (size_t)c->vocab * D)) &&
+        (g->out_norm = upload_f32(g, g->m->out_norm, D)) && (g->logits = dalloc<float>(g, (size_t)c->vocab)) &&
+        cudaMallocHost((void **)&g->hlogits, (size_t)c->vocab * sizeof(float)) == cudaSuccess &&
+        (g->tk = dalloc<bf16>(g, N * KVd)) && (g->tv = dalloc<bf16>(g, N * KVd)) && (g->dn_own = dalloc<int>(g, 1)) &&
+        cudaMallocHost((void **)&g->hids, N * sizeof(int)) == cudaSuccess && (g->own_v = dalloc<bf16>(g, L * N * KVd)) &&
+        (g->own_k = dalloc<bf16>(g, L * N * KVd)))
+        return 0;
+    g->own_k = NULL;
+    snprintf(err, errlen, "GPU: out of memory for the output head and %d tokens of a question and its answer",
+             g->max_tokens);
+    return -1;
+}
+
 extern "C" int lz_llama_gpu_set_prefix(lz_llama_gpu *g, const lz_kv_cache *prefix, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, s = prefix->n;
+    if (ensure_ingest(g, err, errlen)) return -1;
     g->s = s;
     if (s == 0) return 0;
     const size_t per = (size_t)L * KV * s * d;
@@ -375,6 +404,7 @@ extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv
     }
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab) { snprintf(err, errlen, "token id %d out of range", ids[i]); return -1; }
+    if (ensure_ingest(g, err, errlen)) return -1;
     if (!qwin || cw <= 0) cw = 0;
     if (cw && (c0 < 0 || c0 + cw > n)) { snprintf(err, errlen, "GPU: capture rows %d..%d of %d", c0, c0 + cw, n); return -1; }
     const size_t wq_n = (size_t)L * cw * c->n_heads * d;
@@ -548,6 +578,7 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
         snprintf(err, errlen, "GPU: %d segments (at most %d)", n_segs, LZ_PREFILL_MAX_SEG - 1);
         return -1;
     }
+    if (ensure_query(g, err, errlen)) return -1;
     for (int i = g->n_docs - 1; i >= 0; i--) /* the previous question's unkeyed segments */
         if (!g->docs[i].keyed) doc_drop(g, i);
     g->question++;
@@ -652,6 +683,7 @@ extern "C" int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *
 {
     const lz_llama_config *c = &g->cfg;
     const int V = c->vocab, N = g->max_tokens;
+    if (!g->own_k) { snprintf(err, errlen, "GPU: a step before lz_llama_gpu_begin"); return -1; }
     if (n <= 0 || n > N || g->n_own + n > N) {
         snprintf(err, errlen, "GPU: %d more tokens after %d (at most %d)", n, g->n_own, N);
         return -1;

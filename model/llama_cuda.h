@@ -23,7 +23,8 @@ extern "C" {
 typedef struct lz_llama_gpu lz_llama_gpu;
 
 /* Uploads m's weights (as bf16) to the current device for documents of up to
- * max_tokens tokens. Returns 0, or -1 with a message in err. */
+ * max_tokens tokens (m must outlive g: the output head follows at the first
+ * question). Returns 0, or -1 with a message in err. */
 int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu **out, char *err, size_t errlen);
 void lz_llama_gpu_free(lz_llama_gpu *g); /* NULL is a no-op */
 
