@@ -90,6 +90,7 @@ struct lz_llama_gpu {
     lz_attn_segment *qsegs;  /* (L, S + 1) device: the segments then the own sequence */
     int32_t *qlen, *hqlen;   /* (L, S + 1, KV) device / host */
     int S, n_own, qcap;      /* qcap: S + 1 the descriptor arrays hold */
+    int ready;               /* a begin succeeded (a failed one leaves no question to step) */
     int64_t pos0, seg_keys;
     void **owned;
     int n_owned;
@@ -572,6 +573,7 @@ static void doc_trim(lz_llama_gpu *g)
 extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
                                   int64_t pos0, char *err, size_t errlen)
 {
+    g->ready = 0; /* until this question is set up */
     const lz_llama_config *c = &g->cfg;
     const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, N = g->max_tokens;
     if (n_segs < 0 || n_segs + 1 > LZ_PREFILL_MAX_SEG) {
@@ -632,6 +634,7 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
     if (g->decode) cudaGraphExecDestroy(g->decode);
     g->decode = NULL;
     CUDA_OK(cudaMemsetAsync(g->dn_own, 0, sizeof(int), g->st), "reset");
+    g->ready = 1;
     return 0;
 }
 
@@ -683,7 +686,7 @@ extern "C" int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *
 {
     const lz_llama_config *c = &g->cfg;
     const int V = c->vocab, N = g->max_tokens;
-    if (!g->own_k) { snprintf(err, errlen, "GPU: a step before lz_llama_gpu_begin"); return -1; }
+    if (!g->ready) { snprintf(err, errlen, "GPU: a step without a successful lz_llama_gpu_begin"); return -1; }
     if (n <= 0 || n > N || g->n_own + n > N) {
         snprintf(err, errlen, "GPU: %d more tokens after %d (at most %d)", n, g->n_own, N);
         return -1;

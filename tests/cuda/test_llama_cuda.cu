@@ -224,6 +224,9 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
         uint8_t keyb[4][32];
         const uint8_t *keys[4];
         for (int i = 0; i < 4; i++) { memset(keyb[i], 0, 32); keyb[i][0] = (uint8_t)(i + 1); keys[i] = keyb[i]; }
+        CHECK(lz_llama_gpu_step(g, qids, n_q, NULL, err, sizeof err) != 0, "a step before any begin accepted");
+        CHECK(lz_llama_gpu_begin(g, segs, keys, 200, pos, err, sizeof err) != 0 &&
+              lz_llama_gpu_step(g, qids, n_q, NULL, err, sizeof err) != 0, "200 segments, or a step after it, accepted");
         CHECK(lz_llama_gpu_begin(g, segs, keys, 4, pos, err, sizeof err) == 0, "begin: %s", err);
         CHECK(lz_llama_gpu_step(g, qids, n_q, lgpu, err, sizeof err) == 0, "question: %s", err);
         for (int t = 0; t < steps; t++)
