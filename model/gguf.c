@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "model/half.h"
+#include "model/weights.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 #define GGUF_DEFAULT_ALIGNMENT 32
@@ -478,14 +479,8 @@ int lz_gguf_tensor_to_f32(const lz_gguf_tensor *t, float *out)
     case LZ_GGML_BF16:
         for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = lz_bf16_to_f32(h); }
         return 0;
-    case LZ_GGML_Q8_0:
-        for (int64_t b = 0; b < n / 32; b++) {
-            const uint8_t *blk = p + b * 34;
-            uint16_t h;
-            memcpy(&h, blk, 2);
-            float d = lz_f16_to_f32(h);
-            for (int j = 0; j < 32; j++) out[b * 32 + j] = d * (float)(int8_t)blk[2 + j];
-        }
+    case LZ_GGML_Q8_0: /* the same dequantization as the engine's in-place Q8_0 rows */
+        lz_mat_get_f32((lz_mat){p, LZ_MAT_Q8_0}, 0, (size_t)n, out);
         return 0;
     default:
         return LZ_GGUF_EUNSUPPORTED;
