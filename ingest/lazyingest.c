@@ -111,6 +111,13 @@ static void usage(FILE *f)
             LZ_KVPOLICY_DEFAULT_KERNEL, (double)LZ_KVPOLICY_DEFAULT_ALPHA);
 }
 
+/* Online CPUs (at least 1). */
+static int cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 && n < 4096 ? (int)n : 1;
+}
+
 static double now_s(void)
 {
     struct timeval tv;
@@ -234,6 +241,7 @@ typedef struct {
     lz_meta_run_counts c;
     int64_t n_dupes, n_records_done, n_records_total, n_corpus_tokens;
     double t0, t_encode, last_progress;
+    double t_setup, t_forward, t_pack, t_commit; /* model load + prefix, forward passes, payload packing, commits */
     int64_t kv_kept, kv_full;  /* keys stored / keys before eviction, of the documents this run encoded */
     int progress;
 #ifdef LZ_CUDA
@@ -325,7 +333,16 @@ static void set_kv_fields(const ingest *g, lz_meta_doc *d, const char *spec, int
 
 /* Commits the batch: payloads first (one durable LMDB transaction), then
  * every row in one SQLite transaction. Counts only what committed. */
+static int flush_batch(ingest *g);
 static int flush(ingest *g)
+{
+    double t = now_s();
+    int rc = flush_batch(g);
+    g->t_commit += now_s() - t;
+    return rc;
+}
+
+static int flush_batch(ingest *g)
 {
     if (!g->n_docs && !g->n_src && !g->n_keep) return 0;
     if (lz_store_put_payloads(g->s, g->pay, g->n_pay, g->err, sizeof g->err)) return -1;
@@ -431,10 +448,14 @@ static int encode_doc(ingest *g, const int *ids, int n, const uint8_t key[LZ_MET
     }
     double t = now_s();
     if (lz_encoder_run(g->enc, ids, n, g->err, sizeof g->err)) return -1;
+    double t1 = now_s();
     if (lz_encoder_pack(g->enc, 1, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &blob, &len, g->err,
                         sizeof g->err))
         return -1;
-    g->t_encode += now_s() - t;
+    double t2 = now_s();
+    g->t_forward += t1 - t;
+    g->t_pack += t2 - t1;
+    g->t_encode += t2 - t;
     g->c.n_tokens += n;
     g->c.raw_bytes += raw_size;
     g->kv_kept += kept;
@@ -965,6 +986,10 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
             json_object_set_new(j, "kv_policy", json_string(spec[0] ? spec : "none"));
             json_object_set_new(j, "kv_kept_fraction", json_real(g->kv_full ? (double)g->kv_kept / g->kv_full : 1.0));
             json_object_set_new(j, "encode_s", json_real(g->t_encode));
+            json_object_set_new(j, "setup_s", json_real(g->t_setup));
+            json_object_set_new(j, "forward_s", json_real(g->t_forward));
+            json_object_set_new(j, "pack_s", json_real(g->t_pack));
+            json_object_set_new(j, "commit_s", json_real(g->t_commit));
             json_object_set_new(j, "kv_policy_s", json_real(g->enc ? lz_encoder_policy_seconds(g->enc) : 0.0));
         }
         if (did_check) {
@@ -994,6 +1019,9 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
                (long long)g->c.n_unchanged, (long long)g->c.n_removed, (long long)g->c.n_skipped,
                (long long)g->n_dupes, (long long)g->n_corpus_tokens, (long long)g->c.n_tokens, tps,
                g->c.raw_bytes / 1e6, g->c.stored_bytes / 1e6, ratio);
+    if (did_ingest)
+        printf("  time: model and prefix %.2f s, forward passes %.2f s, packing %.2f s, commits %.2f s\n", g->t_setup,
+               g->t_forward, g->t_pack, g->t_commit);
     if (did_ingest && g->o.gpu && g->enc)
         printf("  GPU: %ld of the encoded documents (the rest are longer or have a probe: CPU)\n",
                lz_encoder_backend_docs(g->enc));
@@ -1380,12 +1408,16 @@ int main(int argc, char **argv)
             return EXIT_ERR;
         }
     }
+    double t_setup = now_s();
     if (need_model && load_model(g, o->model)) { /* before the store: a refused model creates nothing */
         fprintf(stderr, "lazyingest: %s\n", g->err);
         status = EXIT_ERR;
         goto out;
     }
     g->codec = lz_payload_codec_new();
+    /* payloads compressed on every thread (zstd workers; the bytes do not depend on the count) */
+    if (g->codec && lz_payload_codec_set_threads(g->codec, o->threads > 0 ? o->threads : cpu_count()))
+        warnf(g, "lazyingest: this libzstd has no multithreading: payloads are compressed in one thread");
     /* --check alone (no model to bind) writes nothing: it reads beside a running writer,
      * without the writer lock */
     const int read_only = !cp && !o->repair && !o->gc && !need_model;
@@ -1396,7 +1428,9 @@ int main(int argc, char **argv)
         goto out;
     }
     g->meta = lz_store_meta(g->s);
-    if (need_model ? setup_model(g, o->model) : lz_store_bind_recorded(g->s, g->err, sizeof g->err)) {
+    int setup_rc = need_model ? setup_model(g, o->model) : lz_store_bind_recorded(g->s, g->err, sizeof g->err);
+    g->t_setup = now_s() - t_setup; /* model load, GPU upload, store binding, the prefix's forward pass */
+    if (setup_rc) {
         fprintf(stderr, "lazyingest: %s\n", g->err);
         status = EXIT_ERR;
         goto out;

@@ -26,6 +26,7 @@ struct lz_payload_codec {
     size_t cap;
     uint8_t *scratch2; /* shuffled body */
     size_t cap2;
+    int workers;       /* zstd workers (lz_payload_codec_set_threads), 0 = this thread */
 };
 
 /* ---- little-endian field access (blobs may sit unaligned in an LMDB map) ---- */
@@ -153,6 +154,19 @@ lz_payload_codec *lz_payload_codec_new(void)
     return c;
 }
 
+int lz_payload_codec_set_threads(lz_payload_codec *c, int n)
+{
+    if (n < 0) n = 0;
+    if (n > 256) n = 256;
+    size_t r = ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_nbWorkers, n); /* fails without ZSTD_MULTITHREAD */
+    if (ZSTD_isError(r)) {
+        c->workers = 0;
+        return n ? -1 : 0;
+    }
+    c->workers = n;
+    return 0;
+}
+
 void lz_payload_codec_free(lz_payload_codec *c)
 {
     if (!c) return;
@@ -268,6 +282,8 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
         size_t r = ZSTD_CCtx_reset(c->cctx, ZSTD_reset_session_and_parameters);
         if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_compressionLevel, level);
         if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_checksumFlag, 1);
+        if (!ZSTD_isError(r) && c->workers) r = ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_nbWorkers, c->workers);
+        if (!ZSTD_isError(r) && c->workers) r = ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_jobSize, 1 << 20);
         if (!ZSTD_isError(r)) r = ZSTD_compress2(c->cctx, blob + hdr, bound, stored, raw_size);
         if (ZSTD_isError(r)) {
             free(blob);

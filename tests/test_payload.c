@@ -1,6 +1,7 @@
 /* test_payload.c - KV payload codec: round trips bit for bit (bf16 of the
  * fp32 input) for every codec, unequal per-head kept counts, shuffle,
- * CRC32C vectors, and rejection of every kind of corruption. */
+ * CRC32C vectors, rejection of every kind of corruption, compression on
+ * zstd workers. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,11 +214,60 @@ static void test_f32(void)
     free(vb);
 }
 
+/* Compression on zstd workers (lz_payload_codec_set_threads): a payload of
+ * several 1 MiB jobs decodes to the same bits as one compressed in the
+ * calling thread, and its bytes do not depend on the worker count. */
+static void test_threads(void)
+{
+    const int L = 4, KV = 2, T = 2048, d = 64, n = 2000; /* 4 MB of bf16 body: 4 jobs */
+    size_t N = (size_t)L * KV * T * d;
+    float *k = malloc(N * 4), *v = malloc(N * 4), *k2 = calloc(N, 4), *v2 = calloc(N, 4);
+    for (size_t i = 0; i < N; i++) {
+        k[i] = frand();
+        v[i] = frand() * 0.1f;
+    }
+    uint8_t fp[32] = { 7 };
+    char err[256];
+    lz_payload_src src = { k, v, T, 0, L, KV, d, n, NULL, 3, fp, LZ_PAYLOAD_DTYPE_BF16 };
+    void *blob[3] = { NULL, NULL, NULL };
+    size_t len[3] = { 0, 0, 0 };
+    const int workers[3] = { 0, 1, 3 };
+    for (int w = 0; w < 3; w++) {
+        lz_payload_codec *c = lz_payload_codec_new();
+        int rc = lz_payload_codec_set_threads(c, workers[w]);
+        if (rc && workers[w]) {
+            printf("SKIP threads: this libzstd has no multithreading\n");
+            lz_payload_codec_free(c);
+            goto out;
+        }
+        CHECK(lz_payload_encode(c, &src, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 3, &blob[w], &len[w], err, sizeof err) == 0,
+              "encode with %d workers: %s", workers[w], err);
+        memset(k2, 0, N * 4);
+        memset(v2, 0, N * 4);
+        CHECK(lz_payload_decode_f32(c, blob[w], len[w], k2, v2, T, NULL, NULL, err, sizeof err) == 0,
+              "decode of the %d-worker payload: %s", workers[w], err);
+        CHECK(same_bits(k, T, 0, k2, T, L, KV, d, NULL, n) && same_bits(v, T, 0, v2, T, L, KV, d, NULL, n),
+              "the %d-worker payload decodes to the bf16 of the input", workers[w]);
+        lz_payload_codec_free(c);
+    }
+    CHECK(len[1] == len[2] && memcmp(blob[1], blob[2], len[1]) == 0,
+          "payload bytes do not depend on the worker count (%zu and %zu bytes)", len[1], len[2]);
+    CHECK(len[1] < len[0] * 1.02 && len[1] > len[0] * 0.98, "workers compress as well (%zu against %zu bytes)",
+          len[1], len[0]);
+out:
+    for (int w = 0; w < 3; w++) free(blob[w]);
+    free(k);
+    free(v);
+    free(k2);
+    free(v2);
+}
+
 int main(void)
 {
     test_crc();
     test_shuffle();
     test_roundtrip();
     test_f32();
+    test_threads();
     return lz_test_done();
 }

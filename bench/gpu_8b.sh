@@ -1,0 +1,43 @@
+#!/bin/sh
+# gpu_8b.sh - on the GPU machine: the product at a user's model size. A model of
+# Llama-3.1-8B's shape with random weights (bf16, dim 4096, 32 layers, 32/8 heads,
+# FFN 14336, 128,256-token vocabulary, llama3 rope scaling; 16 GB) is written there
+# by lazy-mkmodel, the demo corpus is ingested with --gpu, and the demo's three
+# questions are answered twice in one lazyquery --gpu process (top-k 10, 32 tokens;
+# the second round finds the documents resident in GPU memory). Prints tokens/s,
+# first-token latency and decode rate; bench/RESULTS.md compares them with the
+# bandwidth and GEMM bounds. Random weights: the answers are noise, the timings real.
+# Usage (repo root, GPU machine): sh bench/gpu_8b.sh OUTDIR
+#   with ${G:-build/gpuenc}/{lazyingest,lazyquery,lazy-mkmodel}.gz built here ('make cuda',
+#   'make', gzip). Needs 17 GB of disk under TMPDIR (default /tmp) and ~2 GB for the store.
+set -u
+OUT=${1:?OUTDIR}
+T=${TMPDIR:-/tmp}
+mkdir -p "$OUT" build/gpu-run
+for b in lazyingest lazyquery lazy-mkmodel; do
+    gunzip -c "${G:-build/gpuenc}/$b.gz" > "build/gpu-run/$b" && chmod +x "build/gpu-run/$b"
+done
+B=build/gpu-run
+st=0
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+t0=$(date +%s.%N)
+"$B/lazy-mkmodel" -o "$T/m8b.gguf" --dim 4096 --layers 32 --heads 32 --kv-heads 8 --head-dim 128 --ffn 14336 \
+    --vocab 128256 --ctx 65536 --theta 500000 --llama3-freqs --type bf16 || exit 1
+t1=$(date +%s.%N)
+echo "model: $(du -h "$T/m8b.gguf" | cut -f1) written in $(awk "BEGIN {print $t1 - $t0}") s"
+rm -rf "$T/store8b"
+/usr/bin/time -v "$B/lazyingest" --gpu --model "$T/m8b.gguf" --store "$T/store8b" datasets/demo/corpus.jsonl \
+    > "$OUT/ingest.log" 2> "$OUT/ingest.time" || st=1
+cat "$OUT/ingest.log"
+grep -E "Elapsed|Maximum resident" "$OUT/ingest.time"
+printf '%s\n' "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
+    "Which organisation is older, Raio Works or Rairreil Works?" > "$T/q3.txt"
+cat "$T/q3.txt" "$T/q3.txt" > "$T/q6.txt"
+/usr/bin/time -v "$B/lazyquery" --gpu --model "$T/m8b.gguf" --store "$T/store8b" --top-k 10 -n 32 --no-stats --json \
+    < "$T/q6.txt" > "$OUT/query.jsonl" 2> "$OUT/query.time" || st=1
+grep -o '"timings":{[^}]*}' "$OUT/query.jsonl"
+grep -o '"cache":{[^}]*}' "$OUT/query.jsonl" | head -6
+grep -E "Elapsed|Maximum resident" "$OUT/query.time"
+tail -3 "$OUT/query.time" | head -1
+rm -rf "$T/store8b" "$T/m8b.gguf"
+exit $st
