@@ -146,6 +146,11 @@ void *lz_doc_cache_get(lz_doc_cache *c, const void *key, size_t key_len)
     return e->value;
 }
 
+int lz_doc_cache_contains(const lz_doc_cache *c, const void *key, size_t key_len)
+{
+    return lookup(c, key, clamp_len(key_len)) >= 0;
+}
+
 /* Removes entry e (index slot i) by moving the last entry into its place. */
 static void remove_entry(lz_doc_cache *c, int64_t slot, int evicted)
 {

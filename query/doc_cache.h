@@ -48,6 +48,9 @@ void lz_doc_cache_prior(lz_doc_cache *c, const void *key, size_t key_len, double
 /* Looks key up and counts one access. Returns the value or NULL (a miss). */
 void *lz_doc_cache_get(lz_doc_cache *c, const void *key, size_t key_len);
 
+/* Whether key is cached, without counting an access (planning loads). */
+int lz_doc_cache_contains(const lz_doc_cache *c, const void *key, size_t key_len);
+
 /* Offers a value loaded after a miss. Returns 1 when admitted (the cache now
  * owns value), 0 when rejected (the caller still owns it and frees it after
  * use). A value larger than the budget is always rejected. */

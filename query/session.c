@@ -132,8 +132,8 @@ static kv_entry *entry_alloc(const lz_llama_config *c, int n, size_t rows, int b
 
 /* Loads and decodes the payload of key; checks it belongs to this model and
  * prompt prefix. what names the document in errors. */
-static kv_entry *decode_payload(lz_query_session *q, void *blob, size_t len, const char *what, char *err,
-                                size_t errlen);
+static kv_entry *decode_payload(lz_query_session *q, lz_payload_codec *codec, void *blob, size_t len,
+                                const char *what, char *err, size_t errlen);
 
 static kv_entry *load_payload(lz_query_session *q, const uint8_t *key, const char *what, char *err, size_t errlen)
 {
@@ -144,12 +144,13 @@ static kv_entry *load_payload(lz_query_session *q, const uint8_t *key, const cha
         snprintf(err, errlen, "%s: KV payload missing from the store (%s); run lazyingest --check --repair", what, e2);
         return NULL;
     }
-    return decode_payload(q, blob, len, what, err, errlen);
+    return decode_payload(q, q->codec, blob, len, what, err, errlen);
 }
 
-/* Decodes (and frees) a payload blob into a packed entry. */
-static kv_entry *decode_payload(lz_query_session *q, void *blob, size_t len, const char *what, char *err,
-                                size_t errlen)
+/* Decodes (and frees) a payload blob into a packed entry with codec (not
+ * shared between threads). */
+static kv_entry *decode_payload(lz_query_session *q, lz_payload_codec *codec, void *blob, size_t len,
+                                const char *what, char *err, size_t errlen)
 {
     const lz_llama_config *c = &q->m->cfg;
     char e2[384] = "";
@@ -169,8 +170,8 @@ static kv_entry *decode_payload(lz_query_session *q, void *blob, size_t len, con
     const int bf16 = info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !q->o.cache_f32;
     kv_entry *e = entry_alloc(c, info.n_tokens, (size_t)info.n_kept_sum, bf16);
     if (!e) { snprintf(err, errlen, "%s: out of memory for %d tokens of KV", what, info.n_tokens); free(blob); return NULL; }
-    if (bf16 ? lz_payload_decode_bf16_packed(q->codec, blob, len, e->k16, e->v16, e->n_kept, &info, e2, sizeof e2)
-             : lz_payload_decode_f32_packed(q->codec, blob, len, e->k, e->v, e->n_kept, &info, e2, sizeof e2)) {
+    if (bf16 ? lz_payload_decode_bf16_packed(codec, blob, len, e->k16, e->v16, e->n_kept, &info, e2, sizeof e2)
+             : lz_payload_decode_f32_packed(codec, blob, len, e->k, e->v, e->n_kept, &info, e2, sizeof e2)) {
         snprintf(err, errlen, "%s: corrupt KV payload: %s", what, e2);
         free(blob);
         entry_free(e);
@@ -273,15 +274,19 @@ int64_t lz_query_doc_budget(const lz_query_session *q, const char *question)
 /* Entry for a document from the cache or the store; *owned = 1 when the
  * cache did not take it (the caller frees it after the query). */
 static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, const lz_query_doc *d, int64_t rotate,
-                       int *owned, lz_query_result *r, char *err, size_t errlen)
+                       kv_entry *pre, int *owned, lz_query_result *r, char *err, size_t errlen)
 {
     *owned = 0;
     kv_entry *e = lz_doc_cache_get(q->cache, ckey, ckey_len);
-    if (e) { r->hits++; return e; }
+    if (e) {
+        entry_free(pre);
+        r->hits++;
+        return e;
+    }
     r->misses++;
     char what[320];
     snprintf(what, sizeof what, "document '%s'", d->ext_id);
-    e = load_payload(q, d->payload_key, what, err, errlen);
+    e = pre ? pre : load_payload(q, d->payload_key, what, err, errlen);
     if (!e) return NULL;
     if (e->n != d->n_tokens) {
         snprintf(err, errlen, "%s: payload has %d tokens, the store row says %d", what, e->n, d->n_tokens);
@@ -344,6 +349,61 @@ static int doc_tokens(lz_query_session *q, const lz_query_doc *d, int **ids, int
     return 0;
 }
 
+/* Cache key of docs[i] placed at offset p: the payload key, plus the offset
+ * in BLOCK mode (one rotated copy per position). Returns its length. */
+static size_t cache_key(int mode, const lz_query_doc *d, int64_t p, uint8_t key[LZ_META_KEY_LEN + 8])
+{
+    memcpy(key, d->payload_key, LZ_META_KEY_LEN);
+    if (mode != LZ_MODE_BLOCK) return LZ_META_KEY_LEN;
+    memcpy(key + LZ_META_KEY_LEN, &p, 8);
+    return LZ_META_KEY_LEN + 8;
+}
+
+/* A cold question's documents decoded in parallel before they are placed:
+ * pre[i] = the decoded payload of docs[i] when its cache key misses (else
+ * NULL). Blobs are read in this thread (the store's read transaction), then
+ * decoded one document a thread: zstd decodes ~0.4 GB/s a thread, and ten
+ * documents of an 8B model are ~200 MB. A failure leaves pre[i] NULL; fetch
+ * then loads that document itself and reports the error in order. */
+static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_docs, int mode, int64_t p0,
+                           kv_entry **pre)
+{
+    void **blob = calloc((size_t)n_docs, sizeof *blob);
+    size_t *len = calloc((size_t)n_docs, sizeof *len);
+    if (!blob || !len) goto out;
+    int n_cold = 0;
+    int64_t p = p0;
+    for (int i = 0; i < n_docs; p += docs[i].n_tokens, i++) {
+        uint8_t key[LZ_META_KEY_LEN + 8];
+        size_t klen = cache_key(mode, &docs[i], p, key);
+        int dup = 0; /* the same payload earlier in the list: fetch finds it cached (or loads it) */
+        for (int j = 0; j < i && !dup; j++) dup = !memcmp(docs[j].payload_key, docs[i].payload_key, LZ_META_KEY_LEN);
+        if (dup || lz_doc_cache_contains(q->cache, key, klen)) continue;
+        char e2[384];
+        if (!lz_store_get_payload(q->store, docs[i].payload_key, &blob[i], &len[i], e2, sizeof e2)) n_cold++;
+    }
+    if (n_cold < 2) { /* nothing to overlap: fetch decodes it */
+        for (int i = 0; i < n_docs; i++) free(blob[i]);
+        goto out;
+    }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n_docs; i++) {
+        if (!blob[i]) continue;
+        lz_payload_codec *codec = lz_payload_codec_new();
+        char e2[512];
+        if (codec) pre[i] = decode_payload(q, codec, blob[i], len[i], "document", e2, sizeof e2); /* frees the blob */
+        else free(blob[i]);
+        if (pre[i] && pre[i]->n != docs[i].n_tokens) { /* fetch reports it */
+            entry_free(pre[i]);
+            pre[i] = NULL;
+        }
+        lz_payload_codec_free(codec);
+    }
+out:
+    free(blob);
+    free(len);
+}
+
 int lz_query_answer(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
                     lz_query_result *r, char *err, size_t errlen)
 {
@@ -376,9 +436,10 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
     uint8_t(*digest)[32] = calloc((size_t)n_docs + 1, 32); /* content keys of the segments (backend) */
     const uint8_t **digests = calloc((size_t)n_docs + 1, sizeof *digests);
     kv_entry **owned = calloc((size_t)n_docs + 1, sizeof *owned);
+    kv_entry **pre = calloc((size_t)n_docs + 1, sizeof *pre); /* decoded ahead (preload_misses) */
     int n_segs = 0, n_owned = 0;
     lz_kv_cache lc = {0};
-    if (!segs || !owned || !digest || !digests) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (!segs || !owned || !digest || !digests || !pre) { snprintf(err, errlen, "out of memory"); goto done; }
 
     int64_t p = s;      /* offset of the next document */
     int local_from = 0; /* first document computed into the local cache (PREFIX, FULL) */
@@ -388,14 +449,14 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
         memcpy(digest[n_segs], q->prefix_digest, 32);
         segs[n_segs++] = seg_of(&q->prefix_kv, 0);
         if (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) {
+            preload_misses(q, docs, n_docs, mode, p, pre);
             for (int i = 0; i < n_docs; i++) {
                 uint8_t key[LZ_META_KEY_LEN + 8];
-                memcpy(key, docs[i].payload_key, LZ_META_KEY_LEN);
-                size_t klen = LZ_META_KEY_LEN;
-                if (mode == LZ_MODE_BLOCK) { memcpy(key + klen, &p, 8); klen += 8; } /* one copy per offset */
+                size_t klen = cache_key(mode, &docs[i], p, key);
                 int own;
-                kv_entry *e = fetch(q, key, klen, &docs[i],
-                                    mode == LZ_MODE_BLOCK ? p - s : 0, &own, r, err, errlen);
+                kv_entry *e = fetch(q, key, klen, &docs[i], mode == LZ_MODE_BLOCK ? p - s : 0, pre[i], &own, r, err,
+                                    errlen);
+                pre[i] = NULL; /* fetch took it */
                 if (!e) goto done;
                 if (own) owned[n_owned++] = e;
                 lz_sha256(key, klen, digest[n_segs]); /* block: the copy at this offset */
@@ -516,6 +577,8 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
     rc = 0;
 done:
     for (int i = 0; i < n_owned; i++) entry_free(owned[i]);
+    for (int i = 0; pre && i < n_docs; i++) entry_free(pre[i]); /* left by an error */
+    free(pre);
     free(owned);
     free(segs);
     free(digest);
@@ -552,7 +615,7 @@ static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_t
     if (!lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) /* compressed at ingest: only the kept rows */
         need = 2 * (size_t)info.n_kept_sum * c->head_dim * sizeof(float);
     if ((int64_t)need > st.bytes_budget - st.bytes_used) { free(blob); return 0; } /* skip; smaller ones may fit */
-    kv_entry *e = decode_payload(q, blob, len, "preloaded document", P->err, P->errlen);
+    kv_entry *e = decode_payload(q, q->codec, blob, len, "preloaded document", P->err, P->errlen);
     if (!e) { P->failed++; return 0; }
     if (lz_doc_cache_preload(q->cache, key, LZ_META_KEY_LEN, e, e->bytes)) P->loaded++;
     else entry_free(e);

@@ -4,7 +4,8 @@
  * document lazy equals full recomputation, with several full differs;
  * prefix equals full; the cache serves repeats; and the CLI refuses bad
  * input (empty question, too long, missing or foreign store, hostile FTS
- * strings, top-k beyond the store) with a message, never a crash. The store
+ * strings, top-k beyond the store) with a message, never a crash; a corrupt
+ * payload among cold documents is named. The store
  * is fp32 (--kv-dtype f32) so the 1e-5 comparisons measure the method, not
  * bf16 storage. */
 #include <jansson.h>
@@ -283,6 +284,51 @@ static void test_final_answer(void)
     CHECK(n == 0 && w == 0, "empty text");
 }
 
+/* A corrupt payload among a question's cold documents (decoded in parallel
+ * before placement): the answer is refused naming that document, the other
+ * documents still answer, and a session sees the same after the failure. */
+static void test_corrupt_cold(const char *store_copy)
+{
+    char err[1024];
+    lz_llama *m;
+    lz_store *s;
+    if (lz_test_sh("cp -r %s %s", store, store_copy)) { CHECK(0, "copy the store"); return; }
+    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    if (lz_store_open(store_copy, LZ_STORE_WRITER, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    lz_meta_doc d5;
+    void *blob = NULL;
+    size_t len = 0;
+    int ok = lz_meta_doc_find(lz_store_meta(s), "doc5", &d5, NULL, 0, err, sizeof err) == 0 &&
+             lz_store_get_payload(s, d5.payload_key, &blob, &len, err, sizeof err) == 0;
+    CHECK(ok, "doc5's payload: %s", err);
+    if (ok) {
+        ((uint8_t *)blob)[len - 3] ^= 1; /* a body byte: the CRC no longer matches */
+        lz_store_payload bad = {{0}, blob, len};
+        memcpy(bad.key, d5.payload_key, LZ_META_KEY_LEN);
+        CHECK(lz_store_put_payloads(s, &bad, 1, err, sizeof err) == 0, "write the corrupt payload: %s", err);
+    }
+    free(blob);
+    lz_query_session *q = session(m, s, LZ_MODE_LAZY, 1 << 20);
+    const char *with[4] = {"doc1", "doc5", "doc7", "doc9"}, *without[3] = {"doc1", "doc7", "doc9"};
+    lz_query_doc *docs = NULL, *docs2 = NULL;
+    if (q && !lz_retrieve_ids(s, with, 4, &docs, err, sizeof err) && !lz_retrieve_ids(s, without, 3, &docs2, err, sizeof err)) {
+        lz_query_result r;
+        for (int round = 0; round < 2; round++) {
+            int rc = lz_query_answer(q, "river", docs, 4, &r, err, sizeof err);
+            CHECK(rc != 0 && strstr(err, "doc5") && strstr(err, "corrupt"), "corrupt cold document named: %s", rc ? err : "answered");
+            if (!rc) lz_query_result_free(&r);
+            rc = lz_query_answer(q, "river", docs2, 3, &r, err, sizeof err);
+            CHECK(rc == 0, "the other documents answer (round %d): %s", round, err);
+            if (!rc) lz_query_result_free(&r);
+        }
+    }
+    free(docs);
+    free(docs2);
+    lz_query_session_free(q);
+    lz_store_close(s);
+    lz_llama_free(m);
+}
+
 int main(void)
 {
     test_final_answer();
@@ -302,6 +348,9 @@ int main(void)
         return lz_test_done();
     }
     test_modes();
+    char copy[700];
+    snprintf(copy, sizeof copy, "%s/store-corrupt", dir);
+    test_corrupt_cold(copy);
     char store16[700];
     snprintf(store16, sizeof store16, "%s/store16", dir);
     if (lz_test_sh("%s/lazyingest --quiet --model %s --store %s %s", bin, model, store16, corpus)) CHECK(0, "bf16 store");
