@@ -135,7 +135,7 @@ LZK_LINK   := $(LZK_DIR)/obj/model/llama_cuda.o $(LZK_CU:%.cu=$(LZK_DIR)/obj/%.o
               -lcublas -lpthread -ldl -lm
 $(LZK_DIR)/obj/model/llama_cuda.o: model/llama_cuda.cu model/llama_cuda.h model/llama.h $(LZK_HDRS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(LZK_NVFLAGS) -c $< -o $@
+	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp -c $< -o $@
 
 $(LZK_DIR)/test_llama_cuda: tests/cuda/test_llama_cuda.cu $(LZK_DIR)/obj/model/llama_cuda.o $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_LINK) -o $@

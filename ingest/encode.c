@@ -63,6 +63,12 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 int lz_encoder_new(const lz_llama *m, const int *prefix, int n_prefix, lz_encoder **out, char *err,
                    size_t errlen)
 {
+    return lz_encoder_new_on(m, prefix, n_prefix, NULL, out, err, errlen);
+}
+
+int lz_encoder_new_on(const lz_llama *m, const int *prefix, int n_prefix, const lz_encode_backend *b,
+                      lz_encoder **out, char *err, size_t errlen)
+{
     *out = NULL;
     lz_encoder *e = calloc(1, sizeof *e);
     if (!e) return fail(err, errlen, "out of memory");
@@ -76,8 +82,15 @@ int lz_encoder_new(const lz_llama *m, const int *prefix, int n_prefix, lz_encode
         return fail(err, errlen, "out of memory (encoder scratch for %d tokens)", LZ_ENCODE_CHUNK);
     }
     lz_kv_cache_reset(&e->prefix, 0);
-    if (n_prefix > 0 &&
-        lz_llama_forward(m, e->scratch, &e->prefix, NULL, 0, prefix, n_prefix, NULL, LZ_LOGITS_NONE) != 0) {
+    if (b && n_prefix > 0 && n_prefix <= b->max_tokens) {
+        char berr[256] = "";
+        if (b->encode(b->ctx, prefix, n_prefix, &e->prefix, NULL, 0, 0, berr, sizeof berr)) {
+            lz_encoder_free(e);
+            return fail(err, errlen, "accelerated forward pass over the %d-token prompt prefix failed: %s", n_prefix,
+                        berr);
+        }
+    } else if (n_prefix > 0 &&
+               lz_llama_forward(m, e->scratch, &e->prefix, NULL, 0, prefix, n_prefix, NULL, LZ_LOGITS_NONE) != 0) {
         lz_encoder_free(e);
         return fail(err, errlen, "forward pass over the %d-token prompt prefix failed", n_prefix);
     }

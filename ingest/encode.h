@@ -14,6 +14,10 @@
 #include "model/llama.h"
 #include "store/payload.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct lz_encoder lz_encoder;
 
 /* Tokens per forward call. Fixed, so a payload depends only on the model,
@@ -53,6 +57,12 @@ typedef struct {
     int max_tokens;
 } lz_encode_backend;
 void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b);
+/* lz_encoder_new with the prefix run by b (b->encode before any prefix was
+ * set on it: the prefix is then a document at positions 0..n_prefix-1) when
+ * n_prefix <= b->max_tokens, else on the CPU. An 8B model's prefix takes
+ * seconds on the CPU. b is not kept (lz_encoder_set_backend sets one). */
+int lz_encoder_new_on(const lz_llama *m, const int *prefix, int n_prefix, const lz_encode_backend *b,
+                      lz_encoder **out, char *err, size_t errlen);
 /* Documents the backend encoded since the encoder was made. */
 long lz_encoder_backend_docs(const lz_encoder *e);
 
@@ -80,4 +90,7 @@ double lz_encoder_policy_seconds(const lz_encoder *e);
 int lz_encoder_pack(lz_encoder *e, int doc, lz_payload_codec *c, int codec, int level, void **blob,
                     size_t *len, char *err, size_t errlen);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* LZ_ENCODE_H */

@@ -241,7 +241,8 @@ typedef struct {
     lz_meta_run_counts c;
     int64_t n_dupes, n_records_done, n_records_total, n_corpus_tokens;
     double t0, t_encode, last_progress;
-    double t_setup, t_forward, t_pack, t_commit; /* model load + prefix, forward passes, payload packing, commits */
+    double t_load, t_setup, t_forward, t_pack, t_commit; /* model load (and GPU upload), + store and prefix,
+                                                            forward passes, payload packing, commits */
     int64_t kv_kept, kv_full;  /* keys stored / keys before eviction, of the documents this run encoded */
     int progress;
 #ifdef LZ_CUDA
@@ -779,7 +780,14 @@ static int setup_model(ingest *g, const char *model_path)
     if (lz_store_bind_model(g->s, &desc, g->prefix, g->n_prefix, &g->model_id, pkey, &prefix_changed, g->err,
                             sizeof g->err))
         return -1;
-    if (lz_encoder_new(g->m, g->prefix, g->n_prefix, &g->enc, g->err, sizeof g->err)) return -1;
+    const lz_encode_backend *pb = NULL; /* --gpu: the prefix too on the GPU */
+#ifdef LZ_CUDA
+    if (g->o.gpu) {
+        g->backend = (lz_encode_backend){g->gpu, gpu_encode, g->o.max_doc_tokens};
+        pb = &g->backend;
+    }
+#endif
+    if (lz_encoder_new_on(g->m, g->prefix, g->n_prefix, pb, &g->enc, g->err, sizeof g->err)) return -1;
     lz_encoder_set_dtype(g->enc, lz_store_kv_dtype(g->s));
     if (g->o.learned) lz_encoder_set_scorer(g->enc, &g->scorer);
     if (g->o.learn_out) {
@@ -794,7 +802,6 @@ static int setup_model(ingest *g, const char *model_path)
     if (g->o.gpu) {
 #ifdef LZ_CUDA
         if (lz_llama_gpu_set_prefix(g->gpu, lz_encoder_prefix_cache(g->enc), g->err, sizeof g->err)) return -1;
-        g->backend = (lz_encode_backend){g->gpu, gpu_encode, g->o.max_doc_tokens};
         lz_encoder_set_backend(g->enc, &g->backend);
 #endif
     }
@@ -986,6 +993,7 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
             json_object_set_new(j, "kv_policy", json_string(spec[0] ? spec : "none"));
             json_object_set_new(j, "kv_kept_fraction", json_real(g->kv_full ? (double)g->kv_kept / g->kv_full : 1.0));
             json_object_set_new(j, "encode_s", json_real(g->t_encode));
+            json_object_set_new(j, "load_s", json_real(g->t_load));
             json_object_set_new(j, "setup_s", json_real(g->t_setup));
             json_object_set_new(j, "forward_s", json_real(g->t_forward));
             json_object_set_new(j, "pack_s", json_real(g->t_pack));
@@ -1020,8 +1028,8 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
                (long long)g->n_dupes, (long long)g->n_corpus_tokens, (long long)g->c.n_tokens, tps,
                g->c.raw_bytes / 1e6, g->c.stored_bytes / 1e6, ratio);
     if (did_ingest)
-        printf("  time: model and prefix %.2f s, forward passes %.2f s, packing %.2f s, commits %.2f s\n", g->t_setup,
-               g->t_forward, g->t_pack, g->t_commit);
+        printf("  time: model load %.2f s, store and prefix %.2f s, forward passes %.2f s, packing %.2f s, commits %.2f s\n",
+               g->t_load, g->t_setup - g->t_load, g->t_forward, g->t_pack, g->t_commit);
     if (did_ingest && g->o.gpu && g->enc)
         printf("  GPU: %ld of the encoded documents (the rest are longer or have a probe: CPU)\n",
                lz_encoder_backend_docs(g->enc));
@@ -1409,7 +1417,9 @@ int main(int argc, char **argv)
         }
     }
     double t_setup = now_s();
-    if (need_model && load_model(g, o->model)) { /* before the store: a refused model creates nothing */
+    int load_rc = need_model ? load_model(g, o->model) : 0;
+    g->t_load = now_s() - t_setup;
+    if (load_rc) { /* before the store: a refused model creates nothing */
         fprintf(stderr, "lazyingest: %s\n", g->err);
         status = EXIT_ERR;
         goto out;
@@ -1417,7 +1427,7 @@ int main(int argc, char **argv)
     g->codec = lz_payload_codec_new();
     /* payloads compressed on every thread (zstd workers; the bytes do not depend on the count) */
     if (g->codec && lz_payload_codec_set_threads(g->codec, o->threads > 0 ? o->threads : cpu_count()))
-        warnf(g, "lazyingest: this libzstd has no multithreading: payloads are compressed in one thread");
+        warnf(g, "lazyingest: out of memory for the compression threads: payloads are compressed in one thread");
     /* --check alone (no model to bind) writes nothing: it reads beside a running writer,
      * without the writer lock */
     const int read_only = !cp && !o->repair && !o->gc && !need_model;

@@ -73,12 +73,12 @@ typedef struct {
 typedef struct lz_payload_codec lz_payload_codec;
 lz_payload_codec *lz_payload_codec_new(void);  /* NULL when out of memory */
 void lz_payload_codec_free(lz_payload_codec *c); /* NULL is a no-op */
-/* Threads that compress each payload c encodes: n >= 1 splits the zstd frame
- * into 1 MiB jobs run by n zstd workers (the bytes do not depend on n; a
- * bf16 payload of an 8B model is ~20 MB, ~90 ms in one thread); 0 (the
- * default) compresses in the calling thread (a different, equally valid
- * frame). Returns 0, or -1 when this libzstd has no multithreading (c then
- * stays single-threaded). Decoding is the same either way. */
+/* Threads that compress each payload c encodes: n >= 1 compresses the body
+ * as independent 1 MiB zstd frames on n threads, joined (one valid zstd
+ * stream; the bytes do not depend on n; a bf16 payload of an 8B model is
+ * ~20 MB, ~90 ms in one thread); 0 (the default) compresses one frame in the
+ * calling thread. Decoding is the same either way. Returns 0, or -1 when out
+ * of memory (c is then back to 0). */
 int lz_payload_codec_set_threads(lz_payload_codec *c, int n);
 
 /* Encodes src with codec (lz_payload_codec_id) at zstd level (ignored for
