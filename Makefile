@@ -155,6 +155,9 @@ $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery: $(LZK_DIR)/%: $(LZK_DIR)/obj/%.o $(L
 $(LZK_DIR)/test_ops: tests/cuda/test_ops.cu $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -lm -o $@
 
+$(LZK_DIR)/test_gemv: tests/cuda/test_gemv.cu $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
+	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -lcublas -lm -o $@
+
 # Registers, stack frame and spills of every kernel, demangled, from ptxas -v.
 $(LZK_DIR)/ptxas.txt: $(LZK_OBJS)
 	@cat $(LZK_DIR)/obj/kernels/*.o.ptxas | grep -E "Compiling entry|registers|spill" | \
@@ -168,4 +171,4 @@ cuda:
 	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: no CUDA build"; exit 1; fi
 	@$(MAKE) --no-print-directory $(BUILD)/liblazy.a
 	@$(MAKE) --no-print-directory $(LZK_DIR)/test_kernels $(LZK_DIR)/bench_kernels $(LZK_DIR)/ptxas.txt \
-	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/test_ops
+	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/test_ops $(LZK_DIR)/test_gemv

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/lz_gemv.h"
 #include "kernels/lz_ops.h"
 #include "kernels/lz_prefill.h"
 #include "model/half.h"
@@ -316,11 +317,17 @@ extern "C" int lz_llama_gpu_set_prefix(lz_llama_gpu *g, const lz_kv_cache *prefi
     return 0;
 }
 
-/* y (n, out) (+)= x (n, in) @ W (out, in)^T: column-major y^T = W x^T */
-static cublasStatus_t gemm(lz_llama_gpu *g, float *y, const bf16 *x, const bf16 *w, int n, int in, int out, float beta)
+/* y (n, out) (+)= x (n, in) @ W (out, in)^T: column-major y^T = W x^T; one
+ * row (a decode step, a question's output head) by lz_gemv, which reads the
+ * weights at about twice cuBLAS's rate there (tests/cuda/test_gemv.cu). */
+static int gemm(lz_llama_gpu *g, float *y, const bf16 *x, const bf16 *w, int n, int in, int out, float beta)
 {
     const float alpha = 1.0f;
-    return cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
+    if (n == 1 && in % 8 == 0 && in <= LZ_GEMV_MAX_IN) {
+        const lz_gemv_mat m = {(const lz_bf16 *)w, y, out};
+        return lz_gemv(&m, 1, (const lz_bf16 *)x, in, beta, g->st);
+    }
+    return (int)cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
                         &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
@@ -355,21 +362,31 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, 
     cudaStream_t st = g->st;
     int rc;
     lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->attn_norm, n, D, c->norm_eps, st);
-    if ((rc = (int)gemm(g, g->q, g->xb, w->wq, n, D, Hd, 0.f)) || (rc = (int)gemm(g, g->k, g->xb, w->wk, n, D, KVd, 0.f)) ||
-        (rc = (int)gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f)))
+    const bool one = n == 1 && D % 8 == 0 && D <= LZ_GEMV_MAX_IN; /* q, k and v in one launch */
+    if (one) {
+        const lz_gemv_mat m[3] = {{(const lz_bf16 *)w->wq, g->q, Hd}, {(const lz_bf16 *)w->wk, g->k, KVd},
+                                  {(const lz_bf16 *)w->wv, g->v, KVd}};
+        if ((rc = lz_gemv(m, 3, (const lz_bf16 *)g->xb, D, 0.f, st))) return fail(err, errlen, "q/k/v", rc);
+    } else if ((rc = gemm(g, g->q, g->xb, w->wq, n, D, Hd, 0.f)) || (rc = gemm(g, g->k, g->xb, w->wk, n, D, KVd, 0.f)) ||
+               (rc = gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f))) {
         return fail(err, errlen, "cuBLAS q/k/v", rc);
+    }
     lz_op_heads((lz_bf16 *)g->qh, (lz_bf16 *)kh, (lz_bf16 *)vh, g->q, g->k, g->v, n, H, KV, d, pos0, count, c->rope_layout,
                 g->inv_freq, qcap, c0, cw, st);
     p->k_self = (const lz_bf16 *)kh;
     p->v_self = (const lz_bf16 *)vh;
     if ((rc = lazy ? lz_prefill_lazy(p, st) : lz_prefill(p, st))) return fail(err, errlen, "attention", rc);
     lz_op_tokens((lz_bf16 *)g->ot, (const lz_bf16 *)g->oh, n, H, d, st);
-    if ((rc = (int)gemm(g, g->x, g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "cuBLAS o", rc);
+    if ((rc = gemm(g, g->x, g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "o projection", rc);
     lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->ffn_norm, n, D, c->norm_eps, st);
-    if ((rc = (int)gemm(g, g->gate, g->xb, w->wg, n, D, F, 0.f)) || (rc = (int)gemm(g, g->up, g->xb, w->wu, n, D, F, 0.f)))
+    if (one) {
+        const lz_gemv_mat m[2] = {{(const lz_bf16 *)w->wg, g->gate, F}, {(const lz_bf16 *)w->wu, g->up, F}};
+        if ((rc = lz_gemv(m, 2, (const lz_bf16 *)g->xb, D, 0.f, st))) return fail(err, errlen, "gate/up", rc);
+    } else if ((rc = gemm(g, g->gate, g->xb, w->wg, n, D, F, 0.f)) || (rc = gemm(g, g->up, g->xb, w->wu, n, D, F, 0.f))) {
         return fail(err, errlen, "cuBLAS gate/up", rc);
+    }
     lz_op_silu_mul((lz_bf16 *)g->hb, g->gate, g->up, (size_t)n * F, st);
-    if ((rc = (int)gemm(g, g->x, g->hb, w->wd, n, F, D, 1.f))) return fail(err, errlen, "cuBLAS down", rc);
+    if ((rc = gemm(g, g->x, g->hb, w->wd, n, F, D, 1.f))) return fail(err, errlen, "down projection", rc);
     return 0;
 }
 
@@ -678,8 +695,8 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
     lz_op_count_add(g->dn_own, n, st);
     if (want) { /* the last row: final norm, output head */
         lz_op_rmsnorm((lz_bf16 *)g->xb, g->x + (size_t)(n - 1) * D, g->out_norm, 1, D, c->norm_eps, st);
-        const int rc = (int)gemm(g, g->logits, g->xb, g->out_w, 1, D, V, 0.f);
-        if (rc) return fail(err, errlen, "cuBLAS output", rc);
+        const int rc = gemm(g, g->logits, g->xb, g->out_w, 1, D, V, 0.f);
+        if (rc) return fail(err, errlen, "output head", rc);
         CUDA_OK(cudaMemcpyAsync(g->hlogits, g->logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, st), "logits");
     }
     return 0;

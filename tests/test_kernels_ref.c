@@ -11,8 +11,10 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/lz_decode.h"
+#include "kernels/lz_gemv.h"
 #include "kernels/lz_ops.h"
 #include "kernels/lz_prefill.h"
 #include "kernels/lz_rerotate.h"
@@ -440,12 +442,45 @@ static void test_ops_ref(int layout)
     CHECK(bad == 0, "embed ref");
 }
 
+/* lz_gemv_ref (the GPU matrix-vector product's reference): two matrices
+ * sharing x against the engine's float sums (within float rounding), beta 0
+ * overwrites a NaN y, beta 1 adds; bad shapes refused. */
+static void test_gemv_ref(void)
+{
+    enum { IN = 40, R0 = 3, R1 = 5 };
+    lz_bf16 x[IN], w0[R0 * IN], w1[R1 * IN];
+    float y0[R0], y1[R1], keep1[R1];
+    for (int i = 0; i < IN; i++) x[i] = lz_f32_to_bf16((float)(2 * urand() - 1));
+    for (int i = 0; i < R0 * IN; i++) w0[i] = lz_f32_to_bf16((float)(2 * urand() - 1));
+    for (int i = 0; i < R1 * IN; i++) w1[i] = lz_f32_to_bf16((float)(2 * urand() - 1));
+    for (int beta = 0; beta < 2; beta++) {
+        for (int r = 0; r < R0; r++) y0[r] = beta ? (float)urand() : NAN;
+        for (int r = 0; r < R1; r++) y1[r] = keep1[r] = beta ? (float)urand() : NAN;
+        float keep0[R0];
+        memcpy(keep0, y0, sizeof y0);
+        lz_gemv_mat m[2] = {{w0, y0, R0}, {w1, y1, R1}};
+        CHECK(lz_gemv_ref(m, 2, x, IN, (float)beta, NULL) == 0, "gemv reference runs");
+        int ok = 1;
+        for (int k = 0; k < 2; k++)
+            for (int r = 0; r < (k ? R1 : R0); r++) {
+                float want = beta ? (k ? keep1[r] : keep0[r]) : 0.f;
+                for (int i = 0; i < IN; i++) want += lz_bf16_to_f32((k ? w1 : w0)[r * IN + i]) * lz_bf16_to_f32(x[i]);
+                ok &= fabsf((k ? y1 : y0)[r] - want) <= 1e-5f * (1.f + fabsf(want));
+            }
+        CHECK(ok, "gemv reference = the sums (beta %d)", beta);
+    }
+    lz_gemv_mat m[1] = {{w0, y0, R0}};
+    CHECK(lz_gemv_ref(m, 1, x, 36, 0.f, NULL) == LZ_ATTN_EARG, "gemv width not a multiple of 8 refused");
+    CHECK(lz_gemv_ref(m, 0, x, 40, 0.f, NULL) == LZ_ATTN_EARG, "gemv without matrices refused");
+}
+
 int main(void)
 {
     test_words_and_checks();
     test_decode_splits();
     test_rope_table();
     test_prefill_plan();
+    test_gemv_ref();
     for (int layout = 0; layout < 2; layout++) {
         test_ops_ref(layout);
         test_rerotate_composes(layout);

@@ -1,0 +1,113 @@
+/* lz_gemv.cu - decode-step matrix-vector products (lz_gemv.h): x staged in
+ * shared memory once per block, each warp streams RPW weight rows in 16-byte
+ * loads that skip L1 (U loads a row in flight per lane, so a 256-thread block
+ * keeps 32 KB of weights in flight), fp32 dot products reduced across the
+ * warp. One launch covers every matrix sharing x: their rows are numbered
+ * one after another. CPU reference: lz_gemv_ref.c. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/lz_gemv.h"
+
+namespace {
+
+constexpr int WARPS = 8, RPW = 2, U = 4; /* warps a block, rows a warp, loads a row in flight */
+
+struct Mats {
+    const uint4 *w[LZ_GEMV_MAX_MATS];
+    float *y[LZ_GEMV_MAX_MATS];
+    int end[LZ_GEMV_MAX_MATS]; /* rows of matrices 0..m, cumulated */
+    int n;
+};
+
+/* 16 bytes of weights, streamed: no L1 allocation (read once) */
+__device__ __forceinline__ uint4 ld_stream(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ float dot2(uint32_t w, uint32_t x, float s)
+{
+    s = fmaf(__uint_as_float(w << 16), __uint_as_float(x << 16), s);
+    return fmaf(__uint_as_float(w & 0xffff0000u), __uint_as_float(x & 0xffff0000u), s);
+}
+
+__device__ __forceinline__ float dot8(uint4 w, uint4 x, float s)
+{
+    return dot2(w.w, x.w, dot2(w.z, x.z, dot2(w.y, x.y, dot2(w.x, x.x, s))));
+}
+
+__global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const uint4 *__restrict__ x, int in8, float beta)
+{
+    extern __shared__ uint4 xs[];
+    for (int c = threadIdx.x; c < in8; c += blockDim.x) xs[c] = x[c];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int total = a.n == 1 ? a.end[0] : a.n == 2 ? a.end[1] : a.end[2], r0 = (blockIdx.x * WARPS + warp) * RPW;
+    if (r0 >= total) return;
+    const uint4 *wr[RPW];
+    int mat[RPW], row[RPW];
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        const int r = min(r0 + j, total - 1); /* a row past the end repeats the last one; not written */
+        const int m = r < a.end[0] ? 0 : (a.n > 1 && r < a.end[1]) ? 1 : 2;
+        mat[j] = m;
+        row[j] = r - (m == 0 ? 0 : m == 1 ? a.end[0] : a.end[1]);
+        const uint4 *w = m == 0 ? a.w[0] : m == 1 ? a.w[1] : a.w[2]; /* selects: no indexed copy of the parameters */
+        wr[j] = w + (size_t)row[j] * in8;
+    }
+    float acc[RPW] = {};
+    for (int c0 = lane; c0 < in8; c0 += 32 * U) {
+        uint4 wv[RPW][U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int j = 0; j < RPW; j++) {
+                const int c = c0 + 32 * u;
+                wv[j][u] = c < in8 ? ld_stream(wr[j] + c) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + 32 * u;
+            if (c < in8) {
+                const uint4 xv = xs[c];
+#pragma unroll
+                for (int j = 0; j < RPW; j++) acc[j] = dot8(wv[j][u], xv, acc[j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        float s = acc[j];
+#pragma unroll
+        for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0 && r0 + j < total) {
+            float *y = (mat[j] == 0 ? a.y[0] : mat[j] == 1 ? a.y[1] : a.y[2]) + row[j];
+            *y = beta != 0.f ? s + beta * *y : s;
+        }
+    }
+}
+
+} /* namespace */
+
+extern "C" int lz_gemv(const lz_gemv_mat *mats, int n_mats, const lz_bf16 *x, int in, float beta, void *stream)
+{
+    int rc = lz_gemv_check(mats, n_mats, x, in);
+    if (rc) return rc;
+    Mats a = {};
+    a.n = n_mats;
+    int total = 0;
+    for (int m = 0; m < n_mats; m++) {
+        a.w[m] = reinterpret_cast<const uint4 *>(mats[m].w);
+        a.y[m] = mats[m].y;
+        a.end[m] = total += mats[m].rows;
+    }
+    const int per = WARPS * RPW, blocks = (total + per - 1) / per;
+    gemv_kernel<<<blocks, WARPS * 32, (size_t)in * 2, (cudaStream_t)stream>>>(a, reinterpret_cast<const uint4 *>(x), in / 8,
+                                                                               beta);
+    return (int)cudaGetLastError();
+}
