@@ -1,5 +1,5 @@
 /* lz_gemv.cu - decode-step matrix-vector products (lz_gemv.h): x staged in
- * shared memory once per block, each warp streams RPW weight rows in 16-byte
+ * shared memory once per block (as is, or computed there: rmsnorm, silu gate), each warp streams RPW weight rows in 16-byte
  * loads that skip L1 (U loads a row in flight per lane, so a 256-thread block
  * keeps 32 KB of weights in flight), fp32 dot products reduced across the
  * warp. One launch covers every matrix sharing x: their rows are numbered
@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/lz_gemv.h"
+#include "kernels/lz_ops.cuh"
 
 namespace {
 
@@ -41,10 +42,41 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x, float s)
     return dot2(w.w, x.w, dot2(w.z, x.z, dot2(w.y, x.y, dot2(w.x, x.x, s))));
 }
 
-__global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const uint4 *__restrict__ x, int in8, float beta)
+/* x's staging: X_BF16 copies x; X_RMSNORM = bf16(rmsnorm(x0) * x1) (x0 fp32,
+ * x1 the norm's weights; the block's sum of squares as lz_op_rmsnorm's);
+ * X_SILU = bf16(silu(x0) * x1) (gate, up), as lz_op_silu_mul */
+enum { X_BF16, X_RMSNORM, X_SILU };
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+template <int XM>
+__global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const void *__restrict__ x0, const float *__restrict__ x1,
+                                                          float eps, int in8, float beta)
 {
     extern __shared__ uint4 xs[];
-    for (int c = threadIdx.x; c < in8; c += blockDim.x) xs[c] = x[c];
+    if constexpr (XM == X_BF16) {
+        for (int c = threadIdx.x; c < in8; c += blockDim.x) xs[c] = reinterpret_cast<const uint4 *>(x0)[c];
+    } else {
+        const float4 *f = reinterpret_cast<const float4 *>(x0), *w = reinterpret_cast<const float4 *>(x1);
+        float r = 0.f;
+        if constexpr (XM == X_RMSNORM) {
+            __shared__ float part[32];
+            r = lz::rms_scale(lz::block_sumsq(reinterpret_cast<const float *>(x0), in8 * 8, part), in8 * 8, eps);
+        }
+        for (int c = threadIdx.x; c < in8; c += blockDim.x) {
+            const float4 p0 = f[2 * c], p1 = f[2 * c + 1], q0 = w[2 * c], q1 = w[2 * c + 1];
+            const float a8[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+            const float b8[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+            float v[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = XM == X_RMSNORM ? a8[i] * r * b8[i] : lz::silu_mul(a8[i], b8[i]);
+            xs[c] = make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
+        }
+    }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int total = a.n == 1 ? a.end[0] : a.n == 2 ? a.end[1] : a.end[2], r0 = (blockIdx.x * WARPS + warp) * RPW;
@@ -94,10 +126,10 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const uint4 *_
 
 } /* namespace */
 
-extern "C" int lz_gemv(const lz_gemv_mat *mats, int n_mats, const lz_bf16 *x, int in, float beta, void *stream)
+template <int XM>
+static int launch(const lz_gemv_mat *mats, int n_mats, const void *x0, const float *x1, float eps, int in, float beta,
+                  void *stream)
 {
-    int rc = lz_gemv_check(mats, n_mats, x, in);
-    if (rc) return rc;
     Mats a = {};
     a.n = n_mats;
     int total = 0;
@@ -107,7 +139,28 @@ extern "C" int lz_gemv(const lz_gemv_mat *mats, int n_mats, const lz_bf16 *x, in
         a.end[m] = total += mats[m].rows;
     }
     const int per = WARPS * RPW, blocks = (total + per - 1) / per;
-    gemv_kernel<<<blocks, WARPS * 32, (size_t)in * 2, (cudaStream_t)stream>>>(a, reinterpret_cast<const uint4 *>(x), in / 8,
-                                                                               beta);
+    gemv_kernel<XM><<<blocks, WARPS * 32, (size_t)in * 2, (cudaStream_t)stream>>>(a, x0, x1, eps, in / 8, beta);
     return (int)cudaGetLastError();
+}
+
+extern "C" int lz_gemv(const lz_gemv_mat *mats, int n_mats, const lz_bf16 *x, int in, float beta, void *stream)
+{
+    int rc = lz_gemv_check(mats, n_mats, x, in);
+    return rc ? rc : launch<X_BF16>(mats, n_mats, x, NULL, 0.f, in, beta, stream);
+}
+
+extern "C" int lz_gemv_rmsnorm(const lz_gemv_mat *mats, int n_mats, const float *x, const float *norm_w, float eps, int in,
+                               float beta, void *stream)
+{
+    int rc = lz_gemv_check(mats, n_mats, x, in);
+    if (!rc && !norm_w) rc = LZ_ATTN_EARG;
+    return rc ? rc : launch<X_RMSNORM>(mats, n_mats, x, norm_w, eps, in, beta, stream);
+}
+
+extern "C" int lz_gemv_silu(const lz_gemv_mat *mats, int n_mats, const float *gate, const float *up, int in, float beta,
+                            void *stream)
+{
+    int rc = lz_gemv_check(mats, n_mats, gate, in);
+    if (!rc && !up) rc = LZ_ATTN_EARG;
+    return rc ? rc : launch<X_SILU>(mats, n_mats, gate, up, 0.f, in, beta, stream);
 }

@@ -31,8 +31,23 @@ typedef struct {
 int lz_gemv(const lz_gemv_mat *mats, int n_mats, const lz_bf16 *x, int in, float beta, void *stream);
 int lz_gemv_ref(const lz_gemv_mat *mats, int n_mats, const lz_bf16 *x, int in, float beta, void *stream);
 
-/* The argument check both share (0 or LZ_ATTN_EARG). */
-int lz_gemv_check(const lz_gemv_mat *mats, int n_mats, const lz_bf16 *x, int in);
+/* The same with x = lz_op_rmsnorm of one fp32 row x (in), weights norm_w
+ * (in): the norm fused into the products that read it (q/k/v, gate/up, the
+ * output head). The CUDA kernel computes x bit for bit as lz_op_rmsnorm. */
+int lz_gemv_rmsnorm(const lz_gemv_mat *mats, int n_mats, const float *x, const float *norm_w, float eps, int in,
+                    float beta, void *stream);
+int lz_gemv_rmsnorm_ref(const lz_gemv_mat *mats, int n_mats, const float *x, const float *norm_w, float eps, int in,
+                        float beta, void *stream);
+
+/* The same with x = lz_op_silu_mul(gate, up) (in each, fp32): the FFN gate
+ * fused into the down projection; bit for bit as lz_op_silu_mul. */
+int lz_gemv_silu(const lz_gemv_mat *mats, int n_mats, const float *gate, const float *up, int in, float beta,
+                 void *stream);
+int lz_gemv_silu_ref(const lz_gemv_mat *mats, int n_mats, const float *gate, const float *up, int in, float beta,
+                     void *stream);
+
+/* The argument check they share (0 or LZ_ATTN_EARG); x is the input's first array. */
+int lz_gemv_check(const lz_gemv_mat *mats, int n_mats, const void *x, int in);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,14 @@
-/* lz_gemv_ref.c - CPU reference of lz_gemv (lz_gemv.h): the same products in
- * double precision, rounded to fp32 once; and the shared argument check. */
+/* lz_gemv_ref.c - CPU references of lz_gemv and its fused forms (lz_gemv.h):
+ * the same products in double precision, rounded to fp32 once, on the input
+ * the CPU references of lz_op_rmsnorm / lz_op_silu_mul make; and the shared
+ * argument check. */
+#include <stdlib.h>
+
 #include "kernels/lz_gemv.h"
+#include "kernels/lz_ops.h"
 #include "model/half.h"
 
-int lz_gemv_check(const lz_gemv_mat *mats, int n_mats, const lz_bf16 *x, int in)
+int lz_gemv_check(const lz_gemv_mat *mats, int n_mats, const void *x, int in)
 {
     if (!mats || !x || n_mats < 1 || n_mats > LZ_GEMV_MAX_MATS || in < 8 || in % 8 || in > LZ_GEMV_MAX_IN)
         return LZ_ATTN_EARG;
@@ -26,4 +31,33 @@ int lz_gemv_ref(const lz_gemv_mat *mats, int n_mats, const lz_bf16 *x, int in, f
             mats[m].y[r] = (float)s;
         }
     return 0;
+}
+
+/* x (in) through make_x into a bf16 row, then lz_gemv_ref */
+static int fused_ref(const lz_gemv_mat *mats, int n_mats, const float *a, const float *b, float eps, int in, float beta,
+                     int silu)
+{
+    int rc = lz_gemv_check(mats, n_mats, a, in);
+    if (rc || !b) return rc ? rc : LZ_ATTN_EARG;
+    lz_bf16 *x = malloc((size_t)in * sizeof *x);
+    if (!x) return LZ_ATTN_EARG;
+    if (silu) lz_op_silu_mul_ref(x, a, b, (size_t)in, NULL);
+    else lz_op_rmsnorm_ref(x, a, b, 1, in, eps, NULL);
+    rc = lz_gemv_ref(mats, n_mats, x, in, beta, NULL);
+    free(x);
+    return rc;
+}
+
+int lz_gemv_rmsnorm_ref(const lz_gemv_mat *mats, int n_mats, const float *x, const float *norm_w, float eps, int in,
+                        float beta, void *stream)
+{
+    (void)stream;
+    return fused_ref(mats, n_mats, x, norm_w, eps, in, beta, 0);
+}
+
+int lz_gemv_silu_ref(const lz_gemv_mat *mats, int n_mats, const float *gate, const float *up, int in, float beta,
+                     void *stream)
+{
+    (void)stream;
+    return fused_ref(mats, n_mats, gate, up, 0.f, in, beta, 1);
 }

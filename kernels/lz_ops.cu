@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "kernels/lz_ops.cuh"
 #include "kernels/lz_ops.h"
 #include "model/rope.h"
 
@@ -23,18 +24,7 @@ __global__ void rmsnorm_kernel(bf16 *out, const float *x, const float *w, int D,
 {
     __shared__ float part[32];
     const float *xr = x + (size_t)blockIdx.x * D;
-    float ss = 0.f;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) ss += xr[j] * xr[j];
-    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        ss = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
-        for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (threadIdx.x == 0) part[0] = ss;
-    }
-    __syncthreads();
-    const float r = 1.0f / sqrtf(part[0] / (float)D + eps);
+    const float r = lz::rms_scale(lz::block_sumsq(xr, D, part), D, eps);
     for (int j = threadIdx.x; j < D; j += blockDim.x) out[(size_t)blockIdx.x * D + j] = __float2bfloat16_rn(xr[j] * r * w[j]);
 }
 
@@ -73,8 +63,7 @@ __global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const
 __global__ void silu_mul_kernel(bf16 *out, const float *gate, const float *up, size_t count)
 {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < count; e += (size_t)gridDim.x * blockDim.x) {
-        const float g = gate[e];
-        out[e] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * up[e]);
+        out[e] = __float2bfloat16_rn(lz::silu_mul(gate[e], up[e]));
     }
 }
 

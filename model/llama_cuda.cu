@@ -361,30 +361,38 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, 
     const Layer *w = &g->layers[l];
     cudaStream_t st = g->st;
     int rc;
-    lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->attn_norm, n, D, c->norm_eps, st);
-    const bool one = n == 1 && D % 8 == 0 && D <= LZ_GEMV_MAX_IN; /* q, k and v in one launch */
+    /* one row (a decode step): every product by lz_gemv, the norms and the FFN gate fused into
+     * the products that read them, q/k/v and gate/up in one launch each, and the attention
+     * output read as it is ((H, 1, d) is already token-major) */
+    auto fits = [](int in) { return in % 8 == 0 && in <= LZ_GEMV_MAX_IN; };
+    const bool one = n == 1 && fits(D) && fits(Hd) && fits(F);
     if (one) {
         const lz_gemv_mat m[3] = {{(const lz_bf16 *)w->wq, g->q, Hd}, {(const lz_bf16 *)w->wk, g->k, KVd},
                                   {(const lz_bf16 *)w->wv, g->v, KVd}};
-        if ((rc = lz_gemv(m, 3, (const lz_bf16 *)g->xb, D, 0.f, st))) return fail(err, errlen, "q/k/v", rc);
-    } else if ((rc = gemm(g, g->q, g->xb, w->wq, n, D, Hd, 0.f)) || (rc = gemm(g, g->k, g->xb, w->wk, n, D, KVd, 0.f)) ||
-               (rc = gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f))) {
-        return fail(err, errlen, "cuBLAS q/k/v", rc);
+        if ((rc = lz_gemv_rmsnorm(m, 3, g->x, w->attn_norm, c->norm_eps, D, 0.f, st))) return fail(err, errlen, "q/k/v", rc);
+    } else {
+        lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->attn_norm, n, D, c->norm_eps, st);
+        if ((rc = gemm(g, g->q, g->xb, w->wq, n, D, Hd, 0.f)) || (rc = gemm(g, g->k, g->xb, w->wk, n, D, KVd, 0.f)) ||
+            (rc = gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f)))
+            return fail(err, errlen, "cuBLAS q/k/v", rc);
     }
     lz_op_heads((lz_bf16 *)g->qh, (lz_bf16 *)kh, (lz_bf16 *)vh, g->q, g->k, g->v, n, H, KV, d, pos0, count, c->rope_layout,
                 g->inv_freq, qcap, c0, cw, st);
     p->k_self = (const lz_bf16 *)kh;
     p->v_self = (const lz_bf16 *)vh;
     if ((rc = lazy ? lz_prefill_lazy(p, st) : lz_prefill(p, st))) return fail(err, errlen, "attention", rc);
-    lz_op_tokens((lz_bf16 *)g->ot, (const lz_bf16 *)g->oh, n, H, d, st);
-    if ((rc = gemm(g, g->x, g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "o projection", rc);
-    lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->ffn_norm, n, D, c->norm_eps, st);
+    if (!one) lz_op_tokens((lz_bf16 *)g->ot, (const lz_bf16 *)g->oh, n, H, d, st);
+    if ((rc = gemm(g, g->x, one ? g->oh : g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "o projection", rc);
     if (one) {
         const lz_gemv_mat m[2] = {{(const lz_bf16 *)w->wg, g->gate, F}, {(const lz_bf16 *)w->wu, g->up, F}};
-        if ((rc = lz_gemv(m, 2, (const lz_bf16 *)g->xb, D, 0.f, st))) return fail(err, errlen, "gate/up", rc);
-    } else if ((rc = gemm(g, g->gate, g->xb, w->wg, n, D, F, 0.f)) || (rc = gemm(g, g->up, g->xb, w->wu, n, D, F, 0.f))) {
-        return fail(err, errlen, "cuBLAS gate/up", rc);
+        const lz_gemv_mat md = {(const lz_bf16 *)w->wd, g->x, D};
+        if ((rc = lz_gemv_rmsnorm(m, 2, g->x, w->ffn_norm, c->norm_eps, D, 0.f, st))) return fail(err, errlen, "gate/up", rc);
+        if ((rc = lz_gemv_silu(&md, 1, g->gate, g->up, F, 1.f, st))) return fail(err, errlen, "down projection", rc);
+        return 0;
     }
+    lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->ffn_norm, n, D, c->norm_eps, st);
+    if ((rc = gemm(g, g->gate, g->xb, w->wg, n, D, F, 0.f)) || (rc = gemm(g, g->up, g->xb, w->wu, n, D, F, 0.f)))
+        return fail(err, errlen, "cuBLAS gate/up", rc);
     lz_op_silu_mul((lz_bf16 *)g->hb, g->gate, g->up, (size_t)n * F, st);
     if ((rc = gemm(g, g->x, g->hb, w->wd, n, F, D, 1.f))) return fail(err, errlen, "down projection", rc);
     return 0;
@@ -694,8 +702,15 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
     }
     lz_op_count_add(g->dn_own, n, st);
     if (want) { /* the last row: final norm, output head */
-        lz_op_rmsnorm((lz_bf16 *)g->xb, g->x + (size_t)(n - 1) * D, g->out_norm, 1, D, c->norm_eps, st);
-        const int rc = gemm(g, g->logits, g->xb, g->out_w, 1, D, V, 0.f);
+        const float *last = g->x + (size_t)(n - 1) * D;
+        int rc;
+        if (D % 8 == 0 && D <= LZ_GEMV_MAX_IN) { /* the final norm fused into the head's product */
+            const lz_gemv_mat m = {(const lz_bf16 *)g->out_w, g->logits, V};
+            rc = lz_gemv_rmsnorm(&m, 1, last, g->out_norm, c->norm_eps, D, 0.f, st);
+        } else {
+            lz_op_rmsnorm((lz_bf16 *)g->xb, last, g->out_norm, 1, D, c->norm_eps, st);
+            rc = gemm(g, g->logits, g->xb, g->out_w, 1, D, V, 0.f);
+        }
         if (rc) return fail(err, errlen, "output head", rc);
         CUDA_OK(cudaMemcpyAsync(g->hlogits, g->logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, st), "logits");
     }

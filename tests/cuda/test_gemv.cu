@@ -2,7 +2,10 @@
  * (kernels/lz_gemv_ref.c, double precision) on fresh random inputs: one to
  * three matrices sharing x, widths from 8 to LZ_GEMV_MAX_IN, beta 0 (y
  * poisoned first: never read) and 1; every row within 1e-5 of the sum of
- * |w x| terms; bad arguments refused. With --bench, the matrix-vector
+ * |w x| terms; bad arguments refused. The fused forms (x = rmsnorm of an
+ * fp32 row, x = silu(gate) * up) equal, bit for bit, lz_op_rmsnorm or
+ * lz_op_silu_mul followed by lz_gemv, and their CPU references within 1e-3
+ * (x's bf16 rounding may differ in a last bit). With --bench, the matrix-vector
  * products of a decode step of Llama-3.1-8B's shape, ours against
  * cublasGemmEx at one column (what model/llama_cuda.cu used), weights read
  * from HBM (rotating sets larger than L2): microseconds and GB/s of weights,
@@ -16,6 +19,7 @@
 #include <string.h>
 
 #include "kernels/lz_gemv.h"
+#include "kernels/lz_ops.h"
 #include "model/half.h"
 #include "tests/cuda/cuda_check.h"
 #include "tests/test.h"
@@ -83,6 +87,64 @@ static void check_case(int n_mats, const int *rows, int in, float beta)
     }
     free(hx);
     CK(cudaFree(dx));
+}
+
+/* A fused form against the separate kernels (exact) and its CPU reference. */
+static void check_fused(int silu, int n_mats, const int *rows, int in, float beta)
+{
+    float *a = (float *)malloc((size_t)in * 4), *b = (float *)malloc((size_t)in * 4);
+    for (int i = 0; i < in; i++) {
+        a[i] = (urand() * 2.f - 1.f) * 3.f;
+        b[i] = silu ? (urand() * 2.f - 1.f) * 2.f : 0.5f + urand();
+    }
+    float *da = dev(a, (size_t)in), *db = dev(b, (size_t)in);
+    lz_bf16 *dx = dev<lz_bf16>(NULL, (size_t)in);
+    lz_gemv_mat hm[3], dm[3], dm2[3];
+    float *y0[3];
+    for (int m = 0; m < n_mats; m++) {
+        const size_t nw = (size_t)rows[m] * in;
+        lz_bf16 *w = rand_bf16(nw), *dw = dev(w, nw);
+        y0[m] = (float *)malloc((size_t)rows[m] * 4);
+        for (int r = 0; r < rows[m]; r++) y0[m][r] = urand() * 2.f - 1.f;
+        hm[m] = (lz_gemv_mat){w, (float *)malloc((size_t)rows[m] * 4), rows[m]};
+        memcpy(hm[m].y, y0[m], (size_t)rows[m] * 4);
+        dm[m] = (lz_gemv_mat){dw, dev(y0[m], (size_t)rows[m]), rows[m]};
+        dm2[m] = (lz_gemv_mat){dw, dev(y0[m], (size_t)rows[m]), rows[m]};
+    }
+    const float eps = 1e-5f;
+    int rc = silu ? lz_gemv_silu(dm, n_mats, da, db, in, beta, NULL) : lz_gemv_rmsnorm(dm, n_mats, da, db, eps, in, beta, NULL);
+    CHECK(rc == 0, "fused launch");
+    if (silu) lz_op_silu_mul(dx, da, db, (size_t)in, NULL);
+    else lz_op_rmsnorm(dx, da, db, 1, in, eps, NULL);
+    CHECK(lz_gemv(dm2, n_mats, dx, in, beta, NULL) == 0, "separate launch");
+    CK(cudaDeviceSynchronize());
+    rc = silu ? lz_gemv_silu_ref(hm, n_mats, a, b, in, beta, NULL) : lz_gemv_rmsnorm_ref(hm, n_mats, a, b, eps, in, beta, NULL);
+    CHECK(rc == 0, "fused reference");
+    int same = 1;
+    double worst = 0;
+    for (int m = 0; m < n_mats; m++) {
+        float *got = (float *)malloc((size_t)rows[m] * 4), *sep = (float *)malloc((size_t)rows[m] * 4);
+        CK(cudaMemcpy(got, dm[m].y, (size_t)rows[m] * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(sep, dm2[m].y, (size_t)rows[m] * 4, cudaMemcpyDeviceToHost));
+        same &= memcmp(got, sep, (size_t)rows[m] * 4) == 0;
+        for (int r = 0; r < rows[m]; r++) {
+            double mag = fabs((double)beta * y0[m][r]) + 1e-30;
+            for (int i = 0; i < in; i++) mag += fabs((double)lz_bf16_to_f32(hm[m].w[(size_t)r * in + i])) * 3.0;
+            const double e = fabs((double)got[r] - hm[m].y[r]) / mag;
+            worst = (e > worst || e != e) ? (e != e ? INFINITY : e) : worst;
+        }
+        free(got); free(sep);
+    }
+    CHECK(same, "%s fused = the separate kernels, bit for bit (in %d)", silu ? "silu" : "rmsnorm", in);
+    CHECK(worst <= 1e-3, "%s fused vs CPU reference: worst %.3g (in %d)", silu ? "silu" : "rmsnorm", worst, in);
+    printf("gemv with %-7s fused, %d matrices, in %5d, beta %g: equal to the separate kernels %s, vs CPU %.2e\n",
+           silu ? "silu" : "rmsnorm", n_mats, in, beta, same ? "yes" : "NO", worst);
+    for (int m = 0; m < n_mats; m++) {
+        free((void *)hm[m].w); free(hm[m].y); free(y0[m]);
+        CK(cudaFree((void *)dm[m].w)); CK(cudaFree(dm[m].y)); CK(cudaFree(dm2[m].y));
+    }
+    free(a); free(b);
+    CK(cudaFree(da)); CK(cudaFree(db)); CK(cudaFree(dx));
 }
 
 static void test_bad_args(void)
@@ -204,6 +266,11 @@ int main(int argc, char **argv)
         int rows[3];
         for (int m = 0; m < 3; m++) rows[m] = urand() < 0.3 ? 1 + (int)(urand() * 7) : 1 + (int)(urand() * 1500);
         check_case(n, rows, in, t % 2 ? 1.f : 0.f);
+    }
+    for (int t = 0; t < 6; t++) {
+        const int in = t < 2 ? 4096 : 8 * (1 + (int)(urand() * 2047)), n = 1 + t % 3;
+        int rows[3] = {1 + (int)(urand() * 700), 1 + (int)(urand() * 300), 1 + (int)(urand() * 300)};
+        check_fused(t % 2, n, rows, in, t % 2 ? 1.f : 0.f);
     }
     test_bad_args();
     if (argc > 1 && !strcmp(argv[1], "--bench")) bench();
