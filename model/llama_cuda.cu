@@ -584,6 +584,13 @@ static int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key,
     return 0;
 }
 
+extern "C" int lz_llama_gpu_resident(const lz_llama_gpu *g, const uint8_t key[32])
+{
+    for (int i = 0; i < g->n_docs; i++)
+        if (g->docs[i].keyed && !memcmp(g->docs[i].key, key, 32)) return 1;
+    return 0;
+}
+
 /* Evicts keyed docs this question does not use, least recently used first,
  * until the budget holds (this question's own stay even past it). */
 static void doc_trim(lz_llama_gpu *g)

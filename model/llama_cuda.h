@@ -56,6 +56,9 @@ int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t
 int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *logits, char *err, size_t errlen);
 /* Device bytes the keyed segments may keep (default: half the memory free after the weights). */
 void lz_llama_gpu_set_cache(lz_llama_gpu *g, size_t bytes);
+/* 1 when a segment with content key is resident (begin may then be handed
+ * that segment without its data: only rot is read), else 0. */
+int lz_llama_gpu_resident(const lz_llama_gpu *g, const uint8_t key[32]);
 /* Segment lookups that found their key resident / uploaded it; bytes resident. */
 void lz_llama_gpu_cache_stats(const lz_llama_gpu *g, long *hits, long *misses, size_t *bytes);
 

@@ -78,6 +78,7 @@ static int gpu_step(void *ctx, const int *ids, int n, float *logits, char *err, 
 {
     return lz_llama_gpu_step((lz_llama_gpu *)ctx, ids, n, logits, err, errlen);
 }
+static int gpu_resident(void *ctx, const uint8_t key[32]) { return lz_llama_gpu_resident((lz_llama_gpu *)ctx, key); }
 #endif
 
 typedef struct {
@@ -396,7 +397,7 @@ int main(int argc, char **argv)
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.qo.on_piece = print_piece;
 #ifdef LZ_CUDA
     lz_llama_gpu *gpu = NULL;
-    lz_query_backend backend = {NULL, gpu_begin, gpu_step};
+    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident};
     if (o.gpu) { /* the question and the answer (own tokens) on the GPU: up to 4,096 of them */
         if (o.qo.mode != LZ_MODE_LAZY && o.qo.mode != LZ_MODE_BLOCK) {
             fprintf(stderr, "lazyquery: --gpu runs the lazy and block modes\n");

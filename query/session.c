@@ -363,10 +363,11 @@ static size_t cache_key(int mode, const lz_query_doc *d, int64_t p, uint8_t key[
  * pre[i] = the decoded payload of docs[i] when its cache key misses (else
  * NULL). Blobs are read in this thread (the store's read transaction), then
  * decoded one document a thread: zstd decodes ~0.4 GB/s a thread, and ten
- * documents of an 8B model are ~200 MB. A failure leaves pre[i] NULL; fetch
+ * documents of an 8B model are ~200 MB. held[i]: the backend has it (not
+ * loaded at all). A failure leaves pre[i] NULL; fetch
  * then loads that document itself and reports the error in order. */
 static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_docs, int mode, int64_t p0,
-                           kv_entry **pre)
+                           const uint8_t *held, kv_entry **pre)
 {
     void **blob = calloc((size_t)n_docs, sizeof *blob);
     size_t *len = calloc((size_t)n_docs, sizeof *len);
@@ -378,7 +379,7 @@ static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_
         size_t klen = cache_key(mode, &docs[i], p, key);
         int dup = 0; /* the same payload earlier in the list: fetch finds it cached (or loads it) */
         for (int j = 0; j < i && !dup; j++) dup = !memcmp(docs[j].payload_key, docs[i].payload_key, LZ_META_KEY_LEN);
-        if (dup || lz_doc_cache_contains(q->cache, key, klen)) continue;
+        if (dup || held[i] || lz_doc_cache_contains(q->cache, key, klen)) continue;
         char e2[384];
         if (!lz_store_get_payload(q->store, docs[i].payload_key, &blob[i], &len[i], e2, sizeof e2)) n_cold++;
     }
@@ -437,9 +438,10 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
     const uint8_t **digests = calloc((size_t)n_docs + 1, sizeof *digests);
     kv_entry **owned = calloc((size_t)n_docs + 1, sizeof *owned);
     kv_entry **pre = calloc((size_t)n_docs + 1, sizeof *pre); /* decoded ahead (preload_misses) */
+    uint8_t *held = calloc((size_t)n_docs + 1, 1);            /* resident on the backend: never loaded */
     int n_segs = 0, n_owned = 0;
     lz_kv_cache lc = {0};
-    if (!segs || !owned || !digest || !digests || !pre) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (!segs || !owned || !digest || !digests || !pre || !held) { snprintf(err, errlen, "out of memory"); goto done; }
 
     int64_t p = s;      /* offset of the next document */
     int local_from = 0; /* first document computed into the local cache (PREFIX, FULL) */
@@ -449,8 +451,25 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
         memcpy(digest[n_segs], q->prefix_digest, 32);
         segs[n_segs++] = seg_of(&q->prefix_kv, 0);
         if (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) {
-            preload_misses(q, docs, n_docs, mode, p, pre);
+            /* the documents an accelerator still holds (and the CPU cache does not) are neither
+             * loaded nor decoded: its cache is the larger (GPU memory), the CPU's the smaller */
+            const lz_query_backend *rb = q->o.backend && q->o.backend->resident ? q->o.backend : NULL;
+            int64_t pp = p;
+            for (int i = 0; i < n_docs; pp += docs[i].n_tokens, i++) {
+                uint8_t key[LZ_META_KEY_LEN + 8];
+                size_t klen = cache_key(mode, &docs[i], pp, key);
+                lz_sha256(key, klen, digest[1 + i]); /* block: the copy at this offset */
+                held[i] = rb && !lz_doc_cache_contains(q->cache, key, klen) && rb->resident(rb->ctx, digest[1 + i]);
+            }
+            preload_misses(q, docs, n_docs, mode, p, held, pre);
             for (int i = 0; i < n_docs; i++) {
+                if (held[i]) { /* a segment without data: the backend reads only its placement */
+                    r->hits++;
+                    segs[n_segs++] = (lz_kv_segment){.n = docs[i].n_tokens, .stride = docs[i].n_tokens > 0 ? docs[i].n_tokens : 1,
+                                                     .rot = mode == LZ_MODE_LAZY ? p - s : 0};
+                    p += docs[i].n_tokens;
+                    continue;
+                }
                 uint8_t key[LZ_META_KEY_LEN + 8];
                 size_t klen = cache_key(mode, &docs[i], p, key);
                 int own;
@@ -459,7 +478,6 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
                 pre[i] = NULL; /* fetch took it */
                 if (!e) goto done;
                 if (own) owned[n_owned++] = e;
-                lz_sha256(key, klen, digest[n_segs]); /* block: the copy at this offset */
                 segs[n_segs++] = seg_of(e, mode == LZ_MODE_LAZY ? p - s : 0);
                 p += docs[i].n_tokens;
             }
@@ -579,6 +597,7 @@ done:
     for (int i = 0; i < n_owned; i++) entry_free(owned[i]);
     for (int i = 0; pre && i < n_docs; i++) entry_free(pre[i]); /* left by an error */
     free(pre);
+    free(held);
     free(owned);
     free(segs);
     free(digest);

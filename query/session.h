@@ -54,6 +54,10 @@ typedef struct {
     int (*begin)(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0, char *err,
                  size_t errlen);
     int (*step)(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen);
+    /* optional: 1 when the backend still holds the KV of content key, 0 when not; the session
+     * then neither loads nor decodes that document and hands begin a segment without data
+     * (k, v, k16, v16 NULL; n and rot set). NULL: every document is loaded. */
+    int (*resident)(void *ctx, const uint8_t key[32]);
 } lz_query_backend;
 
 typedef struct {

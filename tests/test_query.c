@@ -284,6 +284,99 @@ static void test_final_answer(void)
     CHECK(n == 0 && w == 0, "empty text");
 }
 
+/* An accelerator that keeps the documents it was given (the GPU's cache,
+ * model/llama_cuda.cu) stands in for it here: a segment handed with data is
+ * kept by its content key; one handed without data must be a kept key. */
+typedef struct {
+    uint8_t keys[64][32];
+    int n_keys, n_begins, placeholders, bad, V;
+    int64_t last_rot; /* the placement of the last segment handed without data */
+} fake_backend;
+
+static int fake_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
+                      char *err, size_t errlen)
+{
+    fake_backend *f = ctx;
+    (void)pos0;
+    f->n_begins++;
+    for (int i = 0; i < n_segs; i++) {
+        int known = -1;
+        for (int k = 0; k < f->n_keys; k++)
+            if (!memcmp(f->keys[k], keys[i], 32)) known = k;
+        if (!segs[i].k && !segs[i].k16) {
+            f->placeholders++;
+            f->last_rot = segs[i].rot;
+            if (known < 0) f->bad++;
+        } else if (known < 0 && f->n_keys < 64) {
+            memcpy(f->keys[f->n_keys++], keys[i], 32);
+        }
+    }
+    if (f->bad) snprintf(err, errlen, "a segment without data the backend does not hold");
+    return f->bad ? -1 : 0;
+}
+
+static int fake_step(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen)
+{
+    (void)ids; (void)n; (void)err; (void)errlen;
+    fake_backend *f = ctx;
+    if (logits)
+        for (int v = 0; v < f->V; v++) logits[v] = v == 5 ? 1.f : 0.f;
+    return 0;
+}
+
+static int fake_resident(void *ctx, const uint8_t key[32])
+{
+    fake_backend *f = ctx;
+    for (int k = 0; k < f->n_keys; k++)
+        if (!memcmp(f->keys[k], key, 32)) return 1;
+    return 0;
+}
+
+/* Documents the accelerator holds are not loaded again, even when the CPU
+ * cache (here too small for any) has none of them; the others are. */
+static void test_backend_resident(void)
+{
+    char err[1024];
+    lz_llama *m;
+    lz_store *s;
+    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    fake_backend f = {.V = m->cfg.vocab};
+    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident};
+    lz_query_opts o;
+    lz_query_opts_default(&o);
+    o.mode = LZ_MODE_LAZY;
+    o.cache_bytes = 1; /* no document fits: only the backend keeps them */
+    o.max_new_tokens = 2;
+    o.backend = &be;
+    lz_query_session *q = NULL;
+    if (lz_query_session_new(m, s, &o, &q, err, sizeof err)) CHECK(0, "session: %s", err);
+    const char *three[3] = {"doc1", "doc2", "doc3"}, *two[2] = {"doc3", "doc4"};
+    lz_query_doc *d3 = NULL, *d2 = NULL;
+    if (q && !lz_retrieve_ids(s, three, 3, &d3, err, sizeof err) && !lz_retrieve_ids(s, two, 2, &d2, err, sizeof err)) {
+        lz_query_result r;
+        CHECK(lz_query_answer(q, "river", d3, 3, &r, err, sizeof err) == 0 && r.misses == 3 && r.bytes_loaded > 0,
+              "first question loads its documents (%lld misses): %s", (long long)r.misses, err);
+        lz_query_result_free(&r);
+        CHECK(lz_query_answer(q, "river", d3, 3, &r, err, sizeof err) == 0 && r.hits == 3 && r.bytes_loaded == 0 &&
+                  f.placeholders == 3 && f.bad == 0,
+              "held documents not loaded again (%lld hits, %lld bytes, %d placeholders): %s", (long long)r.hits,
+              (long long)r.bytes_loaded, f.placeholders, err);
+        lz_query_result_free(&r);
+        /* doc3 first now: held (lazy: one copy for every position), placed at 0; doc4 loaded */
+        CHECK(lz_query_answer(q, "river", d2, 2, &r, err, sizeof err) == 0 && r.hits == 1 && r.misses == 1 &&
+                  f.last_rot == 0,
+              "a held and a new document (%lld hits, %lld misses, rot %lld): %s", (long long)r.hits, (long long)r.misses,
+              (long long)f.last_rot, err);
+        lz_query_result_free(&r);
+    }
+    free(d3);
+    free(d2);
+    lz_query_session_free(q);
+    lz_store_close(s);
+    lz_llama_free(m);
+}
+
 /* A corrupt payload among a question's cold documents (decoded in parallel
  * before placement): the answer is refused naming that document, the other
  * documents still answer, and a session sees the same after the failure. */
@@ -348,6 +441,7 @@ int main(void)
         return lz_test_done();
     }
     test_modes();
+    test_backend_resident();
     char copy[700];
     snprintf(copy, sizeof copy, "%s/store-corrupt", dir);
     test_corrupt_cold(copy);
