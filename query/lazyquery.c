@@ -47,6 +47,7 @@ static void usage(FILE *f)
         "  --gpu                the question and answer on the GPU, lazy and block modes (CUDA builds:\n"
         "                       'make cuda' makes build/cuda/lazyquery); documents placed by the lazy\n"
         "                       attention kernels, bf16 activations; documents stay in GPU memory\n"
+        "                       and are not read from the store again while they are there\n"
         "  --gpu-cache-bytes N  GPU memory documents may keep (default: half of what is free)\n"
         "  --cache-f32          cache a bf16 store's KV widened to fp32 (twice the memory; by default\n"
         "                       it stays bf16: lazy results are the same, block / prefix copies rounded)\n"
