@@ -738,7 +738,9 @@ static int load_model(ingest *g, const char *model_path)
         snprintf(g->err, sizeof g->err, "%s: the model has no tokenizer", model_path);
         return -1;
     }
-    if (g->o.threads > 0) lz_llama_set_threads(g->o.threads);
+    /* always: without it OpenBLAS ran its own pool inside every OpenMP thread (16 x 16 threads
+     * on a 16-core machine; 1.5-1.7x slower on 2 cores, more on many) */
+    lz_llama_set_threads(g->o.threads);
     if (lz_prompt_prefix_tokens(g->m->tok, &g->prefix, &g->n_prefix)) {
         snprintf(g->err, sizeof g->err, "out of memory");
         return -1;
