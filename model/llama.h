@@ -102,7 +102,9 @@ void *lz_llama_alloc(lz_llama *m, size_t bytes);
  * fingerprint. Call once every weight pointer is set. */
 int lz_llama_finish(lz_llama *m, char *err, size_t errlen);
 
-/* Threads used by the forward pass (OpenMP and OpenBLAS); <= 0 means all cores. */
+/* Threads used by the forward pass (OpenMP threads, each calling single-threaded OpenBLAS);
+ * <= 0 means all cores. A program that never calls it gets all cores when it makes its first
+ * lz_llama_scratch_new. */
 void lz_llama_set_threads(int n);
 
 /* KV cache of the tokens a sequence computed itself. Keys are stored rotated

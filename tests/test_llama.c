@@ -2,7 +2,9 @@
  * output and logits; batched prefill equals token-by-token decode; external
  * segments with a missing rotation equal recomputation (one document) and
  * materialised rotated keys; quantized weight types load; lazygen --ids. */
+#include <cblas.h>
 #include <math.h>
+#include <omp.h>
 
 #include "model/llama.h"
 #include "model/mkmodel.h"
@@ -295,6 +297,19 @@ int main(void)
 {
     char dir[256];
     if (!lz_test_tmpdir(dir, sizeof dir)) { printf("cannot make temp dir\n"); return 1; }
+    { /* a program that never set the pool: the first scratch makes it one pool of every core
+       * (OpenBLAS single-threaded inside OpenMP's threads) */
+        lz_mkmodel_opts t;
+        lz_mkmodel_defaults(&t);
+        lz_llama *m0 = make_model(dir, "pool.gguf", &t);
+        openblas_set_num_threads(omp_get_num_procs() > 1 ? omp_get_num_procs() : 2); /* what it starts with */
+        lz_llama_scratch *s0 = m0 ? lz_llama_scratch_new(m0, 8) : NULL;
+        CHECK(s0 && openblas_get_num_threads() == 1 && omp_get_max_threads() == omp_get_num_procs(),
+              "first scratch sets the thread pool (OpenBLAS %d threads, OpenMP %d of %d)", openblas_get_num_threads(),
+              omp_get_max_threads(), omp_get_num_procs());
+        lz_llama_scratch_free(s0);
+        lz_llama_free(m0);
+    }
     lz_llama_set_threads(2);
     test_golden();
     lz_mkmodel_opts o;
