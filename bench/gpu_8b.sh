@@ -22,7 +22,7 @@ st=0
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 t0=$(date +%s.%N)
 "$B/lazy-mkmodel" -o "$T/m8b.gguf" --dim 4096 --layers 32 --heads 32 --kv-heads 8 --head-dim 128 --ffn 14336 \
-    --vocab 128256 --ctx 65536 --theta 500000 --llama3-freqs --type bf16 || exit 1
+    --vocab 128256 --ctx 131072 --theta 500000 --llama3-freqs --type bf16 || exit 1
 t1=$(date +%s.%N)
 echo "model: $(du -h "$T/m8b.gguf" | cut -f1) written in $(awk "BEGIN {print $t1 - $t0}") s"
 rm -rf "$T/store8b"

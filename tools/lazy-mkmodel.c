@@ -80,7 +80,8 @@ int main(int argc, char **argv)
             int k = -1;
             for (int j = 0; j < 9; j++) if (!strcmp(a, opts[j])) k = j;
             if (k < 0) { fprintf(stderr, "lazy-mkmodel: unknown option '%s' (try --help)\n", a); return 1; }
-            if (num(v, a, 1, k == 8 ? 0x7fffffffL : (k == 6 ? 1L << 20 : 1L << 16), &x)) return 1;
+            const long most = k == 8 ? 0x7fffffffL : k == 7 ? 1L << 24 : k == 6 ? 1L << 20 : 1L << 16; /* ctx: Llama-3.1 has 131,072 */
+            if (num(v, a, 1, most, &x)) return 1;
             if (k == 8) o.seed = (uint64_t)x; else *dst[k] = (int)x;
             i++;
         }
