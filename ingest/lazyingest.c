@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include "ingest/corpus.h"
@@ -53,7 +54,9 @@ static void usage(FILE *f)
             "  -m, --model PATH       GGUF model (default: $%s, else <repo>/%s)\n"
             "  -s, --store DIR        store folder (default ./lazystore)\n"
             "  --batch-tokens N       tokens encoded between commits (default 8192)\n"
-            "  --threads N            CPU threads (default: all cores)\n"
+            "  --threads N            CPU threads (default: all cores); a small model (width <= 2048)\n"
+            "                         encodes one document a thread, a larger one uses them all for\n"
+            "                         each document; payloads are the same bytes either way\n"
             "  --max-doc-tokens N     split longer documents into passages id#0, id#1, ...\n"
             "                         at sentence or line boundaries (default 1024)\n"
             "  --level N              zstd level of the payloads, 1..19 (default %d)\n"
@@ -106,6 +109,7 @@ static void usage(FILE *f)
             "                         the CPU's at bf16 level; --kv-probe / --kv-reconstruct stay on the CPU\n"
             "  -h, --help             this text\n"
             "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n"
+            "LAZY_INGEST_SERIAL=1 encodes one document at a time whatever the model.\n"
             LZ_RUNTIME_ENV_HELP,
             LZ_DEFAULT_MODEL_ENV, LZ_DEFAULT_MODEL, LZ_PAYLOAD_DEFAULT_LEVEL, LZ_KVPOLICY_DEFAULT_WINDOW,
             LZ_KVPOLICY_DEFAULT_KERNEL, (double)LZ_KVPOLICY_DEFAULT_ALPHA);
@@ -210,6 +214,17 @@ typedef struct {
     int64_t kv_kept;                    /* keys stored over all (layer, kv head) */
 } pend_doc;
 
+/* A document to encode at the next commit, when documents are encoded in
+ * parallel (ingest.par): doc indexes the batch; alias >= 0 names an earlier
+ * job with the same payload key (its blob serves both). */
+typedef struct {
+    int doc, alias;
+    void *blob;
+    size_t len;
+    double t_forward, t_pack;
+    char err[512];
+} enc_job;
+
 /* K_REHASH: same content and payload, only the row's source_hash is set
  * (rows from before schema version 2, or after a budget change): counted
  * as unchanged. */
@@ -237,6 +252,15 @@ typedef struct {
     char **keep_sources;  /* bad records with a known id: keep their old rows */
     int n_keep, cap_keep;
     int64_t batch_tokens;
+    /* par: documents encoded in parallel at each commit, one encoder (and codec) a thread: a
+     * small model's forward pass scales poorly inside one document (1.24x on 2 cores) */
+    int par;
+    enc_job *jobs;
+    int n_jobs, cap_jobs;
+    lz_encoder **pool;        /* pool[0] is enc; the others are made at the first commit */
+    lz_payload_codec **pool_codec;
+    int n_pool;
+    int *probe, n_probe;      /* the encoders' probe cue */
     /* committed counts */
     lz_meta_run_counts c;
     int64_t n_dupes, n_records_done, n_records_total, n_corpus_tokens;
@@ -287,6 +311,8 @@ static void batch_clear(ingest *g)
         free(d->ids);
     }
     for (int i = 0; i < g->n_pay; i++) free(g->pay[i].blob);
+    for (int i = 0; i < g->n_jobs; i++) free(g->jobs[i].blob);
+    g->n_jobs = 0;
     for (int i = 0; i < g->n_src; i++) free(g->sources[i]);
     for (int i = 0; i < g->n_keep; i++) free(g->keep_sources[i]);
     g->n_docs = g->n_pay = g->n_src = g->n_keep = 0;
@@ -300,6 +326,7 @@ static void batch_free(ingest *g)
     free(g->pay);
     free(g->sources);
     free(g->keep_sources);
+    free(g->jobs);
 }
 
 /* The KV eviction of an n-token document under this run's policy: its
@@ -335,8 +362,10 @@ static void set_kv_fields(const ingest *g, lz_meta_doc *d, const char *spec, int
 /* Commits the batch: payloads first (one durable LMDB transaction), then
  * every row in one SQLite transaction. Counts only what committed. */
 static int flush_batch(ingest *g);
+static int run_jobs(ingest *g);
 static int flush(ingest *g)
 {
+    if (run_jobs(g)) return -1; /* par: the batch's documents, encoded now */
     double t = now_s();
     int rc = flush_batch(g);
     g->t_commit += now_s() - t;
@@ -425,11 +454,15 @@ static int64_t raw_bytes(const ingest *g, int n)
     return 2 * es * g->m->cfg.n_layers * g->m->cfg.n_kv_heads * (int64_t)n * g->m->cfg.head_dim;
 }
 
-/* Encodes ids (unless a payload with key already exists, in the store or in
- * this batch) and queues the payload. Sets raw/stored sizes. */
-static int encode_doc(ingest *g, const int *ids, int n, const uint8_t key[LZ_META_KEY_LEN], int64_t *raw,
-                      int64_t *stored)
+/* Encodes batch document di (unless a payload with its key already exists,
+ * in the store or in this batch) and queues the payload; sets its raw and
+ * stored sizes. With par, queues an encoding job instead (run_jobs). */
+static int encode_doc(ingest *g, int di)
 {
+    pend_doc *d = &g->docs[di];
+    const int *ids = d->ids, n = d->n_tokens;
+    const uint8_t *key = d->key;
+    int64_t *raw = &d->raw_bytes, *stored = &d->stored_bytes;
     char spec[LZ_KVPOLICY_SPEC_MAX];
     int64_t kept = doc_kv(g, n, spec), full = (int64_t)g->m->cfg.n_layers * g->m->cfg.n_kv_heads * n;
     int64_t raw_size = full ? raw_bytes(g, n) / full * kept : 0;
@@ -441,10 +474,28 @@ static int encode_doc(ingest *g, const int *ids, int n, const uint8_t key[LZ_MET
         }
     void *blob = NULL;
     size_t len = 0;
-    int have = lz_store_has_payload(g->s, key, &len, g->err, sizeof g->err);
+    int alias = -1;
+    for (int j = 0; g->par && j < g->n_jobs && alias < 0; j++)
+        if (g->jobs[j].alias < 0 && memcmp(g->docs[g->jobs[j].doc].key, key, LZ_META_KEY_LEN) == 0) alias = j;
+    int have = alias >= 0 ? 0 : lz_store_has_payload(g->s, key, &len, g->err, sizeof g->err);
     if (have < 0) return -1;
     if (have) { /* shared with an identical document, or left by an interrupted run */
         *stored = (int64_t)len;
+        return 0;
+    }
+    if (g->par) { /* encoded with the batch's other documents at the commit */
+        if (g->n_jobs == g->cap_jobs) {
+            int cap = g->cap_jobs ? g->cap_jobs * 2 : 64;
+            enc_job *j = realloc(g->jobs, sizeof *j * (size_t)cap);
+            if (!j) {
+                snprintf(g->err, sizeof g->err, "out of memory");
+                return -1;
+            }
+            g->jobs = j;
+            g->cap_jobs = cap;
+        }
+        g->jobs[g->n_jobs++] = (enc_job){.doc = di, .alias = alias};
+        if (alias < 0) g->batch_tokens += n;
         return 0;
     }
     double t = now_s();
@@ -478,6 +529,109 @@ static int encode_doc(ingest *g, const int *ids, int n, const uint8_t key[LZ_MET
     p->len = len;
     *stored = (int64_t)len;
     g->batch_tokens += n;
+    return 0;
+}
+
+/* The encoder settings of this run (store element type, policy, scorer,
+ * probe cue, calibration) on e. */
+static void setup_encoder(ingest *g, lz_encoder *e)
+{
+    lz_encoder_set_dtype(e, lz_store_kv_dtype(g->s));
+    if (g->o.learned) lz_encoder_set_scorer(e, &g->scorer);
+    if (g->learn) lz_encoder_set_learn(e, g->learn);
+    lz_encoder_set_kvpolicy(e, &g->o.kv);
+}
+
+/* par: encodes and packs the batch's jobs, one document a thread, each on
+ * its own encoder and codec (made at the first call: the prefix runs again
+ * for each, cheap for the small models par is chosen for), then queues the
+ * payloads in batch order, exactly as encode_doc would have one by one. */
+static int run_jobs(ingest *g)
+{
+    if (!g->par || g->n_jobs == 0) return 0;
+    const int T = omp_get_max_threads() > 1 ? omp_get_max_threads() : 1;
+    if (g->n_pool < T) {
+        lz_encoder **pe = realloc(g->pool, sizeof *pe * (size_t)T);
+        lz_payload_codec **pc = pe ? realloc(g->pool_codec, sizeof *pc * (size_t)T) : NULL;
+        if (pe) g->pool = pe;
+        if (pc) g->pool_codec = pc;
+        if (!pe || !pc) {
+            snprintf(g->err, sizeof g->err, "out of memory");
+            return -1;
+        }
+        for (; g->n_pool < T; g->n_pool++) {
+            lz_encoder *e = g->n_pool == 0 ? g->enc : NULL;
+            if (!e && lz_encoder_new(g->m, g->prefix, g->n_prefix, &e, g->err, sizeof g->err)) return -1;
+            lz_payload_codec *c = lz_payload_codec_new();
+            if (!c || (g->n_pool > 0 && lz_encoder_set_probe(e, g->probe, g->n_probe)) ||
+                lz_payload_codec_set_threads(c, 1)) { /* 1 MiB frames, as the one-document path's codec */
+                lz_payload_codec_free(c);
+                if (e != g->enc) lz_encoder_free(e);
+                snprintf(g->err, sizeof g->err, "out of memory");
+                return -1;
+            }
+            if (g->n_pool > 0) setup_encoder(g, e);
+            g->pool[g->n_pool] = e;
+            g->pool_codec[g->n_pool] = c;
+        }
+    }
+    const double t0 = now_s();
+    double fwd = 0, pack = 0;
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1) reduction(+ : fwd, pack)
+    for (int j = 0; j < g->n_jobs; j++) {
+        enc_job *x = &g->jobs[j];
+        if (x->alias >= 0) continue;
+        const pend_doc *d = &g->docs[x->doc];
+        lz_encoder *e = g->pool[omp_get_thread_num()];
+        const double a = now_s();
+        int rc = lz_encoder_run(e, d->ids, d->n_tokens, x->err, sizeof x->err);
+        const double b = now_s();
+        if (!rc)
+            rc = lz_encoder_pack(e, 1, g->pool_codec[omp_get_thread_num()], LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level,
+                                 &x->blob, &x->len, x->err, sizeof x->err);
+        if (rc && !x->err[0]) snprintf(x->err, sizeof x->err, "encoding failed");
+        fwd += b - a;
+        pack += now_s() - b;
+    }
+    const double wall = now_s() - t0;
+    g->t_encode += wall;
+    g->t_forward += fwd + pack > 0 ? wall * fwd / (fwd + pack) : 0;
+    g->t_pack += fwd + pack > 0 ? wall * pack / (fwd + pack) : 0;
+    for (int j = 0; j < g->n_jobs; j++) { /* batch order: the payloads and counts encode_doc would have made */
+        enc_job *x = &g->jobs[j];
+        pend_doc *d = &g->docs[x->doc];
+        if (x->alias >= 0) {
+            d->stored_bytes = (int64_t)g->jobs[x->alias].len;
+            continue;
+        }
+        if (!x->blob) {
+            snprintf(g->err, sizeof g->err, "document '%s': %s", d->ext_id ? d->ext_id : "?", x->err);
+            return -1;
+        }
+        if (g->n_pay == g->cap_pay) {
+            int cap = g->cap_pay ? g->cap_pay * 2 : 64;
+            lz_store_payload *np = realloc(g->pay, sizeof *np * (size_t)cap);
+            if (!np) {
+                snprintf(g->err, sizeof g->err, "out of memory");
+                return -1;
+            }
+            g->pay = np;
+            g->cap_pay = cap;
+        }
+        lz_store_payload *pp = &g->pay[g->n_pay++];
+        memcpy(pp->key, d->key, LZ_META_KEY_LEN);
+        pp->blob = x->blob;
+        pp->len = x->len;
+        x->blob = NULL; /* the batch owns it now */
+        d->stored_bytes = (int64_t)x->len;
+        char spec[LZ_KVPOLICY_SPEC_MAX];
+        const int n = d->n_tokens;
+        g->c.n_tokens += n;
+        g->c.raw_bytes += d->raw_bytes;
+        g->kv_kept += doc_kv(g, n, spec);
+        g->kv_full += (int64_t)g->m->cfg.n_layers * g->m->cfg.n_kv_heads * n;
+    }
+    g->n_jobs = 0;
     return 0;
 }
 
@@ -699,6 +853,7 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
                 free(x->ids);
             }
             g->n_docs = first;
+            while (g->n_jobs > 0 && g->jobs[g->n_jobs - 1].doc >= first) g->n_jobs--; /* nothing encoded yet */
             free(all);
             free(spans);
             return 1;
@@ -715,7 +870,7 @@ static int do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
         }
         d->kind = rc ? K_ADDED : K_UPDATED;
         d->row_id = rc ? 0 : row.id;
-        if (encode_doc(g, d->ids, n, d->key, &d->raw_bytes, &d->stored_bytes)) {
+        if (encode_doc(g, (int)(d - g->docs))) {
             free(all);
             free(spans);
             return -1;
@@ -790,31 +945,30 @@ static int setup_model(ingest *g, const char *model_path)
     }
 #endif
     if (lz_encoder_new_on(g->m, g->prefix, g->n_prefix, pb, &g->enc, g->err, sizeof g->err)) return -1;
-    lz_encoder_set_dtype(g->enc, lz_store_kv_dtype(g->s));
-    if (g->o.learned) lz_encoder_set_scorer(g->enc, &g->scorer);
     if (g->o.learn_out) {
         const lz_llama_config *c = &g->m->cfg;
         if (!(g->learn = lz_kvlearn_acc_new(c->n_layers, c->n_kv_heads, c->head_dim))) {
             snprintf(g->err, sizeof g->err, "out of memory");
             return -1;
         }
-        lz_encoder_set_learn(g->enc, g->learn);
     }
-    lz_encoder_set_kvpolicy(g->enc, &g->o.kv);
+    setup_encoder(g, g->enc);
+    /* documents in parallel: CPU encoding of a small model (width <= 2,048) on several threads;
+     * not on the GPU (one device context) nor while calibrating (one accumulator) */
+    const char *serial = getenv("LAZY_INGEST_SERIAL"); /* 1: one document at a time (A/B, tests) */
+    g->par = !g->o.gpu && !g->learn && omp_get_max_threads() > 1 && g->m->cfg.dim <= 2048 && !(serial && atoi(serial));
     if (g->o.gpu) {
 #ifdef LZ_CUDA
         if (lz_llama_gpu_set_prefix(g->gpu, lz_encoder_prefix_cache(g->enc), g->err, sizeof g->err)) return -1;
         lz_encoder_set_backend(g->enc, &g->backend);
 #endif
     }
-    int *probe = NULL, n_probe = 0; /* the question cue, empty or --kv-probe-text (used by --kv-probe) */
-    if (lz_prompt_question_tokens(g->m->tok, g->o.probe_text ? g->o.probe_text : "", &probe, &n_probe) ||
-        lz_encoder_set_probe(g->enc, probe, n_probe)) {
-        free(probe);
+    /* the question cue, empty or --kv-probe-text (used by --kv-probe); kept for par's encoders */
+    if (lz_prompt_question_tokens(g->m->tok, g->o.probe_text ? g->o.probe_text : "", &g->probe, &g->n_probe) ||
+        lz_encoder_set_probe(g->enc, g->probe, g->n_probe)) {
         snprintf(g->err, sizeof g->err, "out of memory");
         return -1;
     }
-    free(probe);
     int have = lz_store_has_payload(g->s, pkey, NULL, g->err, sizeof g->err);
     if (have < 0) return -1;
     if (!have) {
@@ -964,6 +1118,14 @@ static int repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
 
 /* ---- summary ---- */
 
+/* Scoring and selection time of every encoder (par: the thread's own; summed, so CPU time). */
+static double policy_seconds(const ingest *g)
+{
+    double t = g->enc ? lz_encoder_policy_seconds(g->enc) : 0.0;
+    for (int i = 1; i < g->n_pool; i++) t += lz_encoder_policy_seconds(g->pool[i]);
+    return t;
+}
+
 static void summary(ingest *g, const char *status, int64_t n_docs_total, const lz_store_gc_stats *gc,
                     const lz_store_check_stats *cs, int64_t fixed, int64_t removed_by_repair, int did_ingest,
                     int did_check)
@@ -996,11 +1158,12 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
             json_object_set_new(j, "kv_kept_fraction", json_real(g->kv_full ? (double)g->kv_kept / g->kv_full : 1.0));
             json_object_set_new(j, "encode_s", json_real(g->t_encode));
             json_object_set_new(j, "load_s", json_real(g->t_load));
+            json_object_set_new(j, "encoders", json_integer(g->par ? (g->n_pool > 0 ? g->n_pool : 1) : 1));
             json_object_set_new(j, "setup_s", json_real(g->t_setup));
             json_object_set_new(j, "forward_s", json_real(g->t_forward));
             json_object_set_new(j, "pack_s", json_real(g->t_pack));
             json_object_set_new(j, "commit_s", json_real(g->t_commit));
-            json_object_set_new(j, "kv_policy_s", json_real(g->enc ? lz_encoder_policy_seconds(g->enc) : 0.0));
+            json_object_set_new(j, "kv_policy_s", json_real(policy_seconds(g)));
         }
         if (did_check) {
             json_object_set_new(j, "checked", json_integer(cs->n_docs));
@@ -1030,15 +1193,16 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
                (long long)g->n_dupes, (long long)g->n_corpus_tokens, (long long)g->c.n_tokens, tps,
                g->c.raw_bytes / 1e6, g->c.stored_bytes / 1e6, ratio);
     if (did_ingest)
-        printf("  time: model load %.2f s, store and prefix %.2f s, forward passes %.2f s, packing %.2f s, commits %.2f s\n",
-               g->t_load, g->t_setup - g->t_load, g->t_forward, g->t_pack, g->t_commit);
+        printf("  time: model load %.2f s, store and prefix %.2f s, forward passes %.2f s, packing %.2f s, commits %.2f s%s\n",
+               g->t_load, g->t_setup - g->t_load, g->t_forward, g->t_pack, g->t_commit,
+               g->par && g->n_pool > 1 ? " (documents encoded in parallel)" : "");
     if (did_ingest && g->o.gpu && g->enc)
         printf("  GPU: %ld of the encoded documents (the rest are longer or have a probe: CPU)\n",
                lz_encoder_backend_docs(g->enc));
     if (did_ingest && g->o.kv.kind != LZ_KVPOLICY_NONE) {
         char spec[LZ_KVPOLICY_SPEC_MAX];
         lz_kvpolicy_spec(&g->o.kv, spec, sizeof spec);
-        double tp = g->enc ? lz_encoder_policy_seconds(g->enc) : 0;
+        double tp = policy_seconds(g);
         printf("  kv eviction %s: %.1f%% of the encoded keys kept; scoring %.3f s (%.1f%% of encoding)\n", spec,
                g->kv_full ? 100.0 * g->kv_kept / g->kv_full : 100.0, tp,
                g->t_encode > tp ? 100.0 * tp / (g->t_encode - tp) : 0.0);
@@ -1513,6 +1677,11 @@ int main(int argc, char **argv)
             n_total, (cp || o->gc || o->repair) ? &gs : NULL, &cs, fixed, removed_by_repair, cp != NULL, o->check);
 out:
     batch_free(g);
+    for (int i = 1; i < g->n_pool; i++) lz_encoder_free(g->pool[i]); /* pool[0] is enc */
+    for (int i = 0; i < g->n_pool; i++) lz_payload_codec_free(g->pool_codec[i]);
+    free(g->pool);
+    free(g->pool_codec);
+    free(g->probe);
     lz_encoder_free(g->enc);
 #ifdef LZ_CUDA
     lz_llama_gpu_free(g->gpu);

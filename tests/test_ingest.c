@@ -3,6 +3,7 @@
  * pass over prefix + document), passage splitting, incremental runs
  * (unchanged, changed, pruned, duplicate content), every bad-input case,
  * --strict, CSV and stdin input, wrong-model refusal, --check/--repair/--gc,
+ * documents encoded in parallel storing the same bytes as one at a time,
  * and a crash test: SIGKILL at random moments (25 kills), rerun, and the
  * store must equal the corpus with no committed document lost or duplicated.
  * Runs $LZ_BIN/lazyingest (default build/bin). */
@@ -860,6 +861,73 @@ static void test_prompt(void)
     unsetenv("LAZY_MODEL");
 }
 
+typedef struct {
+    int n;
+    char ext[64][32];
+    uint8_t key[64][64];
+} keys_of;
+
+static int take_key(const lz_meta_doc *d, void *p)
+{
+    keys_of *k = p;
+    if (k->n >= 64) return 1;
+    snprintf(k->ext[k->n], 32, "%s", d->ext_id);
+    memcpy(k->key[k->n++], d->payload_key, 64);
+    return 0;
+}
+
+/* Documents encoded in parallel (several threads, a small model: one
+ * encoder a thread) store exactly the payloads of one at a time
+ * (LAZY_INGEST_SERIAL=1) with as many threads, duplicate content included,
+ * and decode to what an encoder computes (test_bits). */
+static void test_parallel(void)
+{
+    char ser[300], par[300], err[512];
+    snprintf(ser, sizeof ser, "%s/ser", dir);
+    snprintf(par, sizeof par, "%s/par", dir);
+    char *c0 = make_corpus(40, 3, 1);
+    const char *p0 = write_text("par.jsonl", c0);
+    const char *as[] = { "-m", model_a, "-s", ser, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
+    const char *ap[] = { "-m", model_a, "-s", par, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
+    setenv("LAZY_INGEST_SERIAL", "1", 1);
+    int rc = run_tool(as, NULL, 0, out, sizeof out, errs, sizeof errs);
+    long added_s = jget(out, "added"), stored_s = jget(out, "stored_bytes");
+    unsetenv("LAZY_INGEST_SERIAL");
+    CHECK(rc == 0 && added_s == 42 && jget(out, "encoders") == 1, "one at a time: exit %d, %ld added, %ld encoders: %s",
+          rc, added_s, jget(out, "encoders"), errs);
+    rc = run_tool(ap, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "added") == 42 && jget(out, "stored_bytes") == stored_s && jget(out, "encoders") == 2,
+          "in parallel: exit %d, %ld added, %ld stored bytes (one at a time %ld), %ld encoders: %s", rc,
+          jget(out, "added"), jget(out, "stored_bytes"), stored_s, jget(out, "encoders"), errs);
+    CHECK(n_payloads(par) == n_payloads(ser), "the same payloads (%llu and %llu)", (unsigned long long)n_payloads(par),
+          (unsigned long long)n_payloads(ser));
+    lz_store *a, *b;
+    if (lz_store_open(ser, LZ_STORE_RDONLY, &a, err, sizeof err) || lz_store_open(par, LZ_STORE_RDONLY, &b, err, sizeof err)) {
+        CHECK(0, "open: %s", err);
+        free(c0);
+        return;
+    }
+    keys_of ka = { 0 }, kb = { 0 };
+    lz_meta_doc_foreach(lz_store_meta(a), take_key, &ka, err, sizeof err);
+    lz_meta_doc_foreach(lz_store_meta(b), take_key, &kb, err, sizeof err);
+    int same = ka.n == kb.n && ka.n == 42;
+    for (int i = 0; same && i < ka.n; i++) {
+        void *x = NULL, *y = NULL;
+        size_t lx = 0, ly = 0;
+        same = !strcmp(ka.ext[i], kb.ext[i]) && !memcmp(ka.key[i], kb.key[i], 64) &&
+               !lz_store_get_payload(a, ka.key[i], &x, &lx, err, sizeof err) &&
+               !lz_store_get_payload(b, kb.key[i], &y, &ly, err, sizeof err) && lx == ly && !memcmp(x, y, lx);
+        if (!same) printf("first difference: %s\n", ka.ext[i]);
+        free(x);
+        free(y);
+    }
+    CHECK(same, "every document's payload identical, in parallel and one at a time (%d and %d rows)", ka.n, kb.n);
+    lz_store_close(a);
+    lz_store_close(b);
+    test_bits(par);
+    free(c0);
+}
+
 int main(void)
 {
     if (!lz_test_tmpdir(dir, sizeof dir)) return 1;
@@ -884,6 +952,7 @@ int main(void)
     test_bad_inputs();
     test_split();
     test_f32_store();
+    test_parallel();
     printf("functional tests: %.1f s\n", now_s() - t0);
     test_crash();
     printf("total: %.1f s\n", now_s() - t0);
