@@ -5,6 +5,7 @@
  * differs, and that is all a mode is. */
 #include "query/session.h"
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,6 +350,27 @@ static int doc_tokens(lz_query_session *q, const lz_query_doc *d, int **ids, int
     return 0;
 }
 
+/* Codecs for the threads of a parallel decode (a codec per document costs its
+ * allocations each time, more than a small document's decoding). */
+static lz_payload_codec **thread_codecs(int *n)
+{
+    *n = omp_get_max_threads() > 0 ? omp_get_max_threads() : 1;
+    lz_payload_codec **c = calloc((size_t)*n, sizeof *c);
+    for (int i = 0; c && i < *n; i++)
+        if (!(c[i] = lz_payload_codec_new())) {
+            while (i-- > 0) lz_payload_codec_free(c[i]);
+            free(c);
+            return NULL;
+        }
+    return c;
+}
+
+static void thread_codecs_free(lz_payload_codec **c, int n)
+{
+    for (int i = 0; c && i < n; i++) lz_payload_codec_free(c[i]);
+    free(c);
+}
+
 /* Cache key of docs[i] placed at offset p: the payload key, plus the offset
  * in BLOCK mode (one rotated copy per position). Returns its length. */
 static size_t cache_key(int mode, const lz_query_doc *d, int64_t p, uint8_t key[LZ_META_KEY_LEN + 8])
@@ -387,19 +409,23 @@ static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_
         for (int i = 0; i < n_docs; i++) free(blob[i]);
         goto out;
     }
+    int nc;
+    lz_payload_codec **codecs = thread_codecs(&nc);
+    if (!codecs) {
+        for (int i = 0; i < n_docs; i++) free(blob[i]);
+        goto out;
+    }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < n_docs; i++) {
         if (!blob[i]) continue;
-        lz_payload_codec *codec = lz_payload_codec_new();
         char e2[512];
-        if (codec) pre[i] = decode_payload(q, codec, blob[i], len[i], "document", e2, sizeof e2); /* frees the blob */
-        else free(blob[i]);
+        pre[i] = decode_payload(q, codecs[omp_get_thread_num()], blob[i], len[i], "document", e2, sizeof e2); /* frees it */
         if (pre[i] && pre[i]->n != docs[i].n_tokens) { /* fetch reports it */
             entry_free(pre[i]);
             pre[i] = NULL;
         }
-        lz_payload_codec_free(codec);
     }
+    thread_codecs_free(codecs, nc);
 out:
     free(blob);
     free(len);
@@ -608,14 +634,52 @@ done:
     return rc;
 }
 
+/* Start-up preload: the most accessed documents, read in popularity order
+ * and decoded PRELOAD_BATCH at a time in parallel (one document a thread),
+ * then inserted in that order: the same documents a one-by-one preload
+ * takes (room is planned with the entries' exact sizes). */
+#define PRELOAD_BATCH 64
+typedef struct {
+    uint8_t key[LZ_META_KEY_LEN];
+    void *blob;
+    size_t len;
+    kv_entry *e;
+} preload_item;
+
 typedef struct {
     lz_query_session *q;
     int loaded, failed;
     char *err;
     size_t errlen;
+    preload_item items[PRELOAD_BATCH];
+    int n;
+    int64_t planned; /* bytes of the batch's entries, not inserted yet */
 } preload_ctx;
 
-/* One popular document: seed its frequency, load it while there is room. */
+static void preload_batch(preload_ctx *P)
+{
+    lz_query_session *q = P->q;
+    int nc;
+    lz_payload_codec **codecs = P->n > 1 ? thread_codecs(&nc) : NULL;
+#pragma omp parallel for schedule(dynamic, 1) if (codecs)
+    for (int i = 0; i < P->n; i++) {
+        char e2[512];
+        lz_payload_codec *codec = codecs ? codecs[omp_get_thread_num()] : q->codec;
+        P->items[i].e = decode_payload(q, codec, P->items[i].blob, P->items[i].len, "preloaded document", e2,
+                                       sizeof e2); /* frees the blob */
+    }
+    thread_codecs_free(codecs, nc);
+    for (int i = 0; i < P->n; i++) {
+        kv_entry *e = P->items[i].e;
+        if (!e) P->failed++;
+        else if (lz_doc_cache_preload(q->cache, P->items[i].key, LZ_META_KEY_LEN, e, e->bytes)) P->loaded++;
+        else entry_free(e);
+    }
+    P->n = 0;
+    P->planned = 0;
+}
+
+/* One popular document: seed its frequency, queue it while there is room. */
 static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_tokens, void *ctx)
 {
     preload_ctx *P = ctx;
@@ -631,13 +695,18 @@ static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_t
     lz_payload_info info;
     char e2[256];
     if (lz_store_get_payload(q->store, key, &blob, &len, e2, sizeof e2)) { P->failed++; return 0; }
-    if (!lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) /* compressed at ingest: only the kept rows */
-        need = 2 * (size_t)info.n_kept_sum * c->head_dim * sizeof(float);
-    if ((int64_t)need > st.bytes_budget - st.bytes_used) { free(blob); return 0; } /* skip; smaller ones may fit */
-    kv_entry *e = decode_payload(q, q->codec, blob, len, "preloaded document", P->err, P->errlen);
-    if (!e) { P->failed++; return 0; }
-    if (lz_doc_cache_preload(q->cache, key, LZ_META_KEY_LEN, e, e->bytes)) P->loaded++;
-    else entry_free(e);
+    const int parsed = !lz_payload_parse(blob, len, 0, &info, e2, sizeof e2);
+    if (parsed) need = 2 * (size_t)info.n_kept_sum * c->head_dim * sizeof(float); /* compressed at ingest: kept rows */
+    if ((int64_t)need > st.bytes_budget - st.bytes_used - P->planned) { free(blob); return 0; } /* smaller ones may fit */
+    preload_item *it = &P->items[P->n++];
+    memcpy(it->key, key, LZ_META_KEY_LEN);
+    it->blob = blob;
+    it->len = len;
+    it->e = NULL;
+    if (parsed) /* the entry's bytes (entry_alloc): bf16 rows unless widened */
+        P->planned += (int64_t)(2 * (size_t)info.n_kept_sum * c->head_dim *
+                                (info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !q->o.cache_f32 ? 2 : 4));
+    if (P->n == PRELOAD_BATCH) preload_batch(P);
     return 0;
 }
 
@@ -646,7 +715,12 @@ static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_t
 int lz_query_preload(lz_query_session *q, char *err, size_t errlen)
 {
     if (q->o.mode != LZ_MODE_LAZY || q->o.cache_bytes == 0) return 0;
-    preload_ctx P = {.q = q, .err = err, .errlen = errlen};
-    if (lz_store_top_accessed(q->store, 100000, preload_one, &P, err, errlen)) return -1;
-    return P.loaded;
+    preload_ctx *P = calloc(1, sizeof *P);
+    if (!P) { snprintf(err, errlen, "out of memory"); return -1; }
+    *P = (preload_ctx){.q = q, .err = err, .errlen = errlen};
+    int rc = lz_store_top_accessed(q->store, 100000, preload_one, P, err, errlen);
+    preload_batch(P); /* the rest (after an error too: nothing queued is lost) */
+    const int loaded = P->loaded;
+    free(P);
+    return rc ? -1 : loaded;
 }
