@@ -7,6 +7,7 @@
 # the second round finds the documents resident in GPU memory). Prints tokens/s,
 # first-token latency and decode rate; bench/RESULTS.md compares them with the
 # bandwidth and GEMM bounds. Random weights: the answers are noise, the timings real.
+# Then the peer, bench/hf_peer_8b.py (transformers, the same shape and prompt length).
 # Usage (repo root, GPU machine): sh bench/gpu_8b.sh OUTDIR
 #   with ${G:-build/gpuenc}/{lazyingest,lazyquery,lazy-mkmodel}.gz built here ('make cuda',
 #   'make', gzip). Needs 17 GB of disk under TMPDIR (default /tmp) and ~2 GB for the store.
@@ -40,4 +41,8 @@ grep -o '"cache":{[^}]*}' "$OUT/query.jsonl" | head -6
 grep -E "Elapsed|Maximum resident" "$OUT/query.time"
 tail -3 "$OUT/query.time" | head -1
 rm -rf "$T/store8b" "$T/m8b.gguf"
+# the peer, the same shape and prompt length: transformers recomputing the prompt (PEER=0 skips it)
+if [ "${PEER:-1}" = 1 ] && python3 -c "import torch, transformers" 2> /dev/null; then
+    python3 bench/hf_peer_8b.py 1606 2>&1 | grep -v -i warning | tee "$OUT/peer.txt"
+fi
 exit $st
