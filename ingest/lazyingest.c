@@ -221,7 +221,6 @@ typedef struct {
     int doc, alias;
     void *blob;
     size_t len;
-    double t_forward, t_pack;
     char err[512];
 } enc_job;
 
@@ -454,6 +453,34 @@ static int64_t raw_bytes(const ingest *g, int n)
     return 2 * es * g->m->cfg.n_layers * g->m->cfg.n_kv_heads * (int64_t)n * g->m->cfg.head_dim;
 }
 
+/* Queues batch document d's new payload (the batch owns blob from here on,
+ * freed on failure too) and counts its tokens, bytes and kept keys. */
+static int queue_payload(ingest *g, pend_doc *d, void *blob, size_t len)
+{
+    if (g->n_pay == g->cap_pay) {
+        int cap = g->cap_pay ? g->cap_pay * 2 : 64;
+        lz_store_payload *p = realloc(g->pay, sizeof *p * (size_t)cap);
+        if (!p) {
+            free(blob);
+            snprintf(g->err, sizeof g->err, "out of memory");
+            return -1;
+        }
+        g->pay = p;
+        g->cap_pay = cap;
+    }
+    lz_store_payload *p = &g->pay[g->n_pay++];
+    memcpy(p->key, d->key, LZ_META_KEY_LEN);
+    p->blob = blob;
+    p->len = len;
+    d->stored_bytes = (int64_t)len;
+    char spec[LZ_KVPOLICY_SPEC_MAX];
+    g->c.n_tokens += d->n_tokens;
+    g->c.raw_bytes += d->raw_bytes;
+    g->kv_kept += doc_kv(g, d->n_tokens, spec);
+    g->kv_full += (int64_t)g->m->cfg.n_layers * g->m->cfg.n_kv_heads * d->n_tokens;
+    return 0;
+}
+
 /* Encodes batch document di (unless a payload with its key already exists,
  * in the store or in this batch) and queues the payload; sets its raw and
  * stored sizes. With par, queues an encoding job instead (run_jobs). */
@@ -508,26 +535,7 @@ static int encode_doc(ingest *g, int di)
     g->t_forward += t1 - t;
     g->t_pack += t2 - t1;
     g->t_encode += t2 - t;
-    g->c.n_tokens += n;
-    g->c.raw_bytes += raw_size;
-    g->kv_kept += kept;
-    g->kv_full += full;
-    if (g->n_pay == g->cap_pay) {
-        int cap = g->cap_pay ? g->cap_pay * 2 : 64;
-        lz_store_payload *p = realloc(g->pay, sizeof *p * (size_t)cap);
-        if (!p) {
-            free(blob);
-            snprintf(g->err, sizeof g->err, "out of memory");
-            return -1;
-        }
-        g->pay = p;
-        g->cap_pay = cap;
-    }
-    lz_store_payload *p = &g->pay[g->n_pay++];
-    memcpy(p->key, key, LZ_META_KEY_LEN);
-    p->blob = blob;
-    p->len = len;
-    *stored = (int64_t)len;
+    if (queue_payload(g, d, blob, len)) return -1;
     g->batch_tokens += n;
     return 0;
 }
@@ -608,28 +616,9 @@ static int run_jobs(ingest *g)
             snprintf(g->err, sizeof g->err, "document '%s': %s", d->ext_id ? d->ext_id : "?", x->err);
             return -1;
         }
-        if (g->n_pay == g->cap_pay) {
-            int cap = g->cap_pay ? g->cap_pay * 2 : 64;
-            lz_store_payload *np = realloc(g->pay, sizeof *np * (size_t)cap);
-            if (!np) {
-                snprintf(g->err, sizeof g->err, "out of memory");
-                return -1;
-            }
-            g->pay = np;
-            g->cap_pay = cap;
-        }
-        lz_store_payload *pp = &g->pay[g->n_pay++];
-        memcpy(pp->key, d->key, LZ_META_KEY_LEN);
-        pp->blob = x->blob;
-        pp->len = x->len;
+        void *blob = x->blob;
         x->blob = NULL; /* the batch owns it now */
-        d->stored_bytes = (int64_t)x->len;
-        char spec[LZ_KVPOLICY_SPEC_MAX];
-        const int n = d->n_tokens;
-        g->c.n_tokens += n;
-        g->c.raw_bytes += d->raw_bytes;
-        g->kv_kept += doc_kv(g, n, spec);
-        g->kv_full += (int64_t)g->m->cfg.n_layers * g->m->cfg.n_kv_heads * n;
+        if (queue_payload(g, d, blob, x->len)) return -1;
     }
     g->n_jobs = 0;
     return 0;
