@@ -156,34 +156,6 @@ template <class F> static double time_us(F fn, int n_sets, int reps)
     return median(t);
 }
 
-/* Device-to-device copy of 1 GiB, plain stream copies between events (a
- * copy captured in a graph takes the copy engines, slower), median of 20. */
-static double copy_bw(void)
-{
-    size_t n = (size_t)1 << 30;
-    void *x, *y;
-    CK(cudaMalloc(&x, n));
-    CK(cudaMalloc(&y, n));
-    CK(cudaMemset(x, 1, n));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<float> t;
-    for (int i = 0; i < 23; i++) {
-        CK(cudaEventRecord(a));
-        CK(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice));
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        if (i >= 3) t.push_back(ms * 1000.f);
-    }
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    CK(cudaFree(x));
-    CK(cudaFree(y));
-    return 2.0 * n / (median(t) * 1e-6) / 1e12; /* TB/s, bytes read + written */
-}
 
 static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
 {
@@ -413,7 +385,7 @@ int main(int argc, char **argv)
     float *d_inv;
     CK(cudaMalloc(&d_inv, sizeof inv));
     CK(cudaMemcpy(d_inv, inv, sizeof inv, cudaMemcpyHostToDevice));
-    double cbw = copy_bw();
+    double cbw = lz_copy_tbs();
     printf("device %s, %d SMs; device-to-device copy %.2f TB/s (read + write)\n", prop.name, n_sm, cbw);
     fprintf(js, "{\"device\":\"%s\",\"copy_tbs\":%.4f,\"results\":[", prop.name, cbw);
     struct { char kind; int a, b; } shapes[] = {{'d', 16, 4096}, {'d', 64, 2048}, {'d', 1, 16384},

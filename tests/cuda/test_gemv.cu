@@ -164,27 +164,6 @@ static void test_bad_args(void)
 
 /* ---- --bench ---- */
 
-static double copy_tbs(void)
-{
-    const size_t n = (size_t)1 << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, n)); CK(cudaMalloc(&b, n));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-    CK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
-    float best = 1e30f;
-    for (int i = 0; i < 5; i++) {
-        CK(cudaEventRecord(e0));
-        CK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        best = ms < best ? ms : best;
-    }
-    CK(cudaFree(a)); CK(cudaFree(b));
-    return 2.0 * n / (best * 1e-3) / 1e12; /* read + write */
-}
 
 /* median of 5 runs of 40 calls each, rotating among the sets */
 template <class F> static double time_us(F call, int n_sets)
@@ -210,7 +189,7 @@ template <class F> static double time_us(F call, int n_sets)
 
 static void bench(void)
 {
-    const double cbw = copy_tbs();
+    const double cbw = lz_copy_tbs();
     printf("\ndevice-to-device copy %.2f TB/s (read + write)\n", cbw);
     struct { const char *name; int n; int rows[3]; int in; float beta; int per_step; } sh[] = {
         {"q/k/v", 3, {4096, 1024, 1024}, 4096, 0.f, 32}, {"o", 1, {4096}, 4096, 1.f, 32},
