@@ -4,7 +4,8 @@
 # FFN 14336, 128,256-token vocabulary, llama3 rope scaling; 16 GB) is written there
 # by lazy-mkmodel, the demo corpus is ingested with --gpu, and the demo's three
 # questions are answered twice in one lazyquery --gpu process (top-k 10, 32 tokens;
-# the second round finds the documents resident in GPU memory). Prints tokens/s,
+# the second round finds the documents resident in GPU memory), once with cold documents
+# loaded from the store and once recomputed on the GPU (--cold). Prints tokens/s,
 # first-token latency and decode rate; bench/RESULTS.md compares them with the
 # bandwidth and GEMM bounds. Random weights: the answers are noise, the timings real.
 # Then the peer, bench/hf_peer_8b.py (transformers, the same shape and prompt length).
@@ -34,12 +35,19 @@ grep -E "Elapsed|Maximum resident" "$OUT/ingest.time"
 printf '%s\n' "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
     "Which organisation is older, Raio Works or Rairreil Works?" > "$T/q3.txt"
 cat "$T/q3.txt" "$T/q3.txt" > "$T/q6.txt"
-/usr/bin/time -v "$B/lazyquery" --gpu --model "$T/m8b.gguf" --store "$T/store8b" --top-k 10 -n 32 --no-stats --json \
-    < "$T/q6.txt" > "$OUT/query.jsonl" 2> "$OUT/query.time" || st=1
-grep -o '"timings":{[^}]*}' "$OUT/query.jsonl"
-grep -o '"cache":{[^}]*}' "$OUT/query.jsonl" | head -6
-grep -E "Elapsed|Maximum resident" "$OUT/query.time"
-tail -3 "$OUT/query.time" | head -1
+# cold documents read from the store (--cold load) or recomputed on the GPU (the default): one
+# process each, the first round cold, the second resident
+for cold in load recompute; do
+    echo "== lazyquery --gpu --cold $cold"
+    /usr/bin/time -v "$B/lazyquery" --gpu --cold $cold --model "$T/m8b.gguf" --store "$T/store8b" --top-k 10 -n 32 \
+        --no-stats --json < "$T/q6.txt" > "$OUT/query-$cold.jsonl" 2> "$OUT/query-$cold.time" || st=1
+    grep -o '"timings":{[^}]*}' "$OUT/query-$cold.jsonl"
+    grep -o '"cache":{[^}]*}' "$OUT/query-$cold.jsonl" | head -6
+    grep -E "Elapsed|Maximum resident" "$OUT/query-$cold.time"
+    grep -o '"answer":"[^"]*"' "$OUT/query-$cold.jsonl" > "$OUT/answers-$cold.txt"
+done
+cmp -s "$OUT/answers-load.txt" "$OUT/answers-recompute.txt" && echo "answers: identical (load, recompute)" ||
+    { echo "answers: differ (load, recompute)"; paste -d '|' "$OUT/answers-load.txt" "$OUT/answers-recompute.txt"; }
 rm -rf "$T/store8b" "$T/m8b.gguf"
 # the peer, the same shape and prompt length: transformers recomputing the prompt (PEER=0 skips it)
 if [ "${PEER:-1}" = 1 ] && python3 -c "import torch, transformers" 2> /dev/null; then

@@ -50,6 +50,7 @@ struct GpuDoc {
     int64_t keys; /* rows of its longest (layer, head) */
     uint64_t used; /* the question that used it last */
     uint64_t id;   /* unique: entries move when others are dropped */
+    int fresh;     /* computed here (lz_llama_gpu_encode_keep) and not yet used: its first lookup is a miss */
 };
 
 struct lz_llama_gpu {
@@ -95,6 +96,8 @@ struct lz_llama_gpu {
     int64_t pos0, seg_keys;
     void **owned;
     int n_owned;
+    lz_attn_segment *esegs; /* (L) device: the prefix doc, for documents recomputed on the query side */
+    int32_t *elen;          /* (L, KV) device: its kept lengths */
 };
 
 static int fail(char *err, size_t errlen, const char *what, int code)
@@ -182,6 +185,8 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     free(g->hqlen);
     cudaFree(g->work);
     cudaFree(g->wq);
+    cudaFree(g->esegs);
+    cudaFree(g->elen);
     if (g->blas) cublasDestroy(g->blas);
     if (g->st) cudaStreamDestroy(g->st);
     free(g);
@@ -350,11 +355,20 @@ static lz_prefill_params attn_params(const lz_llama_gpu *g, int n)
     return p;
 }
 
-/* Layer l over the n rows of g->x at positions pos0..: norm, q / k / v,
- * rotary (k, v into kh, vh: p's own keys), attention over p's segments
- * (lazy: lz_prefill_lazy), o, FFN; the residual stream updated in place. */
-static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, bf16 *kh, bf16 *vh, lz_prefill_params *p,
-                 int lazy, float *qcap, int c0, int cw, char *err, size_t errlen)
+/* One sequence among a layer's n rows: rows off..off+n-1 at positions pos0..,
+ * its keys and values written (KV, n, d) to kh, vh (its own keys in the
+ * attention). Several documents recomputed together are several parts. */
+struct Part {
+    int off, n;
+    bf16 *kh, *vh;
+};
+
+/* Layer l over the n rows of g->x: norm, q / k / v, then for every part
+ * rotary (at positions pos0.., k and v into the part's kh, vh) and attention
+ * over p's segments and the part's own keys (lazy: lz_prefill_lazy), then o
+ * and FFN over all rows; the residual stream updated in place. */
+static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const Part *parts, int n_parts,
+                 const lz_prefill_params *p, int lazy, float *qcap, int c0, int cw, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int D = c->dim, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, F = c->ffn_dim, Hd = H * d, KVd = KV * d;
@@ -376,12 +390,20 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, 
             (rc = gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f)))
             return fail(err, errlen, "cuBLAS q/k/v", rc);
     }
-    lz_op_heads((lz_bf16 *)g->qh, (lz_bf16 *)kh, (lz_bf16 *)vh, g->q, g->k, g->v, n, H, KV, d, pos0, count, c->rope_layout,
-                g->inv_freq, qcap, c0, cw, st);
-    p->k_self = (const lz_bf16 *)kh;
-    p->v_self = (const lz_bf16 *)vh;
-    if ((rc = lazy ? lz_prefill_lazy(p, st) : lz_prefill(p, st))) return fail(err, errlen, "attention", rc);
-    if (!one) lz_op_tokens((lz_bf16 *)g->ot, (const lz_bf16 *)g->oh, n, H, d, st);
+    for (int i = 0; i < n_parts; i++) { /* a part's q and output: (H, n, d) from row off * H * d */
+        const Part &pt = parts[i];
+        const size_t qo = (size_t)pt.off * Hd, ko = (size_t)pt.off * KVd;
+        lz_op_heads((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, g->q + qo, g->k + ko, g->v + ko, pt.n, H,
+                    KV, d, pos0, count, c->rope_layout, g->inv_freq, qcap, c0, cw, st);
+        lz_prefill_params pp = *p;
+        pp.q = (const lz_bf16 *)(g->qh + qo);
+        pp.o = (lz_bf16 *)(g->oh + qo);
+        pp.n_rows = pt.n;
+        pp.k_self = (const lz_bf16 *)pt.kh;
+        pp.v_self = (const lz_bf16 *)pt.vh;
+        if ((rc = lazy ? lz_prefill_lazy(&pp, st) : lz_prefill(&pp, st))) return fail(err, errlen, "attention", rc);
+        if (!one) lz_op_tokens((lz_bf16 *)(g->ot + qo), (const lz_bf16 *)(g->oh + qo), pt.n, H, d, st);
+    }
     if ((rc = gemm(g, g->x, one ? g->oh : g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "o projection", rc);
     if (one) {
         const lz_gemv_mat m[2] = {{(const lz_bf16 *)w->wg, g->gate, F}, {(const lz_bf16 *)w->wu, g->up, F}};
@@ -452,9 +474,8 @@ extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv
     for (int l = 0; l < L; l++) {
         p.segs = g->dsegs + l;
         float *qc = cw ? g->wq + (size_t)l * cw * c->n_heads * d : NULL;
-        if (layer(g, l, n, g->s, NULL, g->kall + (size_t)l * n * KVd, g->vall + (size_t)l * n * KVd, &p, 0, qc, c0, cw, err,
-                  errlen))
-            return -1;
+        const Part part = {0, n, g->kall + (size_t)l * n * KVd, g->vall + (size_t)l * n * KVd};
+        if (layer(g, l, n, g->s, NULL, &part, 1, &p, 0, qc, c0, cw, err, errlen)) return -1;
     }
     CUDA_OK(cudaGetLastError(), "kernel launch");
     const size_t per = (size_t)L * n * KVd;
@@ -567,44 +588,205 @@ extern "C" void lz_llama_gpu_cache_stats(const lz_llama_gpu *g, long *hits, long
     *bytes = g->used_bytes;
 }
 
+/* The keyed doc with content key key, or -1. */
+static int doc_find(const lz_llama_gpu *g, const uint8_t *key)
+{
+    for (int i = 0; key && i < g->n_docs; i++)
+        if (g->docs[i].keyed && !memcmp(g->docs[i].key, key, 32)) return i;
+    return -1;
+}
+
+/* Room for one more doc in g->docs; 0 or -1. */
+static int doc_room(lz_llama_gpu *g, char *err, size_t errlen)
+{
+    if (g->n_docs < g->cap_docs) return 0;
+    int cap = g->cap_docs ? 2 * g->cap_docs : 64;
+    GpuDoc *d2 = (GpuDoc *)realloc(g->docs, (size_t)cap * sizeof *d2);
+    if (!d2) { snprintf(err, errlen, "out of memory"); return -1; }
+    g->docs = d2;
+    g->cap_docs = cap;
+    return 0;
+}
+
+/* Adds x (its id set here) for question `used`, keyed by key when not NULL. */
+static void doc_add(lz_llama_gpu *g, GpuDoc *x, const uint8_t *key, uint64_t used)
+{
+    x->used = used;
+    x->id = ++g->next_id;
+    if (key) {
+        memcpy(x->key, key, 32);
+        x->keyed = 1;
+        g->used_bytes += doc_bytes(g, x);
+    }
+    g->docs[g->n_docs++] = *x;
+}
+
 /* The doc of segment sg for this question: resident under key, else uploaded
  * (keyed ones kept within the budget, least recently used out first;
  * unkeyed ones dropped at the next question). Its id in *id; 0 or -1. */
 static int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, uint64_t *id, char *err, size_t errlen)
 {
-    for (int i = 0; key && i < g->n_docs; i++)
-        if (g->docs[i].keyed && !memcmp(g->docs[i].key, key, 32)) {
-            g->docs[i].used = g->question;
-            g->hits++;
-            *id = g->docs[i].id;
-            return 0;
-        }
+    const int at = doc_find(g, key);
+    if (at >= 0) {
+        GpuDoc *x = &g->docs[at];
+        x->used = g->question;
+        if (x->fresh) g->misses++; /* recomputed for this question: not found, made */
+        else g->hits++;
+        x->fresh = 0;
+        *id = x->id;
+        return 0;
+    }
     if (key) g->misses++;
-    if (g->n_docs == g->cap_docs) {
-        int cap = g->cap_docs ? 2 * g->cap_docs : 64;
-        GpuDoc *d2 = (GpuDoc *)realloc(g->docs, (size_t)cap * sizeof *d2);
-        if (!d2) { snprintf(err, errlen, "out of memory"); return -1; }
-        g->docs = d2;
-        g->cap_docs = cap;
-    }
     GpuDoc x;
-    if (doc_upload(g, sg, &x, err, errlen)) return -1;
-    x.used = g->question;
-    x.id = *id = ++g->next_id;
-    if (key) {
-        memcpy(x.key, key, 32);
-        x.keyed = 1;
-        g->used_bytes += doc_bytes(g, &x);
-    }
-    g->docs[g->n_docs++] = x;
+    if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, err, errlen)) return -1;
+    doc_add(g, &x, key, g->question);
+    *id = x.id;
     return 0;
 }
 
-extern "C" int lz_llama_gpu_resident(const lz_llama_gpu *g, const uint8_t key[32])
+extern "C" int lz_llama_gpu_resident(const lz_llama_gpu *g, const uint8_t key[32]) { return doc_find(g, key) >= 0; }
+
+/* ---- documents recomputed on the query side ---- */
+
+/* x: a new doc of n rows in every (layer, kv head), on the device, to be computed there. */
+static int doc_alloc_whole(const lz_llama_gpu *g, int n, GpuDoc *x, char *err, size_t errlen)
 {
-    for (int i = 0; i < g->n_docs; i++)
-        if (g->docs[i].keyed && !memcmp(g->docs[i].key, key, 32)) return 1;
+    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
+    memset(x, 0, sizeof *x);
+    x->cap = (int *)malloc((size_t)L * sizeof(int));
+    x->first = (size_t *)malloc((size_t)L * sizeof(size_t));
+    x->kept = (int32_t *)malloc((size_t)L * KV * sizeof(int32_t));
+    if (!x->cap || !x->first || !x->kept) { doc_free(x); snprintf(err, errlen, "out of memory"); return -1; }
+    for (int l = 0; l < L; l++) {
+        x->cap[l] = n;
+        x->first[l] = (size_t)l * KV * n;
+        for (int h = 0; h < KV; h++) x->kept[l * KV + h] = n;
+    }
+    x->rows = (size_t)L * KV * n;
+    x->keys = n;
+    cudaError_t ce = cudaMalloc((void **)&x->k, x->rows * d * 2);
+    if (ce == cudaSuccess) ce = cudaMalloc((void **)&x->v, x->rows * d * 2);
+    if (ce != cudaSuccess) {
+        doc_free(x);
+        snprintf(err, errlen, "GPU: no memory for a recomputed document of %d tokens: %s", n, cudaGetErrorString(ce));
+        return -1;
+    }
     return 0;
+}
+
+/* The prefix doc's descriptors for the recomputing passes (every call: the doc may have moved). */
+static int prefix_descriptors(lz_llama_gpu *g, const GpuDoc *pre, char *err, size_t errlen)
+{
+    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
+    if (!g->esegs) {
+        CUDA_OK(cudaMalloc((void **)&g->esegs, (size_t)L * sizeof(lz_attn_segment)), "descriptors");
+        if (cudaMalloc((void **)&g->elen, (size_t)L * KV * sizeof(int32_t)) != cudaSuccess) {
+            cudaFree(g->esegs);
+            g->esegs = NULL;
+            snprintf(err, errlen, "GPU: no memory for descriptors");
+            return -1;
+        }
+    }
+    lz_attn_segment *hs = (lz_attn_segment *)malloc((size_t)L * sizeof *hs);
+    if (!hs) { snprintf(err, errlen, "out of memory"); return -1; }
+    for (int l = 0; l < L; l++)
+        hs[l] = (lz_attn_segment){(const lz_bf16 *)(pre->k + pre->first[l] * d), (const lz_bf16 *)(pre->v + pre->first[l] * d),
+                                  0, pre->cap[l]};
+    cudaError_t ce = cudaMemcpy(g->esegs, hs, (size_t)L * sizeof *hs, cudaMemcpyHostToDevice);
+    free(hs);
+    if (ce == cudaSuccess) ce = cudaMemcpy(g->elen, pre->kept, (size_t)L * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
+    CUDA_OK(ce, "uploading the prefix descriptors");
+    return 0;
+}
+
+extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *prefix, const uint8_t prefix_key[32],
+                                        const int *const *ids, const int *n, const uint8_t *const *keys, int n_docs,
+                                        char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int D = c->dim, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, N = g->max_tokens;
+    for (int i = 0; i < n_docs; i++) {
+        if (n[i] <= 0) { snprintf(err, errlen, "GPU: a document of %d tokens to recompute", n[i]); return -1; }
+        for (int j = 0; j < n[i] && n[i] <= N; j++)
+            if (ids[i][j] < 0 || ids[i][j] >= c->vocab) { snprintf(err, errlen, "token id %d out of range", ids[i][j]); return -1; }
+    }
+    /* the question about to begin uses them all: nothing it needs is evicted before it */
+    const uint64_t used = g->question + 1;
+    int at = doc_find(g, prefix_key);
+    if (at < 0) { /* the prefix, kept like a document (the question's begin finds it) */
+        GpuDoc x;
+        if (doc_room(g, err, errlen) || doc_upload(g, prefix, &x, err, errlen)) return -1;
+        x.fresh = 1;
+        doc_add(g, &x, prefix_key, used);
+        at = g->n_docs - 1;
+    }
+    g->docs[at].used = used;
+    if (prefix_descriptors(g, &g->docs[at], err, errlen)) return -1;
+    const int64_t s = prefix->n;
+    lz_prefill_params p = attn_params(g, 1);
+    p.n_seg = 1;
+    p.seg_keys = g->docs[at].keys;
+    int *hid = (int *)malloc((size_t)N * sizeof(int));
+    Part *parts = (Part *)malloc((size_t)(n_docs > 0 ? n_docs : 1) * sizeof *parts);
+    GpuDoc *xs = (GpuDoc *)calloc((size_t)(n_docs > 0 ? n_docs : 1), sizeof *xs);
+    int *todo = (int *)malloc((size_t)(n_docs > 0 ? n_docs : 1) * sizeof(int));
+    int rc = -1, n_todo = 0;
+    if (!hid || !parts || !xs || !todo) { snprintf(err, errlen, "out of memory"); goto done; }
+    for (int i = 0; i < n_docs; i++) { /* resident ones, repeats and those too long for a pass are skipped */
+        int dup = n[i] > N || doc_find(g, keys[i]) >= 0;
+        for (int j = 0; !dup && j < n_todo; j++) dup = !memcmp(keys[todo[j]], keys[i], 32);
+        if (!dup) todo[n_todo++] = i;
+    }
+    /* batches of whole documents, at most max_tokens rows: one pass of the weights each */
+    for (int b0 = 0, b1; b0 < n_todo; b0 = b1) {
+        int rows = 0;
+        for (b1 = b0; b1 < n_todo && rows + n[todo[b1]] <= N; b1++) {
+            const int i = todo[b1];
+            memcpy(hid + rows, ids[i], (size_t)n[i] * sizeof(int));
+            rows += n[i];
+        }
+        int made = b0, ok = 1;
+        for (; ok && made < b1; made++) ok = !doc_alloc_whole(g, n[todo[made]], &xs[made], err, errlen);
+        if (!ok) made--;
+        for (int j = b0; ok && j < b1; j++) {
+            p.n_rows = n[todo[j]];
+            ok = !ensure_work(g, &p, err, errlen);
+        }
+        if (ok) ok = cudaMemcpyAsync(g->ids, hid, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice, g->st) == cudaSuccess;
+        if (ok) lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->ids, rows, D, g->st);
+        for (int l = 0; ok && l < L; l++) {
+            p.segs = g->esegs + l;
+            p.seg_len = g->elen + (size_t)l * KV;
+            for (int j = b0, off = 0; j < b1; off += n[todo[j]], j++) {
+                const size_t at_l = (size_t)l * KV * n[todo[j]] * d;
+                parts[j - b0] = (Part){off, n[todo[j]], xs[j].k + at_l, xs[j].v + at_l};
+            }
+            ok = !layer(g, l, rows, s, NULL, parts, b1 - b0, &p, 0, NULL, 0, 0, err, errlen);
+        }
+        cudaError_t ce = cudaGetLastError();
+        if (ce == cudaSuccess) ce = cudaStreamSynchronize(g->st);
+        if (ok && ce != cudaSuccess) {
+            snprintf(err, errlen, "GPU: recomputing documents: %s", cudaGetErrorString(ce));
+            ok = 0;
+        }
+        for (int j = b0; j < made; j++) {
+            if (ok && !doc_room(g, err, errlen)) {
+                xs[j].fresh = 1;
+                doc_add(g, &xs[j], keys[todo[j]], used);
+            } else {
+                ok = 0;
+                doc_free(&xs[j]);
+            }
+        }
+        if (!ok) goto done;
+    }
+    rc = 0;
+done:
+    free(hid);
+    free(parts);
+    free(xs);
+    free(todo);
+    return rc;
 }
 
 /* Evicts keyed docs this question does not use, least recently used first,
@@ -717,7 +899,8 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
     for (int l = 0; l < L; l++) {
         p.segs = g->qsegs + (size_t)l * W;
         p.seg_len = g->qlen + (size_t)l * W * KV;
-        if (layer(g, l, n, g->pos0, g->dn_own, g->tk, g->tv, &p, 1, NULL, 0, 0, err, errlen)) return -1;
+        const Part part = {0, n, g->tk, g->tv};
+        if (layer(g, l, n, g->pos0, g->dn_own, &part, 1, &p, 1, NULL, 0, 0, err, errlen)) return -1;
         /* this step's keys and values join the sequence */
         const size_t own = (size_t)l * KV * N * d;
         lz_op_append((lz_bf16 *)(g->own_k + own), (const lz_bf16 *)g->tk, n, KV, N, d, g->dn_own, st);

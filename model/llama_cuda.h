@@ -54,6 +54,23 @@ int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out
 int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
                        int64_t pos0, char *err, size_t errlen);
 int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *logits, char *err, size_t errlen);
+/* Query side, a cold document recomputed instead of loaded: runs each
+ * document ids[i][0..n[i]) through the model at positions s..s+n[i]-1 after
+ * the prompt prefix (the segment prefix, s = prefix->n tokens, content key
+ * prefix_key), exactly as lazyingest encodes it, and keeps its K and V on the
+ * device under content key keys[i] (bf16, every row: documents stored whole),
+ * so that lz_llama_gpu_resident says 1 and the next begin takes a segment
+ * without data for it. Documents go through in batches of up to max_tokens
+ * rows (one pass over the weights a batch; each its own causal attention over
+ * the prefix). Resident keys, repeats and documents longer than max_tokens
+ * are skipped (not kept: the caller loads those); the prefix is kept too.
+ * The next begin counts each as a miss, and its question's documents are not
+ * evicted before it. Returns 0, or -1 (an empty document, an id out of
+ * range, no device memory): a document is kept whole or not at all, and the
+ * batches before the failing one stay kept. */
+int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *prefix, const uint8_t prefix_key[32],
+                             const int *const *ids, const int *n, const uint8_t *const *keys, int n_docs, char *err,
+                             size_t errlen);
 /* Device bytes the keyed segments may keep (default: half the memory free after the weights). */
 void lz_llama_gpu_set_cache(lz_llama_gpu *g, size_t bytes);
 /* 1 when a segment with content key is resident (begin may then be handed

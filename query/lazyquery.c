@@ -49,6 +49,11 @@ static void usage(FILE *f)
         "                       attention kernels, bf16 activations; documents stay in GPU memory\n"
         "                       and are not read from the store again while they are there\n"
         "  --gpu-cache-bytes N  GPU memory documents may keep (default: half of what is free)\n"
+        "  --cold WHAT          a cold document (in neither cache) in lazy mode with --gpu: recompute\n"
+        "                       (default) runs its stored token ids through the model on the GPU, as\n"
+        "                       lazyingest did, instead of reading and decoding its KV from the store\n"
+        "                       (faster at 8B on an H200; bench/RESULTS.md), or load; documents stored\n"
+        "                       with KV eviction (--kv-policy) or longer than 4,096 tokens are loaded\n"
         "  --cache-f32          cache a bf16 store's KV widened to fp32 (twice the memory; by default\n"
         "                       it stays bf16: lazy results are the same, block / prefix copies rounded)\n"
         "  -n, --max-new-tokens N  answer length limit (default 64)\n"
@@ -80,12 +85,18 @@ static int gpu_step(void *ctx, const int *ids, int n, float *logits, char *err, 
     return lz_llama_gpu_step((lz_llama_gpu *)ctx, ids, n, logits, err, errlen);
 }
 static int gpu_resident(void *ctx, const uint8_t key[32]) { return lz_llama_gpu_resident((lz_llama_gpu *)ctx, key); }
+static int gpu_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *prefix_key, const int *const *ids,
+                      const int *n, const uint8_t *const *keys, int n_docs, char *err, size_t errlen)
+{
+    return lz_llama_gpu_encode_keep((lz_llama_gpu *)ctx, prefix, prefix_key, ids, n, keys, n_docs, err, errlen);
+}
 #endif
 
 typedef struct {
     const char *store_dir, *model_path, *docs_arg, *questions_path;
     int top_k, best_first, json, quiet, preload, stats, threads, gpu;
     size_t gpu_cache;        /* --gpu-cache-bytes; 0 = the default */
+    int cold;                /* --cold: LZ_COLD_*; -1 = the default (recompute with --gpu) */
     lz_query_opts qo;
 } options;
 
@@ -238,12 +249,13 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
         char *g_clean = utf8_clean(r.answer);
         free(final);
         json_t *out = json_pack(
-            "{s:s, s:s, s:o, s:s, s:{s:f, s:f, s:f, s:f, s:f}, s:{s:i, s:i, s:i}, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
+            "{s:s, s:s, s:o, s:s, s:{s:f, s:f, s:f, s:f, s:f, s:f}, s:{s:i, s:i, s:i}, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
             "question", q_clean ? q_clean : "", "answer", a_clean ? a_clean : "", "sources", src, "mode", lz_query_mode_name(o->qo.mode),
-            "timings", "retrieval_s", t_retrieve, "kv_load_s", r.t_load, "ttft_s", r.t_ttft, "decode_s", r.t_decode,
-            "decode_tok_s", tps,
+            "timings", "retrieval_s", t_retrieve, "kv_load_s", r.t_load, "recompute_s", r.t_recompute, "ttft_s", r.t_ttft,
+            "decode_s", r.t_decode, "decode_tok_s", tps,
             "tokens", "prompt", r.n_prompt, "computed", r.n_computed, "answer", r.n_answer,
-            "cache", "hits", (json_int_t)r.hits, "misses", (json_int_t)r.misses, "bytes_loaded", (json_int_t)r.bytes_loaded,
+            "cache", "hits", (json_int_t)r.hits, "misses", (json_int_t)r.misses, "recomputed", (json_int_t)r.n_recomputed,
+            "bytes_loaded", (json_int_t)r.bytes_loaded,
             "session_hits", (json_int_t)cs.hits, "session_misses", (json_int_t)cs.misses,
             "bytes_used", (json_int_t)cs.bytes_used, "bytes_budget", (json_int_t)cs.bytes_budget);
         free(q_clean);
@@ -273,9 +285,13 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
             char dec[64];
             if (r.n_answer > 1) snprintf(dec, sizeof dec, "decode %.1f tok/s", tps);
             else snprintf(dec, sizeof dec, "%d answer token%s", r.n_answer, r.n_answer == 1 ? "" : "s");
-            printf("Timings: retrieval %.1f ms, KV load %.1f ms, first token %.1f ms, %s "
+            char rec[96] = "";
+            if (r.n_recomputed)
+                snprintf(rec, sizeof rec, " (%d cold document%s recomputed in %.1f ms)", r.n_recomputed,
+                         r.n_recomputed == 1 ? "" : "s", 1e3 * r.t_recompute);
+            printf("Timings: retrieval %.1f ms, KV load %.1f ms%s, first token %.1f ms, %s "
                    "(%d prompt tokens, %d computed, mode %s)\n",
-                   1e3 * t_retrieve, 1e3 * r.t_load, 1e3 * r.t_ttft, dec, r.n_prompt, r.n_computed,
+                   1e3 * t_retrieve, 1e3 * r.t_load, rec, 1e3 * r.t_ttft, dec, r.n_prompt, r.n_computed,
                    lz_query_mode_name(o->qo.mode));
             printf("Cache: this question %lld hits / %lld misses; session %lld hits / %lld misses, %.1f of %.1f MiB used\n",
                    (long long)r.hits, (long long)r.misses, (long long)cs.hits, (long long)cs.misses,
@@ -307,7 +323,7 @@ done:
 int main(int argc, char **argv)
 {
     lz_runtime_init(argc, argv);
-    options o = {.store_dir = "lazystore", .top_k = 5, .preload = 1, .stats = 1};
+    options o = {.store_dir = "lazystore", .top_k = 5, .preload = 1, .stats = 1, .cold = -1};
     lz_query_opts_default(&o.qo);
     const char *question = NULL;
     for (int i = 1; i < argc; i++) {
@@ -339,6 +355,11 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--gpu-cache-bytes")) {
             VALUE();
             if (parse_size(v, &o.gpu_cache) || !o.gpu_cache) { fprintf(stderr, "lazyquery: --gpu-cache-bytes expects a size like 8G, got '%s'\n", v); return 1; }
+        } else if (!strcmp(a, "--cold")) {
+            VALUE();
+            if (!strcmp(v, "recompute")) o.cold = LZ_COLD_RECOMPUTE;
+            else if (!strcmp(v, "load")) o.cold = LZ_COLD_LOAD;
+            else { fprintf(stderr, "lazyquery: --cold is recompute or load, got '%s'\n", v); return 1; }
         } else if (!strcmp(a, "-n") || !strcmp(a, "--max-new-tokens")) {
             VALUE();
             if (parse_long(v, 1, 1 << 16, &x)) { fprintf(stderr, "lazyquery: --max-new-tokens expects 1..65536\n"); return 1; }
@@ -398,7 +419,7 @@ int main(int argc, char **argv)
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.qo.on_piece = print_piece;
 #ifdef LZ_CUDA
     lz_llama_gpu *gpu = NULL;
-    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident};
+    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode};
     if (o.gpu) { /* the question and the answer (own tokens) on the GPU: up to 4,096 of them */
         if (o.qo.mode != LZ_MODE_LAZY && o.qo.mode != LZ_MODE_BLOCK) {
             fprintf(stderr, "lazyquery: --gpu runs the lazy and block modes\n");
@@ -415,6 +436,7 @@ int main(int argc, char **argv)
         if (o.gpu_cache) lz_llama_gpu_set_cache(gpu, o.gpu_cache);
         backend.ctx = gpu;
         o.qo.backend = &backend;
+        o.qo.cold = o.cold < 0 ? LZ_COLD_RECOMPUTE : o.cold;
     }
 #endif
     lz_query_session *q = NULL;

@@ -41,6 +41,7 @@ static int complete(lz_store *s, lz_query_doc *d, char *err, size_t errlen)
     }
     memcpy(d->payload_key, row.payload_key, LZ_META_KEY_LEN);
     d->n_tokens = row.n_tokens;
+    d->whole = row.kv_spec[0] == 0; /* no KV eviction: the stored KV is the encoder's whole output */
     return 0;
 }
 

@@ -381,6 +381,48 @@ static size_t cache_key(int mode, const lz_query_doc *d, int64_t p, uint8_t key[
     return LZ_META_KEY_LEN + 8;
 }
 
+/* Lazy mode with opts.cold = LZ_COLD_RECOMPUTE: the documents at offsets p..
+ * that neither the backend nor the CPU cache holds and that are stored whole
+ * are recomputed on the backend from their token ids (one call, batched
+ * there) instead of loaded; those the backend then holds are marked 2 in
+ * held (a miss, not loaded). 0 or -1. */
+static int recompute_cold(lz_query_session *q, const lz_query_backend *be, const lz_query_doc *docs, int n_docs,
+                          int64_t p, uint8_t *held, const lz_kv_segment *prefix, uint8_t (*digest)[32],
+                          lz_query_result *r, char *err, size_t errlen)
+{
+    const double t0 = now_s();
+    const size_t nd = n_docs > 0 ? (size_t)n_docs : 1;
+    int *pick = malloc(nd * sizeof *pick), *ns = malloc(nd * sizeof *ns), **ids = calloc(nd, sizeof *ids);
+    const uint8_t **keys = malloc(nd * sizeof *keys);
+    int m = 0, rc = -1;
+    if (!pick || !ns || !ids || !keys) { snprintf(err, errlen, "out of memory"); goto done; }
+    for (int i = 0; i < n_docs; p += docs[i].n_tokens, i++) {
+        if (held[i] || !docs[i].whole || docs[i].n_tokens <= 0) continue;
+        uint8_t key[LZ_META_KEY_LEN + 8];
+        size_t klen = cache_key(LZ_MODE_LAZY, &docs[i], p, key);
+        if (lz_doc_cache_contains(q->cache, key, klen)) continue; /* cached on the CPU: uploaded from there */
+        if (doc_tokens(q, &docs[i], &ids[m], &ns[m], err, errlen)) goto done;
+        keys[m] = digest[1 + i];
+        pick[m++] = i;
+    }
+    if (m && be->encode(be->ctx, prefix, q->prefix_digest, (const int *const *)ids, ns, keys, m, err, errlen)) goto done;
+    for (int j = 0; j < m; j++) /* those it could not take (too long for it) are loaded as usual */
+        if (be->resident(be->ctx, keys[j])) {
+            held[pick[j]] = 2;
+            r->n_recomputed++;
+            r->n_computed += ns[j];
+        }
+    rc = 0;
+done:
+    for (int j = 0; ids && j < m; j++) free(ids[j]);
+    free(pick);
+    free(ns);
+    free(ids);
+    free(keys);
+    r->t_recompute += now_s() - t0;
+    return rc;
+}
+
 /* A cold question's documents decoded in parallel before they are placed:
  * pre[i] = the decoded payload of docs[i] when its cache key misses (else
  * NULL). Blobs are read in this thread (the store's read transaction), then
@@ -487,10 +529,15 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
                 lz_sha256(key, klen, digest[1 + i]); /* block: the copy at this offset */
                 held[i] = rb && !lz_doc_cache_contains(q->cache, key, klen) && rb->resident(rb->ctx, digest[1 + i]);
             }
+            const lz_query_backend *eb = q->o.backend;
+            if (mode == LZ_MODE_LAZY && q->o.cold == LZ_COLD_RECOMPUTE && eb && eb->encode && eb->resident &&
+                recompute_cold(q, eb, docs, n_docs, p, held, &segs[0], digest, r, err, errlen))
+                goto done;
             preload_misses(q, docs, n_docs, mode, p, held, pre);
             for (int i = 0; i < n_docs; i++) {
                 if (held[i]) { /* a segment without data: the backend reads only its placement */
-                    r->hits++;
+                    if (held[i] == 2) r->misses++; /* recomputed just now */
+                    else r->hits++;
                     segs[n_segs++] = (lz_kv_segment){.n = docs[i].n_tokens, .stride = docs[i].n_tokens > 0 ? docs[i].n_tokens : 1,
                                                      .rot = mode == LZ_MODE_LAZY ? p - s : 0};
                     p += docs[i].n_tokens;

@@ -41,6 +41,7 @@ typedef struct {
     double score;                          /* retrieval score (bm25, lower is better), 0 for --docs */
     uint8_t payload_key[LZ_META_KEY_LEN];
     int n_tokens;
+    int whole;                             /* stored whole (no KV eviction at ingest): may be recomputed */
 } lz_query_doc;
 
 /* An accelerated forward pass for the question and the answer (the GPU's,
@@ -58,7 +59,19 @@ typedef struct {
      * then neither loads nor decodes that document and hands begin a segment without data
      * (k, v, k16, v16 NULL; n and rot set). NULL: every document is loaded. */
     int (*resident)(void *ctx, const uint8_t key[32]);
+    /* optional: computes the content-only KV of documents from their token ids (ids[i][0..n[i])
+     * after the prompt prefix, as lazyingest did) and keeps it under keys[i], so that resident
+     * then says 1 (lz_llama_gpu_encode_keep). Used for cold documents with opts.cold =
+     * LZ_COLD_RECOMPUTE in lazy mode; NULL: cold documents are loaded. 0 or -1. */
+    int (*encode)(void *ctx, const lz_kv_segment *prefix, const uint8_t *prefix_key, const int *const *ids,
+                  const int *n, const uint8_t *const *keys, int n_docs, char *err, size_t errlen);
 } lz_query_backend;
+
+/* What lazy mode does with a cold document (in neither the CPU's nor the backend's cache). */
+enum {
+    LZ_COLD_LOAD = 0,     /* read and decode its stored KV */
+    LZ_COLD_RECOMPUTE = 1 /* recompute it on the backend (backend->encode), when it is stored whole and fits */
+};
 
 typedef struct {
     int mode;                /* lz_query_mode */
@@ -73,6 +86,7 @@ typedef struct {
     int cache_f32;           /* 1: cached KV in fp32 even from a bf16 store (widened: twice the memory, the
                                 same lazy results; block / prefix copies then not rounded to bf16) */
     const lz_query_backend *backend; /* lazy and block modes run the question and answer there; NULL: CPU */
+    int cold;                /* LZ_COLD_LOAD (default) or LZ_COLD_RECOMPUTE (lazy mode, a backend with encode) */
     /* streaming: called with each piece of the answer as it is generated */
     void (*on_piece)(const char *piece, int len, void *ctx);
     void *ctx;
@@ -92,6 +106,8 @@ typedef struct {
     double t_decode;         /* seconds generating the rest */
     int64_t hits, misses;    /* cache lookups of this query */
     int64_t bytes_loaded;    /* bytes decoded from the store by this query */
+    int n_recomputed;        /* cold documents recomputed on the backend instead of loaded (misses too) */
+    double t_recompute;      /* seconds of that (inside t_load) */
 } lz_query_result;
 
 void lz_query_result_free(lz_query_result *r);

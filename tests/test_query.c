@@ -291,6 +291,8 @@ typedef struct {
     uint8_t keys[64][32];
     int n_keys, n_begins, placeholders, bad, V;
     int64_t last_rot; /* the placement of the last segment handed without data */
+    /* encode: documents longer than max_n are skipped; what it was handed, by key index */
+    int max_n, encode_calls, prefix_n, enc_n[64], enc_ids[64][64];
 } fake_backend;
 
 static int fake_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
@@ -332,6 +334,89 @@ static int fake_resident(void *ctx, const uint8_t key[32])
     return 0;
 }
 
+static int fake_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *prefix_key, const int *const *ids,
+                       const int *n, const uint8_t *const *keys, int n_docs, char *err, size_t errlen)
+{
+    (void)prefix_key; (void)err; (void)errlen;
+    fake_backend *f = ctx;
+    f->encode_calls++;
+    f->prefix_n = prefix->n;
+    for (int i = 0; i < n_docs && f->n_keys < 64; i++) {
+        if (n[i] > f->max_n) continue;
+        const int k = f->n_keys++;
+        memcpy(f->keys[k], keys[i], 32);
+        f->enc_n[k] = n[i];
+        memcpy(f->enc_ids[k], ids[i], (size_t)(n[i] < 64 ? n[i] : 64) * sizeof(int));
+    }
+    return 0;
+}
+
+/* Cold documents recomputed on the accelerator (opts.cold, lazy mode): not
+ * loaded, handed to it with their stored token ids after the prefix, counted
+ * as misses, held on the next question; those it cannot take (too long) and
+ * those stored with KV eviction are loaded; LZ_COLD_LOAD never recomputes. */
+static void test_backend_recompute(void)
+{
+    char err[1024];
+    lz_llama *m;
+    lz_store *s;
+    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    const char *three[3] = {"doc1", "doc2", "doc3"};
+    lz_query_doc *d3 = NULL;
+    if (lz_retrieve_ids(s, three, 3, &d3, err, sizeof err)) { CHECK(0, "ids: %s", err); goto out; }
+    CHECK(d3[0].whole && d3[1].whole && d3[2].whole, "documents stored without eviction are whole");
+    for (int cold = LZ_COLD_LOAD; cold <= LZ_COLD_RECOMPUTE; cold++)
+        for (int variant = 0; variant < 3; variant++) { /* 0 all fit, 1 none fits, 2 doc2 marked evicted */
+            if (cold == LZ_COLD_LOAD && variant) continue;
+            fake_backend f = {.V = m->cfg.vocab, .max_n = variant == 1 ? 0 : 1 << 20};
+            lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, fake_encode};
+            lz_query_opts o;
+            lz_query_opts_default(&o);
+            o.mode = LZ_MODE_LAZY;
+            o.cache_bytes = 1;
+            o.max_new_tokens = 2;
+            o.backend = &be;
+            o.cold = cold;
+            lz_query_session *q = NULL;
+            if (lz_query_session_new(m, s, &o, &q, err, sizeof err)) { CHECK(0, "session: %s", err); continue; }
+            lz_query_doc docs[3];
+            memcpy(docs, d3, sizeof docs);
+            if (variant == 2) docs[1].whole = 0;
+            const int want = cold == LZ_COLD_LOAD || variant == 1 ? 0 : variant == 2 ? 2 : 3;
+            lz_query_result r;
+            CHECK(lz_query_answer(q, "river", docs, 3, &r, err, sizeof err) == 0 && r.misses == 3 &&
+                      r.n_recomputed == want && (r.bytes_loaded > 0) == (want < 3) && r.t_recompute >= 0,
+                  "cold %d variant %d: %d recomputed (want %d), %lld misses, %lld bytes loaded: %s", cold, variant,
+                  r.n_recomputed, want, (long long)r.misses, (long long)r.bytes_loaded, err);
+            CHECK(f.encode_calls == (cold == LZ_COLD_RECOMPUTE), "encode called %d times", f.encode_calls);
+            CHECK(f.encode_calls == 0 || f.prefix_n == lz_query_prefix_len(q), "the prefix handed along (%d tokens)",
+                  f.prefix_n);
+            lz_query_result_free(&r);
+            for (int k = 0; k < f.n_keys && want; k++) { /* the stored token ids of one of the documents */
+                if (!f.enc_n[k]) continue; /* kept by begin (handed with data), not encoded */
+                int match = 0;
+                for (int i = 0; i < 3; i++) {
+                    int *ids, n;
+                    if (lz_store_doc_tokens(s, docs[i].id, &ids, &n, err, sizeof err)) continue;
+                    match |= n == f.enc_n[k] && !memcmp(ids, f.enc_ids[k], (size_t)(n < 64 ? n : 64) * sizeof(int));
+                    free(ids);
+                }
+                CHECK(match, "recomputed document %d handed its stored token ids", k);
+            }
+            CHECK(lz_query_answer(q, "river", docs, 3, &r, err, sizeof err) == 0 && r.hits == 3 && r.bytes_loaded == 0 &&
+                      r.n_recomputed == 0,
+                  "cold %d variant %d, again: every document held (%lld hits, %d recomputed): %s", cold, variant,
+                  (long long)r.hits, r.n_recomputed, err);
+            lz_query_result_free(&r);
+            lz_query_session_free(q);
+        }
+out:
+    free(d3);
+    lz_store_close(s);
+    lz_llama_free(m);
+}
+
 /* Documents the accelerator holds are not loaded again, even when the CPU
  * cache (here too small for any) has none of them; the others are. */
 static void test_backend_resident(void)
@@ -342,7 +427,7 @@ static void test_backend_resident(void)
     if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
     if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
     fake_backend f = {.V = m->cfg.vocab};
-    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident};
+    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -442,6 +527,7 @@ int main(void)
     }
     test_modes();
     test_backend_resident();
+    test_backend_recompute();
     char copy[700];
     snprintf(copy, sizeof copy, "%s/store-corrupt", dir);
     test_corrupt_cold(copy);

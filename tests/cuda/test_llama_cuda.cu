@@ -268,6 +268,71 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
         free(again);
     }
     lz_llama_gpu_free(g);
+    /* cold documents recomputed on the device (lz_llama_gpu_encode_keep) and used as resident: the
+     * CPU engine over the same documents stored whole; all three in one pass (max_tokens 128), in
+     * two (70: 41 + 7, then 66), or the 66-token one skipped as too long (50) and uploaded instead */
+    {
+        lz_kv_segment whole[4];
+        memcpy(whole, segs, sizeof whole);
+        whole[3] = (lz_kv_segment){.k = dc[2].k, .v = dc[2].v, .n = lens[2], .stride = dc[2].cap, .rot = segs[3].rot};
+        lz_kv_cache_reset(&lc, pos);
+        float *lw = (float *)malloc((size_t)vocab * 4), *lk = (float *)malloc((size_t)vocab * 4);
+        CHECK(lz_llama_forward(m, sc, &lc, whole, 4, qids, n_q, lw, LZ_LOGITS_LAST) == 0, "cpu question (whole)");
+        int idb[3][66];
+        const int *dids[3] = {idb[0], idb[1], idb[2]};
+        for (int i = 0; i < nd; i++)
+            for (int j = 0; j < lens[i]; j++) idb[i][j] = 3 + (j * 97 + 11 * i) % (vocab - 3);
+        uint8_t keyb[4][32];
+        const uint8_t *keys[4];
+        for (int i = 0; i < 4; i++) { memset(keyb[i], 0, 32); keyb[i][0] = (uint8_t)(i + 1); keys[i] = keyb[i]; }
+        lz_kv_segment held[4];
+        memcpy(held, segs, sizeof held);
+        for (int i = 1; i < 4; i++) held[i] = (lz_kv_segment){.n = lens[i - 1], .stride = lens[i - 1], .rot = segs[i].rot};
+        const int caps[3] = {128, 70, 50};
+        for (int t = 0; t < 3; t++) {
+            lz_llama_gpu *gk = NULL;
+            CHECK(lz_llama_gpu_new(m, caps[t], &gk, err, sizeof err) == 0, "gpu: %s", err);
+            if (!gk) continue;
+            int bad[3] = {1, 2, vocab};
+            const int *bids[1] = {bad};
+            const int n3 = 3;
+            CHECK(lz_llama_gpu_encode_keep(gk, &segs[0], keys[0], bids, &n3, &keys[1], 1, err, sizeof err) != 0 &&
+                      strstr(err, "out of range") && !lz_llama_gpu_resident(gk, keys[1]),
+                  "an id out of range recomputed or kept");
+            CHECK(lz_llama_gpu_encode_keep(gk, &segs[0], keys[0], dids, lens, &keys[1], 3, err, sizeof err) == 0,
+                  "encode_keep: %s", err);
+            const int fits = lens[2] <= caps[t];
+            int all = 1;
+            for (int i = 0; i < 3; i++) all &= lz_llama_gpu_resident(gk, keys[i]);
+            CHECK(all && lz_llama_gpu_resident(gk, keys[3]) == fits,
+                  "max_tokens %d: the prefix and the documents that fit resident", caps[t]);
+            held[3] = fits ? (lz_kv_segment){.n = lens[2], .stride = lens[2], .rot = segs[3].rot} : whole[3];
+            long h0, m0, h1, m1;
+            size_t b0, b1;
+            CHECK(lz_llama_gpu_begin(gk, held, keys, 4, pos, err, sizeof err) == 0 &&
+                      lz_llama_gpu_step(gk, qids, n_q, lk, err, sizeof err) == 0,
+                  "question over recomputed documents: %s", err);
+            lz_llama_gpu_cache_stats(gk, &h0, &m0, &b0);
+            CHECK(h0 == 0 && m0 == 4, "recomputed ones count as misses (%ld hits, %ld misses)", h0, m0);
+            const double e = row_err(lk, lw, vocab);
+            CHECK(e <= 3e-2, "recomputed documents (max_tokens %d): logits normalised error %.3g", caps[t], e);
+            printf("query d=%3d H=%d KV=%d %-8s: 3 documents recomputed on the GPU (max_tokens %3d): logits normalised "
+                   "error %.2e against the CPU over the same documents\n", hd, heads, kv, layout_half ? "half" : "adjacent",
+                   caps[t], e);
+            float *again = (float *)malloc((size_t)vocab * 4);
+            CHECK(lz_llama_gpu_encode_keep(gk, &segs[0], keys[0], dids, lens, &keys[1], 3, err, sizeof err) == 0 &&
+                      lz_llama_gpu_begin(gk, held, keys, 4, pos, err, sizeof err) == 0 &&
+                      lz_llama_gpu_step(gk, qids, n_q, again, err, sizeof err) == 0,
+                  "again: %s", err);
+            lz_llama_gpu_cache_stats(gk, &h1, &m1, &b1);
+            CHECK(h1 - h0 == 4 && m1 == m0 && b1 == b0 && !memcmp(again, lk, (size_t)vocab * 4),
+                  "resident ones not recomputed: %ld hits, %ld misses, the same logits", h1 - h0, m1 - m0);
+            free(again);
+            lz_llama_gpu_free(gk);
+        }
+        free(lw);
+        free(lk);
+    }
     lz_llama_scratch_free(sc);
     lz_kv_cache_free(&lc);
     lz_kv_cache_free(&pc);
