@@ -322,6 +322,20 @@ extern "C" int lz_llama_gpu_set_prefix(lz_llama_gpu *g, const lz_kv_cache *prefi
     return 0;
 }
 
+/* Rows a product runs for n rows: n rounded up to a multiple of 64 (at most
+ * max_tokens). cuBLAS chooses a kernel for every new shape, about 0.25 ms on
+ * the host, plus about 4 ms the first time the process uses that kernel (H200,
+ * CUDA 13; build/gx-style timing in bench/RESULTS.md); questions and batches
+ * of recomputed documents of every length would each pay it. The extra rows
+ * of x hold stale values (possibly not even numbers): a product's output row
+ * depends on its own input row only, and nothing reads the extra output rows. */
+static int gemm_rows(const lz_llama_gpu *g, int n)
+{
+    if (n <= 1) return n;
+    const int r = (n + 63) / 64 * 64;
+    return r < g->max_tokens ? r : (n > g->max_tokens ? n : g->max_tokens);
+}
+
 /* y (n, out) (+)= x (n, in) @ W (out, in)^T: column-major y^T = W x^T; one
  * row (a decode step, a question's output head) by lz_gemv, which reads the
  * weights at about twice cuBLAS's rate there (tests/cuda/test_gemv.cu). */
@@ -332,6 +346,7 @@ static int gemm(lz_llama_gpu *g, float *y, const bf16 *x, const bf16 *w, int n, 
         const lz_gemv_mat m = {(const lz_bf16 *)w, y, out};
         return lz_gemv(&m, 1, (const lz_bf16 *)x, in, beta, g->st);
     }
+    n = gemm_rows(g, n);
     return (int)cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
                         &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
