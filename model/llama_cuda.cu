@@ -98,7 +98,15 @@ struct lz_llama_gpu {
     int n_owned;
     lz_attn_segment *esegs; /* (L) device: the prefix doc, for documents recomputed on the query side */
     int32_t *elen;          /* (L, KV) device: its kept lengths */
+    /* several parts in a layer (documents recomputed together): their rotary, attention and
+     * token-major copies run on LZ_GPU_SIDE streams side by side, each with its own slot of
+     * the attention workspace (work_slot bytes apart) */
+    cudaStream_t side[4];
+    cudaEvent_t fork, join[4];
+    size_t work_slot;
 };
+
+#define LZ_GPU_SIDE 4
 
 static int fail(char *err, size_t errlen, const char *what, int code)
 {
@@ -187,6 +195,11 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     cudaFree(g->wq);
     cudaFree(g->esegs);
     cudaFree(g->elen);
+    for (int i = 0; i < LZ_GPU_SIDE; i++) {
+        if (g->side[i]) cudaStreamDestroy(g->side[i]);
+        if (g->join[i]) cudaEventDestroy(g->join[i]);
+    }
+    if (g->fork) cudaEventDestroy(g->fork);
     if (g->blas) cublasDestroy(g->blas);
     if (g->st) cudaStreamDestroy(g->st);
     free(g);
@@ -405,19 +418,35 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, 
             (rc = gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f)))
             return fail(err, errlen, "cuBLAS q/k/v", rc);
     }
+    /* one part on the layer's stream; several side by side on the side streams (a recomputed
+     * document's attention alone fills a fraction of the GPU) */
+    const int n_side = n_parts > 1 && g->side[0] ? (n_parts < LZ_GPU_SIDE ? n_parts : LZ_GPU_SIDE) : 0;
+    if (n_side) {
+        CUDA_OK(cudaEventRecord(g->fork, st), "fork");
+        for (int j = 0; j < n_side; j++) CUDA_OK(cudaStreamWaitEvent(g->side[j], g->fork, 0), "fork");
+    }
     for (int i = 0; i < n_parts; i++) { /* a part's q and output: (H, n, d) from row off * H * d */
         const Part &pt = parts[i];
+        cudaStream_t ps = n_side ? g->side[i % n_side] : st;
         const size_t qo = (size_t)pt.off * Hd, ko = (size_t)pt.off * KVd;
         lz_op_heads((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, g->q + qo, g->k + ko, g->v + ko, pt.n, H,
-                    KV, d, pos0, count, c->rope_layout, g->inv_freq, qcap, c0, cw, st);
+                    KV, d, pos0, count, c->rope_layout, g->inv_freq, qcap, c0, cw, ps);
         lz_prefill_params pp = *p;
+        if (n_side) { /* this stream's slot of the workspace */
+            pp.work = (float *)((char *)g->work + (size_t)(i % n_side) * g->work_slot);
+            pp.work_bytes = g->work_slot;
+        }
         pp.q = (const lz_bf16 *)(g->qh + qo);
         pp.o = (lz_bf16 *)(g->oh + qo);
         pp.n_rows = pt.n;
         pp.k_self = (const lz_bf16 *)pt.kh;
         pp.v_self = (const lz_bf16 *)pt.vh;
-        if ((rc = lazy ? lz_prefill_lazy(&pp, st) : lz_prefill(&pp, st))) return fail(err, errlen, "attention", rc);
-        if (!one) lz_op_tokens((lz_bf16 *)(g->ot + qo), (const lz_bf16 *)(g->oh + qo), pt.n, H, d, st);
+        if ((rc = lazy ? lz_prefill_lazy(&pp, ps) : lz_prefill(&pp, ps))) return fail(err, errlen, "attention", rc);
+        if (!one) lz_op_tokens((lz_bf16 *)(g->ot + qo), (const lz_bf16 *)(g->oh + qo), pt.n, H, d, ps);
+    }
+    for (int j = 0; j < n_side; j++) {
+        CUDA_OK(cudaEventRecord(g->join[j], g->side[j]), "join");
+        CUDA_OK(cudaStreamWaitEvent(st, g->join[j], 0), "join");
     }
     if ((rc = gemm(g, g->x, one ? g->oh : g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "o projection", rc);
     if (one) {
@@ -441,7 +470,12 @@ static int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t 
     int dev, n_sm;
     CUDA_OK(cudaGetDevice(&dev), "device");
     CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev), "device");
-    const size_t need = lz_prefill_workspace(p, lz_prefill_splits(p, n_sm));
+    size_t need = lz_prefill_workspace(p, lz_prefill_splits(p, n_sm));
+    if (g->side[0]) { /* LZ_GPU_SIDE slots of 256-byte aligned size, one for each side stream */
+        need = (need + 255) / 256 * 256;
+        g->work_slot = need > g->work_slot ? need : g->work_slot;
+        need = g->work_slot * LZ_GPU_SIDE;
+    }
     if (need > g->work_bytes) {
         if (g->decode) cudaGraphExecDestroy(g->decode); /* it points at the old workspace */
         g->decode = NULL;
@@ -724,6 +758,13 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
         if (n[i] <= 0) { snprintf(err, errlen, "GPU: a document of %d tokens to recompute", n[i]); return -1; }
         for (int j = 0; j < n[i] && n[i] <= N; j++)
             if (ids[i][j] < 0 || ids[i][j] >= c->vocab) { snprintf(err, errlen, "token id %d out of range", ids[i][j]); return -1; }
+    }
+    if (!g->side[0]) { /* the side streams, at the first call: the documents' attention side by side */
+        CUDA_OK(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming), "events");
+        for (int i = 0; i < LZ_GPU_SIDE; i++) {
+            CUDA_OK(cudaStreamCreateWithFlags(&g->side[i], cudaStreamNonBlocking), "streams");
+            CUDA_OK(cudaEventCreateWithFlags(&g->join[i], cudaEventDisableTiming), "events");
+        }
     }
     /* the question about to begin uses them all: nothing it needs is evicted before it */
     const uint64_t used = g->question + 1;
