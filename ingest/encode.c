@@ -99,6 +99,30 @@ int lz_encoder_new_on(const lz_llama *m, const int *prefix, int n_prefix, const 
     return 0;
 }
 
+int lz_encoder_new_like(const lz_encoder *src, lz_encoder **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    const lz_llama_config *c = &src->m->cfg;
+    const int s = src->prefix.n;
+    lz_encoder *e;
+    if (lz_encoder_new_on(src->m, NULL, 0, NULL, &e, err, errlen)) return -1;
+    lz_kv_cache_free(&e->prefix);
+    if (lz_kv_cache_init(&e->prefix, c, s > 0 ? s : 1) != 0) {
+        lz_encoder_free(e);
+        return fail(err, errlen, "out of memory (a %d-token prefix)", s);
+    }
+    const size_t d = (size_t)c->head_dim;
+    for (size_t lh = 0; lh < (size_t)c->n_layers * c->n_kv_heads; lh++) { /* (L, KV, cap, d): caps may differ */
+        memcpy(e->prefix.k + lh * e->prefix.cap * d, src->prefix.k + lh * src->prefix.cap * d, (size_t)s * d * sizeof(float));
+        memcpy(e->prefix.v + lh * e->prefix.cap * d, src->prefix.v + lh * src->prefix.cap * d, (size_t)s * d * sizeof(float));
+    }
+    e->prefix.n = s;
+    e->prefix.pos0 = src->prefix.pos0;
+    e->seg = (lz_kv_segment){.k = e->prefix.k, .v = e->prefix.v, .n = s, .stride = e->prefix.cap};
+    *out = e;
+    return 0;
+}
+
 void lz_encoder_free(lz_encoder *e)
 {
     if (!e) return;

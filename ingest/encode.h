@@ -63,6 +63,10 @@ void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b);
  * seconds on the CPU. b is not kept (lz_encoder_set_backend sets one). */
 int lz_encoder_new_on(const lz_llama *m, const int *prefix, int n_prefix, const lz_encode_backend *b,
                       lz_encoder **out, char *err, size_t errlen);
+/* A new encoder over the same model and prefix as src, the prefix's KV copied
+ * (no forward pass); settings (dtype, policy, probe, backend) are not copied.
+ * For encoders working side by side (lazyingest's documents in parallel). */
+int lz_encoder_new_like(const lz_encoder *src, lz_encoder **out, char *err, size_t errlen);
 /* Documents the backend encoded since the encoder was made. */
 long lz_encoder_backend_docs(const lz_encoder *e);
 

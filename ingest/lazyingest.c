@@ -569,7 +569,8 @@ static int run_jobs(ingest *g)
         }
         for (; g->n_pool < T; g->n_pool++) {
             lz_encoder *e = g->n_pool == 0 ? g->enc : NULL;
-            if (!e && lz_encoder_new(g->m, g->prefix, g->n_prefix, &e, g->err, sizeof g->err)) return -1;
+            /* the prefix's KV copied from the first encoder (an 8B model's takes seconds on the CPU) */
+            if (!e && lz_encoder_new_like(g->enc, &e, g->err, sizeof g->err)) return -1;
             lz_payload_codec *c = lz_payload_codec_new();
             if (!c || (g->n_pool > 0 && lz_encoder_set_probe(e, g->probe, g->n_probe)) ||
                 lz_payload_codec_set_threads(c, 1)) { /* 1 MiB frames, as the one-document path's codec */
@@ -578,7 +579,12 @@ static int run_jobs(ingest *g)
                 snprintf(g->err, sizeof g->err, "out of memory");
                 return -1;
             }
-            if (g->n_pool > 0) setup_encoder(g, e);
+            if (g->n_pool > 0) {
+                setup_encoder(g, e);
+#ifdef LZ_CUDA
+                if (g->o.gpu) lz_encoder_set_backend(e, &g->backend);
+#endif
+            }
             g->pool[g->n_pool] = e;
             g->pool_codec[g->n_pool] = c;
         }
@@ -911,7 +917,12 @@ static int load_model(ingest *g, const char *model_path)
 static int gpu_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
                       size_t errlen)
 {
-    return lz_llama_gpu_encode((lz_llama_gpu *)ctx, ids, n, out, qwin, c0, cw, err, errlen);
+    int rc;
+    /* one device context: documents encoded in parallel (par) take turns on it, their
+     * KV eviction scoring and packing run side by side */
+#pragma omp critical(lz_gpu_encode)
+    rc = lz_llama_gpu_encode((lz_llama_gpu *)ctx, ids, n, out, qwin, c0, cw, err, errlen);
+    return rc;
 }
 #endif
 
@@ -943,9 +954,10 @@ static int setup_model(ingest *g, const char *model_path)
     }
     setup_encoder(g, g->enc);
     /* documents in parallel: CPU encoding of a small model (width <= 2,048) on several threads;
-     * not on the GPU (one device context) nor while calibrating (one accumulator) */
+     * with --gpu the documents take turns on the GPU while the others' scoring and packing
+     * run on the CPU's threads; not while calibrating (one accumulator) */
     const char *serial = getenv("LAZY_INGEST_SERIAL"); /* 1: one document at a time (A/B, tests) */
-    g->par = !g->o.gpu && !g->learn && omp_get_max_threads() > 1 && g->m->cfg.dim <= 2048 && !(serial && atoi(serial));
+    g->par = !g->learn && omp_get_max_threads() > 1 && (g->o.gpu || g->m->cfg.dim <= 2048) && !(serial && atoi(serial));
     if (g->o.gpu) {
 #ifdef LZ_CUDA
         if (lz_llama_gpu_set_prefix(g->gpu, lz_encoder_prefix_cache(g->enc), g->err, sizeof g->err)) return -1;
@@ -1185,9 +1197,11 @@ static void summary(ingest *g, const char *status, int64_t n_docs_total, const l
         printf("  time: model load %.2f s, store and prefix %.2f s, forward passes %.2f s, packing %.2f s, commits %.2f s%s\n",
                g->t_load, g->t_setup - g->t_load, g->t_forward, g->t_pack, g->t_commit,
                g->par && g->n_pool > 1 ? " (documents encoded in parallel)" : "");
-    if (did_ingest && g->o.gpu && g->enc)
-        printf("  GPU: %ld of the encoded documents (the rest are longer or have a probe: CPU)\n",
-               lz_encoder_backend_docs(g->enc));
+    if (did_ingest && g->o.gpu && g->enc) {
+        long on_gpu = lz_encoder_backend_docs(g->enc);
+        for (int i = 1; i < g->n_pool; i++) on_gpu += lz_encoder_backend_docs(g->pool[i]);
+        printf("  GPU: %ld of the encoded documents (the rest are longer or have a probe: CPU)\n", on_gpu);
+    }
     if (did_ingest && g->o.kv.kind != LZ_KVPOLICY_NONE) {
         char spec[LZ_KVPOLICY_SPEC_MAX];
         lz_kvpolicy_spec(&g->o.kv, spec, sizeof spec);
