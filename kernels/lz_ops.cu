@@ -31,18 +31,18 @@ __global__ void rmsnorm_kernel(bf16 *out, const float *x, const float *w, int D,
 /* Token-major q, k, v (fp32, from the GEMMs) to head-major bf16: q and k
  * rotated at pos0 + i (model/rope.h), v copied. Block (i, head), head < H
  * is q, then KV of k, then KV of v; thread t owns pair t. */
-__global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const float *k, const float *v, int n, int H,
-                             int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq, float *qcap,
-                             int c0, int cw)
+__global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const float *k, const float *v, size_t ldq,
+                             size_t ldk, int n, int H, int KV, int d, int64_t pos0, const int *count, int layout,
+                             const float *inv_freq, float *qcap, int c0, int cw)
 {
     if (count) pos0 += *count; /* query: the tokens so far, kept on the device (a graph replays this) */
     const int i = blockIdx.x, hh = blockIdx.y, t = threadIdx.x;
     const float *src;
     bf16 *dst;
     int rotate = 1;
-    if (hh < H) { src = q + ((size_t)i * H + hh) * d; dst = qh + ((size_t)hh * n + i) * d; }
-    else if (hh < H + KV) { src = k + ((size_t)i * KV + hh - H) * d; dst = kh + ((size_t)(hh - H) * n + i) * d; }
-    else { src = v + ((size_t)i * KV + hh - H - KV) * d; dst = vh + ((size_t)(hh - H - KV) * n + i) * d; rotate = 0; }
+    if (hh < H) { src = q + i * ldq + (size_t)hh * d; dst = qh + ((size_t)hh * n + i) * d; }
+    else if (hh < H + KV) { src = k + i * ldk + (size_t)(hh - H) * d; dst = kh + ((size_t)(hh - H) * n + i) * d; }
+    else { src = v + i * ldk + (size_t)(hh - H - KV) * d; dst = vh + ((size_t)(hh - H - KV) * n + i) * d; rotate = 0; }
     int a, b;
     lz_rope_pair(layout, d, t, &a, &b);
     float x0 = src[a], x1 = src[b];
@@ -64,6 +64,16 @@ __global__ void silu_mul_kernel(bf16 *out, const float *gate, const float *up, s
 {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < count; e += (size_t)gridDim.x * blockDim.x) {
         out[e] = __float2bfloat16_rn(lz::silu_mul(gate[e], up[e]));
+    }
+}
+
+/* out (n, F) = bf16(silu(gate) * up) from rows [gate (F) | up (F)] */
+__global__ void swiglu_kernel(bf16 *out, const float *gu, int n, int F)
+{
+    const size_t count = (size_t)n * F;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < count; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = e / F, j = e % F;
+        out[e] = __float2bfloat16_rn(lz::silu_mul(gu[i * 2 * F + j], gu[i * 2 * F + F + j]));
     }
 }
 
@@ -108,15 +118,23 @@ extern "C" int lz_op_rmsnorm(lz_bf16 *out, const float *x, const float *w, int n
     LZ_OP_DONE();
 }
 
-extern "C" int lz_op_heads(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int n,
-                           int H, int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq,
+extern "C" int lz_op_heads(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int ld,
+                           int n, int H, int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq,
                            float *qcap, int c0, int cw, void *stream)
 {
     if (d <= 0 || d % 2 || d > 512) return LZ_ATTN_EHEADDIM;
     if (n <= 0) return 0;
-    heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, (cudaStream_t)stream>>>((bf16 *)qh, (bf16 *)kh, (bf16 *)vh, q, k, v, n,
-                                                                          H, KV, d, pos0, count, layout, inv_freq, qcap,
-                                                                          c0, cw);
+    const size_t ldq = ld ? (size_t)ld : (size_t)H * d, ldk = ld ? (size_t)ld : (size_t)KV * d;
+    heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, (cudaStream_t)stream>>>((bf16 *)qh, (bf16 *)kh, (bf16 *)vh, q, k, v, ldq,
+                                                                          ldk, n, H, KV, d, pos0, count, layout, inv_freq,
+                                                                          qcap, c0, cw);
+    LZ_OP_DONE();
+}
+
+extern "C" int lz_op_swiglu(lz_bf16 *out, const float *gu, int n, int F, void *stream)
+{
+    if (n <= 0 || F <= 0) return 0;
+    swiglu_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>((bf16 *)out, gu, n, F);
     LZ_OP_DONE();
 }
 

@@ -29,22 +29,30 @@ int lz_op_embed_ref(float *x, const lz_bf16 *table, const int *ids, int n, int D
 int lz_op_rmsnorm(lz_bf16 *out, const float *x, const float *w, int n, int D, float eps, void *stream);
 int lz_op_rmsnorm_ref(lz_bf16 *out, const float *x, const float *w, int n, int D, float eps, void *stream);
 
-/* Token-major q (n, H, d), k and v (n, KV, d), fp32, to head-major bf16 qh
- * (H, n, d), kh and vh (KV, n, d): q and k rotated at position pos0 + i (+
- * *count when count is not NULL: a length kept in the same memory as the
- * data), layout and inv_freq as model/rope.h. qcap (cw, H, d) fp32, when
- * not NULL, receives the rotated q of rows c0 .. c0 + cw - 1. d even, <= 512
- * (else LZ_ATTN_EHEADDIM). */
-int lz_op_heads(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int n, int H,
-                int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq, float *qcap, int c0,
-                int cw, void *stream);
-int lz_op_heads_ref(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int n, int H,
-                    int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq, float *qcap,
-                    int c0, int cw, void *stream);
+/* Token-major q (n, H, d), k and v (n, KV, d), fp32, rows ld floats apart
+ * (0: packed, H * d for q and KV * d for k and v; one product's (n, (H + 2
+ * KV) d) output is q, k = q + H d, v = k + KV d with ld = (H + 2 KV) d), to
+ * head-major bf16 qh (H, n, d), kh and vh (KV, n, d): q and k rotated at
+ * position pos0 + i (+ *count when count is not NULL: a length kept in the
+ * same memory as the data), layout and inv_freq as model/rope.h. qcap (cw,
+ * H, d) fp32, when not NULL, receives the rotated q of rows c0 .. c0 + cw -
+ * 1. d even, <= 512 (else LZ_ATTN_EHEADDIM). */
+int lz_op_heads(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int ld, int n,
+                int H, int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq, float *qcap,
+                int c0, int cw, void *stream);
+int lz_op_heads_ref(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int ld,
+                    int n, int H, int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq,
+                    float *qcap, int c0, int cw, void *stream);
 
 /* out[e] = bf16(silu(gate[e]) * up[e]), e < count */
 int lz_op_silu_mul(lz_bf16 *out, const float *gate, const float *up, size_t count, void *stream);
 int lz_op_silu_mul_ref(lz_bf16 *out, const float *gate, const float *up, size_t count, void *stream);
+
+/* The same over one product's gate and up rows side by side: out (n, F) =
+ * bf16(silu(gu[i][e]) * gu[i][F + e]), gu (n, 2F) fp32; bit for bit as
+ * lz_op_silu_mul on the halves. */
+int lz_op_swiglu(lz_bf16 *out, const float *gu, int n, int F, void *stream);
+int lz_op_swiglu_ref(lz_bf16 *out, const float *gu, int n, int F, void *stream);
 
 /* out (n, H * d) = oh (H, n, d) */
 int lz_op_tokens(lz_bf16 *out, const lz_bf16 *oh, int n, int H, int d, void *stream);

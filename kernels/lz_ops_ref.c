@@ -29,21 +29,22 @@ int lz_op_rmsnorm_ref(lz_bf16 *out, const float *x, const float *w, int n, int D
     return 0;
 }
 
-int lz_op_heads_ref(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int n, int H,
-                    int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq, float *qcap,
-                    int c0, int cw, void *stream)
+int lz_op_heads_ref(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int ld,
+                    int n, int H, int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq,
+                    float *qcap, int c0, int cw, void *stream)
 {
     (void)stream;
     if (d <= 0 || d % 2 || d > 512) return LZ_ATTN_EHEADDIM;
     if (count) pos0 += *count;
+    const size_t ldq = ld ? (size_t)ld : (size_t)H * d, ldk = ld ? (size_t)ld : (size_t)KV * d;
     float x[512];
     for (int i = 0; i < n; i++)
         for (int hh = 0; hh < H + 2 * KV; hh++) {
             const float *src;
             lz_bf16 *dst;
-            if (hh < H) { src = q + ((size_t)i * H + hh) * d; dst = qh + ((size_t)hh * n + i) * d; }
-            else if (hh < H + KV) { src = k + ((size_t)i * KV + hh - H) * d; dst = kh + ((size_t)(hh - H) * n + i) * d; }
-            else { src = v + ((size_t)i * KV + hh - H - KV) * d; dst = vh + ((size_t)(hh - H - KV) * n + i) * d; }
+            if (hh < H) { src = q + i * ldq + (size_t)hh * d; dst = qh + ((size_t)hh * n + i) * d; }
+            else if (hh < H + KV) { src = k + i * ldk + (size_t)(hh - H) * d; dst = kh + ((size_t)(hh - H) * n + i) * d; }
+            else { src = v + i * ldk + (size_t)(hh - H - KV) * d; dst = vh + ((size_t)(hh - H - KV) * n + i) * d; }
             memcpy(x, src, (size_t)d * sizeof(float));
             if (hh < H + KV) lz_rope_apply(x, d, pos0 + i, layout, inv_freq);
             for (int e = 0; e < d; e++) dst[e] = lz_f32_to_bf16(x[e]);
@@ -56,6 +57,13 @@ int lz_op_silu_mul_ref(lz_bf16 *out, const float *gate, const float *up, size_t 
 {
     (void)stream;
     for (size_t e = 0; e < count; e++) out[e] = lz_f32_to_bf16(gate[e] / (1.0f + expf(-gate[e])) * up[e]);
+    return 0;
+}
+
+int lz_op_swiglu_ref(lz_bf16 *out, const float *gu, int n, int F, void *stream)
+{
+    for (int i = 0; i < n; i++)
+        lz_op_silu_mul_ref(out + (size_t)i * F, gu + (size_t)i * 2 * F, gu + (size_t)i * 2 * F + F, (size_t)F, stream);
     return 0;
 }
 

@@ -30,7 +30,8 @@ typedef __nv_bfloat16 bf16;
 namespace {
 
 struct Layer {
-    bf16 *wq, *wk, *wv, *wo, *wg, *wu, *wd; /* (out, in) row-major */
+    bf16 *wq, *wk, *wv, *wo, *wg, *wu, *wd; /* (out, in) row-major; wk, wv follow wq and wu follows wg
+                                               in memory: one product computes q|k|v, one gate|up */
     float *attn_norm, *ffn_norm;
 };
 
@@ -62,7 +63,7 @@ struct lz_llama_gpu {
     bf16 *tok_embd;
     Layer *layers; /* host array of device pointers */
     float *inv_freq;
-    float *x, *q, *k, *v, *gate, *up;
+    float *x, *q, *gate; /* (N, D); (N, (H + 2 KV) d): rows q | k | v; (N, 2 F): rows gate | up */
     bf16 *xb, *qh, *oh, *ot, *hb;
     bf16 *kall, *vall; /* (L, KV, n, d): the document's K and V, read back at the end */
     int *ids;
@@ -135,10 +136,9 @@ template <class T> static T *dalloc(lz_llama_gpu *g, size_t count)
     return (T *)p;
 }
 
-/* A weight matrix of count values to the device as bf16 (widened first when not bf16). */
-static bf16 *upload_mat(lz_llama_gpu *g, lz_mat m, size_t count)
+/* A weight matrix of count values to device memory d as bf16 (widened first when not bf16); d or NULL. */
+static bf16 *upload_into(bf16 *d, lz_mat m, size_t count)
 {
-    bf16 *d = dalloc<bf16>(g, count);
     if (!d) return NULL;
     if (m.type == LZ_MAT_BF16) {
         if (cudaMemcpy(d, m.data, count * 2, cudaMemcpyHostToDevice) != cudaSuccess) return NULL;
@@ -158,6 +158,8 @@ static bf16 *upload_mat(lz_llama_gpu *g, lz_mat m, size_t count)
     free(h);
     return ok ? d : NULL;
 }
+
+static bf16 *upload_mat(lz_llama_gpu *g, lz_mat m, size_t count) { return upload_into(dalloc<bf16>(g, count), m, count); }
 
 static float *upload_f32(lz_llama_gpu *g, const float *x, size_t count)
 {
@@ -238,15 +240,17 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
     for (size_t l = 0; ok && l < L; l++) {
         const lz_llama_layer *y = &m->layers[l];
         Layer *w = &g->layers[l];
-        ok = (w->wq = upload_mat(g, y->wq, Hd * D)) && (w->wk = upload_mat(g, y->wk, KVd * D)) &&
-             (w->wv = upload_mat(g, y->wv, KVd * D)) && (w->wo = upload_mat(g, y->wo, D * Hd)) &&
-             (w->wg = upload_mat(g, y->w_gate, F * D)) && (w->wu = upload_mat(g, y->w_up, F * D)) &&
+        ok = (w->wq = dalloc<bf16>(g, (Hd + 2 * KVd) * D)) && (w->wg = dalloc<bf16>(g, 2 * F * D));
+        if (ok) w->wk = w->wq + Hd * D, w->wv = w->wk + KVd * D, w->wu = w->wg + F * D;
+        ok = ok && upload_into(w->wq, y->wq, Hd * D) && upload_into(w->wk, y->wk, KVd * D) &&
+             upload_into(w->wv, y->wv, KVd * D) && (w->wo = upload_mat(g, y->wo, D * Hd)) &&
+             upload_into(w->wg, y->w_gate, F * D) && upload_into(w->wu, y->w_up, F * D) &&
              (w->wd = upload_mat(g, y->w_down, D * F)) && (w->attn_norm = upload_f32(g, y->attn_norm, D)) &&
              (w->ffn_norm = upload_f32(g, y->ffn_norm, D));
     }
     const size_t widest = D > F ? (D > Hd ? D : Hd) : (F > Hd ? F : Hd);
-    ok = ok && (g->x = dalloc<float>(g, N * D)) && (g->q = dalloc<float>(g, N * Hd)) && (g->k = dalloc<float>(g, N * KVd)) &&
-         (g->v = dalloc<float>(g, N * KVd)) && (g->gate = dalloc<float>(g, N * F)) && (g->up = dalloc<float>(g, N * F)) &&
+    ok = ok && (g->x = dalloc<float>(g, N * D)) && (g->q = dalloc<float>(g, N * (Hd + 2 * KVd))) &&
+         (g->gate = dalloc<float>(g, N * 2 * F)) &&
          (g->xb = dalloc<bf16>(g, N * widest)) && (g->qh = dalloc<bf16>(g, N * Hd)) && (g->oh = dalloc<bf16>(g, N * Hd)) &&
          (g->ot = dalloc<bf16>(g, N * Hd)) && (g->hb = dalloc<bf16>(g, N * F)) && (g->ids = dalloc<int>(g, N)) &&
          (g->blas_ws = dalloc<char>(g, (size_t)32 << 20)) &&
@@ -409,13 +413,12 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, 
     auto fits = [](int in) { return in % 8 == 0 && in <= LZ_GEMV_MAX_IN; };
     const bool one = n == 1 && fits(D) && fits(Hd) && fits(F);
     if (one) {
-        const lz_gemv_mat m[3] = {{(const lz_bf16 *)w->wq, g->q, Hd}, {(const lz_bf16 *)w->wk, g->k, KVd},
-                                  {(const lz_bf16 *)w->wv, g->v, KVd}};
+        const lz_gemv_mat m[3] = {{(const lz_bf16 *)w->wq, g->q, Hd}, {(const lz_bf16 *)w->wk, g->q + Hd, KVd},
+                                  {(const lz_bf16 *)w->wv, g->q + Hd + KVd, KVd}};
         if ((rc = lz_gemv_rmsnorm(m, 3, g->x, w->attn_norm, c->norm_eps, D, 0.f, st))) return fail(err, errlen, "q/k/v", rc);
     } else {
         lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->attn_norm, n, D, c->norm_eps, st);
-        if ((rc = gemm(g, g->q, g->xb, w->wq, n, D, Hd, 0.f)) || (rc = gemm(g, g->k, g->xb, w->wk, n, D, KVd, 0.f)) ||
-            (rc = gemm(g, g->v, g->xb, w->wv, n, D, KVd, 0.f)))
+        if ((rc = gemm(g, g->q, g->xb, w->wq, n, D, Hd + 2 * KVd, 0.f))) /* rows q | k | v */
             return fail(err, errlen, "cuBLAS q/k/v", rc);
     }
     /* one part on the layer's stream; several side by side on the side streams (a recomputed
@@ -428,9 +431,10 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, 
     for (int i = 0; i < n_parts; i++) { /* a part's q and output: (H, n, d) from row off * H * d */
         const Part &pt = parts[i];
         cudaStream_t ps = n_side ? g->side[i % n_side] : st;
-        const size_t qo = (size_t)pt.off * Hd, ko = (size_t)pt.off * KVd;
-        lz_op_heads((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, g->q + qo, g->k + ko, g->v + ko, pt.n, H,
-                    KV, d, pos0, count, c->rope_layout, g->inv_freq, qcap, c0, cw, ps);
+        const size_t qo = (size_t)pt.off * Hd;
+        const float *row = g->q + (size_t)pt.off * (Hd + 2 * KVd);
+        lz_op_heads((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, row, row + Hd, row + Hd + KVd,
+                    Hd + 2 * KVd, pt.n, H, KV, d, pos0, count, c->rope_layout, g->inv_freq, qcap, c0, cw, ps);
         lz_prefill_params pp = *p;
         if (n_side) { /* this stream's slot of the workspace */
             pp.work = (float *)((char *)g->work + (size_t)(i % n_side) * g->work_slot);
@@ -450,16 +454,15 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, 
     }
     if ((rc = gemm(g, g->x, one ? g->oh : g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "o projection", rc);
     if (one) {
-        const lz_gemv_mat m[2] = {{(const lz_bf16 *)w->wg, g->gate, F}, {(const lz_bf16 *)w->wu, g->up, F}};
+        const lz_gemv_mat m[2] = {{(const lz_bf16 *)w->wg, g->gate, F}, {(const lz_bf16 *)w->wu, g->gate + F, F}};
         const lz_gemv_mat md = {(const lz_bf16 *)w->wd, g->x, D};
         if ((rc = lz_gemv_rmsnorm(m, 2, g->x, w->ffn_norm, c->norm_eps, D, 0.f, st))) return fail(err, errlen, "gate/up", rc);
-        if ((rc = lz_gemv_silu(&md, 1, g->gate, g->up, F, 1.f, st))) return fail(err, errlen, "down projection", rc);
+        if ((rc = lz_gemv_silu(&md, 1, g->gate, g->gate + F, F, 1.f, st))) return fail(err, errlen, "down projection", rc);
         return 0;
     }
     lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->ffn_norm, n, D, c->norm_eps, st);
-    if ((rc = gemm(g, g->gate, g->xb, w->wg, n, D, F, 0.f)) || (rc = gemm(g, g->up, g->xb, w->wu, n, D, F, 0.f)))
-        return fail(err, errlen, "cuBLAS gate/up", rc);
-    lz_op_silu_mul((lz_bf16 *)g->hb, g->gate, g->up, (size_t)n * F, st);
+    if ((rc = gemm(g, g->gate, g->xb, w->wg, n, D, 2 * F, 0.f))) return fail(err, errlen, "cuBLAS gate/up", rc); /* rows gate | up */
+    lz_op_swiglu((lz_bf16 *)g->hb, g->gate, n, F, st);
     if ((rc = gemm(g, g->x, g->hb, w->wd, n, F, D, 1.f))) return fail(err, errlen, "down projection", rc);
     return 0;
 }

@@ -381,7 +381,7 @@ static void test_ops_ref(int layout)
     lz_rope_inv_freqs(inv, d, 10000.f, NULL);
     lz_bf16 qh[5 * 4 * 8], kh[5 * 2 * 8], vh[5 * 2 * 8], back_q[5 * 4 * 8];
     const int count = 70001;
-    lz_op_heads_ref(qh, kh, vh, q, k, v, n, H, KV, d, 3, &count, layout, inv, qc, 3, 2, NULL);
+    lz_op_heads_ref(qh, kh, vh, q, k, v, 0, n, H, KV, d, 3, &count, layout, inv, qc, 3, 2, NULL);
     int bad = 0, badc = 0;
     for (int i = 0; i < n; i++)
         for (int h = 0; h < H + KV; h++) {
@@ -418,6 +418,23 @@ static void test_ops_ref(int layout)
         }
     }
     CHECK(worst <= 0x1p-8, "rmsnorm / silu refs: relative %g beyond bf16 rounding", worst);
+    /* one product's output: rows [q | k | v] (heads, ld) and [gate | up] (swiglu), the same values */
+    float qkv[5 * 8 * 8], gu[5 * 32];
+    for (int i = 0; i < n; i++) {
+        memcpy(qkv + i * 64, q + i * H * d, (size_t)H * d * 4);
+        memcpy(qkv + i * 64 + H * d, k + i * KV * d, (size_t)KV * d * 4);
+        memcpy(qkv + i * 64 + (H + KV) * d, v + i * KV * d, (size_t)KV * d * 4);
+        memcpy(gu + i * 2 * D, gate + i * D, (size_t)D * 4);
+        memcpy(gu + i * 2 * D + D, up + i * D, (size_t)D * 4);
+    }
+    lz_bf16 qh2[5 * 4 * 8], kh2[5 * 2 * 8], vh2[5 * 2 * 8], s2[80];
+    float qc2[2 * 4 * 8];
+    lz_op_heads_ref(qh2, kh2, vh2, qkv, qkv + H * d, qkv + (H + KV) * d, (H + 2 * KV) * d, n, H, KV, d, 3, &count,
+                    layout, inv, qc2, 3, 2, NULL);
+    lz_op_swiglu_ref(s2, gu, n, D, NULL);
+    CHECK(!memcmp(qh, qh2, sizeof qh) && !memcmp(kh, kh2, sizeof kh) && !memcmp(vh, vh2, sizeof vh) &&
+              !memcmp(qc, qc2, sizeof qc) && !memcmp(s, s2, sizeof s),
+          "heads with a row stride and swiglu over [gate | up] rows: the packed results");
     /* own sequence: lengths of segment S in every layer, append after count, count += n */
     int32_t ql[3 * 4 * 2];
     for (int e = 0; e < 24; e++) ql[e] = -1;

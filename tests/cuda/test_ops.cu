@@ -88,8 +88,9 @@ static void test_shapes(int n, int D, int H, int KV, int d, int layout)
     const int cw = n > 3 ? 3 : n, c0 = n - cw, cnt = 70000 + n; /* positions past 65,536 */
     int *cnt_d = dev(&cnt, 1);
     float *qc_d = dev<float>(NULL, (size_t)cw * H * d), *qc = (float *)malloc((size_t)cw * H * d * 4);
-    CHECK(lz_op_heads(qh_d, kh_d, vh_d, qd, kd, vd, n, H, KV, d, 5, cnt_d, layout, invd, qc_d, c0, cw, NULL) == 0, "heads");
-    lz_op_heads_ref(qh, kh, vh, q, k, v, n, H, KV, d, 5, &cnt, layout, inv, qc, c0, cw, NULL);
+    CHECK(lz_op_heads(qh_d, kh_d, vh_d, qd, kd, vd, 0, n, H, KV, d, 5, cnt_d, layout, invd, qc_d, c0, cw, NULL) == 0,
+          "heads");
+    lz_op_heads_ref(qh, kh, vh, q, k, v, 0, n, H, KV, d, 5, &cnt, layout, inv, qc, c0, cw, NULL);
     lz_bf16 *qh_g = back(qh_d, nq), *kh_g = back(kh_d, nk), *vh_g = back(vh_d, nk);
     float *qc_g = back(qc_d, (size_t)cw * H * d);
     /* inputs within [-2, 2]: 1e-4 absolute is ~100x the cos/sin disagreement; a wrong angle or pair is O(1) */
@@ -99,6 +100,25 @@ static void test_shapes(int n, int D, int H, int KV, int d, int layout)
     double worst = 0;
     for (size_t e = 0; e < (size_t)cw * H * d; e++) worst = fmax(worst, fabs(qc_g[e] - qc[e]) / (fabs(qc[e]) + 1e-3));
     CHECK(worst <= 1e-4, "window queries: relative %g", worst);
+    /* heads over one product's rows [q | k | v] (row stride): the same as over separate arrays */
+    {
+        const size_t ld = (size_t)(H + 2 * KV) * d;
+        float *qkv = (float *)malloc((size_t)n * ld * 4);
+        for (int i = 0; i < n; i++) {
+            memcpy(qkv + i * ld, q + (size_t)i * H * d, (size_t)H * d * 4);
+            memcpy(qkv + i * ld + (size_t)H * d, k + (size_t)i * KV * d, (size_t)KV * d * 4);
+            memcpy(qkv + i * ld + (size_t)(H + KV) * d, v + (size_t)i * KV * d, (size_t)KV * d * 4);
+        }
+        float *qkv_d = dev(qkv, (size_t)n * ld);
+        CHECK(lz_op_heads(qh_d, kh_d, vh_d, qkv_d, qkv_d + (size_t)H * d, qkv_d + (size_t)(H + KV) * d, (int)ld, n, H, KV,
+                          d, 5, cnt_d, layout, invd, qc_d, c0, cw, NULL) == 0, "heads (row stride)");
+        lz_bf16 *qh2 = back(qh_d, nq), *kh2 = back(kh_d, nk), *vh2 = back(vh_d, nk);
+        float *qc2 = back(qc_d, (size_t)cw * H * d);
+        CHECK(!memcmp(qh2, qh_g, nq * 2) && !memcmp(kh2, kh_g, nk * 2) && !memcmp(vh2, vh_g, nk * 2) &&
+                  !memcmp(qc2, qc_g, (size_t)cw * H * d * 4),
+              "heads with a row stride: the packed layout's results");
+        cudaFree(qkv_d); free(qkv); free(qh2); free(kh2); free(vh2); free(qc2);
+    }
     /* silu */
     float *gt = frand(nd, 6.f), *up = frand(nd, 2.f), *gtd = dev(gt, nd), *upd = dev(up, nd);
     lz_bf16 *s_d = dev<lz_bf16>(NULL, nd), *s_ref = (lz_bf16 *)malloc(nd * 2);
@@ -106,6 +126,20 @@ static void test_shapes(int n, int D, int H, int KV, int d, int layout)
     lz_op_silu_mul_ref(s_ref, gt, up, nd, NULL);
     lz_bf16 *s_g = back(s_d, nd);
     CHECK(bf16_bad(s_g, s_ref, nd, 2) == 0, "silu: %zu off", bf16_bad(s_g, s_ref, nd, 2));
+    { /* swiglu over rows [gate | up]: bit for bit the silu kernel's */
+        float *gu = (float *)malloc(nd * 2 * 4);
+        for (int i = 0; i < n; i++) {
+            memcpy(gu + (size_t)i * 2 * D, gt + (size_t)i * D, (size_t)D * 4);
+            memcpy(gu + (size_t)i * 2 * D + D, up + (size_t)i * D, (size_t)D * 4);
+        }
+        float *gu_d = dev(gu, nd * 2);
+        lz_bf16 *w_d = dev<lz_bf16>(NULL, nd), *w_ref = (lz_bf16 *)malloc(nd * 2);
+        CHECK(lz_op_swiglu(w_d, gu_d, n, D, NULL) == 0, "swiglu launch");
+        lz_op_swiglu_ref(w_ref, gu, n, D, NULL);
+        lz_bf16 *w_g = back(w_d, nd);
+        CHECK(!memcmp(w_g, s_g, nd * 2) && bf16_bad(w_g, w_ref, nd, 2) == 0, "swiglu: the silu kernel's values");
+        cudaFree(gu_d); cudaFree(w_d); free(gu); free(w_ref); free(w_g);
+    }
     /* tokens: (H, n, d) -> (n, H*d) */
     lz_bf16 *t_d = dev<lz_bf16>(NULL, nq), *t_ref = (lz_bf16 *)malloc(nq * 2);
     CHECK(lz_op_tokens(t_d, qh_d, n, H, d, NULL) == 0, "tokens launch");
