@@ -241,6 +241,12 @@ static void test_cli(void)
     }
     CHECK(lz_test_sh("%s/lazyquery --model %s --store %s '' > %s 2>&1", bin, model, store, out) != 0 &&
           lz_test_sh("grep -q 'empty' %s", out) == 0, "empty question refused");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s --cold later 'river?' > %s 2>&1", bin, model, store, out) != 0 &&
+          lz_test_sh("grep -q 'cold is recompute or load' %s", out) == 0, "--cold with an unknown value refused");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --cold load --json 'river?' > %s 2>&1", bin, model, store,
+                     out) == 0 &&
+              lz_test_sh("grep -q '\"recomputed\":0' %s && grep -q '\"recompute_s\"' %s", out, out) == 0,
+          "--cold load on the CPU: answers, reports nothing recomputed");
     /* a question longer than the model's context (2048) */
     char longq[700];
     snprintf(longq, sizeof longq, "%s/long.txt", dir);
