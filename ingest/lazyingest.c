@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/time.h>
 #include <omp.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "ingest/corpus.h"
@@ -112,6 +113,8 @@ static void usage(FILE *f)
             "  -h, --help             this text\n"
             "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n"
             "LAZY_INGEST_SERIAL=1 encodes one document at a time whatever the model.\n"
+            "A batch's payloads are written to LMDB on a thread while the next batch is encoded\n"
+            "(its rows committed after them); LAZY_INGEST_SYNC_COMMIT=1 writes them before.\n"
             LZ_RUNTIME_ENV_HELP,
             LZ_DEFAULT_MODEL_ENV, LZ_DEFAULT_MODEL, LZ_PAYLOAD_DEFAULT_LEVEL, LZ_KVPOLICY_DEFAULT_WINDOW,
             LZ_KVPOLICY_DEFAULT_KERNEL, (double)LZ_KVPOLICY_DEFAULT_ALPHA);
@@ -226,6 +229,28 @@ typedef struct {
     char err[512];
 } enc_job;
 
+/* A batch's arrays: the ingest holds the batch being built; while its
+ * payloads are written on a thread, the batch committed before it waits in
+ * held (swapped with the ingest's fields, arrays kept for reuse). */
+typedef struct {
+    pend_doc *docs;
+    int n_docs, cap_docs;
+    lz_store_payload *pay;
+    int n_pay, cap_pay;
+    char **sources;
+    int n_src, cap_src;
+    char **keep_sources;
+    int n_keep, cap_keep;
+} batch_arrays;
+
+/* A committed batch's payloads, written by a thread (lz_store_put_payloads_fixed). */
+typedef struct {
+    lz_store *s;
+    const lz_store_payload *pay;
+    int n, fixed, rc;
+    char err[1024];
+} pay_writer;
+
 /* K_REHASH: same content and payload, only the row's source_hash is set
  * (rows from before schema version 2, or after a budget change): counted
  * as unchanged. */
@@ -253,6 +278,12 @@ typedef struct {
     char **keep_sources;  /* bad records with a known id: keep their old rows */
     int n_keep, cap_keep;
     int64_t batch_tokens;
+    /* the batch before: its payloads written on wthread (writing) while this one is encoded, its
+     * rows committed at the next commit (held_pending); LAZY_INGEST_SYNC_COMMIT=1: at once */
+    batch_arrays held;
+    int held_pending, writing, sync_commit;
+    pthread_t wthread;
+    pay_writer wjob;
     /* par: documents encoded in parallel at each commit, one encoder (and codec) a thread: a
      * small model's forward pass scales poorly inside one document (1.24x on 2 cores) */
     int par;
@@ -301,7 +332,8 @@ static int push_ptr(char ***v, int *n, int *cap, const char *s)
     return 0;
 }
 
-static void batch_clear(ingest *g)
+/* Frees the batch arrays' contents (the arrays stay for the next batch). */
+static void arrays_clear(ingest *g)
 {
     for (int i = 0; i < g->n_docs; i++) {
         pend_doc *d = &g->docs[i];
@@ -312,11 +344,28 @@ static void batch_clear(ingest *g)
         free(d->ids);
     }
     for (int i = 0; i < g->n_pay; i++) free(g->pay[i].blob);
-    for (int i = 0; i < g->n_jobs; i++) free(g->jobs[i].blob);
-    g->n_jobs = 0;
     for (int i = 0; i < g->n_src; i++) free(g->sources[i]);
     for (int i = 0; i < g->n_keep; i++) free(g->keep_sources[i]);
     g->n_docs = g->n_pay = g->n_src = g->n_keep = 0;
+}
+
+/* Exchanges the ingest's batch arrays with b's. */
+static void arrays_swap(ingest *g, batch_arrays *b)
+{
+    batch_arrays t = *b;
+    *b = (batch_arrays){g->docs, g->n_docs, g->cap_docs, g->pay, g->n_pay, g->cap_pay, g->sources, g->n_src, g->cap_src,
+                        g->keep_sources, g->n_keep, g->cap_keep};
+    g->docs = t.docs, g->n_docs = t.n_docs, g->cap_docs = t.cap_docs;
+    g->pay = t.pay, g->n_pay = t.n_pay, g->cap_pay = t.cap_pay;
+    g->sources = t.sources, g->n_src = t.n_src, g->cap_src = t.cap_src;
+    g->keep_sources = t.keep_sources, g->n_keep = t.n_keep, g->cap_keep = t.cap_keep;
+}
+
+static void batch_clear(ingest *g)
+{
+    arrays_clear(g);
+    for (int i = 0; i < g->n_jobs; i++) free(g->jobs[i].blob);
+    g->n_jobs = 0;
     g->batch_tokens = 0;
 }
 
@@ -328,6 +377,12 @@ static void batch_free(ingest *g)
     free(g->sources);
     free(g->keep_sources);
     free(g->jobs);
+    arrays_swap(g, &g->held); /* the held batch's arrays (emptied by its commit) */
+    arrays_clear(g);
+    free(g->docs);
+    free(g->pay);
+    free(g->sources);
+    free(g->keep_sources);
 }
 
 /* The KV eviction of an n-token document under this run's policy: its
@@ -360,23 +415,82 @@ static void set_kv_fields(const ingest *g, lz_meta_doc *d, const char *spec, int
     d->kv_window = p.window;
 }
 
-/* Commits the batch: payloads first (one durable LMDB transaction), then
- * every row in one SQLite transaction. Counts only what committed. */
-static int flush_batch(ingest *g);
+/* Commits a batch: payloads first (one durable LMDB transaction), then every
+ * row in one SQLite transaction; counts only what committed. The payloads of
+ * batch k are written on a thread while batch k + 1 is encoded, and batch
+ * k's rows are committed at batch k + 1's commit (commit_held), once the
+ * payloads are durable: a killed run leaves payloads without rows at worst,
+ * which the next run's gc removes. */
+static int commit_rows(ingest *g);
 static int run_jobs(ingest *g);
+
+static void *write_payloads(void *p)
+{
+    pay_writer *w = p;
+    w->rc = w->fixed ? lz_store_put_payloads_fixed(w->s, w->pay, w->n, w->err, sizeof w->err)
+                     : lz_store_put_payloads(w->s, w->pay, w->n, w->err, sizeof w->err);
+    return NULL;
+}
+
+/* The held batch: waits for its payloads, then commits its rows. 0 or -1. */
+static int commit_held(ingest *g)
+{
+    if (!g->held_pending) return 0;
+    if (g->writing) pthread_join(g->wthread, NULL);
+    g->writing = g->held_pending = 0;
+    int rc = g->wjob.rc;
+    if (rc == LZ_STORE_EFULL) /* the room reserved was not enough: grow the map now, on this thread */
+        rc = lz_store_put_payloads(g->s, g->held.pay, g->held.n_pay, g->wjob.err, sizeof g->wjob.err);
+    arrays_swap(g, &g->held); /* the held batch in the ingest's fields */
+    if (rc) snprintf(g->err, sizeof g->err, "%s", g->wjob.err);
+    else rc = commit_rows(g);
+    arrays_clear(g);
+    arrays_swap(g, &g->held);
+    return rc ? -1 : 0;
+}
+
+/* Hands the batch just encoded to the payload writer (a thread; this one when
+ * LAZY_INGEST_SYNC_COMMIT=1 or no thread starts) and starts a new batch. */
+static int start_commit(ingest *g)
+{
+    if (!g->n_docs && !g->n_src && !g->n_keep) return 0;
+    if (!g->sync_commit && lz_store_reserve_payloads(g->s, g->pay, g->n_pay, g->err, sizeof g->err)) return -1;
+    arrays_swap(g, &g->held); /* held: this batch; the ingest: the held batch's emptied arrays */
+    g->batch_tokens = 0;
+    g->held_pending = 1;
+    g->wjob = (pay_writer){.s = g->s, .pay = g->held.pay, .n = g->held.n_pay, .fixed = !g->sync_commit};
+    if (!g->sync_commit && g->held.n_pay > 0 && pthread_create(&g->wthread, NULL, write_payloads, &g->wjob) == 0) {
+        g->writing = 1;
+    } else {
+        g->wjob.fixed = 0;
+        write_payloads(&g->wjob);
+    }
+    return 0;
+}
+
 static int flush(ingest *g)
 {
     if (run_jobs(g)) return -1; /* par: the batch's documents, encoded now */
     double t = now_s();
-    int rc = flush_batch(g);
+    int rc = commit_held(g); /* the batch before: its payloads were written meanwhile */
+    if (!rc) rc = start_commit(g);
+    if (!rc && g->sync_commit) rc = commit_held(g);
     g->t_commit += now_s() - t;
     return rc;
 }
 
-static int flush_batch(ingest *g)
+/* The last batch's rows (after the last flush, or when a run stops). */
+static int finish_commits(ingest *g)
+{
+    double t = now_s();
+    int rc = commit_held(g);
+    g->t_commit += now_s() - t;
+    return rc;
+}
+
+static int commit_rows(ingest *g)
 {
     if (!g->n_docs && !g->n_src && !g->n_keep) return 0;
-    if (lz_store_put_payloads(g->s, g->pay, g->n_pay, g->err, sizeof g->err)) return -1;
     lz_meta_run_counts add = { 0 };
     int rc = lz_meta_begin(g->meta, g->err, sizeof g->err);
     for (int i = 0; !rc && i < g->n_docs; i++) {
@@ -430,7 +544,6 @@ static int flush_batch(ingest *g)
     g->c.n_unchanged += add.n_unchanged;
     g->c.n_removed += add.n_removed;
     for (int i = 0; i < g->n_pay; i++) g->c.stored_bytes += (int64_t)g->pay[i].len;
-    batch_clear(g);
     return 0;
 }
 
@@ -499,6 +612,11 @@ static int encode_doc(ingest *g, int di)
     for (int i = 0; i < g->n_pay; i++)
         if (memcmp(g->pay[i].key, key, LZ_META_KEY_LEN) == 0) {
             *stored = (int64_t)g->pay[i].len;
+            return 0;
+        }
+    for (int i = 0; g->held_pending && i < g->held.n_pay; i++) /* the batch before, being written */
+        if (memcmp(g->held.pay[i].key, key, LZ_META_KEY_LEN) == 0) {
+            *stored = (int64_t)g->held.pay[i].len;
             return 0;
         }
     void *blob = NULL;
@@ -959,6 +1077,8 @@ static int setup_model(ingest *g, const char *model_path)
      * with --gpu the documents take turns on the GPU while the others' scoring and packing
      * run on the CPU's threads; not while calibrating (one accumulator) */
     const char *serial = getenv("LAZY_INGEST_SERIAL"); /* 1: one document at a time (A/B, tests) */
+    const char *sync = getenv("LAZY_INGEST_SYNC_COMMIT"); /* 1: payloads written before the next batch starts */
+    g->sync_commit = sync && atoi(sync);
     g->par = !g->learn && omp_get_max_threads() > 1 && (g->o.gpu || g->m->cfg.dim <= 2048) && !(serial && atoi(serial));
     if (g->o.gpu) {
 #ifdef LZ_CUDA
@@ -1331,6 +1451,10 @@ static int run_corpus(ingest *g, lz_corpus *cp)
     }
     id_map_free(&seen);
     if (!fatal && flush(g)) {
+        warnf(g, "lazyingest: %s", g->err);
+        fatal = 1;
+    }
+    if (finish_commits(g) && !fatal) { /* a stop keeps what was committed before it */
         warnf(g, "lazyingest: %s", g->err);
         fatal = 1;
     }

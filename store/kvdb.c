@@ -41,6 +41,7 @@ const char *lz_kvdb_strerror(int status)
     case LZ_KVDB_ENOMEM: return "out of memory";
     case LZ_KVDB_EINVAL: return "invalid argument";
     case LZ_KVDB_EREADONLY: return "store opened read-only";
+    case LZ_KVDB_EFULL: return "LMDB map full";
     default: return "unknown kvdb status";
     }
 }
@@ -130,8 +131,8 @@ static int check_key(const lz_kvdb_item *it, char *err, size_t errlen)
 }
 
 /* One write transaction over items: put (del == 0) or delete. Retries the
- * whole batch after doubling the map on MDB_MAP_FULL. */
-static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, int *n_deleted,
+ * whole batch after doubling the map on MDB_MAP_FULL (fixed: EFULL instead). */
+static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, int fixed, int *n_deleted,
                        char *err, size_t errlen)
 {
     if (db->rdonly) return lz_fail(err, errlen, LZ_KVDB_EREADONLY, "LMDB %s: opened read-only", db->path);
@@ -163,6 +164,7 @@ static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, i
             }
         }
         if (rc != MDB_MAP_FULL) return lmdb_fail(db, err, errlen, del ? "delete" : "put", rc);
+        if (fixed) return lz_fail(err, errlen, LZ_KVDB_EFULL, "LMDB %s: map full", db->path);
         rc = grow(db);
         if (rc) return lmdb_fail(db, err, errlen, "grow map", rc);
     }
@@ -171,13 +173,34 @@ static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, i
 
 int lz_kvdb_put_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, char *err, size_t errlen)
 {
-    return write_batch(db, items, n, 0, NULL, err, errlen);
+    return write_batch(db, items, n, 0, 0, NULL, err, errlen);
+}
+
+int lz_kvdb_put_batch_fixed(lz_kvdb *db, const lz_kvdb_item *items, int n, char *err, size_t errlen)
+{
+    return write_batch(db, items, n, 0, 1, NULL, err, errlen);
+}
+
+int lz_kvdb_reserve(lz_kvdb *db, uint64_t bytes, char *err, size_t errlen)
+{
+    if (db->rdonly) return lz_fail(err, errlen, LZ_KVDB_EREADONLY, "LMDB %s: opened read-only", db->path);
+    MDB_envinfo info;
+    MDB_stat ms;
+    int rc = mdb_env_info(db->env, &info);
+    if (!rc) rc = mdb_env_stat(db->env, &ms);
+    if (rc) return lmdb_fail(db, err, errlen, "mdb_env_info", rc);
+    const uint64_t used = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
+    uint64_t size = info.me_mapsize;
+    while (size - used < bytes && size < ((uint64_t)1 << 50)) size *= 2;
+    if (size == info.me_mapsize) return LZ_KVDB_OK;
+    rc = mdb_env_set_mapsize(db->env, size);
+    return rc ? lmdb_fail(db, err, errlen, "grow map", rc) : LZ_KVDB_OK;
 }
 
 int lz_kvdb_del_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int *n_deleted,
                       char *err, size_t errlen)
 {
-    return write_batch(db, items, n, 1, n_deleted, err, errlen);
+    return write_batch(db, items, n, 1, 0, n_deleted, err, errlen);
 }
 
 int lz_kvdb_reader_begin(lz_kvdb *db, lz_kvdb_reader **out, char *err, size_t errlen)

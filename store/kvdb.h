@@ -20,7 +20,7 @@ typedef struct lz_kvdb_reader lz_kvdb_reader;
 
 /* Status codes (0 = OK). */
 enum { LZ_KVDB_OK = 0, LZ_KVDB_ENOTFOUND = 1, LZ_KVDB_EIO = 2, LZ_KVDB_ENOMEM = 3,
-       LZ_KVDB_EINVAL = 4, LZ_KVDB_EREADONLY = 5 };
+       LZ_KVDB_EINVAL = 4, LZ_KVDB_EREADONLY = 5, LZ_KVDB_EFULL = 6 };
 
 enum { LZ_KVDB_RDONLY = 1 };
 
@@ -37,6 +37,15 @@ typedef struct {
 /* Writes n items in one transaction (overwriting equal keys). Errors: EIO,
  * EREADONLY, EINVAL (key too long or empty). */
 int lz_kvdb_put_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, char *err, size_t errlen);
+/* The same from a thread other than the one that may open transactions
+ * meanwhile (LMDB changes the map size only while no transaction is open in
+ * the process): the map is never grown here; EFULL (nothing written) when it
+ * is full: grow it with lz_kvdb_reserve, or write with lz_kvdb_put_batch, once
+ * no other thread has a transaction open. */
+int lz_kvdb_put_batch_fixed(lz_kvdb *db, const lz_kvdb_item *items, int n, char *err, size_t errlen);
+/* Grows the map (doubling) until bytes more fit after what is used; only while
+ * no transaction is open in the process. */
+int lz_kvdb_reserve(lz_kvdb *db, uint64_t bytes, char *err, size_t errlen);
 /* Deletes n keys in one transaction; absent keys are not an error.
  * *n_deleted (may be NULL) receives how many existed. */
 int lz_kvdb_del_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int *n_deleted,

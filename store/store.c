@@ -52,6 +52,7 @@ static int from_kvdb(int st)
     case LZ_KVDB_ENOTFOUND: return LZ_STORE_ENOTFOUND;
     case LZ_KVDB_ENOMEM: return LZ_STORE_ENOMEM;
     case LZ_KVDB_EINVAL: return LZ_STORE_EINVAL;
+    case LZ_KVDB_EFULL: return LZ_STORE_EFULL;
     default: return LZ_STORE_EIO;
     }
 }
@@ -68,6 +69,7 @@ const char *lz_store_strerror(int status)
     case LZ_STORE_EINVAL: return "invalid argument";
     case LZ_STORE_EBUSY: return "store busy (another writer)";
     case LZ_STORE_ESCHEMA: return "store schema version mismatch";
+    case LZ_STORE_EFULL: return "LMDB map full";
     default: return "unknown store status";
     }
 }
@@ -412,16 +414,34 @@ int lz_store_hit(lz_store *s, int64_t doc_id, char *err, size_t errlen)
 
 /* ---- payloads ---- */
 
-int lz_store_put_payloads(lz_store *s, const lz_store_payload *p, int n, char *err, size_t errlen)
+static int put_payloads(lz_store *s, const lz_store_payload *p, int n, int fixed, char *err, size_t errlen)
 {
     if (n <= 0) return LZ_STORE_OK;
     lz_kvdb_item *items = malloc(sizeof *items * (size_t)n);
     if (!items) return lz_fail(err, errlen, LZ_STORE_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
         items[i] = (lz_kvdb_item){ p[i].key, LZ_META_KEY_LEN, p[i].blob, p[i].len };
-    int st = from_kvdb(lz_kvdb_put_batch(s->kv, items, n, err, errlen));
+    int st = from_kvdb(fixed ? lz_kvdb_put_batch_fixed(s->kv, items, n, err, errlen)
+                             : lz_kvdb_put_batch(s->kv, items, n, err, errlen));
     free(items);
     return st;
+}
+
+int lz_store_put_payloads(lz_store *s, const lz_store_payload *p, int n, char *err, size_t errlen)
+{
+    return put_payloads(s, p, n, 0, err, errlen);
+}
+
+int lz_store_put_payloads_fixed(lz_store *s, const lz_store_payload *p, int n, char *err, size_t errlen)
+{
+    return put_payloads(s, p, n, 1, err, errlen);
+}
+
+int lz_store_reserve_payloads(lz_store *s, const lz_store_payload *p, int n, char *err, size_t errlen)
+{
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += p[i].len + LZ_META_KEY_LEN + 4096; /* overflow pages, rounded up */
+    return from_kvdb(lz_kvdb_reserve(s->kv, bytes + bytes / 4 + ((uint64_t)1 << 20), err, errlen));
 }
 
 int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t *len, char *err,

@@ -23,7 +23,7 @@ typedef struct lz_store lz_store;
 
 enum { LZ_STORE_OK = 0, LZ_STORE_EIO = 1, LZ_STORE_EMODEL = 2, LZ_STORE_ECORRUPT = 3,
        LZ_STORE_ENOTFOUND = 4, LZ_STORE_ENOMEM = 5, LZ_STORE_EINVAL = 6, LZ_STORE_EBUSY = 7,
-       LZ_STORE_ESCHEMA = 8 };
+       LZ_STORE_ESCHEMA = 8, LZ_STORE_EFULL = 9 };
 
 enum {
     LZ_STORE_RDONLY = 1, /* readers (queries): no create, no writes */
@@ -118,6 +118,15 @@ typedef struct {
 } lz_store_payload;
 /* Writes n payloads in one durable LMDB transaction (before their rows commit). */
 int lz_store_put_payloads(lz_store *s, const lz_store_payload *p, int n, char *err, size_t errlen);
+/* Payloads written by a thread while the caller's thread goes on reading the
+ * store (lazyingest commits one batch while it encodes the next): first, on
+ * the caller's thread with no read open, lz_store_reserve_payloads makes room
+ * in the map for p[0..n); then the other thread calls
+ * lz_store_put_payloads_fixed, which never grows the map (EFULL, nothing
+ * written, when the room was not enough: write them with
+ * lz_store_put_payloads once that thread is done). */
+int lz_store_reserve_payloads(lz_store *s, const lz_store_payload *p, int n, char *err, size_t errlen);
+int lz_store_put_payloads_fixed(lz_store *s, const lz_store_payload *p, int n, char *err, size_t errlen);
 /* 1 when a payload with key exists (its size in *len when len is not
  * NULL), 0 when not, -1 on error. */
 int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t *len, char *err,

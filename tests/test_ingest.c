@@ -890,9 +890,11 @@ static void test_parallel(void)
     const char *as[] = { "-m", model_a, "-s", ser, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
     const char *ap[] = { "-m", model_a, "-s", par, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
     setenv("LAZY_INGEST_SERIAL", "1", 1);
+    setenv("LAZY_INGEST_SYNC_COMMIT", "1", 1); /* and each batch's payloads written before the next batch */
     int rc = run_tool(as, NULL, 0, out, sizeof out, errs, sizeof errs);
     long added_s = jget(out, "added"), stored_s = jget(out, "stored_bytes");
     unsetenv("LAZY_INGEST_SERIAL");
+    unsetenv("LAZY_INGEST_SYNC_COMMIT");
     CHECK(rc == 0 && added_s == 42 && jget(out, "encoders") == 1, "one at a time: exit %d, %ld added, %ld encoders: %s",
           rc, added_s, jget(out, "encoders"), errs);
     rc = run_tool(ap, NULL, 0, out, sizeof out, errs, sizeof errs);
@@ -921,7 +923,8 @@ static void test_parallel(void)
         free(x);
         free(y);
     }
-    CHECK(same, "every document's payload identical, in parallel and one at a time (%d and %d rows)", ka.n, kb.n);
+    CHECK(same, "every document's payload identical, in parallel with batches committed while the next is encoded, and "
+                "one at a time with each batch committed before the next (%d and %d rows)", ka.n, kb.n);
     lz_store_close(a);
     lz_store_close(b);
     test_bits(par);

@@ -5,6 +5,7 @@
  * process that never sees a row without its payload while a writer runs. */
 #include <fcntl.h>
 #include <glob.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+
 #include "tests/test.h"
 
 static char dir[256];
@@ -510,11 +512,73 @@ static void test_upgrade(void)
     lz_store_close(s);
 }
 
+/* A writer thread's batch (lz_kvdb_put_batch_fixed) never grows the map: past
+ * it, EFULL and nothing written; after lz_kvdb_reserve made room, written;
+ * and it runs while this thread reads (one writer, readers: LMDB's model). */
+typedef struct {
+    lz_kvdb *db;
+    lz_kvdb_item *items;
+    int n, rc;
+    char err[512];
+} fixed_put;
+
+static void *put_fixed(void *p)
+{
+    fixed_put *f = p;
+    f->rc = lz_kvdb_put_batch_fixed(f->db, f->items, f->n, f->err, sizeof f->err);
+    return NULL;
+}
+
+static void test_kvdb_fixed(void)
+{
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s/kvfixed", dir);
+    lz_kvdb *db;
+    CHECK(lz_kvdb_open(path, 0, &db, err, sizeof err) == 0, "open: %s", err);
+    const size_t MB = 1 << 20;
+    enum { N = 80 };
+    uint8_t *vals = malloc(N * MB), keys[N][16];
+    lz_kvdb_item items[N];
+    for (int i = 0; i < N; i++) {
+        snprintf((char *)keys[i], 16, "fix%05d", i);
+        fill_random(vals + i * MB, MB, (uint64_t)(1000 + i));
+        items[i] = (lz_kvdb_item){ keys[i], strlen((char *)keys[i]), vals + i * MB, MB };
+    }
+    lz_kvdb_stats st;
+    CHECK(lz_kvdb_put_batch_fixed(db, items, N, err, sizeof err) == LZ_KVDB_EFULL && strstr(err, "map full"),
+          "80 MiB past a 64 MiB map without growing: EFULL (%s)", err);
+    CHECK(lz_kvdb_stat(db, &st, err, sizeof err) == 0 && st.entries == 0 && st.map_size == LZ_KVDB_INITIAL_MAP,
+          "nothing written, the map not grown (%llu entries)", (unsigned long long)st.entries);
+    CHECK(lz_kvdb_reserve(db, (uint64_t)N * (MB + 8192), err, sizeof err) == 0, "reserve: %s", err);
+    fixed_put f = { db, items, N, -1, "" };
+    pthread_t t;
+    int started = pthread_create(&t, NULL, put_fixed, &f) == 0;
+    CHECK(started, "writer thread");
+    int reads = 0, bad = 0;
+    while (started && reads < 50) { /* reads meanwhile: each sees a whole batch or none of it */
+        int e = lz_kvdb_exists(db, "fix00000", 8, err, sizeof err), e2 = lz_kvdb_exists(db, "fix00079", 8, err, sizeof err);
+        bad += e < 0 || e2 < 0 || e != e2;
+        reads++;
+    }
+    if (started) pthread_join(t, NULL);
+    CHECK(f.rc == 0 && bad == 0, "written by a thread after the room was made (%s), %d of %d reads inconsistent", f.err,
+          bad, reads);
+    CHECK(lz_kvdb_stat(db, &st, err, sizeof err) == 0 && st.entries == N, "%llu entries", (unsigned long long)st.entries);
+    void *got;
+    size_t n;
+    CHECK(lz_kvdb_get(db, "fix00042", 8, &got, &n, err, sizeof err) == 0 && n == MB && !memcmp(got, vals + 42 * MB, MB),
+          "a value read back");
+    free(got);
+    lz_kvdb_close(db);
+    free(vals);
+}
+
 int main(void)
 {
     if (!lz_test_tmpdir(dir, sizeof dir)) return 1;
     test_schema_embedded();
     test_kvdb();
+    test_kvdb_fixed();
     test_meta_versions();
     test_store();
     test_upgrade();
