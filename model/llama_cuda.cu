@@ -105,7 +105,11 @@ struct lz_llama_gpu {
     cudaStream_t side[4];
     cudaEvent_t fork, join[4];
     size_t work_slot;
+    unsigned char *stage[2]; /* pinned, LZ_GPU_STAGE bytes each: weights on their way up (upload_bytes) */
+    cudaEvent_t stage_ev[2];
 };
+
+#define LZ_GPU_STAGE ((size_t)64 << 20)
 
 #define LZ_GPU_SIDE 4
 
@@ -136,14 +140,60 @@ template <class T> static T *dalloc(lz_llama_gpu *g, size_t count)
     return (T *)p;
 }
 
+static void stage_free(lz_llama_gpu *g)
+{
+    for (int i = 0; i < 2; i++) {
+        if (g->stage[i]) cudaFreeHost(g->stage[i]);
+        if (g->stage_ev[i]) cudaEventDestroy(g->stage_ev[i]);
+        g->stage[i] = NULL;
+        g->stage_ev[i] = NULL;
+    }
+}
+
+/* bytes of pageable host memory (the model file's mapping) to the device:
+ * LZ_GPU_STAGE chunks copied on every thread into two pinned buffers, each
+ * uploaded while the next one fills. A plain cudaMemcpy from pageable memory
+ * copies through the driver's staging on one thread (an 8B model's 15 GB took
+ * about 2.2 s on the H200 machine). 0 or -1. */
+static int stage_alloc(lz_llama_gpu *g)
+{
+    for (int i = 0; i < 2; i++)
+        if (cudaMallocHost((void **)&g->stage[i], LZ_GPU_STAGE) != cudaSuccess ||
+            cudaEventCreateWithFlags(&g->stage_ev[i], cudaEventDisableTiming) != cudaSuccess) {
+            stage_free(g);
+            return -1;
+        }
+    return 0;
+}
+
+static int upload_bytes(lz_llama_gpu *g, void *dst, const void *src, size_t bytes)
+{
+    if (bytes < LZ_GPU_STAGE || (!g->stage[0] && stage_alloc(g))) /* small, or no pinned memory: plainly */
+        return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess ? 0 : -1;
+    const size_t piece = (size_t)1 << 20;
+    for (size_t off = 0, i = 0; off < bytes; off += LZ_GPU_STAGE, i++) {
+        const size_t n = bytes - off < LZ_GPU_STAGE ? bytes - off : LZ_GPU_STAGE;
+        const int b = (int)(i & 1);
+        if (cudaEventSynchronize(g->stage_ev[b]) != cudaSuccess) return -1; /* its last upload is done */
+        unsigned char *to = g->stage[b];
+        const unsigned char *from = (const unsigned char *)src + off;
+#pragma omp parallel for schedule(static)
+        for (long long o = 0; o < (long long)((n + piece - 1) / piece); o++) {
+            const size_t at = (size_t)o * piece;
+            memcpy(to + at, from + at, n - at < piece ? n - at : piece);
+        }
+        if (cudaMemcpyAsync((char *)dst + off, to, n, cudaMemcpyHostToDevice, g->st) != cudaSuccess ||
+            cudaEventRecord(g->stage_ev[b], g->st) != cudaSuccess)
+            return -1;
+    }
+    return cudaStreamSynchronize(g->st) == cudaSuccess ? 0 : -1;
+}
+
 /* A weight matrix of count values to device memory d as bf16 (widened first when not bf16); d or NULL. */
-static bf16 *upload_into(bf16 *d, lz_mat m, size_t count)
+static bf16 *upload_into(lz_llama_gpu *g, bf16 *d, lz_mat m, size_t count)
 {
     if (!d) return NULL;
-    if (m.type == LZ_MAT_BF16) {
-        if (cudaMemcpy(d, m.data, count * 2, cudaMemcpyHostToDevice) != cudaSuccess) return NULL;
-        return d;
-    }
+    if (m.type == LZ_MAT_BF16) return upload_bytes(g, d, m.data, count * 2) ? NULL : d;
     const size_t chunk = (size_t)1 << 20;
     float *f = (float *)malloc(chunk * sizeof(float));
     uint16_t *h = (uint16_t *)malloc(chunk * 2);
@@ -159,7 +209,7 @@ static bf16 *upload_into(bf16 *d, lz_mat m, size_t count)
     return ok ? d : NULL;
 }
 
-static bf16 *upload_mat(lz_llama_gpu *g, lz_mat m, size_t count) { return upload_into(dalloc<bf16>(g, count), m, count); }
+static bf16 *upload_mat(lz_llama_gpu *g, lz_mat m, size_t count) { return upload_into(g, dalloc<bf16>(g, count), m, count); }
 
 static float *upload_f32(lz_llama_gpu *g, const float *x, size_t count)
 {
@@ -181,6 +231,7 @@ static void doc_free(GpuDoc *x)
 extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
 {
     if (!g) return;
+    stage_free(g);
     for (int i = 0; i < g->n_owned; i++) cudaFree(g->owned[i]);
     free(g->owned);
     free(g->layers);
@@ -242,9 +293,9 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
         Layer *w = &g->layers[l];
         ok = (w->wq = dalloc<bf16>(g, (Hd + 2 * KVd) * D)) && (w->wg = dalloc<bf16>(g, 2 * F * D));
         if (ok) w->wk = w->wq + Hd * D, w->wv = w->wk + KVd * D, w->wu = w->wg + F * D;
-        ok = ok && upload_into(w->wq, y->wq, Hd * D) && upload_into(w->wk, y->wk, KVd * D) &&
-             upload_into(w->wv, y->wv, KVd * D) && (w->wo = upload_mat(g, y->wo, D * Hd)) &&
-             upload_into(w->wg, y->w_gate, F * D) && upload_into(w->wu, y->w_up, F * D) &&
+        ok = ok && upload_into(g, w->wq, y->wq, Hd * D) && upload_into(g, w->wk, y->wk, KVd * D) &&
+             upload_into(g, w->wv, y->wv, KVd * D) && (w->wo = upload_mat(g, y->wo, D * Hd)) &&
+             upload_into(g, w->wg, y->w_gate, F * D) && upload_into(g, w->wu, y->w_up, F * D) &&
              (w->wd = upload_mat(g, y->w_down, D * F)) && (w->attn_norm = upload_f32(g, y->attn_norm, D)) &&
              (w->ffn_norm = upload_f32(g, y->ffn_norm, D));
     }
@@ -260,6 +311,7 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
         snprintf(err, errlen, "GPU: out of device memory for the weights and %d tokens of activations", max_tokens);
         return -1;
     }
+    stage_free(g); /* the weights are up */
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) g->cache_bytes = free_b / 2;
     *out = g;
@@ -294,8 +346,10 @@ static int ensure_query(lz_llama_gpu *g, char *err, size_t errlen)
         cudaMallocHost((void **)&g->hlogits, (size_t)c->vocab * sizeof(float)) == cudaSuccess &&
         (g->tk = dalloc<bf16>(g, N * KVd)) && (g->tv = dalloc<bf16>(g, N * KVd)) && (g->dn_own = dalloc<int>(g, 1)) &&
         cudaMallocHost((void **)&g->hids, N * sizeof(int)) == cudaSuccess && (g->own_v = dalloc<bf16>(g, L * N * KVd)) &&
-        (g->own_k = dalloc<bf16>(g, L * N * KVd)))
+        (g->own_k = dalloc<bf16>(g, L * N * KVd))) {
+        stage_free(g); /* the output head is up */
         return 0;
+    }
     g->own_k = NULL;
     snprintf(err, errlen, "GPU: out of memory for the output head and %d tokens of a question and its answer",
              g->max_tokens);
