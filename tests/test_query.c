@@ -298,7 +298,7 @@ typedef struct {
     int n_keys, n_begins, placeholders, bad, V;
     int64_t last_rot; /* the placement of the last segment handed without data */
     /* encode: documents longer than max_n are skipped; what it was handed, by key index */
-    int max_n, encode_calls, prefix_n, enc_n[64], enc_ids[64][64];
+    int max_n, encode_calls, prefix_n, enc_n[64], enc_ids[64][64], encode_fails;
 } fake_backend;
 
 static int fake_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
@@ -343,10 +343,14 @@ static int fake_resident(void *ctx, const uint8_t key[32])
 static int fake_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *prefix_key, const int *const *ids,
                        const int *n, const uint8_t *const *keys, int n_docs, char *err, size_t errlen)
 {
-    (void)prefix_key; (void)err; (void)errlen;
+    (void)prefix_key;
     fake_backend *f = ctx;
     f->encode_calls++;
     f->prefix_n = prefix->n;
+    if (f->encode_fails) {
+        snprintf(err, errlen, "accelerator out of memory");
+        return -1;
+    }
     for (int i = 0; i < n_docs && f->n_keys < 64; i++) {
         if (n[i] > f->max_n) continue;
         const int k = f->n_keys++;
@@ -417,6 +421,30 @@ static void test_backend_recompute(void)
             lz_query_result_free(&r);
             lz_query_session_free(q);
         }
+    { /* the accelerator failing: the question fails with its message, and the session still answers after */
+        fake_backend f = {.V = m->cfg.vocab, .max_n = 1 << 20, .encode_fails = 1};
+        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, fake_encode};
+        lz_query_opts o;
+        lz_query_opts_default(&o);
+        o.mode = LZ_MODE_LAZY;
+        o.max_new_tokens = 2;
+        o.backend = &be;
+        o.cold = LZ_COLD_RECOMPUTE;
+        lz_query_session *q = NULL;
+        if (!lz_query_session_new(m, s, &o, &q, err, sizeof err)) {
+            lz_query_result r;
+            int rc = lz_query_answer(q, "river", d3, 3, &r, err, sizeof err);
+            CHECK(rc != 0 && strstr(err, "out of memory"), "a failed recomputation reported: %s", rc ? err : "answered");
+            if (!rc) lz_query_result_free(&r);
+            f.encode_fails = 0;
+            rc = lz_query_answer(q, "river", d3, 3, &r, err, sizeof err);
+            CHECK(rc == 0 && r.n_recomputed == 3, "then recomputed (%d): %s", rc ? -1 : r.n_recomputed, err);
+            if (!rc) lz_query_result_free(&r);
+            lz_query_session_free(q);
+        } else {
+            CHECK(0, "session: %s", err);
+        }
+    }
 out:
     free(d3);
     lz_store_close(s);
