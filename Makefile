@@ -158,6 +158,9 @@ $(LZK_DIR)/test_ops: tests/cuda/test_ops.cu $(LZK_OBJS) tests/test.h tests/cuda/
 $(LZK_DIR)/test_gemv: tests/cuda/test_gemv.cu $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -lcublas -lm -o $@
 
+$(LZK_DIR)/cublas_shapes: bench/kernels/cublas_shapes.cu
+	$(NVCC) $(LZK_NVFLAGS) $< -lcublas -o $@
+
 # Registers, stack frame and spills of every kernel, demangled, from ptxas -v.
 $(LZK_DIR)/ptxas.txt: $(LZK_OBJS)
 	@cat $(LZK_DIR)/obj/kernels/*.o.ptxas | grep -E "Compiling entry|registers|spill" | \
@@ -171,4 +174,5 @@ cuda:
 	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: no CUDA build"; exit 1; fi
 	@$(MAKE) --no-print-directory $(BUILD)/liblazy.a
 	@$(MAKE) --no-print-directory $(LZK_DIR)/test_kernels $(LZK_DIR)/bench_kernels $(LZK_DIR)/ptxas.txt \
-	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/test_ops $(LZK_DIR)/test_gemv
+	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/test_ops $(LZK_DIR)/test_gemv \
+	  $(LZK_DIR)/cublas_shapes

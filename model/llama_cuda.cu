@@ -396,7 +396,7 @@ extern "C" int lz_llama_gpu_set_prefix(lz_llama_gpu *g, const lz_kv_cache *prefi
 /* Rows a product runs for n rows: n rounded up to a multiple of 64 (at most
  * max_tokens). cuBLAS chooses a kernel for every new shape, about 0.25 ms on
  * the host, plus about 4 ms the first time the process uses that kernel (H200,
- * CUDA 13; build/gx-style timing in bench/RESULTS.md); questions and batches
+ * CUDA 13; bench/kernels/cublas_shapes.cu, bench/RESULTS.md); questions and batches
  * of recomputed documents of every length would each pay it. The extra rows
  * of x hold stale values (possibly not even numbers): a product's output row
  * depends on its own input row only, and nothing reads the extra output rows. */
