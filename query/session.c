@@ -392,30 +392,32 @@ static int recompute_cold(lz_query_session *q, const lz_query_backend *be, const
 {
     const double t0 = now_s();
     const size_t nd = n_docs > 0 ? (size_t)n_docs : 1;
-    int *pick = malloc(nd * sizeof *pick), *ns = malloc(nd * sizeof *ns), **ids = calloc(nd, sizeof *ids);
+    int *ns = malloc(nd * sizeof *ns), **ids = calloc(nd, sizeof *ids);
     const uint8_t **keys = malloc(nd * sizeof *keys);
     int m = 0, rc = -1;
-    if (!pick || !ns || !ids || !keys) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (!ns || !ids || !keys) { snprintf(err, errlen, "out of memory"); goto done; }
     for (int i = 0; i < n_docs; p += docs[i].n_tokens, i++) {
         if (held[i] || !docs[i].whole || docs[i].n_tokens <= 0) continue;
         uint8_t key[LZ_META_KEY_LEN + 8];
         size_t klen = cache_key(LZ_MODE_LAZY, &docs[i], p, key);
         if (lz_doc_cache_contains(q->cache, key, klen)) continue; /* cached on the CPU: uploaded from there */
+        int again = 0; /* the same document twice in one prompt: computed once */
+        for (int j = 0; j < m && !again; j++) again = !memcmp(keys[j], digest[1 + i], 32);
+        if (again) continue;
         if (doc_tokens(q, &docs[i], &ids[m], &ns[m], err, errlen)) goto done;
-        keys[m] = digest[1 + i];
-        pick[m++] = i;
+        keys[m++] = digest[1 + i];
     }
     if (m && be->encode(be->ctx, prefix, q->prefix_digest, (const int *const *)ids, ns, keys, m, err, errlen)) goto done;
     for (int j = 0; j < m; j++) /* those it could not take (too long for it) are loaded as usual */
         if (be->resident(be->ctx, keys[j])) {
-            held[pick[j]] = 2;
             r->n_recomputed++;
             r->n_computed += ns[j];
+            for (int i = 0; i < n_docs; i++) /* with its repeats */
+                if (!held[i] && !memcmp(digest[1 + i], keys[j], 32)) held[i] = 2;
         }
     rc = 0;
 done:
     for (int j = 0; ids && j < m; j++) free(ids[j]);
-    free(pick);
     free(ns);
     free(ids);
     free(keys);

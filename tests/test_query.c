@@ -421,6 +421,30 @@ static void test_backend_recompute(void)
             lz_query_result_free(&r);
             lz_query_session_free(q);
         }
+    { /* the same document twice in one prompt: recomputed once, neither copy loaded */
+        fake_backend f = {.V = m->cfg.vocab, .max_n = 1 << 20};
+        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, fake_encode};
+        lz_query_opts o;
+        lz_query_opts_default(&o);
+        o.mode = LZ_MODE_LAZY;
+        o.cache_bytes = 1;
+        o.max_new_tokens = 2;
+        o.backend = &be;
+        o.cold = LZ_COLD_RECOMPUTE;
+        lz_query_session *q = NULL;
+        lz_query_doc rep[3] = {d3[0], d3[1], d3[0]};
+        if (!lz_query_session_new(m, s, &o, &q, err, sizeof err)) {
+            lz_query_result r;
+            int rc = lz_query_answer(q, "river", rep, 3, &r, err, sizeof err);
+            CHECK(rc == 0 && r.n_recomputed == 2 && r.misses == 3 && r.bytes_loaded == 0 && f.n_keys >= 2,
+                  "a repeated document recomputed once (%d recomputed, %lld misses, %lld bytes loaded): %s",
+                  rc ? -1 : r.n_recomputed, rc ? -1LL : (long long)r.misses, rc ? -1LL : (long long)r.bytes_loaded, err);
+            if (!rc) lz_query_result_free(&r);
+            lz_query_session_free(q);
+        } else {
+            CHECK(0, "session: %s", err);
+        }
+    }
     { /* the accelerator failing: the question fails with its message, and the session still answers after */
         fake_backend f = {.V = m->cfg.vocab, .max_n = 1 << 20, .encode_fails = 1};
         lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, fake_encode};
