@@ -33,9 +33,11 @@ __global__ void rmsnorm_kernel(bf16 *out, const float *x, const float *w, int D,
  * is q, then KV of k, then KV of v; thread t owns pair t. */
 __global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const float *k, const float *v, size_t ldq,
                              size_t ldk, int n, int H, int KV, int d, int64_t pos0, const int *count, int layout,
-                             const float *inv_freq, float *qcap, int c0, int cw)
+                             const float *inv_freq, float *qcap, int c0, int cw, bf16 *own_k, bf16 *own_v, int N)
 {
-    if (count) pos0 += *count; /* query: the tokens so far, kept on the device (a graph replays this) */
+    lz::pdl_wait(); /* q, k, v: the product before */
+    const int cnt = count ? *count : 0;
+    pos0 += cnt; /* query: the tokens so far, kept on the device (a graph replays this) */
     const int i = blockIdx.x, hh = blockIdx.y, t = threadIdx.x;
     const float *src;
     bf16 *dst;
@@ -52,6 +54,12 @@ __global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const
     }
     dst[a] = __float2bfloat16_rn(x0);
     dst[b] = __float2bfloat16_rn(x1);
+    if (own_k && hh >= H) { /* the layer's own rows (KV, N, d), after the tokens so far */
+        const int kvh = hh < H + KV ? hh - H : hh - H - KV;
+        bf16 *own = (hh < H + KV ? own_k : own_v) + ((size_t)kvh * N + cnt + i) * d;
+        own[a] = __float2bfloat16_rn(x0);
+        own[b] = __float2bfloat16_rn(x1);
+    }
     if (qcap && hh < H && i >= c0 && i < c0 + cw) { /* KV eviction's window: rotated queries, fp32, (cw, H, d) */
         float *row = qcap + ((size_t)(i - c0) * H + hh) * d;
         row[a] = x0;
@@ -127,8 +135,21 @@ extern "C" int lz_op_heads(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q
     const size_t ldq = ld ? (size_t)ld : (size_t)H * d, ldk = ld ? (size_t)ld : (size_t)KV * d;
     heads_kernel<<<dim3(n, H + 2 * KV), d / 2, 0, (cudaStream_t)stream>>>((bf16 *)qh, (bf16 *)kh, (bf16 *)vh, q, k, v, ldq,
                                                                           ldk, n, H, KV, d, pos0, count, layout, inv_freq,
-                                                                          qcap, c0, cw);
+                                                                          qcap, c0, cw, nullptr, nullptr, 0);
     LZ_OP_DONE();
+}
+
+extern "C" int lz_op_heads_own(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, lz_bf16 *own_k, lz_bf16 *own_v, int N,
+                               const float *q, const float *k, const float *v, int ld, int n, int H, int KV, int d,
+                               int64_t pos0, const int *count, int layout, const float *inv_freq, void *stream)
+{
+    if (d <= 0 || d % 2 || d > 512) return LZ_ATTN_EHEADDIM;
+    if (!own_k || !own_v || !count) return LZ_ATTN_EARG;
+    if (n <= 0) return 0;
+    const size_t ldq = ld ? (size_t)ld : (size_t)H * d, ldk = ld ? (size_t)ld : (size_t)KV * d;
+    return (int)lz::launch_pdl(heads_kernel, dim3(n, H + 2 * KV), dim3(d / 2), 0, (cudaStream_t)stream, true, (bf16 *)qh,
+                               (bf16 *)kh, (bf16 *)vh, q, k, v, ldq, ldk, n, H, KV, d, pos0, count, layout, inv_freq,
+                               (float *)nullptr, 0, 0, (bf16 *)own_k, (bf16 *)own_v, N);
 }
 
 extern "C" int lz_op_swiglu(lz_bf16 *out, const float *gu, int n, int F, void *stream)

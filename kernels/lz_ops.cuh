@@ -1,13 +1,55 @@
 /* lz_ops.cuh - device pieces shared by the forward pass's small kernels
  * (lz_ops.cu) and the decode products that fuse them (lz_gemv.cu), so a
  * fused product computes its input bit for bit as the separate kernel did:
- * the block-wide sum of squares of rmsnorm and the silu gate. CUDA C++ only. */
+ * the block-wide sum of squares of rmsnorm and the silu gate; and the
+ * programmatic dependent launch both use. CUDA C++ only. */
 #ifndef LZ_OPS_CUH
 #define LZ_OPS_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 namespace lz {
+
+/* Programmatic dependent launch (sm_90; no-ops before): a kernel launched
+ * with launch_pdl may start while the kernel before it in the stream still
+ * runs; it must call pdl_wait() before it reads what that kernel wrote (or
+ * writes what it reads). pdl_wait returns once the previous grid has finished
+ * and its stores are visible; everything before it may only read memory no
+ * kernel of the step writes (weights). pdl_trigger(): this block lets the next
+ * dependent grid be scheduled (all blocks triggered or exited). */
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+/* kern<<<grid, block, smem, st>>>(args...), as a programmatic dependent of the
+ * stream's previous kernel when pdl (captured into CUDA graphs as a
+ * programmatic edge). Returns the launch's cudaError_t. */
+template <class... K, class... A>
+static cudaError_t launch_pdl(void (*kern)(K...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
+                              A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, ((K)args)...);
+}
 
 /* Sum of x[j]^2, j < D, over the whole block (every thread gets it): thread
  * t sums j = t, t + blockDim, ..., then the warps, then the warp sums.

@@ -44,6 +44,18 @@ int lz_op_heads_ref(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const
                     int n, int H, int KV, int d, int64_t pos0, const int *count, int layout, const float *inv_freq,
                     float *qcap, int c0, int cw, void *stream);
 
+/* lz_op_heads (no window queries) that also appends k and v, as
+ * lz_op_append, to a layer's own rows own_k, own_v (KV, N, d) after *count
+ * (count required): a decode step's rotary and both appends in one launch,
+ * bit for bit the three. On sm_90 launched as a programmatic dependent of the
+ * kernel before it (which must be the one that wrote q, k, v or later). */
+int lz_op_heads_own(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, lz_bf16 *own_k, lz_bf16 *own_v, int N, const float *q,
+                    const float *k, const float *v, int ld, int n, int H, int KV, int d, int64_t pos0,
+                    const int *count, int layout, const float *inv_freq, void *stream);
+int lz_op_heads_own_ref(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, lz_bf16 *own_k, lz_bf16 *own_v, int N, const float *q,
+                        const float *k, const float *v, int ld, int n, int H, int KV, int d, int64_t pos0,
+                        const int *count, int layout, const float *inv_freq, void *stream);
+
 /* out[e] = bf16(silu(gate[e]) * up[e]), e < count */
 int lz_op_silu_mul(lz_bf16 *out, const float *gate, const float *up, size_t count, void *stream);
 int lz_op_silu_mul_ref(lz_bf16 *out, const float *gate, const float *up, size_t count, void *stream);

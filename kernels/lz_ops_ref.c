@@ -84,6 +84,18 @@ int lz_op_own_len_ref(int32_t *qlen, int L, int W, int S, int KV, const int *cou
     return 0;
 }
 
+int lz_op_heads_own_ref(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, lz_bf16 *own_k, lz_bf16 *own_v, int N, const float *q,
+                        const float *k, const float *v, int ld, int n, int H, int KV, int d, int64_t pos0,
+                        const int *count, int layout, const float *inv_freq, void *stream)
+{
+    if (d <= 0 || d % 2 || d > 512) return LZ_ATTN_EHEADDIM;
+    if (!own_k || !own_v || !count) return LZ_ATTN_EARG;
+    int rc = lz_op_heads_ref(qh, kh, vh, q, k, v, ld, n, H, KV, d, pos0, count, layout, inv_freq, NULL, 0, 0, stream);
+    if (!rc) rc = lz_op_append_ref(own_k, kh, n, KV, N, d, count, stream);
+    if (!rc) rc = lz_op_append_ref(own_v, vh, n, KV, N, d, count, stream);
+    return rc;
+}
+
 int lz_op_append_ref(lz_bf16 *own, const lz_bf16 *t, int n, int KV, int N, int d, const int *count, void *stream)
 {
     (void)stream;

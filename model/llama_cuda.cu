@@ -267,6 +267,15 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
         return -1;
     }
     if (max_tokens <= 0) { snprintf(err, errlen, "GPU: max_tokens %d", max_tokens); return -1; }
+    /* benchmarks' A/B of the decode products' launches: "blocks_per_sm,silu_blocks_per_sm,pdl" (lz_gemv_tune) */
+    if (const char *t = getenv("LAZY_GPU_GEMV")) {
+        int bps = 0, silu = 0, pdl = -1;
+        if (sscanf(t, "%d,%d,%d", &bps, &silu, &pdl) != 3) {
+            snprintf(err, errlen, "LAZY_GPU_GEMV=%s: expected blocks_per_sm,silu_blocks_per_sm,pdl", t);
+            return -1;
+        }
+        lz_gemv_tune(bps, silu, pdl);
+    }
     lz_llama_gpu *g = (lz_llama_gpu *)calloc(1, sizeof *g);
     if (!g) { snprintf(err, errlen, "out of memory"); return -1; }
     g->m = m;
@@ -447,6 +456,7 @@ static lz_prefill_params attn_params(const lz_llama_gpu *g, int n)
 struct Part {
     int off, n;
     bf16 *kh, *vh;
+    bf16 *own_k, *own_v; /* a query step: the layer's own rows (KV, N, d), where k and v are also appended */
 };
 
 /* Layer l over the n rows of g->x: norm, q / k / v, then for every part
@@ -487,8 +497,14 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, 
         cudaStream_t ps = n_side ? g->side[i % n_side] : st;
         const size_t qo = (size_t)pt.off * Hd;
         const float *row = g->q + (size_t)pt.off * (Hd + 2 * KVd);
-        lz_op_heads((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, row, row + Hd, row + Hd + KVd,
-                    Hd + 2 * KVd, pt.n, H, KV, d, pos0, count, c->rope_layout, g->inv_freq, qcap, c0, cw, ps);
+        if (pt.own_k)
+            rc = lz_op_heads_own((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, (lz_bf16 *)pt.own_k,
+                                 (lz_bf16 *)pt.own_v, g->max_tokens, row, row + Hd, row + Hd + KVd, Hd + 2 * KVd, pt.n, H,
+                                 KV, d, pos0, count, c->rope_layout, g->inv_freq, ps);
+        else
+            rc = lz_op_heads((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, row, row + Hd, row + Hd + KVd,
+                             Hd + 2 * KVd, pt.n, H, KV, d, pos0, count, c->rope_layout, g->inv_freq, qcap, c0, cw, ps);
+        if (rc) return fail(err, errlen, "rotary", rc);
         lz_prefill_params pp = *p;
         if (n_side) { /* this stream's slot of the workspace */
             pp.work = (float *)((char *)g->work + (size_t)(i % n_side) * g->work_slot);
@@ -1012,12 +1028,9 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
     for (int l = 0; l < L; l++) {
         p.segs = g->qsegs + (size_t)l * W;
         p.seg_len = g->qlen + (size_t)l * W * KV;
-        const Part part = {0, n, g->tk, g->tv};
+        const size_t own = (size_t)l * KV * N * d; /* this step's keys and values join the sequence there */
+        const Part part = {0, n, g->tk, g->tv, g->own_k + own, g->own_v + own};
         if (layer(g, l, n, g->pos0, g->dn_own, &part, 1, &p, 1, NULL, 0, 0, err, errlen)) return -1;
-        /* this step's keys and values join the sequence */
-        const size_t own = (size_t)l * KV * N * d;
-        lz_op_append((lz_bf16 *)(g->own_k + own), (const lz_bf16 *)g->tk, n, KV, N, d, g->dn_own, st);
-        lz_op_append((lz_bf16 *)(g->own_v + own), (const lz_bf16 *)g->tv, n, KV, N, d, g->dn_own, st);
     }
     lz_op_count_add(g->dn_own, n, st);
     if (want) { /* the last row: final norm, output head */

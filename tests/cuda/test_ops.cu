@@ -163,6 +163,43 @@ static void test_shapes(int n, int D, int H, int KV, int d, int layout)
     lz_op_append_ref(own, kh_g, n, KV, N, d, &st, NULL);
     lz_bf16 *own_g = back(own_d, (size_t)KV * N * d);
     CHECK(!memcmp(own_g, own, (size_t)KV * N * d * 2), "append after %d rows", start);
+    { /* heads with both appends in one launch: bit for bit heads + two appends, and the CPU reference's */
+        const size_t no = (size_t)KV * N * d;
+        lz_bf16 *oa[2], *ob[2], *ha[3], *hb[3];
+        for (int j = 0; j < 2; j++) { oa[j] = dev(own, no); ob[j] = dev(own, no); }
+        for (int j = 0; j < 3; j++) { ha[j] = dev<lz_bf16>(NULL, j ? nk : nq); hb[j] = dev<lz_bf16>(NULL, j ? nk : nq); }
+        CHECK(lz_op_heads(ha[0], ha[1], ha[2], qd, kd, vd, 0, n, H, KV, d, 5, st_d, layout, invd, NULL, 0, 0, NULL) == 0 &&
+                  lz_op_append(oa[0], ha[1], n, KV, N, d, st_d, NULL) == 0 &&
+                  lz_op_append(oa[1], ha[2], n, KV, N, d, st_d, NULL) == 0, "heads, appends");
+        CHECK(lz_op_heads_own(hb[0], hb[1], hb[2], ob[0], ob[1], N, qd, kd, vd, 0, n, H, KV, d, 5, st_d, layout, invd,
+                              NULL) == 0, "heads_own launch");
+        int same = 1;
+        for (int j = 0; j < 3; j++) {
+            lz_bf16 *x = back(ha[j], j ? nk : nq), *y = back(hb[j], j ? nk : nq);
+            same &= !memcmp(x, y, (j ? nk : nq) * 2);
+            free(x); free(y);
+        }
+        lz_bf16 *hk[2];
+        for (int j = 0; j < 2; j++) {
+            lz_bf16 *x = back(oa[j], no);
+            hk[j] = back(ob[j], no);
+            same &= !memcmp(x, hk[j], no * 2);
+            free(x);
+        }
+        CHECK(same, "heads_own n=%d: bit for bit heads + two appends", n);
+        lz_bf16 *rq = (lz_bf16 *)malloc(nq * 2), *rk = (lz_bf16 *)malloc(nk * 2), *rv = (lz_bf16 *)malloc(nk * 2);
+        lz_bf16 *rok = (lz_bf16 *)malloc(no * 2), *rov = (lz_bf16 *)malloc(no * 2);
+        for (size_t e = 0; e < no; e++) rok[e] = rov[e] = (lz_bf16)e;
+        int c = start;
+        CHECK(lz_op_heads_own_ref(rq, rk, rv, rok, rov, N, q, k, v, 0, n, H, KV, d, 5, &c, layout, inv, NULL) == 0 &&
+                  bf16_bad(hk[0], rok, no, 2, 1e-4f) == 0 && !memcmp(hk[1], rov, no * 2),
+              "heads_own n=%d: the CPU reference's own rows (%zu keys off)", n, bf16_bad(hk[0], rok, no, 2, 1e-4f));
+        CHECK(lz_op_heads_own(hb[0], hb[1], hb[2], NULL, ob[1], N, qd, kd, vd, 0, n, H, KV, d, 5, st_d, layout, invd,
+                              NULL) == LZ_ATTN_EARG, "heads_own without own rows: refused");
+        for (int j = 0; j < 2; j++) { cudaFree(oa[j]); cudaFree(ob[j]); free(hk[j]); }
+        for (int j = 0; j < 3; j++) { cudaFree(ha[j]); cudaFree(hb[j]); }
+        free(rq); free(rk); free(rv); free(rok); free(rov);
+    }
     CHECK(lz_op_count_add(st_d, n, NULL) == 0, "count launch");
     lz_op_count_add_ref(&st, n, NULL);
     int *st_g = back(st_d, 1);
