@@ -10,7 +10,7 @@
 # Usage (repo root, GPU machine): G=dir sh bench/gpu_decode_profile.sh OUTDIR
 #   with $G/{lazyingest,lazyquery,lazy-mkmodel}.gz; N tokens (default 64);
 #   SKIP kernels before the window (default 6000; the prompt's are fewer), COUNT in it (default 1200);
-#   CFGS: launch settings of the products to compare, "bps,silu_bps,pdl" each (lz_gemv_tune).
+#   CFGS: settings to compare, environment assignments (see below); NCU=0 skips the profile.
 set -u
 OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
@@ -26,15 +26,18 @@ rm -rf "$T/store8b"
 "$B/lazyingest" --gpu --model "$T/m8b.gguf" --store "$T/store8b" datasets/demo/corpus.jsonl > "$OUT/ingest.log" 2>&1 || exit 1
 Q="In which industry does Droex Foods operate?"
 printf '%s\n%s\n' "$Q" "$Q" > "$T/q2.txt"
-# the decode rate under each launch setting of the products (LAZY_GPU_GEMV, lz_gemv_tune; "default" the built-in)
+# the decode rate under each setting: CFGS entries are environment assignments for lazyquery
+# (LAZY_GPU_GEMV=bps,silu_bps: lz_gemv_tune; LAZY_GPU_DECODE=prefill: the decode step's
+# attention by lz_prefill_lazy), "default" none
 for cfg in ${CFGS:-default}; do
+    set --
+    [ "$cfg" != default ] && set -- "$cfg"
     for r in 1 2; do
-        if [ "$cfg" = default ]; then unset LAZY_GPU_GEMV; else export LAZY_GPU_GEMV=$cfg; fi
-        "$B/lazyquery" --gpu --model "$T/m8b.gguf" --store "$T/store8b" --top-k 10 -n "$N" --no-stats --json \
+        env "$@" "$B/lazyquery" --gpu --model "$T/m8b.gguf" --store "$T/store8b" --top-k 10 -n "$N" --no-stats --json \
             < "$T/q2.txt" 2> /dev/null | grep -o '"decode_tok_s":[0-9.]*' | sed "s/^/$cfg /"
     done
 done | tee "$OUT/plain.txt"
-unset LAZY_GPU_GEMV
+[ "${NCU:-1}" = 0 ] && { rm -rf "$T/store8b" "$T/m8b.gguf"; exit 0; }
 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
     --launch-skip "${SKIP:-6000}" --launch-count "${COUNT:-1200}" \
     "$B/lazyquery" --gpu --model "$T/m8b.gguf" --store "$T/store8b" --top-k 10 -n "$N" --no-stats \

@@ -148,8 +148,8 @@ size_t lz_decode_workspace(const lz_decode_params *p, int n_split)
            (size_t)p->batch * p->n_kv_heads * sizeof(unsigned);
 }
 
-int lz_decode_add_segment(uint64_t *words, int *n, int cap, uint64_t row, int64_t len,
-                          int64_t offset)
+int lz_decode_add_segment_kv(uint64_t *words, uint64_t *v_rows, int *n, int cap, uint64_t row, uint64_t v_row,
+                             int64_t len, int64_t offset)
 {
     if (!words || !n || len < 0 || offset < 0) return LZ_ATTN_EARG;
     if (offset > LZ_DECODE_MAX_OFFSET || row + (uint64_t)len > LZ_DECODE_MAX_ROW + 1)
@@ -157,7 +157,13 @@ int lz_decode_add_segment(uint64_t *words, int *n, int cap, uint64_t row, int64_
     for (int64_t j = 0; j < len; j += LZ_DECODE_BLOCK) {
         if (*n >= cap) return LZ_ATTN_EARG;
         int nk = (int)(len - j < LZ_DECODE_BLOCK ? len - j : LZ_DECODE_BLOCK);
+        if (v_rows) v_rows[*n] = v_row + (uint64_t)j;
         words[(*n)++] = lz_decode_word(row + (uint64_t)j, offset, nk) | (j == 0 ? LZ_DECODE_SEG_START : 0);
     }
     return LZ_ATTN_OK;
+}
+
+int lz_decode_add_segment(uint64_t *words, int *n, int cap, uint64_t row, int64_t len, int64_t offset)
+{
+    return lz_decode_add_segment_kv(words, NULL, n, cap, row, 0, len, offset);
 }

@@ -8,7 +8,8 @@
  * segment's first): the inner loop is the twin's plus one bit test, and the
  * next run's query, rotated by R(-p), is built into a second shared tile
  * between runs (published by the next block's barrier); keys are never
- * touched and memory traffic equals the twin's.
+ * touched and memory traffic equals the twin's. Values at the keys' rows of
+ * v_pool, or (VROWS) at rows of their own (p.v_rows, one more word a block).
  *
  * Legend: B = sequences, KV = kv heads, G = query heads per kv head, H =
  * KV*G, d = head_dim, NB = block words per (b, h), NS = split-KV parts.
@@ -57,7 +58,7 @@ __device__ __forceinline__ void build_query(unsigned char *qt, const __nv_bfloat
     }
 }
 
-template <int D, int LAYOUT, bool LAZY, int DEC_STAGES>
+template <int D, int LAYOUT, bool LAZY, int DEC_STAGES, bool VROWS>
 __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
     decode_kernel(const __grid_constant__ lz_decode_params p, int n_split)
 {
@@ -73,17 +74,18 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
     const int nb = p.n_blocks[(size_t)b * KV + h];
     const int i0 = (int)((int64_t)nb * sp / n_split), i1 = (int)((int64_t)nb * (sp + 1) / n_split);
     const uint64_t *words = p.blocks + ((size_t)b * KV + h) * p.max_blocks;
+    const uint64_t *vrows = VROWS ? p.v_rows + ((size_t)b * KV + h) * p.max_blocks : nullptr;
     const __nv_bfloat16 *kp = reinterpret_cast<const __nv_bfloat16 *>(p.k_pool);
     const __nv_bfloat16 *vp = reinterpret_cast<const __nv_bfloat16 *>(p.v_pool);
     const __nv_bfloat16 *qg = reinterpret_cast<const __nv_bfloat16 *>(p.q) + ((size_t)b * p.n_heads + h * G) * D;
 
     auto load_block = [&](int i, int stage) {
         const uint64_t w = words[i];
-        const size_t row = lz_decode_word_row(w) * D;
+        const size_t row = lz_decode_word_row(w) * D, vrow = VROWS ? vrows[i] * D : row;
         const int nk = lz_decode_word_keys(w);
         const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;
         lz::copy_tile<D, BLK, DEC_THREADS>(kd, kp + row, nk, tid);
-        lz::copy_tile<D, BLK, DEC_THREADS>(vd, vp + row, nk, tid);
+        lz::copy_tile<D, BLK, DEC_THREADS>(vd, vp + vrow, nk, tid);
     };
 #pragma unroll
     for (int s = 0; s < DEC_STAGES - 1; s++) {
@@ -279,10 +281,10 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
     if (tid == 0) *count = 0;
 }
 
-template <int D, int LAYOUT, bool LAZY, int STAGES>
+template <int D, int LAYOUT, bool LAZY, int STAGES, bool VROWS>
 int launch(const lz_decode_params *p, int ns, cudaStream_t st)
 {
-    auto kern = decode_kernel<D, LAYOUT, LAZY, STAGES>;
+    auto kern = decode_kernel<D, LAYOUT, LAZY, STAGES, VROWS>;
     static bool attr_set = false;
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dec_smem<D, STAGES>());
@@ -304,8 +306,9 @@ int launch(const lz_decode_params *p, cudaStream_t st)
     const int ns = lz_decode_splits(p, n_sm);
     if (ns > 1 && (!p->work || p->work_bytes < lz_decode_workspace(p, ns))) return LZ_ATTN_EWORK;
     if (p->batch == 0) return LZ_ATTN_OK;
-    if ((long)p->batch * p->n_kv_heads * ns <= n_sm) return launch<D, LAYOUT, LAZY, 6>(p, ns, st);
-    return launch<D, LAYOUT, LAZY, 3>(p, ns, st);
+    const bool one = (long)p->batch * p->n_kv_heads * ns <= n_sm;
+    if (p->v_rows) return one ? launch<D, LAYOUT, LAZY, 6, true>(p, ns, st) : launch<D, LAYOUT, LAZY, 3, true>(p, ns, st);
+    return one ? launch<D, LAYOUT, LAZY, 6, false>(p, ns, st) : launch<D, LAYOUT, LAZY, 3, false>(p, ns, st);
 }
 
 template <bool LAZY> int dispatch(const lz_decode_params *p, void *stream)

@@ -63,6 +63,9 @@ typedef struct {
     const lz_bf16 *k_pool;    /* (R, d) key rows, each rotated at its local position */
     const lz_bf16 *v_pool;    /* (R, d) value rows */
     const uint64_t *blocks;   /* (B, KV, NB) block words, see above */
+    const uint64_t *v_rows;   /* optional (B, KV, NB): block i's values start at v_pool row v_rows[i]
+                                 (K and V kept apart, as an engine's per-document allocations are);
+                                 NULL: at the block word's row, as the keys */
     const int32_t *n_blocks;  /* (B, KV) blocks in use per (b, h); 0 allowed */
     const float *inv_freq;    /* (d/2) rotary inverse frequencies incl. divisors */
     int max_blocks;           /* NB: stride of blocks between (b, h) lists */
@@ -87,6 +90,10 @@ size_t lz_decode_workspace(const lz_decode_params *p, int n_split);
  * offset too large for the word) or LZ_ATTN_EARG (cap exceeded). */
 int lz_decode_add_segment(uint64_t *words, int *n, int cap, uint64_t row, int64_t len,
                           int64_t offset);
+/* The same with the values at v_pool rows from v_row, into v_rows[*n ..]
+ * beside the words (lz_decode_params.v_rows). */
+int lz_decode_add_segment_kv(uint64_t *words, uint64_t *v_rows, int *n, int cap, uint64_t row, uint64_t v_row,
+                             int64_t len, int64_t offset);
 
 /* CUDA kernels (kernels/lz_decode.cu), asynchronous on stream. */
 int lz_decode_lazy(const lz_decode_params *p, void *stream);

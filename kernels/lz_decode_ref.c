@@ -36,6 +36,7 @@ static int decode_ref(const lz_decode_params *p, int lazy)
                 sum[g] = 0.0;
             }
             const uint64_t *w = p->blocks + ((size_t)b * KV + h) * p->max_blocks;
+            const uint64_t *vr = p->v_rows ? p->v_rows + ((size_t)b * KV + h) * p->max_blocks : NULL;
             int nb = p->n_blocks[(size_t)b * KV + h];
             for (int bi = 0; bi < nb; bi++) {
                 uint64_t row = lz_decode_word_row(w[bi]);
@@ -43,7 +44,7 @@ static int decode_ref(const lz_decode_params *p, int lazy)
                 int nk = lz_decode_word_keys(w[bi]);
                 for (int j = 0; j < nk; j++) {
                     const lz_bf16 *ks = p->k_pool + (row + j) * d;
-                    const lz_bf16 *vs = p->v_pool + (row + j) * d;
+                    const lz_bf16 *vs = p->v_pool + ((vr ? vr[bi] : row) + j) * d;
                     for (int i = 0; i < d; i++) k[i] = lz_bf16_to_f32(ks[i]);
                     if (lazy && off) lz_rope_apply(k, d, off, p->rope_layout, p->inv_freq);
                     for (int g = 0; g < G; g++) { /* online softmax, one key at a time */

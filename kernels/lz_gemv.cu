@@ -6,11 +6,12 @@
  * every matrix sharing x: their rows are numbered one after another. The grid
  * is persistent (a few blocks a SM, each warp taking row pairs a grid apart),
  * so x is staged, and an rmsnorm's sum of squares or the silu gate computed,
- * once per block rather than once per 16 rows: in an 8B decode step the
- * per-16-row staging cost 14% over the products' bandwidth time (Nsight
- * Compute, bench/RESULTS.md). Launched plainly: as programmatic dependents
- * (lz_gemv_tune) the products were no faster, or slower when scheduled early
- * (test_gemv --bench). CPU reference: lz_gemv_ref.c. */
+ * once per block rather than once per 16 rows (in an 8B decode step the
+ * rmsnorm-fused products ran 14% over the plain ones' time, Nsight Compute;
+ * the step's products went from 4.60-4.70 to 4.47-4.52 ms, test_gemv --bench).
+ * Neither launching the products as programmatic dependents nor loading each
+ * warp's first weights before x is staged made them faster (bench/RESULTS.md).
+ * CPU reference: lz_gemv_ref.c. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -22,8 +23,8 @@ namespace {
 constexpr int WARPS = 8, RPW = 2, U = 4; /* warps a block, rows a warp, loads a row in flight */
 
 /* launch tuning (lz_gemv_tune): persistent blocks per SM for plain / rmsnorm
- * inputs and for the silu gate (which stages 2 x in fp32 a block); PDL flags */
-int tune_bps = 4, tune_bps_silu = 2, tune_pdl = 0;
+ * inputs and for the silu gate (which stages 2 x in fp32 a block) */
+int tune_bps = 4, tune_bps_silu = 2;
 
 struct Mats {
     const uint4 *w[LZ_GEMV_MAX_MATS];
@@ -76,23 +77,28 @@ __device__ __forceinline__ const uint4 *row_of(const Mats &a, int r, int in8, in
 
 template <int XM>
 __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const void *__restrict__ x0, const float *__restrict__ x1,
-                                                          float eps, int in8, float beta, int pdl)
+                                                          float eps, int in8, float beta)
 {
     extern __shared__ uint4 xs[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int total = a.n == 1 ? a.end[0] : a.n == 2 ? a.end[1] : a.end[2];
-    const int pairs = (total + RPW - 1) / RPW, stride = gridDim.x * WARPS;
-    /* before the previous kernel's results are visible: this warp's first
-     * 2 KB of each of its first rows into L2 (a 128-byte line a lane) */
-    {
-        const int p0 = blockIdx.x * WARPS + warp, j = lane / 16, c = (lane % 16) * 8;
-        int mat, row;
-        if ((pdl & LZ_GEMV_PDL_PREFETCH) && p0 < pairs && c < in8) {
-            const uint4 *w = row_of(a, min(p0 * RPW + j, total - 1), in8, &mat, &row) + c;
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w));
-        }
-    }
-    lz::pdl_wait();
+    const int pairs = (total + RPW - 1) / RPW, stride = gridDim.x * WARPS, pp0 = blockIdx.x * WARPS + warp;
+    const uint4 *wr[RPW];
+    int mat[RPW], row[RPW];
+    uint4 wv[RPW][U];
+    auto rows = [&](int pp) { /* a row past the end repeats the last one; not written */
+#pragma unroll
+        for (int j = 0; j < RPW; j++) wr[j] = row_of(a, min(pp * RPW + j, total - 1), in8, &mat[j], &row[j]);
+    };
+    auto load = [&](int c0) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int j = 0; j < RPW; j++) {
+                const int c = c0 + 32 * u;
+                wv[j][u] = c < in8 ? ld_stream(wr[j] + c) : make_uint4(0, 0, 0, 0);
+            }
+    };
     if constexpr (XM == X_BF16) {
         for (int c = threadIdx.x; c < in8; c += blockDim.x) xs[c] = reinterpret_cast<const uint4 *>(x0)[c];
     } else {
@@ -113,24 +119,11 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const void *__
         }
     }
     __syncthreads();
-    if (pdl & LZ_GEMV_PDL_EARLY) lz::pdl_trigger(); /* x is read: the next kernel may be scheduled */
-    for (int pp = blockIdx.x * WARPS + warp; pp < pairs; pp += stride) {
-        const int r0 = pp * RPW;
-        const uint4 *wr[RPW];
-        int mat[RPW], row[RPW];
-#pragma unroll
-        for (int j = 0; j < RPW; j++) /* a row past the end repeats the last one; not written */
-            wr[j] = row_of(a, min(r0 + j, total - 1), in8, &mat[j], &row[j]);
+    for (int pp = pp0; pp < pairs; pp += stride) {
+        rows(pp);
         float acc[RPW] = {};
         for (int c0 = lane; c0 < in8; c0 += 32 * U) {
-            uint4 wv[RPW][U];
-#pragma unroll
-            for (int u = 0; u < U; u++)
-#pragma unroll
-                for (int j = 0; j < RPW; j++) {
-                    const int c = c0 + 32 * u;
-                    wv[j][u] = c < in8 ? ld_stream(wr[j] + c) : make_uint4(0, 0, 0, 0);
-                }
+            load(c0);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + 32 * u;
@@ -146,13 +139,12 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const void *__
             float s = acc[j];
 #pragma unroll
             for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0 && r0 + j < total) {
+            if (lane == 0 && pp * RPW + j < total) {
                 float *y = (mat[j] == 0 ? a.y[0] : mat[j] == 1 ? a.y[1] : a.y[2]) + row[j];
                 *y = beta != 0.f ? s + beta * *y : s;
             }
         }
     }
-    if (pdl & LZ_GEMV_PDL_LATE) lz::pdl_trigger(); /* this block's loads are done */
 }
 
 } /* namespace */
@@ -178,15 +170,14 @@ static int launch(const lz_gemv_mat *mats, int n_mats, const void *x0, const flo
     }
     const int per = WARPS * RPW, groups = (total + per - 1) / per;
     const int cap = (XM == X_SILU ? tune_bps_silu : tune_bps) * n_sm, blocks = groups < cap ? groups : cap;
-    return (int)lz::launch_pdl(gemv_kernel<XM>, dim3(blocks), dim3(WARPS * 32), (size_t)in * 2, (cudaStream_t)stream,
-                               tune_pdl != 0, a, x0, x1, eps, in / 8, beta, tune_pdl);
+    gemv_kernel<XM><<<blocks, WARPS * 32, (size_t)in * 2, (cudaStream_t)stream>>>(a, x0, x1, eps, in / 8, beta);
+    return (int)cudaGetLastError();
 }
 
-extern "C" void lz_gemv_tune(int blocks_per_sm, int silu_blocks_per_sm, int pdl)
+extern "C" void lz_gemv_tune(int blocks_per_sm, int silu_blocks_per_sm)
 {
     tune_bps = blocks_per_sm > 0 ? blocks_per_sm : 4;
     tune_bps_silu = silu_blocks_per_sm > 0 ? silu_blocks_per_sm : 2;
-    tune_pdl = pdl < 0 ? 0 : pdl;
 }
 
 extern "C" int lz_gemv(const lz_gemv_mat *mats, int n_mats, const lz_bf16 *x, int in, float beta, void *stream)

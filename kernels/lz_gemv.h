@@ -48,17 +48,9 @@ int lz_gemv_silu_ref(const lz_gemv_mat *mats, int n_mats, const float *gate, con
 
 /* Launch tuning (benchmarks' A/B; the CUDA launcher only): persistent blocks
  * a SM for plain and rmsnorm inputs (0: the default, 4) and for the silu gate
- * (0: 2; a value past the rows' need gives one block per 16 rows, the
- * non-persistent grid), and programmatic dependent launch: 0 or -1 = plain
- * launches (the default), else LZ_GEMV_PDL_* flags: each product launched as
- * a dependent of the kernel before it, letting the next be scheduled once x
- * is staged (EARLY) or once its loads are done (LATE); PREFETCH: the first 2
- * KB of each warp's first rows pulled into L2 before the wait. On an H200's
- * 8B decode step none beat plain launches (EARLY: 23% slower; bench/RESULTS.md). */
-#define LZ_GEMV_PDL_EARLY 1
-#define LZ_GEMV_PDL_LATE 2
-#define LZ_GEMV_PDL_PREFETCH 4
-void lz_gemv_tune(int blocks_per_sm, int silu_blocks_per_sm, int pdl);
+ * (0: 2); a value past the rows' need gives one block per 16 rows, the grid
+ * the products had before the persistent ones. */
+void lz_gemv_tune(int blocks_per_sm, int silu_blocks_per_sm);
 
 /* The argument check they share (0 or LZ_ATTN_EARG); x is the input's first array. */
 int lz_gemv_check(const lz_gemv_mat *mats, int n_mats, const void *x, int in);

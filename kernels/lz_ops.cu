@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "kernels/lz_decode.h"
 #include "kernels/lz_ops.cuh"
 #include "kernels/lz_ops.h"
 #include "model/rope.h"
@@ -108,6 +109,20 @@ __global__ void append_kernel(bf16 *own, const bf16 *t, int n, int N, int d, con
 
 __global__ void bump_kernel(int *count, int n) { *count += n; }
 
+/* one (layer, kv head) list a thread: lz_op_own_words */
+__global__ void own_words_kernel(uint64_t *words, int32_t *n_blocks, const int32_t *n_fixed, int LKV, int NB,
+                                 const int *count, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= LKV) return;
+    const int len = *count + n, nob = (len + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK, last = n_fixed[i] + nob - 1;
+    const uint64_t keys = 63ull << 57;
+    uint64_t *w = words + (size_t)i * NB;
+    n_blocks[i] = last + 1;
+    w[last] = (w[last] & ~keys) | ((uint64_t)(len - (nob - 1) * LZ_DECODE_BLOCK - 1) << 57);
+    for (int j = n_fixed[i]; j < last; j++) w[j] |= keys; /* full (a step of many rows may pass several) */
+}
+
 } /* namespace */
 
 #define LZ_OP_DONE() return (int)cudaGetLastError()
@@ -183,6 +198,14 @@ extern "C" int lz_op_append(lz_bf16 *own, const lz_bf16 *t, int n, int KV, int N
 {
     if (n <= 0) return 0;
     append_kernel<<<dim3(n, KV), 128, 0, (cudaStream_t)stream>>>((bf16 *)own, (const bf16 *)t, n, N, d, count);
+    LZ_OP_DONE();
+}
+
+extern "C" int lz_op_own_words(uint64_t *words, int32_t *n_blocks, const int32_t *n_fixed, int LKV, int NB,
+                               const int *count, int n, void *stream)
+{
+    if (LKV <= 0) return 0;
+    own_words_kernel<<<(LKV + 255) / 256, 256, 0, (cudaStream_t)stream>>>(words, n_blocks, n_fixed, LKV, NB, count, n);
     LZ_OP_DONE();
 }
 

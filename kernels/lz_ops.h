@@ -79,6 +79,17 @@ int lz_op_own_len_ref(int32_t *qlen, int L, int W, int S, int KV, const int *cou
 int lz_op_append(lz_bf16 *own, const lz_bf16 *t, int n, int KV, int N, int d, const int *count, void *stream);
 int lz_op_append_ref(lz_bf16 *own, const lz_bf16 *t, int n, int KV, int N, int d, const int *count, void *stream);
 int lz_op_count_add(int *count, int n, void *stream);
+
+/* The own sequence's blocks in lz_decode's block words (kernels/lz_decode.h),
+ * for a step of n rows (the own rows then hold *count + n keys): for each of
+ * the LKV (layer, kv head) lists of NB words, whose first n_fixed[i] words are
+ * the segments' and whose next ones are the own rows' 64-key blocks, n_blocks[i]
+ * = n_fixed[i] + the blocks holding *count + n keys; the last of those gets its
+ * key count, every one before it 64. (*count + n) >= 1. */
+int lz_op_own_words(uint64_t *words, int32_t *n_blocks, const int32_t *n_fixed, int LKV, int NB, const int *count,
+                    int n, void *stream);
+int lz_op_own_words_ref(uint64_t *words, int32_t *n_blocks, const int32_t *n_fixed, int LKV, int NB,
+                        const int *count, int n, void *stream);
 int lz_op_count_add_ref(int *count, int n, void *stream);
 
 #ifdef __cplusplus

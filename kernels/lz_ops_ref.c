@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/lz_decode.h"
 #include "kernels/lz_ops.h"
 #include "model/half.h"
 #include "model/rope.h"
@@ -101,6 +102,24 @@ int lz_op_append_ref(lz_bf16 *own, const lz_bf16 *t, int n, int KV, int N, int d
     (void)stream;
     for (int h = 0; h < KV; h++)
         memcpy(own + ((size_t)h * N + *count) * d, t + (size_t)h * n * d, (size_t)n * d * sizeof(lz_bf16));
+    return 0;
+}
+
+int lz_op_own_words_ref(uint64_t *words, int32_t *n_blocks, const int32_t *n_fixed, int LKV, int NB,
+                        const int *count, int n, void *stream)
+{
+    (void)stream;
+    const int len = *count + n, nob = (len + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
+    for (int i = 0; i < LKV; i++) {
+        uint64_t *w = words + (size_t)i * NB;
+        const int last = n_fixed[i] + nob - 1;
+        n_blocks[i] = last + 1;
+        w[last] = lz_decode_word(lz_decode_word_row(w[last]), lz_decode_word_offset(w[last]),
+                                 len - (nob - 1) * LZ_DECODE_BLOCK) | (w[last] & LZ_DECODE_SEG_START);
+        for (int j = n_fixed[i]; j < last; j++)
+            w[j] = lz_decode_word(lz_decode_word_row(w[j]), lz_decode_word_offset(w[j]), LZ_DECODE_BLOCK) |
+                   (w[j] & LZ_DECODE_SEG_START);
+    }
     return 0;
 }
 

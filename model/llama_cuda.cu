@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/lz_decode.h"
 #include "kernels/lz_gemv.h"
 #include "kernels/lz_ops.h"
 #include "kernels/lz_prefill.h"
@@ -107,6 +108,17 @@ struct lz_llama_gpu {
     size_t work_slot;
     unsigned char *stage[2]; /* pinned, LZ_GPU_STAGE bytes each: weights on their way up (upload_bytes) */
     cudaEvent_t stage_ev[2];
+    /* a decode step's attention by lz_decode_lazy: block words (L, KV, dNB) over the question's
+     * segments then the own rows, the values' rows beside them, the blocks in use (L, KV) and the
+     * segments' share of them; rows counted from dk0 / dv0. dec = 0 when a question's rows or
+     * offsets do not fit the words (decode then runs lz_prefill_lazy, as question steps do) */
+    uint64_t *dwords, *dvrows;
+    int32_t *dnb, *dnf;
+    size_t dcap;
+    int dNB, dec, dsplit; /* dsplit: lz_decode's split-KV parts (0: its choice) */
+    const bf16 *dk0, *dv0;
+    float *dwork;
+    size_t dwork_bytes;
 };
 
 #define LZ_GPU_STAGE ((size_t)64 << 20)
@@ -248,6 +260,11 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     cudaFree(g->wq);
     cudaFree(g->esegs);
     cudaFree(g->elen);
+    cudaFree(g->dwords);
+    cudaFree(g->dvrows);
+    cudaFree(g->dnb);
+    cudaFree(g->dnf);
+    cudaFree(g->dwork);
     for (int i = 0; i < LZ_GPU_SIDE; i++) {
         if (g->side[i]) cudaStreamDestroy(g->side[i]);
         if (g->join[i]) cudaEventDestroy(g->join[i]);
@@ -267,14 +284,14 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
         return -1;
     }
     if (max_tokens <= 0) { snprintf(err, errlen, "GPU: max_tokens %d", max_tokens); return -1; }
-    /* benchmarks' A/B of the decode products' launches: "blocks_per_sm,silu_blocks_per_sm,pdl" (lz_gemv_tune) */
+    /* benchmarks' A/B of the decode products' grids: "blocks_per_sm,silu_blocks_per_sm" (lz_gemv_tune) */
     if (const char *t = getenv("LAZY_GPU_GEMV")) {
-        int bps = 0, silu = 0, pdl = -1;
-        if (sscanf(t, "%d,%d,%d", &bps, &silu, &pdl) != 3) {
-            snprintf(err, errlen, "LAZY_GPU_GEMV=%s: expected blocks_per_sm,silu_blocks_per_sm,pdl", t);
+        int bps = 0, silu = 0;
+        if (sscanf(t, "%d,%d", &bps, &silu) != 2) {
+            snprintf(err, errlen, "LAZY_GPU_GEMV=%s: expected blocks_per_sm,silu_blocks_per_sm", t);
             return -1;
         }
-        lz_gemv_tune(bps, silu, pdl);
+        lz_gemv_tune(bps, silu);
     }
     lz_llama_gpu *g = (lz_llama_gpu *)calloc(1, sizeof *g);
     if (!g) { snprintf(err, errlen, "out of memory"); return -1; }
@@ -457,6 +474,7 @@ struct Part {
     int off, n;
     bf16 *kh, *vh;
     bf16 *own_k, *own_v; /* a query step: the layer's own rows (KV, N, d), where k and v are also appended */
+    const lz_decode_params *dec; /* a decode step: its attention by lz_decode_lazy (own rows appended first) */
 };
 
 /* Layer l over the n rows of g->x: norm, q / k / v, then for every part
@@ -515,7 +533,9 @@ static int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, 
         pp.n_rows = pt.n;
         pp.k_self = (const lz_bf16 *)pt.kh;
         pp.v_self = (const lz_bf16 *)pt.vh;
-        if ((rc = lazy ? lz_prefill_lazy(&pp, ps) : lz_prefill(&pp, ps))) return fail(err, errlen, "attention", rc);
+        if (pt.dec) rc = lz_decode_lazy(pt.dec, ps);
+        else rc = lazy ? lz_prefill_lazy(&pp, ps) : lz_prefill(&pp, ps);
+        if (rc) return fail(err, errlen, "attention", rc);
         if (!one) lz_op_tokens((lz_bf16 *)(g->ot + qo), (const lz_bf16 *)(g->oh + qo), pt.n, H, d, ps);
     }
     for (int j = 0; j < n_side; j++) {
@@ -932,6 +952,116 @@ static void doc_trim(lz_llama_gpu *g)
     }
 }
 
+/* A decode step's lz_decode_params for layer l (g->dec set). */
+static lz_decode_params decode_params(const lz_llama_gpu *g, int l)
+{
+    const lz_llama_config *c = &g->cfg;
+    const size_t at = (size_t)l * c->n_kv_heads * g->dNB;
+    lz_decode_params p;
+    memset(&p, 0, sizeof p);
+    p.o = (lz_bf16 *)g->oh;
+    p.q = (const lz_bf16 *)g->qh;
+    p.k_pool = (const lz_bf16 *)g->dk0;
+    p.v_pool = (const lz_bf16 *)g->dv0;
+    p.blocks = g->dwords ? g->dwords + at : NULL;
+    p.v_rows = g->dvrows ? g->dvrows + at : NULL;
+    p.n_blocks = g->dnb ? g->dnb + (size_t)l * c->n_kv_heads : NULL;
+    p.inv_freq = g->inv_freq;
+    p.max_blocks = g->dNB;
+    p.batch = 1;
+    p.n_heads = c->n_heads;
+    p.n_kv_heads = c->n_kv_heads;
+    p.head_dim = c->head_dim;
+    p.rope_layout = c->rope_layout;
+    p.scale = 1.0f / sqrtf((float)c->head_dim);
+    p.work = g->dwork;
+    p.work_bytes = g->dwork_bytes;
+    p.n_split = g->dsplit;
+    return p;
+}
+
+/* The block words of a question whose segments hs (L, S + 1; the last the own rows) were just
+ * set: per (layer, kv head), each segment's kept rows at its offset, then the own rows in full
+ * 64-key blocks (each step counts those in use: lz_op_own_words). Leaves g->dec = 0 (decode by
+ * lz_prefill_lazy) where rows or offsets exceed the words' fields, or with LAZY_GPU_DECODE=prefill
+ * (A/B). */
+static int decode_words(lz_llama_gpu *g, const lz_attn_segment *hs, int S, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, N = g->max_tokens, W = S + 1;
+    const char *mode = getenv("LAZY_GPU_DECODE");
+    g->dec = 0;
+    if (mode && !strcmp(mode, "prefill")) return 0;
+    g->dsplit = mode ? atoi(mode) : 0; /* A/B: LAZY_GPU_DECODE=<parts> */
+    if (g->dsplit < 0 || g->dsplit > LZ_DECODE_MAX_SPLIT) g->dsplit = 0;
+    const bf16 *k0 = g->own_k, *v0 = g->own_v;
+    int NB = 0;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < KV; h++) {
+            int n = (N + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
+            for (int s = 0; s < S; s++) {
+                const lz_attn_segment *sg = &hs[l * W + s];
+                k0 = (const bf16 *)sg->k < k0 ? (const bf16 *)sg->k : k0;
+                v0 = (const bf16 *)sg->v < v0 ? (const bf16 *)sg->v : v0;
+                n += (g->hqlen[((size_t)l * W + s) * KV + h] + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
+            }
+            NB = n > NB ? n : NB;
+        }
+    const size_t nw = (size_t)L * KV * NB;
+    uint64_t *w = (uint64_t *)calloc(nw, 8), *vr = (uint64_t *)calloc(nw, 8);
+    int32_t *nf = (int32_t *)calloc((size_t)L * KV, 4);
+    if (!w || !vr || !nf) { free(w); free(vr); free(nf); snprintf(err, errlen, "out of memory"); return -1; }
+    int fits = 1;
+    for (int lh = 0; fits && lh < L * KV; lh++) {
+        const int l = lh / KV, h = lh % KV;
+        int n = 0;
+        for (int s = 0; fits && s <= S; s++) { /* s == S: the own rows, every block full */
+            const lz_attn_segment *sg = &hs[l * W + s];
+            const ptrdiff_t dk = (const bf16 *)sg->k - k0, dv = (const bf16 *)sg->v - v0;
+            const int64_t len = s < S ? g->hqlen[((size_t)l * W + s) * KV + h] : N;
+            fits = dk % d == 0 && dv % d == 0;
+            if (s == S) nf[lh] = n;
+            fits = fits && !lz_decode_add_segment_kv(w + (size_t)lh * NB, vr + (size_t)lh * NB, &n, NB,
+                                                     (uint64_t)(dk / d) + (uint64_t)h * sg->cap,
+                                                     (uint64_t)(dv / d) + (uint64_t)h * sg->cap, len, sg->offset);
+        }
+    }
+    cudaError_t ce = cudaSuccess;
+    if (fits && nw > g->dcap) {
+        cudaFree(g->dwords); cudaFree(g->dvrows); cudaFree(g->dnb); cudaFree(g->dnf);
+        g->dwords = g->dvrows = NULL, g->dnb = g->dnf = NULL, g->dcap = 0;
+        ce = cudaMalloc((void **)&g->dwords, nw * 8);
+        if (ce == cudaSuccess) ce = cudaMalloc((void **)&g->dvrows, nw * 8);
+        if (ce == cudaSuccess) ce = cudaMalloc((void **)&g->dnb, (size_t)L * KV * 4);
+        if (ce == cudaSuccess) ce = cudaMalloc((void **)&g->dnf, (size_t)L * KV * 4);
+        if (ce == cudaSuccess) g->dcap = nw;
+    }
+    if (fits && ce == cudaSuccess) ce = cudaMemcpy(g->dwords, w, nw * 8, cudaMemcpyHostToDevice);
+    if (fits && ce == cudaSuccess) ce = cudaMemcpy(g->dvrows, vr, nw * 8, cudaMemcpyHostToDevice);
+    if (fits && ce == cudaSuccess) ce = cudaMemcpy(g->dnf, nf, (size_t)L * KV * 4, cudaMemcpyHostToDevice);
+    free(w); free(vr); free(nf);
+    CUDA_OK(ce, "decode block words");
+    if (!fits) return 0;
+    g->dNB = NB;
+    g->dk0 = k0;
+    g->dv0 = v0;
+    /* the split-KV workspace, zeroed once (the kernel leaves its counters at zero) */
+    int n_sm = 0, dev = 0;
+    CUDA_OK(cudaGetDevice(&dev), "device");
+    CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev), "device");
+    lz_decode_params p = decode_params(g, 0);
+    const size_t bytes = lz_decode_workspace(&p, lz_decode_splits(&p, n_sm));
+    if (bytes > g->dwork_bytes) {
+        cudaFree(g->dwork);
+        g->dwork = NULL, g->dwork_bytes = 0;
+        CUDA_OK(cudaMalloc((void **)&g->dwork, bytes), "decode workspace");
+        CUDA_OK(cudaMemset(g->dwork, 0, bytes), "decode workspace");
+        g->dwork_bytes = bytes;
+    }
+    g->dec = 1;
+    return 0;
+}
+
 extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
                                   int64_t pos0, char *err, size_t errlen)
 {
@@ -987,8 +1117,10 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
     cudaError_t ce = cudaMemcpy(g->qsegs, hs, (size_t)L * W * sizeof *hs, cudaMemcpyHostToDevice);
     if (ce == cudaSuccess) /* the kept lengths; the own sequence's are set by each step on the device */
         ce = cudaMemcpy(g->qlen, g->hqlen, (size_t)L * W * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
+    const int rc = ce == cudaSuccess ? decode_words(g, hs, S, err, errlen) : 0;
     free(hs);
     CUDA_OK(ce, "uploading the descriptors");
+    if (rc) return -1;
     g->S = S;
     g->n_own = 0;
     g->pos0 = pos0;
@@ -1025,11 +1157,14 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
     lz_prefill_params p = step_params(g, n);
     p.work = g->work;
     p.work_bytes = g->work_bytes;
+    const bool dec = n == 1 && g->dec; /* the attention by lz_decode_lazy over the block words */
+    if (dec) lz_op_own_words(g->dwords, g->dnb, g->dnf, L * KV, g->dNB, g->dn_own, n, st);
     for (int l = 0; l < L; l++) {
         p.segs = g->qsegs + (size_t)l * W;
         p.seg_len = g->qlen + (size_t)l * W * KV;
         const size_t own = (size_t)l * KV * N * d; /* this step's keys and values join the sequence there */
-        const Part part = {0, n, g->tk, g->tv, g->own_k + own, g->own_v + own};
+        const lz_decode_params dp = decode_params(g, l);
+        const Part part = {0, n, g->tk, g->tv, g->own_k + own, g->own_v + own, dec ? &dp : NULL};
         if (layer(g, l, n, g->pos0, g->dn_own, &part, 1, &p, 1, NULL, 0, 0, err, errlen)) return -1;
     }
     lz_op_count_add(g->dn_own, n, st);

@@ -239,6 +239,23 @@ static void test_decode_eq_prefill(int d, int layout, int G)
     lz_decode_params dp2 = dp;
     dp2.o = o2; dp2.k_pool = kpr; dp2.blocks = wr; dp2.n_blocks = nbr;
     CHECK(lz_decode_ref(&dp2, NULL) == 0, "decode ref");
+    { /* values moved to a pool of their own, the blocks in reverse order, found through v_rows: the same output */
+        const size_t rows = r + KV;
+        lz_bf16 *pool2 = calloc(2 * rows * d, 2), *o4 = malloc((size_t)H * d * 2);
+        uint64_t *vr = calloc((size_t)KV * NB, 8);
+        for (int h = 0; h < KV; h++)
+            for (int i = 0; i < nb[h]; i++) { /* block [row, row + nk) -> [2 rows - row - nk, 2 rows - row) */
+                const uint64_t row = lz_decode_word_row(w[h * NB + i]);
+                const int nk = lz_decode_word_keys(w[h * NB + i]);
+                vr[h * NB + i] = 2 * rows - row - (uint64_t)nk;
+                memcpy(pool2 + vr[h * NB + i] * d, vp + row * d, (size_t)nk * d * 2);
+            }
+        lz_decode_params dp4 = dp;
+        dp4.o = o4; dp4.v_pool = pool2; dp4.v_rows = vr;
+        CHECK(lz_decode_lazy_ref(&dp4, NULL) == 0 && !memcmp(o4, o1, (size_t)H * d * 2),
+              "decode with values at rows of their own (v_rows) d=%d layout=%d G=%d: the same output", d, layout, G);
+        free(pool2); free(o4); free(vr);
+    }
     lz_prefill_params p = {0};
     p.o = o3; p.q = q; p.k_self = ks; p.v_self = vs; p.segs = c.seg; p.seg_len = c.len;
     p.inv_freq = c.inv_freq; p.n_seg = c.S; p.n_rows = 1; p.n_heads = H; p.n_kv_heads = KV;

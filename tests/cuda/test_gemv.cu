@@ -7,8 +7,7 @@
  * lz_op_silu_mul followed by lz_gemv, and their CPU references within 1e-3
  * (x's bf16 rounding may differ in a last bit). All of it under three launch
  * settings (lz_gemv_tune): the default persistent grids, one block a SM (each
- * warp loops over row pairs) launched as programmatic dependents with the L2
- * prefetch, and one block per 16 rows. With --bench, the matrix-vector
+ * warp loops over row pairs), and one block per 16 rows. With --bench, the matrix-vector
  * products of a decode step of Llama-3.1-8B's shape, ours against
  * cublasGemmEx at one column (what model/llama_cuda.cu used), weights read
  * from HBM (rotating sets larger than L2): microseconds and GB/s of weights,
@@ -243,8 +242,8 @@ static void bench(void)
 /* A decode step's products as the engine runs them (the fused forms, in
  * order, 32 layers of their own weights + the head: 15 GB, so nothing stays in
  * L2) replayed from one CUDA graph, under launch settings (lz_gemv_tune):
- * the grid of one block per 16 rows without programmatic dependent launch (how
- * the products ran before) against the persistent grids, with and without it. */
+ * the grid of one block per 16 rows (how the products ran before) against
+ * persistent grids of a few blocks a SM. */
 static void bench_step(double cbw)
 {
     const int L = 32, D = 4096, F = 14336, KVd = 1024, V = 128256;
@@ -282,26 +281,19 @@ static void bench_step(double cbw)
         lz_gemv_rmsnorm(&head, 1, x, nw, 1e-5f, D, 0.f, st);
     };
     const double bytes = (double)(per_layer * L + (size_t)V * D) * 2;
-    const int E = LZ_GEMV_PDL_EARLY, La = LZ_GEMV_PDL_LATE, P = LZ_GEMV_PDL_PREFETCH;
-    struct { const char *name; int bps, bps_silu, pdl; } cf[] = {
-        {"a block per 16 rows, plain launches (before)", 1000, 1000, 0},
-        {"persistent 4 / silu 2 a SM, plain launches (default)", 4, 2, 0},
-        {"persistent 4 / silu 2, PDL early + prefetch", 4, 2, E | P},
-        {"persistent 4 / silu 2, PDL early", 4, 2, E},
-        {"persistent 4 / silu 2, PDL late + prefetch", 4, 2, La | P},
-        {"persistent 4 / silu 2, PDL late", 4, 2, La},
-        {"persistent 4 / silu 1, PDL late", 4, 1, La},
-        {"persistent 4 / silu 1, plain", 4, 1, 0},
-        {"persistent 4 / silu 4, plain", 4, 4, 0},
-        {"persistent 2 / silu 2, plain", 2, 2, 0},
-        {"persistent 3 / silu 2, plain", 3, 2, 0},
-        {"a block per 16 rows, PDL late", 1000, 1000, La}};
+    struct { const char *name; int bps, bps_silu; } cf[] = {
+        {"a block per 16 rows (before)", 1000, 1000},
+        {"persistent 4 / silu 2 a SM (default)", 4, 2},
+        {"persistent 4 / silu 1 a SM", 4, 1},
+        {"persistent 4 / silu 4 a SM", 4, 4},
+        {"persistent 2 / silu 2 a SM", 2, 2},
+        {"persistent 3 / silu 2 a SM", 3, 2}};
     printf("\none decode step's products (fused forms, 32 layers + head, %.2f GB), one CUDA graph, median of 9 replays:\n",
            bytes / 1e9);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     for (auto &c : cf) {
-        lz_gemv_tune(c.bps, c.bps_silu, c.pdl);
+        lz_gemv_tune(c.bps, c.bps_silu);
         cudaGraph_t gr;
         cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
@@ -322,11 +314,11 @@ static void bench_step(double cbw)
         for (int i = 0; i < 9; i++)
             for (int j = i + 1; j < 9; j++)
                 if (t[j] < t[i]) { double u = t[i]; t[i] = t[j]; t[j] = u; }
-        printf("  %-48s %.3f ms (%.3f-%.3f), %.2f TB/s, %.0f%% of copy\n", c.name, t[4], t[0], t[8], bytes / t[4] / 1e9,
+        printf("  %-40s %.3f ms (%.3f-%.3f), %.2f TB/s, %.0f%% of copy\n", c.name, t[4], t[0], t[8], bytes / t[4] / 1e9,
                100.0 * bytes / t[4] / 1e9 / cbw);
         CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr));
     }
-    lz_gemv_tune(0, 0, -1);
+    lz_gemv_tune(0, 0);
     CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1)); CK(cudaStreamDestroy(st));
     CK(cudaFree(wts)); CK(cudaFree(x)); CK(cudaFree(nw)); CK(cudaFree(q)); CK(cudaFree(gu)); CK(cudaFree(logits));
     CK(cudaFree(oh));
@@ -336,11 +328,11 @@ int main(int argc, char **argv)
 {
     const int ins[] = {8, 64, 136, 4096, 14336, LZ_GEMV_MAX_IN};
     /* launch settings (lz_gemv_tune): the default persistent grids; one block a SM, so that
-     * every warp takes several row pairs (the larger cases), with PDL; a block per 16 rows */
-    const int tunes[3][3] = {{0, 0, -1}, {1, 1, LZ_GEMV_PDL_EARLY | LZ_GEMV_PDL_PREFETCH}, {1000, 1000, 0}};
+     * every warp takes several row pairs (the larger cases); a block per 16 rows */
+    const int tunes[3][2] = {{0, 0}, {1, 1}, {1000, 1000}};
     for (int k = 0; k < 3; k++) {
-        lz_gemv_tune(tunes[k][0], tunes[k][1], tunes[k][2]);
-        printf("launch setting: %d / %d blocks a SM, pdl %d\n", tunes[k][0], tunes[k][1], tunes[k][2]);
+        lz_gemv_tune(tunes[k][0], tunes[k][1]);
+        printf("launch setting: %d / %d blocks a SM\n", tunes[k][0], tunes[k][1]);
         for (int t = 0; t < 14; t++) {
             const int n = 1 + t % 3, in = t < 6 ? ins[t] : 8 * (1 + (int)(urand() * 2047));
             int rows[3];
@@ -354,7 +346,7 @@ int main(int argc, char **argv)
             check_fused(t % 2, n, rows, in, t % 2 ? 1.f : 0.f);
         }
     }
-    lz_gemv_tune(0, 0, -1);
+    lz_gemv_tune(0, 0);
     test_bad_args();
     if (argc > 1 && !strcmp(argv[1], "--bench")) {
         bench();

@@ -190,8 +190,10 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
 }
 
 /* One decode case: B sequences, each S random segments + own keys at offset 0
- * in one pool; GPU lazy vs CPU lazy ref; GPU non-lazy on a materialised pool. */
-static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int n_split, int llama3, int64_t base)
+ * in one pool; GPU lazy vs CPU lazy ref; GPU non-lazy on a materialised pool.
+ * vsep: values at rows of their own (p.v_rows; segments in reverse order). */
+static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int n_split, int llama3, int64_t base,
+                        int vsep = 0)
 {
     const int H = KV * G, NB = 20 * 65 + 8;
     float inv[64];
@@ -213,6 +215,8 @@ static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int 
     CK(cudaMemcpy(d_kpr, d_kp, rows * d * 2, cudaMemcpyDeviceToDevice));
     uint64_t *w = (uint64_t *)calloc((size_t)B * KV * NB, 8), *wr = (uint64_t *)calloc((size_t)B * KV * NB, 8);
     int32_t *nb = (int32_t *)calloc((size_t)B * KV, 4), *nbr = (int32_t *)calloc((size_t)B * KV, 4);
+    uint64_t *vr = vsep ? (uint64_t *)calloc((size_t)B * KV * NB, 8) : NULL;
+    uint64_t *vrr = vsep ? (uint64_t *)calloc((size_t)B * KV * NB, 8) : NULL;
     size_t r = 0;
     int64_t total = 0;
     for (int b = 0; b < B; b++) {
@@ -227,9 +231,10 @@ static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int 
             for (int h = 0; h < KV; h++) {
                 int l = (s < S[b] && urand() < 0.15) ? 0 : (h == s % KV ? c : 1 + (int)(urand() * c));
                 total += l;
-                uint64_t row = r + (size_t)h * c;
-                RC(lz_decode_add_segment(w + ((size_t)b * KV + h) * NB, &nb[b * KV + h], NB, row, l, off));
-                RC(lz_decode_add_segment(wr + ((size_t)b * KV + h) * NB, &nbr[b * KV + h], NB, row, l, 0));
+                uint64_t row = r + (size_t)h * c, vrow = vsep ? rows - r - (size_t)KV * c + (size_t)h * c : row;
+                const size_t at = ((size_t)b * KV + h) * NB;
+                RC(lz_decode_add_segment_kv(w + at, vr ? vr + at : NULL, &nb[b * KV + h], NB, row, vrow, l, off));
+                RC(lz_decode_add_segment_kv(wr + at, vrr ? vrr + at : NULL, &nbr[b * KV + h], NB, row, vrow, l, 0));
             }
             r += (size_t)KV * c;
             pos += c + (int64_t)(urand() * 2000);
@@ -241,11 +246,13 @@ static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int 
     lz_bf16 *d_q = dup(q, nq), *d_o = dalloc<lz_bf16>(nq), *d_o2 = dalloc<lz_bf16>(nq);
     uint64_t *d_w = dup(w, (size_t)B * KV * NB), *d_wr = dup(wr, (size_t)B * KV * NB);
     int32_t *d_nb = dup(nb, (size_t)B * KV), *d_nbr = dup(nbr, (size_t)B * KV);
+    uint64_t *d_vr = vr ? dup(vr, (size_t)B * KV * NB) : NULL, *d_vrr = vrr ? dup(vrr, (size_t)B * KV * NB) : NULL;
     lz_decode_params p;
     memset(&p, 0, sizeof p);
     p.o = d_o; p.q = d_q; p.k_pool = d_kp; p.v_pool = d_vp; p.blocks = d_w; p.n_blocks = d_nb;
     p.inv_freq = d_inv; p.max_blocks = NB; p.batch = B; p.n_heads = H; p.n_kv_heads = KV;
     p.head_dim = d; p.rope_layout = layout; p.scale = 1.0f / sqrtf((float)d); p.n_split = n_split;
+    p.v_rows = d_vr;
     int dev, n_sm;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
@@ -256,23 +263,27 @@ static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int 
     poison(d_o, nq);
     RC(lz_decode_lazy(&p, NULL));
     lz_decode_params p2 = p;
-    p2.o = d_o2; p2.k_pool = d_kpr; p2.blocks = d_wr; p2.n_blocks = d_nbr;
+    p2.o = d_o2; p2.k_pool = d_kpr; p2.blocks = d_wr; p2.n_blocks = d_nbr; p2.v_rows = d_vrr;
     poison(d_o2, nq);
     RC(lz_decode(&p2, NULL));
     lz_bf16 *o = fetch(d_o, nq), *o2 = fetch(d_o2, nq), *ref = (lz_bf16 *)malloc(nq * 2);
     lz_decode_params hp = p;
     hp.o = ref; hp.q = q; hp.k_pool = kp; hp.v_pool = vp; hp.blocks = w; hp.n_blocks = nb; hp.inv_freq = inv;
+    hp.v_rows = vr;
     RC(lz_decode_lazy_ref(&hp, NULL));
     int nan1, nan2;
     double e1 = nerr(o, ref, nq, &nan1), e2 = nerr(o2, o, nq, &nan2);
-    printf("decode  %-8s d=%3d G=%d KV=%d B=%2d split=%2d keys=%7lld base=%7lld: gpu-vs-ref %.2e, "
+    printf("decode  %-8s d=%3d G=%d KV=%d B=%2d split=%2d keys=%7lld base=%7lld%s: gpu-vs-ref %.2e, "
            "lazy-vs-materialised %.2e, nan/unwritten %d/%d\n",
-           LNAME[layout], d, G, KV, B, ns, (long long)total, (long long)base, e1, e2, nan1, nan2);
+           LNAME[layout], d, G, KV, B, ns, (long long)total, (long long)base, vsep ? " v_rows" : "", e1, e2, nan1,
+           nan2);
     CHECK(e1 <= TOL && nan1 == 0, "decode gpu vs ref %g nan %d", e1, nan1);
     CHECK(e2 <= TOL && nan2 == 0, "decode lazy vs materialised %g nan %d", e2, nan2);
     CK(cudaFree(d_inv)); CK(cudaFree(d_kp)); CK(cudaFree(d_vp)); CK(cudaFree(d_kpr)); CK(cudaFree(d_q));
     CK(cudaFree(d_o)); CK(cudaFree(d_o2)); CK(cudaFree(d_w)); CK(cudaFree(d_wr)); CK(cudaFree(d_nb)); CK(cudaFree(d_nbr));
     if (p.work) CK(cudaFree(p.work));
+    if (d_vr) { CK(cudaFree(d_vr)); CK(cudaFree(d_vrr)); }
+    free(vr); free(vrr);
     free(S); free(cap); free(kp); free(vp); free(w); free(wr); free(nb); free(nbr); free(q); free(o); free(o2); free(ref);
 }
 
@@ -313,6 +324,9 @@ int main(int argc, char **argv)
         decode_case(layout, d, G, KV, 2, 5, 13, llama3, LZ_DECODE_MAX_OFFSET - 50000 - 6 * 6200);
         /* more CTAs than SMs: the 3-stage, 2-CTAs-per-SM shape */
         decode_case(layout, d, G, KV, 40, 6, 4, llama3, 70000);
+        /* values apart from the keys (p.v_rows), both shapes */
+        decode_case(layout, d, G, KV, 1, 12, 0, llama3, 70000, 1);
+        decode_case(layout, d, G, KV, 40, 6, 4, llama3, 70000, 1);
     }
     return lz_test_done();
 }

@@ -195,7 +195,7 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
 {
     char path[600], err[512];
     snprintf(path, sizeof path, "%s/q%d_%d_%d.gguf", dir, hd, heads, kv);
-    const int layers = 3, vocab = 512, s = 17, nd = 3, n_q = 9, steps = 4;
+    const int layers = 3, vocab = 512, s = 17, nd = 3, n_q = 9, steps = 60; /* own rows past one 64-key block */
     lz_llama *m = make_model(path, 256, layers, heads, kv, hd, 512, vocab, layout_half);
     if (!m) return;
     const lz_llama_config *c = &m->cfg;
@@ -246,7 +246,7 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
     lz_kv_cache_init(&lc, c, n_q + steps);
     lz_kv_cache_reset(&lc, pos);
     float *lcpu = (float *)malloc((size_t)(steps + 1) * vocab * 4), *lgpu = (float *)malloc((size_t)(steps + 1) * vocab * 4);
-    int toks[4];
+    int toks[60];
     CHECK(lz_llama_forward(m, sc, &lc, segs, 4, qids, n_q, lcpu, LZ_LOGITS_LAST) == 0, "cpu question");
     for (int t = 0; t < steps; t++) {
         const float *lg = lcpu + (size_t)t * vocab;
@@ -257,7 +257,7 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
     }
     /* GPU */
     lz_llama_gpu *g = NULL;
-    CHECK(lz_llama_gpu_new(m, 64, &g, err, sizeof err) == 0, "gpu: %s", err);
+    CHECK(lz_llama_gpu_new(m, 80, &g, err, sizeof err) == 0, "gpu: %s", err);
     if (g) {
         uint8_t keyb[4][32];
         const uint8_t *keys[4];
@@ -278,8 +278,32 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
               layout_half ? "half" : "adjacent", worst);
         printf("query d=%3d H=%d KV=%d %-8s: question and %d decode steps over 4 segments (bf16, packed): logits "
                "normalised error, worst %.2e\n", hd, heads, kv, layout_half ? "half" : "adjacent", steps, worst);
-        int too_many[65] = {0};
-        CHECK(lz_llama_gpu_step(g, too_many, 65, NULL, err, sizeof err) != 0, "more than max_tokens accepted");
+        /* the decode steps' attention by lz_prefill_lazy instead (LAZY_GPU_DECODE=prefill): the same
+         * tokens within bf16 of the CPU too, and of the lz_decode_lazy steps above */
+        {
+            float *lpf = (float *)malloc((size_t)(steps + 1) * vocab * 4);
+            setenv("LAZY_GPU_DECODE", "prefill", 1);
+            CHECK(lz_llama_gpu_begin(g, segs, keys, 4, pos, err, sizeof err) == 0 &&
+                  lz_llama_gpu_step(g, qids, n_q, lpf, err, sizeof err) == 0, "prefill-path question: %s", err);
+            unsetenv("LAZY_GPU_DECODE");
+            for (int t = 0; t < steps; t++)
+                CHECK(lz_llama_gpu_step(g, &toks[t], 1, lpf + (size_t)(t + 1) * vocab, err, sizeof err) == 0, "step: %s",
+                      err);
+            double w1 = 0, w2 = 0;
+            for (int t = 0; t <= steps; t++) {
+                const double e1 = row_err(lpf + (size_t)t * vocab, lcpu + (size_t)t * vocab, vocab);
+                const double e2 = row_err(lpf + (size_t)t * vocab, lgpu + (size_t)t * vocab, vocab);
+                w1 = e1 > w1 ? e1 : w1;
+                w2 = e2 > w2 ? e2 : w2;
+            }
+            CHECK(w1 <= 3e-2 && w2 <= 3e-2, "decode by lz_prefill_lazy: logits error %.3g (CPU), %.3g (lz_decode_lazy)", w1,
+                  w2);
+            printf("query d=%3d H=%d KV=%d %-8s: the same steps' attention by lz_prefill_lazy: error %.2e (CPU), %.2e "
+                   "(lz_decode_lazy)\n", hd, heads, kv, layout_half ? "half" : "adjacent", w1, w2);
+            free(lpf);
+        }
+        int too_many[81] = {0};
+        CHECK(lz_llama_gpu_step(g, too_many, 81, NULL, err, sizeof err) != 0, "more than max_tokens accepted");
         /* the same question again: every segment found resident (keys), the same logits; then with
          * nothing allowed to stay (budget 0): uploaded again, the same logits */
         float *again = (float *)malloc((size_t)vocab * 4);

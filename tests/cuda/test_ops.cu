@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/lz_decode.h"
 #include "kernels/lz_ops.h"
 #include "model/half.h"
 #include "model/rope.h"
@@ -204,6 +205,39 @@ static void test_shapes(int n, int D, int H, int KV, int d, int layout)
     lz_op_count_add_ref(&st, n, NULL);
     int *st_g = back(st_d, 1);
     CHECK(*st_g == st && st == start + n, "count %d", *st_g);
+    { /* lz_decode's block words of the own rows, step after step (one row, then a jump of n rows) */
+        const int LKV = 3 * KV, own_blocks = (N + 9 + n + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK + 3, NB = 6 + own_blocks;
+        uint64_t *w = (uint64_t *)calloc((size_t)LKV * NB, 8);
+        int32_t *nf = (int32_t *)malloc(LKV * 4), *nbk = (int32_t *)calloc(LKV, 4);
+        for (int i = 0; i < LKV; i++) {
+            nf[i] = (int)(urand() * 6);
+            for (int j = 0; j < nf[i]; j++) w[(size_t)i * NB + j] = lz_decode_word(7 * j, 1000 + j, 1 + j) | LZ_DECODE_SEG_START;
+            int k = nf[i];
+            lz_decode_add_segment(w + (size_t)i * NB, &k, NB, 100000 + (uint64_t)i * 4096, (int64_t)own_blocks * 64, 0);
+        }
+        uint64_t *w_d = dev(w, (size_t)LKV * NB);
+        int32_t *nf_d = dev(nf, LKV), *nb_d = dev(nbk, LKV);
+        int c = 0, *c_d = dev(&c, 1), ok = 1;
+        for (int stp = 0; stp < 140 && ok; stp++) {
+            const int rows = stp == 70 ? n : 1; /* a question's rows in one step once */
+            ok &= lz_op_own_words(w_d, nb_d, nf_d, LKV, NB, c_d, rows, NULL) == 0;
+            lz_op_own_words_ref(w, nbk, nf, LKV, NB, &c, rows, NULL);
+            uint64_t *wg = back(w_d, (size_t)LKV * NB);
+            int32_t *nbg = back(nb_d, LKV);
+            ok &= !memcmp(wg, w, (size_t)LKV * NB * 8) && !memcmp(nbg, nbk, LKV * 4);
+            const int len = c + rows; /* every own block but the last full, the last holding the rest */
+            for (int i = 0; i < LKV && ok; i++) {
+                int keys = 0;
+                for (int j = nf[i]; j < nbk[i]; j++) keys += lz_decode_word_keys(w[(size_t)i * NB + j]);
+                ok &= keys == len && lz_decode_word_row(w[(size_t)i * NB + nf[i]]) == 100000 + (uint64_t)i * 4096;
+            }
+            free(wg); free(nbg);
+            c += rows;
+            CK(cudaMemcpy(c_d, &c, 4, cudaMemcpyHostToDevice));
+        }
+        CHECK(ok, "own block words n=%d: the reference's, every own row counted once (up to %d rows)", n, c);
+        cudaFree(w_d); cudaFree(nf_d); cudaFree(nb_d); cudaFree(c_d); free(w); free(nf); free(nbk);
+    }
     printf("ops n=%4d D=%4d H=%2d KV=%d d=%3d layout=%d: clean\n", n, D, H, KV, d, layout);
     cudaFree(tab_d); cudaFree(ids_d); cudaFree(x_d); cudaFree(xd); cudaFree(wd); cudaFree(o_d); cudaFree(qd); cudaFree(kd);
     cudaFree(vd); cudaFree(invd); cudaFree(qh_d); cudaFree(kh_d); cudaFree(vh_d); cudaFree(cnt_d); cudaFree(qc_d);
