@@ -34,7 +34,8 @@ for cfg in ${CFGS:-default}; do
     [ "$cfg" != default ] && set -- "$cfg"
     for r in 1 2; do
         env "$@" "$B/lazyquery" --gpu --model "$T/m8b.gguf" --store "$T/store8b" --top-k 10 -n "$N" --no-stats --json \
-            < "$T/q2.txt" 2> /dev/null | grep -o '"decode_tok_s":[0-9.]*' | sed "s/^/$cfg /"
+            < "$T/q2.txt" 2> /dev/null | grep -o '"ttft_s":[0-9.e-]*\|"decode_tok_s":[0-9.]*' | paste -d ' ' - - |
+            sed "s/^/$cfg /"
     done
 done | tee "$OUT/plain.txt"
 [ "${NCU:-1}" = 0 ] && { rm -rf "$T/store8b" "$T/m8b.gguf"; exit 0; }

@@ -112,9 +112,10 @@ struct lz_llama_gpu {
      * segments then the own rows, the values' rows beside them, the blocks in use (L, KV) and the
      * segments' share of them; rows counted from dk0 / dv0. dec = 0 when a question's rows or
      * offsets do not fit the words (decode then runs lz_prefill_lazy, as question steps do) */
-    uint64_t *dwords, *dvrows;
+    uint64_t *dwords, *dvrows; /* one allocation: words, values' rows, dnf, dnb */
     int32_t *dnb, *dnf;
-    size_t dcap;
+    size_t dcap;               /* its bytes, and those of the pinned staging hdw */
+    uint64_t *hdw;
     int dNB, dec, dsplit; /* dsplit: lz_decode's split-KV parts (0: its choice) */
     const bf16 *dk0, *dv0;
     float *dwork;
@@ -261,9 +262,7 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     cudaFree(g->esegs);
     cudaFree(g->elen);
     cudaFree(g->dwords);
-    cudaFree(g->dvrows);
-    cudaFree(g->dnb);
-    cudaFree(g->dnf);
+    if (g->hdw) cudaFreeHost(g->hdw);
     cudaFree(g->dwork);
     for (int i = 0; i < LZ_GPU_SIDE; i++) {
         if (g->side[i]) cudaStreamDestroy(g->side[i]);
@@ -1007,10 +1006,24 @@ static int decode_words(lz_llama_gpu *g, const lz_attn_segment *hs, int S, char 
             }
             NB = n > NB ? n : NB;
         }
-    const size_t nw = (size_t)L * KV * NB;
-    uint64_t *w = (uint64_t *)calloc(nw, 8), *vr = (uint64_t *)calloc(nw, 8);
-    int32_t *nf = (int32_t *)calloc((size_t)L * KV, 4);
-    if (!w || !vr || !nf) { free(w); free(vr); free(nf); snprintf(err, errlen, "out of memory"); return -1; }
+    /* words, values' rows and the fixed counts in one pinned buffer, one copy on the stream
+     * (ordered before the question's step; the previous question's copy is done by now) */
+    const size_t nw = (size_t)L * KV * NB, bytes = nw * 16 + (size_t)L * KV * 8;
+    CUDA_OK(cudaStreamSynchronize(g->st), "decode block words");
+    if (bytes > g->dcap) {
+        cudaFree(g->dwords);
+        if (g->hdw) cudaFreeHost(g->hdw);
+        g->dwords = g->hdw = NULL, g->dcap = 0;
+        CUDA_OK(cudaMalloc((void **)&g->dwords, bytes), "decode block words");
+        CUDA_OK(cudaMallocHost((void **)&g->hdw, bytes), "decode block words");
+        g->dcap = bytes;
+    }
+    g->dvrows = g->dwords + nw;
+    g->dnf = (int32_t *)(g->dvrows + nw);
+    g->dnb = g->dnf + L * KV;
+    uint64_t *w = g->hdw, *vr = w + nw;
+    int32_t *nf = (int32_t *)(vr + nw);
+    memset(w, 0, nw * 16);
     int fits = 1;
     for (int lh = 0; fits && lh < L * KV; lh++) {
         const int l = lh / KV, h = lh % KV;
@@ -1026,22 +1039,9 @@ static int decode_words(lz_llama_gpu *g, const lz_attn_segment *hs, int S, char 
                                                      (uint64_t)(dv / d) + (uint64_t)h * sg->cap, len, sg->offset);
         }
     }
-    cudaError_t ce = cudaSuccess;
-    if (fits && nw > g->dcap) {
-        cudaFree(g->dwords); cudaFree(g->dvrows); cudaFree(g->dnb); cudaFree(g->dnf);
-        g->dwords = g->dvrows = NULL, g->dnb = g->dnf = NULL, g->dcap = 0;
-        ce = cudaMalloc((void **)&g->dwords, nw * 8);
-        if (ce == cudaSuccess) ce = cudaMalloc((void **)&g->dvrows, nw * 8);
-        if (ce == cudaSuccess) ce = cudaMalloc((void **)&g->dnb, (size_t)L * KV * 4);
-        if (ce == cudaSuccess) ce = cudaMalloc((void **)&g->dnf, (size_t)L * KV * 4);
-        if (ce == cudaSuccess) g->dcap = nw;
-    }
-    if (fits && ce == cudaSuccess) ce = cudaMemcpy(g->dwords, w, nw * 8, cudaMemcpyHostToDevice);
-    if (fits && ce == cudaSuccess) ce = cudaMemcpy(g->dvrows, vr, nw * 8, cudaMemcpyHostToDevice);
-    if (fits && ce == cudaSuccess) ce = cudaMemcpy(g->dnf, nf, (size_t)L * KV * 4, cudaMemcpyHostToDevice);
-    free(w); free(vr); free(nf);
-    CUDA_OK(ce, "decode block words");
     if (!fits) return 0;
+    CUDA_OK(cudaMemcpyAsync(g->dwords, w, nw * 16 + (size_t)L * KV * 4, cudaMemcpyHostToDevice, g->st),
+            "decode block words");
     g->dNB = NB;
     g->dk0 = k0;
     g->dv0 = v0;
@@ -1050,13 +1050,13 @@ static int decode_words(lz_llama_gpu *g, const lz_attn_segment *hs, int S, char 
     CUDA_OK(cudaGetDevice(&dev), "device");
     CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev), "device");
     lz_decode_params p = decode_params(g, 0);
-    const size_t bytes = lz_decode_workspace(&p, lz_decode_splits(&p, n_sm));
-    if (bytes > g->dwork_bytes) {
+    const size_t wbytes = lz_decode_workspace(&p, lz_decode_splits(&p, n_sm));
+    if (wbytes > g->dwork_bytes) {
         cudaFree(g->dwork);
         g->dwork = NULL, g->dwork_bytes = 0;
-        CUDA_OK(cudaMalloc((void **)&g->dwork, bytes), "decode workspace");
-        CUDA_OK(cudaMemset(g->dwork, 0, bytes), "decode workspace");
-        g->dwork_bytes = bytes;
+        CUDA_OK(cudaMalloc((void **)&g->dwork, wbytes), "decode workspace");
+        CUDA_OK(cudaMemset(g->dwork, 0, wbytes), "decode workspace");
+        g->dwork_bytes = wbytes;
     }
     g->dec = 1;
     return 0;
