@@ -171,6 +171,10 @@ static int migrate(lz_meta *m, int target, char *err, size_t errlen)
                     "%s: schema version %d is newer than this build knows (%d); use a newer lazyingest",
                     m->path, v, latest);
     if (v >= target) return LZ_META_OK;
+    if (m->rdonly && v == 0) /* the migrations are transactions: a creation stopped (a full disk) left none */
+        return lz_fail(err, errlen, LZ_META_ESCHEMA,
+                    "%s: no metadata yet (the store's creation did not complete); a lazyingest run with a "
+                    "corpus creates it", m->path);
     if (m->rdonly)
         return lz_fail(err, errlen, LZ_META_ESCHEMA,
                     "%s: schema version %d, this build needs %d; open it once read-write to migrate",

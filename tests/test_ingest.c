@@ -4,8 +4,10 @@
  * (unchanged, changed, pruned, duplicate content), every bad-input case,
  * --strict, CSV and stdin input, wrong-model refusal, --check/--repair/--gc,
  * documents encoded in parallel storing the same bytes as one at a time,
- * and a crash test: SIGKILL at random moments (25 kills), rerun, and the
- * store must equal the corpus with no committed document lost or duplicated.
+ * a full disk (file size capped: the run stops naming the store, which stays
+ * consistent and is completed by the next run), and a crash test: SIGKILL
+ * at random moments (25 kills), rerun, and the store must equal the corpus
+ * with no committed document lost or duplicated.
  * Runs $LZ_BIN/lazyingest (default build/bin). */
 #include <fcntl.h>
 #include <jansson.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -40,6 +43,8 @@ static double now_s(void)
 /* Runs lazyingest with args (NULL-terminated), stdin from in_path (may be
  * NULL); stdout/stderr into out/errbuf. kill_after_s > 0: SIGKILL then.
  * Returns the exit status, or 128 + signal. */
+static long long file_cap; /* > 0: the tool runs with files capped at this many bytes (a full disk) */
+
 static int run_tool(const char *const *args, const char *in_path, double kill_after_s, char *out, size_t outn,
                     char *errbuf, size_t errn)
 {
@@ -49,6 +54,11 @@ static int run_tool(const char *const *args, const char *in_path, double kill_af
     pid_t pid = fork();
     if (pid == 0) {
         int fo = open(op, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(ep, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (file_cap > 0) { /* writes past the cap fail (EFBIG) instead of the signal ending the process */
+            struct rlimit rl = {(rlim_t)file_cap, (rlim_t)file_cap};
+            signal(SIGXFSZ, SIG_IGN);
+            setrlimit(RLIMIT_FSIZE, &rl);
+        }
         dup2(fo, 1);
         dup2(fe, 2);
         if (in_path) {
@@ -196,6 +206,40 @@ static uint64_t n_payloads(const char *store)
     lz_kvdb_stat(db, &st, err, sizeof err);
     lz_kvdb_close(db);
     return st.entries;
+}
+
+/* The store holds exactly want's rows (ids, content, payload keys), passes
+ * --check, and keeps no payload beyond its rows' distinct keys + the prefix.
+ * 1 if so; else 0 with the reason in why. */
+static int store_equals(const char *store, const rows *want, char *why, size_t whyn)
+{
+    static rows fin;
+    static char o[65536], e[4096];
+    read_rows(store, &fin);
+    int ok = fin.n == want->n;
+    for (int i = 0; ok && i < want->n; i++) {
+        int j = find_row(&fin, want->ids[i]);
+        ok = j >= 0 && memcmp(fin.hash[j], want->hash[i], 32) == 0 && memcmp(fin.key[j], want->key[i], 64) == 0;
+    }
+    if (!ok) { snprintf(why, whyn, "rows %d, want %d, or a row differs", fin.n, want->n); return 0; }
+    const char *ac[] = { "-s", store, "--check", "--json", NULL };
+    const long long cap = file_cap;
+    file_cap = 0;
+    int rcc = run_tool(ac, NULL, 0, o, sizeof o, e, sizeof e);
+    file_cap = cap;
+    if (rcc != 0 || jget(o, "check_issues") != 0) { snprintf(why, whyn, "check: exit %d %.400s", rcc, o); return 0; }
+    int distinct = 0;
+    for (int i = 0; i < fin.n; i++) {
+        int dup = 0;
+        for (int j = 0; j < i && !dup; j++) dup = memcmp(fin.key[i], fin.key[j], 64) == 0;
+        distinct += !dup;
+    }
+    uint64_t np = n_payloads(store);
+    if (np != (uint64_t)distinct + 1) {
+        snprintf(why, whyn, "%llu payloads for %d distinct keys + prefix", (unsigned long long)np, distinct);
+        return 0;
+    }
+    return 1;
 }
 
 /* ---- tests ---- */
@@ -723,11 +767,6 @@ static void test_crash(void)
         rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
         rows fin;
         read_rows(store, &fin);
-        int ok = rc == 0 && fin.n == want[v].n;
-        for (int i = 0; ok && i < want[v].n; i++) {
-            int j = find_row(&fin, want[v].ids[i]);
-            ok = j >= 0 && memcmp(fin.hash[j], want[v].hash[i], 32) == 0 && memcmp(fin.key[j], want[v].key[i], 64) == 0;
-        }
         /* rows committed before the kill with this version's content are still there, same payload */
         for (int i = 0; i < mid.n && i < 512; i++) {
             int w = find_row(&want[v], mid.ids[i]);
@@ -735,26 +774,11 @@ static void test_crash(void)
             int j = find_row(&fin, mid.ids[i]);
             if (j < 0 || memcmp(fin.key[j], mid.key[i], 64) != 0) lost++;
         }
-        const char *ac2[] = { "-s", store, "--check", "--json", NULL };
-        rcc = run_tool(ac2, NULL, 0, out, sizeof out, errs, sizeof errs);
-        ok = ok && rcc == 0 && jget(out, "check_issues") == 0;
-        if (!ok) {
+        /* the corpus exactly, checked clean, no garbage left */
+        char why[600];
+        if (rc != 0 || !store_equals(store, &want[v], why, sizeof why)) {
             bad_final++;
-            fprintf(stderr, "trial %d: final store differs from the corpus (rows %d, want %d): %s\n", t, fin.n,
-                    want[v].n, out);
-        }
-        /* no garbage left: payloads = distinct keys + prefix */
-        uint64_t np = n_payloads(store);
-        int distinct = 0;
-        for (int i = 0; i < fin.n; i++) {
-            int dup = 0;
-            for (int j = 0; j < i && !dup; j++) dup = memcmp(fin.key[i], fin.key[j], 64) == 0;
-            distinct += !dup;
-        }
-        if (np != (uint64_t)distinct + 1) {
-            bad_final++;
-            fprintf(stderr, "trial %d: %llu payloads for %d distinct keys + prefix\n", t, (unsigned long long)np,
-                    distinct);
+            fprintf(stderr, "trial %d: final store differs from the corpus (exit %d): %s\n", t, rc, rc ? errs : why);
         }
     }
     printf("crash: %d trials, %d killed mid-run, full run about %.2f s\n", trials, killed, full);
@@ -764,6 +788,73 @@ static void test_crash(void)
     CHECK(lost == 0, "%d committed documents lost or changed", lost);
     free(cv[0]);
     free(cv[1]);
+}
+
+/* A full disk: runs capped at a file size (RLIMIT_FSIZE; a write past it
+ * fails) from a tenth of the payload file's full size up to most of it, and
+ * one so small that the metadata database cannot grow. Each must stop with an
+ * error naming the store, leave it consistent (--check clean: every row has
+ * its payload), keep what it committed, and a run without the cap then
+ * completes it to the corpus exactly. */
+static void test_disk_full(void)
+{
+    char ref[300], store[300];
+    snprintf(ref, sizeof ref, "%s/full-ref", dir);
+    char *cv = make_corpus_k(80, 0, 0, 1);
+    const char *pv = write_text("full.jsonl", cv);
+    static rows want, mid;
+    const char *a0[] = { "-m", model_a, "-s", ref, "--quiet", "--batch-tokens", "256", pv, NULL };
+    CHECK(run_tool(a0, NULL, 0, out, sizeof out, errs, sizeof errs) == 0, "disk full: reference run: %s", errs);
+    read_rows(ref, &want);
+    char path[400];
+    snprintf(path, sizeof path, "%s/kv/data.mdb", ref);
+    struct stat st;
+    const long long full = stat(path, &st) == 0 ? (long long)st.st_size : 0;
+    CHECK(full > 0 && want.n > 0, "disk full: the reference store (%lld bytes of payloads, %d rows)", full, want.n);
+    const long long caps[] = { 40 << 10, full / 10, full / 3, full * 2 / 3, full * 9 / 10 };
+    int stopped = 0, named = 0, consistent = 0, kept = 0, completed = 0;
+    for (int c = 0; c < 5; c++) {
+        snprintf(store, sizeof store, "%s/full%d", dir, c);
+        const char *a[] = { "-m", model_a, "-s", store, "--quiet", "--batch-tokens", "256", pv, NULL };
+        file_cap = caps[c];
+        int rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+        file_cap = 0;
+        stopped += rc == 1;
+        named += strstr(errs, store) != NULL;
+        if (rc != 1 || !strstr(errs, store))
+            fprintf(stderr, "disk full at %lld bytes: exit %d, stderr: %s\n", caps[c], rc, errs);
+        /* consistent as it stopped (a store never created is consistent too), and what it committed
+         * is what the corpus says */
+        const char *ac[] = { "-s", store, "--check", "--json", NULL };
+        struct stat ss;
+        const int exists = stat(store, &ss) == 0;
+        int rcc = exists ? run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs) : 0;
+        /* stopped while creating the metadata: said so, and nothing in it */
+        const int unborn = rcc != 0 && strstr(errs, "creation did not complete") != NULL;
+        if (exists && !unborn) read_rows(store, &mid);
+        else memset(&mid, 0, sizeof mid);
+        consistent += unborn || (rcc == 0 && (!exists || jget(out, "check_issues") == 0));
+        if (rcc != 0 && !unborn)
+            fprintf(stderr, "disk full at %lld bytes: check: exit %d %s %s\n", caps[c], rcc, out, errs);
+        int same = 1;
+        for (int i = 0; i < mid.n && i < 512; i++) {
+            int w = find_row(&want, mid.ids[i]);
+            same &= w >= 0 && !memcmp(want.hash[w], mid.hash[i], 32) && !memcmp(want.key[w], mid.key[i], 64);
+        }
+        kept += same;
+        rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+        char why[600] = "";
+        const int ok = rc == 0 && store_equals(store, &want, why, sizeof why);
+        completed += ok;
+        if (!ok) fprintf(stderr, "disk full at %lld bytes: the run after: exit %d %s %s\n", caps[c], rc, errs, why);
+        printf("disk full at %lld of %lld bytes: stopped with %d rows committed; completed after: %s\n", caps[c], full,
+               mid.n, ok ? "yes" : "no");
+    }
+    CHECK(stopped == 5 && named == 5, "disk full: %d of 5 runs stopped with an error, %d named the store", stopped, named);
+    CHECK(consistent == 5, "disk full: %d of 5 stores consistent as the run stopped", consistent);
+    CHECK(kept == 5, "disk full: committed rows as the corpus says in %d of 5", kept);
+    CHECK(completed == 5, "disk full: %d of 5 completed by the next run", completed);
+    free(cv);
 }
 
 static char *decode(const lz_tokenizer *t, const int *ids, int n)
@@ -956,6 +1047,7 @@ int main(void)
     test_split();
     test_f32_store();
     test_parallel();
+    test_disk_full();
     printf("functional tests: %.1f s\n", now_s() - t0);
     test_crash();
     printf("total: %.1f s\n", now_s() - t0);
