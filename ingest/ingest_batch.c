@@ -1,0 +1,448 @@
+/* ingest_batch.c - lazyingest's batches (ingest/ingest_run.h): the documents
+ * of a batch encoded, one at a time or in parallel (one encoder a thread; on
+ * --gpu the documents take turns on the device), their payloads written to
+ * LMDB on a thread while the next batch is encoded, their rows committed to
+ * SQLite after (payload first, row second: a stopped run leaves payloads
+ * without rows at worst, which the next run's gc removes); progress lines. */
+#include <omp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ingest/ingest_run.h"
+
+void ingest_warnf(const ingest *g, const char *fmt, ...)
+{
+    if (g->progress) fputs("\r\033[K", stderr);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int ingest_push_ptr(char ***v, int *n, int *cap, const char *s)
+{
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 64;
+        char **p = realloc(*v, sizeof *p * (size_t)c);
+        if (!p) return -1;
+        *v = p;
+        *cap = c;
+    }
+    if (!((*v)[*n] = strdup(s))) return -1;
+    (*n)++;
+    return 0;
+}
+
+void ingest_pend_doc_free(pend_doc *d)
+{
+    free(d->ext_id);
+    free(d->source_id);
+    free(d->title);
+    free(d->text);
+    free(d->ids);
+}
+
+/* Frees the batch arrays' contents (the arrays stay for the next batch). */
+static void arrays_clear(ingest *g)
+{
+    for (int i = 0; i < g->n_docs; i++) ingest_pend_doc_free(&g->docs[i]);
+    for (int i = 0; i < g->n_pay; i++) free(g->pay[i].blob);
+    for (int i = 0; i < g->n_src; i++) free(g->sources[i]);
+    for (int i = 0; i < g->n_keep; i++) free(g->keep_sources[i]);
+    g->n_docs = g->n_pay = g->n_src = g->n_keep = 0;
+}
+
+/* Exchanges the ingest's batch arrays with b's. */
+static void arrays_swap(ingest *g, batch_arrays *b)
+{
+    batch_arrays t = *b;
+    *b = (batch_arrays){g->docs, g->n_docs, g->cap_docs, g->pay, g->n_pay, g->cap_pay, g->sources, g->n_src, g->cap_src,
+                        g->keep_sources, g->n_keep, g->cap_keep};
+    g->docs = t.docs, g->n_docs = t.n_docs, g->cap_docs = t.cap_docs;
+    g->pay = t.pay, g->n_pay = t.n_pay, g->cap_pay = t.cap_pay;
+    g->sources = t.sources, g->n_src = t.n_src, g->cap_src = t.cap_src;
+    g->keep_sources = t.keep_sources, g->n_keep = t.n_keep, g->cap_keep = t.cap_keep;
+}
+
+static void batch_clear(ingest *g)
+{
+    arrays_clear(g);
+    for (int i = 0; i < g->n_jobs; i++) free(g->jobs[i].blob);
+    g->n_jobs = 0;
+    g->batch_tokens = 0;
+}
+
+void ingest_batch_free(ingest *g)
+{
+    batch_clear(g);
+    free(g->docs);
+    free(g->pay);
+    free(g->sources);
+    free(g->keep_sources);
+    free(g->jobs);
+    arrays_swap(g, &g->held); /* the held batch's arrays (emptied by its commit) */
+    arrays_clear(g);
+    free(g->docs);
+    free(g->pay);
+    free(g->sources);
+    free(g->keep_sources);
+}
+
+/* The KV eviction of an n-token document under this run's policy: its
+ * effective spec ("" when stored whole) and keys stored. */
+int64_t ingest_doc_kv(const ingest *g, int n, char spec[LZ_KVPOLICY_SPEC_MAX])
+{
+    lz_kvpolicy_doc_spec(&g->o.kv, n, spec, LZ_KVPOLICY_SPEC_MAX);
+    int B = lz_kvpolicy_budget(&g->o.kv, n);
+    return (int64_t)g->m->cfg.n_layers * g->m->cfg.n_kv_heads * (B > 0 ? B : n);
+}
+
+
+/* Row columns of a spec (kv_policy, kv_budget, kv_window read back from it). */
+static void set_kv_fields(const ingest *g, lz_meta_doc *d, const char *spec, int64_t kept)
+{
+    lz_kvpolicy p;
+    (void)g;
+    snprintf(d->kv_spec, sizeof d->kv_spec, "%s", spec);
+    d->kv_kept = kept;
+    if (!spec[0] || lz_kvpolicy_parse_spec(spec, &p)) return;
+    snprintf(d->kv_policy, sizeof d->kv_policy, "%s", lz_kvpolicy_name(p.kind));
+    lz_kvpolicy_budget_str(&p, d->kv_budget, sizeof d->kv_budget);
+    d->kv_window = p.window;
+}
+
+/* Commits a batch: payloads first (one durable LMDB transaction), then every
+ * row in one SQLite transaction; counts only what committed. The payloads of
+ * batch k are written on a thread while batch k + 1 is encoded, and batch
+ * k's rows are committed at batch k + 1's commit (commit_held), once the
+ * payloads are durable: a killed run leaves payloads without rows at worst,
+ * which the next run's gc removes. */
+static int commit_rows(ingest *g);
+static int run_jobs(ingest *g);
+
+static void *write_payloads(void *p)
+{
+    pay_writer *w = p;
+    w->rc = w->fixed ? lz_store_put_payloads_fixed(w->s, w->pay, w->n, w->err, sizeof w->err)
+                     : lz_store_put_payloads(w->s, w->pay, w->n, w->err, sizeof w->err);
+    return NULL;
+}
+
+/* The held batch: waits for its payloads, then commits its rows. 0 or -1. */
+static int commit_held(ingest *g)
+{
+    if (!g->held_pending) return 0;
+    if (g->writing) pthread_join(g->wthread, NULL);
+    g->writing = g->held_pending = 0;
+    int rc = g->wjob.rc;
+    if (rc == LZ_STORE_EFULL) /* the room reserved was not enough: grow the map now, on this thread */
+        rc = lz_store_put_payloads(g->s, g->held.pay, g->held.n_pay, g->wjob.err, sizeof g->wjob.err);
+    arrays_swap(g, &g->held); /* the held batch in the ingest's fields */
+    if (rc) snprintf(g->err, sizeof g->err, "%s", g->wjob.err);
+    else rc = commit_rows(g);
+    arrays_clear(g);
+    arrays_swap(g, &g->held);
+    return rc ? -1 : 0;
+}
+
+/* Hands the batch just encoded to the payload writer (a thread; this one when
+ * LAZY_INGEST_SYNC_COMMIT=1 or no thread starts) and starts a new batch. */
+static int start_commit(ingest *g)
+{
+    if (!g->n_docs && !g->n_src && !g->n_keep) return 0;
+    if (!g->sync_commit && lz_store_reserve_payloads(g->s, g->pay, g->n_pay, g->err, sizeof g->err)) return -1;
+    arrays_swap(g, &g->held); /* held: this batch; the ingest: the held batch's emptied arrays */
+    g->batch_tokens = 0;
+    g->held_pending = 1;
+    g->wjob = (pay_writer){.s = g->s, .pay = g->held.pay, .n = g->held.n_pay, .fixed = !g->sync_commit};
+    if (!g->sync_commit && g->held.n_pay > 0 && pthread_create(&g->wthread, NULL, write_payloads, &g->wjob) == 0) {
+        g->writing = 1;
+    } else {
+        g->wjob.fixed = 0;
+        write_payloads(&g->wjob);
+    }
+    return 0;
+}
+
+int ingest_flush(ingest *g)
+{
+    if (run_jobs(g)) return -1; /* par: the batch's documents, encoded now */
+    double t = now_s();
+    int rc = commit_held(g); /* the batch before: its payloads were written meanwhile */
+    if (!rc) rc = start_commit(g);
+    if (!rc && g->sync_commit) rc = commit_held(g);
+    g->t_commit += now_s() - t;
+    return rc;
+}
+
+/* The last batch's rows (after the last flush, or when a run stops). */
+int ingest_finish_commits(ingest *g)
+{
+    double t = now_s();
+    int rc = commit_held(g);
+    g->t_commit += now_s() - t;
+    return rc;
+}
+
+static int commit_rows(ingest *g)
+{
+    if (!g->n_docs && !g->n_src && !g->n_keep) return 0;
+    lz_meta_run_counts add = { 0 };
+    int rc = lz_meta_begin(g->meta, g->err, sizeof g->err);
+    for (int i = 0; !rc && i < g->n_docs; i++) {
+        pend_doc *p = &g->docs[i];
+        if (p->kind == K_UNCHANGED) {
+            rc = lz_meta_doc_touch(g->meta, p->row_id, g->run, g->err, sizeof g->err);
+            add.n_unchanged++;
+            continue;
+        }
+        lz_meta_doc d = { 0 };
+        d.id = p->row_id;
+        d.ext_id = p->ext_id;
+        d.source_id = p->source_id;
+        d.passage = p->passage;
+        d.title = p->title;
+        d.text = p->text;
+        memcpy(d.content_hash, p->content_hash, 32);
+        d.token_ids = p->ids;
+        d.n_tokens = p->n_tokens;
+        d.model_id = g->model_id;
+        memcpy(d.payload_key, p->key, LZ_META_KEY_LEN);
+        d.raw_bytes = p->raw_bytes;
+        d.stored_bytes = p->stored_bytes;
+        d.seen_run = g->run;
+        d.has_source_hash = p->has_source_hash;
+        memcpy(d.source_hash, p->source_hash, 32);
+        set_kv_fields(g, &d, p->kv_spec, p->kv_kept);
+        if (p->kind == K_ADDED) {
+            rc = lz_meta_doc_insert(g->meta, &d, g->err, sizeof g->err);
+            add.n_added++;
+        } else {
+            rc = lz_meta_doc_update(g->meta, &d, g->err, sizeof g->err);
+            if (p->kind == K_REHASH) add.n_unchanged++;
+            else add.n_updated++;
+        }
+    }
+    for (int i = 0; !rc && i < g->n_src; i++) {
+        int64_t n = 0;
+        rc = lz_meta_source_prune(g->meta, g->sources[i], g->run, &n, g->err, sizeof g->err);
+        add.n_removed += n;
+    }
+    for (int i = 0; !rc && i < g->n_keep; i++)
+        rc = lz_meta_source_touch(g->meta, g->keep_sources[i], g->run, g->err, sizeof g->err);
+    if (!rc) rc = lz_meta_commit(g->meta, g->err, sizeof g->err);
+    if (rc) {
+        lz_meta_rollback(g->meta);
+        return -1;
+    }
+    g->c.n_added += add.n_added;
+    g->c.n_updated += add.n_updated;
+    g->c.n_unchanged += add.n_unchanged;
+    g->c.n_removed += add.n_removed;
+    for (int i = 0; i < g->n_pay; i++) g->c.stored_bytes += (int64_t)g->pay[i].len;
+    return 0;
+}
+
+void ingest_progress(ingest *g, int force)
+{
+    if (!g->progress) return;
+    double t = now_s();
+    if (!force && t - g->last_progress < 0.25) return;
+    g->last_progress = t;
+    double el = t - g->t0, rate = g->t_encode > 0 ? g->c.n_tokens / g->t_encode : 0;
+    double frac = g->n_records_total ? (double)g->n_records_done / g->n_records_total : 0;
+    double eta = frac > 0.001 ? el / frac - el : 0;
+    fprintf(stderr, "\r\033[K%lld/%lld documents  %lld tokens encoded  %.0f tok/s  ETA %d:%02d",
+            (long long)g->n_records_done, (long long)g->n_records_total, (long long)g->c.n_tokens, rate,
+            (int)eta / 60, (int)eta % 60);
+}
+
+/* Uncompressed payload body bytes of n tokens: K and V, every layer and head. */
+int64_t ingest_raw_bytes(const ingest *g, int n)
+{
+    int64_t es = lz_store_kv_dtype(g->s) == LZ_PAYLOAD_DTYPE_F32 ? 4 : 2;
+    return 2 * es * g->m->cfg.n_layers * g->m->cfg.n_kv_heads * (int64_t)n * g->m->cfg.head_dim;
+}
+
+/* Queues batch document d's new payload (the batch owns blob from here on,
+ * freed on failure too) and counts its tokens, bytes and kept keys. */
+static int queue_payload(ingest *g, pend_doc *d, void *blob, size_t len)
+{
+    if (g->n_pay == g->cap_pay) {
+        int cap = g->cap_pay ? g->cap_pay * 2 : 64;
+        lz_store_payload *p = realloc(g->pay, sizeof *p * (size_t)cap);
+        if (!p) {
+            free(blob);
+            snprintf(g->err, sizeof g->err, "out of memory");
+            return -1;
+        }
+        g->pay = p;
+        g->cap_pay = cap;
+    }
+    lz_store_payload *p = &g->pay[g->n_pay++];
+    memcpy(p->key, d->key, LZ_META_KEY_LEN);
+    p->blob = blob;
+    p->len = len;
+    d->stored_bytes = (int64_t)len;
+    char spec[LZ_KVPOLICY_SPEC_MAX];
+    g->c.n_tokens += d->n_tokens;
+    g->c.raw_bytes += d->raw_bytes;
+    g->kv_kept += ingest_doc_kv(g, d->n_tokens, spec);
+    g->kv_full += (int64_t)g->m->cfg.n_layers * g->m->cfg.n_kv_heads * d->n_tokens;
+    return 0;
+}
+
+/* Encodes batch document di (unless a payload with its key already exists,
+ * in the store or in this batch) and queues the payload; sets its raw and
+ * stored sizes. With par, queues an encoding job instead (run_jobs). */
+int ingest_encode_doc(ingest *g, int di)
+{
+    pend_doc *d = &g->docs[di];
+    const int *ids = d->ids, n = d->n_tokens;
+    const uint8_t *key = d->key;
+    int64_t *raw = &d->raw_bytes, *stored = &d->stored_bytes;
+    char spec[LZ_KVPOLICY_SPEC_MAX];
+    int64_t kept = ingest_doc_kv(g, n, spec), full = (int64_t)g->m->cfg.n_layers * g->m->cfg.n_kv_heads * n;
+    int64_t raw_size = full ? ingest_raw_bytes(g, n) / full * kept : 0;
+    *raw = raw_size;
+    for (int i = 0; i < g->n_pay; i++)
+        if (memcmp(g->pay[i].key, key, LZ_META_KEY_LEN) == 0) {
+            *stored = (int64_t)g->pay[i].len;
+            return 0;
+        }
+    for (int i = 0; g->held_pending && i < g->held.n_pay; i++) /* the batch before, being written */
+        if (memcmp(g->held.pay[i].key, key, LZ_META_KEY_LEN) == 0) {
+            *stored = (int64_t)g->held.pay[i].len;
+            return 0;
+        }
+    void *blob = NULL;
+    size_t len = 0;
+    int alias = -1;
+    for (int j = 0; g->par && j < g->n_jobs && alias < 0; j++)
+        if (g->jobs[j].alias < 0 && memcmp(g->docs[g->jobs[j].doc].key, key, LZ_META_KEY_LEN) == 0) alias = j;
+    int have = alias >= 0 ? 0 : lz_store_has_payload(g->s, key, &len, g->err, sizeof g->err);
+    if (have < 0) return -1;
+    if (have) { /* shared with an identical document, or left by an interrupted run */
+        *stored = (int64_t)len;
+        return 0;
+    }
+    if (g->par) { /* encoded with the batch's other documents at the commit */
+        if (g->n_jobs == g->cap_jobs) {
+            int cap = g->cap_jobs ? g->cap_jobs * 2 : 64;
+            enc_job *j = realloc(g->jobs, sizeof *j * (size_t)cap);
+            if (!j) {
+                snprintf(g->err, sizeof g->err, "out of memory");
+                return -1;
+            }
+            g->jobs = j;
+            g->cap_jobs = cap;
+        }
+        g->jobs[g->n_jobs++] = (enc_job){.doc = di, .alias = alias};
+        if (alias < 0) g->batch_tokens += n;
+        return 0;
+    }
+    double t = now_s();
+    if (lz_encoder_run(g->enc, ids, n, g->err, sizeof g->err)) return -1;
+    double t1 = now_s();
+    if (lz_encoder_pack(g->enc, 1, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &blob, &len, g->err,
+                        sizeof g->err))
+        return -1;
+    double t2 = now_s();
+    g->t_forward += t1 - t;
+    g->t_pack += t2 - t1;
+    g->t_encode += t2 - t;
+    if (queue_payload(g, d, blob, len)) return -1;
+    g->batch_tokens += n;
+    return 0;
+}
+
+/* The encoder settings of this run (store element type, policy, scorer,
+ * probe cue, calibration) on e. */
+void ingest_setup_encoder(ingest *g, lz_encoder *e)
+{
+    lz_encoder_set_dtype(e, lz_store_kv_dtype(g->s));
+    if (g->o.learned) lz_encoder_set_scorer(e, &g->scorer);
+    if (g->learn) lz_encoder_set_learn(e, g->learn);
+    lz_encoder_set_kvpolicy(e, &g->o.kv);
+}
+
+/* par: encodes and packs the batch's jobs, one document a thread, each on
+ * its own encoder and codec (made at the first call: the prefix runs again
+ * for each, cheap for the small models par is chosen for), then queues the
+ * payloads in batch order, exactly as ingest_encode_doc would have one by one. */
+static int run_jobs(ingest *g)
+{
+    if (!g->par || g->n_jobs == 0) return 0;
+    const int T = omp_get_max_threads() > 1 ? omp_get_max_threads() : 1;
+    if (g->n_pool < T) {
+        lz_encoder **pe = realloc(g->pool, sizeof *pe * (size_t)T);
+        lz_payload_codec **pc = pe ? realloc(g->pool_codec, sizeof *pc * (size_t)T) : NULL;
+        if (pe) g->pool = pe;
+        if (pc) g->pool_codec = pc;
+        if (!pe || !pc) {
+            snprintf(g->err, sizeof g->err, "out of memory");
+            return -1;
+        }
+        for (; g->n_pool < T; g->n_pool++) {
+            lz_encoder *e = g->n_pool == 0 ? g->enc : NULL;
+            /* the prefix's KV copied from the first encoder (an 8B model's takes seconds on the CPU) */
+            if (!e && lz_encoder_new_like(g->enc, &e, g->err, sizeof g->err)) return -1;
+            lz_payload_codec *c = lz_payload_codec_new();
+            if (!c || (g->n_pool > 0 && lz_encoder_set_probe(e, g->probe, g->n_probe)) ||
+                lz_payload_codec_set_threads(c, 1)) { /* 1 MiB frames, as the one-document path's codec */
+                lz_payload_codec_free(c);
+                if (e != g->enc) lz_encoder_free(e);
+                snprintf(g->err, sizeof g->err, "out of memory");
+                return -1;
+            }
+            if (g->n_pool > 0) {
+                ingest_setup_encoder(g, e);
+                if (g->o.gpu) lz_encoder_set_backend(e, &g->backend); /* --gpu (a CUDA build) */
+            }
+            g->pool[g->n_pool] = e;
+            g->pool_codec[g->n_pool] = c;
+        }
+    }
+    const double t0 = now_s();
+    double fwd = 0, pack = 0;
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1) reduction(+ : fwd, pack)
+    for (int j = 0; j < g->n_jobs; j++) {
+        enc_job *x = &g->jobs[j];
+        if (x->alias >= 0) continue;
+        const pend_doc *d = &g->docs[x->doc];
+        lz_encoder *e = g->pool[omp_get_thread_num()];
+        const double a = now_s();
+        int rc = lz_encoder_run(e, d->ids, d->n_tokens, x->err, sizeof x->err);
+        const double b = now_s();
+        if (!rc)
+            rc = lz_encoder_pack(e, 1, g->pool_codec[omp_get_thread_num()], LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level,
+                                 &x->blob, &x->len, x->err, sizeof x->err);
+        if (rc && !x->err[0]) snprintf(x->err, sizeof x->err, "encoding failed");
+        fwd += b - a;
+        pack += now_s() - b;
+    }
+    const double wall = now_s() - t0;
+    g->t_encode += wall;
+    g->t_forward += fwd + pack > 0 ? wall * fwd / (fwd + pack) : 0;
+    g->t_pack += fwd + pack > 0 ? wall * pack / (fwd + pack) : 0;
+    for (int j = 0; j < g->n_jobs; j++) { /* batch order: the payloads and counts ingest_encode_doc would have made */
+        enc_job *x = &g->jobs[j];
+        pend_doc *d = &g->docs[x->doc];
+        if (x->alias >= 0) {
+            d->stored_bytes = (int64_t)g->jobs[x->alias].len;
+            continue;
+        }
+        if (!x->blob) {
+            snprintf(g->err, sizeof g->err, "document '%s': %s", d->ext_id ? d->ext_id : "?", x->err);
+            return -1;
+        }
+        void *blob = x->blob;
+        x->blob = NULL; /* the batch owns it now */
+        if (queue_payload(g, d, blob, x->len)) return -1;
+    }
+    g->n_jobs = 0;
+    return 0;
+}

@@ -1,0 +1,208 @@
+/* ingest_run.h - the lazyingest tool's own pieces, shared by its files (not
+ * a library interface): its options, the run's state (ingest: the batch being
+ * built, the one being committed, counts and timings) and what each file
+ * offers the others:
+ *   ingest/lazyingest.c     options, the model and store, the pass over the corpus, main
+ *   ingest/ingest_record.c  pass 1's ids; one corpus record into the batch
+ *   ingest/ingest_batch.c   a batch's documents encoded (in parallel) and committed
+ *   ingest/ingest_report.c  --check / --repair, the run's summary
+ */
+#ifndef INGEST_RUN_H
+#define INGEST_RUN_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/time.h>
+
+#include "ingest/corpus.h"
+#include "ingest/encode.h"
+#include "ingest/kvlearn.h"
+#include "ingest/kvpolicy.h"
+#include "model/llama.h"
+#include "model/llama_cuda.h"
+#include "store/store.h"
+
+enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_SKIPPED = 2, EXIT_CHECK = 3 };
+
+typedef struct {
+    const char *corpus, *model, *store;
+    int batch_tokens, threads, max_doc_tokens, level, format, kv_dtype;
+    int prune, strict, check, repair, gc, quiet, json, gpu;
+    lz_kvpolicy kv;       /* KV eviction at ingest (--kv-policy, --kv-budget, ...) */
+    const char *kv_budget_arg;
+    const char *probe_text; /* --kv-probe-text: the question in the probe cue (NULL = "") */
+    const char *learned;    /* --kv-learned: key-importance model file */
+    const char *learn_out;  /* --kv-learn-out: fit one from this run's reconstruction scores */
+} options;
+
+/* ---- pass 1: ids, their last occurrence, duplicates ---- */
+
+typedef struct {
+    char *id;
+    long ordinal, line;
+} id_slot;
+
+typedef struct {
+    id_slot *v;
+    size_t cap, n;
+} id_map;
+
+/* ---- the run's state ---- */
+
+typedef struct {
+    char *ext_id, *source_id, *title, *text;
+    int *ids;
+    int n_tokens, passage;
+    int64_t row_id;   /* existing row to update; 0 = insert */
+    int kind;         /* K_ADDED, K_UPDATED, K_UNCHANGED, K_REHASH */
+    int has_source_hash;
+    uint8_t source_hash[32];
+    uint8_t content_hash[32], key[LZ_META_KEY_LEN];
+    int64_t raw_bytes, stored_bytes;
+    char kv_spec[LZ_KVPOLICY_SPEC_MAX]; /* effective KV eviction ("" = stored whole) */
+    int64_t kv_kept;                    /* keys stored over all (layer, kv head) */
+} pend_doc;
+
+/* A document to encode at the next commit, when documents are encoded in
+ * parallel (ingest.par): doc indexes the batch; alias >= 0 names an earlier
+ * job with the same payload key (its blob serves both). */
+typedef struct {
+    int doc, alias;
+    void *blob;
+    size_t len;
+    char err[512];
+} enc_job;
+
+/* A batch's arrays: the ingest holds the batch being built; while its
+ * payloads are written on a thread, the batch committed before it waits in
+ * held (swapped with the ingest's fields, arrays kept for reuse). */
+typedef struct {
+    pend_doc *docs;
+    int n_docs, cap_docs;
+    lz_store_payload *pay;
+    int n_pay, cap_pay;
+    char **sources;
+    int n_src, cap_src;
+    char **keep_sources;
+    int n_keep, cap_keep;
+} batch_arrays;
+
+/* A committed batch's payloads, written by a thread (lz_store_put_payloads_fixed). */
+typedef struct {
+    lz_store *s;
+    const lz_store_payload *pay;
+    int n, fixed, rc;
+    char err[1024];
+} pay_writer;
+
+/* K_REHASH: same content and payload, only the row's source_hash is set
+ * (rows from before schema version 2, or after a budget change): counted
+ * as unchanged. */
+enum { K_ADDED = 0, K_UPDATED = 1, K_UNCHANGED = 2, K_REHASH = 3 };
+
+typedef struct {
+    options o;
+    lz_llama *m;
+    lz_store *s;
+    lz_meta *meta;
+    lz_encoder *enc;
+    lz_kvlearn scorer;      /* --kv-learned (w NULL when not given) */
+    lz_kvlearn_acc *learn;  /* --kv-learn-out */
+    lz_payload_codec *codec;
+    int *prefix;
+    int n_prefix;
+    int64_t model_id, run;
+    /* the batch being built */
+    pend_doc *docs;
+    int n_docs, cap_docs;
+    lz_store_payload *pay;
+    int n_pay, cap_pay;
+    char **sources;       /* records finished in this batch: prune their stale passages */
+    int n_src, cap_src;
+    char **keep_sources;  /* bad records with a known id: keep their old rows */
+    int n_keep, cap_keep;
+    int64_t batch_tokens;
+    /* the batch before: its payloads written on wthread (writing) while this one is encoded, its
+     * rows committed at the next commit (held_pending); LAZY_INGEST_SYNC_COMMIT=1: at once */
+    batch_arrays held;
+    int held_pending, writing, sync_commit;
+    pthread_t wthread;
+    pay_writer wjob;
+    /* par: documents encoded in parallel at each commit, one encoder (and codec) a thread: a
+     * small model's forward pass scales poorly inside one document (1.24x on 2 cores) */
+    int par;
+    enc_job *jobs;
+    int n_jobs, cap_jobs;
+    lz_encoder **pool;        /* pool[0] is enc; the others are made at the first commit */
+    lz_payload_codec **pool_codec;
+    int n_pool;
+    int *probe, n_probe;      /* the encoders' probe cue */
+    /* committed counts */
+    lz_meta_run_counts c;
+    int64_t n_dupes, n_records_done, n_records_total, n_corpus_tokens;
+    double t0, t_encode, last_progress;
+    double t_load, t_setup, t_forward, t_pack, t_commit; /* model load (and GPU upload), + store and prefix,
+                                                            forward passes, payload packing, commits */
+    int64_t kv_kept, kv_full;  /* keys stored / keys before eviction, of the documents this run encoded */
+    int progress;
+    lz_llama_gpu *gpu;          /* --gpu (a CUDA build; NULL otherwise) */
+    lz_encode_backend backend;
+    char err[8192];
+} ingest;
+
+/* ---- check and repair ---- */
+
+typedef struct {
+    int64_t doc_id;
+    char *ext_id;
+    int *ids;
+    int n, kind;
+    char kv_spec[LZ_KVPOLICY_SPEC_MAX]; /* the row's KV eviction: re-encoded the same way */
+} issue_copy;
+
+typedef struct {
+    ingest *g;
+    issue_copy *v;
+    int n, cap;
+} issue_list;
+
+static inline double now_s(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + tv.tv_usec * 1e-6;
+}
+
+/* ingest_record.c */
+/* The slot of id (inserted with ordinal -1 when absent and insert), NULL when absent or out of memory. */
+id_slot *ingest_id_map_get(id_map *m, const char *id, int insert);
+void ingest_id_map_free(id_map *m);
+/* One corpus record (where: file and line, for messages) into the batch; 0 or -1 (g->err). */
+int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_seen, const char *where);
+
+/* ingest_batch.c */
+void ingest_warnf(const ingest *g, const char *fmt, ...); /* a warning line on stderr (unless --quiet) */
+int ingest_push_ptr(char ***v, int *n, int *cap, const char *s); /* appends a copy of s */
+void ingest_batch_free(ingest *g);
+void ingest_pend_doc_free(pend_doc *d); /* its strings and token ids */
+/* The KV eviction of an n-token document under this run's policy: its spec ("" when whole), keys stored. */
+int64_t ingest_doc_kv(const ingest *g, int n, char spec[LZ_KVPOLICY_SPEC_MAX]);
+/* The batch's documents encoded, its payloads handed to the writer, the batch before committed. 0 or -1. */
+int ingest_flush(ingest *g);
+int ingest_finish_commits(ingest *g); /* the last batch's rows (after the last flush, or when a run stops) */
+void ingest_progress(ingest *g, int force); /* the progress line, at most 4 times a second (force: now) */
+int64_t ingest_raw_bytes(const ingest *g, int n); /* an n-token document's KV before compression */
+int ingest_encode_doc(ingest *g, int di); /* document di of the batch: encoded now, or queued for flush */
+void ingest_setup_encoder(ingest *g, lz_encoder *e); /* the store's KV dtype, this run's KV policy and scorers on e */
+
+/* ingest_report.c */
+void ingest_issues_free(issue_list *l);
+int ingest_repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed);
+void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const lz_store_gc_stats *gc,
+                    const lz_store_check_stats *cs, int64_t fixed, int64_t removed_by_repair, int did_ingest,
+                    int did_check);
+/* lz_store_check's callback: each issue printed (unless quiet) and copied into the issue_list ctx. */
+int ingest_on_issue(const lz_store_issue *is, void *ctx);
+
+#endif /* INGEST_RUN_H */
