@@ -657,11 +657,12 @@ static void doc_drop(lz_llama_gpu *g, int i)
     g->docs[i] = g->docs[--g->n_docs];
 }
 
-/* Uploads segment sg (bf16 or fp32, packed heads padded per layer) into a new doc. */
-static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, char *err, size_t errlen)
+/* A new doc x: kept rows per (layer, kv head) as segment sg keeps them (sg
+ * NULL: n each, a document stored whole), a layer's heads padded to its
+ * longest, and room for its K and V on the device (one row at least). */
+static int doc_alloc(const lz_llama_gpu *g, const lz_kv_segment *sg, int n, GpuDoc *x, char *err, size_t errlen)
 {
-    const lz_llama_config *c = &g->cfg;
-    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim;
+    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
     memset(x, 0, sizeof *x);
     x->cap = (int *)malloc((size_t)L * sizeof(int));
     x->first = (size_t *)malloc((size_t)L * sizeof(size_t));
@@ -670,7 +671,7 @@ static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, char 
     for (int l = 0; l < L; l++) {
         int most = 0;
         for (int h = 0; h < KV; h++) {
-            x->kept[l * KV + h] = seg_kept(sg, l, h, KV);
+            x->kept[l * KV + h] = sg ? seg_kept(sg, l, h, KV) : n;
             most = x->kept[l * KV + h] > most ? x->kept[l * KV + h] : most;
         }
         x->cap[l] = most;
@@ -678,6 +679,24 @@ static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, char 
         x->rows += (size_t)KV * most;
         x->keys = most > x->keys ? most : x->keys;
     }
+    const size_t bytes = (x->rows ? x->rows : 1) * d * 2;
+    cudaError_t ce = cudaMalloc((void **)&x->k, bytes);
+    if (ce == cudaSuccess) ce = cudaMalloc((void **)&x->v, bytes);
+    if (ce != cudaSuccess) {
+        doc_free(x);
+        snprintf(err, errlen, "GPU: no memory for a document of %d tokens (%zu rows of K and V): %s", x->keys,
+                 x->rows, cudaGetErrorString(ce));
+        return -1;
+    }
+    return 0;
+}
+
+/* Uploads segment sg (bf16 or fp32, packed heads padded per layer) into a new doc. */
+static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim;
+    if (doc_alloc(g, sg, 0, x, err, errlen)) return -1;
     const size_t n = (x->rows ? x->rows : 1) * d;
     /* bf16 rows already where the device wants them (every head of a layer keeps as many
      * rows, packed in order: a document stored whole) go up as they are; others through a
@@ -707,9 +726,7 @@ static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, char 
             }
         }
     }
-    cudaError_t ce = cudaMalloc((void **)&x->k, n * 2);
-    if (ce == cudaSuccess) ce = cudaMalloc((void **)&x->v, n * 2);
-    if (ce == cudaSuccess) ce = cudaMemcpy(x->k, sk, n * 2, cudaMemcpyHostToDevice);
+    cudaError_t ce = cudaMemcpy(x->k, sk, n * 2, cudaMemcpyHostToDevice);
     if (ce == cudaSuccess) ce = cudaMemcpy(x->v, sv, n * 2, cudaMemcpyHostToDevice);
     free(stage);
     if (ce != cudaSuccess) {
@@ -788,32 +805,6 @@ static int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key,
 extern "C" int lz_llama_gpu_resident(const lz_llama_gpu *g, const uint8_t key[32]) { return doc_find(g, key) >= 0; }
 
 /* ---- documents recomputed on the query side ---- */
-
-/* x: a new doc of n rows in every (layer, kv head), on the device, to be computed there. */
-static int doc_alloc_whole(const lz_llama_gpu *g, int n, GpuDoc *x, char *err, size_t errlen)
-{
-    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
-    memset(x, 0, sizeof *x);
-    x->cap = (int *)malloc((size_t)L * sizeof(int));
-    x->first = (size_t *)malloc((size_t)L * sizeof(size_t));
-    x->kept = (int32_t *)malloc((size_t)L * KV * sizeof(int32_t));
-    if (!x->cap || !x->first || !x->kept) { doc_free(x); snprintf(err, errlen, "out of memory"); return -1; }
-    for (int l = 0; l < L; l++) {
-        x->cap[l] = n;
-        x->first[l] = (size_t)l * KV * n;
-        for (int h = 0; h < KV; h++) x->kept[l * KV + h] = n;
-    }
-    x->rows = (size_t)L * KV * n;
-    x->keys = n;
-    cudaError_t ce = cudaMalloc((void **)&x->k, x->rows * d * 2);
-    if (ce == cudaSuccess) ce = cudaMalloc((void **)&x->v, x->rows * d * 2);
-    if (ce != cudaSuccess) {
-        doc_free(x);
-        snprintf(err, errlen, "GPU: no memory for a recomputed document of %d tokens: %s", n, cudaGetErrorString(ce));
-        return -1;
-    }
-    return 0;
-}
 
 /* The prefix doc's descriptors for the recomputing passes (every call: the doc may have moved). */
 static int prefix_descriptors(lz_llama_gpu *g, const GpuDoc *pre, char *err, size_t errlen)
@@ -894,7 +885,7 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
             rows += n[i];
         }
         int made = b0, ok = 1;
-        for (; ok && made < b1; made++) ok = !doc_alloc_whole(g, n[todo[made]], &xs[made], err, errlen);
+        for (; ok && made < b1; made++) ok = !doc_alloc(g, NULL, n[todo[made]], &xs[made], err, errlen);
         if (!ok) made--;
         for (int j = b0; ok && j < b1; j++) {
             p.n_rows = n[todo[j]];
