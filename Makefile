@@ -131,13 +131,15 @@ LZK_ARCH   := /usr/lib/x86_64-linux-gnu
 LZK_STATIC := $(LZK_ARCH)/liblmdb.a $(LZK_ARCH)/libsqlite3.a $(LZK_ARCH)/libzstd.a $(LZK_ARCH)/libcsv.a \
               $(LZK_ARCH)/libjansson.a $(LZK_ARCH)/libpcre2-8.a $(LZK_ARCH)/openblas-pthread/libopenblas.a \
               $(shell $(CC) -print-file-name=libgomp.a)
-LZK_LINK   := $(LZK_DIR)/obj/model/llama_cuda.o $(LZK_CU:%.cu=$(LZK_DIR)/obj/%.o) $(BUILD)/liblazy.a $(LZK_STATIC) \
+# the engine's GPU pass: model/llama_cuda*.cu (their shared state: model/llama_gpu.cuh)
+LZK_ENGINE := $(patsubst %.cu,$(LZK_DIR)/obj/%.o,$(wildcard model/llama_cuda*.cu))
+LZK_LINK   := $(LZK_ENGINE) $(LZK_CU:%.cu=$(LZK_DIR)/obj/%.o) $(BUILD)/liblazy.a $(LZK_STATIC) \
               -lcublas -lpthread -ldl -lm
-$(LZK_DIR)/obj/model/llama_cuda.o: model/llama_cuda.cu model/llama_cuda.h model/llama.h $(LZK_HDRS)
+$(LZK_DIR)/obj/model/%.o: model/%.cu model/llama_gpu.cuh model/llama_cuda.h model/llama.h $(LZK_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp -c $< -o $@
 
-$(LZK_DIR)/test_llama_cuda: tests/cuda/test_llama_cuda.cu $(LZK_DIR)/obj/model/llama_cuda.o $(LZK_OBJS) $(BUILD)/liblazy.a
+$(LZK_DIR)/test_llama_cuda: tests/cuda/test_llama_cuda.cu $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_LINK) -o $@
 
 # lazyingest and lazyquery with --gpu, for the GPU machine (the same static recipe)
@@ -149,7 +151,7 @@ $(LZK_DIR)/obj/lazyquery.o: query/lazyquery.c $(HEADERS) model/llama_cuda.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
 
-$(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery: $(LZK_DIR)/%: $(LZK_DIR)/obj/%.o $(LZK_DIR)/obj/model/llama_cuda.o $(LZK_OBJS) $(BUILD)/liblazy.a
+$(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery: $(LZK_DIR)/%: $(LZK_DIR)/obj/%.o $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp $< $(LZK_LINK) -o $@
 
 $(LZK_DIR)/test_ops: tests/cuda/test_ops.cu $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h

@@ -1,0 +1,319 @@
+/* llama_cuda_docs.cu - the documents a question's steps read on the GPU
+ * (llama_cuda.h): uploaded from their stored KV (bf16 or fp32, Ada-KV's
+ * packed heads padded per layer), or recomputed there from their token ids
+ * exactly as lazyingest encoded them (lz_llama_gpu_encode_keep: a batch of
+ * whole documents, each with its own causal attention over the prefix on a
+ * side stream); keyed by their payload, the least recently used out beyond
+ * the cache budget. State: llama_gpu.cuh. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/lz_ops.h"
+#include "model/half.h"
+#include "model/llama_gpu.cuh"
+
+namespace lzgpu {
+
+/* kept rows of segment sg at (layer l, kv head h) */
+static int seg_kept(const lz_kv_segment *sg, int l, int h, int KV)
+{
+    return sg->n_kept ? sg->n_kept[l * KV + h] : sg->n;
+}
+
+
+static size_t doc_bytes(const lz_llama_gpu *g, const GpuDoc *x) { return x->rows * g->cfg.head_dim * 2 * 2; }
+
+/* Removes doc i (the last one takes its place). */
+void doc_drop(lz_llama_gpu *g, int i)
+{
+    if (g->docs[i].keyed) g->used_bytes -= doc_bytes(g, &g->docs[i]);
+    doc_free(&g->docs[i]);
+    g->docs[i] = g->docs[--g->n_docs];
+}
+
+/* A new doc x: kept rows per (layer, kv head) as segment sg keeps them (sg
+ * NULL: n each, a document stored whole), a layer's heads padded to its
+ * longest, and room for its K and V on the device (one row at least). */
+static int doc_alloc(const lz_llama_gpu *g, const lz_kv_segment *sg, int n, GpuDoc *x, char *err, size_t errlen)
+{
+    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
+    memset(x, 0, sizeof *x);
+    x->cap = (int *)malloc((size_t)L * sizeof(int));
+    x->first = (size_t *)malloc((size_t)L * sizeof(size_t));
+    x->kept = (int32_t *)malloc((size_t)L * KV * sizeof(int32_t));
+    if (!x->cap || !x->first || !x->kept) { doc_free(x); snprintf(err, errlen, "out of memory"); return -1; }
+    for (int l = 0; l < L; l++) {
+        int most = 0;
+        for (int h = 0; h < KV; h++) {
+            x->kept[l * KV + h] = sg ? seg_kept(sg, l, h, KV) : n;
+            most = x->kept[l * KV + h] > most ? x->kept[l * KV + h] : most;
+        }
+        x->cap[l] = most;
+        x->first[l] = x->rows;
+        x->rows += (size_t)KV * most;
+        x->keys = most > x->keys ? most : x->keys;
+    }
+    const size_t bytes = (x->rows ? x->rows : 1) * d * 2;
+    cudaError_t ce = cudaMalloc((void **)&x->k, bytes);
+    if (ce == cudaSuccess) ce = cudaMalloc((void **)&x->v, bytes);
+    if (ce != cudaSuccess) {
+        doc_free(x);
+        snprintf(err, errlen, "GPU: no memory for a document of %d tokens (%zu rows of K and V): %s", x->keys,
+                 x->rows, cudaGetErrorString(ce));
+        return -1;
+    }
+    return 0;
+}
+
+/* Uploads segment sg (bf16 or fp32, packed heads padded per layer) into a new doc. */
+static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim;
+    if (doc_alloc(g, sg, 0, x, err, errlen)) return -1;
+    const size_t n = (x->rows ? x->rows : 1) * d;
+    /* bf16 rows already where the device wants them (every head of a layer keeps as many
+     * rows, packed in order: a document stored whole) go up as they are; others through a
+     * staging copy, heads in parallel (an 8B model's document is ~20 MB) */
+    bool direct = sg->k16 && x->rows > 0;
+    for (int lh = 0; direct && lh < L * KV; lh++) {
+        const int l = lh / KV, h = lh % KV;
+        direct = x->kept[lh] == x->cap[l] && lz_kv_segment_block(sg, l, h, KV, d) == (x->first[l] + (size_t)h * x->cap[l]) * d;
+    }
+    uint16_t *stage = direct ? NULL : (uint16_t *)malloc(n * 2 * 2);
+    if (!direct && !stage) { doc_free(x); snprintf(err, errlen, "out of memory"); return -1; }
+    const uint16_t *sk = direct ? sg->k16 : stage, *sv = direct ? sg->v16 : stage + n;
+    if (!direct) {
+#pragma omp parallel for schedule(dynamic, 4) if (n > ((size_t)1 << 20))
+        for (int lh = 0; lh < L * KV; lh++) {
+            const int l = lh / KV, h = lh % KV, kept = x->kept[lh];
+            const size_t src = lz_kv_segment_block(sg, l, h, KV, d), dst = (x->first[l] + (size_t)h * x->cap[l]) * d;
+            uint16_t *dk = stage + dst, *dv = stage + n + dst;
+            if (sg->k16) {
+                memcpy(dk, sg->k16 + src, (size_t)kept * d * 2);
+                memcpy(dv, sg->v16 + src, (size_t)kept * d * 2);
+            } else {
+                for (size_t e = 0; e < (size_t)kept * d; e++) {
+                    dk[e] = lz_f32_to_bf16(sg->k[src + e]);
+                    dv[e] = lz_f32_to_bf16(sg->v[src + e]);
+                }
+            }
+        }
+    }
+    cudaError_t ce = cudaMemcpy(x->k, sk, n * 2, cudaMemcpyHostToDevice);
+    if (ce == cudaSuccess) ce = cudaMemcpy(x->v, sv, n * 2, cudaMemcpyHostToDevice);
+    free(stage);
+    if (ce != cudaSuccess) {
+        doc_free(x);
+        snprintf(err, errlen, "GPU: uploading a document: %s", cudaGetErrorString(ce));
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" void lz_llama_gpu_set_cache(lz_llama_gpu *g, size_t bytes) { g->cache_bytes = bytes; }
+
+extern "C" void lz_llama_gpu_cache_stats(const lz_llama_gpu *g, long *hits, long *misses, size_t *bytes)
+{
+    *hits = g->hits;
+    *misses = g->misses;
+    *bytes = g->used_bytes;
+}
+
+/* The keyed doc with content key key, or -1. */
+static int doc_find(const lz_llama_gpu *g, const uint8_t *key)
+{
+    for (int i = 0; key && i < g->n_docs; i++)
+        if (g->docs[i].keyed && !memcmp(g->docs[i].key, key, 32)) return i;
+    return -1;
+}
+
+/* Room for one more doc in g->docs; 0 or -1. */
+static int doc_room(lz_llama_gpu *g, char *err, size_t errlen)
+{
+    if (g->n_docs < g->cap_docs) return 0;
+    int cap = g->cap_docs ? 2 * g->cap_docs : 64;
+    GpuDoc *d2 = (GpuDoc *)realloc(g->docs, (size_t)cap * sizeof *d2);
+    if (!d2) { snprintf(err, errlen, "out of memory"); return -1; }
+    g->docs = d2;
+    g->cap_docs = cap;
+    return 0;
+}
+
+/* Adds x (its id set here) for question `used`, keyed by key when not NULL. */
+static void doc_add(lz_llama_gpu *g, GpuDoc *x, const uint8_t *key, uint64_t used)
+{
+    x->used = used;
+    x->id = ++g->next_id;
+    if (key) {
+        memcpy(x->key, key, 32);
+        x->keyed = 1;
+        g->used_bytes += doc_bytes(g, x);
+    }
+    g->docs[g->n_docs++] = *x;
+}
+
+/* The doc of segment sg for this question: resident under key, else uploaded
+ * (keyed ones kept within the budget, least recently used out first;
+ * unkeyed ones dropped at the next question). Its id in *id; 0 or -1. */
+int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, uint64_t *id, char *err, size_t errlen)
+{
+    const int at = doc_find(g, key);
+    if (at >= 0) {
+        GpuDoc *x = &g->docs[at];
+        x->used = g->question;
+        if (x->fresh) g->misses++; /* recomputed for this question: not found, made */
+        else g->hits++;
+        x->fresh = 0;
+        *id = x->id;
+        return 0;
+    }
+    if (key) g->misses++;
+    GpuDoc x;
+    if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, err, errlen)) return -1;
+    doc_add(g, &x, key, g->question);
+    *id = x.id;
+    return 0;
+}
+
+extern "C" int lz_llama_gpu_resident(const lz_llama_gpu *g, const uint8_t key[32]) { return doc_find(g, key) >= 0; }
+
+/* ---- documents recomputed on the query side ---- */
+
+/* The prefix doc's descriptors for the recomputing passes (every call: the doc may have moved). */
+static int prefix_descriptors(lz_llama_gpu *g, const GpuDoc *pre, char *err, size_t errlen)
+{
+    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
+    if (!g->esegs) {
+        CUDA_OK(cudaMalloc((void **)&g->esegs, (size_t)L * sizeof(lz_attn_segment)), "descriptors");
+        if (cudaMalloc((void **)&g->elen, (size_t)L * KV * sizeof(int32_t)) != cudaSuccess) {
+            cudaFree(g->esegs);
+            g->esegs = NULL;
+            snprintf(err, errlen, "GPU: no memory for descriptors");
+            return -1;
+        }
+    }
+    lz_attn_segment *hs = (lz_attn_segment *)malloc((size_t)L * sizeof *hs);
+    if (!hs) { snprintf(err, errlen, "out of memory"); return -1; }
+    for (int l = 0; l < L; l++)
+        hs[l] = (lz_attn_segment){(const lz_bf16 *)(pre->k + pre->first[l] * d), (const lz_bf16 *)(pre->v + pre->first[l] * d),
+                                  0, pre->cap[l]};
+    cudaError_t ce = cudaMemcpy(g->esegs, hs, (size_t)L * sizeof *hs, cudaMemcpyHostToDevice);
+    free(hs);
+    if (ce == cudaSuccess) ce = cudaMemcpy(g->elen, pre->kept, (size_t)L * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
+    CUDA_OK(ce, "uploading the prefix descriptors");
+    return 0;
+}
+
+extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *prefix, const uint8_t prefix_key[32],
+                                        const int *const *ids, const int *n, const uint8_t *const *keys, int n_docs,
+                                        char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int D = c->dim, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, N = g->max_tokens;
+    for (int i = 0; i < n_docs; i++) {
+        if (n[i] <= 0) { snprintf(err, errlen, "GPU: a document of %d tokens to recompute", n[i]); return -1; }
+        for (int j = 0; j < n[i] && n[i] <= N; j++)
+            if (ids[i][j] < 0 || ids[i][j] >= c->vocab) { snprintf(err, errlen, "token id %d out of range", ids[i][j]); return -1; }
+    }
+    if (!g->side[0]) { /* the side streams, at the first call: the documents' attention side by side */
+        CUDA_OK(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming), "events");
+        for (int i = 0; i < LZ_GPU_SIDE; i++) {
+            CUDA_OK(cudaStreamCreateWithFlags(&g->side[i], cudaStreamNonBlocking), "streams");
+            CUDA_OK(cudaEventCreateWithFlags(&g->join[i], cudaEventDisableTiming), "events");
+        }
+    }
+    /* the question about to begin uses them all: nothing it needs is evicted before it */
+    const uint64_t used = g->question + 1;
+    int at = doc_find(g, prefix_key);
+    if (at < 0) { /* the prefix, kept like a document (the question's begin finds it) */
+        GpuDoc x;
+        if (doc_room(g, err, errlen) || doc_upload(g, prefix, &x, err, errlen)) return -1;
+        x.fresh = 1;
+        doc_add(g, &x, prefix_key, used);
+        at = g->n_docs - 1;
+    }
+    g->docs[at].used = used;
+    if (prefix_descriptors(g, &g->docs[at], err, errlen)) return -1;
+    const int64_t s = prefix->n;
+    lz_prefill_params p = attn_params(g, 1);
+    p.n_seg = 1;
+    p.seg_keys = g->docs[at].keys;
+    int *hid = (int *)malloc((size_t)N * sizeof(int));
+    Part *parts = (Part *)malloc((size_t)(n_docs > 0 ? n_docs : 1) * sizeof *parts);
+    GpuDoc *xs = (GpuDoc *)calloc((size_t)(n_docs > 0 ? n_docs : 1), sizeof *xs);
+    int *todo = (int *)malloc((size_t)(n_docs > 0 ? n_docs : 1) * sizeof(int));
+    int rc = -1, n_todo = 0;
+    if (!hid || !parts || !xs || !todo) { snprintf(err, errlen, "out of memory"); goto done; }
+    for (int i = 0; i < n_docs; i++) { /* resident ones, repeats and those too long for a pass are skipped */
+        int dup = n[i] > N || doc_find(g, keys[i]) >= 0;
+        for (int j = 0; !dup && j < n_todo; j++) dup = !memcmp(keys[todo[j]], keys[i], 32);
+        if (!dup) todo[n_todo++] = i;
+    }
+    /* batches of whole documents, at most max_tokens rows: one pass of the weights each */
+    for (int b0 = 0, b1; b0 < n_todo; b0 = b1) {
+        int rows = 0;
+        for (b1 = b0; b1 < n_todo && rows + n[todo[b1]] <= N; b1++) {
+            const int i = todo[b1];
+            memcpy(hid + rows, ids[i], (size_t)n[i] * sizeof(int));
+            rows += n[i];
+        }
+        int made = b0, ok = 1;
+        for (; ok && made < b1; made++) ok = !doc_alloc(g, NULL, n[todo[made]], &xs[made], err, errlen);
+        if (!ok) made--;
+        for (int j = b0; ok && j < b1; j++) {
+            p.n_rows = n[todo[j]];
+            ok = !ensure_work(g, &p, err, errlen);
+        }
+        if (ok) ok = cudaMemcpyAsync(g->ids, hid, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice, g->st) == cudaSuccess;
+        if (ok) lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->ids, rows, D, g->st);
+        for (int l = 0; ok && l < L; l++) {
+            p.segs = g->esegs + l;
+            p.seg_len = g->elen + (size_t)l * KV;
+            for (int j = b0, off = 0; j < b1; off += n[todo[j]], j++) {
+                const size_t at_l = (size_t)l * KV * n[todo[j]] * d;
+                parts[j - b0] = (Part){off, n[todo[j]], xs[j].k + at_l, xs[j].v + at_l};
+            }
+            ok = !layer(g, l, rows, s, NULL, parts, b1 - b0, &p, 0, NULL, 0, 0, err, errlen);
+        }
+        cudaError_t ce = cudaGetLastError();
+        if (ce == cudaSuccess) ce = cudaStreamSynchronize(g->st);
+        if (ok && ce != cudaSuccess) {
+            snprintf(err, errlen, "GPU: recomputing documents: %s", cudaGetErrorString(ce));
+            ok = 0;
+        }
+        for (int j = b0; j < made; j++) {
+            if (ok && !doc_room(g, err, errlen)) {
+                xs[j].fresh = 1;
+                doc_add(g, &xs[j], keys[todo[j]], used);
+            } else {
+                ok = 0;
+                doc_free(&xs[j]);
+            }
+        }
+        if (!ok) goto done;
+    }
+    rc = 0;
+done:
+    free(hid);
+    free(parts);
+    free(xs);
+    free(todo);
+    return rc;
+}
+
+/* Evicts keyed docs this question does not use, least recently used first,
+ * until the budget holds (this question's own stay even past it). */
+void doc_trim(lz_llama_gpu *g)
+{
+    while (g->used_bytes > g->cache_bytes) {
+        int lru = -1;
+        for (int i = 0; i < g->n_docs; i++)
+            if (g->docs[i].keyed && g->docs[i].used != g->question && (lru < 0 || g->docs[i].used < g->docs[lru].used))
+                lru = i;
+        if (lru < 0) return;
+        doc_drop(g, lru);
+    }
+}
+
+} /* namespace lzgpu */

@@ -1,0 +1,170 @@
+/* llama_gpu.cuh - the GPU forward pass's own state and pieces, shared by
+ * its files (model/llama_cuda.h is the interface; this is not):
+ *   model/llama_cuda.cu        the weights on the device, the forward layer, ingest's encode
+ *   model/llama_cuda_docs.cu   documents resident on the device; cold ones recomputed there
+ *   model/llama_cuda_query.cu  a question's begin and its steps (decode: one graph a token)
+ * Everything but the lz_llama_gpu struct (llama_cuda.h's opaque type) lives
+ * in namespace lzgpu. CUDA C++ only.
+ *
+ * Legend: n = tokens, D = width, H/KV = heads, d = head_dim, F = FFN width,
+ * V = vocabulary, L = layers, s = prefix tokens.
+ */
+#ifndef LLAMA_GPU_CUH
+#define LLAMA_GPU_CUH
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "kernels/lz_decode.h"
+#include "kernels/lz_prefill.h"
+#include "model/llama_cuda.h"
+
+typedef __nv_bfloat16 bf16;
+
+namespace lzgpu {
+
+struct Layer {
+    bf16 *wq, *wk, *wv, *wo, *wg, *wu, *wd; /* (out, in) row-major; wk, wv follow wq and wu follows wg
+                                               in memory: one product computes q|k|v, one gate|up */
+    float *attn_norm, *ffn_norm;
+};
+
+/* A segment resident on the device: per layer l, (KV, cap[l], d) rows from
+ * row first[l] of k and v; kept (L, KV). Keyed by a 32-byte content digest
+ * (a store payload's key), or unkeyed: then it lives for one question. */
+struct GpuDoc {
+    uint8_t key[32];
+    int keyed;
+    bf16 *k, *v;
+    size_t rows;
+    int *cap;
+    size_t *first;
+    int32_t *kept;
+    int64_t keys; /* rows of its longest (layer, head) */
+    uint64_t used; /* the question that used it last */
+    uint64_t id;   /* unique: entries move when others are dropped */
+    int fresh;     /* computed here (lz_llama_gpu_encode_keep) and not yet used: its first lookup is a miss */
+};
+
+/* One sequence among a layer's n rows: rows off..off+n-1 at positions pos0..,
+ * its keys and values written (KV, n, d) to kh, vh (its own keys in the
+ * attention). Several documents recomputed together are several parts. */
+struct Part {
+    int off, n;
+    bf16 *kh, *vh;
+    bf16 *own_k, *own_v; /* a query step: the layer's own rows (KV, N, d), where k and v are also appended */
+    const lz_decode_params *dec; /* a decode step: its attention by lz_decode_lazy (own rows appended first) */
+};
+
+} /* namespace lzgpu */
+
+#define LZ_GPU_STAGE ((size_t)64 << 20)
+
+#define LZ_GPU_SIDE 4
+
+struct lz_llama_gpu {
+    const lz_llama *m; /* the caller's, alive as long as g: the output head uploads at the first question */
+    lz_llama_config cfg;
+    int max_tokens;
+    cublasHandle_t blas;
+    cudaStream_t st;
+    bf16 *tok_embd;
+    lzgpu::Layer *layers; /* host array of device pointers */
+    float *inv_freq;
+    float *x, *q, *gate; /* (N, D); (N, (H + 2 KV) d): rows q | k | v; (N, 2 F): rows gate | up */
+    bf16 *xb, *qh, *oh, *ot, *hb;
+    bf16 *kall, *vall; /* (L, KV, n, d): the document's K and V, read back at the end */
+    int *ids;
+    bf16 *pk, *pv;     /* prefix (L, KV, s, d) */
+    int s;
+    lz_attn_segment *dsegs; /* (L) one prefix segment a layer */
+    int32_t *dlen;          /* (KV) = s */
+    float *work;
+    size_t work_bytes;
+    bf16 *host16;      /* pinned staging (2, L, KV, max_tokens, d) */
+    /* query side */
+    bf16 *out_w;       /* (V, D) output head (the embedding when tied) */
+    float *out_norm, *logits, *hlogits; /* (D), (V) device, (V) pinned */
+    bf16 *tk, *tv;     /* (KV, max_tokens, d) a step's own keys / values */
+    bf16 *own_k, *own_v; /* (L, KV, max_tokens, d) the sequence's tokens so far */
+    lzgpu::GpuDoc *docs;        /* resident segments, LRU by .used */
+    int n_docs, cap_docs;
+    size_t cache_bytes, used_bytes; /* budget and use of the keyed ones */
+    uint64_t question, next_id;
+    long hits, misses;
+    int *dn_own;         /* device: the own sequence's length (read by the kernels; a graph replays them) */
+    int *hids;           /* pinned: a step's token ids */
+    cudaGraphExec_t decode; /* one decode step of this question, captured at its first one */
+    void *blas_ws;       /* cuBLAS workspace (no allocation inside a captured graph) */
+    float *wq;           /* ingest: the KV-eviction window's rotated queries (L, cw, H, d) */
+    size_t wq_n;
+    lz_attn_segment *qsegs;  /* (L, S + 1) device: the segments then the own sequence */
+    int32_t *qlen, *hqlen;   /* (L, S + 1, KV) device / host */
+    int S, n_own, qcap;      /* qcap: S + 1 the descriptor arrays hold */
+    int ready;               /* a begin succeeded (a failed one leaves no question to step) */
+    int64_t pos0, seg_keys;
+    void **owned;
+    int n_owned;
+    lz_attn_segment *esegs; /* (L) device: the prefix doc, for documents recomputed on the query side */
+    int32_t *elen;          /* (L, KV) device: its kept lengths */
+    /* several parts in a layer (documents recomputed together): their rotary, attention and
+     * token-major copies run on LZ_GPU_SIDE streams side by side, each with its own slot of
+     * the attention workspace (work_slot bytes apart) */
+    cudaStream_t side[4];
+    cudaEvent_t fork, join[4];
+    size_t work_slot;
+    unsigned char *stage[2]; /* pinned, LZ_GPU_STAGE bytes each: weights on their way up (upload_bytes) */
+    cudaEvent_t stage_ev[2];
+    /* a decode step's attention by lz_decode_lazy: block words (L, KV, dNB) over the question's
+     * segments then the own rows, the values' rows beside them, the blocks in use (L, KV) and the
+     * segments' share of them; rows counted from dk0 / dv0. dec = 0 when a question's rows or
+     * offsets do not fit the words (decode then runs lz_prefill_lazy, as question steps do) */
+    uint64_t *dwords, *dvrows; /* one allocation: words, values' rows, dnf, dnb */
+    int32_t *dnb, *dnf;
+    size_t dcap;               /* its bytes, and those of the pinned staging hdw */
+    uint64_t *hdw;
+    int dNB, dec, dsplit; /* dsplit: lz_decode's split-KV parts (0: its choice) */
+    const bf16 *dk0, *dv0;
+    float *dwork;
+    size_t dwork_bytes;
+};
+
+namespace lzgpu {
+
+/* err = "GPU: <what> failed (<code>)"; returns -1 */
+static inline int fail(char *err, size_t errlen, const char *what, int code)
+{
+    snprintf(err, errlen, "GPU: %s failed (%d)", what, code);
+    return -1;
+}
+
+#define CUDA_OK(call, what)                                                                                       \
+    do {                                                                                                          \
+        cudaError_t e_ = (call);                                                                                  \
+        if (e_ != cudaSuccess) {                                                                                  \
+            snprintf(err, errlen, "GPU: %s: %s", what, cudaGetErrorString(e_));                                   \
+            return -1;                                                                                            \
+        }                                                                                                         \
+    } while (0)
+
+/* model/llama_cuda.cu */
+void doc_free(GpuDoc *x);
+int ensure_query(lz_llama_gpu *g, char *err, size_t errlen); /* the query side's buffers, at the first question */
+/* y (n, out) (+)= x (n, in) @ W (out, in)^T (one row: lz_gemv) */
+int gemm(lz_llama_gpu *g, float *y, const bf16 *x, const bf16 *w, int n, int in, int out, float beta);
+lz_prefill_params attn_params(const lz_llama_gpu *g, int n); /* ingest's and query's shared attention parameters */
+/* Layer l over the n rows of g->x (its parts' rotary and attention, then o and the FFN). 0 or -1. */
+int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const Part *parts, int n_parts,
+          const lz_prefill_params *p, int lazy, float *qcap, int c0, int cw, char *err, size_t errlen);
+int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen); /* p's attention workspace */
+
+/* model/llama_cuda_docs.cu */
+void doc_drop(lz_llama_gpu *g, int i); /* removes doc i (the last one takes its place) */
+/* The resident doc of segment sg (key: its payload's; NULL: this question only), uploaded when absent. */
+int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, uint64_t *id, char *err, size_t errlen);
+void doc_trim(lz_llama_gpu *g); /* least recently used keyed docs out, down to the budget */
+
+} /* namespace lzgpu */
+#endif /* LLAMA_GPU_CUH */
