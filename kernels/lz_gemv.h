@@ -1,4 +1,4 @@
-/* lz_gemv.h - matrix-vector products of one decode step (model/llama_cuda.cu):
+/* lz_gemv.h - matrix-vector products of one decode step (model/llama_cuda*.cu):
  * y = W x for up to three bf16 weight matrices that share the input x (q, k
  * and v, or gate and up, in one launch), fp32 accumulation and output. A
  * decode step is bound by reading the weights once; cuBLAS's GEMM at one

@@ -1,4 +1,4 @@
-/* lz_ops.h - the small kernels of the GPU forward pass (model/llama_cuda.cu):
+/* lz_ops.h - the small kernels of the GPU forward pass (model/llama_cuda*.cu):
  * embedding lookup, rmsnorm, rotary into head-major layout, silu-gate, the
  * token-major transpose and the own sequence's bookkeeping. Each CUDA
  * launcher (kernels/lz_ops.cu; device pointers, asynchronous on stream) has a

@@ -1,4 +1,4 @@
-/* test_llama_cuda.cu - the GPU ingest forward pass (model/llama_cuda.cu)
+/* test_llama_cuda.cu - the GPU forward pass (model/llama_cuda*.cu)
  * against the CPU engine (lz_llama_forward, fp32) on random-weight models:
  * the document's K and V of every layer after a prompt prefix, at bf16
  * level (normalised error per layer <= 3e-2, no NaN), for documents of 1,
