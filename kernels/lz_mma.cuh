@@ -14,6 +14,7 @@
 
 #include <type_traits>
 
+#include "kernels/lz_ops.cuh"
 #include "model/rope.h"
 
 namespace lz {
@@ -224,11 +225,9 @@ template <int D>
 __global__ void combine_kernel(__nv_bfloat16 *__restrict__ out, const float *__restrict__ part,
                                const float *__restrict__ lse, int rows, int n_split)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* launched as a programmatic dependent of the split kernel: resident early,
      * waits here until that grid has finished and its stores are visible */
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    pdl_wait();
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= rows) return;
     combine_row<D, false>(out + (size_t)row * D, part + (size_t)row * n_split * D, lse + (size_t)row * n_split, n_split,
@@ -244,16 +243,8 @@ template <int D>
 static int launch_combine(__nv_bfloat16 *out, const float *part, const float *lse, int rows, int n_split,
                           cudaStream_t st, bool pdl)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((rows + 7) / 8);
-    cfg.blockDim = dim3(256);
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return (int)cudaLaunchKernelEx(&cfg, combine_kernel<D>, out, part, lse, rows, n_split);
+    return (int)launch_pdl(combine_kernel<D>, dim3((rows + 7) / 8), dim3(256), 0, st, pdl, out, part, lse, rows,
+                           n_split);
 }
 
 } /* namespace lz */

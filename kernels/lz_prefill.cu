@@ -524,12 +524,10 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
     }
     lz::cp_async_wait<0>();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* the combine kernel (a programmatic dependent) may be scheduled once every CTA is
      * here; triggered at the start instead, its CTAs took resources from this kernel
      * (H200: 128 x 1536 lazy 26.4 against 25.7 us launched plainly) */
-    if (n_split > 1) asm volatile("griddepcontrol.launch_dependents;");
-#endif
+    if (n_split > 1) lz::pdl_trigger();
 
     /* write: bf16 rows when one part, else normalised fp32 part + log2-sum-exp */
     const size_t rows = (size_t)p.n_heads * M;

@@ -139,15 +139,7 @@ template <class F> static double time_us(F fn, int n_sets, int reps)
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
     std::vector<float> t;
-    for (int i = 0; i < reps; i++) {
-        CK(cudaEventRecord(a, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1000.f / CALLS);
-    }
+    for (int i = 0; i < reps; i++) t.push_back(lz_graph_ms(ge, st, a, b) * 1000.f / CALLS);
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
     CK(cudaGraphExecDestroy(ge));

@@ -1,5 +1,6 @@
 /* cuda_check.h - CK(call): exit(2) with file, line, call and the CUDA error
- * text when a CUDA runtime call fails; lz_copy_tbs, the copy-rate bound.
+ * text when a CUDA runtime call fails; lz_graph_ms, one timed graph replay;
+ * lz_copy_tbs, the copy-rate bound.
  * Shared by the GPU tests (tests/cuda/) and the kernel benchmark
  * (bench/kernels/). */
 #ifndef LZ_CUDA_CHECK_H
@@ -17,6 +18,18 @@
             exit(2);                                                                           \
         }                                                                                      \
     } while (0)
+
+/* Milliseconds of one replay of graph ge on stream st, between events a and b. */
+static inline float lz_graph_ms(cudaGraphExec_t ge, cudaStream_t st, cudaEvent_t a, cudaEvent_t b)
+{
+    CK(cudaEventRecord(a, st));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    return ms;
+}
 
 /* Device-to-device copy rate of 1 GiB in TB/s (bytes read + written): plain
  * stream copies between events (a copy captured in a graph takes the copy

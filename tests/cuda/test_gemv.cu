@@ -302,15 +302,7 @@ static void bench_step(double cbw)
         CK(cudaGraphInstantiate(&ge, gr, 0));
         for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, st));
         double t[9];
-        for (int k = 0; k < 9; k++) {
-            CK(cudaEventRecord(e0, st));
-            CK(cudaGraphLaunch(ge, st));
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            float ms;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            t[k] = ms;
-        }
+        for (int k = 0; k < 9; k++) t[k] = lz_graph_ms(ge, st, e0, e1);
         for (int i = 0; i < 9; i++)
             for (int j = i + 1; j < 9; j++)
                 if (t[j] < t[i]) { double u = t[i]; t[i] = t[j]; t[j] = u; }
