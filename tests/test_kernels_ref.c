@@ -284,6 +284,20 @@ static void test_words_and_checks(void)
           !(ws[2] & LZ_DECODE_SEG_START), "segment start marks the first block only");
     CHECK(lz_decode_add_segment(ws, &n, 8, 0, 1, LZ_DECODE_MAX_OFFSET + 1) == LZ_ATTN_ERANGE, "offset range");
     CHECK(lz_decode_add_segment(ws, &n, 8, 0, 64 * 6, 0) == LZ_ATTN_EARG, "capacity");
+    { /* values at rows of their own: one v row a block, from v_row on, 64 apart; the words as without */
+        uint64_t wk[4], wv[4] = {0}, vr[4] = {0};
+        int nk = 0, nv = 0;
+        CHECK(lz_decode_add_segment(wk, &nk, 4, 5000, 150, 777) == 0 &&
+                  lz_decode_add_segment_kv(wv, vr, &nv, 4, 5000, 90000, 150, 777) == 0 && nk == 3 && nv == 3 &&
+                  !memcmp(wk, wv, sizeof(uint64_t) * 3) && vr[0] == 90000 && vr[1] == 90064 && vr[2] == 90128 &&
+                  vr[3] == 0,
+              "add_segment_kv: the same words, v rows 90000/90064/90128 (got %llu %llu %llu)",
+              (unsigned long long)vr[0], (unsigned long long)vr[1], (unsigned long long)vr[2]);
+        nv = 0;
+        CHECK(lz_decode_add_segment_kv(wv, vr, &nv, 4, LZ_DECODE_MAX_ROW - 10, 0, 64, 0) == LZ_ATTN_ERANGE &&
+                  lz_decode_add_segment_kv(wv, vr, &nv, 4, 0, 0, 1, LZ_DECODE_MAX_OFFSET + 1) == LZ_ATTN_ERANGE &&
+                  nv == 0, "add_segment_kv: rows or offsets past the word's fields refused, nothing added");
+    }
     lz_prefill_params p = {0};
     CHECK(lz_prefill_check(&p) == LZ_ATTN_EHEADDIM, "head_dim 0");
     p.head_dim = 128; p.n_heads = 6; p.n_kv_heads = 4;
