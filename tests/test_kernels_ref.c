@@ -479,8 +479,45 @@ static void test_ops_ref(int layout)
         for (int r = 0; r < 12; r++)
             for (int e = 0; e < d; e++)
                 bad += own[((size_t)h * 12 + r) * d + e] != (r >= 4 && r < 4 + n ? kh[((size_t)h * n + r - 4) * d + e] : 0);
+    { /* heads with both appends: the heads and the two appends */
+        lz_bf16 qh3[5 * 4 * 8], kh3[5 * 2 * 8], vh3[5 * 2 * 8], ok_[2 * 12 * 8], ov_[2 * 12 * 8], want_v[2 * 12 * 8];
+        memset(ok_, 0, sizeof ok_);
+        memset(ov_, 0, sizeof ov_);
+        memset(want_v, 0, sizeof want_v);
+        lz_op_append_ref(want_v, vh, n, KV, 12, d, &cnt, NULL);
+        lz_op_heads_own_ref(qh3, kh3, vh3, ok_, ov_, 12, q, k, v, 0, n, H, KV, d, 3, &cnt, layout, inv, NULL);
+        lz_bf16 want_q[5 * 4 * 8], want_k[5 * 2 * 8], want_vh[5 * 2 * 8];
+        lz_op_heads_ref(want_q, want_k, want_vh, q, k, v, 0, n, H, KV, d, 3, &cnt, layout, inv, NULL, 0, 0, NULL);
+        lz_bf16 want_ko[2 * 12 * 8];
+        memset(want_ko, 0, sizeof want_ko);
+        lz_op_append_ref(want_ko, want_k, n, KV, 12, d, &cnt, NULL);
+        CHECK(!memcmp(qh3, want_q, sizeof qh3) && !memcmp(kh3, want_k, sizeof kh3) && !memcmp(vh3, want_vh, sizeof vh3) &&
+                  !memcmp(ov_, want_v, sizeof ov_) && !memcmp(ok_, want_ko, sizeof ok_),
+              "heads_own ref: the heads and both appends");
+        CHECK(lz_op_heads_own_ref(qh3, kh3, vh3, NULL, ov_, 12, q, k, v, 0, n, H, KV, d, 3, &cnt, layout, inv, NULL) ==
+                  LZ_ATTN_EARG, "heads_own ref without own rows: refused");
+    }
     lz_op_count_add_ref(&cnt, n, NULL);
     CHECK(bad == 0 && cnt == 4 + n, "own sequence refs (%d wrong, count %d)", bad, cnt);
+    { /* own rows' block words, step after step (one row, then a jump past three blocks, then one):
+       * every block before the last full, the last holding the rest, n_blocks counting them */
+        uint64_t w[12];
+        int32_t nf = 2, nb = 0;
+        int k0 = 0, c = 0, okw = 1;
+        lz_decode_add_segment(w, &k0, 12, 100, 70, 9000); /* a segment's 2 blocks */
+        lz_decode_add_segment(w, &k0, 12, 5000, 64 * 8, 0); /* own rows: 8 full blocks */
+        const int steps[] = {1, 1, 62, 1, 200, 1, 1};
+        for (int t = 0; t < 7; t++) {
+            lz_op_own_words_ref(w, &nb, &nf, 1, 12, &c, steps[t], NULL);
+            c += steps[t];
+            int keys = 0;
+            for (int j = nf; j < nb; j++) keys += lz_decode_word_keys(w[j]);
+            okw &= keys == c && nb == nf + (c + 63) / 64 && lz_decode_word_keys(w[0]) == 64 &&
+                   lz_decode_word_keys(w[1]) == 6 && lz_decode_word_row(w[nf + 1]) == 5064 &&
+                   (w[nf] & LZ_DECODE_SEG_START) && !(w[nf + 1] & LZ_DECODE_SEG_START);
+        }
+        CHECK(okw, "own block words ref: counts after each step (%d rows)", c);
+    }
     lz_bf16 table[7 * 16];
     int ids[3] = {6, 0, 3};
     for (int e = 0; e < 7 * 16; e++) table[e] = lz_f32_to_bf16((float)e);
