@@ -71,6 +71,10 @@ static void usage(FILE *f)
         "follows the last \" => \"; text mode prints the rest as \"Reasoning:\", --json gives the\n"
         "whole text as \"generated\".\n"
         "\n"
+        "With --gpu, for A/B measurements (bench/gpu_decode_profile.sh): LAZY_GPU_DECODE=prefill\n"
+        "runs a decode step's attention with the one-row prefill kernel instead of the decode\n"
+        "kernel (LAZY_GPU_DECODE=N: the decode kernel on N split parts); LAZY_GPU_GEMV=B,S sets\n"
+        "the decode products' blocks a SM (B; S for the down product).\n"
         LZ_RUNTIME_ENV_HELP);
 }
 
