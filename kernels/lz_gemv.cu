@@ -8,7 +8,7 @@
  * so x is staged, and an rmsnorm's sum of squares or the silu gate computed,
  * once per block rather than once per 16 rows (in an 8B decode step the
  * rmsnorm-fused products ran 14% over the plain ones' time, Nsight Compute;
- * the step's products went from 4.60-4.70 to 4.47-4.52 ms, test_gemv --bench).
+ * the step's products went from 4.60-4.70 to 4.47-4.55 ms, test_gemv --bench).
  * Neither launching the products as programmatic dependents nor loading each
  * warp's first weights before x is staged made them faster (bench/RESULTS.md).
  * CPU reference: lz_gemv_ref.c. */
