@@ -204,22 +204,58 @@ static int compress_doc(lz_encoder *e, int n, int w, char *err, size_t errlen)
     return 0;
 }
 
-int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errlen)
+/* What lz_encoder_run does with a document of n tokens. */
+typedef struct {
+    int self, learned; /* the policy's window: the document's own queries; a learned scorer (no window) */
+    int evict, probe;  /* KV eviction applies; a probe (pids) runs after the document */
+    const int *pids;
+    int n_pids, w;     /* probe tokens; window rows */
+    int backend, c0, cw; /* the forward pass on the backend, capturing rows c0..c0+cw-1 */
+} run_plan;
+
+/* The probe: the cue set by lz_encoder_set_probe, or the document itself
+ * again (ids); the self window runs none (the document's own queries are the
+ * window). The backend takes documents no probe follows; its window is the
+ * document's last w rows, or all (self). */
+static void plan_run(const lz_encoder *e, const int *ids, int n, run_plan *r)
 {
-    /* the probe: the cue set by lz_encoder_set_probe, or the document itself again; the
-     * self window runs none (the document's own queries are the window) */
     const int recon = e->policy.probe == LZ_KVPOLICY_PROBE_RECONSTRUCT;
-    const int self = e->policy.probe == LZ_KVPOLICY_PROBE_SELF;
-    const int learned = e->policy.probe == LZ_KVPOLICY_PROBE_LEARNED; /* no window: nothing captured */
-    const int *pids = recon ? ids : e->probe, n_pids = recon ? n : e->n_probe;
-    const int probe = !self && !learned && e->policy.probe && n_pids > 0 && lz_kvpolicy_budget(&e->policy, n) > 0;
-    const int need = n + (probe ? n_pids : 0);
-    if (!self && !learned && e->policy.probe && !n_pids && lz_kvpolicy_budget(&e->policy, n) > 0)
+    r->self = e->policy.probe == LZ_KVPOLICY_PROBE_SELF;
+    r->learned = e->policy.probe == LZ_KVPOLICY_PROBE_LEARNED;
+    r->pids = recon ? ids : e->probe;
+    r->n_pids = recon ? n : e->n_probe;
+    r->evict = lz_kvpolicy_budget(&e->policy, n) > 0;
+    r->probe = !r->self && !r->learned && e->policy.probe && r->n_pids > 0 && r->evict;
+    r->w = r->self ? n : r->probe ? r->n_pids : e->policy.window;
+    const lz_encode_backend *b = e->backend;
+    r->backend = b && n > 0 && n <= b->max_tokens && !r->probe;
+    r->cw = r->evict && !r->learned ? r->w : 0;
+    r->c0 = r->self ? 0 : n - r->w;
+}
+
+int lz_encoder_backend_plan(const lz_encoder *e, int n, int *c0, int *cw)
+{
+    run_plan r;
+    plan_run(e, NULL, n, &r);
+    *c0 = r.c0;
+    *cw = r.cw;
+    return r.backend;
+}
+
+/* lz_encoder_run; fetched >= 0: the backend's forward pass already ran (document fetched of its last pass). */
+static int run_doc(lz_encoder *e, const int *ids, int n, int fetched, char *err, size_t errlen)
+{
+    run_plan r;
+    plan_run(e, ids, n, &r);
+    if (!r.self && !r.learned && e->policy.probe && !r.n_pids && r.evict)
         return fail(err, errlen, "KV eviction with a probe window but no probe tokens set");
     const lz_kvlearn *sc = e->scorer;
-    if (learned && lz_kvpolicy_budget(&e->policy, n) > 0 &&
+    if (r.learned && r.evict &&
         (!sc || sc->L != e->m->cfg.n_layers || sc->KV != e->m->cfg.n_kv_heads || sc->d != e->m->cfg.head_dim))
         return fail(err, errlen, "KV eviction with a learned scorer but %s", sc ? "its shape is not the model's" : "none set");
+    if (fetched >= 0 && (!r.backend || !e->backend->fetch))
+        return fail(err, errlen, "a document of %d tokens fetched from a backend that did not run it", n);
+    const int need = n + (r.probe ? r.n_pids : 0);
     if (need > e->doc.cap) {
         int cap = e->doc.cap ? e->doc.cap : 256;
         while (cap < need) cap *= 2;
@@ -233,35 +269,49 @@ int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errle
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) return fail(err, errlen, "token id %d at %d outside the vocabulary (%d)", ids[i], i, V);
     const lz_llama_config *c = &e->m->cfg;
-    const int evict = lz_kvpolicy_budget(&e->policy, n) > 0, w = self ? n : probe ? n_pids : e->policy.window;
-    if (evict && !learned) { /* capture the window's queries: positions s + n - w .. s + n - 1 (probe: s + n ..;
+    const int w = r.w;
+    if (r.evict && !r.learned) { /* capture the window's queries: positions s + n - w .. s + n - 1 (probe: s + n ..;
                   * self: s .. s + n - 1) */
         if (grow((void **)&e->qwin, &e->cap_q, (size_t)c->n_layers * w * c->n_heads * c->head_dim * sizeof(float)))
             return fail(err, errlen, "out of memory (window queries)");
-        lz_llama_scratch_capture(e->scratch, e->qwin, (int64_t)e->seg.n + n - (probe ? 0 : w), w);
+        lz_llama_scratch_capture(e->scratch, e->qwin, (int64_t)e->seg.n + n - (r.probe ? 0 : w), w);
     }
     const lz_kv_segment *sg = e->seg.n ? &e->seg : NULL;
     const lz_encode_backend *b = e->backend;
     int frc;
-    if (b && n > 0 && n <= b->max_tokens && !probe) { /* the window (if any): the document's last w rows, or all (self) */
+    if (r.backend) {
         char berr[256] = "";
-        const int cw = evict && !learned ? w : 0;
-        if ((frc = b->encode(b->ctx, ids, n, &e->doc, e->qwin, self ? 0 : n - w, cw, berr, sizeof berr)) != 0)
+        frc = fetched >= 0 ? b->fetch(b->ctx, fetched, &e->doc, e->qwin, berr, sizeof berr)
+                           : b->encode(b->ctx, ids, n, &e->doc, e->qwin, r.c0, r.cw, berr, sizeof berr);
+        if (!frc && e->doc.n != n) snprintf(berr, sizeof berr, "%d rows returned", e->doc.n), frc = -1;
+        if (frc) {
+            lz_llama_scratch_capture(e->scratch, NULL, 0, 0);
             return fail(err, errlen, "accelerated forward pass over %d tokens failed: %s", n, berr);
+        }
         e->backend_docs++;
     } else {
         frc = n > 0 ? lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, ids, n, NULL, LZ_LOGITS_NONE) : 0;
     }
-    if (!frc && probe) /* the probe after the document: scored, never stored */
-        frc = lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, pids, n_pids, NULL, LZ_LOGITS_NONE);
+    if (!frc && r.probe) /* the probe after the document: scored, never stored */
+        frc = lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, r.pids, r.n_pids, NULL, LZ_LOGITS_NONE);
     lz_llama_scratch_capture(e->scratch, NULL, 0, 0);
     if (frc != 0) return fail(err, errlen, "forward pass over %d tokens failed", n);
-    if (evict) {
+    if (r.evict) {
         int rc = compress_doc(e, n, w, err, errlen);
         e->doc.n = n; /* drop the probe's rows */
         return rc;
     }
     return 0;
+}
+
+int lz_encoder_run(lz_encoder *e, const int *ids, int n, char *err, size_t errlen)
+{
+    return run_doc(e, ids, n, -1, err, errlen);
+}
+
+int lz_encoder_run_fetched(lz_encoder *e, const int *ids, int n, int i, char *err, size_t errlen)
+{
+    return run_doc(e, ids, n, i < 0 ? 0 : i, err, errlen);
 }
 
 void lz_encoder_set_dtype(lz_encoder *e, int dtype) { e->dtype = dtype; }

@@ -55,8 +55,28 @@ typedef struct {
     int (*encode)(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
                   size_t errlen);
     int max_tokens;
+    /* Optional (NULL: one document a call): several documents in a pass of
+     * at most pass_tokens tokens. start enqueues one: ids[i][0..n[i]) run as
+     * encode would with window (c0[i], cw[i]); finish waits for it, and from
+     * then until the next finish fetch writes document i's result into out
+     * and qwin (as encode), on any number of threads at once (the host packs
+     * one pass while the device runs the next). lz_encoder_run_fetched. */
+    int (*start)(void *ctx, const int *const *ids, const int *n, const int *c0, const int *cw, int n_docs, char *err,
+                 size_t errlen);
+    int (*finish)(void *ctx, char *err, size_t errlen);
+    int (*fetch)(void *ctx, int i, lz_kv_cache *out, float *qwin, char *err, size_t errlen);
+    int pass_tokens;
 } lz_encode_backend;
 void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b);
+/* 1 when lz_encoder_run would hand a document of n tokens to the backend,
+ * with the rows of it the KV policy's window captures (c0, cw; cw = 0:
+ * none); else 0 (no backend, too long, or a probe run after it). */
+int lz_encoder_backend_plan(const lz_encoder *e, int n, int *c0, int *cw);
+/* lz_encoder_run for a document the backend has already run: document i of
+ * its last finished pass (started with lz_encoder_backend_plan's window),
+ * taken by fetch instead of computed. Needs a backend with fetch and a plan
+ * of 1. */
+int lz_encoder_run_fetched(lz_encoder *e, const int *ids, int n, int i, char *err, size_t errlen);
 /* lz_encoder_new with the prefix run by b (b->encode before any prefix was
  * set on it: the prefix is then a document at positions 0..n_prefix-1) when
  * n_prefix <= b->max_tokens, else on the CPU. An 8B model's prefix takes

@@ -369,6 +369,79 @@ void ingest_setup_encoder(ingest *g, lz_encoder *e)
     lz_encoder_set_kvpolicy(e, &g->o.kv);
 }
 
+/* Job x on thread t's encoder and codec: its forward pass (or the backend's
+ * result, fetched), KV eviction, payload; x->blob, or x->err. */
+static void encode_job(ingest *g, enc_job *x, int t, double *fwd, double *pack)
+{
+    const pend_doc *d = &g->docs[x->doc];
+    lz_encoder *e = g->pool[t];
+    const double a = now_s();
+    int rc = x->pass >= 0 ? lz_encoder_run_fetched(e, d->ids, d->n_tokens, x->slot, x->err, sizeof x->err)
+                          : lz_encoder_run(e, d->ids, d->n_tokens, x->err, sizeof x->err);
+    const double b = now_s();
+    if (!rc)
+        rc = lz_encoder_pack(e, 1, g->pool_codec[t], LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &x->blob, &x->len,
+                             x->err, sizeof x->err);
+    if (rc && !x->err[0]) snprintf(x->err, sizeof x->err, "encoding failed");
+    *fwd += b - a;
+    *pack += now_s() - b;
+}
+
+/* --gpu with a multi-document backend: the jobs the backend takes, in order,
+ * in passes of at most pass_tokens tokens (x->pass, x->slot, the window);
+ * the others keep pass -1. Returns the number of passes. */
+static int plan_passes(ingest *g)
+{
+    const lz_encode_backend *b = &g->backend;
+    int n_pass = 0, rows = 0, slot = 0;
+    for (int j = 0; j < g->n_jobs; j++) {
+        enc_job *x = &g->jobs[j];
+        x->pass = x->slot = -1;
+        if (!g->o.gpu || !b->start || !b->finish || !b->fetch || b->pass_tokens <= 0 || x->alias >= 0) continue;
+        const int n = g->docs[x->doc].n_tokens;
+        if (n > b->pass_tokens || !lz_encoder_backend_plan(g->pool[0], n, &x->c0, &x->cw)) continue;
+        if (n_pass == 0 || rows + n > b->pass_tokens) n_pass++, rows = 0, slot = 0;
+        x->pass = n_pass - 1;
+        x->slot = slot++;
+        rows += n;
+    }
+    return n_pass;
+}
+
+/* Enqueues pass P on the backend (the time it took added to *t); 0, or -1 with g->err. */
+static int start_pass(ingest *g, int P, double *t)
+{
+    int n = 0;
+    for (int j = 0; j < g->n_jobs; j++) n += g->jobs[j].pass == P;
+    const int **ids = malloc(sizeof *ids * (size_t)n);
+    int *len = malloc(sizeof *len * (size_t)n * 3), first = -1;
+    if (!ids || !len) {
+        free(ids);
+        free(len);
+        snprintf(g->err, sizeof g->err, "out of memory");
+        return -1;
+    }
+    for (int j = 0; j < g->n_jobs; j++) {
+        const enc_job *x = &g->jobs[j];
+        if (x->pass != P) continue;
+        if (first < 0) first = x->doc;
+        ids[x->slot] = g->docs[x->doc].ids;
+        len[x->slot] = g->docs[x->doc].n_tokens;
+        len[n + x->slot] = x->c0;
+        len[2 * n + x->slot] = x->cw;
+    }
+    const double a = now_s();
+    char err[512] = "";
+    int rc = g->backend.start(g->backend.ctx, ids, len, len + n, len + 2 * n, n, err, sizeof err);
+    *t += now_s() - a;
+    if (rc)
+        snprintf(g->err, sizeof g->err, "documents '%s' and the %d after it on the GPU: %s",
+                 g->docs[first].ext_id ? g->docs[first].ext_id : "?", n - 1, err);
+    free(ids);
+    free(len);
+    return rc ? -1 : 0;
+}
+
 /* par: encodes and packs the batch's jobs, one document a thread, each on
  * its own encoder and codec (made at the first call: the prefix runs again
  * for each, cheap for the small models par is chosen for), then queues the
@@ -407,27 +480,35 @@ static int run_jobs(ingest *g)
         }
     }
     const double t0 = now_s();
-    double fwd = 0, pack = 0;
-#pragma omp parallel for num_threads(T) schedule(dynamic, 1) reduction(+ : fwd, pack)
-    for (int j = 0; j < g->n_jobs; j++) {
-        enc_job *x = &g->jobs[j];
-        if (x->alias >= 0) continue;
-        const pend_doc *d = &g->docs[x->doc];
-        lz_encoder *e = g->pool[omp_get_thread_num()];
-        const double a = now_s();
-        int rc = lz_encoder_run(e, d->ids, d->n_tokens, x->err, sizeof x->err);
-        const double b = now_s();
-        if (!rc)
-            rc = lz_encoder_pack(e, 1, g->pool_codec[omp_get_thread_num()], LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level,
-                                 &x->blob, &x->len, x->err, sizeof x->err);
-        if (rc && !x->err[0]) snprintf(x->err, sizeof x->err, "encoding failed");
-        fwd += b - a;
-        pack += now_s() - b;
+    double fwd = 0, pack = 0, gpu = 0, hidden = 0; /* gpu: the time the threads wait for the device */
+    const int n_pass = plan_passes(g);
+    /* the passes: pass P + 1 runs on the device while the threads fetch and pack pass P */
+    if (n_pass > 0 && start_pass(g, 0, &gpu)) return -1;
+    for (int P = 0; P < n_pass; P++) {
+        double a = now_s();
+        int rc = g->backend.finish(g->backend.ctx, g->err, sizeof g->err);
+        gpu += now_s() - a;
+        if (rc) return -1;
+        int next_rc = 0;
+#pragma omp parallel num_threads(T) reduction(+ : fwd, pack)
+        {
+#pragma omp single nowait
+            if (P + 1 < n_pass) next_rc = start_pass(g, P + 1, &hidden);
+#pragma omp for schedule(dynamic, 1)
+            for (int j = 0; j < g->n_jobs; j++)
+                if (g->jobs[j].pass == P) encode_job(g, &g->jobs[j], omp_get_thread_num(), &fwd, &pack);
+        }
+        if (next_rc) return -1;
     }
-    const double wall = now_s() - t0;
+    /* the others: on the CPU, or one at a time on the device */
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1) reduction(+ : fwd, pack)
+    for (int j = 0; j < g->n_jobs; j++)
+        if (g->jobs[j].alias < 0 && g->jobs[j].pass < 0) encode_job(g, &g->jobs[j], omp_get_thread_num(), &fwd, &pack);
+    /* the waits for the device count as forward time; the threads' time is split in proportion */
+    const double wall = now_s() - t0, rest = wall - gpu > 0 ? wall - gpu : 0;
     g->t_encode += wall;
-    g->t_forward += fwd + pack > 0 ? wall * fwd / (fwd + pack) : 0;
-    g->t_pack += fwd + pack > 0 ? wall * pack / (fwd + pack) : 0;
+    g->t_forward += gpu + (fwd + pack > 0 ? rest * fwd / (fwd + pack) : 0);
+    g->t_pack += fwd + pack > 0 ? rest * pack / (fwd + pack) : 0;
     for (int j = 0; j < g->n_jobs; j++) { /* batch order: the payloads and counts ingest_encode_doc would have made */
         enc_job *x = &g->jobs[j];
         pend_doc *d = &g->docs[x->doc];

@@ -69,6 +69,7 @@ typedef struct {
  * job with the same payload key (its blob serves both). */
 typedef struct {
     int doc, alias;
+    int pass, slot, c0, cw; /* on the backend: document slot of pass (-1: encoded on its own) and its window */
     void *blob;
     size_t len;
     char err[512];
@@ -148,6 +149,7 @@ typedef struct {
     int progress;
     lz_llama_gpu *gpu;          /* --gpu (a CUDA build; NULL otherwise) */
     lz_encode_backend backend;
+    int gpu_pass;               /* --gpu: tokens of a multi-document pass (0: one document a pass) */
     char err[8192];
 } ingest;
 

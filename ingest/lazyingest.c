@@ -88,11 +88,13 @@ static void usage(FILE *f)
             "  --gpu                  encode documents on the GPU (CUDA builds: 'make cuda' makes\n"
             "                         build/cuda/lazyingest): bf16 activations, so payloads differ from\n"
             "                         the CPU's at bf16 level; --kv-probe / --kv-reconstruct stay on the CPU;\n"
-            "                         documents take turns on the GPU while the others are packed on\n"
-            "                         every core (the same bytes as one at a time)\n"
+            "                         a batch's documents go through in passes of up to 2,048 tokens\n"
+            "                         (one read of the weights a pass) while the pass before is\n"
+            "                         packed on every core\n"
             "  -h, --help             this text\n"
             "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n"
             "LAZY_INGEST_SERIAL=1 encodes one document at a time whatever the model.\n"
+            "LAZY_INGEST_GPU_PASS=N sets --gpu's tokens a pass (0: one document a pass, taking turns).\n"
             "A batch's payloads are written to LMDB on a thread while the next batch is encoded\n"
             "(its rows committed after them); LAZY_INGEST_SYNC_COMMIT=1 writes them before.\n"
             LZ_RUNTIME_ENV_HELP,
@@ -150,7 +152,12 @@ static int load_model(ingest *g, const char *model_path)
         g->o.kv.scorer_hash = g->scorer.hash;
     }
 #ifdef LZ_CUDA
-    if (g->o.gpu && lz_llama_gpu_new(g->m, g->o.max_doc_tokens, &g->gpu, g->err, sizeof g->err)) return -1; /* weights */
+    /* documents in passes of up to LAZY_INGEST_GPU_PASS tokens (default 2,048; 0: one document a pass) */
+    const char *pass = getenv("LAZY_INGEST_GPU_PASS");
+    g->gpu_pass = pass ? atoi(pass) : 2048;
+    if (g->gpu_pass < 0 || g->gpu_pass > (1 << 20)) g->gpu_pass = 2048;
+    const int rows = g->gpu_pass > g->o.max_doc_tokens ? g->gpu_pass : g->o.max_doc_tokens;
+    if (g->o.gpu && lz_llama_gpu_new(g->m, rows, &g->gpu, g->err, sizeof g->err)) return -1; /* weights */
 #endif
     return 0;
 }
@@ -166,6 +173,19 @@ static int gpu_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, float 
 #pragma omp critical(lz_gpu_encode)
     rc = lz_llama_gpu_encode((lz_llama_gpu *)ctx, ids, n, out, qwin, c0, cw, err, errlen);
     return rc;
+}
+
+/* --gpu, a batch's documents in passes (ingest_batch.c): enqueued and finished on the main
+ * thread, fetched by the threads that pack them */
+static int gpu_start(void *ctx, const int *const *ids, const int *n, const int *c0, const int *cw, int n_docs, char *err,
+                     size_t errlen)
+{
+    return lz_llama_gpu_encode_start((lz_llama_gpu *)ctx, ids, n, c0, cw, n_docs, err, errlen);
+}
+static int gpu_finish(void *ctx, char *err, size_t errlen) { return lz_llama_gpu_encode_finish((lz_llama_gpu *)ctx, err, errlen); }
+static int gpu_fetch(void *ctx, int i, lz_kv_cache *out, float *qwin, char *err, size_t errlen)
+{
+    return lz_llama_gpu_encoded((const lz_llama_gpu *)ctx, i, out, qwin, err, errlen);
 }
 #endif
 
@@ -185,7 +205,10 @@ static int setup_model(ingest *g, const char *model_path)
     const lz_encode_backend *pb = NULL; /* --gpu: the prefix too on the GPU */
 #ifdef LZ_CUDA
     if (g->o.gpu) {
-        g->backend = (lz_encode_backend){g->gpu, gpu_encode, g->o.max_doc_tokens};
+        g->backend = (lz_encode_backend){.ctx = g->gpu, .encode = gpu_encode, .max_tokens = g->o.max_doc_tokens};
+        if (g->gpu_pass > 0)
+            g->backend.start = gpu_start, g->backend.finish = gpu_finish, g->backend.fetch = gpu_fetch,
+            g->backend.pass_tokens = g->gpu_pass;
         pb = &g->backend;
     }
 #endif

@@ -133,6 +133,9 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     free(g->hqlen);
     cudaFree(g->work);
     cudaFree(g->wq);
+    if (g->hwq) cudaFreeHost(g->hwq);
+    free(g->enc);
+    free(g->pend);
     cudaFree(g->esegs);
     cudaFree(g->elen);
     cudaFree(g->dwords);
@@ -345,7 +348,7 @@ lz_prefill_params attn_params(const lz_llama_gpu *g, int n)
  * over p's segments and the part's own keys (lazy: lz_prefill_lazy), then o
  * and FFN over all rows; the residual stream updated in place. */
 int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const Part *parts, int n_parts,
-                 const lz_prefill_params *p, int lazy, float *qcap, int c0, int cw, char *err, size_t errlen)
+          const lz_prefill_params *p, int lazy, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int D = c->dim, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, F = c->ffn_dim, Hd = H * d, KVd = KV * d;
@@ -384,7 +387,7 @@ int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const P
                                  KV, d, pos0, count, c->rope_layout, g->inv_freq, ps);
         else
             rc = lz_op_heads((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, row, row + Hd, row + Hd + KVd,
-                             Hd + 2 * KVd, pt.n, H, KV, d, pos0, count, c->rope_layout, g->inv_freq, qcap, c0, cw, ps);
+                             Hd + 2 * KVd, pt.n, H, KV, d, pos0, count, c->rope_layout, g->inv_freq, pt.qcap, pt.c0, pt.cw, ps);
         if (rc) return fail(err, errlen, "rotary", rc);
         lz_prefill_params pp = *p;
         if (n_side) { /* this stream's slot of the workspace */
@@ -446,60 +449,196 @@ int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen)
     return 0;
 }
 
-extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw,
-                                   char *err, size_t errlen)
+/* The side streams several parts of a layer run on (made at the first call). */
+int ensure_side(lz_llama_gpu *g, char *err, size_t errlen)
+{
+    if (g->side[0]) return 0;
+    CUDA_OK(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming), "events");
+    for (int i = 0; i < LZ_GPU_SIDE; i++) {
+        CUDA_OK(cudaStreamCreateWithFlags(&g->side[i], cudaStreamNonBlocking), "streams");
+        CUDA_OK(cudaEventCreateWithFlags(&g->join[i], cudaEventDisableTiming), "events");
+    }
+    return 0;
+}
+
+/* Room for n EncDoc in *a (capacity *cap); 0 or -1. */
+static int enc_room(EncDoc **a, int *cap, int n)
+{
+    if (n <= *cap) return 0;
+    EncDoc *b = (EncDoc *)realloc(*a, (size_t)n * sizeof *b);
+    if (!b) return -1;
+    *a = b;
+    *cap = n;
+    return 0;
+}
+
+extern "C" int lz_llama_gpu_encode_start(lz_llama_gpu *g, const int *const *ids, const int *n, const int *c0,
+                                         const int *cw, int n_docs, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
-    const int D = c->dim, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, KVd = KV * d;
-    if (n <= 0 || n > g->max_tokens || n > out->cap) {
-        snprintf(err, errlen, "GPU: %d tokens (at most %d, cache %d)", n, g->max_tokens, out->cap);
+    const int D = c->dim, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, KVd = KV * d;
+    g->pend_docs = 0;
+    if (n_docs <= 0) { snprintf(err, errlen, "GPU: no documents to encode"); return -1; }
+    int rows = 0;
+    size_t wq_n = 0;
+    for (int i = 0; i < n_docs; i++) {
+        if (n[i] <= 0 || n[i] > g->max_tokens - rows) {
+            snprintf(err, errlen, "GPU: a document of %d tokens after %d in one pass (at most %d)", n[i], rows, g->max_tokens);
+            return -1;
+        }
+        for (int j = 0; j < n[i]; j++)
+            if (ids[i][j] < 0 || ids[i][j] >= c->vocab) { snprintf(err, errlen, "token id %d out of range", ids[i][j]); return -1; }
+        const int w = cw && cw[i] > 0 ? cw[i] : 0;
+        if (w && (c0[i] < 0 || c0[i] + w > n[i])) {
+            snprintf(err, errlen, "GPU: capture rows %d..%d of %d", c0[i], c0[i] + w, n[i]);
+            return -1;
+        }
+        rows += n[i];
+        wq_n += (size_t)L * w * H * d;
+    }
+    if (ensure_ingest(g, err, errlen) || (n_docs > 1 && ensure_side(g, err, errlen))) return -1;
+    if (enc_room(&g->pend, &g->pend_cap, n_docs) || enc_room(&g->enc, &g->enc_cap, n_docs)) {
+        snprintf(err, errlen, "out of memory");
         return -1;
     }
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= c->vocab) { snprintf(err, errlen, "token id %d out of range", ids[i]); return -1; }
-    if (ensure_ingest(g, err, errlen)) return -1;
-    if (!qwin || cw <= 0) cw = 0;
-    if (cw && (c0 < 0 || c0 + cw > n)) { snprintf(err, errlen, "GPU: capture rows %d..%d of %d", c0, c0 + cw, n); return -1; }
-    const size_t wq_n = (size_t)L * cw * c->n_heads * d;
-    if (wq_n > g->wq_n) {
+    if (wq_n > g->wq_n) { /* the device's windows (the host's grow at the finish: a pass's may still be read) */
         cudaFree(g->wq);
         g->wq = NULL;
         g->wq_n = 0;
         CUDA_OK(cudaMalloc((void **)&g->wq, wq_n * sizeof(float)), "window queries");
         g->wq_n = wq_n;
     }
+    Part *parts = (Part *)calloc((size_t)n_docs, sizeof *parts);
+    int *hid = (int *)malloc((size_t)rows * sizeof(int));
+    if (!parts || !hid) {
+        free(parts);
+        free(hid);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0, off = 0; i < n_docs; off += n[i], i++) {
+        const int w = cw && cw[i] > 0 ? cw[i] : 0;
+        g->pend[i] = (EncDoc){off, n[i], w, i ? g->pend[i - 1].wq + (size_t)L * g->pend[i - 1].cw * H * d : 0};
+        memcpy(hid + off, ids[i], (size_t)n[i] * sizeof(int));
+    }
     cudaStream_t st = g->st;
-    CUDA_OK(cudaMemcpyAsync(g->ids, ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, st), "ids");
-    lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->ids, n, D, st);
-    lz_prefill_params p = attn_params(g, n);
+    lz_prefill_params p = attn_params(g, rows);
     p.n_seg = g->s > 0;
     p.seg_len = g->dlen;
     p.seg_keys = g->s;
-    if (ensure_work(g, &p, err, errlen)) return -1;
+    int rc = -1;
+    for (int i = 0; i < n_docs; i++) { /* every part's workspace (its own slot on a side stream) */
+        p.n_rows = n[i];
+        if (ensure_work(g, &p, err, errlen)) goto done;
+    }
+    if (cudaMemcpyAsync(g->ids, hid, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice, st) != cudaSuccess) {
+        snprintf(err, errlen, "GPU: ids");
+        goto done;
+    }
+    lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->ids, rows, D, st);
     for (int l = 0; l < L; l++) {
         p.segs = g->dsegs + l;
-        float *qc = cw ? g->wq + (size_t)l * cw * c->n_heads * d : NULL;
-        const Part part = {0, n, g->kall + (size_t)l * n * KVd, g->vall + (size_t)l * n * KVd};
-        if (layer(g, l, n, g->s, NULL, &part, 1, &p, 0, qc, c0, cw, err, errlen)) return -1;
+        for (int i = 0; i < n_docs; i++) { /* document i: (L, KV, n, d) from row off */
+            const EncDoc &x = g->pend[i];
+            const size_t at = ((size_t)x.off * L + (size_t)l * x.n) * KVd;
+            parts[i] = (Part){x.off, x.n, g->kall + at, g->vall + at};
+            if (x.cw) {
+                parts[i].qcap = g->wq + x.wq + (size_t)l * x.cw * H * d;
+                parts[i].c0 = c0[i];
+                parts[i].cw = x.cw;
+            }
+        }
+        if (layer(g, l, rows, g->s, NULL, parts, n_docs, &p, 0, err, errlen)) goto done;
     }
-    CUDA_OK(cudaGetLastError(), "kernel launch");
-    const size_t per = (size_t)L * n * KVd;
+    if (cudaGetLastError() != cudaSuccess) {
+        snprintf(err, errlen, "GPU: kernel launch");
+        goto done;
+    }
+    g->pend_docs = n_docs;
+    g->pend_rows = rows;
+    g->pend_wq = wq_n;
+    rc = 0;
+done:
+    free(parts);
+    free(hid);
+    return rc;
+}
+
+extern "C" int lz_llama_gpu_encode_finish(lz_llama_gpu *g, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const size_t L = c->n_layers, KVd = (size_t)c->n_kv_heads * c->head_dim;
+    if (!g->pend_docs) { snprintf(err, errlen, "GPU: no pass started"); return -1; }
+    g->enc_docs = 0; /* the last pass's results are overwritten now */
+    const int n_docs = g->pend_docs;
+    g->pend_docs = 0;
+    if (g->pend_wq > g->hwq_n) {
+        if (g->hwq) cudaFreeHost(g->hwq);
+        g->hwq = NULL;
+        g->hwq_n = 0;
+        CUDA_OK(cudaMallocHost((void **)&g->hwq, g->pend_wq * sizeof(float)), "window queries (host)");
+        g->hwq_n = g->pend_wq;
+    }
+    const size_t per = L * g->pend_rows * KVd, far = L * g->max_tokens * KVd;
+    cudaStream_t st = g->st;
     CUDA_OK(cudaMemcpyAsync(g->host16, g->kall, per * 2, cudaMemcpyDeviceToHost, st), "K read-back");
-    CUDA_OK(cudaMemcpyAsync(g->host16 + per, g->vall, per * 2, cudaMemcpyDeviceToHost, st), "V read-back");
-    if (cw) CUDA_OK(cudaMemcpyAsync(qwin, g->wq, wq_n * sizeof(float), cudaMemcpyDeviceToHost, st), "window queries");
+    CUDA_OK(cudaMemcpyAsync(g->host16 + far, g->vall, per * 2, cudaMemcpyDeviceToHost, st), "V read-back");
+    if (g->pend_wq) CUDA_OK(cudaMemcpyAsync(g->hwq, g->wq, g->pend_wq * sizeof(float), cudaMemcpyDeviceToHost, st), "window queries");
     CUDA_OK(cudaStreamSynchronize(st), "forward pass");
-    const uint16_t *hk = (const uint16_t *)g->host16, *hv = hk + per;
-    /* (L, KV, n, d) -> the cache's (L, KV, cap, d), widened on every thread (an 8B model's
-     * document of 160 tokens is 21 MB of bf16) */
-#pragma omp parallel for schedule(static) if (per > ((size_t)1 << 20))
+    EncDoc *t = g->enc; /* the pass's documents become the fetchable ones */
+    const int tc = g->enc_cap;
+    g->enc = g->pend, g->enc_cap = g->pend_cap;
+    g->pend = t, g->pend_cap = tc;
+    g->enc_docs = n_docs;
+    return 0;
+}
+
+extern "C" int lz_llama_gpu_encode_many(lz_llama_gpu *g, const int *const *ids, const int *n, const int *c0,
+                                        const int *cw, int n_docs, char *err, size_t errlen)
+{
+    return lz_llama_gpu_encode_start(g, ids, n, c0, cw, n_docs, err, errlen) || lz_llama_gpu_encode_finish(g, err, errlen)
+               ? -1
+               : 0;
+}
+
+extern "C" int lz_llama_gpu_encoded(const lz_llama_gpu *g, int i, lz_kv_cache *out, float *qwin, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers;
+    if (i < 0 || i >= g->enc_docs) {
+        snprintf(err, errlen, "GPU: document %d of a pass of %d", i, g->enc_docs);
+        return -1;
+    }
+    const EncDoc &x = g->enc[i];
+    const int n = x.n;
+    if (n > out->cap) { snprintf(err, errlen, "GPU: a document of %d tokens into a cache of %d", n, out->cap); return -1; }
+    const size_t at = (size_t)x.off * L * KV * d;
+    const uint16_t *hk = (const uint16_t *)g->host16 + at, *hv = hk + (size_t)L * g->max_tokens * KV * d;
+    /* (L, KV, n, d) -> the cache's (L, KV, cap, d), widened (an 8B model's document of 160
+     * tokens is 21 MB of bf16): on every thread when called from one */
+#pragma omp parallel for schedule(static) if ((size_t)L * KV * n * d > ((size_t)1 << 20))
     for (int lh = 0; lh < L * KV; lh++)
         for (size_t e = 0; e < (size_t)n * d; e++) {
             out->k[(size_t)lh * out->cap * d + e] = lz_bf16_to_f32(hk[(size_t)lh * n * d + e]);
             out->v[(size_t)lh * out->cap * d + e] = lz_bf16_to_f32(hv[(size_t)lh * n * d + e]);
         }
+    if (x.cw && qwin) memcpy(qwin, g->hwq + x.wq, (size_t)L * x.cw * c->n_heads * d * sizeof(float));
     out->n = n;
     out->pos0 = g->s;
     return 0;
+}
+
+extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw,
+                                   char *err, size_t errlen)
+{
+    if (n <= 0 || n > g->max_tokens || n > out->cap) {
+        snprintf(err, errlen, "GPU: %d tokens (at most %d, cache %d)", n, g->max_tokens, out->cap);
+        return -1;
+    }
+    if (!qwin || cw <= 0) cw = 0;
+    return lz_llama_gpu_encode_many(g, &ids, &n, &c0, &cw, 1, err, errlen) || lz_llama_gpu_encoded(g, 0, out, qwin, err, errlen)
+               ? -1
+               : 0;
 }
 
 void doc_free(GpuDoc *x)

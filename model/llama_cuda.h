@@ -39,6 +39,27 @@ int lz_llama_gpu_set_prefix(lz_llama_gpu *g, const lz_kv_cache *prefix, char *er
  * lz_llama_scratch_capture does on the CPU. */
 int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw,
                         char *err, size_t errlen);
+/* Several documents in one pass over the weights (lazyingest's batches):
+ * runs each ids[i][0..n[i]) at positions s..s+n[i]-1 over the prefix, its
+ * own causal attention (the documents' attention side by side on streams),
+ * the n[i] summing to at most max_tokens; with cw (NULL: none) and cw[i] > 0
+ * it captures document i's window rows c0[i]..c0[i]+cw[i]-1 as
+ * lz_llama_gpu_encode does. The results stay in g's pinned memory until the
+ * next call; lz_llama_gpu_encoded copies document i's into out (cap >= n[i],
+ * K and V widened to fp32) and qwin ((L, cw[i], H, d)), and only reads g:
+ * several threads may fetch side by side. lz_llama_gpu_encode is this with
+ * one document. 0, or -1 with a message (nothing kept). */
+int lz_llama_gpu_encode_many(lz_llama_gpu *g, const int *const *ids, const int *n, const int *c0, const int *cw,
+                             int n_docs, char *err, size_t errlen);
+/* encode_many in two halves, so that the host works while the device does:
+ * start checks and enqueues a pass (nothing read back); finish waits for
+ * it and reads it back, the previous pass's results staying fetchable until
+ * then. 0, or -1 with a message (after a failed start, finish fails too,
+ * and leaves the previous pass's results). */
+int lz_llama_gpu_encode_start(lz_llama_gpu *g, const int *const *ids, const int *n, const int *c0, const int *cw,
+                              int n_docs, char *err, size_t errlen);
+int lz_llama_gpu_encode_finish(lz_llama_gpu *g, char *err, size_t errlen);
+int lz_llama_gpu_encoded(const lz_llama_gpu *g, int i, lz_kv_cache *out, float *qwin, char *err, size_t errlen);
 
 /* Query side (lazy placement): begin takes a prompt's segments (the prefix
  * and cached documents as lz_kv_segment, bf16 or fp32, packed per-head kept

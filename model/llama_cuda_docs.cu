@@ -216,13 +216,7 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
         for (int j = 0; j < n[i] && n[i] <= N; j++)
             if (ids[i][j] < 0 || ids[i][j] >= c->vocab) { snprintf(err, errlen, "token id %d out of range", ids[i][j]); return -1; }
     }
-    if (!g->side[0]) { /* the side streams, at the first call: the documents' attention side by side */
-        CUDA_OK(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming), "events");
-        for (int i = 0; i < LZ_GPU_SIDE; i++) {
-            CUDA_OK(cudaStreamCreateWithFlags(&g->side[i], cudaStreamNonBlocking), "streams");
-            CUDA_OK(cudaEventCreateWithFlags(&g->join[i], cudaEventDisableTiming), "events");
-        }
-    }
+    if (ensure_side(g, err, errlen)) return -1; /* the documents' attention side by side */
     /* the question about to begin uses them all: nothing it needs is evicted before it */
     const uint64_t used = g->question + 1;
     int at = doc_find(g, prefix_key);
@@ -274,7 +268,7 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
                 const size_t at_l = (size_t)l * KV * n[todo[j]] * d;
                 parts[j - b0] = (Part){off, n[todo[j]], xs[j].k + at_l, xs[j].v + at_l};
             }
-            ok = !layer(g, l, rows, s, NULL, parts, b1 - b0, &p, 0, NULL, 0, 0, err, errlen);
+            ok = !layer(g, l, rows, s, NULL, parts, b1 - b0, &p, 0, err, errlen);
         }
         cudaError_t ce = cudaGetLastError();
         if (ce == cudaSuccess) ce = cudaStreamSynchronize(g->st);

@@ -228,7 +228,7 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
         const size_t own = (size_t)l * KV * N * d; /* this step's keys and values join the sequence there */
         const lz_decode_params dp = decode_params(g, l);
         const Part part = {0, n, g->tk, g->tv, g->own_k + own, g->own_v + own, dec ? &dp : NULL};
-        if (layer(g, l, n, g->pos0, g->dn_own, &part, 1, &p, 1, NULL, 0, 0, err, errlen)) return -1;
+        if (layer(g, l, n, g->pos0, g->dn_own, &part, 1, &p, 1, err, errlen)) return -1;
     }
     lz_op_count_add(g->dn_own, n, st);
     if (want) { /* the last row: final norm, output head */

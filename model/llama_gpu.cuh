@@ -56,6 +56,16 @@ struct Part {
     bf16 *kh, *vh;
     bf16 *own_k, *own_v; /* a query step: the layer's own rows (KV, N, d), where k and v are also appended */
     const lz_decode_params *dec; /* a decode step: its attention by lz_decode_lazy (own rows appended first) */
+    float *qcap;   /* ingest: the rotated queries of rows c0..c0+cw-1 written here (cw, H, d) when cw > 0 */
+    int c0, cw;
+};
+
+/* Ingest: a document of the last multi-document pass, read back into the pinned host16: its K
+ * (L, KV, n, d) from element off * L * KV * d, its V max_tokens * L * KV * d further, its window
+ * queries (L, cw, H, d) from hwq + wq. */
+struct EncDoc {
+    int off, n, cw;
+    size_t wq;
 };
 
 } /* namespace lzgpu */
@@ -75,7 +85,7 @@ struct lz_llama_gpu {
     float *inv_freq;
     float *x, *q, *gate; /* (N, D); (N, (H + 2 KV) d): rows q | k | v; (N, 2 F): rows gate | up */
     bf16 *xb, *qh, *oh, *ot, *hb;
-    bf16 *kall, *vall; /* (L, KV, n, d): the document's K and V, read back at the end */
+    bf16 *kall, *vall; /* ingest: (L, KV, n, d) a document's K and V, documents back to back, read back at the end */
     int *ids;
     bf16 *pk, *pv;     /* prefix (L, KV, s, d) */
     int s;
@@ -98,8 +108,13 @@ struct lz_llama_gpu {
     int *hids;           /* pinned: a step's token ids */
     cudaGraphExec_t decode; /* one decode step of this question, captured at its first one */
     void *blas_ws;       /* cuBLAS workspace (no allocation inside a captured graph) */
-    float *wq;           /* ingest: the KV-eviction window's rotated queries (L, cw, H, d) */
-    size_t wq_n;
+    float *wq, *hwq;     /* ingest: the KV-eviction windows' rotated queries, device / pinned (a document's (L, cw, H, d)) */
+    size_t wq_n, hwq_n;
+    /* ingest: the documents of the last finished multi-document pass (fetchable) and of the one
+     * started after it (pending: rows and window floats in pend_rows, pend_wq) */
+    lzgpu::EncDoc *enc, *pend;
+    int enc_docs, enc_cap, pend_docs, pend_cap, pend_rows;
+    size_t pend_wq;
     lz_attn_segment *qsegs;  /* (L, S + 1) device: the segments then the own sequence */
     int32_t *qlen, *hqlen;   /* (L, S + 1, KV) device / host */
     int S, n_own, qcap;      /* qcap: S + 1 the descriptor arrays hold */
@@ -157,7 +172,8 @@ int gemm(lz_llama_gpu *g, float *y, const bf16 *x, const bf16 *w, int n, int in,
 lz_prefill_params attn_params(const lz_llama_gpu *g, int n); /* ingest's and query's shared attention parameters */
 /* Layer l over the n rows of g->x (its parts' rotary and attention, then o and the FFN). 0 or -1. */
 int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const Part *parts, int n_parts,
-          const lz_prefill_params *p, int lazy, float *qcap, int c0, int cw, char *err, size_t errlen);
+          const lz_prefill_params *p, int lazy, char *err, size_t errlen);
+int ensure_side(lz_llama_gpu *g, char *err, size_t errlen); /* the side streams several parts run on */
 int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen); /* p's attention workspace */
 
 /* model/llama_cuda_docs.cu */

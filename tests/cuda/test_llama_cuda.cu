@@ -8,7 +8,8 @@
  * other offsets (fp32, bf16, and one packed with per-head kept counts),
  * the question, then greedy decode steps: logits normalised error <= 3e-2.
  * The prompt prefix run on the GPU by the encoder (lz_encoder_new_on)
- * against the CPU encoder's prefix, at the same level.
+ * against the CPU encoder's prefix, at the same level. Several documents
+ * in one pass (lz_llama_gpu_encode_many / _start / _finish / _encoded).
  * Then, with --bench, tokens/s of one document of 1024 tokens on a ~0.35B
  * model, and a question over 10 documents: GPU against the CPU engine.
  *
@@ -70,6 +71,39 @@ static int cpu_encode(const lz_llama *m, const int *prefix, int s, const int *id
     return rc;
 }
 
+/* Worst normalised error over layers and K / V of cache a against b (n
+ * rows each, strides their caps); NaN counted in *nan. */
+static double cache_err(const lz_kv_cache *a, const lz_kv_cache *b, int layers, int kv, int n, int hd, int *nan)
+{
+    double worst = 0;
+    for (int l = 0; l < layers; l++)
+        for (int kvi = 0; kvi < 2; kvi++) {
+            double num = 0, den = 0;
+            for (int h = 0; h < kv; h++) {
+                const float *x = (kvi ? a->v : a->k) + ((size_t)l * kv + h) * a->cap * hd;
+                const float *y = (kvi ? b->v : b->k) + ((size_t)l * kv + h) * b->cap * hd;
+                for (size_t e = 0; e < (size_t)n * hd; e++) {
+                    *nan += !isfinite(x[e]);
+                    num += ((double)x[e] - y[e]) * ((double)x[e] - y[e]);
+                    den += (double)y[e] * y[e];
+                }
+            }
+            const double ne = sqrt(num / (den > 0 ? den : 1));
+            worst = ne > worst ? ne : worst;
+        }
+    return worst;
+}
+
+static double vec_err(const float *x, const float *y, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t e = 0; e < n; e++) {
+        num += ((double)x[e] - y[e]) * ((double)x[e] - y[e]);
+        den += (double)y[e] * y[e];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
 static void test_shape(const char *dir, int hd, int heads, int kv, int layout_half)
 {
     char path[600];
@@ -95,32 +129,15 @@ static void test_shape(const char *dir, int hd, int heads, int kv, int layout_ha
         for (size_t i = 0; i < (size_t)layers * kv * n * hd; i++) gc.k[i] = gc.v[i] = NAN;
         CHECK(lz_llama_gpu_encode(g, ids, n, &gc, qg, c0, cw, err, sizeof err) == 0, "encode: %s", err);
         if (cw) {
-            double num = 0, den = 0;
-            for (size_t e = 0; e < qn; e++) {
-                num += ((double)qg[e] - qc[e]) * ((double)qg[e] - qc[e]);
-                den += (double)qc[e] * qc[e];
-            }
-            const double qe = sqrt(num / (den > 0 ? den : 1));
+            const double qe = vec_err(qg, qc, qn);
             CHECK(qe <= 3e-2, "window queries d=%d n=%d: normalised error %.3g", hd, n, qe);
             printf("d=%3d n=%4d: the eviction window's 32 queries, GPU vs CPU normalised error %.2e\n", hd, n, qe);
         }
         free(qc);
         free(qg);
         CHECK(gc.n == n && gc.pos0 == s, "cache counts");
-        double worst = 0;
         int nan = 0;
-        for (int l = 0; l < layers; l++)
-            for (int kvi = 0; kvi < 2; kvi++) {
-                double num = 0, den = 0;
-                const float *a = (kvi ? gc.v : gc.k) + (size_t)l * kv * n * hd, *b = (kvi ? dc.v : dc.k) + (size_t)l * kv * n * hd;
-                for (size_t e = 0; e < (size_t)kv * n * hd; e++) {
-                    nan += !isfinite(a[e]);
-                    num += ((double)a[e] - b[e]) * ((double)a[e] - b[e]);
-                    den += (double)b[e] * b[e];
-                }
-                const double ne = sqrt(num / (den > 0 ? den : 1));
-                worst = ne > worst ? ne : worst;
-            }
+        const double worst = cache_err(&gc, &dc, layers, kv, n, hd, &nan);
         CHECK(nan == 0 && worst <= 3e-2, "d=%d H=%d KV=%d layout=%s n=%d: worst layer K/V normalised error %.3g, %d NaN",
               hd, heads, kv, layout_half ? "half" : "adjacent", n, worst, nan);
         printf("d=%3d H=%d KV=%d %-8s n=%4d: GPU vs CPU K/V normalised error, worst layer %.2e\n", hd, heads, kv,
@@ -138,6 +155,112 @@ static void test_shape(const char *dir, int hd, int heads, int kv, int layout_ha
         lz_kv_cache_free(&big);
     }
     free(ids);
+    lz_llama_gpu_free(g);
+    lz_llama_free(m);
+    remove(path);
+}
+
+/* Several documents in one pass (lz_llama_gpu_encode_many, lazyingest's
+ * batches): each document's K / V and eviction window against the CPU
+ * encoder's and against the same document encoded alone; a second pass
+ * started while the first's results are fetched (they stay until its
+ * finish), with the documents in another order; bad input. */
+static void test_many(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/mmany.gguf", dir);
+    const int layers = 3, heads = 8, kv = 2, hd = 128, vocab = 512, max_tokens = 700, s = 23, N = 4;
+    lz_llama *m = make_model(path, 256, layers, heads, kv, hd, 512, vocab, 1);
+    if (!m) return;
+    char err[512];
+    lz_llama_gpu *g = NULL;
+    CHECK(lz_llama_gpu_new(m, max_tokens, &g, err, sizeof err) == 0, "gpu: %s", err);
+    const int len[N] = {37, 300, 1, 150}, c0[N] = {5, 268, 0, 0}, cw[N] = {32, 32, 0, 150}; /* doc 3: the self window */
+    int prefix[23], *ids[N];
+    for (int i = 0; i < s; i++) prefix[i] = 3 + (i * 31 + 5) % (vocab - 3);
+    for (int i = 0; i < N; i++) {
+        ids[i] = (int *)malloc((size_t)len[i] * sizeof(int));
+        for (int j = 0; j < len[i]; j++) ids[i][j] = 3 + (j * 97 + 11 * i + 7) % (vocab - 3);
+    }
+    lz_kv_cache pc[N] = {}, dc[N] = {}, pass[N] = {}, alone = {};
+    float *qc[N], *qp[N], *qa = (float *)malloc((size_t)layers * 150 * heads * hd * 4);
+    int ok = g && !lz_kv_cache_init(&alone, &m->cfg, 300);
+    for (int i = 0; i < N; i++) {
+        const size_t qn = (size_t)layers * (cw[i] ? cw[i] : 1) * heads * hd;
+        qc[i] = (float *)malloc(qn * 4);
+        qp[i] = (float *)malloc(qn * 4);
+        ok = ok && !cpu_encode(m, prefix, s, ids[i], len[i], &pc[i], &dc[i], qc[i], c0[i], cw[i]) &&
+             !lz_kv_cache_init(&pass[i], &m->cfg, len[i] + 3);
+    }
+    CHECK(ok, "setup");
+    if (ok) ok = !lz_llama_gpu_set_prefix(g, &pc[0], err, sizeof err);
+    CHECK(ok && lz_llama_gpu_encode_many(g, ids, len, c0, cw, N, err, sizeof err) == 0, "encode_many: %s", err);
+    double worst_cpu = 0, worst_alone = 0, worst_q = 0;
+    for (int i = 0; ok && i < N; i++) {
+        for (size_t e = 0; e < (size_t)layers * kv * pass[i].cap * hd; e++) pass[i].k[e] = pass[i].v[e] = NAN;
+        CHECK(lz_llama_gpu_encoded(g, i, &pass[i], cw[i] ? qp[i] : NULL, err, sizeof err) == 0, "fetch %d: %s", i, err);
+        CHECK(pass[i].n == len[i] && pass[i].pos0 == s, "doc %d: rows %d from %d", i, pass[i].n, (int)pass[i].pos0);
+        int nan = 0;
+        const double ec = cache_err(&pass[i], &dc[i], layers, kv, len[i], hd, &nan);
+        CHECK(nan == 0 && ec <= 3e-2, "doc %d of a pass vs CPU: %.3g, %d NaN", i, ec, nan);
+        worst_cpu = ec > worst_cpu ? ec : worst_cpu;
+        CHECK(lz_llama_gpu_encode(g, ids[i], len[i], &alone, cw[i] ? qa : NULL, c0[i], cw[i], err, sizeof err) == 0,
+              "alone %d: %s", i, err);
+        const double ea = cache_err(&pass[i], &alone, layers, kv, len[i], hd, &nan);
+        CHECK(ea <= 1e-2, "doc %d of a pass vs alone on the GPU: %.3g", i, ea);
+        worst_alone = ea > worst_alone ? ea : worst_alone;
+        if (cw[i]) {
+            const size_t qn = (size_t)layers * cw[i] * heads * hd;
+            const double eq = vec_err(qp[i], qc[i], qn), eqa = vec_err(qp[i], qa, qn);
+            CHECK(eq <= 3e-2 && eqa <= 1e-2, "doc %d window queries: %.3g vs CPU, %.3g vs alone", i, eq, eqa);
+            worst_q = eq > worst_q ? eq : worst_q;
+        }
+    }
+    printf("%d documents (%d..%d tokens) in one GPU pass: K/V vs the CPU encoder %.2e, vs each encoded alone on the GPU "
+           "%.2e; window queries vs CPU %.2e\n", N, 1, 300, worst_cpu, worst_alone, worst_q);
+    /* pass B (reversed) started: pass A's results still fetchable until B's finish */
+    const int *rid[N];
+    int rlen[N], rc0[N], rcw[N];
+    for (int i = 0; i < N; i++) rid[i] = ids[N - 1 - i], rlen[i] = len[N - 1 - i], rc0[i] = c0[N - 1 - i], rcw[i] = cw[N - 1 - i];
+    if (ok) {
+        CHECK(lz_llama_gpu_encode_many(g, ids, len, c0, cw, N, err, sizeof err) == 0, "pass A again: %s", err);
+        CHECK(lz_llama_gpu_encode_start(g, rid, rlen, rc0, rcw, N, err, sizeof err) == 0, "start B: %s", err);
+        CHECK(lz_llama_gpu_encoded(g, 1, &alone, NULL, err, sizeof err) == 0, "fetch A during B: %s", err);
+        int nan = 0;
+        CHECK(cache_err(&alone, &pass[1], layers, kv, len[1], hd, &nan) == 0.0, "pass A's document changed while B ran");
+        CHECK(lz_llama_gpu_encode_finish(g, err, sizeof err) == 0, "finish B: %s", err);
+        CHECK(lz_llama_gpu_encoded(g, N - 2, &alone, NULL, err, sizeof err) == 0, "fetch B: %s", err);
+        const double eb = cache_err(&alone, &pass[1], layers, kv, len[1], hd, &nan);
+        CHECK(eb <= 1e-2, "a document in another pass order: %.3g", eb);
+        printf("the same document in a pass of another order: normalised difference %.2e%s\n", eb,
+               eb == 0 ? " (bit for bit)" : "");
+        /* bad input: nothing to finish, too many rows, an id out of range, a window past the end, an index */
+        CHECK(lz_llama_gpu_encode_finish(g, err, sizeof err) != 0, "finish without a start accepted");
+        CHECK(lz_llama_gpu_encoded(g, N, &alone, NULL, err, sizeof err) != 0, "fetch past the pass accepted");
+        CHECK(lz_llama_gpu_encoded(g, 0, &alone, NULL, err, sizeof err) == 0 && alone.n == len[N - 1],
+              "pass B's results after a finish with nothing started: %s", err);
+        const int *two[2] = {ids[1], ids[1]};
+        const int big[2] = {300, 401};
+        CHECK(lz_llama_gpu_encode_many(g, two, big, NULL, NULL, 2, err, sizeof err) != 0 && strstr(err, "one pass"),
+              "a pass over max_tokens: %s", err);
+        const int badw[1] = {40}, badc[1] = {0};
+        CHECK(lz_llama_gpu_encode_many(g, ids, len, badc, badw, 1, err, sizeof err) != 0 && strstr(err, "capture"),
+              "a window past the document: %s", err);
+        ids[2][0] = vocab;
+        CHECK(lz_llama_gpu_encode_many(g, ids, len, c0, cw, N, err, sizeof err) != 0 && strstr(err, "out of range"),
+              "an id out of range: %s", err);
+        CHECK(lz_llama_gpu_encode_many(g, ids, len, c0, cw, 2, err, sizeof err) == 0, "a good pass after bad ones: %s", err);
+    }
+    for (int i = 0; i < N; i++) {
+        lz_kv_cache_free(&pc[i]);
+        lz_kv_cache_free(&dc[i]);
+        lz_kv_cache_free(&pass[i]);
+        free(ids[i]);
+        free(qc[i]);
+        free(qp[i]);
+    }
+    lz_kv_cache_free(&alone);
+    free(qa);
     lz_llama_gpu_free(g);
     lz_llama_free(m);
     remove(path);
@@ -555,6 +678,7 @@ int main(int argc, char **argv)
     test_query(dir, 64, 4, 4, 0);
     test_query(dir, 128, 8, 2, 1);
     test_prefix_on_gpu(dir);
+    test_many(dir);
     test_big_upload(dir);
     if (argc > 1 && !strcmp(argv[1], "--bench")) bench(dir);
     rmdir(dir);
