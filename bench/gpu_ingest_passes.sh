@@ -37,14 +37,15 @@ run() {
     set --
     [ "$cfg" != default ] && set -- "$cfg"
     rm -rf "$T/s-$name"
-    env "$@" "$B/lazyingest" --gpu --json --model "$model" --store "$T/s-$name" "$corpus" > "$OUT/$name.json" \
-        2> "$OUT/$name.err" || { st=1; tail -3 "$OUT/$name.err"; }
+    env "$@" "$B/lazyingest" --gpu --json --model "$model" --store "$T/s-$name" "$corpus" > "$T/$name.json" \
+        2> "$T/$name.err" || { st=1; tail -3 "$T/$name.err"; }
     python3 -c "
 import json, sys
 j = json.load(open(sys.argv[1]))
-print('%-28s %-24s wall %6.2f s  load %5.2f  forward %5.2f  pack %5.2f  commit %5.2f  encode %8.0f tok/s  tokens %d  stored %d' % (
+print('%-12s %-24s wall %6.2f s  load %5.2f  forward %5.2f  pack %5.2f  commit %5.2f  encode %8.0f tok/s  tokens %d  '
+      'stored %d  passes %d (%d documents)' % (
     sys.argv[2], sys.argv[3], j['wall_s'], j['load_s'], j['forward_s'], j['pack_s'], j['commit_s'], j['tokens_per_s'],
-    j['tokens_encoded'], j['stored_bytes']))" "$OUT/$name.json" "$name" "$cfg" || st=1
+    j['tokens_encoded'], j['stored_bytes'], j.get('passes', 0), j.get('pass_docs', 0)))" "$T/$name.json" "$name" "$cfg" || st=1
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 i=0
@@ -67,7 +68,7 @@ for r in $(seq "${ROUNDS:-2}"); do
         # the first round's stores answer the questions (then removed: 1.7 GB each)
         if [ "$r" = 1 ]; then
             "$B/lazyquery" --gpu --model "$T/m8b.gguf" --store "$T/s-demo8b-$i" --top-k 10 -n 32 --no-stats --json \
-                < "$T/q3.txt" 2> /dev/null | grep -o '"answer":"[^"]*"' > "$OUT/answers-$cfg.txt"
+                < "$T/q3.txt" 2> /dev/null | grep -o '"answer":"[^"]*"' > "$T/answers-$cfg.txt"
         fi
         rm -rf "$T/s-demo8b-$i"
     done
@@ -75,8 +76,8 @@ done > "$OUT/demo8b.txt"
 cat "$OUT/demo8b.txt"
 set -- $CFGS
 for cfg in "$@"; do
-    cmp -s "$OUT/answers-$1.txt" "$OUT/answers-$cfg.txt" && echo "answers: $cfg identical to $1" ||
-        { echo "answers: $cfg differs from $1"; paste -d '|' "$OUT/answers-$1.txt" "$OUT/answers-$cfg.txt"; }
+    cmp -s "$T/answers-$1.txt" "$T/answers-$cfg.txt" && echo "answers: $cfg identical to $1" ||
+        { echo "answers: $cfg differs from $1"; paste -d '|' "$T/answers-$1.txt" "$T/answers-$cfg.txt"; }
 done
 i=0
 for cfg in $CFGS; do
@@ -85,5 +86,5 @@ for cfg in $CFGS; do
     rm -rf "$T/s-x8-8b-$i"
 done > "$OUT/x8.txt"
 cat "$OUT/x8.txt"
-rm -rf "$T/m8b.gguf" "$T"/s-small-*
+rm -rf "$T/m8b.gguf" "$T"/s-small-* "$T"/*.json "$T"/*.err "$T"/answers-*.txt
 exit $st

@@ -128,6 +128,14 @@ int ingest_repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
 /* ---- summary ---- */
 
 /* Scoring and selection time of every encoder (par: the thread's own; summed, so CPU time). */
+/* Documents the encoders handed to the backend (--gpu; the reference). */
+static long backend_docs(const ingest *g)
+{
+    long n = g->enc ? lz_encoder_backend_docs(g->enc) : 0;
+    for (int i = 1; i < g->n_pool; i++) n += lz_encoder_backend_docs(g->pool[i]);
+    return n;
+}
+
 static double policy_seconds(const ingest *g)
 {
     double t = g->enc ? lz_encoder_policy_seconds(g->enc) : 0.0;
@@ -168,6 +176,9 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
             json_object_set_new(j, "encode_s", json_real(g->t_encode));
             json_object_set_new(j, "load_s", json_real(g->t_load));
             json_object_set_new(j, "encoders", json_integer(g->par ? (g->n_pool > 0 ? g->n_pool : 1) : 1));
+            json_object_set_new(j, "backend_docs", json_integer(backend_docs(g)));
+            json_object_set_new(j, "passes", json_integer(g->n_passes));
+            json_object_set_new(j, "pass_docs", json_integer(g->n_pass_docs));
             json_object_set_new(j, "setup_s", json_real(g->t_setup));
             json_object_set_new(j, "forward_s", json_real(g->t_forward));
             json_object_set_new(j, "pack_s", json_real(g->t_pack));
@@ -205,11 +216,9 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
         printf("  time: model load %.2f s, store and prefix %.2f s, forward passes %.2f s, packing %.2f s, commits %.2f s%s\n",
                g->t_load, g->t_setup - g->t_load, g->t_forward, g->t_pack, g->t_commit,
                g->par && g->n_pool > 1 ? " (documents encoded in parallel)" : "");
-    if (did_ingest && g->o.gpu && g->enc) {
-        long on_gpu = lz_encoder_backend_docs(g->enc);
-        for (int i = 1; i < g->n_pool; i++) on_gpu += lz_encoder_backend_docs(g->pool[i]);
-        printf("  GPU: %ld of the encoded documents (the rest are longer or have a probe: CPU)\n", on_gpu);
-    }
+    if (did_ingest && g->o.gpu && g->enc)
+        printf("  GPU: %ld of the encoded documents, %ld in %ld multi-document passes (the rest are longer or have a "
+               "probe: CPU)\n", backend_docs(g), g->n_pass_docs, g->n_passes);
     if (did_ingest && g->o.kv.kind != LZ_KVPOLICY_NONE) {
         char spec[LZ_KVPOLICY_SPEC_MAX];
         lz_kvpolicy_spec(&g->o.kv, spec, sizeof spec);

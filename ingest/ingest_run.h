@@ -17,6 +17,7 @@
 
 #include "ingest/corpus.h"
 #include "ingest/encode.h"
+#include "ingest/pass_ref.h"
 #include "ingest/kvlearn.h"
 #include "ingest/kvpolicy.h"
 #include "model/llama.h"
@@ -150,6 +151,8 @@ typedef struct {
     lz_llama_gpu *gpu;          /* --gpu (a CUDA build; NULL otherwise) */
     lz_encode_backend backend;
     int gpu_pass;               /* --gpu: tokens of a multi-document pass (0: one document a pass) */
+    lz_pass_ref *pass_ref;      /* LAZY_INGEST_REF_PASSES: the passes on the CPU reference backend */
+    long n_passes, n_pass_docs; /* multi-document passes run, and their documents */
     char err[8192];
 } ingest;
 

@@ -94,7 +94,9 @@ static void usage(FILE *f)
             "  -h, --help             this text\n"
             "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n"
             "LAZY_INGEST_SERIAL=1 encodes one document at a time whatever the model.\n"
-            "LAZY_INGEST_GPU_PASS=N sets --gpu's tokens a pass (0: one document a pass, taking turns).\n"
+            "LAZY_INGEST_GPU_PASS=N sets --gpu's tokens a pass (0: one document a pass, taking turns);\n"
+            "LAZY_INGEST_REF_PASSES=N runs that pipeline of passes without a GPU, on the CPU\n"
+            "reference backend (ingest/pass_ref.h: the same bytes as the CPU; for tests).\n"
             "A batch's payloads are written to LMDB on a thread while the next batch is encoded\n"
             "(its rows committed after them); LAZY_INGEST_SYNC_COMMIT=1 writes them before.\n"
             LZ_RUNTIME_ENV_HELP,
@@ -233,6 +235,16 @@ static int setup_model(ingest *g, const char *model_path)
         if (lz_llama_gpu_set_prefix(g->gpu, lz_encoder_prefix_cache(g->enc), g->err, sizeof g->err)) return -1;
         lz_encoder_set_backend(g->enc, &g->backend);
 #endif
+    }
+    /* N: --gpu's pipeline of multi-document passes on the CPU reference backend (tests) */
+    const char *ref = getenv("LAZY_INGEST_REF_PASSES");
+    if (!g->o.gpu && ref && atoi(ref) > 0) {
+        if (!(g->pass_ref = lz_pass_ref_new(g->m, lz_encoder_prefix_cache(g->enc)))) {
+            snprintf(g->err, sizeof g->err, "out of memory");
+            return -1;
+        }
+        g->backend = lz_pass_ref_backend(g->pass_ref, g->o.max_doc_tokens, atoi(ref));
+        lz_encoder_set_backend(g->enc, &g->backend);
     }
     /* the question cue, empty or --kv-probe-text (used by --kv-probe); kept for par's encoders */
     if (lz_prompt_question_tokens(g->m->tok, g->o.probe_text ? g->o.probe_text : "", &g->probe, &g->n_probe) ||
@@ -729,6 +741,7 @@ out:
 #ifdef LZ_CUDA
     lz_llama_gpu_free(g->gpu);
 #endif
+    lz_pass_ref_free(g->pass_ref);
     lz_kvlearn_free(&g->scorer);
     lz_kvlearn_acc_free(g->learn);
     lz_payload_codec_free(g->codec);

@@ -146,6 +146,7 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
         if (g->join[i]) cudaEventDestroy(g->join[i]);
     }
     if (g->fork) cudaEventDestroy(g->fork);
+    if (g->enc_ev) cudaEventDestroy(g->enc_ev);
     if (g->blas) cublasDestroy(g->blas);
     if (g->st) cudaStreamDestroy(g->st);
     free(g);
@@ -584,7 +585,9 @@ extern "C" int lz_llama_gpu_encode_finish(lz_llama_gpu *g, char *err, size_t err
     CUDA_OK(cudaMemcpyAsync(g->host16, g->kall, per * 2, cudaMemcpyDeviceToHost, st), "K read-back");
     CUDA_OK(cudaMemcpyAsync(g->host16 + far, g->vall, per * 2, cudaMemcpyDeviceToHost, st), "V read-back");
     if (g->pend_wq) CUDA_OK(cudaMemcpyAsync(g->hwq, g->wq, g->pend_wq * sizeof(float), cudaMemcpyDeviceToHost, st), "window queries");
-    CUDA_OK(cudaStreamSynchronize(st), "forward pass");
+    if (!g->enc_ev) CUDA_OK(cudaEventCreateWithFlags(&g->enc_ev, cudaEventBlockingSync | cudaEventDisableTiming), "events");
+    CUDA_OK(cudaEventRecord(g->enc_ev, st), "forward pass");
+    CUDA_OK(cudaEventSynchronize(g->enc_ev), "forward pass");
     EncDoc *t = g->enc; /* the pass's documents become the fetchable ones */
     const int tc = g->enc_cap;
     g->enc = g->pend, g->enc_cap = g->pend_cap;

@@ -113,6 +113,7 @@ struct lz_llama_gpu {
     /* ingest: the documents of the last finished multi-document pass (fetchable) and of the one
      * started after it (pending: rows and window floats in pend_rows, pend_wq) */
     lzgpu::EncDoc *enc, *pend;
+    cudaEvent_t enc_ev; /* a pass read back; waited on asleep (the host's cores pack meanwhile) */
     int enc_docs, enc_cap, pend_docs, pend_cap, pend_rows;
     size_t pend_wq;
     lz_attn_segment *qsegs;  /* (L, S + 1) device: the segments then the own sequence */

@@ -971,15 +971,49 @@ static int take_key(const lz_meta_doc *d, void *p)
  * encoder a thread) store exactly the payloads of one at a time
  * (LAZY_INGEST_SERIAL=1) with as many threads, duplicate content included,
  * and decode to what an encoder computes (test_bits). */
+/* Every document of stores a and b (want rows each) has the same id, key
+ * and payload bytes; 1 if so. */
+static int same_payloads(const char *sa, const char *sb, int want)
+{
+    char err[512];
+    lz_store *a, *b;
+    if (lz_store_open(sa, LZ_STORE_RDONLY, &a, err, sizeof err)) return printf("open: %s\n", err), 0;
+    if (lz_store_open(sb, LZ_STORE_RDONLY, &b, err, sizeof err)) {
+        lz_store_close(a);
+        return printf("open: %s\n", err), 0;
+    }
+    keys_of ka = { 0 }, kb = { 0 };
+    lz_meta_doc_foreach(lz_store_meta(a), take_key, &ka, err, sizeof err);
+    lz_meta_doc_foreach(lz_store_meta(b), take_key, &kb, err, sizeof err);
+    int same = ka.n == kb.n && ka.n == want;
+    for (int i = 0; ka.n == kb.n && i < ka.n; i++) {
+        void *x = NULL, *y = NULL;
+        size_t lx = 0, ly = 0;
+        int same1 = !strcmp(ka.ext[i], kb.ext[i]) && !memcmp(ka.key[i], kb.key[i], 64) &&
+               !lz_store_get_payload(a, ka.key[i], &x, &lx, err, sizeof err) &&
+               !lz_store_get_payload(b, kb.key[i], &y, &ly, err, sizeof err) && lx == ly && !memcmp(x, y, lx);
+        if (!same1 && same) printf("first difference: %s (%zu and %zu bytes)\n", ka.ext[i], lx, ly);
+        same &= same1;
+        free(x);
+        free(y);
+    }
+    if (ka.n != want || kb.n != want) printf("rows %d and %d, want %d\n", ka.n, kb.n, want);
+    lz_store_close(a);
+    lz_store_close(b);
+    return same;
+}
+
 static void test_parallel(void)
 {
-    char ser[300], par[300], err[512];
+    char ser[300], par[300], pas[300];
     snprintf(ser, sizeof ser, "%s/ser", dir);
     snprintf(par, sizeof par, "%s/par", dir);
+    snprintf(pas, sizeof pas, "%s/pas", dir);
     char *c0 = make_corpus(40, 3, 1);
     const char *p0 = write_text("par.jsonl", c0);
     const char *as[] = { "-m", model_a, "-s", ser, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
     const char *ap[] = { "-m", model_a, "-s", par, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
+    const char *aq[] = { "-m", model_a, "-s", pas, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
     setenv("LAZY_INGEST_SERIAL", "1", 1);
     setenv("LAZY_INGEST_SYNC_COMMIT", "1", 1); /* and each batch's payloads written before the next batch */
     int rc = run_tool(as, NULL, 0, out, sizeof out, errs, sizeof errs);
@@ -994,30 +1028,20 @@ static void test_parallel(void)
           jget(out, "added"), jget(out, "stored_bytes"), stored_s, jget(out, "encoders"), errs);
     CHECK(n_payloads(par) == n_payloads(ser), "the same payloads (%llu and %llu)", (unsigned long long)n_payloads(par),
           (unsigned long long)n_payloads(ser));
-    lz_store *a, *b;
-    if (lz_store_open(ser, LZ_STORE_RDONLY, &a, err, sizeof err) || lz_store_open(par, LZ_STORE_RDONLY, &b, err, sizeof err)) {
-        CHECK(0, "open: %s", err);
-        free(c0);
-        return;
-    }
-    keys_of ka = { 0 }, kb = { 0 };
-    lz_meta_doc_foreach(lz_store_meta(a), take_key, &ka, err, sizeof err);
-    lz_meta_doc_foreach(lz_store_meta(b), take_key, &kb, err, sizeof err);
-    int same = ka.n == kb.n && ka.n == 42;
-    for (int i = 0; same && i < ka.n; i++) {
-        void *x = NULL, *y = NULL;
-        size_t lx = 0, ly = 0;
-        same = !strcmp(ka.ext[i], kb.ext[i]) && !memcmp(ka.key[i], kb.key[i], 64) &&
-               !lz_store_get_payload(a, ka.key[i], &x, &lx, err, sizeof err) &&
-               !lz_store_get_payload(b, kb.key[i], &y, &ly, err, sizeof err) && lx == ly && !memcmp(x, y, lx);
-        if (!same) printf("first difference: %s\n", ka.ext[i]);
-        free(x);
-        free(y);
-    }
-    CHECK(same, "every document's payload identical, in parallel with batches committed while the next is encoded, and "
-                "one at a time with each batch committed before the next (%d and %d rows)", ka.n, kb.n);
-    lz_store_close(a);
-    lz_store_close(b);
+    CHECK(same_payloads(ser, par, 42), "every document's payload identical, in parallel with batches committed while the "
+                                       "next is encoded, and one at a time with each batch committed before the next");
+    /* --gpu's pipeline of multi-document passes, on the CPU reference backend: passes of at
+     * most 250 tokens (two or three documents a pass, a pass or two a batch), one thread driving them, one fetching and packing
+     * (as many threads as above: the CPU engine's bits can depend on the thread count) */
+    setenv("LAZY_INGEST_REF_PASSES", "250", 1);
+    rc = run_tool(aq, NULL, 0, out, sizeof out, errs, sizeof errs);
+    unsetenv("LAZY_INGEST_REF_PASSES");
+    const long passes = jget(out, "passes"), pass_docs = jget(out, "pass_docs");
+    CHECK(rc == 0 && jget(out, "added") == 42 && jget(out, "stored_bytes") == stored_s && passes > 6 && pass_docs > 2 * passes &&
+              pass_docs == jget(out, "backend_docs"),
+          "in passes: exit %d, %ld added, %ld stored bytes (%ld), %ld documents in %ld passes: %s", rc, jget(out, "added"),
+          jget(out, "stored_bytes"), stored_s, pass_docs, passes, errs);
+    CHECK(same_payloads(ser, pas, 42), "every document's payload identical through the pipeline of passes");
     test_bits(par);
     free(c0);
 }

@@ -11,6 +11,7 @@
 
 #include "ingest/encode.h"
 #include "ingest/kvpolicy.h"
+#include "ingest/pass_ref.h"
 #include "model/llama.h"
 #include "tests/test.h"
 #include "tests/test_model.h"
@@ -725,91 +726,8 @@ static void test_encoder(void)
     lz_test_model_free(m, dir, path);
 }
 
-/* A stand-in for a multi-document backend (lazyingest --gpu's passes): the
- * CPU engine runs each document of a pass after the prefix, as the encoder
- * itself would (same chunk), capturing its window; fetch copies. */
-#define PASS_MAX 4
-typedef struct {
-    const lz_llama *m;
-    lz_kv_segment prefix;
-    lz_llama_scratch *sc;
-    lz_kv_cache kv[2][PASS_MAX]; /* [0] finished, [1] pending */
-    float *q[2][PASS_MAX];
-    int cw[2][PASS_MAX], n[2];
-} pass_cpu;
-
-static int pass_run(pass_cpu *b, int slot, const int *ids, int n, int c0, int cw)
-{
-    const lz_llama_config *c = &b->m->cfg;
-    lz_kv_cache *k = &b->kv[1][slot];
-    lz_kv_cache_free(k);
-    free(b->q[1][slot]);
-    b->q[1][slot] = cw ? malloc((size_t)c->n_layers * cw * c->n_heads * c->head_dim * sizeof(float)) : NULL;
-    b->cw[1][slot] = cw;
-    if (lz_kv_cache_init(k, c, n) || (cw && !b->q[1][slot])) return -1;
-    lz_kv_cache_reset(k, b->prefix.n);
-    if (cw) lz_llama_scratch_capture(b->sc, b->q[1][slot], b->prefix.n + c0, cw);
-    int rc = lz_llama_forward(b->m, b->sc, k, &b->prefix, 1, ids, n, NULL, LZ_LOGITS_NONE);
-    lz_llama_scratch_capture(b->sc, NULL, 0, 0);
-    return rc;
-}
-
-static int pass_start(void *ctx, const int *const *ids, const int *n, const int *c0, const int *cw, int n_docs,
-                      char *err, size_t errlen)
-{
-    pass_cpu *b = ctx;
-    b->n[1] = 0;
-    for (int i = 0; i < n_docs; i++)
-        if (i >= PASS_MAX || pass_run(b, i, ids[i], n[i], c0[i], cw[i])) return snprintf(err, errlen, "stand-in"), -1;
-    b->n[1] = n_docs;
-    return 0;
-}
-
-static int pass_finish(void *ctx, char *err, size_t errlen)
-{
-    pass_cpu *b = ctx;
-    for (int i = 0; i < PASS_MAX; i++) {
-        lz_kv_cache t = b->kv[0][i];
-        float *q = b->q[0][i];
-        int w = b->cw[0][i];
-        b->kv[0][i] = b->kv[1][i], b->q[0][i] = b->q[1][i], b->cw[0][i] = b->cw[1][i];
-        b->kv[1][i] = t, b->q[1][i] = q, b->cw[1][i] = w;
-    }
-    b->n[0] = b->n[1];
-    b->n[1] = 0;
-    return 0;
-}
-
-static int pass_fetch(void *ctx, int i, lz_kv_cache *out, float *qwin, char *err, size_t errlen)
-{
-    pass_cpu *b = ctx;
-    if (i < 0 || i >= b->n[0]) return snprintf(err, errlen, "no document %d", i), -1;
-    const lz_kv_cache *k = &b->kv[0][i];
-    const lz_llama_config *c = &b->m->cfg;
-    for (int lh = 0; lh < c->n_layers * c->n_kv_heads; lh++) {
-        memcpy(out->k + (size_t)lh * out->cap * c->head_dim, k->k + (size_t)lh * k->cap * c->head_dim,
-               (size_t)k->n * c->head_dim * sizeof(float));
-        memcpy(out->v + (size_t)lh * out->cap * c->head_dim, k->v + (size_t)lh * k->cap * c->head_dim,
-               (size_t)k->n * c->head_dim * sizeof(float));
-    }
-    if (b->cw[0][i] && qwin)
-        memcpy(qwin, b->q[0][i], (size_t)c->n_layers * b->cw[0][i] * c->n_heads * c->head_dim * sizeof(float));
-    out->n = k->n;
-    out->pos0 = k->pos0;
-    return 0;
-}
-
-static int pass_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
-                       size_t errlen)
-{
-    return pass_start(ctx, &ids, &n, &c0, &cw, 1, err, errlen) || pass_finish(ctx, err, errlen) ||
-                   pass_fetch(ctx, 0, out, qwin, err, errlen)
-               ? -1
-               : 0;
-}
-
-/* lz_encoder_run_fetched: a document taken from a backend's pass packs to
- * the same bytes as lz_encoder_run on the CPU, under every policy the
+/* lz_encoder_run_fetched: a document taken from a pass of the reference
+ * backend (ingest/pass_ref.h) packs to the same bytes as lz_encoder_run, under every policy the
  * backend takes (lz_encoder_backend_plan: none, a window, the self window,
  * and the windows it asks for); a probe policy is not planned and refused. */
 static void test_backend_passes(void)
@@ -823,15 +741,13 @@ static void test_backend_passes(void)
     for (int i = 0; i < n; i++) ids[i] = 3 + (int)(frand() * (c->vocab - 4));
     for (int i = 0; i < n2; i++) other[i] = 3 + (int)(frand() * (c->vocab - 4));
     lz_encoder *ec = NULL, *eb = NULL;
-    pass_cpu st = {.m = m, .sc = lz_llama_scratch_new(m, LZ_ENCODE_CHUNK)};
-    lz_encode_backend b = {.ctx = &st, .encode = pass_encode, .max_tokens = 512, .start = pass_start,
-                           .finish = pass_finish, .fetch = pass_fetch, .pass_tokens = 1024};
-    if (!st.sc || lz_encoder_new(m, prefix, 4, &ec, err, sizeof err) || lz_encoder_new(m, prefix, 4, &eb, err, sizeof err)) {
+    lz_pass_ref *ref = NULL;
+    if (lz_encoder_new(m, prefix, 4, &ec, err, sizeof err) || lz_encoder_new(m, prefix, 4, &eb, err, sizeof err) ||
+        !(ref = lz_pass_ref_new(m, lz_encoder_prefix_cache(eb)))) {
         CHECK(0, "encoders: %s", err);
         return;
     }
-    const lz_kv_cache *pc = lz_encoder_prefix_cache(eb);
-    st.prefix = (lz_kv_segment){.k = pc->k, .v = pc->v, .n = pc->n, .stride = pc->cap};
+    const lz_encode_backend b = lz_pass_ref_backend(ref, 512, 1024);
     lz_encoder_set_backend(eb, &b);
     lz_payload_codec *codec = lz_payload_codec_new();
     const char *specs[4] = {"none", "ada-snapkv b=0.5 w=16 k=5 a=0.2 mean", "ada-snapkv b=0.5 w=150 k=5 a=0.2 mean self",
@@ -854,7 +770,7 @@ static void test_backend_passes(void)
               specs[t], planned, cw, c0);
         lz_encoder_backend_plan(eb, n2, &c02, &cw2);
         const int *pids[2] = {other, ids}, pn[2] = {n2, n}, pc0[2] = {c02, c0}, pcw[2] = {cw2, cw};
-        CHECK(b.start(&st, pids, pn, pc0, pcw, 2, err, sizeof err) == 0 && b.finish(&st, err, sizeof err) == 0, "pass");
+        CHECK(b.start(b.ctx, pids, pn, pc0, pcw, 2, err, sizeof err) == 0 && b.finish(b.ctx, err, sizeof err) == 0, "pass");
         void *b0 = NULL, *b1 = NULL;
         size_t l0 = 0, l1 = 1;
         CHECK(lz_encoder_run(ec, ids, n, err, sizeof err) == 0 &&
@@ -876,12 +792,7 @@ static void test_backend_passes(void)
     lz_payload_codec_free(codec);
     lz_encoder_free(ec);
     lz_encoder_free(eb);
-    for (int i = 0; i < PASS_MAX; i++)
-        for (int k = 0; k < 2; k++) {
-            lz_kv_cache_free(&st.kv[k][i]);
-            free(st.q[k][i]);
-        }
-    lz_llama_scratch_free(st.sc);
+    lz_pass_ref_free(ref);
     lz_test_model_free(m, dir, path);
 }
 

@@ -1,0 +1,159 @@
+/* pass_ref.c - the CPU reference of a multi-document backend (pass_ref.h):
+ * a pass's documents computed at start, one after the other, into the
+ * pending half of two sets of caches; finish swaps the halves, so that the
+ * finished pass stays fetchable while the next one is computed. */
+#include "ingest/pass_ref.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    lz_kv_cache kv;
+    float *q;      /* (L, cw, H, d) window queries */
+    size_t cap_q;  /* floats */
+    int cw;
+} ref_doc;
+
+struct lz_pass_ref {
+    const lz_llama *m;
+    lz_kv_segment prefix;
+    lz_llama_scratch *sc;
+    ref_doc *docs[2]; /* [0] finished (fetchable), [1] pending */
+    int n[2], cap[2];
+    int max_tokens, pass_tokens;
+    pthread_mutex_t one; /* encode (a pass of one) is called from several threads: one at a time */
+};
+
+lz_pass_ref *lz_pass_ref_new(const lz_llama *m, const lz_kv_cache *pc)
+{
+    lz_pass_ref *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->m = m;
+    pthread_mutex_init(&r->one, NULL);
+    r->prefix = (lz_kv_segment){.k = pc->k, .v = pc->v, .n = pc->n, .stride = pc->cap};
+    if (!(r->sc = lz_llama_scratch_new(m, LZ_ENCODE_CHUNK))) {
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void lz_pass_ref_free(lz_pass_ref *r)
+{
+    if (!r) return;
+    for (int h = 0; h < 2; h++) {
+        for (int i = 0; i < r->cap[h]; i++) {
+            lz_kv_cache_free(&r->docs[h][i].kv);
+            free(r->docs[h][i].q);
+        }
+        free(r->docs[h]);
+    }
+    lz_llama_scratch_free(r->sc);
+    pthread_mutex_destroy(&r->one);
+    free(r);
+}
+
+/* Runs ids[0..n) after the prefix into pending slot i, capturing rows c0..c0+cw-1; 0 or -1. */
+static int run_one(lz_pass_ref *r, int i, const int *ids, int n, int c0, int cw, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &r->m->cfg;
+    ref_doc *x = &r->docs[1][i];
+    if (x->kv.cap < n) {
+        lz_kv_cache_free(&x->kv);
+        if (lz_kv_cache_init(&x->kv, c, n)) return snprintf(err, errlen, "out of memory"), -1;
+    }
+    const size_t qn = (size_t)c->n_layers * cw * c->n_heads * c->head_dim;
+    if (qn > x->cap_q) {
+        float *q = realloc(x->q, qn * sizeof *q);
+        if (!q) return snprintf(err, errlen, "out of memory"), -1;
+        x->q = q;
+        x->cap_q = qn;
+    }
+    x->cw = cw;
+    lz_kv_cache_reset(&x->kv, r->prefix.n);
+    if (cw) lz_llama_scratch_capture(r->sc, x->q, (int64_t)r->prefix.n + c0, cw);
+    const int rc = lz_llama_forward(r->m, r->sc, &x->kv, r->prefix.n ? &r->prefix : NULL, r->prefix.n ? 1 : 0, ids, n,
+                                    NULL, LZ_LOGITS_NONE);
+    lz_llama_scratch_capture(r->sc, NULL, 0, 0);
+    if (rc) snprintf(err, errlen, "forward pass over %d tokens failed", n);
+    return rc ? -1 : 0;
+}
+
+static int ref_start(void *ctx, const int *const *ids, const int *n, const int *c0, const int *cw, int n_docs, char *err,
+                     size_t errlen)
+{
+    lz_pass_ref *r = ctx;
+    r->n[1] = 0;
+    int rows = 0;
+    for (int i = 0; i < n_docs; i++) {
+        rows += n[i];
+        const int w = cw && cw[i] > 0 ? cw[i] : 0;
+        /* a pass holds as many rows as the longest document (as the GPU's: encode is a pass of one) */
+        const int room = r->pass_tokens > r->max_tokens ? r->pass_tokens : r->max_tokens;
+        if (n[i] <= 0 || n[i] > r->max_tokens || rows > room || (w && (c0[i] < 0 || c0[i] + w > n[i])))
+            return snprintf(err, errlen, "document %d of %d tokens (window %d..%d) in a pass of %d tokens", i, n[i],
+                            w ? c0[i] : 0, w ? c0[i] + w : 0, room),
+                   -1;
+    }
+    if (n_docs > r->cap[1]) {
+        ref_doc *d = realloc(r->docs[1], (size_t)n_docs * sizeof *d);
+        if (!d) return snprintf(err, errlen, "out of memory"), -1;
+        memset(d + r->cap[1], 0, (size_t)(n_docs - r->cap[1]) * sizeof *d);
+        r->docs[1] = d;
+        r->cap[1] = n_docs;
+    }
+    for (int i = 0; i < n_docs; i++)
+        if (run_one(r, i, ids[i], n[i], c0 ? c0[i] : 0, cw && cw[i] > 0 ? cw[i] : 0, err, errlen)) return -1;
+    r->n[1] = n_docs;
+    return 0;
+}
+
+static int ref_finish(void *ctx, char *err, size_t errlen)
+{
+    lz_pass_ref *r = ctx;
+    if (!r->n[1]) return snprintf(err, errlen, "no pass started"), -1;
+    ref_doc *d = r->docs[0];
+    const int cap = r->cap[0];
+    r->docs[0] = r->docs[1], r->cap[0] = r->cap[1], r->n[0] = r->n[1];
+    r->docs[1] = d, r->cap[1] = cap, r->n[1] = 0;
+    return 0;
+}
+
+static int ref_fetch(void *ctx, int i, lz_kv_cache *out, float *qwin, char *err, size_t errlen)
+{
+    const lz_pass_ref *r = ctx;
+    if (i < 0 || i >= r->n[0]) return snprintf(err, errlen, "document %d of a pass of %d", i, r->n[0]), -1;
+    const ref_doc *x = &r->docs[0][i];
+    const lz_llama_config *c = &r->m->cfg;
+    const int n = x->kv.n, d = c->head_dim;
+    if (n > out->cap) return snprintf(err, errlen, "a document of %d tokens into a cache of %d", n, out->cap), -1;
+    for (int lh = 0; lh < c->n_layers * c->n_kv_heads; lh++) {
+        memcpy(out->k + (size_t)lh * out->cap * d, x->kv.k + (size_t)lh * x->kv.cap * d, (size_t)n * d * sizeof(float));
+        memcpy(out->v + (size_t)lh * out->cap * d, x->kv.v + (size_t)lh * x->kv.cap * d, (size_t)n * d * sizeof(float));
+    }
+    if (x->cw && qwin) memcpy(qwin, x->q, (size_t)c->n_layers * x->cw * c->n_heads * d * sizeof(float));
+    out->n = n;
+    out->pos0 = x->kv.pos0;
+    return 0;
+}
+
+static int ref_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
+                      size_t errlen)
+{
+    lz_pass_ref *r = ctx;
+    pthread_mutex_lock(&r->one);
+    const int rc = ref_start(ctx, &ids, &n, &c0, &cw, 1, err, errlen) || ref_finish(ctx, err, errlen) ||
+                   ref_fetch(ctx, 0, out, qwin, err, errlen);
+    pthread_mutex_unlock(&r->one);
+    return rc ? -1 : 0;
+}
+
+lz_encode_backend lz_pass_ref_backend(lz_pass_ref *r, int max_tokens, int pass_tokens)
+{
+    r->max_tokens = max_tokens;
+    r->pass_tokens = pass_tokens;
+    return (lz_encode_backend){.ctx = r, .encode = ref_encode, .max_tokens = max_tokens, .start = ref_start,
+                               .finish = ref_finish, .fetch = ref_fetch, .pass_tokens = pass_tokens};
+}

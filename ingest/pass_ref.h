@@ -1,0 +1,32 @@
+/* pass_ref.h - the reference of a multi-document backend (encode.h's
+ * lz_encode_backend with start / finish / fetch, which lazyingest --gpu's
+ * device implements): on the CPU engine, each document of a pass runs after
+ * the prefix exactly as the encoder itself runs it (the same chunk), so a
+ * document fetched from it packs to the same bytes as one encoded on the
+ * CPU. It runs the pipeline of passes without a GPU: the tests, and
+ * lazyingest with LAZY_INGEST_REF_PASSES=N (N tokens a pass).
+ */
+#ifndef LZ_PASS_REF_H
+#define LZ_PASS_REF_H
+
+#include "ingest/encode.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lz_pass_ref lz_pass_ref;
+
+/* Over model m and the prefix KV pc (both kept by the caller, alive as long
+ * as the result); NULL when out of memory. */
+lz_pass_ref *lz_pass_ref_new(const lz_llama *m, const lz_kv_cache *pc);
+void lz_pass_ref_free(lz_pass_ref *r); /* NULL is a no-op */
+/* The backend: r's start / finish / fetch (and encode: a pass of one, one
+ * call at a time, destroying the pass fetched before), documents of at most
+ * max_tokens, passes of at most pass_tokens. */
+lz_encode_backend lz_pass_ref_backend(lz_pass_ref *r, int max_tokens, int pass_tokens);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LZ_PASS_REF_H */
