@@ -10,7 +10,8 @@
 # compared.
 # Usage (repo root, GPU machine): G=dir sh bench/gpu_ingest_passes.sh OUTDIR
 #   with $G/{lazyingest,lazyquery,lazy-mkmodel}.gz built here ('make cuda', 'make', gzip);
-#   CFGS: the settings compared (default "LAZY_INGEST_GPU_PASS=0 default"), ROUNDS each (2).
+#   CFGS: the settings compared (default "LAZY_INGEST_GPU_PASS=0 default"): environment
+#   assignments, or options as --name=value; ROUNDS each (2).
 set -u
 OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
@@ -35,9 +36,14 @@ EOF
 run() {
     name=$1 model=$2 corpus=$3 cfg=$4
     set --
-    [ "$cfg" != default ] && set -- "$cfg"
+    opt=
+    case $cfg in
+        default) ;;
+        --*) opt="${cfg%%=*} ${cfg#*=}" ;; # an option: --level=3 runs lazyingest --level 3
+        *) set -- "$cfg" ;;
+    esac
     rm -rf "$T/s-$name"
-    env "$@" "$B/lazyingest" --gpu --json --model "$model" --store "$T/s-$name" "$corpus" > "$T/$name.json" \
+    env "$@" "$B/lazyingest" --gpu --json $opt --model "$model" --store "$T/s-$name" "$corpus" > "$T/$name.json" \
         2> "$T/$name.err" || { st=1; tail -3 "$T/$name.err"; }
     python3 -c "
 import json, sys

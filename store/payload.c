@@ -191,11 +191,18 @@ int lz_payload_codec_set_threads(lz_payload_codec *c, int n)
     return 0;
 }
 
-/* zstd of src[n] into dst (cap bytes) with cctx: level, content checksum. */
+/* zstd of src[n] into dst (cap bytes) with cctx: level, content checksum.
+ * Levels up to LZ_PAYLOAD_TUNED_LEVEL search only for matches of 7 bytes or
+ * more in a 256-entry hash table: the shuffled planes of bf16 K/V have few
+ * matches, and their gain is in the literals' entropy coding, so this is
+ * 4-6x faster than zstd's level 3 and stores fewer bytes (bench/RESULTS.md,
+ * "Payload packing"). */
 static size_t zstd_frame(ZSTD_CCtx *cctx, uint8_t *dst, size_t cap, const uint8_t *src, size_t n, int level)
 {
     size_t r = ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
     if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+    if (!ZSTD_isError(r) && level <= LZ_PAYLOAD_TUNED_LEVEL) r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, 8);
+    if (!ZSTD_isError(r) && level <= LZ_PAYLOAD_TUNED_LEVEL) r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_minMatch, 7);
     if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
     if (!ZSTD_isError(r)) r = ZSTD_compress2(cctx, dst, cap, src, n);
     return r;

@@ -35,7 +35,8 @@ enum { LZ_PAYLOAD_OK = 0, LZ_PAYLOAD_EINVAL = 1, LZ_PAYLOAD_ECORRUPT = 2,
        LZ_PAYLOAD_ECHECKSUM = 3, LZ_PAYLOAD_EVERSION = 4, LZ_PAYLOAD_ENOMEM = 5,
        LZ_PAYLOAD_ECODEC = 6 };
 
-#define LZ_PAYLOAD_DEFAULT_LEVEL 3 /* zstd level used by lazyingest */
+#define LZ_PAYLOAD_DEFAULT_LEVEL 1 /* zstd level used by lazyingest (tuned: see LZ_PAYLOAD_TUNED_LEVEL) */
+#define LZ_PAYLOAD_TUNED_LEVEL 2  /* levels up to this one: matching tuned for K/V planes (payload.c) */
 
 /* What to encode: K/V of one document inside larger fp32 buffers, e.g. an
  * lz_kv_cache (k, v: (L, KV, T, d); the document's token j of (l, h) is at

@@ -262,6 +262,48 @@ out:
     free(v2);
 }
 
+/* The tuned levels (<= LZ_PAYLOAD_TUNED_LEVEL: only matches of 7+ bytes):
+ * a body of normally distributed bf16 keys and values (per-column scales,
+ * as rotary keys have) decodes to the same bits at levels 1 and 3, and level
+ * 1 stores no more bytes than level 3 (the planes' gain is in the entropy
+ * coding of the literals, not in matches). */
+static void test_tuned_level(void)
+{
+    const int L = 4, KV = 2, T = 700, d = 128, n = 700;
+    size_t N = (size_t)L * KV * T * d;
+    float *k = malloc(N * 4), *v = malloc(N * 4), *k2 = calloc(N, 4), *v2 = calloc(N, 4);
+    for (size_t i = 0; i < N; i++) { /* Box-Muller */
+        const double u1 = 1.0 - lz_test_u01(&rng), u2 = lz_test_u01(&rng);
+        const float g = (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+        k[i] = g * (1.0f + (float)(i % d) / 16.0f);
+        v[i] = g * 0.3f;
+    }
+    uint8_t fp[32] = { 9 };
+    char err[256];
+    lz_payload_src src = { k, v, T, 0, L, KV, d, n, NULL, 3, fp, LZ_PAYLOAD_DTYPE_BF16 };
+    lz_payload_codec *c = lz_payload_codec_new();
+    CHECK(c && lz_payload_codec_set_threads(c, 1) == 0, "codec");
+    size_t len[2] = { 0, 0 };
+    const int levels[2] = { 1, 3 };
+    for (int i = 0; c && i < 2; i++) {
+        void *blob = NULL;
+        CHECK(lz_payload_encode(c, &src, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, levels[i], &blob, &len[i], err, sizeof err) == 0,
+              "encode at level %d: %s", levels[i], err);
+        CHECK(blob && lz_payload_decode_f32(c, blob, len[i], k2, v2, T, NULL, NULL, err, sizeof err) == 0 &&
+                  same_bits(k, T, 0, k2, T, L, KV, d, NULL, n) && same_bits(v, T, 0, v2, T, L, KV, d, NULL, n),
+              "level %d decodes to the bf16 of the input: %s", levels[i], err);
+        free(blob);
+    }
+    CHECK(len[0] > 0 && len[0] <= len[1], "level 1 (tuned) stores %zu bytes, level 3 %zu", len[0], len[1]);
+    printf("normal bf16 K/V, %zu bytes raw: level 1 (tuned) %zu bytes, level 3 %zu\n", 2 * N * 2 * (size_t)n / T,
+           len[0], len[1]);
+    lz_payload_codec_free(c);
+    free(k);
+    free(v);
+    free(k2);
+    free(v2);
+}
+
 int main(void)
 {
     test_crc();
@@ -269,5 +311,6 @@ int main(void)
     test_roundtrip();
     test_f32();
     test_threads();
+    test_tuned_level();
     return lz_test_done();
 }
