@@ -113,39 +113,35 @@ void lz_llama_set_threads(int n)
 }
 
 /* y (n, out) = x (n, in) @ W (out, in)^T (+ y when beta = 1), split over
- * threads by blocks of output rows. W not in fp32: one token through
- * lz_mat_gemv, more through sgemm on WB_ROWS rows widened at a time (the
- * same products as an fp32 copy's; the smaller GEMMs sum in another order,
- * so results agree within rounding: tests/test_weights.c). */
+ * threads by blocks of WB_ROWS output rows. Every product (sgemm, sgemv,
+ * lz_mat_gemv) covers exactly one block, whatever the thread count, so the
+ * bits do not depend on it (a product's edge tiles may sum in another order:
+ * with blocks that followed the thread count, --threads 2 and 3 stored
+ * different payloads). W not in fp32: one token through lz_mat_gemv, more
+ * through sgemm on the block widened to fp32 (the same products as an fp32
+ * copy's; the smaller GEMMs sum in another order, so results agree within
+ * rounding: tests/test_weights.c). */
 static void matmul(lz_llama_scratch *s, float *y, const float *x, lz_mat w, int n, int in, int out, float beta)
 {
     int T = omp_get_max_threads();
     if (T > 1 && (double)n * in * out < 2e5) T = 1; /* too small to split */
     const int widen = w.type != LZ_MAT_F32 && n > 1;
     if (widen && T > s->wbuf_threads) T = s->wbuf_threads; /* threads raised after the scratch was made */
-    int chunk = ((out + T - 1) / T + 15) / 16 * 16;
-#pragma omp parallel for num_threads(T) schedule(static, 1)
-    for (int t = 0; t < T; t++) {
-        int o0 = t * chunk, o1 = o0 + chunk < out ? o0 + chunk : out;
-        if (o0 >= o1) continue;
+    const int blocks = (out + WB_ROWS - 1) / WB_ROWS;
+    if (T > blocks) T = blocks;
+#pragma omp parallel for num_threads(T) schedule(static)
+    for (int b = 0; b < blocks; b++) {
+        const int r = b * WB_ROWS, rb = out - r < WB_ROWS ? out - r : WB_ROWS;
         if (w.type == LZ_MAT_F32) {
-            const float *wf = w.data;
-            if (n == 1)
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, o1 - o0, in, 1.0f, wf + (size_t)o0 * in, in, x, 1, beta,
-                            y + o0, 1);
-            else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, in, 1.0f, x, in,
-                            wf + (size_t)o0 * in, in, beta, y + o0, out);
+            const float *wf = (const float *)w.data + (size_t)r * in;
+            if (n == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, rb, in, 1.0f, wf, in, x, 1, beta, y + r, 1);
+            else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rb, in, 1.0f, x, in, wf, in, beta, y + r, out);
         } else if (n == 1) {
-            lz_mat_gemv(y, w, x, in, o0, o1, beta);
+            lz_mat_gemv(y, w, x, in, r, r + rb, beta);
         } else {
-            float *buf = s->wbuf + (size_t)t * s->wbuf_per;
-            for (int r = o0; r < o1; r += WB_ROWS) {
-                int rb = o1 - r < WB_ROWS ? o1 - r : WB_ROWS;
-                lz_mat_get_f32(w, (size_t)r * in, (size_t)rb * in, buf);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rb, in, 1.0f, x, in, buf, in, beta, y + r,
-                            out);
-            }
+            float *buf = s->wbuf + (size_t)omp_get_thread_num() * s->wbuf_per;
+            lz_mat_get_f32(w, (size_t)r * in, (size_t)rb * in, buf);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rb, in, 1.0f, x, in, buf, in, beta, y + r, out);
         }
     }
 }

@@ -1013,7 +1013,7 @@ static void test_parallel(void)
     const char *p0 = write_text("par.jsonl", c0);
     const char *as[] = { "-m", model_a, "-s", ser, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
     const char *ap[] = { "-m", model_a, "-s", par, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
-    const char *aq[] = { "-m", model_a, "-s", pas, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
+    const char *aq[] = { "-m", model_a, "-s", pas, "--json", "--threads", "3", "--batch-tokens", "300", p0, NULL };
     setenv("LAZY_INGEST_SERIAL", "1", 1);
     setenv("LAZY_INGEST_SYNC_COMMIT", "1", 1); /* and each batch's payloads written before the next batch */
     int rc = run_tool(as, NULL, 0, out, sizeof out, errs, sizeof errs);
@@ -1031,8 +1031,8 @@ static void test_parallel(void)
     CHECK(same_payloads(ser, par, 42), "every document's payload identical, in parallel with batches committed while the "
                                        "next is encoded, and one at a time with each batch committed before the next");
     /* --gpu's pipeline of multi-document passes, on the CPU reference backend: passes of at
-     * most 250 tokens (two or three documents a pass, a pass or two a batch), one thread driving them, one fetching and packing
-     * (as many threads as above: the CPU engine's bits can depend on the thread count) */
+     * most 250 tokens (two or three documents a pass, a pass or two a batch), one thread driving
+     * them, two fetching and packing (the CPU engine's bits do not depend on the thread count) */
     setenv("LAZY_INGEST_REF_PASSES", "250", 1);
     rc = run_tool(aq, NULL, 0, out, sizeof out, errs, sizeof errs);
     unsetenv("LAZY_INGEST_REF_PASSES");

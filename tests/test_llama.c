@@ -1,7 +1,8 @@
 /* test_llama.c - the CPU engine: stories260K reproduces llama2.c's greedy
  * output and logits; batched prefill equals token-by-token decode; external
  * segments with a missing rotation equal recomputation (one document) and
- * materialised rotated keys; quantized weight types load; lazygen --ids. */
+ * materialised rotated keys; quantized weight types load; lazygen --ids;
+ * the same bits on any thread count. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -157,6 +158,56 @@ static void test_batching(lz_llama *m)
     free(la); free(lb);
     lz_llama_scratch_free(big); lz_llama_scratch_free(small);
     lz_kv_cache_free(&a); lz_kv_cache_free(&b);
+}
+
+/* The forward pass's bits do not depend on the thread count: a prompt of
+ * 37 tokens (its K, V and logits) and a decode step, on 1, 2, 3 and 5
+ * threads, fp32 weights (sgemm / sgemv) and bf16 (widened blocks /
+ * lz_mat_gemv), output widths that are not a multiple of the block. */
+static void test_thread_bits(const char *dir)
+{
+    const int types[2] = {LZ_GGML_F32, LZ_GGML_BF16}, threads[4] = {1, 2, 3, 5}, n = 37;
+    for (int ti = 0; ti < 2; ti++) {
+        lz_mkmodel_opts o;
+        lz_mkmodel_defaults(&o);
+        o.dim = 320, o.n_layers = 2, o.n_heads = 5, o.n_kv_heads = 5, o.head_dim = 64, o.ffn_dim = 1000;
+        o.tensor_type = types[ti];
+        lz_llama *m = make_model(dir, ti ? "thr16.gguf" : "thr32.gguf", &o);
+        if (!m) return;
+        const int V = m->cfg.vocab;
+        int toks[37];
+        for (int i = 0; i < n; i++) toks[i] = 3 + (i * 53) % (V - 3);
+        const size_t kvn = (size_t)m->cfg.n_layers * m->cfg.n_kv_heads * 64 * m->cfg.head_dim;
+        float *k0 = malloc(kvn * 4), *v0 = malloc(kvn * 4), *l0 = malloc((size_t)2 * V * 4), *l1 = malloc((size_t)2 * V * 4);
+        int same = k0 && v0 && l0 && l1;
+        for (int t = 0; same && t < 4; t++) {
+            lz_llama_set_threads(threads[t]);
+            lz_kv_cache c;
+            lz_llama_scratch *sc = lz_llama_scratch_new(m, 64);
+            if (!sc || lz_kv_cache_init(&c, &m->cfg, 64)) { same = 0; break; }
+            lz_kv_cache_reset(&c, 0);
+            float *l = t ? l1 : l0;
+            same = !lz_llama_forward(m, sc, &c, NULL, 0, toks, n, l, LZ_LOGITS_LAST) &&
+                   !lz_llama_forward(m, sc, &c, NULL, 0, &toks[5], 1, l + V, LZ_LOGITS_LAST);
+            for (size_t lh = 0; lh < (size_t)m->cfg.n_layers * m->cfg.n_kv_heads; lh++) /* rows past n + 1 unset */
+                for (size_t e = (size_t)(n + 1) * m->cfg.head_dim; e < (size_t)64 * m->cfg.head_dim; e++)
+                    c.k[lh * 64 * m->cfg.head_dim + e] = c.v[lh * 64 * m->cfg.head_dim + e] = 0;
+            if (t == 0) {
+                memcpy(k0, c.k, kvn * 4);
+                memcpy(v0, c.v, kvn * 4);
+            } else
+                same = same && !memcmp(k0, c.k, kvn * 4) && !memcmp(v0, c.v, kvn * 4) && !memcmp(l0, l1, (size_t)2 * V * 4);
+            if (!same) printf("%s weights: %d threads differ from 1 (K %d, V %d, prompt logits %d, step logits %d)\n",
+                              ti ? "bf16" : "fp32", threads[t], memcmp(k0, c.k, kvn * 4) != 0, memcmp(v0, c.v, kvn * 4) != 0,
+                              memcmp(l0, l1, (size_t)V * 4) != 0, memcmp(l0 + V, l1 + V, (size_t)V * 4) != 0);
+            lz_llama_scratch_free(sc);
+            lz_kv_cache_free(&c);
+        }
+        CHECK(same, "%s weights: the same K, V and logits bits on 1, 2, 3 and 5 threads", ti ? "bf16" : "fp32");
+        free(k0), free(v0), free(l0), free(l1);
+        lz_llama_free(m);
+    }
+    lz_llama_set_threads(2);
 }
 
 /* Builds a standalone segment from a cache filled with tokens at pos0. */
@@ -319,6 +370,7 @@ int main(void)
         CHECK(m->tok != NULL, "generated model has a tokenizer");
         test_batching(m);
         test_segments(m);
+        test_thread_bits(dir);
         lz_llama_free(m);
     }
     o.rope_theta = 10000.0f;
