@@ -451,7 +451,7 @@ static int start_pass(ingest *g, int P, double *t)
     g->n_passes += !rc;
     g->n_pass_docs += rc ? 0 : n;
     if (rc)
-        snprintf(g->err, sizeof g->err, "documents '%s' and the %d after it on the GPU: %s",
+        snprintf(g->err, sizeof g->err, "a pass of documents '%s' and the %d after it failed: %s",
                  g->docs[first].ext_id ? g->docs[first].ext_id : "?", n - 1, err);
     free(ids);
     free(len);

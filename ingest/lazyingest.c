@@ -99,7 +99,8 @@ static void usage(FILE *f)
             "LAZY_INGEST_SERIAL=1 encodes one document at a time whatever the model.\n"
             "LAZY_INGEST_GPU_PASS=N sets --gpu's tokens a pass (0: one document a pass, taking turns);\n"
             "LAZY_INGEST_REF_PASSES=N runs that pipeline of passes without a GPU, on the CPU\n"
-            "reference backend (ingest/pass_ref.h: the same bytes as the CPU; for tests).\n"
+            "reference backend (ingest/pass_ref.h: the same bytes as the CPU; for tests;\n"
+            "LAZY_INGEST_REF_FAIL_PASS=K makes its pass K fail, as a device error would).\n"
             "A batch's payloads are written to LMDB on a thread while the next batch is encoded\n"
             "(its rows committed after them); LAZY_INGEST_SYNC_COMMIT=1 writes them before.\n"
             LZ_RUNTIME_ENV_HELP,
@@ -247,6 +248,8 @@ static int setup_model(ingest *g, const char *model_path)
             return -1;
         }
         g->backend = lz_pass_ref_backend(g->pass_ref, g->o.max_doc_tokens, atoi(ref));
+        const char *fail = getenv("LAZY_INGEST_REF_FAIL_PASS"); /* K: pass K fails (tests) */
+        if (fail) lz_pass_ref_fail_at(g->pass_ref, atol(fail));
         lz_encoder_set_backend(g->enc, &g->backend);
     }
     /* the question cue, empty or --kv-probe-text (used by --kv-probe); kept for par's encoders */

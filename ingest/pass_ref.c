@@ -23,6 +23,7 @@ struct lz_pass_ref {
     ref_doc *docs[2]; /* [0] finished (fetchable), [1] pending */
     int n[2], cap[2];
     int max_tokens, pass_tokens;
+    long started, fail_at; /* passes started; the one to fail (-1: none) */
     pthread_mutex_t one; /* encode (a pass of one) is called from several threads: one at a time */
 };
 
@@ -31,6 +32,7 @@ lz_pass_ref *lz_pass_ref_new(const lz_llama *m, const lz_kv_cache *pc)
     lz_pass_ref *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->m = m;
+    r->fail_at = -1;
     pthread_mutex_init(&r->one, NULL);
     r->prefix = (lz_kv_segment){.k = pc->k, .v = pc->v, .n = pc->n, .stride = pc->cap};
     if (!(r->sc = lz_llama_scratch_new(m, LZ_ENCODE_CHUNK))) {
@@ -86,6 +88,7 @@ static int ref_start(void *ctx, const int *const *ids, const int *n, const int *
 {
     lz_pass_ref *r = ctx;
     r->n[1] = 0;
+    if (r->started++ == r->fail_at) return snprintf(err, errlen, "pass %ld failed (injected)", r->fail_at), -1;
     int rows = 0;
     for (int i = 0; i < n_docs; i++) {
         rows += n[i];
@@ -149,6 +152,8 @@ static int ref_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, float 
     pthread_mutex_unlock(&r->one);
     return rc ? -1 : 0;
 }
+
+void lz_pass_ref_fail_at(lz_pass_ref *r, long k) { r->fail_at = k; }
 
 lz_encode_backend lz_pass_ref_backend(lz_pass_ref *r, int max_tokens, int pass_tokens)
 {

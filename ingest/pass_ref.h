@@ -25,6 +25,9 @@ void lz_pass_ref_free(lz_pass_ref *r); /* NULL is a no-op */
  * call at a time, destroying the pass fetched before), documents of at most
  * max_tokens, passes of at most pass_tokens. */
 lz_encode_backend lz_pass_ref_backend(lz_pass_ref *r, int max_tokens, int pass_tokens);
+/* Makes the start of pass number k (counted from 0, encode's included) fail,
+ * as a device error would (tests of the pipeline's failure path); -1: none. */
+void lz_pass_ref_fail_at(lz_pass_ref *r, long k);
 
 #ifdef __cplusplus
 }

@@ -1042,6 +1042,27 @@ static void test_parallel(void)
           "in passes: exit %d, %ld added, %ld stored bytes (%ld), %ld documents in %ld passes: %s", rc, jget(out, "added"),
           jget(out, "stored_bytes"), stored_s, pass_docs, passes, errs);
     CHECK(same_payloads(ser, pas, 42), "every document's payload identical through the pipeline of passes");
+    /* a pass that fails (as a device error would): the run stops with the documents named, the
+     * batches before it committed and whole, and the next run completes the store */
+    char pf[300];
+    snprintf(pf, sizeof pf, "%s/pasfail", dir);
+    const char *af[] = { "-m", model_a, "-s", pf, "--json", "--threads", "3", "--batch-tokens", "300", p0, NULL };
+    setenv("LAZY_INGEST_REF_PASSES", "250", 1);
+    setenv("LAZY_INGEST_REF_FAIL_PASS", "9", 1);
+    rc = run_tool(af, NULL, 0, out, sizeof out, errs, sizeof errs);
+    unsetenv("LAZY_INGEST_REF_FAIL_PASS");
+    rows got;
+    read_rows(pf, &got);
+    CHECK(rc == 1 && strstr(errs, "a pass of documents '") && strstr(errs, "failed (injected)") && got.n > 0 && got.n < 42,
+          "a failed pass: exit %d, %d rows committed before it: %s", rc, got.n, errs);
+    const char *ac[] = { "-s", pf, "--check", "--json", NULL };
+    rc = run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "check_issues") == 0, "the store after a failed pass passes --check: %s", out);
+    rc = run_tool(af, NULL, 0, out, sizeof out, errs, sizeof errs);
+    unsetenv("LAZY_INGEST_REF_PASSES");
+    CHECK(rc == 0 && jget(out, "added") == 42 - got.n, "the next run adds the rest: exit %d, %ld added after %d: %s", rc,
+          jget(out, "added"), got.n, errs);
+    CHECK(same_payloads(ser, pf, 42), "and every payload is the one-at-a-time bytes");
     test_bits(par);
     free(c0);
 }
