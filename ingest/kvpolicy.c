@@ -238,17 +238,14 @@ static void finish_head(float *scores, float *raw, const float *acc, const float
     lz_kvpolicy_maxpool(scores, tmp, m, kernel);
 }
 
-int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
+int lz_kvpolicy_mass(const lz_kvscore_params *p, float *mass)
 {
     if (bad_params(p)) return -1;
     const int L = p->L, H = p->H, KV = p->KV, G = H / KV, d = p->d, n = p->n, w = p->w, s = p->n_prefix;
     const int m = p->m ? p->m : n - w, nk = s + n, rows = G * w; /* keys per row; matrix rows r = hh * w + t */
     const float scale = 1.0f / sqrtf((float)d);
-    const size_t per_task = (size_t)rows * d + (size_t)rows * nk + (size_t)G * m + (size_t)m;
+    const size_t per_task = (size_t)rows * d + (size_t)rows * nk;
     int failed = 0;
-    float *vw = p->v ? malloc((size_t)L * KV * m * sizeof(float)) : NULL;
-    if (p->v && !vw) return -1;
-    if (vw) value_weights(vw, p, m);
 #pragma omp parallel
     {
         float *buf = malloc(per_task * sizeof(float));
@@ -260,7 +257,7 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
         for (int task = 0; task < L * KV; task++) {
             if (!buf) continue;
             const int l = task / KV, g = task % KV;
-            float *Q = buf, *S = Q + (size_t)rows * d, *acc = S + (size_t)rows * nk, *tmp = acc + (size_t)G * m;
+            float *Q = buf, *S = Q + (size_t)rows * d, *acc = mass + (size_t)task * G * m;
             for (int hh = 0; hh < G; hh++)
                 for (int t = 0; t < w; t++)
                     memcpy(Q + ((size_t)hh * w + t) * d, p->q + (((size_t)l * w + t) * H + g * G + hh) * d,
@@ -285,13 +282,41 @@ int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
 #pragma omp simd
                 for (int j = 0; j < mv; j++) a[j] += x[s + j] * inv;
             }
-            size_t o = ((size_t)l * KV + g) * (size_t)m;
-            finish_head(scores + o, raw ? raw + o : NULL, acc, vw ? vw + o : NULL, G, m, p->agg, p->kernel, tmp);
         }
         free(buf);
     }
-    free(vw);
     return failed ? -1 : 0;
+}
+
+int lz_kvpolicy_finish(const lz_kvscore_params *p, const float *mass, float *scores, float *raw)
+{
+    if (bad_params(p)) return -1;
+    const int L = p->L, KV = p->KV, G = p->H / p->KV, m = p->m ? p->m : p->n - p->w;
+    float *vw = p->v ? malloc((size_t)L * KV * m * sizeof(float)) : NULL, *tmp = malloc((size_t)m * sizeof(float));
+    if ((p->v && !vw) || !tmp) {
+        free(vw);
+        free(tmp);
+        return -1;
+    }
+    if (vw) value_weights(vw, p, m);
+    for (int task = 0; task < L * KV; task++) {
+        const size_t o = (size_t)task * m;
+        finish_head(scores + o, raw ? raw + o : NULL, mass + (size_t)task * G * m, vw ? vw + o : NULL, G, m, p->agg,
+                    p->kernel, tmp);
+    }
+    free(vw);
+    free(tmp);
+    return 0;
+}
+
+int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
+{
+    if (bad_params(p)) return -1;
+    const int G = p->H / p->KV, m = p->m ? p->m : p->n - p->w;
+    float *mass = malloc((size_t)p->L * p->KV * G * m * sizeof(float));
+    const int rc = !mass || lz_kvpolicy_mass(p, mass) || lz_kvpolicy_finish(p, mass, scores, raw) ? -1 : 0;
+    free(mass);
+    return rc;
 }
 
 int lz_kvpolicy_weigh(const lz_kvscore_params *p, const float *attn, float *scores, float *raw)

@@ -152,8 +152,17 @@ typedef struct {
 } lz_kvscore_params;
 
 /* scores (L, KV, m) pooled; raw (L, KV, m) before pooling, or NULL.
- * Returns 0, or -1 on bad shapes or allocation failure. */
+ * Returns 0, or -1 on bad shapes or allocation failure. It is
+ * lz_kvpolicy_mass then lz_kvpolicy_finish. */
 int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw);
+/* The heavy part: mass (L, KV, G, m), for head hh of kv group g the
+ * window's softmax attention (over the prefix and the keys each row saw)
+ * summed over its rows, of candidate key j < m (kernels/lz_kvmass.h
+ * computes it on the GPU). 0 or -1. */
+int lz_kvpolicy_mass(const lz_kvscore_params *p, float *mass);
+/* The rest, from mass: the group's heads aggregated (p->agg), times the
+ * value weights (p->v), pooled (p->kernel) into scores and raw. 0 or -1. */
+int lz_kvpolicy_finish(const lz_kvscore_params *p, const float *mass, float *scores, float *raw);
 /* Attention-like masses attn (L, KV, m), m = p->m, from elsewhere (the
  * learned scorer) -> scores and raw as lz_kvpolicy_score makes them: times
  * the value weights when p->v is set, pooled with p->kernel (p->q, p->k, the
