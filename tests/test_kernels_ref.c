@@ -14,7 +14,9 @@
 #include <string.h>
 
 #include "kernels/lz_decode.h"
+#include "ingest/kvpolicy.h"
 #include "kernels/lz_gemv.h"
+#include "kernels/lz_kvmass.h"
 #include "kernels/lz_ops.h"
 #include "kernels/lz_prefill.h"
 #include "kernels/lz_rerotate.h"
@@ -559,6 +561,40 @@ static void test_gemv_ref(void)
     CHECK(lz_gemv_ref(m, 0, x, 40, 0.f, NULL) == LZ_ATTN_EARG, "gemv without matrices refused");
 }
 
+/* lz_kvmass_ref (the GPU kernel's reference, bf16 keys) computes what the
+ * ingest's scoring computes (lz_kvpolicy_mass, fp32 keys: the same bf16
+ * values widened): normalised error <= 1e-5; bad shapes refused. */
+static void test_kvmass_ref(int L, int H, int KV, int d, int s, int n, int w, int m)
+{
+    const int G = H / KV, mm = m ? m : n - w;
+    const size_t qn = (size_t)L * w * H * d, kn = (size_t)L * KV * n * d, pn = (size_t)L * KV * (s ? s : 1) * d;
+    const size_t on = (size_t)L * KV * G * mm;
+    float *q = malloc(qn * 4), *kf = malloc(kn * 4), *pkf = malloc(pn * 4), *a = malloc(on * 4), *b = malloc(on * 4);
+    lz_bf16 *k = malloc(kn * 2), *pk = malloc(pn * 2);
+    for (size_t i = 0; i < qn; i++) q[i] = (float)(lz_test_u01(&rng) * 3 - 1.5);
+    for (size_t i = 0; i < kn; i++) kf[i] = lz_bf16_to_f32(k[i] = lz_f32_to_bf16((float)(lz_test_u01(&rng) * 4 - 2)));
+    for (size_t i = 0; i < pn; i++) pkf[i] = lz_bf16_to_f32(pk[i] = lz_f32_to_bf16((float)(lz_test_u01(&rng) * 8 - 4)));
+    lz_kvmass_params p = {a, q, k, s ? pk : NULL, n, s ? s : 1, s, n, w, m, L, H, KV, d};
+    lz_kvscore_params sp = {.q = q, .k = kf, .k_stride = n, .pk = s ? pkf : NULL, .pk_stride = s ? s : 1, .n_prefix = s,
+                            .n = n, .w = w, .m = m, .L = L, .H = H, .KV = KV, .d = d, .kernel = 1};
+    CHECK(lz_kvmass_ref(&p, NULL) == 0 && lz_kvpolicy_mass(&sp, b) == 0, "kvmass ref and kvpolicy mass run");
+    double num = 0, den = 0;
+    for (size_t i = 0; i < on; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    const double ne = sqrt(num / (den > 0 ? den : 1));
+    CHECK(ne <= 1e-5, "kvmass ref vs the ingest's scoring L=%d H=%d KV=%d d=%d s=%d n=%d w=%d m=%d: %.3g", L, H, KV, d, s, n,
+          w, m, ne);
+    lz_kvmass_params bad = p;
+    bad.w = n + 1;
+    CHECK(lz_kvmass_ref(&bad, NULL) == LZ_ATTN_EARG, "a window past the document refused");
+    bad = p;
+    bad.H = H + 1;
+    CHECK(lz_kvmass_ref(&bad, NULL) == LZ_ATTN_EARG, "heads not a multiple of the kv heads refused");
+    free(q), free(kf), free(pkf), free(a), free(b), free(k), free(pk);
+}
+
 int main(void)
 {
     test_words_and_checks();
@@ -577,5 +613,7 @@ int main(void)
                 test_decode_eq_prefill(d, layout, G);
             }
     }
+    test_kvmass_ref(2, 8, 2, 64, 7, 60, 16, 0);
+    test_kvmass_ref(2, 4, 4, 32, 0, 30, 30, 30);
     return lz_test_done();
 }

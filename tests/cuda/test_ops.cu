@@ -2,7 +2,8 @@
  * (kernels/lz_ops_ref.c) on fresh random inputs: exact for the data movement
  * (embedding, transpose, the own sequence's bookkeeping), within two bf16
  * ulps where the kernel rounds fp32 math to bf16 (rmsnorm, rotary, silu),
- * 1e-5 relative for the fp32 window queries; outputs poisoned first.
+ * 1e-5 relative for the fp32 window queries; outputs poisoned first. And
+ * kernels/lz_kvmass.cu (KV eviction's attention masses) against its reference.
  * Usage: test_ops (on the GPU machine) */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/lz_decode.h"
+#include "kernels/lz_kvmass.h"
 #include "kernels/lz_ops.h"
 #include "model/half.h"
 #include "model/rope.h"
@@ -247,11 +249,57 @@ static void test_shapes(int n, int D, int H, int KV, int d, int layout)
     free(s_ref); free(s_g); free(t_ref); free(t_g); free(ql); free(ql_g); free(own); free(own_g); free(st_g);
 }
 
+/* lz_kvmass against lz_kvmass_ref: KV eviction's attention masses on fresh
+ * random keys and window queries, normalised error <= 1e-5 (both fp32; the
+ * sums run in another order), every output written (poisoned first), the
+ * same bits on a second run (no atomics). */
+static void test_kvmass(int L, int H, int KV, int d, int s, int n, int w, int m)
+{
+    const int G = H / KV, mm = m ? m : n - w, T = n + 3, S = s + 2;
+    const size_t qn = (size_t)L * w * H * d, kn = (size_t)L * KV * T * d, pn = (size_t)L * KV * S * d;
+    const size_t on = (size_t)L * KV * G * mm;
+    float *q = frand(qn, 1.5f);
+    lz_bf16 *k = (lz_bf16 *)malloc(kn * 2), *pk = (lz_bf16 *)malloc(pn * 2);
+    for (size_t i = 0; i < kn; i++) k[i] = lz_f32_to_bf16((urand() * 2.f - 1.f) * 2.f);
+    for (size_t i = 0; i < pn; i++) pk[i] = lz_f32_to_bf16((urand() * 2.f - 1.f) * 4.f); /* a sink */
+    float *ref = (float *)malloc(on * 4), *qd = dev(q, qn), *md = dev<float>(NULL, on);
+    lz_bf16 *kd = dev(k, kn), *pkd = dev(pk, pn);
+    lz_kvmass_params p = {ref, q, k, s ? pk : NULL, T, S, s, n, w, m, L, H, KV, d};
+    CHECK(lz_kvmass_ref(&p, NULL) == 0, "kvmass ref");
+    p.mass = md, p.q = qd, p.k = kd, p.pk = s ? pkd : NULL;
+    CHECK(lz_kvmass(&p, NULL) == 0, "kvmass launch L=%d H=%d KV=%d d=%d s=%d n=%d w=%d m=%d", L, H, KV, d, s, n, w, m);
+    float *got = back(md, on);
+    double num = 0, den = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < on; i++) {
+        bad += !isfinite(got[i]) || got[i] < 0.f;
+        num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    const double ne = sqrt(num / (den > 0 ? den : 1));
+    CHECK(bad == 0 && ne <= 1e-5, "kvmass L=%d H=%d KV=%d d=%d s=%d n=%d w=%d m=%d: normalised error %.3g, %zu unwritten/negative",
+          L, H, KV, d, s, n, w, m, ne, bad);
+    CK(cudaMemset(md, 0xff, on * 4));
+    CHECK(lz_kvmass(&p, NULL) == 0, "kvmass again");
+    float *again = back(md, on);
+    CHECK(!memcmp(again, got, on * 4), "kvmass: the same bits on a second run");
+    printf("kvmass L=%d H=%d KV=%d d=%3d s=%2d n=%4d w=%4d m=%4d: GPU vs CPU normalised error %.2e\n", L, H, KV, d, s, n,
+           w, mm, ne);
+    free(q), free(k), free(pk), free(ref), free(got), free(again);
+    cudaFree(qd), cudaFree(md), cudaFree(kd), cudaFree(pkd);
+}
+
 int main(void)
 {
     test_shapes(1, 64, 4, 4, 64, LZ_ROPE_ADJACENT);
     test_shapes(37, 256, 8, 2, 128, LZ_ROPE_HALF);
     test_shapes(300, 1536, 12, 4, 128, LZ_ROPE_ADJACENT);
     test_shapes(129, 4096, 32, 8, 128, LZ_ROPE_HALF);
+    test_kvmass(2, 32, 8, 128, 21, 160, 32, 0);  /* Llama-3-8B's heads, a window of 32 */
+    test_kvmass(3, 8, 8, 64, 0, 45, 45, 45);     /* no prefix, the self window (w = m = n) */
+    test_kvmass(2, 8, 1, 64, 5, 300, 70, 0);     /* G = 8, rows past a warp */
+    test_kvmass(1, 12, 4, 128, 9, 1, 1, 1);      /* a one-token document */
+    lz_kvmass_params bad = {};
+    CHECK(lz_kvmass(&bad, NULL) == LZ_ATTN_EARG, "kvmass: bad parameters refused");
     return lz_test_done();
 }
