@@ -30,6 +30,10 @@ struct lz_encoder {
     lz_kvlearn_acc *learn;    /* reconstruction runs add their scores here (not owned) */
     float *attn;              /* (L, KV, n) predicted or attention-only scores */
     size_t cap_a;
+    float *mass;              /* (L, KV, G, m) the backend's attention masses of the last document */
+    size_t cap_m;
+    int have_mass;            /* ... made by it: the scoring only finishes them */
+    long mass_docs;           /* documents scored from the backend's masses */
     const lz_encode_backend *backend; /* documents on an accelerator (not owned), or NULL */
     long backend_docs;
 };
@@ -136,6 +140,7 @@ void lz_encoder_free(lz_encoder *e)
     free(e->rows);
     free(e->probe);
     free(e->attn);
+    free(e->mass);
     free(e);
 }
 
@@ -195,7 +200,8 @@ static int compress_doc(lz_encoder *e, int n, int w, char *err, size_t errlen)
     const int rc = learned ? lz_kvlearn_predict(e->scorer, e->doc.k, e->doc.v, e->doc.cap, e->seg.n, n,
                                                 c->rope_layout, e->m->inv_freq, e->attn) ||
                                  lz_kvpolicy_weigh(&sp, e->attn, e->scores, e->raw)
-                           : lz_kvpolicy_score(&sp, e->scores, e->raw);
+                   : e->have_mass ? lz_kvpolicy_finish(&sp, e->mass, e->scores, e->raw) /* the backend's masses */
+                                  : lz_kvpolicy_score(&sp, e->scores, e->raw);
     if (rc || lz_kvpolicy_plan(&e->policy, e->scores, e->raw, L, KV, n, e->kept, e->rows))
         return fail(err, errlen, "KV eviction scoring failed for %d tokens (out of memory)", n);
     lz_kvpolicy_compact(e->doc.k, e->doc.v, e->doc.cap, L, KV, c->head_dim, n, e->kept, e->rows);
@@ -265,6 +271,7 @@ static int run_doc(lz_encoder *e, const int *ids, int n, int fetched, char *err,
     }
     lz_kv_cache_reset(&e->doc, e->seg.n);
     e->compressed = 0;
+    e->have_mass = 0;
     int V = e->m->cfg.vocab;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) return fail(err, errlen, "token id %d at %d outside the vocabulary (%d)", ids[i], i, V);
@@ -284,6 +291,12 @@ static int run_doc(lz_encoder *e, const int *ids, int n, int fetched, char *err,
         frc = fetched >= 0 ? b->fetch(b->ctx, fetched, &e->doc, e->qwin, berr, sizeof berr)
                            : b->encode(b->ctx, ids, n, &e->doc, e->qwin, r.c0, r.cw, berr, sizeof berr);
         if (!frc && e->doc.n != n) snprintf(berr, sizeof berr, "%d rows returned", e->doc.n), frc = -1;
+        if (!frc && fetched >= 0 && r.cw && b->fetch_mass) { /* the scoring's heavy part, made by the backend */
+            const lz_llama_config *mc = &e->m->cfg;
+            const size_t mn = (size_t)mc->n_layers * mc->n_heads * (r.self ? n : n - r.w) * sizeof(float);
+            e->have_mass = !grow((void **)&e->mass, &e->cap_m, mn) && b->fetch_mass(b->ctx, fetched, e->mass) == 1;
+            e->mass_docs += e->have_mass;
+        }
         if (frc) {
             lz_llama_scratch_capture(e->scratch, NULL, 0, 0);
             return fail(err, errlen, "accelerated forward pass over %d tokens failed: %s", n, berr);
@@ -317,6 +330,7 @@ int lz_encoder_run_fetched(lz_encoder *e, const int *ids, int n, int i, char *er
 void lz_encoder_set_dtype(lz_encoder *e, int dtype) { e->dtype = dtype; }
 void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b) { e->backend = b; }
 long lz_encoder_backend_docs(const lz_encoder *e) { return e->backend_docs; }
+long lz_encoder_mass_docs(const lz_encoder *e) { return e->mass_docs; }
 
 const lz_kv_cache *lz_encoder_doc_cache(const lz_encoder *e) { return &e->doc; }
 const lz_kv_cache *lz_encoder_prefix_cache(const lz_encoder *e) { return &e->prefix; }

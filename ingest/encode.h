@@ -65,6 +65,11 @@ typedef struct {
                  size_t errlen);
     int (*finish)(void *ctx, char *err, size_t errlen);
     int (*fetch)(void *ctx, int i, lz_kv_cache *out, float *qwin, char *err, size_t errlen);
+    /* Optional: KV eviction's attention masses of document i of the finished
+     * pass (lz_kvpolicy_mass's (L, KV, G, m)) when the backend made them (a
+     * window of the document's last rows): 1 and mass written, else 0. The
+     * encoder then only finishes the scoring (lz_kvpolicy_finish). */
+    int (*fetch_mass)(void *ctx, int i, float *mass);
     int pass_tokens;
 } lz_encode_backend;
 void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b);
@@ -87,8 +92,10 @@ int lz_encoder_new_on(const lz_llama *m, const int *prefix, int n_prefix, const 
  * (no forward pass); settings (dtype, policy, probe, backend) are not copied.
  * For encoders working side by side (lazyingest's documents in parallel). */
 int lz_encoder_new_like(const lz_encoder *src, lz_encoder **out, char *err, size_t errlen);
-/* Documents the backend encoded since the encoder was made. */
+/* Documents the backend encoded since the encoder was made; those of them
+ * scored from the backend's attention masses (fetch_mass). */
 long lz_encoder_backend_docs(const lz_encoder *e);
+long lz_encoder_mass_docs(const lz_encoder *e);
 
 /* Element type of packed payloads: LZ_PAYLOAD_DTYPE_BF16 (default) or _F32. */
 void lz_encoder_set_dtype(lz_encoder *e, int dtype);

@@ -128,13 +128,18 @@ int ingest_repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
 /* ---- summary ---- */
 
 /* Scoring and selection time of every encoder (par: the thread's own; summed, so CPU time). */
-/* Documents the encoders handed to the backend (--gpu; the reference). */
-static long backend_docs(const ingest *g)
+/* Documents the encoders handed to the backend (--gpu; the reference), or
+ * (masses) those scored from the backend's attention masses. */
+static long backend_docs_of(const ingest *g, int masses)
 {
-    long n = g->enc ? lz_encoder_backend_docs(g->enc) : 0;
-    for (int i = 1; i < g->n_pool; i++) n += lz_encoder_backend_docs(g->pool[i]);
+    long n = 0;
+    for (int i = 0; i < (g->n_pool > 0 ? g->n_pool : 1); i++) {
+        const lz_encoder *e = i ? g->pool[i] : g->enc;
+        if (e) n += masses ? lz_encoder_mass_docs(e) : lz_encoder_backend_docs(e);
+    }
     return n;
 }
+static long backend_docs(const ingest *g) { return backend_docs_of(g, 0); }
 
 static double policy_seconds(const ingest *g)
 {
@@ -179,6 +184,7 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
             json_object_set_new(j, "backend_docs", json_integer(backend_docs(g)));
             json_object_set_new(j, "passes", json_integer(g->n_passes));
             json_object_set_new(j, "pass_docs", json_integer(g->n_pass_docs));
+            json_object_set_new(j, "backend_masses", json_integer(backend_docs_of(g, 1)));
             json_object_set_new(j, "setup_s", json_real(g->t_setup));
             json_object_set_new(j, "forward_s", json_real(g->t_forward));
             json_object_set_new(j, "pack_s", json_real(g->t_pack));

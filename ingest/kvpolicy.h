@@ -45,6 +45,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     LZ_KVPOLICY_NONE = 0,
     LZ_KVPOLICY_SNAPKV = 1,
@@ -200,4 +204,7 @@ int lz_kvpolicy_plan(const lz_kvpolicy *p, const float *scores, const float *tie
  * k and v (L, KV, T, d). */
 void lz_kvpolicy_compact(float *k, float *v, int T, int L, int KV, int d, int n, const int *n_kept, const int *rows);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* LZ_KVPOLICY_H */

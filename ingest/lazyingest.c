@@ -193,6 +193,7 @@ static int gpu_fetch(void *ctx, int i, lz_kv_cache *out, float *qwin, char *err,
 {
     return lz_llama_gpu_encoded((const lz_llama_gpu *)ctx, i, out, qwin, err, errlen);
 }
+static int gpu_fetch_mass(void *ctx, int i, float *mass) { return lz_llama_gpu_encoded_mass((const lz_llama_gpu *)ctx, i, mass); }
 #endif
 
 /* Binds the loaded model to the opened store, sets up the encoder, computes
@@ -214,7 +215,7 @@ static int setup_model(ingest *g, const char *model_path)
         g->backend = (lz_encode_backend){.ctx = g->gpu, .encode = gpu_encode, .max_tokens = g->o.max_doc_tokens};
         if (g->gpu_pass > 0)
             g->backend.start = gpu_start, g->backend.finish = gpu_finish, g->backend.fetch = gpu_fetch,
-            g->backend.pass_tokens = g->gpu_pass;
+            g->backend.fetch_mass = gpu_fetch_mass, g->backend.pass_tokens = g->gpu_pass;
         pb = &g->backend;
     }
 #endif

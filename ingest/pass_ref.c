@@ -4,6 +4,8 @@
  * finished pass stays fetchable while the next one is computed. */
 #include "ingest/pass_ref.h"
 
+#include "ingest/kvpolicy.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +15,7 @@ typedef struct {
     lz_kv_cache kv;
     float *q;      /* (L, cw, H, d) window queries */
     size_t cap_q;  /* floats */
-    int cw;
+    int c0, cw;
 } ref_doc;
 
 struct lz_pass_ref {
@@ -73,6 +75,7 @@ static int run_one(lz_pass_ref *r, int i, const int *ids, int n, int c0, int cw,
         x->q = q;
         x->cap_q = qn;
     }
+    x->c0 = c0;
     x->cw = cw;
     lz_kv_cache_reset(&x->kv, r->prefix.n);
     if (cw) lz_llama_scratch_capture(r->sc, x->q, (int64_t)r->prefix.n + c0, cw);
@@ -142,6 +145,23 @@ static int ref_fetch(void *ctx, int i, lz_kv_cache *out, float *qwin, char *err,
     return 0;
 }
 
+/* The masses as the encoder would make them (lz_kvpolicy_mass on the same
+ * caches and window), for a window of the document's last rows. */
+static int ref_fetch_mass(void *ctx, int i, float *mass)
+{
+    const lz_pass_ref *r = ctx;
+    if (i < 0 || i >= r->n[0]) return 0;
+    const ref_doc *x = &r->docs[0][i];
+    const int n = x->kv.n;
+    if (!x->cw || x->c0 + x->cw != n) return 0;
+    const lz_llama_config *c = &r->m->cfg;
+    const lz_kvscore_params sp = {.q = x->q, .k = x->kv.k, .k_stride = x->kv.cap, .pk = r->prefix.k,
+                                  .pk_stride = r->prefix.stride, .n_prefix = r->prefix.n, .n = n, .w = x->cw,
+                                  .m = x->cw == n ? n : 0, .L = c->n_layers, .H = c->n_heads, .KV = c->n_kv_heads,
+                                  .d = c->head_dim, .kernel = 1};
+    return lz_kvpolicy_mass(&sp, mass) ? 0 : 1;
+}
+
 static int ref_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
                       size_t errlen)
 {
@@ -160,5 +180,6 @@ lz_encode_backend lz_pass_ref_backend(lz_pass_ref *r, int max_tokens, int pass_t
     r->max_tokens = max_tokens;
     r->pass_tokens = pass_tokens;
     return (lz_encode_backend){.ctx = r, .encode = ref_encode, .max_tokens = max_tokens, .start = ref_start,
-                               .finish = ref_finish, .fetch = ref_fetch, .pass_tokens = pass_tokens};
+                               .finish = ref_finish, .fetch = ref_fetch, .fetch_mass = ref_fetch_mass,
+                               .pass_tokens = pass_tokens};
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/lz_gemv.h"
+#include "kernels/lz_kvmass.h"
 #include "kernels/lz_ops.h"
 #include "model/half.h"
 #include "model/llama_gpu.cuh"
@@ -136,6 +137,8 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     if (g->hwq) cudaFreeHost(g->hwq);
     free(g->enc);
     free(g->pend);
+    cudaFree(g->dmass);
+    if (g->hmass) cudaFreeHost(g->hmass);
     cudaFree(g->esegs);
     cudaFree(g->elen);
     cudaFree(g->dwords);
@@ -517,10 +520,30 @@ extern "C" int lz_llama_gpu_encode_start(lz_llama_gpu *g, const int *const *ids,
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    /* KV eviction's masses for a window of the document's last rows, where the kernel runs */
+    const bool masses = H / KV <= 8 && (d == 64 || d == 128);
+    size_t mass_n = 0;
     for (int i = 0, off = 0; i < n_docs; off += n[i], i++) {
         const int w = cw && cw[i] > 0 ? cw[i] : 0;
-        g->pend[i] = (EncDoc){off, n[i], w, i ? g->pend[i - 1].wq + (size_t)L * g->pend[i - 1].cw * H * d : 0};
+        g->pend[i] = (EncDoc){off, n[i], w, i ? g->pend[i - 1].wq + (size_t)L * g->pend[i - 1].cw * H * d : 0, 0, 0};
+        if (masses && w && c0[i] + w == n[i]) {
+            g->pend[i].mm = w == n[i] ? n[i] : n[i] - w; /* the self window: every token a candidate */
+            g->pend[i].mo = mass_n;
+            mass_n += (size_t)L * H * g->pend[i].mm; /* (L, KV, G, m) */
+        }
         memcpy(hid + off, ids[i], (size_t)n[i] * sizeof(int));
+    }
+    if (mass_n > g->dmass_n) {
+        cudaFree(g->dmass);
+        g->dmass = NULL;
+        g->dmass_n = 0;
+        if (cudaMalloc((void **)&g->dmass, mass_n * sizeof(float)) != cudaSuccess) {
+            free(parts);
+            free(hid);
+            snprintf(err, errlen, "GPU: no memory for the KV eviction masses");
+            return -1;
+        }
+        g->dmass_n = mass_n;
     }
     cudaStream_t st = g->st;
     lz_prefill_params p = attn_params(g, rows);
@@ -551,6 +574,18 @@ extern "C" int lz_llama_gpu_encode_start(lz_llama_gpu *g, const int *const *ids,
         }
         if (layer(g, l, rows, g->s, NULL, parts, n_docs, &p, 0, err, errlen)) goto done;
     }
+    for (int i = 0; i < n_docs; i++) { /* the windows' attention masses over each document's keys */
+        const EncDoc &x = g->pend[i];
+        if (!x.mm) continue;
+        const lz_kvmass_params mp = {g->dmass + x.mo, g->wq + x.wq, (const lz_bf16 *)(g->kall + (size_t)x.off * L * KVd),
+                                     (const lz_bf16 *)g->pk, x.n, g->s, g->s, x.n, x.cw, x.mm == x.n ? x.n : 0,
+                                     L, H, KV, d};
+        const int mrc = lz_kvmass(&mp, st);
+        if (mrc) {
+            snprintf(err, errlen, "GPU: KV eviction masses failed (%d)", mrc);
+            goto done;
+        }
+    }
     if (cudaGetLastError() != cudaSuccess) {
         snprintf(err, errlen, "GPU: kernel launch");
         goto done;
@@ -558,6 +593,7 @@ extern "C" int lz_llama_gpu_encode_start(lz_llama_gpu *g, const int *const *ids,
     g->pend_docs = n_docs;
     g->pend_rows = rows;
     g->pend_wq = wq_n;
+    g->pend_mass = mass_n;
     rc = 0;
 done:
     free(parts);
@@ -580,11 +616,20 @@ extern "C" int lz_llama_gpu_encode_finish(lz_llama_gpu *g, char *err, size_t err
         CUDA_OK(cudaMallocHost((void **)&g->hwq, g->pend_wq * sizeof(float)), "window queries (host)");
         g->hwq_n = g->pend_wq;
     }
+    if (g->pend_mass > g->hmass_n) {
+        if (g->hmass) cudaFreeHost(g->hmass);
+        g->hmass = NULL;
+        g->hmass_n = 0;
+        CUDA_OK(cudaMallocHost((void **)&g->hmass, g->pend_mass * sizeof(float)), "KV eviction masses (host)");
+        g->hmass_n = g->pend_mass;
+    }
     const size_t per = L * g->pend_rows * KVd, far = L * g->max_tokens * KVd;
     cudaStream_t st = g->st;
     CUDA_OK(cudaMemcpyAsync(g->host16, g->kall, per * 2, cudaMemcpyDeviceToHost, st), "K read-back");
     CUDA_OK(cudaMemcpyAsync(g->host16 + far, g->vall, per * 2, cudaMemcpyDeviceToHost, st), "V read-back");
     if (g->pend_wq) CUDA_OK(cudaMemcpyAsync(g->hwq, g->wq, g->pend_wq * sizeof(float), cudaMemcpyDeviceToHost, st), "window queries");
+    if (g->pend_mass)
+        CUDA_OK(cudaMemcpyAsync(g->hmass, g->dmass, g->pend_mass * sizeof(float), cudaMemcpyDeviceToHost, st), "KV eviction masses");
     if (!g->enc_ev) CUDA_OK(cudaEventCreateWithFlags(&g->enc_ev, cudaEventBlockingSync | cudaEventDisableTiming), "events");
     CUDA_OK(cudaEventRecord(g->enc_ev, st), "forward pass");
     CUDA_OK(cudaEventSynchronize(g->enc_ev), "forward pass");
@@ -629,6 +674,14 @@ extern "C" int lz_llama_gpu_encoded(const lz_llama_gpu *g, int i, lz_kv_cache *o
     out->n = n;
     out->pos0 = g->s;
     return 0;
+}
+
+extern "C" int lz_llama_gpu_encoded_mass(const lz_llama_gpu *g, int i, float *mass)
+{
+    if (i < 0 || i >= g->enc_docs || !g->enc[i].mm) return 0;
+    const EncDoc &x = g->enc[i];
+    memcpy(mass, g->hmass + x.mo, (size_t)g->cfg.n_layers * g->cfg.n_heads * x.mm * sizeof(float));
+    return 1;
 }
 
 extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw,

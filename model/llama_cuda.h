@@ -60,6 +60,11 @@ int lz_llama_gpu_encode_start(lz_llama_gpu *g, const int *const *ids, const int 
                               int n_docs, char *err, size_t errlen);
 int lz_llama_gpu_encode_finish(lz_llama_gpu *g, char *err, size_t errlen);
 int lz_llama_gpu_encoded(const lz_llama_gpu *g, int i, lz_kv_cache *out, float *qwin, char *err, size_t errlen);
+/* KV eviction's attention masses of document i of the last finished pass
+ * (kernels/lz_kvmass.h: (L, KV, G, m), m = n - cw, or n when cw = n), made
+ * when its window was its last cw rows (c0 + cw = n) and the shape suits
+ * the kernel (G <= 8, head_dim 64 or 128): 1 and mass written, else 0. */
+int lz_llama_gpu_encoded_mass(const lz_llama_gpu *g, int i, float *mass);
 
 /* Query side (lazy placement): begin takes a prompt's segments (the prefix
  * and cached documents as lz_kv_segment, bf16 or fp32, packed per-head kept

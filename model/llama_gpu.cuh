@@ -66,6 +66,8 @@ struct Part {
 struct EncDoc {
     int off, n, cw;
     size_t wq;
+    int mm;    /* KV eviction's attention masses computed (kernels/lz_kvmass.h): their m, or 0 */
+    size_t mo; /* their (L, KV, G, m) from dmass / hmass + mo */
 };
 
 } /* namespace lzgpu */
@@ -114,6 +116,8 @@ struct lz_llama_gpu {
      * started after it (pending: rows and window floats in pend_rows, pend_wq) */
     lzgpu::EncDoc *enc, *pend;
     cudaEvent_t enc_ev; /* a pass read back; waited on asleep (the host's cores pack meanwhile) */
+    float *dmass, *hmass;  /* the pass's attention masses, device / pinned */
+    size_t dmass_n, hmass_n, pend_mass;
     int enc_docs, enc_cap, pend_docs, pend_cap, pend_rows;
     size_t pend_wq;
     lz_attn_segment *qsegs;  /* (L, S + 1) device: the segments then the own sequence */

@@ -1063,6 +1063,27 @@ static void test_parallel(void)
     CHECK(rc == 0 && jget(out, "added") == 42 - got.n, "the next run adds the rest: exit %d, %ld added after %d: %s", rc,
           jget(out, "added"), got.n, errs);
     CHECK(same_payloads(ser, pf, 42), "and every payload is the one-at-a-time bytes");
+    /* KV eviction through the passes: the backend's attention masses (fetch_mass) finish the
+     * scoring; the stores equal one-at-a-time encoding byte for byte */
+    char ks[300], kp[300];
+    snprintf(ks, sizeof ks, "%s/kvser", dir);
+    snprintf(kp, sizeof kp, "%s/kvpas", dir);
+    const char *aks[] = { "-m", model_a, "-s", ks, "--json", "--threads", "2", "--batch-tokens", "300", "--kv-policy",
+                          "ada-snapkv", "--kv-budget", "0.5", "--kv-window", "8", p0, NULL };
+    const char *akp[] = { "-m", model_a, "-s", kp, "--json", "--threads", "3", "--batch-tokens", "300", "--kv-policy",
+                          "ada-snapkv", "--kv-budget", "0.5", "--kv-window", "8", p0, NULL };
+    setenv("LAZY_INGEST_SERIAL", "1", 1);
+    rc = run_tool(aks, NULL, 0, out, sizeof out, errs, sizeof errs);
+    unsetenv("LAZY_INGEST_SERIAL");
+    const long kv_stored = jget(out, "stored_bytes");
+    CHECK(rc == 0 && jget(out, "added") == 42, "KV eviction one at a time: exit %d: %s", rc, errs);
+    setenv("LAZY_INGEST_REF_PASSES", "250", 1);
+    rc = run_tool(akp, NULL, 0, out, sizeof out, errs, sizeof errs);
+    unsetenv("LAZY_INGEST_REF_PASSES");
+    CHECK(rc == 0 && jget(out, "added") == 42 && jget(out, "stored_bytes") == kv_stored && jget(out, "backend_masses") > 20,
+          "KV eviction in passes: exit %d, %ld stored bytes (%ld), %ld documents scored from the backend's masses: %s", rc,
+          jget(out, "stored_bytes"), kv_stored, jget(out, "backend_masses"), errs);
+    CHECK(same_payloads(ks, kp, 42), "KV eviction: every payload identical through the passes");
     test_bits(par);
     free(c0);
 }

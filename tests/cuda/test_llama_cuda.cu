@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "ingest/encode.h"
+#include "ingest/kvpolicy.h"
 #include "model/gguf.h"
 #include "model/half.h"
 #include "model/llama.h"
@@ -220,6 +221,35 @@ static void test_many(const char *dir)
     }
     printf("%d documents (%d..%d tokens) in one GPU pass: K/V vs the CPU encoder %.2e, vs each encoded alone on the GPU "
            "%.2e; window queries vs CPU %.2e\n", N, 1, 300, worst_cpu, worst_alone, worst_q);
+    /* KV eviction's attention masses of the pass (windows over the last rows; doc 2 has none)
+     * against the ingest's CPU scoring over the same inputs: the fetched keys, the captured
+     * queries, the prefix keys rounded to bf16 as the GPU holds them */
+    if (ok) ok = !lz_llama_gpu_encode_many(g, ids, len, c0, cw, N, err, sizeof err);
+    double worst_m = 0;
+    for (int i = 0; ok && i < N; i++) {
+        const int mm = cw[i] == len[i] ? len[i] : len[i] - cw[i];
+        float *gm = (float *)malloc((size_t)layers * heads * (mm > 0 ? mm : 1) * 4);
+        const int got = lz_llama_gpu_encoded_mass(g, i, gm);
+        CHECK(got == (cw[i] > 0), "doc %d: masses %s", i, got ? "made" : "not made");
+        if (got) {
+            lz_kv_cache pr = {};
+            lz_kv_cache_init(&pr, &m->cfg, s);
+            for (size_t e = 0; e < (size_t)layers * kv * s * hd; e++) pr.k[e] = lz_bf16_to_f32(lz_f32_to_bf16(pc[0].k[e]));
+            lz_kvscore_params sp = {.q = qp[i], .k = pass[i].k, .k_stride = pass[i].cap, .pk = pr.k, .pk_stride = s,
+                                    .n_prefix = s, .n = len[i], .w = cw[i], .m = cw[i] == len[i] ? len[i] : 0, .L = layers,
+                                    .H = heads, .KV = kv, .d = hd, .kernel = 1};
+            float *cm = (float *)malloc((size_t)layers * heads * mm * 4);
+            CHECK(lz_kvpolicy_mass(&sp, cm) == 0, "CPU masses");
+            const double em = vec_err(gm, cm, (size_t)layers * heads * mm);
+            CHECK(em <= 1e-4, "doc %d: KV eviction masses GPU vs CPU %.3g", i, em);
+            worst_m = em > worst_m ? em : worst_m;
+            free(cm);
+            lz_kv_cache_free(&pr);
+        }
+        free(gm);
+    }
+    printf("KV eviction's attention masses of a pass (windows of 32 rows and the self window) vs the CPU scoring: %.2e\n",
+           worst_m);
     /* pass B (reversed) started: pass A's results still fetchable until B's finish */
     const int *rid[N];
     int rlen[N], rc0[N], rcw[N];
