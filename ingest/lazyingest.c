@@ -98,6 +98,7 @@ static void usage(FILE *f)
             "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n"
             "LAZY_INGEST_SERIAL=1 encodes one document at a time whatever the model.\n"
             "LAZY_INGEST_GPU_PASS=N sets --gpu's tokens a pass (0: one document a pass, taking turns);\n"
+            "in passes KV eviction's attention masses are made on the GPU (LAZY_INGEST_GPU_MASS=0: CPU);\n"
             "LAZY_INGEST_REF_PASSES=N runs that pipeline of passes without a GPU, on the CPU\n"
             "reference backend (ingest/pass_ref.h: the same bytes as the CPU; for tests;\n"
             "LAZY_INGEST_REF_FAIL_PASS=K makes its pass K fail, as a device error would).\n"
@@ -216,6 +217,8 @@ static int setup_model(ingest *g, const char *model_path)
         if (g->gpu_pass > 0)
             g->backend.start = gpu_start, g->backend.finish = gpu_finish, g->backend.fetch = gpu_fetch,
             g->backend.fetch_mass = gpu_fetch_mass, g->backend.pass_tokens = g->gpu_pass;
+        const char *mass = getenv("LAZY_INGEST_GPU_MASS"); /* 0: KV eviction scored on the CPU (A/B) */
+        if (mass && !atoi(mass)) g->backend.fetch_mass = NULL;
         pb = &g->backend;
     }
 #endif
