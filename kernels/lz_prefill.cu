@@ -378,6 +378,8 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
         const int is_self = x.slot == p.n_seg;
+        /* lazy wgmma: the next tile starts another segment (a tail's test; see the dispatch below) */
+        const bool tail_change = LAZY && WG && t + 1 < t1 && pend.slot != q_slot;
         /* one tile: NB = BN, or BN/2 for a segment's tail of <= BN/2 keys (the
          * second copy of the code skips the empty half's MMAs; a runtime guard
          * inside the unrolled loops cost 30%, bench/RESULTS.md call 8) */
@@ -485,9 +487,11 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             lz::wg_commit();
             /* lazy: the next tile starts another segment: its query is rotated
              * now, while the tensor cores run P V (qa is not an operand of it) */
-            if constexpr (CHG) { /* pend: the next tile (WG: 2 stages) */
-                load_rotated_q(pend.slot);
-                q_slot = pend.slot;
+            if constexpr (CHG) { /* pend: the next tile (WG: 2 stages); a tail runs this copy either way */
+                if (NB == BN || tail_change) {
+                    load_rotated_q(pend.slot);
+                    q_slot = pend.slot;
+                }
             }
             lz::wg_wait0();
             lz::wg_fence_acc(o[0]);
@@ -507,16 +511,22 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             }
         }
     };
-        /* lazy wgmma: the tiles before a segment change run their own copy of
-         * the tile code (CHG: the next query rotated during P V); every other
-         * tile runs the twin's code exactly. With the change as a runtime branch
-         * inside the one copy, the whole loop was scheduled around it: 128 x
-         * 1536 lazy +2.8% over the twin instead of +1.4% (bench/RESULTS.md) */
+        /* lazy wgmma: the full tiles before a segment change run their own copy
+         * of the tile code (CHG: the next query rotated during P V); every other
+         * full tile runs the twin's code exactly. With the change as a runtime
+         * branch inside the one copy, the whole loop was scheduled around it:
+         * 128 x 1536 lazy +2.8% over the twin instead of +1.4%. A segment's
+         * tail (<= 32 keys) is almost always followed by a change, so every
+         * lazy tail runs the change copy, the rotation behind a runtime test:
+         * one copy of the code less, 128 x 1536 +1.7..2.0% instead of
+         * +2.6..2.7%, ingest +0.5..1.0% instead of +1.3..1.9% (bench/RESULTS.md,
+         * history row 52) */
         using no_chg = std::integral_constant<bool, false>;
         using chg = std::integral_constant<bool, LAZY && WG>;
-        const bool change = LAZY && WG && t + 1 < t1 && pend.slot != q_slot;
+        const bool change = LAZY && WG && t + 1 < t1 && pend.slot != q_slot; /* computed here, as measured: where it
+                                                                              * is computed changes the schedule */
         if (x.n <= BN / 2) {
-            if (change) tile_step(std::integral_constant<int, BN / 2>{}, chg{});
+            if (LAZY && WG) tile_step(std::integral_constant<int, BN / 2>{}, chg{});
             else tile_step(std::integral_constant<int, BN / 2>{}, no_chg{});
         } else {
             if (change) tile_step(std::integral_constant<int, BN>{}, chg{});
