@@ -288,25 +288,31 @@ int lz_kvpolicy_mass(const lz_kvscore_params *p, float *mass)
     return failed ? -1 : 0;
 }
 
-int lz_kvpolicy_finish(const lz_kvscore_params *p, const float *mass, float *scores, float *raw)
+/* scores and raw (L, KV, m) from per-head masses (L, KV, G, m): the group's
+ * heads aggregated (agg), times the value weights when p->v is set, pooled. */
+static int finish_all(const lz_kvscore_params *p, const float *mass, int G, int agg, int m, float *scores, float *raw)
 {
-    if (bad_params(p)) return -1;
-    const int L = p->L, KV = p->KV, G = p->H / p->KV, m = p->m ? p->m : p->n - p->w;
-    float *vw = p->v ? malloc((size_t)L * KV * m * sizeof(float)) : NULL, *tmp = malloc((size_t)m * sizeof(float));
+    float *vw = p->v ? malloc((size_t)p->L * p->KV * m * sizeof(float)) : NULL, *tmp = malloc((size_t)m * sizeof(float));
     if ((p->v && !vw) || !tmp) {
         free(vw);
         free(tmp);
         return -1;
     }
     if (vw) value_weights(vw, p, m);
-    for (int task = 0; task < L * KV; task++) {
+    for (int task = 0; task < p->L * p->KV; task++) {
         const size_t o = (size_t)task * m;
-        finish_head(scores + o, raw ? raw + o : NULL, mass + (size_t)task * G * m, vw ? vw + o : NULL, G, m, p->agg,
+        finish_head(scores + o, raw ? raw + o : NULL, mass + (size_t)task * G * m, vw ? vw + o : NULL, G, m, agg,
                     p->kernel, tmp);
     }
     free(vw);
     free(tmp);
     return 0;
+}
+
+int lz_kvpolicy_finish(const lz_kvscore_params *p, const float *mass, float *scores, float *raw)
+{
+    if (bad_params(p)) return -1;
+    return finish_all(p, mass, p->H / p->KV, p->agg, p->m ? p->m : p->n - p->w, scores, raw);
 }
 
 int lz_kvpolicy_score(const lz_kvscore_params *p, float *scores, float *raw)
@@ -323,17 +329,7 @@ int lz_kvpolicy_weigh(const lz_kvscore_params *p, const float *attn, float *scor
 {
     const int m = p->m;
     if (m < 1 || p->L < 1 || p->KV < 1 || p->d < 1 || p->kernel < 1 || (p->v && p->v_stride < m)) return -1;
-    float *vw = p->v ? malloc((size_t)p->L * p->KV * m * sizeof(float)) : NULL, *tmp = malloc((size_t)m * sizeof(float));
-    if ((p->v && !vw) || !tmp) { free(vw); free(tmp); return -1; }
-    if (vw) value_weights(vw, p, m);
-    for (int lg = 0; lg < p->L * p->KV; lg++) {
-        size_t o = (size_t)lg * m;
-        finish_head(scores + o, raw ? raw + o : NULL, attn + o, vw ? vw + o : NULL, 1, m, LZ_KVPOLICY_AGG_MEAN,
-                    p->kernel, tmp);
-    }
-    free(vw);
-    free(tmp);
-    return 0;
+    return finish_all(p, attn, 1, LZ_KVPOLICY_AGG_MEAN, m, scores, raw);
 }
 
 int lz_kvpolicy_score_naive(const lz_kvscore_params *p, float *scores, float *raw)

@@ -465,6 +465,24 @@ int ensure_side(lz_llama_gpu *g, char *err, size_t errlen)
     return 0;
 }
 
+/* Room for need floats in a growable buffer *p of *cap, on the device
+ * (pinned = 0) or pinned on the host; its contents are not kept. 0 or -1. */
+static int grow_floats(float **p, size_t *cap, size_t need, int pinned)
+{
+    if (need <= *cap) return 0;
+    if (pinned && *p) cudaFreeHost(*p);
+    if (!pinned) cudaFree(*p);
+    *p = NULL;
+    *cap = 0;
+    if ((pinned ? cudaMallocHost((void **)p, need * sizeof(float)) : cudaMalloc((void **)p, need * sizeof(float))) !=
+        cudaSuccess) {
+        *p = NULL;
+        return -1;
+    }
+    *cap = need;
+    return 0;
+}
+
 /* Room for n EncDoc in *a (capacity *cap); 0 or -1. */
 static int enc_room(EncDoc **a, int *cap, int n)
 {
@@ -505,13 +523,8 @@ extern "C" int lz_llama_gpu_encode_start(lz_llama_gpu *g, const int *const *ids,
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (wq_n > g->wq_n) { /* the device's windows (the host's grow at the finish: a pass's may still be read) */
-        cudaFree(g->wq);
-        g->wq = NULL;
-        g->wq_n = 0;
-        CUDA_OK(cudaMalloc((void **)&g->wq, wq_n * sizeof(float)), "window queries");
-        g->wq_n = wq_n;
-    }
+    /* the device's windows (the host's grow at the finish: a pass's may still be read) */
+    if (grow_floats(&g->wq, &g->wq_n, wq_n, 0)) { snprintf(err, errlen, "GPU: no memory for the window queries"); return -1; }
     Part *parts = (Part *)calloc((size_t)n_docs, sizeof *parts);
     int *hid = (int *)malloc((size_t)rows * sizeof(int));
     if (!parts || !hid) {
@@ -533,17 +546,11 @@ extern "C" int lz_llama_gpu_encode_start(lz_llama_gpu *g, const int *const *ids,
         }
         memcpy(hid + off, ids[i], (size_t)n[i] * sizeof(int));
     }
-    if (mass_n > g->dmass_n) {
-        cudaFree(g->dmass);
-        g->dmass = NULL;
-        g->dmass_n = 0;
-        if (cudaMalloc((void **)&g->dmass, mass_n * sizeof(float)) != cudaSuccess) {
-            free(parts);
-            free(hid);
-            snprintf(err, errlen, "GPU: no memory for the KV eviction masses");
-            return -1;
-        }
-        g->dmass_n = mass_n;
+    if (grow_floats(&g->dmass, &g->dmass_n, mass_n, 0)) {
+        free(parts);
+        free(hid);
+        snprintf(err, errlen, "GPU: no memory for the KV eviction masses");
+        return -1;
     }
     cudaStream_t st = g->st;
     lz_prefill_params p = attn_params(g, rows);
@@ -609,19 +616,9 @@ extern "C" int lz_llama_gpu_encode_finish(lz_llama_gpu *g, char *err, size_t err
     g->enc_docs = 0; /* the last pass's results are overwritten now */
     const int n_docs = g->pend_docs;
     g->pend_docs = 0;
-    if (g->pend_wq > g->hwq_n) {
-        if (g->hwq) cudaFreeHost(g->hwq);
-        g->hwq = NULL;
-        g->hwq_n = 0;
-        CUDA_OK(cudaMallocHost((void **)&g->hwq, g->pend_wq * sizeof(float)), "window queries (host)");
-        g->hwq_n = g->pend_wq;
-    }
-    if (g->pend_mass > g->hmass_n) {
-        if (g->hmass) cudaFreeHost(g->hmass);
-        g->hmass = NULL;
-        g->hmass_n = 0;
-        CUDA_OK(cudaMallocHost((void **)&g->hmass, g->pend_mass * sizeof(float)), "KV eviction masses (host)");
-        g->hmass_n = g->pend_mass;
+    if (grow_floats(&g->hwq, &g->hwq_n, g->pend_wq, 1) || grow_floats(&g->hmass, &g->hmass_n, g->pend_mass, 1)) {
+        snprintf(err, errlen, "GPU: no pinned memory for the window queries and masses");
+        return -1;
     }
     const size_t per = L * g->pend_rows * KVd, far = L * g->max_tokens * KVd;
     cudaStream_t st = g->st;
