@@ -17,15 +17,12 @@ set -u
 OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
 mkdir -p "$OUT" build/gpu-run
-for b in lazyingest lazyquery lazy-mkmodel; do
-    gunzip -c "${G:-build/gpuenc}/$b.gz" > "build/gpu-run/$b" && chmod +x "build/gpu-run/$b"
-done
-B=build/gpu-run
+. bench/gpu_common.sh
+gpu_unpack lazyingest lazyquery lazy-mkmodel || exit 1
 st=0
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 t0=$(date +%s.%N)
-"$B/lazy-mkmodel" -o "$T/m8b.gguf" --dim 4096 --layers 32 --heads 32 --kv-heads 8 --head-dim 128 --ffn 14336 \
-    --vocab 128256 --ctx 131072 --theta 500000 --llama3-freqs --type bf16 || exit 1
+make_8b "$T/m8b.gguf" || exit 1
 t1=$(date +%s.%N)
 echo "model: $(du -h "$T/m8b.gguf" | cut -f1) written in $(awk "BEGIN {print $t1 - $t0}") s"
 rm -rf "$T/store8b"

@@ -16,12 +16,9 @@ OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
 N=${N:-64}
 mkdir -p "$OUT" build/gpu-run
-for b in lazyingest lazyquery lazy-mkmodel; do
-    gunzip -c "${G:-build/gpuenc}/$b.gz" > "build/gpu-run/$b" && chmod +x "build/gpu-run/$b"
-done
-B=build/gpu-run
-"$B/lazy-mkmodel" -o "$T/m8b.gguf" --dim 4096 --layers 32 --heads 32 --kv-heads 8 --head-dim 128 --ffn 14336 \
-    --vocab 128256 --ctx 131072 --theta 500000 --llama3-freqs --type bf16 > /dev/null || exit 1
+. bench/gpu_common.sh
+gpu_unpack lazyingest lazyquery lazy-mkmodel || exit 1
+make_8b "$T/m8b.gguf" > /dev/null || exit 1
 rm -rf "$T/store8b"
 "$B/lazyingest" --gpu --model "$T/m8b.gguf" --store "$T/store8b" datasets/demo/corpus.jsonl > "$OUT/ingest.log" 2>&1 || exit 1
 Q="In which industry does Droex Foods operate?"

@@ -17,10 +17,8 @@ OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
 CFGS=${CFGS:-LAZY_INGEST_GPU_PASS=0 default}
 mkdir -p "$OUT" build/gpu-run
-for b in lazyingest lazyquery lazy-mkmodel; do
-    gunzip -c "${G:-build/gpuenc}/$b.gz" > "build/gpu-run/$b" && chmod +x "build/gpu-run/$b"
-done
-B=build/gpu-run
+. bench/gpu_common.sh
+gpu_unpack lazyingest lazyquery lazy-mkmodel || exit 1
 st=0
 # 8 copies of every document: ids and texts made unique
 python3 - datasets/demo/corpus.jsonl "$T/corpus8.jsonl" << 'EOF'
@@ -62,8 +60,7 @@ for r in $(seq "${ROUNDS:-2}"); do
     done
 done > "$OUT/small.txt"
 cat "$OUT/small.txt"
-"$B/lazy-mkmodel" -o "$T/m8b.gguf" --dim 4096 --layers 32 --heads 32 --kv-heads 8 --head-dim 128 --ffn 14336 \
-    --vocab 128256 --ctx 131072 --theta 500000 --llama3-freqs --type bf16 > /dev/null || exit 1
+make_8b "$T/m8b.gguf" > /dev/null || exit 1
 printf '%s\n' "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" \
     "Which organisation is older, Raio Works or Rairreil Works?" > "$T/q3.txt"
 i=0
