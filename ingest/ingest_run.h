@@ -4,7 +4,8 @@
  * offers the others:
  *   ingest/lazyingest.c     options, the model and store, the pass over the corpus, main
  *   ingest/ingest_record.c  pass 1's ids; one corpus record into the batch
- *   ingest/ingest_batch.c   a batch's documents encoded (in parallel) and committed
+ *   ingest/ingest_batch.c   a batch's documents encoded (or queued) and committed
+ *   ingest/ingest_jobs.c    the queued documents encoded in parallel (the GPU's pass pipeline)
  *   ingest/ingest_report.c  --check / --repair, the run's summary
  */
 #ifndef INGEST_RUN_H
@@ -200,6 +201,11 @@ void ingest_progress(ingest *g, int force); /* the progress line, at most 4 time
 int64_t ingest_raw_bytes(const ingest *g, int n); /* an n-token document's KV before compression */
 int ingest_encode_doc(ingest *g, int di); /* document di of the batch: encoded now, or queued for flush */
 void ingest_setup_encoder(ingest *g, lz_encoder *e); /* the store's KV dtype, this run's KV policy and scorers on e */
+/* Queues batch document d's new payload (the batch owns blob from then on). 0 or -1. */
+int ingest_queue_payload(ingest *g, pend_doc *d, void *blob, size_t len);
+
+/* ingest_jobs.c */
+int ingest_run_jobs(ingest *g); /* par: the batch's queued jobs encoded and their payloads queued; 0 or -1 */
 
 /* ingest_report.c */
 void ingest_issues_free(issue_list *l);

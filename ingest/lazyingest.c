@@ -5,7 +5,7 @@
  * a nightly re-indexed store consistent. This file: the options, the model
  * and store, the pass over the corpus, main. The tool's other pieces:
  * ingest/ingest_run.h (the run's state; ingest_record.c, ingest_batch.c,
- * ingest_report.c). Library pieces: ingest/corpus.h, ingest/split.h,
+ * ingest_jobs.c, ingest_report.c). Library pieces: ingest/corpus.h, ingest/split.h,
  * ingest/encode.h, store/store.h, model/prompt.h.
  */
 #include <errno.h>
@@ -182,7 +182,7 @@ static int gpu_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, float 
     return rc;
 }
 
-/* --gpu, a batch's documents in passes (ingest_batch.c): enqueued and finished on the main
+/* --gpu, a batch's documents in passes (ingest_jobs.c): enqueued and finished on the main
  * thread, fetched by the threads that pack them */
 static int gpu_start(void *ctx, const int *const *ids, const int *n, const int *c0, const int *cw, int n_docs, char *err,
                      size_t errlen)

@@ -1,0 +1,280 @@
+/* ingest_jobs.c - a batch's documents encoded in parallel (ingest.par,
+ * ingest/ingest_run.h): one document a thread on its own encoder and codec,
+ * or, with a multi-document backend (--gpu; ingest/pass_ref.h), a pipeline
+ * of passes: one thread drives the device, the others fetch, score and
+ * pack; then the payloads queued in batch order, as one at a time would. */
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ingest/ingest_run.h"
+
+/* Job x on thread t's encoder: its forward pass (or the backend's result,
+ * fetched) and KV eviction; 0, or -1 with x->err. */
+static int forward_job(ingest *g, enc_job *x, int t)
+{
+    const pend_doc *d = &g->docs[x->doc];
+    lz_encoder *e = g->pool[t];
+    int rc = x->pass >= 0 ? lz_encoder_run_fetched(e, d->ids, d->n_tokens, x->slot, x->err, sizeof x->err)
+                          : lz_encoder_run(e, d->ids, d->n_tokens, x->err, sizeof x->err);
+    if (rc && !x->err[0]) snprintf(x->err, sizeof x->err, "encoding failed");
+    return rc;
+}
+
+/* Job x's payload from thread t's encoder and codec: x->blob, or x->err. */
+static void pack_job(ingest *g, enc_job *x, int t)
+{
+    if (lz_encoder_pack(g->pool[t], 1, g->pool_codec[t], LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &x->blob, &x->len,
+                        x->err, sizeof x->err) &&
+        !x->err[0])
+        snprintf(x->err, sizeof x->err, "encoding failed");
+}
+
+/* Job x on thread t, forward pass then payload (their seconds added to *fwd, *pack). */
+static void encode_job(ingest *g, enc_job *x, int t, double *fwd, double *pack)
+{
+    const double a = now_s();
+    const int rc = forward_job(g, x, t);
+    const double b = now_s();
+    if (!rc) pack_job(g, x, t);
+    *fwd += b - a;
+    *pack += now_s() - b;
+}
+
+/* A multi-document backend (--gpu; the reference): the jobs it takes, in order,
+ * in passes of at most pass_tokens tokens (x->pass, x->slot, the window);
+ * the others keep pass -1. Returns the number of passes. */
+static int plan_passes(ingest *g)
+{
+    const lz_encode_backend *b = &g->backend;
+    int n_pass = 0, rows = 0, slot = 0;
+    for (int j = 0; j < g->n_jobs; j++) {
+        enc_job *x = &g->jobs[j];
+        x->pass = x->slot = -1;
+        if (!b->start || !b->finish || !b->fetch || b->pass_tokens <= 0 || x->alias >= 0) continue;
+        const int n = g->docs[x->doc].n_tokens;
+        if (n > b->pass_tokens || !lz_encoder_backend_plan(g->pool[0], n, &x->c0, &x->cw)) continue;
+        if (n_pass == 0 || rows + n > b->pass_tokens) n_pass++, rows = 0, slot = 0;
+        x->pass = n_pass - 1;
+        x->slot = slot++;
+        rows += n;
+    }
+    return n_pass;
+}
+
+/* Enqueues pass P on the backend (the time it took added to *t); 0, or -1 with g->err. */
+static int start_pass(ingest *g, int P, double *t)
+{
+    int n = 0;
+    for (int j = 0; j < g->n_jobs; j++) n += g->jobs[j].pass == P;
+    const int **ids = malloc(sizeof *ids * (size_t)n);
+    int *len = malloc(sizeof *len * (size_t)n * 3), first = -1;
+    if (!ids || !len) {
+        free(ids);
+        free(len);
+        snprintf(g->err, sizeof g->err, "out of memory");
+        return -1;
+    }
+    for (int j = 0; j < g->n_jobs; j++) {
+        const enc_job *x = &g->jobs[j];
+        if (x->pass != P) continue;
+        if (first < 0) first = x->doc;
+        ids[x->slot] = g->docs[x->doc].ids;
+        len[x->slot] = g->docs[x->doc].n_tokens;
+        len[n + x->slot] = x->c0;
+        len[2 * n + x->slot] = x->cw;
+    }
+    const double a = now_s();
+    char err[512] = "";
+    int rc = g->backend.start(g->backend.ctx, ids, len, len + n, len + 2 * n, n, err, sizeof err);
+    *t += now_s() - a;
+    g->n_passes += !rc;
+    g->n_pass_docs += rc ? 0 : n;
+    if (rc)
+        snprintf(g->err, sizeof g->err, "a pass of documents '%s' and the %d after it failed: %s",
+                 g->docs[first].ext_id ? g->docs[first].ext_id : "?", n - 1, err);
+    free(ids);
+    free(len);
+    return rc ? -1 : 0;
+}
+
+/* The passes as a pipeline: thread 0 drives the device (pass P + 1 runs
+ * while the others fetch pass P; a pass is read back only once every
+ * document of the pass before has been fetched, since the read-back
+ * overwrites it), the other threads take the jobs in order, each waiting
+ * for its pass, then fetch, score and pack it. Packing is the longer part
+ * on an 8B model (its KV is 131 KB a token), so it must not wait for the
+ * passes: a pass holds fewer documents than there are threads. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;   /* passes read back: pass done - 1 is the fetchable one */
+    int *left;  /* per pass: its documents not fetched yet */
+    int failed; /* the device failed: g->err says why */
+    int next;   /* the next job to take */
+} pass_sync;
+
+static void pass_driver(ingest *g, pass_sync *ps, int n_pass)
+{
+    for (int P = 0; P < n_pass; P++) {
+        pthread_mutex_lock(&ps->mu);
+        while (P > 0 && ps->left[P - 1] > 0) pthread_cond_wait(&ps->cv, &ps->mu);
+        pthread_mutex_unlock(&ps->mu);
+        int rc = g->backend.finish(g->backend.ctx, g->err, sizeof g->err);
+        pthread_mutex_lock(&ps->mu);
+        if (rc) ps->failed = 1;
+        else ps->done = P + 1;
+        pthread_cond_broadcast(&ps->cv);
+        pthread_mutex_unlock(&ps->mu);
+        double t = 0;
+        if (rc || (P + 1 < n_pass && start_pass(g, P + 1, &t))) {
+            pthread_mutex_lock(&ps->mu);
+            ps->failed = 1;
+            pthread_cond_broadcast(&ps->cv);
+            pthread_mutex_unlock(&ps->mu);
+            return;
+        }
+    }
+}
+
+static void pass_worker(ingest *g, pass_sync *ps, int t, double *fwd, double *pack)
+{
+    for (;;) {
+        pthread_mutex_lock(&ps->mu);
+        while (ps->next < g->n_jobs && g->jobs[ps->next].pass < 0) ps->next++;
+        const int j = ps->next < g->n_jobs ? ps->next++ : -1;
+        pthread_mutex_unlock(&ps->mu);
+        if (j < 0) return;
+        enc_job *x = &g->jobs[j];
+        const double a = now_s();
+        pthread_mutex_lock(&ps->mu);
+        while (ps->done <= x->pass && !ps->failed) pthread_cond_wait(&ps->cv, &ps->mu);
+        const int failed = ps->done <= x->pass;
+        pthread_mutex_unlock(&ps->mu);
+        if (failed) {
+            snprintf(x->err, sizeof x->err, "not encoded: the GPU failed on its batch");
+            continue;
+        }
+        const int rc = forward_job(g, x, t);
+        pthread_mutex_lock(&ps->mu);
+        if (--ps->left[x->pass] == 0) pthread_cond_broadcast(&ps->cv);
+        pthread_mutex_unlock(&ps->mu);
+        const double b = now_s();
+        if (!rc) pack_job(g, x, t);
+        *fwd += b - a;
+        *pack += now_s() - b;
+    }
+}
+
+/* The passes on one thread: each finished, then its documents encoded, then the next started. */
+static void pass_alone(ingest *g, pass_sync *ps, int n_pass, double *fwd, double *pack)
+{
+    for (int P = 0; P < n_pass && !ps->failed; P++) {
+        double t = 0;
+        if (g->backend.finish(g->backend.ctx, g->err, sizeof g->err)) {
+            ps->failed = 1;
+            break;
+        }
+        for (int j = 0; j < g->n_jobs; j++)
+            if (g->jobs[j].pass == P) encode_job(g, &g->jobs[j], 0, fwd, pack);
+        if (P + 1 < n_pass && start_pass(g, P + 1, &t)) ps->failed = 1;
+    }
+}
+
+/* Runs the n_pass passes of the jobs planned by plan_passes on T threads; 0 or -1 (g->err). */
+static int run_passes(ingest *g, int T, int n_pass, double *fwd, double *pack)
+{
+    pass_sync ps = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    if (!(ps.left = calloc((size_t)n_pass, sizeof *ps.left))) {
+        snprintf(g->err, sizeof g->err, "out of memory");
+        return -1;
+    }
+    for (int j = 0; j < g->n_jobs; j++)
+        if (g->jobs[j].pass >= 0) ps.left[g->jobs[j].pass]++;
+    double t = 0, f = 0, p = 0;
+    int rc = start_pass(g, 0, &t);
+    if (!rc) {
+#pragma omp parallel num_threads(T) reduction(+ : f, p)
+        {
+            if (omp_get_num_threads() < 2) pass_alone(g, &ps, n_pass, &f, &p); /* the runtime gave one thread */
+            else if (omp_get_thread_num() == 0) pass_driver(g, &ps, n_pass);
+            else pass_worker(g, &ps, omp_get_thread_num(), &f, &p);
+        }
+        rc = ps.failed ? -1 : 0;
+    }
+    *fwd += f;
+    *pack += p;
+    free(ps.left);
+    pthread_mutex_destroy(&ps.mu);
+    pthread_cond_destroy(&ps.cv);
+    return rc;
+}
+
+/* par: encodes and packs the batch's jobs, one document a thread, each on
+ * its own encoder and codec (made at the first call: the prefix runs again
+ * for each, cheap for the small models par is chosen for), then queues the
+ * payloads in batch order, exactly as ingest_encode_doc would have one by one. */
+int ingest_run_jobs(ingest *g)
+{
+    if (!g->par || g->n_jobs == 0) return 0;
+    const int T = omp_get_max_threads() > 1 ? omp_get_max_threads() : 1;
+    if (g->n_pool < T) {
+        lz_encoder **pe = realloc(g->pool, sizeof *pe * (size_t)T);
+        lz_payload_codec **pc = pe ? realloc(g->pool_codec, sizeof *pc * (size_t)T) : NULL;
+        if (pe) g->pool = pe;
+        if (pc) g->pool_codec = pc;
+        if (!pe || !pc) {
+            snprintf(g->err, sizeof g->err, "out of memory");
+            return -1;
+        }
+        for (; g->n_pool < T; g->n_pool++) {
+            lz_encoder *e = g->n_pool == 0 ? g->enc : NULL;
+            /* the prefix's KV copied from the first encoder (an 8B model's takes seconds on the CPU) */
+            if (!e && lz_encoder_new_like(g->enc, &e, g->err, sizeof g->err)) return -1;
+            lz_payload_codec *c = lz_payload_codec_new();
+            if (!c || (g->n_pool > 0 && lz_encoder_set_probe(e, g->probe, g->n_probe)) ||
+                lz_payload_codec_set_threads(c, 1)) { /* 1 MiB frames, as the one-document path's codec */
+                lz_payload_codec_free(c);
+                if (e != g->enc) lz_encoder_free(e);
+                snprintf(g->err, sizeof g->err, "out of memory");
+                return -1;
+            }
+            if (g->n_pool > 0) {
+                ingest_setup_encoder(g, e);
+                if (g->backend.encode) lz_encoder_set_backend(e, &g->backend); /* --gpu, or the reference */
+            }
+            g->pool[g->n_pool] = e;
+            g->pool_codec[g->n_pool] = c;
+        }
+    }
+    const double t0 = now_s();
+    double fwd = 0, pack = 0;
+    const int n_pass = plan_passes(g);
+    if (n_pass > 0 && run_passes(g, T, n_pass, &fwd, &pack)) return -1;
+    /* the others: on the CPU, or one at a time on the device */
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1) reduction(+ : fwd, pack)
+    for (int j = 0; j < g->n_jobs; j++)
+        if (g->jobs[j].alias < 0 && g->jobs[j].pass < 0) encode_job(g, &g->jobs[j], omp_get_thread_num(), &fwd, &pack);
+    const double wall = now_s() - t0;
+    g->t_encode += wall;
+    g->t_forward += fwd + pack > 0 ? wall * fwd / (fwd + pack) : 0;
+    g->t_pack += fwd + pack > 0 ? wall * pack / (fwd + pack) : 0;
+    for (int j = 0; j < g->n_jobs; j++) { /* batch order: the payloads and counts ingest_encode_doc would have made */
+        enc_job *x = &g->jobs[j];
+        pend_doc *d = &g->docs[x->doc];
+        if (x->alias >= 0) {
+            d->stored_bytes = (int64_t)g->jobs[x->alias].len;
+            continue;
+        }
+        if (!x->blob) {
+            snprintf(g->err, sizeof g->err, "document '%s': %s", d->ext_id ? d->ext_id : "?", x->err);
+            return -1;
+        }
+        void *blob = x->blob;
+        x->blob = NULL; /* the batch owns it now */
+        if (ingest_queue_payload(g, d, blob, x->len)) return -1;
+    }
+    g->n_jobs = 0;
+    return 0;
+}
