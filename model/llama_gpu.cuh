@@ -1,6 +1,7 @@
 /* llama_gpu.cuh - the GPU forward pass's own state and pieces, shared by
  * its files (model/llama_cuda.h is the interface; this is not):
- *   model/llama_cuda.cu        the weights on the device, the forward layer, ingest's encode
+ *   model/llama_cuda.cu        the weights on the device, the forward layer
+ *   model/llama_cuda_encode.cu ingest: the prefix, documents in multi-document passes
  *   model/llama_cuda_docs.cu   documents resident on the device; cold ones recomputed there
  *   model/llama_cuda_query.cu  a question's begin and its steps (decode: one graph a token)
  * Everything but the lz_llama_gpu struct (llama_cuda.h's opaque type) lives
@@ -170,6 +171,8 @@ static inline int fail(char *err, size_t errlen, const char *what, int code)
     } while (0)
 
 /* model/llama_cuda.cu */
+void *dalloc_bytes(lz_llama_gpu *g, size_t bytes); /* cudaMalloc owned by g (freed with it), or NULL */
+template <class T> static inline T *dalloc(lz_llama_gpu *g, size_t count) { return (T *)dalloc_bytes(g, count * sizeof(T)); }
 void doc_free(GpuDoc *x);
 int ensure_query(lz_llama_gpu *g, char *err, size_t errlen); /* the query side's buffers, at the first question */
 /* y (n, out) (+)= x (n, in) @ W (out, in)^T (one row: lz_gemv) */
