@@ -392,6 +392,17 @@ static void test_scoring(void)
         CHECK(md < 1e-5 && mr < 1e-5, "GQA %s: GEMM scores == naive loop (max diff %.2g / %.2g)",
               agg ? "max" : "mean", md, mr);
         CHECK(tot > 0 && tot < (double)L * KV * w * (agg ? H / KV : 1) + 1e-3, "scores are attention mass");
+        /* the two halves (a backend makes the masses, the encoder finishes them) give the same bits */
+        float *mass = malloc(sizeof(float) * L * H * m), *fa = malloc(sizeof(float) * L * KV * m),
+              *fr = malloc(sizeof(float) * L * KV * m);
+        CHECK(lz_kvpolicy_mass(&p, mass) == 0 && lz_kvpolicy_finish(&p, mass, fa, fr) == 0 &&
+                  !memcmp(fa, a, sizeof(float) * L * KV * m) && !memcmp(fr, ra, sizeof(float) * L * KV * m),
+              "GQA %s: mass then finish == score, bit for bit", agg ? "max" : "mean");
+        double per_row = 0; /* every window row's softmax sums to 1 over all keys; the candidates get part */
+        for (int i = 0; i < L * H * m; i++) per_row += mass[i];
+        CHECK(per_row > 0 && per_row <= (double)L * H * w + 1e-3, "masses are attention mass (%.3f of %d rows)", per_row,
+              L * H * w);
+        free(mass), free(fa), free(fr);
     }
     /* value-aware: fast == naive, and each raw score is the attention-only raw score times mean |v| */
     float *v = malloc(sizeof(float) * L * KV * T * d), *r0 = malloc(sizeof(float) * L * KV * m);
