@@ -328,8 +328,8 @@ static kv_entry *slice_cache(const lz_llama_config *c, const lz_kv_cache *lc, in
             size_t src = (((size_t)l * c->n_kv_heads + h) * lc->cap + t0) * c->head_dim;
             size_t dst = ((size_t)l * c->n_kv_heads + h) * cnt;
             if (bf16) {
-                for (size_t i = 0; i < cnt; i++) e->k16[dst + i] = lz_f32_to_bf16(lc->k[src + i]);
-                for (size_t i = 0; i < cnt; i++) e->v16[dst + i] = lz_f32_to_bf16(lc->v[src + i]);
+                lz_f32_to_bf16_n(e->k16 + dst, lc->k + src, cnt);
+                lz_f32_to_bf16_n(e->v16 + dst, lc->v + src, cnt);
             } else {
                 memcpy(e->k + dst, lc->k + src, cnt * sizeof(float));
                 memcpy(e->v + dst, lc->v + src, cnt * sizeof(float));

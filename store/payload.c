@@ -334,7 +334,7 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
         const int kept = s->n_kept ? s->n_kept[i] : n;
         const float *row = (j < nh ? s->k : s->v) + (i * (size_t)s->stride + (size_t)s->t0) * (size_t)d;
         if (es == 4) memcpy(body32 + o, row, (size_t)kept * d * 4);
-        else for (size_t e = 0; e < (size_t)kept * d; e++) body[o + e] = lz_f32_to_bf16(row[e]);
+        else lz_f32_to_bf16_n(body + o, row, (size_t)kept * d);
     }
 
     const uint8_t *stored = c->scratch;

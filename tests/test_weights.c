@@ -164,6 +164,36 @@ static void test_model_in_place(int ggml_type)
     lz_test_model_free(m, dir, path);
 }
 
+/* lz_f32_to_bf16_n (vectorized) gives lz_f32_to_bf16's bits: every sign and
+ * exponent with mantissas at and around the rounding ties, NaNs, infinities,
+ * denormals, and 4M random patterns. */
+static void test_bf16_bulk(void)
+{
+    const size_t n = ((size_t)1 << 22) + 2 * 256 * 64;
+    float *x = malloc(n * sizeof(float));
+    uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
+    size_t k = 0;
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    for (uint32_t se = 0; se < 512; se++) /* sign and exponent */
+        for (uint32_t j = 0; j < 64; j++) {
+            const uint32_t man = j < 32 ? (0x7fffu + j - 16) : (0x8000u + (j - 32) * 0x1000u) | (j & 1);
+            x[k++] = lz_bits_to_f32(se << 23 | (man & 0x7fffffu));
+        }
+    while (k < n) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        x[k++] = lz_bits_to_f32((uint32_t)r);
+    }
+    for (size_t i = 0; i < n; i++) a[i] = lz_f32_to_bf16(x[i]);
+    lz_f32_to_bf16_n(b, x, n);
+    size_t bad = 0, nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad += a[i] != b[i];
+        nan += (lz_f32_to_bits(x[i]) & 0x7fffffffu) > 0x7f800000u;
+    }
+    CHECK(bad == 0 && nan > 0, "bulk bf16 rounding == scalar on %zu values (%zu NaN): %zu differ", n, nan, bad);
+    free(x), free(a), free(b);
+}
+
 int main(void)
 {
     for (int simd = 1; simd >= 0; simd--) { /* the AVX2 dot products where the CPU has them, then the portable ones */
@@ -176,5 +206,6 @@ int main(void)
     test_model_in_place(LZ_GGML_BF16);
     test_model_in_place(LZ_GGML_F16);
     test_model_in_place(LZ_GGML_Q8_0);
+    test_bf16_bulk();
     return lz_test_done();
 }
