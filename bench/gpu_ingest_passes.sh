@@ -11,7 +11,10 @@
 # Usage (repo root, GPU machine): G=dir sh bench/gpu_ingest_passes.sh OUTDIR
 #   with $G/{lazyingest,lazyquery,lazy-mkmodel}.gz built here ('make cuda', 'make', gzip);
 #   CFGS: the settings compared (default "LAZY_INGEST_GPU_PASS=0 default"): environment
-#   assignments, or options as --name=value; ROUNDS each (2).
+#   assignments, or options as --name=value; ROUNDS each (2); OPTS: lazyingest options of
+#   every run (KV eviction: OPTS="--kv-policy ada-snapkv --kv-budget 0.5" CFGS="LAZY_INGEST_GPU_PASS=0
+#   LAZY_INGEST_GPU_MASS=0 default" compares one document a pass, passes scored on the CPU,
+#   and passes with the GPU's attention masses).
 set -u
 OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
@@ -41,15 +44,16 @@ run() {
         *) set -- "$cfg" ;;
     esac
     rm -rf "$T/s-$name"
-    env "$@" "$B/lazyingest" --gpu --json $opt --model "$model" --store "$T/s-$name" "$corpus" > "$T/$name.json" \
+    env "$@" "$B/lazyingest" --gpu --json ${OPTS:-} $opt --model "$model" --store "$T/s-$name" "$corpus" > "$T/$name.json" \
         2> "$T/$name.err" || { st=1; tail -3 "$T/$name.err"; }
     python3 -c "
 import json, sys
 j = json.load(open(sys.argv[1]))
 print('%-12s %-24s wall %6.2f s  load %5.2f  forward %5.2f  pack %5.2f  commit %5.2f  encode %8.0f tok/s  tokens %d  '
-      'stored %d  passes %d (%d documents)' % (
+      'stored %d  passes %d (%d documents)  kept %.3f  scoring %.2f s (%d from GPU masses)' % (
     sys.argv[2], sys.argv[3], j['wall_s'], j['load_s'], j['forward_s'], j['pack_s'], j['commit_s'], j['tokens_per_s'],
-    j['tokens_encoded'], j['stored_bytes'], j.get('passes', 0), j.get('pass_docs', 0)))" "$T/$name.json" "$name" "$cfg" || st=1
+    j['tokens_encoded'], j['stored_bytes'], j.get('passes', 0), j.get('pass_docs', 0), j.get('kv_kept_fraction', 1),
+    j.get('kv_policy_s', 0), j.get('backend_masses', 0)))" "$T/$name.json" "$name" "$cfg" || st=1
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 i=0
