@@ -63,8 +63,8 @@ static int plan_passes(ingest *g)
     return n_pass;
 }
 
-/* Enqueues pass P on the backend (the time it took added to *t); 0, or -1 with g->err. */
-static int start_pass(ingest *g, int P, double *t)
+/* Enqueues pass P on the backend; 0, or -1 with g->err. */
+static int start_pass(ingest *g, int P)
 {
     int n = 0;
     for (int j = 0; j < g->n_jobs; j++) n += g->jobs[j].pass == P;
@@ -85,10 +85,8 @@ static int start_pass(ingest *g, int P, double *t)
         len[n + x->slot] = x->c0;
         len[2 * n + x->slot] = x->cw;
     }
-    const double a = now_s();
     char err[512] = "";
     int rc = g->backend.start(g->backend.ctx, ids, len, len + n, len + 2 * n, n, err, sizeof err);
-    *t += now_s() - a;
     g->n_passes += !rc;
     g->n_pass_docs += rc ? 0 : n;
     if (rc)
@@ -127,8 +125,7 @@ static void pass_driver(ingest *g, pass_sync *ps, int n_pass)
         else ps->done = P + 1;
         pthread_cond_broadcast(&ps->cv);
         pthread_mutex_unlock(&ps->mu);
-        double t = 0;
-        if (rc || (P + 1 < n_pass && start_pass(g, P + 1, &t))) {
+        if (rc || (P + 1 < n_pass && start_pass(g, P + 1))) {
             pthread_mutex_lock(&ps->mu);
             ps->failed = 1;
             pthread_cond_broadcast(&ps->cv);
@@ -171,14 +168,13 @@ static void pass_worker(ingest *g, pass_sync *ps, int t, double *fwd, double *pa
 static void pass_alone(ingest *g, pass_sync *ps, int n_pass, double *fwd, double *pack)
 {
     for (int P = 0; P < n_pass && !ps->failed; P++) {
-        double t = 0;
         if (g->backend.finish(g->backend.ctx, g->err, sizeof g->err)) {
             ps->failed = 1;
             break;
         }
         for (int j = 0; j < g->n_jobs; j++)
             if (g->jobs[j].pass == P) encode_job(g, &g->jobs[j], 0, fwd, pack);
-        if (P + 1 < n_pass && start_pass(g, P + 1, &t)) ps->failed = 1;
+        if (P + 1 < n_pass && start_pass(g, P + 1)) ps->failed = 1;
     }
 }
 
@@ -192,8 +188,8 @@ static int run_passes(ingest *g, int T, int n_pass, double *fwd, double *pack)
     }
     for (int j = 0; j < g->n_jobs; j++)
         if (g->jobs[j].pass >= 0) ps.left[g->jobs[j].pass]++;
-    double t = 0, f = 0, p = 0;
-    int rc = start_pass(g, 0, &t);
+    double f = 0, p = 0;
+    int rc = start_pass(g, 0);
     if (!rc) {
 #pragma omp parallel num_threads(T) reduction(+ : f, p)
         {
