@@ -161,8 +161,14 @@ static int load_model(ingest *g, const char *model_path)
 #ifdef LZ_CUDA
     /* documents in passes of up to LAZY_INGEST_GPU_PASS tokens (default 2,048; 0: one document a pass) */
     const char *pass = getenv("LAZY_INGEST_GPU_PASS");
-    g->gpu_pass = pass ? atoi(pass) : 2048;
-    if (g->gpu_pass < 0 || g->gpu_pass > (1 << 20)) g->gpu_pass = 2048;
+    char *end = NULL;
+    const long pl = pass ? strtol(pass, &end, 10) : 2048;
+    if (g->o.gpu && pass && (end == pass || *end || pl < 0 || pl > (1 << 20))) {
+        snprintf(g->err, sizeof g->err, "LAZY_INGEST_GPU_PASS='%s': tokens a pass, 0 (one document a pass) to 1048576",
+                 pass);
+        return -1;
+    }
+    g->gpu_pass = (int)pl;
     const int rows = g->gpu_pass > g->o.max_doc_tokens ? g->gpu_pass : g->o.max_doc_tokens;
     if (g->o.gpu && lz_llama_gpu_new(g->m, rows, &g->gpu, g->err, sizeof g->err)) return -1; /* weights */
 #endif
