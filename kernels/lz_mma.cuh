@@ -74,6 +74,15 @@ __device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t 
 }
 /* packed bf16x2 a * b (+ -0, which leaves every product as it is) */
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) { return bf16x2_fma(a, b, 0x80008000u); }
+/* 2^x on the special-function unit, subnormal results flushed to zero (exp2f
+ * adds a range test and two multiplies around the same instruction to keep
+ * them; a softmax weight below 2^-126 is zero for every purpose here) */
+__device__ __forceinline__ float ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 __device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 

@@ -12,7 +12,8 @@
  * of the tile code. The lazy kernel uses q . R(p) K = (R(-p) q) . K: when the
  * tile's segment changes it reloads the query fragments from shared memory
  * and rotates them in registers by R(-p) (cos/sin tables: the caller's
- * p.rope_cs, copied with Q, or built once per CTA; model/rope.h math); on
+ * p.rope_cs, the part's slots copied with Q, or built once per CTA;
+ * model/rope.h math); on
  * wgmma, during the P V of the tile before, in a copy of the tile code that
  * only those tiles run. A first version rotated
  * every K tile in shared memory after it landed: 10-17% slower than the twin
@@ -33,6 +34,10 @@
 namespace {
 
 constexpr int BN = LZ_PREFILL_BN;
+#if LZ_PF_PROBE /* diagnostic build (-DLZ_PF_PROBE=1): per-CTA clock readings, lz_prefill_probe_read */
+constexpr size_t LZ_PF_PROBE_CTAS = 8192;
+__device__ uint64_t g_pf_probe[8 * LZ_PF_PROBE_CTAS];
+#endif
 
 struct Tile {
     const __nv_bfloat16 *k, *v; /* first row of the tile */
@@ -42,22 +47,77 @@ struct Tile {
 };
 
 /* Walks kv head h's tile list: segment tiles in order (empty segments have
- * none), then own-key tiles. Reads a segment's length only when entering it. */
+ * none), then own-key tiles. Placed on a part's first tile from one parallel
+ * read of the lengths (read_tiles, locate); then reads a segment's length
+ * only when entering it. */
 struct Cursor {
     int s, k, nt;
     __device__ __forceinline__ int seg_tiles(const lz_prefill_params &p, int h, int s_) const
     {
         return (p.seg_len[(size_t)s_ * p.n_kv_heads + h] + BN - 1) / BN;
     }
-    __device__ __forceinline__ void init(const lz_prefill_params &p, int h, int t, int self_tiles)
+    /* kv head h's segment lengths, lane l reading segments l, l + 32, ...
+     * (CH chunks of 32), all loads issued at once; every lane of every warp
+     * does the same. A serial count of the tiles and a walk to the part's
+     * first one waited for a read, or a group of 4, at a time: about 900
+     * cycles of each CTA's prologue (bench/RESULTS.md, fourteenth session). */
+    static constexpr int CH = (LZ_PREFILL_MAX_SEG + 31) / 32;
+    __device__ __forceinline__ static void read_tiles(const lz_prefill_params &p, int h, int lane, int (&c_nt)[CH])
     {
-        for (s = 0; s < p.n_seg; s++) {
-            nt = seg_tiles(p, h, s);
-            if (t < nt) { k = t; return; }
-            t -= nt;
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            const int s_ = c * 32 + lane;
+            c_nt[c] = s_ < p.n_seg ? p.seg_len[(size_t)s_ * p.n_kv_heads + h] : 0;
         }
+    }
+    /* from read_tiles' lengths: all tiles (segments, then self_tiles own),
+     * this part's range [*t0, *t1), the cursor at *t0 and in *s_last the
+     * slot of the part's last tile */
+    __device__ __forceinline__ int locate(const lz_prefill_params &p, int self_tiles, int lane, int (&c_nt)[CH], int sp,
+                                          int n_split, int *t0, int *t1, int *s_last)
+    {
+        int seg_total = 0;
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            c_nt[c] = (c_nt[c] + BN - 1) / BN;
+            if (c * 32 < p.n_seg) seg_total += __reduce_add_sync(0xffffffffu, c_nt[c]);
+        }
+        const int n_tiles = seg_total + self_tiles;
+        *t0 = (int)((int64_t)n_tiles * sp / n_split);
+        *t1 = (int)((int64_t)n_tiles * (sp + 1) / n_split);
+        const int ta = *t0, tb = *t1 - 1;
+        s = p.n_seg;
         nt = self_tiles;
-        k = t;
+        k = ta - seg_total;
+        *s_last = p.n_seg;
+        if (ta < seg_total) {
+            int base = 0;
+            bool found = false;
+#pragma unroll
+            for (int c = 0; c < CH; c++) {
+                if (c * 32 >= p.n_seg) break;
+                int incl = c_nt[c];
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) {
+                    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+                    if (lane >= o) incl += v;
+                }
+                const uint32_t hit = __ballot_sync(0xffffffffu, base + incl > ta), last = __ballot_sync(0xffffffffu, base + incl > tb);
+                if (hit && !found) {
+                    const int L = __ffs(hit) - 1;
+                    s = c * 32 + L;
+                    nt = __shfl_sync(0xffffffffu, c_nt[c], L);
+                    k = ta - base - (__shfl_sync(0xffffffffu, incl, L) - nt);
+                    found = true;
+                }
+                if (last) {
+                    *s_last = c * 32 + __ffs(last) - 1;
+                    break;
+                }
+                base += __shfl_sync(0xffffffffu, incl, 31);
+            }
+        }
+        return n_tiles;
     }
     __device__ __forceinline__ void next(const lz_prefill_params &p, int h, int self_tiles)
     {
@@ -131,6 +191,22 @@ __device__ __forceinline__ void rotate_q(uint32_t (&qa)[D / 16][4], const float2
                     ub = lz::bf16x2_fma(b, c2, lz::bf16x2_mul(a, s2));
                 }
             }
+    }
+}
+
+/* Without the caller's table: the cos/sin of R(-p) for n_slots slots from
+ * slot0 (offsets from shared memory or from p.segs). Not inlined: the
+ * kernels that get a table never run it, and inline it sat in the middle of
+ * their prologue's code. */
+template <int D, int THREADS>
+__device__ __noinline__ void build_cs(float2 *cstab, const int64_t *soff, const lz_prefill_params &p, int slot0,
+                                      int n_slots, bool from_smem, int tid)
+{
+    for (int e = tid; e < n_slots * (D / 2); e += THREADS) {
+        const int slot = slot0 + e / (D / 2), i = e % (D / 2);
+        const int64_t off = from_smem ? soff[slot] : slot < p.n_seg ? p.segs[slot].offset : p.self_offset;
+        const float ang = (float)(-off) * p.inv_freq[i];
+        cstab[slot * (D / 2) + i] = fabsf(ang) < 1.6e7f ? lz::rope_cos_sin(ang) : make_float2(cosf(ang), sinf(ang));
     }
 }
 
@@ -208,6 +284,10 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int KV = p.n_kv_heads, G = p.n_heads / KV, M = p.n_rows, R = G * M;
     const int sp = blockIdx.y;
+#if LZ_PF_PROBE
+    uint64_t pr_c0 = clock64(), pr_g0, pr_c1 = 0, pr_tl = 0, pr_is = 0, pr_q = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(pr_g0));
+#endif
     /* which 128 packed rows: heaviest (latest rows) first when tiles stay in one head */
     int h, r0;
     if (M % BM == 0) {
@@ -228,6 +308,8 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     const uint32_t q_u = lz::smem_u32(qsm), ring_u = lz::smem_u32(ring);
     const __nv_bfloat16 *qg = reinterpret_cast<const __nv_bfloat16 *>(p.q);
 
+    int c_nt[Cursor::CH]; /* kv head h's segment lengths, read first: their latency overlaps Q's copy */
+    Cursor::read_tiles(p, h, lane, c_nt);
     /* Q tile (zero rows past R); MT = 2 lazy writes it rotated instead */
     if (!(LAZY && MT == 2)) {
 #pragma unroll
@@ -241,16 +323,21 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     }
     /* lazy, 16 rows a warp: a caller's cos/sin table lands with Q (no sin/cos here) */
     const bool cs_given = LAZY && MT == 1 && p.rope_cs != nullptr;
-    if (cs_given)
-        for (int e = tid; e < (p.n_seg + 1) * (D / 4); e += THREADS)
-            lz::cp_async16(lz::smem_u32(cstab) + e * 16, p.rope_cs + e * 4, 16);
-    lz::cp_async_commit(); /* group: Q (and the table) alone, so its fragments can be ready before the first tile;
-                           * issued before the tile list is read (global loads), so Q lands early */
     /* tile list and this part's share of it */
     const int self_tiles = m_hi / BN + 1;
-    int n_tiles = self_tiles;
-    for (int s = 0; s < p.n_seg; s++) n_tiles += (p.seg_len[(size_t)s * KV + h] + BN - 1) / BN;
-    const int t0 = (int)((int64_t)n_tiles * sp / n_split), t1 = (int)((int64_t)n_tiles * (sp + 1) / n_split);
+    Cursor cur, ld;
+    int t0, t1, s_last;
+    cur.locate(p, self_tiles, lane, c_nt, sp, n_split, &t0, &t1, &s_last);
+    /* lazy: the cos/sin of the slots this part touches (not all S + 1), with
+     * Q; the group (Q alone for the twin) closes before the first tiles, so
+     * Q's fragments can be ready first */
+    if (cs_given && t0 < t1)
+        for (int e = cur.s * (D / 4) + tid; e < (s_last + 1) * (D / 4); e += THREADS)
+            lz::cp_async16(lz::smem_u32(cstab) + e * 16, p.rope_cs + e * 4, 16);
+    lz::cp_async_commit();
+#if LZ_PF_PROBE
+    pr_tl = clock64();
+#endif
 
     auto load_tile = [&](const Tile &x, int stage) {
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
@@ -272,8 +359,6 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
      * the one loaded last (pend), else cur walks them a second time (also for
      * 32 rows a warp: pend's registers would spill there) */
     constexpr bool PEND = STAGES == 2 && MT == 1;
-    Cursor cur, ld;
-    cur.init(p, h, t0, self_tiles);
     ld = cur;
     Tile pend;
 #pragma unroll
@@ -285,6 +370,9 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
         lz::cp_async_commit();
     }
+#if LZ_PF_PROBE
+    pr_is = clock64();
+#endif
     /* Without the caller's table: cos/sin of R(-p) for the segments from this
      * part's first to the own keys (a superset of those it touches; no second
      * walk): the first segment's now, the others after the first query
@@ -295,12 +383,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     if (LAZY && !cs_given)
         for (int sl = tid; sl <= p.n_seg; sl += THREADS) soff[sl] = sl < p.n_seg ? p.segs[sl].offset : p.self_offset;
     auto cs_entries = [&](int slot0, int n_slots, bool from_smem) {
-        for (int e = tid; e < n_slots * (D / 2); e += THREADS) {
-            const int slot = slot0 + e / (D / 2), i = e % (D / 2);
-            const int64_t off = from_smem ? soff[slot] : slot < p.n_seg ? p.segs[slot].offset : p.self_offset;
-            const float ang = (float)(-off) * p.inv_freq[i];
-            cstab[slot * (D / 2) + i] = fabsf(ang) < 1.6e7f ? lz::rope_cos_sin(ang) : make_float2(cosf(ang), sinf(ang));
-        }
+        build_cs<D, THREADS>(cstab, soff, p, slot0, n_slots, from_smem, tid);
     };
     if (LAZY && !cs_given && t0 < t1) cs_entries(cur.s, MT == 1 ? 1 : p.n_seg - cur.s + 1, false); /* MT = 2: all at once (registers) */
     /* rows of this thread: warp*16*MT + mt*16 + lane/4 (+8); causal position m */
@@ -326,6 +409,9 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         if constexpr (MT == 1) {
             lz::cp_async_wait<STAGES - 1>(); /* Q landed (tiles may still be in flight) */
             __syncthreads();                  /* ... for every thread; cos/sin table too */
+#if LZ_PF_PROBE
+            pr_q = clock64();
+#endif
 #pragma unroll
             for (int ks = 0; ks < D / 16; ks++) {
                 int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
@@ -350,6 +436,9 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             rotate_q<D, LAYOUT>(qa, cstab + slot * (D / 2), lane);
         }
     };
+#if LZ_PF_PROBE
+    pr_c1 = clock64();
+#endif
     for (int t = t0; t < t1; t++) {
         const int stage = (t - t0) % STAGES;
         lz::cp_async_wait<STAGES - 2>();
@@ -433,13 +522,13 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         uint32_t pa[MT][NB / 16][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            float mx[2] = {mrow[mt][0], mrow[mt][1]};
+            float mx[2] = {-INFINITY, -INFINITY}; /* the raw scores' max (scaled below: sl2 > 0) */
             const int pos0 = need_mask ? row_pos(mt, 0) : 0, pos1 = need_mask ? row_pos(mt, 1) : 0;
 #pragma unroll
             for (int nt = 0; nt < NB / 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float v = s[mt][nt][e] * sl2;
+                    float v = s[mt][nt][e];
                     if (need_mask) {
                         int col = nt * 8 + 2 * (lane & 3) + (e & 1);
                         bool ok = col < x.n && (!is_self || x.j0 + col <= ((e >> 1) ? pos1 : pos0));
@@ -453,15 +542,18 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             for (int r = 0; r < 2; r++) {
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                mx[r] = fmaxf(mrow[mt][r], mx[r] * sl2);
                 mu[r] = mx[r] == -INFINITY ? 0.f : mx[r];
-                alpha[r] = exp2f(mrow[mt][r] - mu[r]);
+                alpha[r] = lz::ex2(mrow[mt][r] - mu[r]);
                 mrow[mt][r] = mx[r];
             }
             float rs[2] = {0.f, 0.f};
 #pragma unroll
             for (int nt = 0; nt < NB / 8; nt++) {
-                float p0 = exp2f(s[mt][nt][0] - mu[0]), p1 = exp2f(s[mt][nt][1] - mu[0]);
-                float p2 = exp2f(s[mt][nt][2] - mu[1]), p3 = exp2f(s[mt][nt][3] - mu[1]);
+                /* scale and subtract in one FFMA, 2^x without exp2f's subnormal fix-up (lz::ex2):
+                 * 2.5-4.5% faster, twin and lazy (bench/RESULTS.md, fourteenth session) */
+                float p0 = lz::ex2(fmaf(s[mt][nt][0], sl2, -mu[0])), p1 = lz::ex2(fmaf(s[mt][nt][1], sl2, -mu[0]));
+                float p2 = lz::ex2(fmaf(s[mt][nt][2], sl2, -mu[1])), p3 = lz::ex2(fmaf(s[mt][nt][3], sl2, -mu[1]));
                 rs[0] += p0 + p1;
                 rs[1] += p2 + p3;
                 pa[mt][nt >> 1][(nt & 1) * 2] = lz::pack_bf16(p0, p1);
@@ -534,6 +626,19 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
     }
     lz::cp_async_wait<0>();
+#if LZ_PF_PROBE
+    if (tid == 0) { /* diagnostic build: this CTA's start, loop start, end (SM cycles), global start, end (ns), SM */
+        uint64_t g1, c2 = clock64();
+        uint32_t smid;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        uint64_t *d = g_pf_probe + 8 * ((size_t)blockIdx.y * gridDim.x + blockIdx.x);
+        (void)smid;
+        if ((size_t)blockIdx.y * gridDim.x + blockIdx.x < LZ_PF_PROBE_CTAS) {
+            d[0] = pr_c0; d[1] = pr_tl; d[2] = pr_is; d[3] = pr_q; d[4] = pr_c1; d[5] = c2; d[6] = pr_g0; d[7] = g1;
+        }
+    }
+#endif
     /* the combine kernel (a programmatic dependent) may be scheduled once every CTA is
      * here; triggered at the start instead, its CTAs took resources from this kernel
      * (H200: 128 x 1536 lazy 26.4 against 25.7 us launched plainly) */
@@ -623,6 +728,16 @@ template <bool LAZY> int dispatch(const lz_prefill_params *p, void *stream)
 }
 
 } /* namespace */
+
+#if LZ_PF_PROBE
+/* diagnostic build: the per-CTA timestamps of the last prefill launch (8 words a CTA:
+ * SM cycles at start, tile list read, first tiles issued, Q landed, loop start, end;
+ * global ns at start, end) */
+extern "C" int lz_prefill_probe_read(uint64_t *out, int n_ctas)
+{
+    return (int)cudaMemcpyFromSymbol(out, g_pf_probe, sizeof(uint64_t) * 8 * (size_t)n_ctas);
+}
+#endif
 
 extern "C" int lz_prefill_lazy(const lz_prefill_params *p, void *stream) { return dispatch<true>(p, stream); }
 extern "C" int lz_prefill(const lz_prefill_params *p, void *stream) { return dispatch<false>(p, stream); }

@@ -30,6 +30,9 @@
 #include "model/half.h"
 #include "model/rope.h"
 #include "tests/cuda/cuda_check.h"
+#if LZ_PF_PROBE
+extern "C" int lz_prefill_probe_read(uint64_t *out, int n_ctas);
+#endif
 
 #define LZ(x)                                                                                  \
     do {                                                                                       \
@@ -304,6 +307,32 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
     };
     int auto_ns = lz_prefill_splits(&p, n_sm);
     const Paired pr = paired([&](int lazy) { return run(lazy, auto_ns); });
+#if LZ_PF_PROBE
+    { /* diagnostic build: per-CTA timestamps of one launch (the third of three, set 0) */
+        const int n_ctas = (4 * M + 63) / 64 * KV * auto_ns;
+        std::vector<uint64_t> pb((size_t)8 * n_ctas);
+        for (int lazy = 1; lazy >= 0; lazy--) {
+            lz_prefill_params x = p;
+            x.rope_cs = d_cs[0]; x.n_split = auto_ns; x.q = qq[0]; x.segs = d_segs[0];
+            x.k_self = kk[0] + (size_t)KV * N * D; x.v_self = vv[0] + (size_t)KV * N * D;
+            for (int k = 0; k < 3; k++) LZ(lazy ? lz_prefill_lazy(&x, 0) : lz_prefill(&x, 0));
+            CK(cudaDeviceSynchronize());
+            CK((cudaError_t)lz_prefill_probe_read(pb.data(), n_ctas));
+            double ph[5] = {0, 0, 0, 0, 0}, mx = 0;
+            uint64_t g0 = UINT64_MAX, g1 = 0;
+            for (int c = 0; c < n_ctas; c++) {
+                const uint64_t *d = &pb[8 * (size_t)c];
+                for (int i = 0; i < 5; i++) ph[i] += (double)(d[i + 1] - d[i]);
+                mx = std::max(mx, (double)(d[5] - d[0]));
+                g0 = std::min(g0, d[6]); g1 = std::max(g1, d[7]);
+            }
+            printf("  probe %s: %d CTAs, cycles a CTA: tile list %.0f, first tiles issued %.0f, Q landed %.0f, "
+                   "rotation %.0f, loop %.0f, total %.0f (max %.0f); span %.2f us\n", lazy ? "lazy" : "twin", n_ctas,
+                   ph[0] / n_ctas, ph[1] / n_ctas, ph[2] / n_ctas, ph[3] / n_ctas, ph[4] / n_ctas,
+                   (ph[0] + ph[1] + ph[2] + ph[3] + ph[4]) / n_ctas, mx, (g1 - g0) / 1e3);
+        }
+    }
+#endif
     const double tl = pr.lazy_us, tn = pr.twin_us;
     /* visible (query, key) pairs x 4 d flops: all cached keys + causal own keys */
     double flops = 4.0 * H * D * ((double)M * N + (double)M * (M + 1) / 2);
