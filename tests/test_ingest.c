@@ -1042,6 +1042,32 @@ static void test_parallel(void)
           "in passes: exit %d, %ld added, %ld stored bytes (%ld), %ld documents in %ld passes: %s", rc, jget(out, "added"),
           jget(out, "stored_bytes"), stored_s, pass_docs, passes, errs);
     CHECK(same_payloads(ser, pas, 42), "every document's payload identical through the pipeline of passes");
+    /* the same passes when the OpenMP runtime gives the pipeline one thread (OMP_THREAD_LIMIT=1
+     * with --threads 3): each pass finished, its documents encoded, the next started, on one
+     * thread; then a failing pass on that path */
+    char p1[300], p1f[300];
+    snprintf(p1, sizeof p1, "%s/pas1", dir);
+    snprintf(p1f, sizeof p1f, "%s/pas1fail", dir);
+    const char *a1[] = { "-m", model_a, "-s", p1, "--json", "--threads", "3", "--batch-tokens", "300", p0, NULL };
+    const char *a1f[] = { "-m", model_a, "-s", p1f, "--json", "--threads", "3", "--batch-tokens", "300", p0, NULL };
+    setenv("LAZY_INGEST_REF_PASSES", "250", 1);
+    setenv("OMP_THREAD_LIMIT", "1", 1);
+    rc = run_tool(a1, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && jget(out, "added") == 42 && jget(out, "stored_bytes") == stored_s && jget(out, "passes") == passes &&
+              jget(out, "pass_docs") == pass_docs && jget(out, "backend_docs") == pass_docs,
+          "in passes on one thread: exit %d, %ld added, %ld stored bytes (%ld), %ld documents in %ld passes (%ld in %ld): %s",
+          rc, jget(out, "added"), jget(out, "stored_bytes"), stored_s, jget(out, "pass_docs"), jget(out, "passes"),
+          pass_docs, passes, errs);
+    CHECK(same_payloads(ser, p1, 42), "every document's payload identical through the passes on one thread");
+    setenv("LAZY_INGEST_REF_FAIL_PASS", "9", 1);
+    rc = run_tool(a1f, NULL, 0, out, sizeof out, errs, sizeof errs);
+    unsetenv("LAZY_INGEST_REF_FAIL_PASS");
+    unsetenv("OMP_THREAD_LIMIT");
+    unsetenv("LAZY_INGEST_REF_PASSES");
+    rows got1;
+    read_rows(p1f, &got1);
+    CHECK(rc == 1 && strstr(errs, "failed (injected)") && got1.n > 0 && got1.n < 42,
+          "a failed pass on one thread: exit %d, %d rows committed before it: %s", rc, got1.n, errs);
     /* a pass that fails (as a device error would): the run stops with the documents named, the
      * batches before it committed and whole, and the next run completes the store */
     char pf[300];
