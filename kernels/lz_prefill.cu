@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     const int KV = p.n_kv_heads, G = p.n_heads / KV, M = p.n_rows, R = G * M;
     const int sp = blockIdx.y;
 #if LZ_PF_PROBE
-    uint64_t pr_c0 = clock64(), pr_g0, pr_c1 = 0, pr_tl = 0, pr_is = 0, pr_q = 0;
+    uint64_t pr_c0 = clock64(), pr_g0, pr_c1 = 0, pr_tl = 0, pr_is = 0, pr_q = 0, pr_r2 = 0, pr_r3 = 0;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(pr_g0));
 #endif
     /* which 128 packed rows: heaviest (latest rows) first when tiles stay in one head */
@@ -418,6 +418,22 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                 lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
             }
             if (LAZY) rotate_q<D, LAYOUT>(qa, cstab + q_slot * (D / 2), lane);
+#if LZ_PF_PROBE == 2 /* diagnostic: a second rotation (warm code), timed alone; results wrong on purpose */
+            if (LAZY) {
+#pragma unroll
+                for (int ks = 0; ks < D / 16; ks++)
+                    asm volatile("" : "+r"(qa[ks][0]), "+r"(qa[ks][1]), "+r"(qa[ks][2]), "+r"(qa[ks][3]));
+                pr_r2 = clock64();
+#pragma unroll
+                for (int ks = 0; ks < D / 16; ks++)
+                    asm volatile("" : "+r"(qa[ks][0]), "+r"(qa[ks][1]), "+r"(qa[ks][2]), "+r"(qa[ks][3]));
+                rotate_q<D, LAYOUT>(qa, cstab + q_slot * (D / 2), lane);
+#pragma unroll
+                for (int ks = 0; ks < D / 16; ks++)
+                    asm volatile("" : "+r"(qa[ks][0]), "+r"(qa[ks][1]), "+r"(qa[ks][2]), "+r"(qa[ks][3]));
+                pr_r3 = clock64();
+            }
+#endif
         } else if (LAZY) {
             __syncthreads(); /* cos/sin table */
             rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + q_slot * (D / 2), r0, R, M, h, G, tid); /* published by the loop's first barrier */
@@ -636,6 +652,10 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         (void)smid;
         if ((size_t)blockIdx.y * gridDim.x + blockIdx.x < LZ_PF_PROBE_CTAS) {
             d[0] = pr_c0; d[1] = pr_tl; d[2] = pr_is; d[3] = pr_q; d[4] = pr_c1; d[5] = c2; d[6] = pr_g0; d[7] = g1;
+#if LZ_PF_PROBE == 2
+            d[6] = pr_r3 - pr_r2; /* the second rotation's cycles (no span) */
+            d[7] = pr_r2 - pr_q;  /* the first one's, with the fragment loads */
+#endif
         }
     }
 #endif

@@ -8,6 +8,9 @@
  *
  * Usage: bench_kernels out.json [split_sweep=1] [shape: d16x4096 d64x2048 d1x16384
  *        p32x1536 p32x4096 p128x1536 p128x4096 p2048x0]
+ * Diagnostic builds (this file and kernels/lz_prefill.cu with -DLZ_PF_PROBE=1): each prefill
+ * shape also prints the mean SM cycles a CTA spends in each prologue phase and in the tile loop,
+ * lazy and twin (bench/RESULTS.md); -DLZ_PF_PROBE=2 times a second query rotation instead.
  * Env: LZ_BENCH_PROFILE=1 (plain calls for ncu), LZ_BENCH_DECODE_SPLIT=N (decode parts),
  *      LZ_BENCH_ROUNDS=R (lazy / twin pairs per shape, default 3).
  * Legend: B = sequences, H = 32 query heads, KV = 8 kv heads, d = 128,
@@ -326,6 +329,12 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
                 mx = std::max(mx, (double)(d[5] - d[0]));
                 g0 = std::min(g0, d[6]); g1 = std::max(g1, d[7]);
             }
+#if LZ_PF_PROBE == 2
+            double r2 = 0, r1 = 0;
+            for (int c = 0; c < n_ctas; c++) r2 += (double)pb[8 * (size_t)c + 6], r1 += (double)pb[8 * (size_t)c + 7];
+            printf("  probe %s: fragments loaded and rotated %.0f cycles, a second rotation %.0f\n", lazy ? "lazy" : "twin",
+                   r1 / n_ctas, r2 / n_ctas);
+#endif
             printf("  probe %s: %d CTAs, cycles a CTA: tile list %.0f, first tiles issued %.0f, Q landed %.0f, "
                    "rotation %.0f, loop %.0f, total %.0f (max %.0f); span %.2f us\n", lazy ? "lazy" : "twin", n_ctas,
                    ph[0] / n_ctas, ph[1] / n_ctas, ph[2] / n_ctas, ph[3] / n_ctas, ph[4] / n_ctas,
