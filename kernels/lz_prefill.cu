@@ -8,7 +8,8 @@
  * default for every shape) or mma.sync m16n8k16; 8 warps x 16 rows (BM 128,
  * 3 stages, 1 CTA per SM) and 4 warps x 32 rows (BM 128, 2 CTAs per SM, each
  * K/V fragment feeding two 16-row halves) on mma.sync, on request.
- * Tiles never straddle segments; a tail of <= 32 keys runs a half-width copy
+ * Tiles never straddle segments (the tile list: lz_prefill_cursor.cuh); a
+ * tail of <= 32 keys runs a half-width copy
  * of the tile code. The lazy kernel uses q . R(p) K = (R(-p) q) . K: when the
  * tile's segment changes it reloads the query fragments from shared memory
  * and rotates them in registers by R(-p) (cos/sin tables: the caller's
@@ -29,126 +30,18 @@
 #include "kernels/lz_mma.cuh"
 #include "kernels/lz_wgmma.cuh"
 #include "kernels/lz_prefill.h"
+#include "kernels/lz_prefill_cursor.cuh"
 #include "model/rope.h"
 
 namespace {
 
-constexpr int BN = LZ_PREFILL_BN;
+using lz_pf::BN;
+using lz_pf::Cursor;
+using lz_pf::Tile;
 #if LZ_PF_PROBE /* diagnostic build (-DLZ_PF_PROBE=1): per-CTA clock readings, lz_prefill_probe_read */
 constexpr size_t LZ_PF_PROBE_CTAS = 8192;
 __device__ uint64_t g_pf_probe[8 * LZ_PF_PROBE_CTAS];
 #endif
-
-struct Tile {
-    const __nv_bfloat16 *k, *v; /* first row of the tile */
-    int n;                      /* valid keys (1..BN) */
-    int slot;                   /* segment index, n_seg for own keys (causal) */
-    int j0;                     /* own keys: index of the first key */
-};
-
-/* Walks kv head h's tile list: segment tiles in order (empty segments have
- * none), then own-key tiles. Placed on a part's first tile from one parallel
- * read of the lengths (read_tiles, locate); then reads a segment's length
- * only when entering it. */
-struct Cursor {
-    int s, k, nt;
-    __device__ __forceinline__ int seg_tiles(const lz_prefill_params &p, int h, int s_) const
-    {
-        return (p.seg_len[(size_t)s_ * p.n_kv_heads + h] + BN - 1) / BN;
-    }
-    /* kv head h's segment lengths, lane l reading segments l, l + 32, ...
-     * (CH chunks of 32), all loads issued at once; every lane of every warp
-     * does the same. A serial count of the tiles and a walk to the part's
-     * first one waited for a read, or a group of 4, at a time: about 900
-     * cycles of each CTA's prologue (bench/RESULTS.md, fourteenth session). */
-    static constexpr int CH = (LZ_PREFILL_MAX_SEG + 31) / 32;
-    __device__ __forceinline__ static void read_tiles(const lz_prefill_params &p, int h, int lane, int (&c_nt)[CH])
-    {
-#pragma unroll
-        for (int c = 0; c < CH; c++) {
-            const int s_ = c * 32 + lane;
-            c_nt[c] = s_ < p.n_seg ? p.seg_len[(size_t)s_ * p.n_kv_heads + h] : 0;
-        }
-    }
-    /* from read_tiles' lengths: all tiles (segments, then self_tiles own),
-     * this part's range [*t0, *t1), the cursor at *t0 and in *s_last the
-     * slot of the part's last tile */
-    __device__ __forceinline__ int locate(const lz_prefill_params &p, int self_tiles, int lane, int (&c_nt)[CH], int sp,
-                                          int n_split, int *t0, int *t1, int *s_last)
-    {
-        int seg_total = 0;
-#pragma unroll
-        for (int c = 0; c < CH; c++) {
-            c_nt[c] = (c_nt[c] + BN - 1) / BN;
-            if (c * 32 < p.n_seg) seg_total += __reduce_add_sync(0xffffffffu, c_nt[c]);
-        }
-        const int n_tiles = seg_total + self_tiles;
-        *t0 = (int)((int64_t)n_tiles * sp / n_split);
-        *t1 = (int)((int64_t)n_tiles * (sp + 1) / n_split);
-        const int ta = *t0, tb = *t1 - 1;
-        s = p.n_seg;
-        nt = self_tiles;
-        k = ta - seg_total;
-        *s_last = p.n_seg;
-        if (ta < seg_total) {
-            int base = 0;
-            bool found = false;
-#pragma unroll
-            for (int c = 0; c < CH; c++) {
-                if (c * 32 >= p.n_seg) break;
-                int incl = c_nt[c];
-#pragma unroll
-                for (int o = 1; o < 32; o <<= 1) {
-                    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-                    if (lane >= o) incl += v;
-                }
-                const uint32_t hit = __ballot_sync(0xffffffffu, base + incl > ta), last = __ballot_sync(0xffffffffu, base + incl > tb);
-                if (hit && !found) {
-                    const int L = __ffs(hit) - 1;
-                    s = c * 32 + L;
-                    nt = __shfl_sync(0xffffffffu, c_nt[c], L);
-                    k = ta - base - (__shfl_sync(0xffffffffu, incl, L) - nt);
-                    found = true;
-                }
-                if (last) {
-                    *s_last = c * 32 + __ffs(last) - 1;
-                    break;
-                }
-                base += __shfl_sync(0xffffffffu, incl, 31);
-            }
-        }
-        return n_tiles;
-    }
-    __device__ __forceinline__ void next(const lz_prefill_params &p, int h, int self_tiles)
-    {
-        if (++k < nt) return;
-        k = 0;
-        for (s++; s < p.n_seg; s++)
-            if ((nt = seg_tiles(p, h, s)) > 0) return;
-        nt = self_tiles;
-    }
-    __device__ __forceinline__ Tile tile(const lz_prefill_params &p, int h, int D) const
-    {
-        Tile x;
-        x.slot = s;
-        if (s < p.n_seg) {
-            const lz_attn_segment sg = p.segs[s];
-            int len = p.seg_len[(size_t)s * p.n_kv_heads + h];
-            size_t r = ((size_t)h * sg.cap + (size_t)k * BN) * D;
-            x.k = reinterpret_cast<const __nv_bfloat16 *>(sg.k) + r;
-            x.v = reinterpret_cast<const __nv_bfloat16 *>(sg.v) + r;
-            x.n = min(BN, len - k * BN);
-            x.j0 = 0;
-        } else {
-            size_t r = ((size_t)h * p.n_rows + (size_t)k * BN) * D;
-            x.k = reinterpret_cast<const __nv_bfloat16 *>(p.k_self) + r;
-            x.v = reinterpret_cast<const __nv_bfloat16 *>(p.v_self) + r;
-            x.n = min(BN, p.n_rows - k * BN);
-            x.j0 = k * BN;
-        }
-        return x;
-    }
-};
 
 /* Rotates this thread's query A fragments (rows lane/4, +8; elements
  * ks*16 + 8*r2 + 2*(lane&3) + {0,1}) by the cos/sin table cs (d/2 pairs).

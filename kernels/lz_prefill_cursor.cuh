@@ -1,0 +1,129 @@
+/* lz_prefill_cursor.cuh - the prefill kernels' tile list (kernels/lz_prefill.cu,
+ * inside its anonymous namespace): a Tile (keys and values of up to BN keys
+ * of one segment, or of the question's own keys) and the Cursor that walks
+ * kv head h's tiles in order, placed on a split-KV part's first tile from
+ * one parallel read of the segments' lengths.
+ */
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "kernels/lz_prefill.h"
+
+namespace lz_pf {
+
+constexpr int BN = LZ_PREFILL_BN; /* keys per tile */
+
+struct Tile {
+    const __nv_bfloat16 *k, *v; /* first row of the tile */
+    int n;                      /* valid keys (1..BN) */
+    int slot;                   /* segment index, n_seg for own keys (causal) */
+    int j0;                     /* own keys: index of the first key */
+};
+
+/* Walks kv head h's tile list: segment tiles in order (empty segments have
+ * none), then own-key tiles. Placed on a part's first tile from one parallel
+ * read of the lengths (read_tiles, locate); then reads a segment's length
+ * only when entering it. */
+struct Cursor {
+    int s, k, nt;
+    __device__ __forceinline__ int seg_tiles(const lz_prefill_params &p, int h, int s_) const
+    {
+        return (p.seg_len[(size_t)s_ * p.n_kv_heads + h] + BN - 1) / BN;
+    }
+    /* kv head h's segment lengths, lane l reading segments l, l + 32, ...
+     * (CH chunks of 32), all loads issued at once; every lane of every warp
+     * does the same. A serial count of the tiles and a walk to the part's
+     * first one waited for a read, or a group of 4, at a time: about 900
+     * cycles of each CTA's prologue (bench/RESULTS.md, fourteenth session). */
+    static constexpr int CH = (LZ_PREFILL_MAX_SEG + 31) / 32;
+    __device__ __forceinline__ static void read_tiles(const lz_prefill_params &p, int h, int lane, int (&c_nt)[CH])
+    {
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            const int s_ = c * 32 + lane;
+            c_nt[c] = s_ < p.n_seg ? p.seg_len[(size_t)s_ * p.n_kv_heads + h] : 0;
+        }
+    }
+    /* from read_tiles' lengths: all tiles (segments, then self_tiles own),
+     * this part's range [*t0, *t1), the cursor at *t0 and in *s_last the
+     * slot of the part's last tile */
+    __device__ __forceinline__ int locate(const lz_prefill_params &p, int self_tiles, int lane, int (&c_nt)[CH], int sp,
+                                          int n_split, int *t0, int *t1, int *s_last)
+    {
+        int seg_total = 0;
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            c_nt[c] = (c_nt[c] + BN - 1) / BN;
+            if (c * 32 < p.n_seg) seg_total += __reduce_add_sync(0xffffffffu, c_nt[c]);
+        }
+        const int n_tiles = seg_total + self_tiles;
+        *t0 = (int)((int64_t)n_tiles * sp / n_split);
+        *t1 = (int)((int64_t)n_tiles * (sp + 1) / n_split);
+        const int ta = *t0, tb = *t1 - 1;
+        s = p.n_seg;
+        nt = self_tiles;
+        k = ta - seg_total;
+        *s_last = p.n_seg;
+        if (ta < seg_total) {
+            int base = 0;
+            bool found = false;
+#pragma unroll
+            for (int c = 0; c < CH; c++) {
+                if (c * 32 >= p.n_seg) break;
+                int incl = c_nt[c];
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) {
+                    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+                    if (lane >= o) incl += v;
+                }
+                const uint32_t hit = __ballot_sync(0xffffffffu, base + incl > ta), last = __ballot_sync(0xffffffffu, base + incl > tb);
+                if (hit && !found) {
+                    const int L = __ffs(hit) - 1;
+                    s = c * 32 + L;
+                    nt = __shfl_sync(0xffffffffu, c_nt[c], L);
+                    k = ta - base - (__shfl_sync(0xffffffffu, incl, L) - nt);
+                    found = true;
+                }
+                if (last) {
+                    *s_last = c * 32 + __ffs(last) - 1;
+                    break;
+                }
+                base += __shfl_sync(0xffffffffu, incl, 31);
+            }
+        }
+        return n_tiles;
+    }
+    __device__ __forceinline__ void next(const lz_prefill_params &p, int h, int self_tiles)
+    {
+        if (++k < nt) return;
+        k = 0;
+        for (s++; s < p.n_seg; s++)
+            if ((nt = seg_tiles(p, h, s)) > 0) return;
+        nt = self_tiles;
+    }
+    __device__ __forceinline__ Tile tile(const lz_prefill_params &p, int h, int D) const
+    {
+        Tile x;
+        x.slot = s;
+        if (s < p.n_seg) {
+            const lz_attn_segment sg = p.segs[s];
+            int len = p.seg_len[(size_t)s * p.n_kv_heads + h];
+            size_t r = ((size_t)h * sg.cap + (size_t)k * BN) * D;
+            x.k = reinterpret_cast<const __nv_bfloat16 *>(sg.k) + r;
+            x.v = reinterpret_cast<const __nv_bfloat16 *>(sg.v) + r;
+            x.n = min(BN, len - k * BN);
+            x.j0 = 0;
+        } else {
+            size_t r = ((size_t)h * p.n_rows + (size_t)k * BN) * D;
+            x.k = reinterpret_cast<const __nv_bfloat16 *>(p.k_self) + r;
+            x.v = reinterpret_cast<const __nv_bfloat16 *>(p.v_self) + r;
+            x.n = min(BN, p.n_rows - k * BN);
+            x.j0 = k * BN;
+        }
+        return x;
+    }
+};
+
+} /* namespace lz_pf */
