@@ -46,10 +46,10 @@ struct Cursor {
             c_nt[c] = s_ < p.n_seg ? p.seg_len[(size_t)s_ * p.n_kv_heads + h] : 0;
         }
     }
-    /* from read_tiles' lengths: all tiles (segments, then self_tiles own),
+    /* from read_tiles' lengths (segments' tiles, then self_tiles own ones):
      * this part's range [*t0, *t1), the cursor at *t0 and in *s_last the
      * slot of the part's last tile */
-    __device__ __forceinline__ int locate(const lz_prefill_params &p, int self_tiles, int lane, int (&c_nt)[CH], int sp,
+    __device__ __forceinline__ void locate(const lz_prefill_params &p, int self_tiles, int lane, int (&c_nt)[CH], int sp,
                                           int n_split, int *t0, int *t1, int *s_last)
     {
         int seg_total = 0;
@@ -93,7 +93,6 @@ struct Cursor {
                 base += __shfl_sync(0xffffffffu, incl, 31);
             }
         }
-        return n_tiles;
     }
     __device__ __forceinline__ void next(const lz_prefill_params &p, int h, int self_tiles)
     {
