@@ -318,6 +318,11 @@ int main(int argc, char **argv)
         prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 45, 5, llama3, 16, 64, 2);
         prefill_case(layout, d, G, KV, 1 + (int)(urand() * 6), 130, 0, llama3, 16, 64, 2);
         prefill_case(layout, d, G, KV, 0, 200, 1, llama3, 16, 64, 2);
+        /* more than 32 segments: the tile list's later chunks of 32 (one lane a segment, a
+         * ballot per chunk), up to LZ_PREFILL_MAX_SEG; split parts starting and ending in them */
+        prefill_case(layout, d, G, KV, 33 + (int)(urand() * (LZ_PREFILL_MAX_SEG - 32)), 5, 7, llama3, 16, 64, 2);
+        prefill_case(layout, d, G, KV, LZ_PREFILL_MAX_SEG, 3, 0, llama3, 16, 64, 1);
+        prefill_case(layout, d, G, KV, 33 + (int)(urand() * 64), 37, 3, llama3, 32);
         /* decode: auto split, no split, many splits; offsets near 2^21 once */
         decode_case(layout, d, G, KV, 3, 20, 0, llama3, 70000);
         decode_case(layout, d, G, KV, 2, 20, 1, llama3, 70000);
