@@ -298,17 +298,6 @@ static void test_many(const char *dir)
     remove(path);
 }
 
-/* max over rows of ||a - b|| / ||b|| for one row of V */
-static double row_err(const float *a, const float *b, int V)
-{
-    double num = 0, den = 0;
-    for (int i = 0; i < V; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
 /* A weight matrix of more than one staging buffer (the embedding, 70,000 x 512
  * bf16 = 72 MB: two chunks through the pinned buffers, upload_bytes in
  * model/llama_cuda.cu): a document of ids from the whole vocabulary encodes
@@ -426,7 +415,7 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
             CHECK(lz_llama_gpu_step(g, &toks[t], 1, lgpu + (size_t)(t + 1) * vocab, err, sizeof err) == 0, "step: %s", err);
         double worst = 0;
         for (int t = 0; t <= steps; t++) {
-            const double e = row_err(lgpu + (size_t)t * vocab, lcpu + (size_t)t * vocab, vocab);
+            const double e = vec_err(lgpu + (size_t)t * vocab, lcpu + (size_t)t * vocab, vocab);
             worst = e > worst ? e : worst;
         }
         CHECK(worst <= 3e-2, "query d=%d H=%d KV=%d layout=%s: logits normalised error %.3g", hd, heads, kv,
@@ -446,8 +435,8 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
                       err);
             double w1 = 0, w2 = 0;
             for (int t = 0; t <= steps; t++) {
-                const double e1 = row_err(lpf + (size_t)t * vocab, lcpu + (size_t)t * vocab, vocab);
-                const double e2 = row_err(lpf + (size_t)t * vocab, lgpu + (size_t)t * vocab, vocab);
+                const double e1 = vec_err(lpf + (size_t)t * vocab, lcpu + (size_t)t * vocab, vocab);
+                const double e2 = vec_err(lpf + (size_t)t * vocab, lgpu + (size_t)t * vocab, vocab);
                 w1 = e1 > w1 ? e1 : w1;
                 w2 = e2 > w2 ? e2 : w2;
             }
@@ -528,7 +517,7 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
                   "question over recomputed documents: %s", err);
             lz_llama_gpu_cache_stats(gk, &h0, &m0, &b0);
             CHECK(h0 == 0 && m0 == 4, "recomputed ones count as misses (%ld hits, %ld misses)", h0, m0);
-            const double e = row_err(lk, lw, vocab);
+            const double e = vec_err(lk, lw, vocab);
             CHECK(e <= 3e-2, "recomputed documents (max_tokens %d): logits normalised error %.3g", caps[t], e);
             printf("query d=%3d H=%d KV=%d %-8s: 3 documents recomputed on the GPU (max_tokens %3d): logits normalised "
                    "error %.2e against the CPU over the same documents\n", hd, heads, kv, layout_half ? "half" : "adjacent",
