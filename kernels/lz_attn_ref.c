@@ -48,7 +48,8 @@ int lz_prefill_check(const lz_prefill_params *p)
         (p->rows_per_warp != 0 && p->rows_per_warp != 16 && p->rows_per_warp != 32) ||
         (p->rows_per_cta != 0 && p->rows_per_cta != 64 && p->rows_per_cta != 128) ||
         (p->rows_per_warp == 32 && p->rows_per_cta == 64) || p->wgmma < 0 || p->wgmma > 2 ||
-        (p->wgmma == 2 && (p->rows_per_warp == 32 || p->rows_per_cta == 128)))
+        (p->wgmma == 2 && (p->rows_per_warp == 32 || p->rows_per_cta == 128)) ||
+        ((uintptr_t)p->rope_cs & 15)) /* the CUDA kernels copy it in 16-byte units */
         return LZ_ATTN_EARG;
     return LZ_ATTN_OK;
 }

@@ -13,7 +13,7 @@
  * of the tile code. The lazy kernel uses q . R(p) K = (R(-p) q) . K: when the
  * tile's segment changes it reloads the query fragments from shared memory
  * and rotates them in registers by R(-p) (cos/sin tables: the caller's
- * p.rope_cs, the part's slots copied with Q, or built once per CTA;
+ * p.rope_cs, copied by one bulk copy, or built once per CTA;
  * model/rope.h math); on
  * wgmma, during the P V of the tile before, in a copy of the tile code that
  * only those tiles run. A first version rotated
@@ -123,7 +123,7 @@ template <int D, int MT, int WARPS> constexpr size_t pf_smem_base()
  * main loop, where it runs only on a segment change. */
 template <int D, int LAYOUT, int THREADS, int BM>
 __device__ __noinline__ void rotate_q_tile(unsigned char *qsm, const __nv_bfloat16 *qg, const float2 *cs,
-                                           int r0, int R, int M, int h, int G, int tid)
+                                           int r0, int R, int h, int tid)
 {
     constexpr int UNITS = D / 16, PER = BM * UNITS / THREADS;
     uint4 va[PER], vb[PER];
@@ -133,7 +133,7 @@ __device__ __noinline__ void rotate_q_tile(unsigned char *qsm, const __nv_bfloat
         const int ca = LAYOUT == LZ_ROPE_HALF ? u : 2 * u, cb = LAYOUT == LZ_ROPE_HALF ? u + D / 16 : 2 * u + 1;
         va[j] = vb[j] = make_uint4(0, 0, 0, 0);
         if (rr < R) {
-            const __nv_bfloat16 *src = qg + ((size_t)(h * G + rr / M) * M + rr % M) * D;
+            const __nv_bfloat16 *src = qg + ((size_t)h * R + rr) * D; /* row (h*G + rr/M)*M + rr%M */
             va[j] = *reinterpret_cast<const uint4 *>(src + ca * 8);
             vb[j] = *reinterpret_cast<const uint4 *>(src + cb * 8);
         }
@@ -176,24 +176,27 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     unsigned char *smem = WG ? smem_raw + ((1024 - (lz::smem_u32(smem_raw) & 1023)) & 1023) : smem_raw;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int KV = p.n_kv_heads, G = p.n_heads / KV, M = p.n_rows, R = G * M;
-    const int sp = blockIdx.y;
+    const int sp = blockIdx.z;
 #if LZ_PF_PROBE
-    uint64_t pr_c0 = clock64(), pr_g0, pr_c1 = 0, pr_tl = 0, pr_is = 0, pr_q = 0, pr_r2 = 0, pr_r3 = 0;
+    uint64_t pr_c0 = clock64(), pr_g0, pr_c1 = 0, pr_tl = 0, pr_is = 0, pr_q = 0, pr_r2 = 0, pr_r3 = 0, pr_w1 = 0;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(pr_g0));
 #endif
-    /* which 128 packed rows: heaviest (latest rows) first when tiles stay in one head */
-    int h, r0;
+    /* grid (KV, row tiles, parts): the kv head without a division, so the
+     * first loads (its segment lengths) go out at once. Which BM packed rows:
+     * heaviest (latest rows) first when tiles stay in one head, row tile
+     * lvl * G + g. Packed row rr of kv head h is row h*R + rr of q and o. */
+    const int h = blockIdx.x;
+    int r0;
     if (M % BM == 0) {
-        int per = KV * G, lvl = blockIdx.x / per, rem = blockIdx.x % per;
-        h = rem % KV;
-        r0 = (rem / KV) * M + (M / BM - 1 - lvl) * BM;
+        const unsigned y = blockIdx.y, g = y % (unsigned)G, lvl = y / (unsigned)G;
+        r0 = (int)g * M + (M / BM - 1 - (int)lvl) * BM;
     } else {
-        h = blockIdx.x % KV;
-        r0 = (blockIdx.x / KV) * BM;
+        r0 = blockIdx.y * BM;
     }
     const int rlast = min(r0 + BM, R) - 1;
-    const int m_hi = (r0 / M != rlast / M) ? M - 1 : rlast % M;
-    const int m_lo = (r0 / M != rlast / M) ? 0 : r0 % M;
+    const int g_lo = (int)((unsigned)r0 / (unsigned)M), g_hi = (int)((unsigned)rlast / (unsigned)M);
+    const int m_hi = g_lo != g_hi ? M - 1 : rlast - g_hi * M;
+    const int m_lo = g_lo != g_hi ? 0 : r0 - g_lo * M;
 
     unsigned char *qsm = smem, *ring = smem + (size_t)BM * D * 2;
     float2 *cstab = reinterpret_cast<float2 *>(ring + (size_t)STAGES * 2 * BN * D * 2); /* (S+1, d/2) */
@@ -201,7 +204,12 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     const uint32_t q_u = lz::smem_u32(qsm), ring_u = lz::smem_u32(ring);
     const __nv_bfloat16 *qg = reinterpret_cast<const __nv_bfloat16 *>(p.q);
 
-    int c_nt[Cursor::CH]; /* kv head h's segment lengths, read first: their latency overlaps Q's copy */
+    /* kv head h's segment lengths and the first 32 segments' descriptors,
+     * read first: their latency overlaps Q's copy, and the part's first tiles
+     * need no second read (bench/RESULTS.md, history rows 69-73) */
+    int c_nt[Cursor::CH];
+    Cursor::Descs dsc;
+    Cursor::read_descs(p, h, lane, dsc);
     Cursor::read_tiles(p, h, lane, c_nt);
     /* Q tile (zero rows past R); MT = 2 lazy writes it rotated instead */
     if (!(LAZY && MT == 2)) {
@@ -209,24 +217,34 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         for (int j = 0; j < BM * D / 8 / THREADS; j++) {
             int idx = tid + j * THREADS, r = idx / (D / 8), c = idx % (D / 8);
             int rr = r0 + r, ok = rr < R;
-            int g = ok ? rr / M : 0, m = ok ? rr % M : 0;
-            const __nv_bfloat16 *src = qg + ((size_t)(h * G + g) * M + m) * D + c * 8;
+            const __nv_bfloat16 *src = qg + ((size_t)h * R + (ok ? rr : 0)) * D + c * 8;
             lz::cp_async16(q_u + lz::swz<D>(r, c), src, ok ? 16 : 0);
         }
     }
-    /* lazy, 16 rows a warp: a caller's cos/sin table lands with Q (no sin/cos here) */
+    /* lazy, 16 rows a warp, with the caller's cos/sin table (no sin/cos
+     * here): its slots by ONE bulk copy that thread 0 issues, completing on an
+     * mbarrier (soff[0]: unused then), apart from the cp.async groups: every
+     * slot now when S < 16 (it lands with Q), else the part's own once the
+     * tile list is placed. As a cp.async per thread in Q's group it landed
+     * with the first tile and delayed the first rotation (history row 67). */
     const bool cs_given = LAZY && MT == 1 && p.rope_cs != nullptr;
+    const bool cs_all = cs_given && p.n_seg < 16;
+    const uint32_t cs_bar = lz::smem_u32(soff);
+    if (cs_given && tid == 0) {
+        lz::mbar_init(cs_bar);
+        if (cs_all) lz::bulk_copy(lz::smem_u32(cstab), p.rope_cs, (p.n_seg + 1) * (D / 2) * 8, cs_bar);
+    }
     /* tile list and this part's share of it */
     const int self_tiles = m_hi / BN + 1;
     Cursor cur, ld;
     int t0, t1, s_last;
     cur.locate(p, self_tiles, lane, c_nt, sp, n_split, &t0, &t1, &s_last);
-    /* lazy: the cos/sin of the slots this part touches (not all S + 1), with
-     * Q; the group (Q alone for the twin) closes before the first tiles, so
-     * Q's fragments can be ready first */
-    if (cs_given && t0 < t1)
-        for (int e = cur.s * (D / 4) + tid; e < (s_last + 1) * (D / 4); e += THREADS)
-            lz::cp_async16(lz::smem_u32(cstab) + e * 16, p.rope_cs + e * 4, 16);
+    /* lazy, many segments: the cos/sin of the slots this part touches */
+    if (cs_given && !cs_all && t0 < t1 && tid == 0)
+        lz::bulk_copy(lz::smem_u32(cstab) + cur.s * (D / 2) * 8, p.rope_cs + cur.s * D, (s_last - cur.s + 1) * (D / 2) * 8,
+                      cs_bar);
+    if (cs_all && t0 >= t1) lz::mbar_wait(cs_bar, 0); /* an empty part: no copy in flight at exit */
+    /* Q's group (the twin's too) closes before the first tiles, so Q's fragments can be ready first */
     lz::cp_async_commit();
 #if LZ_PF_PROBE
     pr_tl = clock64();
@@ -257,7 +275,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (t0 + s < t1) {
-            pend = ld.tile(p, h, D);
+            pend = ld.tile_pre(p, h, D, dsc);
             load_tile(pend, s);
             ld.next(p, h, self_tiles);
         }
@@ -310,6 +328,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                 int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
                 lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
             }
+            if (cs_given) lz::mbar_wait(cs_bar, 0); /* the cos/sin copy */
             if (LAZY) rotate_q<D, LAYOUT>(qa, cstab + q_slot * (D / 2), lane);
 #if LZ_PF_PROBE == 2 /* diagnostic: a second rotation (warm code), timed alone; results wrong on purpose */
             if (LAZY) {
@@ -329,7 +348,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
 #endif
         } else if (LAZY) {
             __syncthreads(); /* cos/sin table */
-            rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + q_slot * (D / 2), r0, R, M, h, G, tid); /* published by the loop's first barrier */
+            rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + q_slot * (D / 2), r0, R, h, tid); /* published by the loop's first barrier */
         }
         if (LAZY && MT == 1 && !cs_given) cs_entries(cur.s + 1, p.n_seg - cur.s, true); /* offsets published by the barrier above */
     }
@@ -353,6 +372,9 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         lz::cp_async_wait<STAGES - 2>();
         if (WG) lz::fence_proxy_async(); /* this thread's copies, before wgmma reads them */
         __syncthreads();
+#if LZ_PF_PROBE == 3 /* diagnostic: when the first tile has landed */
+        if (t == t0) pr_w1 = clock64();
+#endif
         Tile x;
         if constexpr (PEND) x = pend;
         if (t + STAGES - 1 < t1) {
@@ -369,7 +391,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             if constexpr (MT == 1) {
                 load_rotated_q(x.slot);
             } else {
-                rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + x.slot * (D / 2), r0, R, M, h, G, tid);
+                rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + x.slot * (D / 2), r0, R, h, tid);
                 __syncthreads();
             }
             q_slot = x.slot;
@@ -541,13 +563,17 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         uint32_t smid;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
         asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        uint64_t *d = g_pf_probe + 8 * ((size_t)blockIdx.y * gridDim.x + blockIdx.x);
+        const size_t cta = ((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+        uint64_t *d = g_pf_probe + 8 * cta;
         (void)smid;
-        if ((size_t)blockIdx.y * gridDim.x + blockIdx.x < LZ_PF_PROBE_CTAS) {
+        if (cta < LZ_PF_PROBE_CTAS) {
             d[0] = pr_c0; d[1] = pr_tl; d[2] = pr_is; d[3] = pr_q; d[4] = pr_c1; d[5] = c2; d[6] = pr_g0; d[7] = g1;
 #if LZ_PF_PROBE == 2
             d[6] = pr_r3 - pr_r2; /* the second rotation's cycles (no span) */
             d[7] = pr_r2 - pr_q;  /* the first one's, with the fragment loads */
+#elif LZ_PF_PROBE == 3
+            d[6] = pr_w1 - pr_c1; /* loop start to the first tile landed (no span) */
+            d[7] = 0;
 #endif
         }
     }
@@ -569,7 +595,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             int rr = r0 + wr0 + mt * 16 + (lane >> 2) + 8 * k;
             if (rr >= R) continue;
-            size_t row = (size_t)(h * G + rr / M) * M + rr % M;
+            size_t row = (size_t)h * R + rr; /* (h*G + rr/M)*M + rr%M */
             float inv = l > 0.f ? 1.f / l : 0.f;
             if (n_split == 1) {
                 __nv_bfloat16 *dst = reinterpret_cast<__nv_bfloat16 *>(p.o) + row * D;
@@ -604,8 +630,9 @@ int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
         attr_set = true;
     }
     const int G = p->n_heads / p->n_kv_heads;
-    const int row_tiles = (G * p->n_rows + SH::BM - 1) / SH::BM;
-    dim3 grid(row_tiles * p->n_kv_heads, ns);
+    const int64_t row_tiles = ((int64_t)G * p->n_rows + SH::BM - 1) / SH::BM;
+    if (row_tiles > 65535 || ns > 65535) return LZ_ATTN_EARG; /* the grid's y and z limits */
+    dim3 grid(p->n_kv_heads, (unsigned)row_tiles, ns);
     kern<<<grid, SH::THREADS, smem, st>>>(*p, ns);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;

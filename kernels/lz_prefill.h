@@ -38,7 +38,7 @@ typedef struct {
     const float *inv_freq;       /* (d/2) rotary inverse frequencies incl. divisors (lz_rope_inv_freqs) */
     int64_t seg_keys;            /* sizing hint for n_split: sum over segments of the largest len (host-known) */
     int n_seg;                   /* S, 0..LZ_PREFILL_MAX_SEG */
-    int n_rows;                  /* M >= 1 */
+    int n_rows;                  /* M >= 1; CUDA kernels: G*M / rows per CTA (64 or 128) <= 65535 */
     int n_heads;                 /* H */
     int n_kv_heads;              /* KV; H % KV == 0 */
     int head_dim;                /* d: 64 or 128 */

@@ -59,8 +59,13 @@ struct Cursor {
             if (c * 32 < p.n_seg) seg_total += __reduce_add_sync(0xffffffffu, c_nt[c]);
         }
         const int n_tiles = seg_total + self_tiles;
-        *t0 = (int)((int64_t)n_tiles * sp / n_split);
-        *t1 = (int)((int64_t)n_tiles * (sp + 1) / n_split);
+        if ((uint64_t)n_tiles * (uint64_t)n_split <= 0xffffffffu) { /* 32-bit divisions (64-bit ones are calls) */
+            *t0 = (int)((unsigned)n_tiles * (unsigned)sp / (unsigned)n_split);
+            *t1 = (int)((unsigned)n_tiles * (unsigned)(sp + 1) / (unsigned)n_split);
+        } else {
+            *t0 = (int)((int64_t)n_tiles * sp / n_split);
+            *t1 = (int)((int64_t)n_tiles * (sp + 1) / n_split);
+        }
         const int ta = *t0, tb = *t1 - 1;
         s = p.n_seg;
         nt = self_tiles;
@@ -101,6 +106,44 @@ struct Cursor {
         for (s++; s < p.n_seg; s++)
             if ((nt = seg_tiles(p, h, s)) > 0) return;
         nt = self_tiles;
+    }
+    /* The first 32 segments' descriptors and kv head h's lengths, lane l
+     * holding segment l's, read with the lengths: the part's first tiles
+     * (tile_pre) need no second global latency. */
+    struct Descs {
+        const __nv_bfloat16 *k, *v;
+        int64_t cap;
+        int len;
+    };
+    __device__ __forceinline__ static void read_descs(const lz_prefill_params &p, int h, int lane, Descs &d)
+    {
+        d.k = d.v = nullptr;
+        d.cap = 0;
+        d.len = 0;
+        if (lane < p.n_seg) {
+            const lz_attn_segment sg = p.segs[lane];
+            d.k = reinterpret_cast<const __nv_bfloat16 *>(sg.k);
+            d.v = reinterpret_cast<const __nv_bfloat16 *>(sg.v);
+            d.cap = sg.cap;
+            d.len = p.seg_len[(size_t)lane * p.n_kv_heads + h];
+        }
+    }
+    /* tile() from read_descs' registers (s is the same in every lane) */
+    __device__ __forceinline__ Tile tile_pre(const lz_prefill_params &p, int h, int D, const Descs &d) const
+    {
+        if (s >= p.n_seg || s >= 32) return tile(p, h, D);
+        Tile x;
+        x.slot = s;
+        const __nv_bfloat16 *kb = reinterpret_cast<const __nv_bfloat16 *>(__shfl_sync(0xffffffffu, (unsigned long long)d.k, s));
+        const __nv_bfloat16 *vb = reinterpret_cast<const __nv_bfloat16 *>(__shfl_sync(0xffffffffu, (unsigned long long)d.v, s));
+        const int64_t cap = __shfl_sync(0xffffffffu, (long long)d.cap, s);
+        const int len = __shfl_sync(0xffffffffu, d.len, s);
+        size_t r = ((size_t)h * cap + (size_t)k * BN) * D;
+        x.k = kb + r;
+        x.v = vb + r;
+        x.n = min(BN, len - k * BN);
+        x.j0 = 0;
+        return x;
     }
     __device__ __forceinline__ Tile tile(const lz_prefill_params &p, int h, int D) const
     {

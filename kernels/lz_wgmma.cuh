@@ -2,7 +2,8 @@
  * kernels: the shared-memory matrix descriptor (128-byte swizzle), fences, and
  * wgmma.mma_async m64nNk16 bf16 -> fp32 with A from registers (the same
  * fragment layout as mma.sync m16n8k16, one 16-row slice a warp) and B from
- * shared memory. Accumulators d[n8][4] are laid out as mma.sync's C
+ * shared memory; and a one-shot bulk copy (TMA engine) completing on an
+ * mbarrier. Accumulators d[n8][4] are laid out as mma.sync's C
  * fragments: d[i][0..1] row lane/4, d[i][2..3] row lane/4 + 8, columns
  * 8i + 2*(lane%4) + {0,1} of the warp's 16 rows. CUDA C++ only.
  *
@@ -41,6 +42,33 @@ template <int N> __device__ __forceinline__ void wg_fence_acc(float (&d)[N][4])
 
 /* Generic-proxy writes (cp.async, st.shared) before async-proxy reads (wgmma). */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+/* One bulk copy global -> shared by the TMA engine (no tensor map), completing
+ * on an mbarrier instead of a cp.async group: waiting for it waits for
+ * nothing else. bytes % 16 == 0, both addresses 16-byte aligned; one thread
+ * inits the barrier (count 1) and issues; everyone waits after a barrier. */
+__device__ __forceinline__ void mbar_init(uint32_t bar)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n"
+                 "fence.mbarrier_init.release.cluster;\n" ::"r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                 "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%2], [%3], %1, [%0];\n" ::"r"(bar),
+                 "r"(bytes), "r"(dst), "l"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n .reg .pred done;\n"
+                 "LZ_MBAR_WAIT%=:\n"
+                 " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 " @!done bra LZ_MBAR_WAIT%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
 
 
 /* The wgmma wrappers below differ only in N (the accumulator count, N/2 a

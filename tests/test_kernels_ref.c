@@ -363,6 +363,13 @@ static void test_prefill_plan(void)
     CHECK(lz_prefill_check(&p) == 0, "wgmma with 64 rows a CTA accepted");
     p.wgmma = 3;
     CHECK(lz_prefill_check(&p) == LZ_ATTN_EARG, "wgmma 3 refused");
+    p.wgmma = 0;
+    static float table[8] __attribute__((aligned(16)));
+    p.rope_cs = table;
+    CHECK(lz_prefill_check(&p) == 0, "a 16-byte aligned cos/sin table accepted");
+    p.rope_cs = table + 1;
+    CHECK(lz_prefill_check(&p) == LZ_ATTN_EARG, "a cos/sin table off 16 bytes refused (bulk copies)");
+    p.rope_cs = NULL;
 }
 
 /* The host cos/sin table of the lazy prefill: slot s holds -offset_s * inv_freq

@@ -334,6 +334,10 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
             for (int c = 0; c < n_ctas; c++) r2 += (double)pb[8 * (size_t)c + 6], r1 += (double)pb[8 * (size_t)c + 7];
             printf("  probe %s: fragments loaded and rotated %.0f cycles, a second rotation %.0f\n", lazy ? "lazy" : "twin",
                    r1 / n_ctas, r2 / n_ctas);
+#elif LZ_PF_PROBE == 3
+            double w1 = 0;
+            for (int c = 0; c < n_ctas; c++) w1 += (double)pb[8 * (size_t)c + 6];
+            printf("  probe %s: loop start to the first tile landed %.0f cycles\n", lazy ? "lazy" : "twin", w1 / n_ctas);
 #endif
             printf("  probe %s: %d CTAs, cycles a CTA: tile list %.0f, first tiles issued %.0f, Q landed %.0f, "
                    "rotation %.0f, loop %.0f, total %.0f (max %.0f); span %.2f us\n", lazy ? "lazy" : "twin", n_ctas,
