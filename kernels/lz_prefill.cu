@@ -40,6 +40,9 @@ using lz_pf::Cursor;
 using lz_pf::Tile;
 #if LZ_PF_PROBE /* diagnostic build (-DLZ_PF_PROBE=1): per-CTA clock readings, lz_prefill_probe_read */
 constexpr size_t LZ_PF_PROBE_CTAS = 8192;
+#ifndef LZ_PF_PROBE_TID /* the thread whose clock is recorded */
+#define LZ_PF_PROBE_TID 0
+#endif
 __device__ uint64_t g_pf_probe[8 * LZ_PF_PROBE_CTAS];
 #endif
 
@@ -178,7 +181,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     const int KV = p.n_kv_heads, G = p.n_heads / KV, M = p.n_rows, R = G * M;
     const int sp = blockIdx.z;
 #if LZ_PF_PROBE
-    uint64_t pr_c0 = clock64(), pr_g0, pr_c1 = 0, pr_tl = 0, pr_is = 0, pr_q = 0, pr_r2 = 0, pr_r3 = 0, pr_w1 = 0;
+    uint64_t pr_c0 = clock64(), pr_g0, pr_c1 = 0, pr_tl = 0, pr_is = 0, pr_q = 0, pr_r2 = 0, pr_r3 = 0, pr_w1 = 0, pr_a = 0, pr_b = 0, pr_c = 0;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(pr_g0));
 #endif
     /* grid (KV, row tiles, parts): the kv head without a division, so the
@@ -211,6 +214,9 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     Cursor::Descs dsc;
     Cursor::read_descs(p, h, lane, dsc);
     Cursor::read_tiles(p, h, lane, c_nt);
+#if LZ_PF_PROBE == 4
+    pr_a = clock64();
+#endif
     /* Q tile (zero rows past R); MT = 2 lazy writes it rotated instead */
     if (!(LAZY && MT == 2)) {
 #pragma unroll
@@ -227,6 +233,9 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
      * slot now when S < 16 (it lands with Q), else the part's own once the
      * tile list is placed. As a cp.async per thread in Q's group it landed
      * with the first tile and delayed the first rotation (history row 67). */
+#if LZ_PF_PROBE == 4
+    pr_b = clock64();
+#endif
     const bool cs_given = LAZY && MT == 1 && p.rope_cs != nullptr;
     const bool cs_all = cs_given && p.n_seg < 16;
     const uint32_t cs_bar = lz::smem_u32(soff);
@@ -234,6 +243,9 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         lz::mbar_init(cs_bar);
         if (cs_all) lz::bulk_copy(lz::smem_u32(cstab), p.rope_cs, (p.n_seg + 1) * (D / 2) * 8, cs_bar);
     }
+#if LZ_PF_PROBE == 4
+    pr_c = clock64();
+#endif
     /* tile list and this part's share of it */
     const int self_tiles = m_hi / BN + 1;
     Cursor cur, ld;
@@ -558,7 +570,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     }
     lz::cp_async_wait<0>();
 #if LZ_PF_PROBE
-    if (tid == 0) { /* diagnostic build: this CTA's start, loop start, end (SM cycles), global start, end (ns), SM */
+    if (tid == LZ_PF_PROBE_TID) { /* diagnostic build: this CTA's start, loop start, end (SM cycles), global start, end (ns), SM */
         uint64_t g1, c2 = clock64();
         uint32_t smid;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
@@ -574,6 +586,8 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
 #elif LZ_PF_PROBE == 3
             d[6] = pr_w1 - pr_c1; /* loop start to the first tile landed (no span) */
             d[7] = 0;
+#elif LZ_PF_PROBE == 4 /* the prologue in finer phases (no span, no loop) */
+            d[1] = pr_a; d[2] = pr_b; d[3] = pr_c; d[4] = pr_tl; d[5] = pr_is; d[6] = pr_q; d[7] = pr_c1;
 #endif
         }
     }

@@ -334,6 +334,13 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
             for (int c = 0; c < n_ctas; c++) r2 += (double)pb[8 * (size_t)c + 6], r1 += (double)pb[8 * (size_t)c + 7];
             printf("  probe %s: fragments loaded and rotated %.0f cycles, a second rotation %.0f\n", lazy ? "lazy" : "twin",
                    r1 / n_ctas, r2 / n_ctas);
+#elif LZ_PF_PROBE == 4
+            double f[7] = {0, 0, 0, 0, 0, 0, 0};
+            for (int c = 0; c < n_ctas; c++)
+                for (int i = 0; i < 7; i++) f[i] += (double)(pb[8 * (size_t)c + i + 1] - pb[8 * (size_t)c + i]);
+            printf("  probe %s: loads issued %.0f, Q copy issued %.0f, cos/sin set up %.0f, tile list placed %.0f, "
+                   "first tiles issued %.0f, Q landed %.0f, rotation %.0f\n", lazy ? "lazy" : "twin", f[0] / n_ctas,
+                   f[1] / n_ctas, f[2] / n_ctas, f[3] / n_ctas, f[4] / n_ctas, f[5] / n_ctas, f[6] / n_ctas);
 #elif LZ_PF_PROBE == 3
             double w1 = 0;
             for (int c = 0; c < n_ctas; c++) w1 += (double)pb[8 * (size_t)c + 6];
