@@ -287,6 +287,29 @@ static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int 
     free(S); free(cap); free(kp); free(vp); free(w); free(wr); free(nb); free(nbr); free(q); free(o); free(o2); free(ref);
 }
 
+/* Arguments the CUDA entry points refuse before launching anything: a grid
+ * past its y limit (more than 65,535 row tiles), a cos/sin table off 16 bytes
+ * (the kernels bulk-copy it). No memory is touched: dummy device pointers. */
+static void refusal_cases(void)
+{
+    float *d_inv = dalloc<float>(64);
+    lz_prefill_params p;
+    memset(&p, 0, sizeof p);
+    lz_bf16 *dummy = (lz_bf16 *)d_inv;
+    p.o = dummy; p.q = dummy; p.k_self = dummy; p.v_self = dummy; p.inv_freq = d_inv;
+    p.n_heads = 32; p.n_kv_heads = 8; p.head_dim = 128; p.rope_layout = LZ_ROPE_HALF; p.scale = 0.088f;
+    p.n_split = 1; p.rows_per_warp = 16; p.rows_per_cta = 64; p.wgmma = 2;
+    p.n_rows = 65535 * 64 / 4 + 1; /* G = 4: 65,536 row tiles of 64 */
+    CHECK(lz_prefill(&p, NULL) == LZ_ATTN_EARG, "65,536 row tiles refused (twin)");
+    CHECK(lz_prefill_lazy(&p, NULL) == LZ_ATTN_EARG, "65,536 row tiles refused (lazy)");
+    p.n_rows = 64;
+    p.rope_cs = d_inv + 1;
+    CHECK(lz_prefill_lazy(&p, NULL) == LZ_ATTN_EARG, "a cos/sin table off 16 bytes refused");
+    CK(cudaDeviceSynchronize());
+    CK(cudaGetLastError());
+    CK(cudaFree(d_inv));
+}
+
 int main(int argc, char **argv)
 {
     int only = argc > 1 ? atoi(argv[1]) : -1;
@@ -295,6 +318,7 @@ int main(int argc, char **argv)
     if (ur) fclose(ur);
     rng |= 1;
     printf("seed %llu\n", (unsigned long long)rng);
+    if (only <= 0) refusal_cases();
     for (int c = 0; c < 12; c++) {
         if (only >= 0 && c != only) continue;
         int layout = c / 6, d = (c / 3) % 2 ? 128 : 64, gi = c % 3;
