@@ -346,10 +346,12 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
             for (int c = 0; c < n_ctas; c++) w1 += (double)pb[8 * (size_t)c + 6];
             printf("  probe %s: loop start to the first tile landed %.0f cycles\n", lazy ? "lazy" : "twin", w1 / n_ctas);
 #endif
+#if LZ_PF_PROBE != 4 /* mode 4 records other points (above) */
             printf("  probe %s: %d CTAs, cycles a CTA: tile list %.0f, first tiles issued %.0f, Q landed %.0f, "
                    "rotation %.0f, loop %.0f, total %.0f (max %.0f); span %.2f us\n", lazy ? "lazy" : "twin", n_ctas,
                    ph[0] / n_ctas, ph[1] / n_ctas, ph[2] / n_ctas, ph[3] / n_ctas, ph[4] / n_ctas,
                    (ph[0] + ph[1] + ph[2] + ph[3] + ph[4]) / n_ctas, mx, (g1 - g0) / 1e3);
+#endif
         }
     }
 #endif

@@ -1,8 +1,8 @@
 #!/bin/sh
 # sass_dump.sh - the machine code (SASS) of the kernels of a CUDA binary whose
-# mangled names match a pattern, one file a kernel, named by a hash of the name
-# (the file's first line is the name). Runs on the GPU machine (needs cuobjdump,
-# which this build machine lacks).
+# mangled names match a pattern, one file a kernel, numbered in the binary's
+# order (OUTDIR/kernelN.sass; the file's first line is the kernel's name).
+# Runs on the GPU machine (needs cuobjdump, which this build machine lacks).
 # Usage: sh bench/kernels/sass_dump.sh BINARY AWK_REGEX OUTDIR
 #   e.g. the d = 128 half-split wgmma prefill kernels, lazy and twin:
 #   sh bench/kernels/sass_dump.sh build/cuda/bench_kernels 'prefill_kernelILi128ELi1ELb.ELi1ELi4ELb1E' $OUT
