@@ -2,7 +2,8 @@
  * (lz_prefill.h), FlashAttention-2 style: a CTA owns BM query rows (GQA heads
  * of one kv head packed along the rows), streams 64-key tiles through a
  * cp.async ring, QK^T and PV on tensor cores (bf16, fp32 accumulate), online
- * softmax in registers. Shapes (lz_prefill_plan): one warpgroup of 4 warps x
+ * softmax in registers (its running max moved, and the output rescaled, only
+ * when a row's max grows by more than 2^8). Shapes (lz_prefill_plan): one warpgroup of 4 warps x
  * 16 rows (BM 64, Q in registers, 2 stages, 2 CTAs per SM) on wgmma
  * (lz_wgmma.cuh: K and V read from shared memory by the tensor cores; the
  * default for every shape) or mma.sync m16n8k16; 8 warps x 16 rows (BM 128,
@@ -38,6 +39,13 @@ namespace {
 using lz_pf::BN;
 using lz_pf::Cursor;
 using lz_pf::Tile;
+#ifndef LZ_PF_RESCALE_TAU /* the running max moves when a row's grows by more than 2^TAU (tile_step) */
+#define LZ_PF_RESCALE_TAU 8.f
+#endif
+#ifndef LZ_PF_DIAG /* diagnostic builds (-DLZ_PF_DIAG=1: no query rotation; 2: nor the cos/sin copy and its
+                      wait); results wrong on purpose (bench/RESULTS.md, history row 81) */
+#define LZ_PF_DIAG 0
+#endif
 #if LZ_PF_PROBE /* diagnostic build (-DLZ_PF_PROBE=1): per-CTA clock readings, lz_prefill_probe_read */
 constexpr size_t LZ_PF_PROBE_CTAS = 8192;
 #ifndef LZ_PF_PROBE_TID /* the thread whose clock is recorded */
@@ -53,6 +61,7 @@ __device__ uint64_t g_pf_probe[8 * LZ_PF_PROBE_CTAS];
 template <int D, int LAYOUT>
 __device__ __forceinline__ void rotate_q(uint32_t (&qa)[D / 16][4], const float2 *cs, int lane)
 {
+    if (LZ_PF_DIAG) return;
     /* packed bf16x2 arithmetic on the fragments as they are (cos/sin rounded to
      * bf16): 3-4 instructions per register instead of 7 (unpack, 4 fp32 ops,
      * pack). Nsight Compute, 128 x 1536: the fp32 rotations made the lazy
@@ -239,7 +248,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     const bool cs_given = LAZY && MT == 1 && p.rope_cs != nullptr;
     const bool cs_all = cs_given && p.n_seg < 16;
     const uint32_t cs_bar = lz::smem_u32(soff);
-    if (cs_given && tid == 0) {
+    if (cs_given && tid == 0 && LZ_PF_DIAG != 2) {
         lz::mbar_init(cs_bar);
         if (cs_all) lz::bulk_copy(lz::smem_u32(cstab), p.rope_cs, (p.n_seg + 1) * (D / 2) * 8, cs_bar);
     }
@@ -252,10 +261,10 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     int t0, t1, s_last;
     cur.locate(p, self_tiles, lane, c_nt, sp, n_split, &t0, &t1, &s_last);
     /* lazy, many segments: the cos/sin of the slots this part touches */
-    if (cs_given && !cs_all && t0 < t1 && tid == 0)
+    if (cs_given && !cs_all && t0 < t1 && tid == 0 && LZ_PF_DIAG != 2)
         lz::bulk_copy(lz::smem_u32(cstab) + cur.s * (D / 2) * 8, p.rope_cs + cur.s * D, (s_last - cur.s + 1) * (D / 2) * 8,
                       cs_bar);
-    if (cs_all && t0 >= t1) lz::mbar_wait(cs_bar, 0); /* an empty part: no copy in flight at exit */
+    if (cs_all && t0 >= t1 && LZ_PF_DIAG != 2) lz::mbar_wait(cs_bar, 0); /* an empty part: no copy in flight at exit */
     /* Q's group (the twin's too) closes before the first tiles, so Q's fragments can be ready first */
     lz::cp_async_commit();
 #if LZ_PF_PROBE
@@ -326,7 +335,10 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         lrow[mt][0] = lrow[mt][1] = 0.f;
     }
     const float sl2 = p.scale * 1.4426950408889634f;
-    /* query for the first tile's segment, prepared while the first tiles load */
+    /* query for the first tile's segment, prepared while the first tiles load;
+     * R(0) = identity: own keys at their final positions need no rotation
+     * (the engine's case; bench/RESULTS.md, history row 83) */
+    const bool self_id = LAZY && p.self_offset == 0;
     int q_slot = cur.s;
     if (t0 < t1) {
         if constexpr (MT == 1) {
@@ -340,8 +352,8 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                 int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
                 lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
             }
-            if (cs_given) lz::mbar_wait(cs_bar, 0); /* the cos/sin copy */
-            if (LAZY) rotate_q<D, LAYOUT>(qa, cstab + q_slot * (D / 2), lane);
+            if (cs_given && LZ_PF_DIAG != 2) lz::mbar_wait(cs_bar, 0); /* the cos/sin copy */
+            if (LAZY && !(q_slot == p.n_seg && self_id)) rotate_q<D, LAYOUT>(qa, cstab + q_slot * (D / 2), lane);
 #if LZ_PF_PROBE == 2 /* diagnostic: a second rotation (warm code), timed alone; results wrong on purpose */
             if (LAZY) {
 #pragma unroll
@@ -373,7 +385,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                 int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
                 lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
             }
-            rotate_q<D, LAYOUT>(qa, cstab + slot * (D / 2), lane);
+            if (!(slot == p.n_seg && self_id)) rotate_q<D, LAYOUT>(qa, cstab + slot * (D / 2), lane);
         }
     };
 #if LZ_PF_PROBE
@@ -480,15 +492,42 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                     s[mt][nt][e] = v;
                     mx[e >> 1] = fmaxf(mx[e >> 1], v);
                 }
-            float alpha[2], mu[2];
+            /* online softmax with a lazy running max: it moves (and the output
+             * and sum so far are rescaled) only when a row's max grows past it
+             * by more than 2^LZ_PF_RESCALE_TAU, decided for the whole warp; else
+             * the weights are taken against the old max (at most 2^TAU = 256:
+             * fp32 sums and bf16 P hold it). The result is the same softmax
+             * (the final division uses the same reference). A/B against
+             * rescaling every tile: the lazy kernel 0-1.5% faster, the twin
+             * 0-0.7% slower, the lazy overhead under 1% on every shape
+             * (bench/RESULTS.md, history rows 83-85) */
+            float mu[2];
+            bool grow = false;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                mx[r] = fmaxf(mrow[mt][r], mx[r] * sl2);
-                mu[r] = mx[r] == -INFINITY ? 0.f : mx[r];
-                alpha[r] = lz::ex2(mrow[mt][r] - mu[r]);
-                mrow[mt][r] = mx[r];
+                mx[r] *= sl2;
+                grow |= mx[r] > mrow[mt][r] + LZ_PF_RESCALE_TAU;
+            }
+            if (__any_sync(0xffffffffu, grow)) {
+                float alpha[2];
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float mn = fmaxf(mrow[mt][r], mx[r]);
+                    mu[r] = mn == -INFINITY ? 0.f : mn;
+                    alpha[r] = lz::ex2(mrow[mt][r] - mu[r]);
+                    mrow[mt][r] = mn;
+                    lrow[mt][r] *= alpha[r];
+                }
+#pragma unroll
+                for (int nt = 0; nt < D / 8; nt++) {
+                    o[mt][nt][0] *= alpha[0]; o[mt][nt][1] *= alpha[0];
+                    o[mt][nt][2] *= alpha[1]; o[mt][nt][3] *= alpha[1];
+                }
+            } else {
+                mu[0] = mrow[mt][0] == -INFINITY ? 0.f : mrow[mt][0];
+                mu[1] = mrow[mt][1] == -INFINITY ? 0.f : mrow[mt][1];
             }
             float rs[2] = {0.f, 0.f};
 #pragma unroll
@@ -502,13 +541,8 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                 pa[mt][nt >> 1][(nt & 1) * 2] = lz::pack_bf16(p0, p1);
                 pa[mt][nt >> 1][(nt & 1) * 2 + 1] = lz::pack_bf16(p2, p3);
             }
-            lrow[mt][0] = lrow[mt][0] * alpha[0] + rs[0];
-            lrow[mt][1] = lrow[mt][1] * alpha[1] + rs[1];
-#pragma unroll
-            for (int nt = 0; nt < D / 8; nt++) {
-                o[mt][nt][0] *= alpha[0]; o[mt][nt][1] *= alpha[0];
-                o[mt][nt][2] *= alpha[1]; o[mt][nt][3] *= alpha[1];
-            }
+            lrow[mt][0] += rs[0];
+            lrow[mt][1] += rs[1];
         }
         /* O += P V, each V fragment used by every 16-row half */
         if constexpr (WG) { /* V read MN-major: 64-column blocks BN*128 bytes apart, 8-key atoms 1 KiB apart */

@@ -130,6 +130,7 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     free(g->docs);
     cudaFree(g->qsegs);
     cudaFree(g->qlen);
+    cudaFree(g->qcs);
     free(g->hqlen);
     cudaFree(g->work);
     cudaFree(g->wq);
@@ -176,6 +177,7 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
     if (!g) { snprintf(err, errlen, "out of memory"); return -1; }
     g->m = m;
     g->cfg = *c;
+    memcpy(g->hinv, m->inv_freq, sizeof g->hinv);
     g->max_tokens = max_tokens;
     const size_t D = c->dim, F = c->ffn_dim, Hd = (size_t)c->n_heads * c->head_dim,
                  KVd = (size_t)c->n_kv_heads * c->head_dim, L = c->n_layers, N = max_tokens;

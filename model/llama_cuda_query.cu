@@ -142,10 +142,12 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
     if (n_segs + 1 > g->qcap) {
         cudaFree(g->qsegs);
         cudaFree(g->qlen);
+        cudaFree(g->qcs);
         free(g->hqlen);
-        g->qsegs = NULL, g->qlen = NULL, g->hqlen = NULL, g->qcap = 0;
+        g->qsegs = NULL, g->qlen = NULL, g->qcs = NULL, g->hqlen = NULL, g->qcap = 0;
         CUDA_OK(cudaMalloc((void **)&g->qsegs, (size_t)L * (n_segs + 1) * sizeof(lz_attn_segment)), "descriptors");
         CUDA_OK(cudaMalloc((void **)&g->qlen, (size_t)L * (n_segs + 1) * KV * sizeof(int32_t)), "descriptors");
+        CUDA_OK(cudaMalloc((void **)&g->qcs, (size_t)(n_segs + 2) * d * sizeof(float)), "descriptors");
         if (!(g->hqlen = (int32_t *)malloc((size_t)L * (n_segs + 1) * KV * sizeof(int32_t)))) {
             snprintf(err, errlen, "out of memory");
             return -1;
@@ -177,7 +179,19 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
                                           (const lz_bf16 *)(g->own_v + (size_t)l * KV * N * d), 0, N};
         for (int h = 0; h < KV; h++) g->hqlen[((size_t)l * W + S) * KV + h] = 0;
     }
-    cudaError_t ce = cudaMemcpy(g->qsegs, hs, (size_t)L * W * sizeof *hs, cudaMemcpyHostToDevice);
+    /* the prefill's cos/sin of every slot (the documents', then the own sequence and the
+     * step's own keys at 0), the same for every layer: the kernel need not compute them */
+    int64_t *offs = (int64_t *)malloc((size_t)W * sizeof *offs);
+    float *cs = (float *)malloc((size_t)(W + 1) * d * sizeof *cs);
+    cudaError_t ce = offs && cs ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (ce == cudaSuccess) {
+        for (int i = 0; i < W; i++) offs[i] = i < S ? segs[i].rot : 0;
+        lz_prefill_rope_table(cs, offs, W, 0, g->hinv, d);
+        ce = cudaMemcpy(g->qcs, cs, (size_t)(W + 1) * d * sizeof *cs, cudaMemcpyHostToDevice);
+    }
+    free(offs);
+    free(cs);
+    if (ce == cudaSuccess) ce = cudaMemcpy(g->qsegs, hs, (size_t)L * W * sizeof *hs, cudaMemcpyHostToDevice);
     if (ce == cudaSuccess) /* the kept lengths; the own sequence's are set by each step on the device */
         ce = cudaMemcpy(g->qlen, g->hqlen, (size_t)L * W * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
     const int rc = ce == cudaSuccess ? decode_words(g, hs, S, err, errlen) : 0;
@@ -201,6 +215,7 @@ static lz_prefill_params step_params(const lz_llama_gpu *g, int n)
     lz_prefill_params p = attn_params(g, n);
     p.self_offset = 0; /* own keys are rotated at their final positions */
     p.n_seg = g->S + 1;
+    p.rope_cs = g->qcs;
     p.seg_keys = g->seg_keys;
     return p;
 }

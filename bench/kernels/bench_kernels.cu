@@ -377,6 +377,26 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
         }
         printf("  combine without programmatic dependent launch: lazy %.2f us, twin %.2f us\n", pl, pn);
     }
+    if (!N) { /* the engine's ingest: own keys at their final positions (self_offset 0: R(0), no rotation) */
+        std::vector<float> cs0(D);
+        lz_prefill_rope_table(cs0.data(), NULL, 0, 0, inv_host, D);
+        float *d_cs0;
+        CK(cudaMalloc(&d_cs0, cs0.size() * 4));
+        CK(cudaMemcpy(d_cs0, cs0.data(), cs0.size() * 4, cudaMemcpyHostToDevice));
+        std::vector<float *> keep = d_cs;
+        for (auto &c : d_cs) c = d_cs0;
+        p.self_offset = 0;
+        const Paired p0 = paired([&](int lazy) { return run(lazy, auto_ns); });
+        p.self_offset = 1000;
+        d_cs = keep;
+        CK(cudaFree(d_cs0));
+        printf("  own keys at offset 0 (the engine's ingest): lazy %.2f us, twin %.2f us, overhead %+.2f%% "
+               "(pairs: median %+.2f%%, %+.2f%% .. %+.2f%%)\n", p0.lazy_us, p0.twin_us, 100 * (p0.lazy_us / p0.twin_us - 1),
+               p0.ov_med, p0.ov_lo, p0.ov_hi);
+        jrec("\"kind\":\"prefill_self0\",\"M\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"overhead_median_pct\":%.3f,"
+             "\"overhead_lo_pct\":%.3f,\"overhead_hi_pct\":%.3f,\"pairs\":%d", M, p0.lazy_us, p0.twin_us, p0.ov_med,
+             p0.ov_lo, p0.ov_hi, p0.rounds);
+    }
     if (!N) {
         double t16 = run(1, 1, 16, 64, 1), t16n = run(0, 1, 16, 64, 1);
         printf("  16 rows/warp 64-row mma.sync shape: lazy %.2f us (%.1f TFLOP/s), twin %.2f us\n", t16, flops / t16 / 1e6, t16n);

@@ -40,9 +40,9 @@ static int log_uniform_len(void) /* 1..4096, log-uniform */
     int l = (int)floor(exp(urand() * log(4097.0)));
     return l < 1 ? 1 : (l > 4096 ? 4096 : l);
 }
-static void fill(lz_bf16 *x, size_t n)
+static void fill(lz_bf16 *x, size_t n, float scale = 1.0f)
 {
-    for (size_t i = 0; i < n; i++) x[i] = lz_f32_to_bf16((float)(2.0 * urand() - 1.0));
+    for (size_t i = 0; i < n; i++) x[i] = lz_f32_to_bf16(scale * (float)(2.0 * urand() - 1.0));
 }
 static double nerr(const lz_bf16 *a, const lz_bf16 *b, size_t n, int *nan)
 {
@@ -97,6 +97,13 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     lz_bf16 **hk = (lz_bf16 **)calloc(S, sizeof(void *)), **hv = (lz_bf16 **)calloc(S, sizeof(void *));
     int64_t pos = (int64_t)(urand() * 100000), seg_keys = 0;
     double rr_err = 0;
+    /* a third of the cases: keys x0.25 in the first half of the segments, x5 in the later half
+     * and the own keys, so the rows' running max grows by more than 2^8 after the first tiles
+     * (from about 700 keys a segment) and the kernels rescale accumulated output (with keys in
+     * [-1, 1] the max settles in the first tile). Scores that large carry bf16 rounding near the
+     * tolerance: x8 gave 1.20e-2 lazy vs materialised, x13 1.02-1.13e-2 against the reference */
+    const int grow = urand() < 1.0 / 3;
+    auto kscale = [&](int s) { return !grow ? 1.0f : 2 * s >= S ? 5.0f : 0.25f; };
     for (int s = 0; s < S; s++) {
         int cap = log_uniform_len();
         for (int h = 0; h < KV; h++) len[s * KV + h] = urand() < 0.15 ? 0 : 1 + (int)(urand() * cap);
@@ -104,7 +111,7 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
         seg_keys += cap;
         size_t n = (size_t)KV * cap * d;
         hk[s] = (lz_bf16 *)malloc(n * 2); hv[s] = (lz_bf16 *)malloc(n * 2);
-        fill(hk[s], n); fill(hv[s], n);
+        fill(hk[s], n, kscale(s)); fill(hv[s], n);
         lz_bf16 *dk = dup(hk[s], n), *dv = dup(hv[s], n), *dkr = dalloc<lz_bf16>(n);
         lz_rerotate_params rp = {dkr, dk, d_inv, (int64_t)KV * cap, pos, d, layout};
         RC(lz_rerotate(&rp, NULL));
@@ -124,8 +131,8 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     }
     size_t nq = (size_t)H * M * d, nk = (size_t)KV * M * d;
     lz_bf16 *q = (lz_bf16 *)malloc(nq * 2), *ks = (lz_bf16 *)malloc(nk * 2), *vs = (lz_bf16 *)malloc(nk * 2);
-    fill(q, nq); fill(ks, nk); fill(vs, nk);
-    int64_t self_off = pos;
+    fill(q, nq); fill(ks, nk, kscale(S)); fill(vs, nk);
+    int64_t self_off = urand() < 0.25 ? 0 : pos; /* 0: own keys at their final positions (the engine's case) */
     lz_bf16 *d_q = dup(q, nq), *d_ks = dup(ks, nk), *d_vs = dup(vs, nk), *d_ksr = dalloc<lz_bf16>(nk);
     lz_rerotate_params rp = {d_ksr, d_ks, d_inv, (int64_t)KV * M, self_off, d, layout};
     RC(lz_rerotate(&rp, NULL));
@@ -170,11 +177,10 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     RC(lz_prefill_lazy_ref(&hp, NULL));
     int nan1, nan2;
     double e1 = nerr(o, ref, nq, &nan1), e2 = nerr(o2, o, nq, &nan2);
-    printf("prefill %-8s d=%3d G=%d KV=%d S=%2d M=%3d split=%2d rows/cta=%3d rows/warp=%2d %s %s keys=%6lld: gpu-vs-ref %.2e, "
-           "lazy-vs-materialised %.2e, nan/unwritten %d/%d\n",
+    printf("prefill %-8s d=%3d G=%d KV=%d S=%2d M=%3d split=%2d rows/cta=%3d rows/warp=%2d %s %s %s %s keys=%6lld: "
+           "gpu-vs-ref %.2e, lazy-vs-materialised %.2e, nan/unwritten %d/%d\n",
            LNAME[layout], d, G, KV, S, M, ns, used_bm, used_rpw, used_wg ? "wgmma" : "mma  ", d_cs ? "cs-table" : "cs-own  ",
-           (long long)seg_keys, e1, e2,
-           nan1, nan2);
+           grow ? "grow" : "flat", self_off ? "self@pos" : "self@0  ", (long long)seg_keys, e1, e2, nan1, nan2);
     CHECK(e1 <= TOL && nan1 == 0, "prefill gpu vs ref %g nan %d", e1, nan1);
     CHECK(e2 <= TOL && nan2 == 0, "prefill lazy vs materialised %g nan %d", e2, nan2);
     for (int s = 0; s < S; s++) {
