@@ -334,8 +334,11 @@ static void test_big_upload(const char *dir)
 }
 
 /* Documents encoded after the prefix (CPU), placed one after another: CPU
- * lz_llama_forward and the GPU step over the same segments. */
-static void test_query(const char *dir, int hd, int heads, int kv, int layout_half)
+ * lz_llama_forward and the GPU step over the same segments. far: the
+ * documents and the question placed that many positions later (past 2^21,
+ * the decode block words' offset field: the steps' attention falls back to
+ * lz_prefill_lazy by itself). */
+static void test_query(const char *dir, int hd, int heads, int kv, int layout_half, int64_t far = 0)
 {
     char path[600], err[512];
     snprintf(path, sizeof path, "%s/q%d_%d_%d.gguf", dir, hd, heads, kv);
@@ -352,7 +355,7 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
     uint16_t *k16 = NULL, *v16 = NULL;
     int kept[64];
     int64_t head_row[64];
-    int64_t pos = s;
+    int64_t pos = s + far;
     for (int i = 0; i < nd; i++) {
         int ids[66];
         for (int j = 0; j < lens[i]; j++) ids[j] = 3 + (j * 97 + 11 * i) % (vocab - 3);
@@ -418,10 +421,11 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
             const double e = vec_err(lgpu + (size_t)t * vocab, lcpu + (size_t)t * vocab, vocab);
             worst = e > worst ? e : worst;
         }
-        CHECK(worst <= 3e-2, "query d=%d H=%d KV=%d layout=%s: logits normalised error %.3g", hd, heads, kv,
-              layout_half ? "half" : "adjacent", worst);
-        printf("query d=%3d H=%d KV=%d %-8s: question and %d decode steps over 4 segments (bf16, packed): logits "
-               "normalised error, worst %.2e\n", hd, heads, kv, layout_half ? "half" : "adjacent", steps, worst);
+        CHECK(worst <= 3e-2, "query d=%d H=%d KV=%d layout=%s, %lld positions later: logits normalised error %.3g", hd,
+              heads, kv, layout_half ? "half" : "adjacent", (long long)far, worst);
+        printf("query d=%3d H=%d KV=%d %-8s: question and %d decode steps over 4 segments (bf16, packed), placed %lld "
+               "positions later: logits normalised error, worst %.2e\n", hd, heads, kv, layout_half ? "half" : "adjacent",
+               steps, (long long)far, worst);
         /* the decode steps' attention by lz_prefill_lazy instead (LAZY_GPU_DECODE=prefill): the same
          * tokens within bf16 of the CPU too, and of the lz_decode_lazy steps above */
         {
@@ -442,6 +446,9 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
             }
             CHECK(w1 <= 3e-2 && w2 <= 3e-2, "decode by lz_prefill_lazy: logits error %.3g (CPU), %.3g (lz_decode_lazy)", w1,
                   w2);
+            /* past the words' offset field the default steps fell back to lz_prefill_lazy themselves */
+            CHECK(!far || w2 == 0, "%lld positions later: the steps did not fall back to lz_prefill_lazy (%.3g)",
+                  (long long)far, w2);
             printf("query d=%3d H=%d KV=%d %-8s: the same steps' attention by lz_prefill_lazy: error %.2e (CPU), %.2e "
                    "(lz_decode_lazy)\n", hd, heads, kv, layout_half ? "half" : "adjacent", w1, w2);
             free(lpf);
@@ -698,6 +705,7 @@ int main(int argc, char **argv)
     test_shape(dir, 128, 8, 2, 0);
     test_query(dir, 64, 4, 4, 0);
     test_query(dir, 128, 8, 2, 1);
+    test_query(dir, 128, 8, 2, 1, 3000000); /* offsets past the decode words' 21 bits */
     test_prefix_on_gpu(dir);
     test_many(dir);
     test_big_upload(dir);
