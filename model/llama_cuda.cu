@@ -177,7 +177,6 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
     if (!g) { snprintf(err, errlen, "out of memory"); return -1; }
     g->m = m;
     g->cfg = *c;
-    memcpy(g->hinv, m->inv_freq, sizeof g->hinv);
     g->max_tokens = max_tokens;
     const size_t D = c->dim, F = c->ffn_dim, Hd = (size_t)c->n_heads * c->head_dim,
                  KVd = (size_t)c->n_kv_heads * c->head_dim, L = c->n_layers, N = max_tokens;

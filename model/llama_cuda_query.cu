@@ -186,7 +186,7 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
     cudaError_t ce = offs && cs ? cudaSuccess : cudaErrorMemoryAllocation;
     if (ce == cudaSuccess) {
         for (int i = 0; i < W; i++) offs[i] = i < S ? segs[i].rot : 0;
-        lz_prefill_rope_table(cs, offs, W, 0, g->hinv, d);
+        lz_prefill_rope_table(cs, offs, W, 0, g->m->inv_freq, d);
         ce = cudaMemcpy(g->qcs, cs, (size_t)(W + 1) * d * sizeof *cs, cudaMemcpyHostToDevice);
     }
     free(offs);

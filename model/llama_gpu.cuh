@@ -124,7 +124,6 @@ struct lz_llama_gpu {
     lz_attn_segment *qsegs;  /* (L, S + 1) device: the segments then the own sequence */
     int32_t *qlen, *hqlen;   /* (L, S + 1, KV) device / host */
     float *qcs;              /* (S + 2, d) device: the slots' cos/sin (lz_prefill_rope_table), every layer's */
-    float hinv[LZ_MAX_HEAD_DIM / 2]; /* host copy of inv_freq */
     int S, n_own, qcap;      /* qcap: S + 1 the descriptor arrays hold */
     int ready;               /* a begin succeeded (a failed one leaves no question to step) */
     int64_t pos0, seg_keys;
