@@ -12,7 +12,8 @@
  * shape also prints the mean SM cycles a CTA spends in each prologue phase and in the tile loop,
  * lazy and twin (bench/RESULTS.md); -DLZ_PF_PROBE=2 times a second query rotation instead.
  * Env: LZ_BENCH_PROFILE=1 (plain calls for ncu), LZ_BENCH_DECODE_SPLIT=N (decode parts),
- *      LZ_BENCH_ROUNDS=R (lazy / twin pairs per shape, default 3).
+ *      LZ_BENCH_ROUNDS=R (lazy / twin pairs per shape, default 3), LZ_BENCH_WARM_S=T (both
+ *      kernels in turn for T seconds before the pairs, default 0.5).
  * Legend: B = sequences, H = 32 query heads, KV = 8 kv heads, d = 128,
  * N = keys per sequence, M = query rows, S = 10 segments.
  */
@@ -26,6 +27,8 @@
 #include <string.h>
 
 #include <algorithm>
+#include <chrono>
+#include <string>
 #include <vector>
 
 #include "kernels/lz_decode.h"
@@ -87,24 +90,44 @@ static double median(std::vector<float> v)
 }
 
 /* The lazy kernel and its twin timed in R interleaved pairs (LZ_BENCH_ROUNDS,
- * default 3): each one's best median, and the lazy overhead of every pair,
- * whose median and range say how far a 1% figure can be trusted on short
- * kernels. run_one(lazy) times one of the two. */
+ * default 3), the order alternating (lazy first in even pairs, the twin in
+ * odd ones, so neither always runs on a warmer GPU): each one's best median,
+ * and the lazy overhead of every pair, whose median and range say how far a
+ * 1% figure can be trusted on short kernels (overhead_ci.py pools the pairs
+ * of several runs). run_one(lazy) times one of the two. */
 struct Paired {
     double lazy_us, twin_us, ov_med, ov_lo, ov_hi;
     int rounds;
+    std::vector<double> ov; /* every pair's overhead, in pair order */
 };
 template <class F> static Paired paired(F run_one)
 {
-    Paired r = {1e30, 1e30, 0, 0, 0, getenv("LZ_BENCH_ROUNDS") ? atoi(getenv("LZ_BENCH_ROUNDS")) : 3};
+    Paired r = {1e30, 1e30, 0, 0, 0, getenv("LZ_BENCH_ROUNDS") ? atoi(getenv("LZ_BENCH_ROUNDS")) : 3, {}};
     if (r.rounds < 1) r.rounds = 1;
-    std::vector<double> ov;
+    /* warm-up: both kernels in turn for LZ_BENCH_WARM_S seconds (default 0.5),
+     * so the first pairs do not run while the clocks still climb (a process
+     * timing one shape from an idle GPU saw a different overhead than the same
+     * shape late in the full run: bench/RESULTS.md, history row 99) */
+    const double warm_s = getenv("LZ_BENCH_WARM_S") ? atof(getenv("LZ_BENCH_WARM_S")) : 0.5;
+    for (auto t0 = std::chrono::steady_clock::now();
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < warm_s;) {
+        run_one(0);
+        run_one(1);
+    }
     for (int k = 0; k < r.rounds; k++) {
-        double a = run_one(1), b = run_one(0);
+        double a, b;
+        if (k % 2 == 0) {
+            a = run_one(1);
+            b = run_one(0);
+        } else {
+            b = run_one(0);
+            a = run_one(1);
+        }
         r.lazy_us = std::min(r.lazy_us, a);
         r.twin_us = std::min(r.twin_us, b);
-        ov.push_back(100 * (a / b - 1));
+        r.ov.push_back(100 * (a / b - 1));
     }
+    std::vector<double> ov = r.ov;
     std::sort(ov.begin(), ov.end());
     size_t n = ov.size();
     r.ov_med = n % 2 ? ov[n / 2] : 0.5 * (ov[n / 2 - 1] + ov[n / 2]);
@@ -116,6 +139,17 @@ static void print_paired(const Paired &r)
 {
     printf("  lazy overhead per pair (%d pairs): median %+.2f%%, range %+.2f%% .. %+.2f%%\n", r.rounds, r.ov_med,
            r.ov_lo, r.ov_hi);
+}
+/* the pairs' overheads as a JSON array (for jrec's "%s") */
+static std::string pairs_json(const Paired &r)
+{
+    std::string j = "[";
+    char b[32];
+    for (size_t i = 0; i < r.ov.size(); i++) {
+        snprintf(b, sizeof b, "%s%.3f", i ? "," : "", r.ov[i]);
+        j += b;
+    }
+    return j + "]";
 }
 
 /* Median microseconds per call of fn(set, stream): CALLS calls (rotating
@@ -225,8 +259,9 @@ static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
            100 * (tl / tn - 1));
     print_paired(pr);
     jrec("\"kind\":\"decode\",\"B\":%d,\"N\":%d,\"split\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"bytes\":%.0f,"
-         "\"overhead_median_pct\":%.3f,\"overhead_lo_pct\":%.3f,\"overhead_hi_pct\":%.3f,\"pairs\":%d",
-         B, N, auto_ns, tl, tn, bytes, pr.ov_med, pr.ov_lo, pr.ov_hi, pr.rounds);
+         "\"overhead_median_pct\":%.3f,\"overhead_lo_pct\":%.3f,\"overhead_hi_pct\":%.3f,\"pairs\":%d,"
+         "\"overhead_pairs_pct\":%s",
+         B, N, auto_ns, tl, tn, bytes, pr.ov_med, pr.ov_lo, pr.ov_hi, pr.rounds, pairs_json(pr).c_str());
     printf("  diagnostic: lazy kernel with every offset 0 (no rotation work): %.2f us\n", run(1, auto_ns, 1));
     if (sweep) {
         int cand[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128};
@@ -362,8 +397,9 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
            M, N, auto_ns, tl, flops / tl / 1e6, tn, flops / tn / 1e6, 100 * (tl / tn - 1));
     print_paired(pr);
     jrec("\"kind\":\"prefill\",\"M\":%d,\"N\":%d,\"split\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"flops\":%.0f,"
-         "\"overhead_median_pct\":%.3f,\"overhead_lo_pct\":%.3f,\"overhead_hi_pct\":%.3f,\"pairs\":%d",
-         M, N, auto_ns, tl, tn, flops, pr.ov_med, pr.ov_lo, pr.ov_hi, pr.rounds);
+         "\"overhead_median_pct\":%.3f,\"overhead_lo_pct\":%.3f,\"overhead_hi_pct\":%.3f,\"pairs\":%d,"
+         "\"overhead_pairs_pct\":%s",
+         M, N, auto_ns, tl, tn, flops, pr.ov_med, pr.ov_lo, pr.ov_hi, pr.rounds, pairs_json(pr).c_str());
     {
         double tt = 1e30;
         for (int k = 0; k < 3; k++) tt = std::min(tt, run(1, auto_ns, 0, 0, 0, 0));
@@ -394,8 +430,8 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
                "(pairs: median %+.2f%%, %+.2f%% .. %+.2f%%)\n", p0.lazy_us, p0.twin_us, 100 * (p0.lazy_us / p0.twin_us - 1),
                p0.ov_med, p0.ov_lo, p0.ov_hi);
         jrec("\"kind\":\"prefill_self0\",\"M\":%d,\"lazy_us\":%.3f,\"twin_us\":%.3f,\"overhead_median_pct\":%.3f,"
-             "\"overhead_lo_pct\":%.3f,\"overhead_hi_pct\":%.3f,\"pairs\":%d", M, p0.lazy_us, p0.twin_us, p0.ov_med,
-             p0.ov_lo, p0.ov_hi, p0.rounds);
+             "\"overhead_lo_pct\":%.3f,\"overhead_hi_pct\":%.3f,\"pairs\":%d,\"overhead_pairs_pct\":%s", M, p0.lazy_us,
+             p0.twin_us, p0.ov_med, p0.ov_lo, p0.ov_hi, p0.rounds, pairs_json(p0).c_str());
     }
     if (!N) {
         double t16 = run(1, 1, 16, 64, 1), t16n = run(0, 1, 16, 64, 1);

@@ -1,0 +1,66 @@
+"""overhead_ci.py - the lazy overhead of every shape pooled over the lazy / twin
+pairs of one or more bench_kernels JSON files (overhead_pairs_pct): the pooled
+median with its distribution-free 95% confidence interval (order statistics of
+the binomial(n, 1/2) law, no assumption on the noise's shape), the range, and
+whether the interval's upper end is within a limit (1%: the kernels issue's).
+
+Usage: python3 bench/kernels/overhead_ci.py [--limit 1.0] OURS.json [OURS.json ...]
+"""
+import json
+import math
+import sys
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def ci95(v):
+    """(lo, hi, coverage): the widest-inward order statistics x_(j), x_(n+1-j)
+    whose coverage 1 - 2 P(Bin(n, 1/2) < j) is still >= 95%; None below 6 pairs"""
+    v = sorted(v)
+    n = len(v)
+    best = None
+    cdf = 0.0  # P(Bin < j)
+    for j in range(1, n // 2 + 1):
+        cov = 1 - 2 * cdf
+        if cov < 0.95:
+            break
+        best = (v[j - 1], v[n - j], cov)
+        cdf += math.comb(n, j - 1) / 2 ** n
+    return best
+
+
+def key(r):
+    if r["kind"] == "decode":
+        return "decode %dx%d" % (r["B"], r["N"])
+    if r["kind"] == "prefill":
+        return "prefill %dx%d" % (r["M"], r["N"])
+    return "prefill %dx0, own keys at 0" % r["M"]
+
+
+def main():
+    args = sys.argv[1:]
+    limit = 1.0
+    if args[:1] == ["--limit"]:
+        limit, args = float(args[1]), args[2:]
+    if not args:
+        sys.exit(__doc__)
+    pooled = {}
+    for f in args:
+        d = json.load(open(f))
+        for r in d["results"] if isinstance(d, dict) else d:
+            if "overhead_pairs_pct" in r:
+                pooled.setdefault(key(r), []).extend(r["overhead_pairs_pct"])
+    print("| shape | pairs | median | 95%% CI of the median | range | CI within %+.1f%% |" % limit)
+    print("|---|---|---|---|---|---|")
+    for k, v in pooled.items():
+        c = ci95(v)
+        ci = "%+.2f..%+.2f%% (%.1f%%)" % (c[0], c[1], 100 * c[2]) if c else "-"
+        ok = ("yes" if c[1] <= limit else "no") if c else "-"
+        print("| %s | %d | %+.2f%% | %s | %+.2f..%+.2f%% | %s |" % (k, len(v), median(v), ci, min(v), max(v), ok))
+
+
+main()
