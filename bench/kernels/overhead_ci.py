@@ -5,6 +5,8 @@ the binomial(n, 1/2) law, no assumption on the noise's shape), the range, and
 whether the interval's upper end is within a limit (1%: the kernels issue's).
 
 Usage: python3 bench/kernels/overhead_ci.py [--limit 1.0] OURS.json [OURS.json ...]
+       python3 bench/kernels/overhead_ci.py --selftest   (ranks against the binomial table,
+       coverage on simulated skewed noise; prints N passed, N failed)
 """
 import json
 import math
@@ -23,13 +25,13 @@ def ci95(v):
     v = sorted(v)
     n = len(v)
     best = None
-    cdf = 0.0  # P(Bin < j)
+    cdf = 0.0
     for j in range(1, n // 2 + 1):
+        cdf += math.comb(n, j - 1) / 2 ** n  # P(Bin <= j - 1): the median below x_(j)
         cov = 1 - 2 * cdf
         if cov < 0.95:
             break
         best = (v[j - 1], v[n - j], cov)
-        cdf += math.comb(n, j - 1) / 2 ** n
     return best
 
 
@@ -41,8 +43,41 @@ def key(r):
     return "prefill %dx0, own keys at 0" % r["M"]
 
 
+def selftest():
+    import random
+    ok = bad = 0
+
+    def check(cond, what):
+        nonlocal ok, bad
+        if cond:
+            ok += 1
+        else:
+            bad += 1
+            print("FAIL", what)
+
+    # the widest-inward ranks j (x_(j), x_(n+1-j)) of the usual sign-test table, 95% level
+    table = {6: 1, 8: 1, 9: 2, 12: 3, 15: 4, 20: 6, 27: 8, 45: 16, 54: 20}
+    for n, j in table.items():
+        c = ci95(list(range(1, n + 1)))
+        check(c is not None and c[0] == j and c[1] == n + 1 - j and c[2] >= 0.95, "n=%d ranks %s, want %d" % (n, c, j))
+    check(ci95([1.0] * 5) is None, "5 pairs give no interval")
+    # coverage: skewed noise (lognormal) around a known median, 2,000 samples of 27
+    rng = random.Random(7)
+    true_med = math.exp(0.0)
+    hit = 0
+    for _ in range(2000):
+        lo, hi, _cov = ci95([rng.lognormvariate(0.0, 0.8) for _ in range(27)])
+        hit += lo <= true_med <= hi
+    check(0.95 <= hit / 2000 <= 0.995, "coverage %.3f, want 0.95..0.995" % (hit / 2000))
+    check(median([3, 1, 2]) == 2 and median([4, 1, 3, 2]) == 2.5, "median")
+    print("%d passed, %d failed" % (ok, bad))
+    sys.exit(1 if bad else 0)
+
+
 def main():
     args = sys.argv[1:]
+    if args[:1] == ["--selftest"]:
+        selftest()
     limit = 1.0
     if args[:1] == ["--limit"]:
         limit, args = float(args[1]), args[2:]
