@@ -500,7 +500,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
              * (the final division uses the same reference). A/B against
              * rescaling every tile: the lazy kernel 0-1.5% faster, the twin
              * 0-0.7% slower, the lazy overhead under 1% on every shape (128 x
-             * 4096 pooled +0.74%: bench/RESULTS.md, history rows 83-88, 101) */
+             * 4096 pooled +0.62%: bench/RESULTS.md, history rows 83-88, 102) */
             float mu[2];
             bool grow = false;
 #pragma unroll
