@@ -21,8 +21,8 @@ done
 for s in "$@"; do
     echo "== $s, each process (lazy / twin pairs: median, 95% CI, range)"
     for r in $(seq 1 "${RUNS:-12}"); do
-        python3 bench/kernels/overhead_ci.py "$OUT/$s-$r.json" | tail -n 1
+        python3 bench/kernels/overhead_ci.py "$OUT/$s-$r.json" | tail -n +3
     done
     echo "== $s, pooled"
-    python3 bench/kernels/overhead_ci.py "$OUT/$s"-*.json | tail -n 1
+    python3 bench/kernels/overhead_ci.py "$OUT/$s"-*.json | tail -n +3
 done
