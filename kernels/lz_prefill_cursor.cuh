@@ -128,6 +128,17 @@ struct Cursor {
             d.len = p.seg_len[(size_t)lane * p.n_kv_heads + h];
         }
     }
+    /* segment s's tile k of kv head h, from the segment's K / V bases, token
+     * stride cap and kept length len (tile and tile_pre) */
+    __device__ __forceinline__ void seg_tile(Tile &x, const __nv_bfloat16 *kb, const __nv_bfloat16 *vb, int64_t cap,
+                                             int len, int h, int D) const
+    {
+        size_t r = ((size_t)h * cap + (size_t)k * BN) * D;
+        x.k = kb + r;
+        x.v = vb + r;
+        x.n = min(BN, len - k * BN);
+        x.j0 = 0;
+    }
     /* tile() from read_descs' registers (s is the same in every lane) */
     __device__ __forceinline__ Tile tile_pre(const lz_prefill_params &p, int h, int D, const Descs &d) const
     {
@@ -138,11 +149,7 @@ struct Cursor {
         const __nv_bfloat16 *vb = reinterpret_cast<const __nv_bfloat16 *>(__shfl_sync(0xffffffffu, (unsigned long long)d.v, s));
         const int64_t cap = __shfl_sync(0xffffffffu, (long long)d.cap, s);
         const int len = __shfl_sync(0xffffffffu, d.len, s);
-        size_t r = ((size_t)h * cap + (size_t)k * BN) * D;
-        x.k = kb + r;
-        x.v = vb + r;
-        x.n = min(BN, len - k * BN);
-        x.j0 = 0;
+        seg_tile(x, kb, vb, cap, len, h, D);
         return x;
     }
     __device__ __forceinline__ Tile tile(const lz_prefill_params &p, int h, int D) const
@@ -151,12 +158,8 @@ struct Cursor {
         x.slot = s;
         if (s < p.n_seg) {
             const lz_attn_segment sg = p.segs[s];
-            int len = p.seg_len[(size_t)s * p.n_kv_heads + h];
-            size_t r = ((size_t)h * sg.cap + (size_t)k * BN) * D;
-            x.k = reinterpret_cast<const __nv_bfloat16 *>(sg.k) + r;
-            x.v = reinterpret_cast<const __nv_bfloat16 *>(sg.v) + r;
-            x.n = min(BN, len - k * BN);
-            x.j0 = 0;
+            seg_tile(x, reinterpret_cast<const __nv_bfloat16 *>(sg.k), reinterpret_cast<const __nv_bfloat16 *>(sg.v),
+                     sg.cap, p.seg_len[(size_t)s * p.n_kv_heads + h], h, D);
         } else {
             size_t r = ((size_t)h * p.n_rows + (size_t)k * BN) * D;
             x.k = reinterpret_cast<const __nv_bfloat16 *>(p.k_self) + r;
