@@ -1,6 +1,7 @@
 # Makefile - builds the lazy-rotary RAG tools, tests and benchmarks.
 # CPU-only when nvcc is absent; adds the CUDA kernels (kernels/*.cu) when found.
-# Layout: model/ (engine) store/ ingest/ query/ kernels/ tools/ tests/ bench/.
+# Layout (ARCHITECTURE.md): base/ formats/ tokenizer/ model/ (CPU engine) kernels/ gpu/ (GPU engine)
+# store/ ingest/ query/ tools/ tests/ bench/.
 
 CC       ?= gcc
 BUILD    ?= build
@@ -15,9 +16,11 @@ LIBS     := $(shell pkg-config --libs lmdb sqlite3 libzstd jansson libpcre2-8 op
 NVFLAGS  := -O3 -std=c++17 -I. -lineinfo -Xptxas -v \
             -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 
+# The library's folders, lowest layer first (ARCHITECTURE.md).
+LIB_DIRS  := base formats tokenizer model kernels store ingest query
 # Programs: files with a main(). Everything else under the module folders is library code.
 BIN_SRCS  := $(wildcard tools/*.c) $(wildcard ingest/lazyingest.c) $(wildcard query/lazyquery.c)
-LIB_SRCS  := $(filter-out $(BIN_SRCS), $(wildcard model/*.c store/*.c ingest/*.c query/*.c kernels/*.c))
+LIB_SRCS  := $(filter-out $(BIN_SRCS), $(foreach m,$(LIB_DIRS),$(wildcard $(m)/*.c)))
 TEST_SRCS := $(wildcard tests/test_*.c)
 BENCH_SRCS:= $(wildcard bench/bench_*.c)
 CU_SRCS   := $(wildcard kernels/*.cu)
@@ -26,7 +29,7 @@ LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 BINS      := $(patsubst %.c,$(BUILD)/bin/%,$(notdir $(BIN_SRCS)))
 TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 BENCHES   := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
-HEADERS   := $(wildcard model/*.h store/*.h ingest/*.h query/*.h kernels/*.h tests/*.h)
+HEADERS   := $(foreach m,$(LIB_DIRS) gpu tests,$(wildcard $(m)/*.h))
 
 ifeq ($(NVCC),)
 $(info nvcc not found: CPU-only build)
@@ -108,7 +111,7 @@ LZK_NVFLAGS := -O3 -std=c++17 -I. -lineinfo -gencode=arch=compute_90a,code=sm_90
 LZK_CU      := $(wildcard kernels/*.cu)
 LZK_C       := $(wildcard kernels/*.c)
 LZK_OBJS    := $(LZK_CU:%.cu=$(LZK_DIR)/obj/%.o) $(LZK_C:%.c=$(LZK_DIR)/obj/%.o)
-LZK_HDRS    := $(wildcard kernels/*.h kernels/*.cuh) model/rope.h model/half.h
+LZK_HDRS    := $(wildcard kernels/*.h kernels/*.cuh) base/rope.h base/half.h
 
 $(LZK_DIR)/obj/kernels/%.o: kernels/%.cu $(LZK_HDRS)
 	@mkdir -p $(dir $@)
@@ -131,11 +134,11 @@ LZK_ARCH   := /usr/lib/x86_64-linux-gnu
 LZK_STATIC := $(LZK_ARCH)/liblmdb.a $(LZK_ARCH)/libsqlite3.a $(LZK_ARCH)/libzstd.a $(LZK_ARCH)/libcsv.a \
               $(LZK_ARCH)/libjansson.a $(LZK_ARCH)/libpcre2-8.a $(LZK_ARCH)/openblas-pthread/libopenblas.a \
               $(shell $(CC) -print-file-name=libgomp.a)
-# the engine's GPU pass: model/llama_cuda*.cu (their shared state: model/llama_gpu.cuh)
-LZK_ENGINE := $(patsubst %.cu,$(LZK_DIR)/obj/%.o,$(wildcard model/llama_cuda*.cu))
+# the engine's GPU pass: gpu/llama_cuda*.cu (their shared state: gpu/llama_gpu.cuh)
+LZK_ENGINE := $(patsubst %.cu,$(LZK_DIR)/obj/%.o,$(wildcard gpu/llama_cuda*.cu))
 LZK_LINK   := $(LZK_ENGINE) $(LZK_CU:%.cu=$(LZK_DIR)/obj/%.o) $(BUILD)/liblazy.a $(LZK_STATIC) \
               -lcublas -lpthread -ldl -lm
-$(LZK_DIR)/obj/model/%.o: model/%.cu model/llama_gpu.cuh model/llama_cuda.h model/llama.h $(LZK_HDRS)
+$(LZK_DIR)/obj/gpu/%.o: gpu/%.cu gpu/llama_gpu.cuh gpu/llama_cuda.h model/llama.h $(LZK_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp -c $< -o $@
 
@@ -143,11 +146,11 @@ $(LZK_DIR)/test_llama_cuda: tests/cuda/test_llama_cuda.cu $(LZK_ENGINE) $(LZK_OB
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_LINK) -o $@
 
 # lazyingest and lazyquery with --gpu, for the GPU machine (the same static recipe)
-$(LZK_DIR)/obj/lazyingest.o: ingest/lazyingest.c $(HEADERS) model/llama_cuda.h
+$(LZK_DIR)/obj/lazyingest.o: ingest/lazyingest.c $(HEADERS) gpu/llama_cuda.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
 
-$(LZK_DIR)/obj/lazyquery.o: query/lazyquery.c $(HEADERS) model/llama_cuda.h
+$(LZK_DIR)/obj/lazyquery.o: query/lazyquery.c $(HEADERS) gpu/llama_cuda.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
 

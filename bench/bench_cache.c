@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/sha256.h"
+#include "base/sha256.h"
 #include "query/doc_cache.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;

@@ -6,7 +6,7 @@
  *   2. the shuffled planes alone (1 MiB of each), zstd at level 3, level 1,
  *      and level 1 with the tuned parameters: ratio and MB/s (why the tuning);
  *   3. the fp32 -> bf16 rounding: lz_f32_to_bf16 a value at a time against
- *      lz_f32_to_bf16_n (model/half.h), in cache (one head's slice) and not.
+ *      lz_f32_to_bf16_n (base/half.h), in cache (one head's slice) and not.
  * usage: bench_codec [--reps N]   (bench/RESULTS.md, "Payload packing")
  */
 #include <math.h>
@@ -16,7 +16,7 @@
 #include <time.h>
 #include <zstd.h>
 
-#include "model/half.h"
+#include "base/half.h"
 #include "store/payload.h"
 
 static double now_s(void)

@@ -1,7 +1,7 @@
 /* bench_engine.c - CPU engine speed: prefill and decode tokens/s for
  * stories260K (when the fixture exists) and a generated ~100M-parameter
  * Llama shape (fp32, and bf16 matrices kept in place or widened to fp32 at
- * load: model/weights.h), against the machine's limits measured in the same
+ * load: formats/weights.h), against the machine's limits measured in the same
  * run: OpenBLAS sgemm GFLOP/s (prefill ceiling) and memory read bandwidth
  * (decode ceiling: every weight byte is read once per token). Also, on one
  * thread, the 16-bit decode dot product (lz_mat_gemv, SIMD and portable)
@@ -14,12 +14,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/gguf.h"
-#include "model/half.h"
+#include "formats/gguf.h"
+#include "base/half.h"
 #include "model/llama.h"
 #include "model/mkmodel.h"
 #include "model/sampler.h"
-#include "model/runtime.h"
+#include "base/runtime.h"
 
 static double now_s(void)
 {

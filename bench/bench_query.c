@@ -13,7 +13,7 @@
 #include "model/mkmodel.h"
 #include "query/retrieve.h"
 #include "query/session.h"
-#include "model/runtime.h"
+#include "base/runtime.h"
 
 static int cmp_d(const void *a, const void *b)
 {

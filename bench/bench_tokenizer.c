@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "formats/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 static double now_s(void)
 {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bpe_train.py - learns a byte-level BPE vocabulary (GPT-2 byte-to-unicode
 table, Llama-3 pre-tokenizer regex) and writes a Hugging Face tokenizer.json
-that model/tokenizer_hf.c (lz_tokenizer_from_hf) and tools/lazy-convert load.
+that tokenizer/tokenizer.hf.c (lz_tokenizer_from_hf) and tools/lazy-convert load.
 Also the encoder the trainer uses (class BPE), identical to the C one.
 
 Vocabulary layout: ids 0..255 are the 256 byte symbols (in byte order), then

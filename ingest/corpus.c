@@ -15,8 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "model/unicode.h"
-#include "model/error.h"
+#include "base/unicode.h"
+#include "base/error.h"
 
 /* A CSV record as libcsv hands it over. */
 typedef struct {

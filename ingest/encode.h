@@ -42,7 +42,7 @@ void lz_encoder_set_scorer(lz_encoder *e, const lz_kvlearn *m);
  * keys and attention-only scores to a (the caller fits and frees it). */
 void lz_encoder_set_learn(lz_encoder *e, lz_kvlearn_acc *a);
 
-/* An accelerated forward pass for documents (model/llama_cuda.h on a GPU):
+/* An accelerated forward pass for documents (gpu/llama_cuda.h on a GPU):
  * encode(ctx, ids, n, out, qwin, c0, cw) runs ids[0..n) after the prefix into
  * out, as lz_llama_forward with the prefix as a segment would (to its own
  * precision: bf16 on the GPU), and when cw > 0 writes the rotated queries of

@@ -22,7 +22,7 @@
 #include "ingest/kvlearn.h"
 #include "ingest/kvpolicy.h"
 #include "model/llama.h"
-#include "model/llama_cuda.h"
+#include "gpu/llama_cuda.h"
 #include "store/store.h"
 
 enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_SKIPPED = 2, EXIT_CHECK = 3 };

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/rope.h"
-#include "model/sha256.h"
+#include "base/rope.h"
+#include "base/sha256.h"
 
 static const char MAGIC[8] = {'L', 'Z', 'K', 'V', 'L', 'R', 'N', '1'};
 

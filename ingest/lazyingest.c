@@ -21,8 +21,8 @@
 #include "ingest/ingest_run.h"
 #include "ingest/split.h"
 #include "model/prompt.h"
-#include "model/runtime.h"
-#include "model/unicode.h"
+#include "base/runtime.h"
+#include "base/unicode.h"
 
 static void usage(FILE *f)
 {

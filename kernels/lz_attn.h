@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 /* bf16 values are stored as their 16 raw bits (layout-compatible with
- * __nv_bfloat16); model/half.h converts on the host. */
+ * __nv_bfloat16); base/half.h converts on the host. */
 typedef uint16_t lz_bf16;
 
 enum lz_attn_status {

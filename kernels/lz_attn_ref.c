@@ -11,7 +11,7 @@
 #include "kernels/lz_decode.h"
 #include "kernels/lz_prefill.h"
 #include "kernels/lz_rerotate.h"
-#include "model/rope.h"
+#include "base/rope.h"
 
 const char *lz_attn_strerror(int status)
 {

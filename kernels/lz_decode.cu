@@ -20,7 +20,7 @@
 
 #include "kernels/lz_decode.h"
 #include "kernels/lz_mma.cuh"
-#include "model/rope.h"
+#include "base/rope.h"
 
 namespace {
 

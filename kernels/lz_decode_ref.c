@@ -1,6 +1,6 @@
 /* lz_decode_ref.c - CPU references of the decode kernels (lz_decode.h):
  * plain C, fp32 math from bf16 inputs, bf16 output. The lazy twin rotates each
- * key by its block's segment offset, R(p) * K_j, through model/rope.h (the
+ * key by its block's segment offset, R(p) * K_j, through base/rope.h (the
  * kernel rotates the query by R(-p) instead; the tests check both agree).
  *
  * Legend: B = sequences, KV = kv heads, H = query heads, G = H/KV, d =
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 
 #include "kernels/lz_decode.h"
-#include "model/half.h"
-#include "model/rope.h"
+#include "base/half.h"
+#include "base/rope.h"
 
 static int decode_ref(const lz_decode_params *p, int lazy)
 {

@@ -6,7 +6,7 @@
 
 #include "kernels/lz_gemv.h"
 #include "kernels/lz_ops.h"
-#include "model/half.h"
+#include "base/half.h"
 
 int lz_gemv_check(const lz_gemv_mat *mats, int n_mats, const void *x, int in)
 {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "kernels/lz_kvmass.h"
-#include "model/half.h"
+#include "base/half.h"
 
 int lz_kvmass_check(const lz_kvmass_params *p)
 {

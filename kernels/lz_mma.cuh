@@ -15,7 +15,7 @@
 #include <type_traits>
 
 #include "kernels/lz_ops.cuh"
-#include "model/rope.h"
+#include "base/rope.h"
 
 namespace lz {
 

@@ -7,7 +7,7 @@
 #include "kernels/lz_decode.h"
 #include "kernels/lz_ops.cuh"
 #include "kernels/lz_ops.h"
-#include "model/rope.h"
+#include "base/rope.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -30,7 +30,7 @@ __global__ void rmsnorm_kernel(bf16 *out, const float *x, const float *w, int D,
 }
 
 /* Token-major q, k, v (fp32, from the GEMMs) to head-major bf16: q and k
- * rotated at pos0 + i (model/rope.h), v copied. Block (i, head), head < H
+ * rotated at pos0 + i (base/rope.h), v copied. Block (i, head), head < H
  * is q, then KV of k, then KV of v; thread t owns pair t. */
 __global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const float *k, const float *v, size_t ldq,
                              size_t ldk, int n, int H, int KV, int d, int64_t pos0, const int *count, int layout,

@@ -1,4 +1,4 @@
-/* lz_ops.h - the small kernels of the GPU forward pass (model/llama_cuda*.cu):
+/* lz_ops.h - the small kernels of the GPU forward pass (gpu/llama_cuda*.cu):
  * embedding lookup, rmsnorm, rotary into head-major layout, silu-gate, the
  * token-major transpose and the own sequence's bookkeeping. Each CUDA
  * launcher (kernels/lz_ops.cu; device pointers, asynchronous on stream) has a
@@ -34,7 +34,7 @@ int lz_op_rmsnorm_ref(lz_bf16 *out, const float *x, const float *w, int n, int D
  * KV) d) output is q, k = q + H d, v = k + KV d with ld = (H + 2 KV) d), to
  * head-major bf16 qh (H, n, d), kh and vh (KV, n, d): q and k rotated at
  * position pos0 + i (+ *count when count is not NULL: a length kept in the
- * same memory as the data), layout and inv_freq as model/rope.h. qcap (cw,
+ * same memory as the data), layout and inv_freq as base/rope.h. qcap (cw,
  * H, d) fp32, when not NULL, receives the rotated q of rows c0 .. c0 + cw -
  * 1. d even, <= 512 (else LZ_ATTN_EHEADDIM). */
 int lz_op_heads(lz_bf16 *qh, lz_bf16 *kh, lz_bf16 *vh, const float *q, const float *k, const float *v, int ld, int n,

@@ -6,8 +6,8 @@
 
 #include "kernels/lz_decode.h"
 #include "kernels/lz_ops.h"
-#include "model/half.h"
-#include "model/rope.h"
+#include "base/half.h"
+#include "base/rope.h"
 
 int lz_op_embed_ref(float *x, const lz_bf16 *table, const int *ids, int n, int D, void *stream)
 {

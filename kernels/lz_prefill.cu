@@ -15,7 +15,7 @@
  * tile's segment changes it reloads the query fragments from shared memory
  * and rotates them in registers by R(-p) (cos/sin tables: the caller's
  * p.rope_cs, copied by one bulk copy, or built once per CTA;
- * model/rope.h math); on
+ * base/rope.h math); on
  * wgmma, during the P V of the tile before, in a copy of the tile code that
  * only those tiles run. A first version rotated
  * every K tile in shared memory after it landed: 10-17% slower than the twin
@@ -32,7 +32,7 @@
 #include "kernels/lz_wgmma.cuh"
 #include "kernels/lz_prefill.h"
 #include "kernels/lz_prefill_cursor.cuh"
-#include "model/rope.h"
+#include "base/rope.h"
 
 namespace {
 
@@ -56,7 +56,7 @@ __device__ uint64_t g_pf_probe[8 * LZ_PF_PROBE_CTAS];
 
 /* Rotates this thread's query A fragments (rows lane/4, +8; elements
  * ks*16 + 8*r2 + 2*(lane&3) + {0,1}) by the cos/sin table cs (d/2 pairs).
- * The pairing is model/rope.h's: ADJACENT pairs (2i, 2i+1) sit in one
+ * The pairing is base/rope.h's: ADJACENT pairs (2i, 2i+1) sit in one
  * register; HALF pairs (i, i+d/2) sit in k-steps ks and ks + d/32. */
 template <int D, int LAYOUT>
 __device__ __forceinline__ void rotate_q(uint32_t (&qa)[D / 16][4], const float2 *cs, int lane)

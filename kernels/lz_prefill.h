@@ -42,7 +42,7 @@ typedef struct {
     int n_heads;                 /* H */
     int n_kv_heads;              /* KV; H % KV == 0 */
     int head_dim;                /* d: 64 or 128 */
-    int rope_layout;             /* LZ_ROPE_ADJACENT or LZ_ROPE_HALF (model/rope.h) */
+    int rope_layout;             /* LZ_ROPE_ADJACENT or LZ_ROPE_HALF (base/rope.h) */
     float scale;                 /* softmax scale, usually 1/sqrt(d) */
     int n_split;                 /* split-KV parts; 0 = choose (lz_prefill_splits) */
     int rows_per_warp;           /* CUDA kernel shape: 0 = choose, 16 or 32 (tests, tuning) */

@@ -1,6 +1,6 @@
 /* lz_prefill_ref.c - CPU references of the prefill kernels (lz_prefill.h):
  * plain C, fp32 math from bf16 inputs, bf16 output. The lazy twin rotates
- * every stored key by its segment's offset through model/rope.h, by the
+ * every stored key by its segment's offset through base/rope.h, by the
  * definition R(p) * K_j (the kernels do the same per K tile).
  *
  * Legend: S = segments, KV = kv heads, H = query heads, G = H/KV, M = rows,
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 
 #include "kernels/lz_prefill.h"
-#include "model/half.h"
-#include "model/rope.h"
+#include "base/half.h"
+#include "base/rope.h"
 
 static void load_row(float *dst, const lz_bf16 *src, int d)
 {

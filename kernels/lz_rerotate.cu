@@ -1,13 +1,13 @@
 /* lz_rerotate.cu - the materialising kernel of `block` mode (lz_rerotate.h):
  * dst = R(offset) * src for every row, bf16 in and out, fp32 math through
- * model/rope.h. Each CTA computes the d/2 cos/sin of the offset once into
+ * base/rope.h. Each CTA computes the d/2 cos/sin of the offset once into
  * shared memory and rotates 64 rows with one thread per pair.
  *
  * Legend: N = rows, d = head_dim (even, <= 256).
  */
 #include "kernels/lz_mma.cuh"
 #include "kernels/lz_rerotate.h"
-#include "model/rope.h"
+#include "base/rope.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 /* lz_rerotate.h - materialises a re-rotated copy of stored keys:
  * dst = R(offset) * src, row by row (what `block` mode caches per placement,
  * and how the tests build the non-lazy twin's input). bf16 in and out, fp32
- * math through model/rope.h.
+ * math through base/rope.h.
  *
  * Legend: N = rows (for a segment: KV * T), d = head_dim (even).
  */

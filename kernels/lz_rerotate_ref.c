@@ -1,11 +1,11 @@
 /* lz_rerotate_ref.c - CPU reference of lz_rerotate (lz_rerotate.h): each row
- * decoded to fp32, rotated by R(offset) through model/rope.h, rounded to bf16.
+ * decoded to fp32, rotated by R(offset) through base/rope.h, rounded to bf16.
  *
  * Legend: N = rows, d = head_dim.
  */
 #include "kernels/lz_rerotate.h"
-#include "model/half.h"
-#include "model/rope.h"
+#include "base/half.h"
+#include "base/rope.h"
 
 int lz_rerotate_ref(const lz_rerotate_params *p, void *stream)
 {

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/half.h"
+#include "base/half.h"
 
 static inline float dot(const float *a, const float *b, int d)
 {

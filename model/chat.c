@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 /* A growing string. */
 typedef struct {

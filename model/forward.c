@@ -1,7 +1,7 @@
 /* forward.c - the Llama forward pass on the CPU in fp32, batched: n tokens
  * go through every layer together so projections are GEMMs (OpenBLAS;
  * bf16 / fp16 / Q8_0 weights widened a block of rows at a time, or a dot
- * product of their own for one token: model/weights.h);
+ * product of their own for one token: formats/weights.h);
  * attention is model/attention.c (lazy over external segments + causal over
  * the cache). Reads top to bottom like llama2.c's forward().
  *

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "model/sha256.h"
+#include "base/sha256.h"
 
 void *lz_llama_alloc(lz_llama *m, size_t bytes)
 {
@@ -38,7 +38,7 @@ void lz_llama_free(lz_llama *m)
 /* Hashes n values of a weight: its length and 64 evenly spaced windows of 64
  * values (whole tensor when small), as fp32 bytes. Cheap at load even for 8B
  * models. Widened first, so a fingerprint does not depend on whether packed
- * weights stay in place (model/weights.h) or were widened at load. */
+ * weights stay in place (formats/weights.h) or were widened at load. */
 static void hash_weight(lz_sha256_ctx *s, lz_mat w, int64_t n)
 {
     lz_sha256_update(s, &n, sizeof n);

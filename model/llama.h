@@ -1,5 +1,5 @@
 /* llama.h - the Llama-family decoder on the CPU, fp32 math (bf16 / fp16 / Q8_0
- * are widened as they are read, model/weights.h): weights, KV cache,
+ * are widened as they are read, formats/weights.h): weights, KV cache,
  * batched forward pass with optional external KV segments (lazy attention).
  *
  * Legend: D = model width, L = layers, H = query heads, KV = key/value heads
@@ -9,7 +9,7 @@
  * Weight matrices are row-major (out_features, in_features), as GGUF stores
  * them (ne[0] = in). q/k rows are in the model's rotary layout (cfg.rope_layout:
  * ADJACENT for GGUF, HALF for raw Hugging Face weights); the rotary math is
- * model/rope.h and nowhere else.
+ * base/rope.h and nowhere else.
  *
  * External segments (cached documents): each holds K/V for every (layer, kv
  * head), keys rotated at their stored positions; the forward pass attends to
@@ -22,9 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/rope.h"
-#include "model/tokenizer.h"
-#include "model/weights.h"
+#include "base/rope.h"
+#include "tokenizer/tokenizer.h"
+#include "formats/weights.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,7 +51,7 @@ typedef struct {
 } lz_llama_config;
 
 /* Matrices are lz_mat (fp32, or bf16 / fp16 in place from the file:
- * model/weights.h); norm vectors are always fp32. */
+ * formats/weights.h); norm vectors are always fp32. */
 typedef struct {
     const float *attn_norm; /* (D) */
     lz_mat wq;              /* (H*d, D) */

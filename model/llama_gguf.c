@@ -1,13 +1,13 @@
 /* llama_gguf.c - loads a Llama-family model from GGUF: hyper-parameters from
  * the <arch>.* keys, rotary scaling (rope_freqs.weight, linear scaling),
  * weights (F32, and F16/BF16/Q8_0 matrices, used in place from the mapping:
- * model/weights.h; norms, and everything with LAZY_F32_WEIGHTS set,
+ * formats/weights.h; norms, and everything with LAZY_F32_WEIGHTS set,
  * dequantized to fp32 at load) and the tokenizer. Every shape is checked against the config. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "model/llama.h"
 
 typedef struct {

@@ -4,9 +4,9 @@
  * model loads weight-only without it).
  *
  * Weights: F32 used in place from the mapping (when 4-byte aligned); F16 and
- * BF16 matrices too (model/weights.h), norms widened to fp32 at load (all of
+ * BF16 matrices too (formats/weights.h), norms widened to fp32 at load (all of
  * them with LAZY_F32_WEIGHTS set). q/k rows stay as Hugging Face stores them,
- * so the rotary layout is LZ_ROPE_HALF (pairs (i, i+d/2)); model/rope.h does
+ * so the rotary layout is LZ_ROPE_HALF (pairs (i, i+d/2)); base/rope.h does
  * the rotation for both layouts. rope_scaling "llama3" becomes per-pair
  * divisors through lz_rope_llama3_divisors, "linear" a constant divisor;
  * other scalings are refused. Mistral's sliding_window is not applied
@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "model/llama.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 typedef struct {
     lz_llama *m;

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gguf_write.h"
-#include "model/rope.h"
+#include "formats/gguf_write.h"
+#include "base/rope.h"
 
 void lz_mkmodel_defaults(lz_mkmodel_opts *o)
 {

@@ -23,7 +23,7 @@
 
 #include <stddef.h>
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* The embedded default model, relative to the repository that holds the
  * executable (<repo>/build/bin/<tool>); the environment variable

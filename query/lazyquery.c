@@ -13,14 +13,14 @@
 
 #include "model/llama.h"
 #ifdef LZ_CUDA
-#include "model/llama_cuda.h"
+#include "gpu/llama_cuda.h"
 #endif
 #include "model/prompt.h"
-#include "model/unicode.h"
+#include "base/unicode.h"
 #include "query/retrieve.h"
 #include "query/session.h"
 #include "store/store.h"
-#include "model/runtime.h"
+#include "base/runtime.h"
 
 static void usage(FILE *f)
 {

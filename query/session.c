@@ -11,10 +11,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/half.h"
+#include "base/half.h"
 #include "model/prompt.h"
 #include "model/sampler.h"
-#include "model/sha256.h"
+#include "base/sha256.h"
 #include "store/payload.h"
 
 /* A cached KV block: one document, per-head kept counts, in the store's

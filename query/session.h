@@ -45,7 +45,7 @@ typedef struct {
 } lz_query_doc;
 
 /* An accelerated forward pass for the question and the answer (the GPU's,
- * model/llama_cuda.h): begin takes the prompt's segments (the prefix and the
+ * gpu/llama_cuda.h): begin takes the prompt's segments (the prefix and the
  * documents, each with its missing rotation), a 32-byte content key each (the
  * same key, the same KV: the backend may keep it resident) and the position
  * of the first own token; step runs tokens after them and everything stepped

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "model/error.h"
+#include "base/error.h"
 
 struct lz_kvdb {
     MDB_env *env;

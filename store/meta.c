@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/error.h"
+#include "base/error.h"
 
 enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,

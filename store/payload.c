@@ -17,8 +17,8 @@
 #include <nmmintrin.h>
 #endif
 
-#include "model/half.h"
-#include "model/error.h"
+#include "base/half.h"
+#include "base/error.h"
 
 struct lz_payload_codec {
     ZSTD_CCtx *cctx;

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "model/llama.h"
-#include "model/sha256.h"
-#include "model/error.h"
+#include "base/sha256.h"
+#include "base/error.h"
 
 struct lz_store {
     char dir[4096];

@@ -4,7 +4,7 @@
 BUILD=${BUILD:-build}
 total_p=0; total_f=0; bad=""
 export LZ_BIN="$BUILD/bin"
-# passive OpenMP waits: spinning threads collapse on shared CI cores (model/runtime.h)
+# passive OpenMP waits: spinning threads collapse on shared CI cores (base/runtime.h)
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue

@@ -4,9 +4,9 @@
  * dims, string lengths past the end) rejected with a message, never a crash. */
 #include <stdint.h>
 
-#include "model/gguf.h"
-#include "model/gguf_write.h"
-#include "model/half.h"
+#include "formats/gguf.h"
+#include "formats/gguf_write.h"
+#include "base/half.h"
 #include "model/mkmodel.h"
 #include "tests/test.h"
 

@@ -14,11 +14,11 @@
 #include <unistd.h>
 
 #include "model/chat.h"
-#include "model/gguf.h"
-#include "model/half.h"
+#include "formats/gguf.h"
+#include "base/half.h"
 #include "model/llama.h"
 #include "model/mkmodel.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "tests/test.h"
 
 static char tmp[512];

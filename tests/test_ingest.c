@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "ingest/encode.h"
-#include "model/gguf.h"
-#include "model/half.h"
+#include "formats/gguf.h"
+#include "base/half.h"
 #include "model/llama.h"
 #include "model/mkmodel.h"
 #include "model/prompt.h"

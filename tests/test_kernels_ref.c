@@ -21,8 +21,8 @@
 #include "kernels/lz_prefill.h"
 #include "kernels/lz_rerotate.h"
 #include "model/attention.h"
-#include "model/half.h"
-#include "model/rope.h"
+#include "base/half.h"
+#include "base/rope.h"
 #include "tests/test.h"
 
 static uint64_t rng = 88172645463325252ull;
@@ -409,7 +409,7 @@ static void test_decode_splits(void)
 
 /* The CPU references of the forward pass's small GPU kernels (kernels/lz_ops_ref.c)
  * against the engine's own math written out here: the layouts (token-major to
- * head-major and back), the rotation at pos0 + *count (model/rope.h), the window
+ * head-major and back), the rotation at pos0 + *count (base/rope.h), the window
  * capture, rmsnorm and silu in double, and the own sequence's bookkeeping. A
  * wrong index, pair or position fails them. */
 static void test_ops_ref(int layout)

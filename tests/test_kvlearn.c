@@ -14,7 +14,7 @@
 #include "ingest/kvlearn.h"
 #include "ingest/kvpolicy.h"
 #include "model/llama.h"
-#include "model/rope.h"
+#include "base/rope.h"
 #include "tests/test.h"
 #include "tests/test_model.h"
 

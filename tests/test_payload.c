@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/half.h"
+#include "base/half.h"
 #include "store/payload.h"
 #include "tests/test.h"
 

@@ -291,7 +291,7 @@ static void test_final_answer(void)
 }
 
 /* An accelerator that keeps the documents it was given (the GPU's cache,
- * model/llama_cuda_docs.cu) stands in for it here: a segment handed with data is
+ * gpu/llama_cuda_docs.cu) stands in for it here: a segment handed with data is
  * kept by its content key; one handed without data must be a kept key. */
 typedef struct {
     uint8_t keys[64][32];

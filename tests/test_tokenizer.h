@@ -4,9 +4,9 @@
 #ifndef LZ_TEST_TOKENIZER_H
 #define LZ_TEST_TOKENIZER_H
 
-#include "model/gguf.h"
-#include "model/gguf_write.h"
-#include "model/tokenizer.h"
+#include "formats/gguf.h"
+#include "formats/gguf_write.h"
+#include "tokenizer/tokenizer.h"
 
 static int same_ids(const int *a, int na, const int *b, int nb)
 {

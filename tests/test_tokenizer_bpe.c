@@ -6,9 +6,9 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "model/gguf.h"
-#include "model/gguf_write.h"
-#include "model/tokenizer.h"
+#include "formats/gguf.h"
+#include "formats/gguf_write.h"
+#include "tokenizer/tokenizer.h"
 #include "tests/test.h"
 #include "tests/test_tokenizer.h"
 

@@ -4,9 +4,9 @@
  * hand-made vocabulary (score order, ties, byte fallback) and error paths. */
 #include <stdint.h>
 
-#include "model/gguf.h"
-#include "model/gguf_write.h"
-#include "model/tokenizer.h"
+#include "formats/gguf.h"
+#include "formats/gguf_write.h"
+#include "tokenizer/tokenizer.h"
 #include "tests/test.h"
 #include "tests/test_tokenizer.h"
 

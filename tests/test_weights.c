@@ -1,4 +1,4 @@
-/* test_weights.c - weight matrices used in place (model/weights.h): widening
+/* test_weights.c - weight matrices used in place (formats/weights.h): widening
  * is exact (bf16, fp16, Q8_0, also from an offset inside a Q8_0 block), the
  * one-token dot products (AVX2 and portable) match a double-precision
  * reference (column counts around the SIMD blocks, row ranges, beta 0 and
@@ -9,9 +9,9 @@
 #include "tests/test.h"
 #include "tests/test_model.h"
 
-#include "model/gguf.h"
-#include "model/half.h"
-#include "model/weights.h"
+#include "formats/gguf.h"
+#include "base/half.h"
+#include "formats/weights.h"
 
 /* rows x cols random weights stored as type; want[] receives their exact values */
 static void *make_matrix(int type, int rows, int cols, uint64_t *rng, float *want)

@@ -18,9 +18,9 @@
 #include <unistd.h>
 
 #include "model/chat.h"
-#include "model/gguf_write.h"
+#include "formats/gguf_write.h"
 #include "model/llama.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5 };
 

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "model/llama.h"
-#include "model/runtime.h"
+#include "base/runtime.h"
 
 static void usage(FILE *f)
 {

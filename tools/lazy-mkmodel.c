@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "model/mkmodel.h"
 
 static void usage(FILE *f)

@@ -11,7 +11,7 @@
 #include "model/chat.h"
 #include "model/llama.h"
 #include "model/sampler.h"
-#include "model/runtime.h"
+#include "base/runtime.h"
 
 static void usage(FILE *f)
 {

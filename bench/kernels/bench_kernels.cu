@@ -33,8 +33,8 @@
 
 #include "kernels/lz_decode.h"
 #include "kernels/lz_prefill.h"
-#include "model/half.h"
-#include "model/rope.h"
+#include "base/half.h"
+#include "base/rope.h"
 #include "tests/cuda/cuda_check.h"
 #if LZ_PF_PROBE
 extern "C" int lz_prefill_probe_read(uint64_t *out, int n_ctas);

@@ -1,5 +1,5 @@
 /* cublas_shapes.cu - what the GPU forward pass's cuBLAS products cost
- * (model/llama_cuda.cu, bench/RESULTS.md "Cold documents recomputed on the
+ * (gpu/llama_cuda.cu, bench/RESULTS.md "Cold documents recomputed on the
  * GPU"), two measurements:
  *
  *   cublas_shapes first D O   the host time of cublasGemmEx (bf16 x bf16 ->

@@ -1,4 +1,4 @@
-/* tok_check.c - encodes text lines with the engine's tokenizer (model/tokenizer.h)
+/* tok_check.c - encodes text lines with the engine's tokenizer (tokenizer/tokenizer.h)
  * from a Hugging Face tokenizer.json, for comparison with datasets/bpe_train.py.
  * Input: one text a line with "\n" and "\\" escaped; output: ids a line.
  * Build: cc -O2 -I. datasets/tools/tok_check.c build/liblazy.a -ljansson -lpcre2-8 -lm -o build/tok_check
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 int main(int argc, char **argv)
 {

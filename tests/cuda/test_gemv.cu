@@ -9,7 +9,7 @@
  * settings (lz_gemv_tune): the default persistent grids, one block a SM (each
  * warp loops over row pairs), and one block per 16 rows. With --bench, the matrix-vector
  * products of a decode step of Llama-3.1-8B's shape, ours against
- * cublasGemmEx at one column (what model/llama_cuda.cu used), weights read
+ * cublasGemmEx at one column (what gpu/llama_cuda.cu used), weights read
  * from HBM (rotating sets larger than L2): microseconds and GB/s of weights,
  * against the device-to-device copy rate measured in the same run.
  * Usage: test_gemv [--bench]   (on the GPU machine) */
@@ -22,7 +22,7 @@
 
 #include "kernels/lz_gemv.h"
 #include "kernels/lz_ops.h"
-#include "model/half.h"
+#include "base/half.h"
 #include "tests/cuda/cuda_check.h"
 #include "tests/test.h"
 

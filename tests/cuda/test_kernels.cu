@@ -18,8 +18,8 @@
 #include "kernels/lz_decode.h"
 #include "kernels/lz_prefill.h"
 #include "kernels/lz_rerotate.h"
-#include "model/half.h"
-#include "model/rope.h"
+#include "base/half.h"
+#include "base/rope.h"
 #include "tests/test.h"
 #include "tests/cuda/cuda_check.h"
 

@@ -1,4 +1,4 @@
-/* test_llama_cuda.cu - the GPU forward pass (model/llama_cuda*.cu)
+/* test_llama_cuda.cu - the GPU forward pass (gpu/llama_cuda*.cu)
  * against the CPU engine (lz_llama_forward, fp32) on random-weight models:
  * the document's K and V of every layer after a prompt prefix, at bf16
  * level (normalised error per layer <= 3e-2, no NaN), for documents of 1,
@@ -24,10 +24,10 @@
 
 #include "ingest/encode.h"
 #include "ingest/kvpolicy.h"
-#include "model/gguf.h"
-#include "model/half.h"
+#include "formats/gguf.h"
+#include "base/half.h"
 #include "model/llama.h"
-#include "model/llama_cuda.h"
+#include "gpu/llama_cuda.h"
 #include "model/mkmodel.h"
 #include "tests/test.h"
 
@@ -300,7 +300,7 @@ static void test_many(const char *dir)
 
 /* A weight matrix of more than one staging buffer (the embedding, 70,000 x 512
  * bf16 = 72 MB: two chunks through the pinned buffers, upload_bytes in
- * model/llama_cuda.cu): a document of ids from the whole vocabulary encodes
+ * gpu/llama_cuda.cu): a document of ids from the whole vocabulary encodes
  * as the CPU engine encodes it. */
 static void test_big_upload(const char *dir)
 {

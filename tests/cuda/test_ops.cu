@@ -14,8 +14,8 @@
 #include "kernels/lz_decode.h"
 #include "kernels/lz_kvmass.h"
 #include "kernels/lz_ops.h"
-#include "model/half.h"
-#include "model/rope.h"
+#include "base/half.h"
+#include "base/rope.h"
 #include "tests/cuda/cuda_check.h"
 #include "tests/test.h"
 

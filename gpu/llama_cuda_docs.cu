@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "kernels/lz_ops.h"
-#include "model/half.h"
-#include "model/llama_gpu.cuh"
+#include "base/half.h"
+#include "gpu/llama_gpu.cuh"
 
 namespace lzgpu {
 

@@ -10,7 +10,7 @@
 
 #include "kernels/lz_gemv.h"
 #include "kernels/lz_ops.h"
-#include "model/llama_gpu.cuh"
+#include "gpu/llama_gpu.cuh"
 
 namespace lzgpu {
 

@@ -1,5 +1,5 @@
 /* runtime.c - see runtime.h. */
-#include "model/runtime.h"
+#include "base/runtime.h"
 
 #include <stdlib.h>
 #include <unistd.h>

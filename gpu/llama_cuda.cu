@@ -5,7 +5,7 @@
  * be read back) -> lz_prefill over the prefix segment and the document's own
  * keys (causal) -> o GEMM added to the fp32 residual -> rmsnorm -> gate, up
  * GEMMs -> silu(gate) * up (bf16) -> down GEMM added. The math is
- * model/forward.c's; model/rope.h is shared; the small kernels are
+ * model/forward.c's; base/rope.h is shared; the small kernels are
  * kernels/lz_ops.cu (each with a CPU reference). Ingest's multi-document
  * passes: llama_cuda_encode.cu; the documents resident for questions:
  * llama_cuda_docs.cu; a question's steps: llama_cuda_query.cu;
@@ -20,9 +20,9 @@
 
 #include "kernels/lz_gemv.h"
 #include "kernels/lz_ops.h"
-#include "model/half.h"
-#include "model/llama_gpu.cuh"
-#include "model/rope.h"
+#include "base/half.h"
+#include "gpu/llama_gpu.cuh"
+#include "base/rope.h"
 
 namespace lzgpu {
 

@@ -1,5 +1,5 @@
 /* error.c - see error.h. */
-#include "model/error.h"
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * a truncated or corrupt file yields an error (key or tensor name, byte
  * offset) and never an out-of-bounds read. Nesting of arrays is capped.
  */
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model/half.h"
-#include "model/weights.h"
+#include "base/half.h"
+#include "formats/weights.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 #define GGUF_DEFAULT_ALIGNMENT 32

@@ -1,7 +1,7 @@
 /* unicode.c - strict UTF-8 validation/encoding and GPT-2's byte <-> code
  * point table (see unicode.h). The table is computed, not stored: bytes
  * outside '!'..'~', U+00A1..U+00AC and U+00AE..U+00FF go to 256 + k in order. */
-#include "model/unicode.h"
+#include "base/unicode.h"
 
 int lz_utf8_seq_len(const unsigned char *s, size_t n)
 {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 #define HF_MAX_VOCAB (1 << 24)
 

@@ -1,9 +1,9 @@
 /* llama_gpu.cuh - the GPU forward pass's own state and pieces, shared by
- * its files (model/llama_cuda.h is the interface; this is not):
- *   model/llama_cuda.cu        the weights on the device, the forward layer
- *   model/llama_cuda_encode.cu ingest: the prefix, documents in multi-document passes
- *   model/llama_cuda_docs.cu   documents resident on the device; cold ones recomputed there
- *   model/llama_cuda_query.cu  a question's begin and its steps (decode: one graph a token)
+ * its files (gpu/llama_cuda.h is the interface; this is not):
+ *   gpu/llama_cuda.cu        the weights on the device, the forward layer
+ *   gpu/llama_cuda_encode.cu ingest: the prefix, documents in multi-document passes
+ *   gpu/llama_cuda_docs.cu   documents resident on the device; cold ones recomputed there
+ *   gpu/llama_cuda_query.cu  a question's begin and its steps (decode: one graph a token)
  * Everything but the lz_llama_gpu struct (llama_cuda.h's opaque type) lives
  * in namespace lzgpu. CUDA C++ only.
  *
@@ -20,7 +20,7 @@
 
 #include "kernels/lz_decode.h"
 #include "kernels/lz_prefill.h"
-#include "model/llama_cuda.h"
+#include "gpu/llama_cuda.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -171,7 +171,7 @@ static inline int fail(char *err, size_t errlen, const char *what, int code)
         }                                                                                                         \
     } while (0)
 
-/* model/llama_cuda.cu */
+/* gpu/llama_cuda.cu */
 void *dalloc_bytes(lz_llama_gpu *g, size_t bytes); /* cudaMalloc owned by g (freed with it), or NULL */
 template <class T> static inline T *dalloc(lz_llama_gpu *g, size_t count) { return (T *)dalloc_bytes(g, count * sizeof(T)); }
 void doc_free(GpuDoc *x);
@@ -185,7 +185,7 @@ int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const P
 int ensure_side(lz_llama_gpu *g, char *err, size_t errlen); /* the side streams several parts run on */
 int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen); /* p's attention workspace */
 
-/* model/llama_cuda_docs.cu */
+/* gpu/llama_cuda_docs.cu */
 void doc_drop(lz_llama_gpu *g, int i); /* removes doc i (the last one takes its place) */
 /* The resident doc of segment sg (key: its payload's; NULL: this question only), uploaded when absent. */
 int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, uint64_t *id, char *err, size_t errlen);

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
-#include "model/unicode.h"
+#include "tokenizer/tokenizer_impl.h"
+#include "base/unicode.h"
 
 const char lz_bpe_re_llama3[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"

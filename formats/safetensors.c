@@ -1,8 +1,8 @@
 /* safetensors.c - safetensors reader over mmap, shard sets from an index
  * file, fp32 conversion and a small writer (see safetensors.h). The header
  * JSON is parsed with jansson; every tensor is validated at open. */
-#include "model/safetensors.h"
-#include "model/error.h"
+#include "formats/safetensors.h"
+#include "base/error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model/half.h"
+#include "base/half.h"
 
 #define ST_MAX_HEADER (256u << 20) /* 256 MiB of JSON is far beyond any real model */
 

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/half.h"
-#include "model/weights.h"
+#include "base/half.h"
+#include "formats/weights.h"
 
 enum { QK = 32, QBYTES = 34 }; /* Q8_0: values a block, bytes a block */
 

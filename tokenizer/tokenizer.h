@@ -14,7 +14,7 @@
 
 #include <stddef.h>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 typedef struct lz_tokenizer lz_tokenizer;
 

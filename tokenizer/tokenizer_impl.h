@@ -1,7 +1,7 @@
 /* tokenizer_impl.h - internals shared by tokenizer*.c: the vocabulary (one
  * byte arena, a string -> id hash), the merge table, the pair heap that both
  * SentencePiece and byte-level BPE merge with, and the per-algorithm hooks.
- * Not a public header: only model/tokenizer*.c include it. */
+ * Not a public header: only tokenizer/tokenizer*.c include it. */
 #ifndef LZ_TOKENIZER_IMPL_H
 #define LZ_TOKENIZER_IMPL_H
 
@@ -9,7 +9,7 @@
 #include <pcre2.h>
 #include <stdint.h>
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* Token types, as GGUF tokenizer.ggml.token_type numbers them. */
 enum {

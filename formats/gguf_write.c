@@ -1,7 +1,7 @@
 /* gguf_write.c - GGUF v3 writer (see gguf_write.h). Metadata is serialised
  * into a growing buffer as it is added; tensors are converted to their type
  * at once and laid out with 32-byte alignment at save. */
-#include "model/gguf_write.h"
+#include "formats/gguf_write.h"
 
 #include <errno.h>
 #include <math.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/half.h"
+#include "base/half.h"
 
 #define ALIGN 32
 

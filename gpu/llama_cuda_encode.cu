@@ -14,8 +14,8 @@
 
 #include "kernels/lz_kvmass.h"
 #include "kernels/lz_ops.h"
-#include "model/half.h"
-#include "model/llama_gpu.cuh"
+#include "base/half.h"
+#include "gpu/llama_gpu.cuh"
 
 namespace lzgpu {
 

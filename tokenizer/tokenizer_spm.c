@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
-#include "model/unicode.h"
+#include "tokenizer/tokenizer_impl.h"
+#include "base/unicode.h"
 
 static const char SPACE_MARK[] = "\xe2\x96\x81"; /* U+2581 LOWER ONE EIGHTH BLOCK */
 

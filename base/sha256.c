@@ -1,5 +1,5 @@
 /* sha256.c - SHA-256 (FIPS 180-4), portable C, no dependencies. */
-#include "model/sha256.h"
+#include "base/sha256.h"
 
 #include <string.h>
 

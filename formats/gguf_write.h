@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 typedef struct lz_gguf_writer lz_gguf_writer;
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 void lz_tok_err(char *err, size_t errlen, const char *fmt, ...)
 {
