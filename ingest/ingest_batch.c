@@ -189,11 +189,11 @@ static int commit_rows(ingest *g)
 {
     if (!g->n_docs && !g->n_src && !g->n_keep) return 0;
     lz_meta_run_counts add = { 0 };
-    int rc = lz_meta_begin(g->meta, g->err, sizeof g->err);
+    int rc = lz_store_begin(g->s, g->err, sizeof g->err);
     for (int i = 0; !rc && i < g->n_docs; i++) {
         pend_doc *p = &g->docs[i];
         if (p->kind == K_UNCHANGED) {
-            rc = lz_meta_doc_touch(g->meta, p->row_id, g->run, g->err, sizeof g->err);
+            rc = lz_store_doc_touch(g->s, p->row_id, g->run, g->err, sizeof g->err);
             add.n_unchanged++;
             continue;
         }
@@ -216,24 +216,24 @@ static int commit_rows(ingest *g)
         memcpy(d.source_hash, p->source_hash, 32);
         set_kv_fields(g, &d, p->kv_spec, p->kv_kept);
         if (p->kind == K_ADDED) {
-            rc = lz_meta_doc_insert(g->meta, &d, g->err, sizeof g->err);
+            rc = lz_store_doc_insert(g->s, &d, g->err, sizeof g->err);
             add.n_added++;
         } else {
-            rc = lz_meta_doc_update(g->meta, &d, g->err, sizeof g->err);
+            rc = lz_store_doc_update(g->s, &d, g->err, sizeof g->err);
             if (p->kind == K_REHASH) add.n_unchanged++;
             else add.n_updated++;
         }
     }
     for (int i = 0; !rc && i < g->n_src; i++) {
         int64_t n = 0;
-        rc = lz_meta_source_prune(g->meta, g->sources[i], g->run, &n, g->err, sizeof g->err);
+        rc = lz_store_source_prune(g->s, g->sources[i], g->run, &n, g->err, sizeof g->err);
         add.n_removed += n;
     }
     for (int i = 0; !rc && i < g->n_keep; i++)
-        rc = lz_meta_source_touch(g->meta, g->keep_sources[i], g->run, g->err, sizeof g->err);
-    if (!rc) rc = lz_meta_commit(g->meta, g->err, sizeof g->err);
+        rc = lz_store_source_touch(g->s, g->keep_sources[i], g->run, g->err, sizeof g->err);
+    if (!rc) rc = lz_store_commit(g->s, g->err, sizeof g->err);
     if (rc) {
-        lz_meta_rollback(g->meta);
+        lz_store_rollback(g->s);
         return -1;
     }
     g->c.n_added += add.n_added;

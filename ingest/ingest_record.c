@@ -141,8 +141,8 @@ int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
     /* fast path: an unsplit document whose text and prefix are unchanged and
      * that still fits --max-doc-tokens */
     lz_store_content_hash(r->title, r->text, hash);
-    int rc = lz_meta_doc_find(g->meta, r->id, &row, src, sizeof src, g->err, sizeof g->err);
-    if (rc && rc != LZ_META_ENOTFOUND) return -1;
+    int rc = lz_store_doc_find(g->s, r->id, &row, src, sizeof src, g->err, sizeof g->err);
+    if (rc && rc != LZ_STORE_ENOTFOUND) return -1;
     if (!rc && strcmp(src, r->id) != 0) {
         snprintf(g->err, sizeof g->err, "%s: id '%s' collides with passage %d of document '%s'", where, r->id,
                  row.passage, src);
@@ -155,8 +155,8 @@ int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
          * prefix give its tokens (a new prompt prefix changes every key) */
         int *old = NULL, n_old = 0;
         uint8_t key[LZ_META_KEY_LEN];
-        int st = lz_meta_doc_tokens(g->meta, row.id, &old, &n_old, g->err, sizeof g->err);
-        if (st && st != LZ_META_EINVAL) return -1;
+        int st = lz_store_doc_tokens(g->s, row.id, &old, &n_old, g->err, sizeof g->err);
+        if (st && st != LZ_STORE_ECORRUPT) return -1;
         if (!st) {
             doc_key(g, old, n_old, key);
             same = memcmp(key, row.payload_key, LZ_META_KEY_LEN) == 0;
@@ -176,9 +176,9 @@ int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
      * (same text, same budget) and keys valid under this model and prefix */
     uint8_t split_hash[32];
     lz_store_split_hash(r->title, r->text, r->text_len, g->o.max_doc_tokens, split_hash);
-    if (rc == LZ_META_ENOTFOUND) {
+    if (rc == LZ_STORE_ENOTFOUND) {
         split_check sc = { g, split_hash, NULL, 0, 0, 1, 0 };
-        if (lz_meta_source_rows(g->meta, r->id, split_visit, &sc, g->err, sizeof g->err)) {
+        if (lz_store_source_rows(g->s, r->id, split_visit, &sc, g->err, sizeof g->err)) {
             free(sc.ids);
             return -1;
         }
@@ -267,8 +267,8 @@ int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
         doc_key(g, d->ids, n, d->key);
         d->kv_kept = ingest_doc_kv(g, n, d->kv_spec);
         g->n_corpus_tokens += n;
-        rc = lz_meta_doc_find(g->meta, pid, &row, src, sizeof src, g->err, sizeof g->err);
-        if (rc && rc != LZ_META_ENOTFOUND) return -1;
+        rc = lz_store_doc_find(g->s, pid, &row, src, sizeof src, g->err, sizeof g->err);
+        if (rc && rc != LZ_STORE_ENOTFOUND) return -1;
         if (!rc && strcmp(src, r->id) != 0) {
             snprintf(g->err, sizeof g->err, "%s: id '%s': passage id '%s' collides with document '%s'", where,
                      r->id, pid, src);

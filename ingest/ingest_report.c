@@ -82,7 +82,7 @@ int ingest_repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
         for (int j = 0; !bad_ids && j < c->n; j++) bad_ids = c->ids[j] < 0 || c->ids[j] >= g->m->cfg.vocab;
         if (bad_ids || c->kind == LZ_STORE_ISSUE_WRONG_MODEL) {
             /* rows of another model or with unusable tokens: removed (re-ingest re-adds them) */
-            if (lz_meta_doc_delete(g->meta, c->doc_id, g->err, sizeof g->err)) return -1;
+            if (lz_store_doc_delete(g->s, c->doc_id, g->err, sizeof g->err)) return -1;
             ingest_warnf(g, "repair: removed document '%s' (%s); ingest its corpus again to restore it", c->ext_id,
                   issue_name(c->kind));
             (*n_removed)++;
@@ -115,7 +115,7 @@ int ingest_repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
         int64_t raw = B > 0 ? ingest_raw_bytes(g, c->n) / c->n * B : ingest_raw_bytes(g, c->n);
         int rc = lz_store_put_payloads(g->s, &p, 1, g->err, sizeof g->err);
         if (!rc) {
-            rc = lz_meta_doc_set_payload(g->meta, c->doc_id, p.key, raw, (int64_t)p.len, g->err, sizeof g->err);
+            rc = lz_store_doc_set_payload(g->s, c->doc_id, p.key, raw, (int64_t)p.len, g->err, sizeof g->err);
         }
         free(p.blob);
         if (rc) return -1;

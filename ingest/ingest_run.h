@@ -21,6 +21,7 @@
 #include "ingest/pass_ref.h"
 #include "ingest/kvlearn.h"
 #include "ingest/kvpolicy.h"
+#include "ingest/model_desc.h"
 #include "model/llama.h"
 #include "gpu/llama_cuda.h"
 #include "store/store.h"
@@ -108,7 +109,6 @@ typedef struct {
     options o;
     lz_llama *m;
     lz_store *s;
-    lz_meta *meta;
     lz_encoder *enc;
     lz_kvlearn scorer;      /* --kv-learned (w NULL when not given) */
     lz_kvlearn_acc *learn;  /* --kv-learn-out */

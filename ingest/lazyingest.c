@@ -209,7 +209,7 @@ static int setup_model(ingest *g, const char *model_path)
 {
     char abs[PATH_MAX];
     lz_store_model_desc desc;
-    lz_store_model_desc_of(g->m, realpath(model_path, abs) ? abs : model_path, &desc);
+    lz_ingest_model_desc(g->m, realpath(model_path, abs) ? abs : model_path, &desc);
     desc.kv_dtype = g->o.kv_dtype;
     uint8_t pkey[LZ_META_KEY_LEN];
     int prefix_changed; /* every key changes; the key comparison in ingest_do_record sees it */
@@ -411,11 +411,11 @@ static int run_corpus(ingest *g, lz_corpus *cp)
             ingest_warnf(g, "lazyingest: --prune skipped: %ld bad records without a readable id", n_anonymous);
         } else {
             int64_t n = 0;
-            int st = lz_meta_begin(g->meta, g->err, sizeof g->err);
-            if (!st) st = lz_meta_prune(g->meta, g->run, &n, g->err, sizeof g->err);
-            if (!st) st = lz_meta_commit(g->meta, g->err, sizeof g->err);
+            int st = lz_store_begin(g->s, g->err, sizeof g->err);
+            if (!st) st = lz_store_prune(g->s, g->run, &n, g->err, sizeof g->err);
+            if (!st) st = lz_store_commit(g->s, g->err, sizeof g->err);
             if (st) {
-                lz_meta_rollback(g->meta);
+                lz_store_rollback(g->s);
                 ingest_warnf(g, "lazyingest: prune: %s", g->err);
                 return EXIT_ERR;
             }
@@ -674,7 +674,6 @@ int main(int argc, char **argv)
         status = EXIT_ERR;
         goto out;
     }
-    g->meta = lz_store_meta(g->s);
     int setup_rc = need_model ? setup_model(g, o->model) : lz_store_bind_recorded(g->s, g->err, sizeof g->err);
     g->t_setup = now_s() - t_setup; /* model load, GPU upload, store binding, the prefix's forward pass */
     if (setup_rc) {
@@ -690,11 +689,11 @@ int main(int argc, char **argv)
     if (cp) {
         char args[8192];
         join_args(argc, argv, args, sizeof args);
-        int st = lz_meta_begin(g->meta, g->err, sizeof g->err);
-        if (!st) st = lz_meta_run_begin(g->meta, args, g->model_id, &g->run, g->err, sizeof g->err);
-        if (!st) st = lz_meta_commit(g->meta, g->err, sizeof g->err);
+        int st = lz_store_begin(g->s, g->err, sizeof g->err);
+        if (!st) st = lz_store_run_begin(g->s, args, g->model_id, &g->run, g->err, sizeof g->err);
+        if (!st) st = lz_store_commit(g->s, g->err, sizeof g->err);
         if (st) {
-            lz_meta_rollback(g->meta);
+            lz_store_rollback(g->s);
             fprintf(stderr, "lazyingest: %s\n", g->err);
             status = EXIT_ERR;
             goto out;
@@ -739,10 +738,10 @@ int main(int argc, char **argv)
     }
     if (cp && g->run) {
         if (status == EXIT_ERR) run_status = "failed";
-        if (lz_meta_run_end(g->meta, g->run, &g->c, run_status, g->err, sizeof g->err))
+        if (lz_store_run_end(g->s, g->run, &g->c, run_status, g->err, sizeof g->err))
             fprintf(stderr, "lazyingest: recording the run: %s\n", g->err);
     }
-    lz_meta_doc_count(g->meta, &n_total, g->err, sizeof g->err);
+    lz_store_doc_count(g->s, &n_total, g->err, sizeof g->err);
     ingest_summary(g, status == EXIT_OK ? "ok" : status == EXIT_SKIPPED ? "partial" : status == EXIT_CHECK ? "problems"
                                                                                                     : "failed",
             n_total, (cp || o->gc || o->repair) ? &gs : NULL, &cs, fixed, removed_by_repair, cp != NULL, o->check);

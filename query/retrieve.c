@@ -31,13 +31,13 @@ static int complete(lz_store *s, lz_query_doc *d, char *err, size_t errlen)
 {
     lz_meta_doc row;
     char e2[256] = "";
-    int rc = lz_meta_doc_find(lz_store_meta(s), d->ext_id, &row, NULL, 0, e2, sizeof e2);
-    if (rc == LZ_META_ENOTFOUND) { snprintf(err, errlen, "document '%s' is not in the store", d->ext_id); return -1; }
+    int rc = lz_store_doc_find(s, d->ext_id, &row, NULL, 0, e2, sizeof e2);
+    if (rc == LZ_STORE_ENOTFOUND) { snprintf(err, errlen, "document '%s' is not in the store", d->ext_id); return -1; }
     if (rc) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return -1; }
     d->id = row.id;
     if (!d->title[0]) { /* --docs: the title is not known yet */
-        int trc = lz_meta_doc_title(lz_store_meta(s), row.id, d->title, sizeof d->title, e2, sizeof e2);
-        if (trc && trc != LZ_META_ENOTFOUND) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return -1; }
+        int trc = lz_store_doc_title(s, row.id, d->title, sizeof d->title, e2, sizeof e2);
+        if (trc && trc != LZ_STORE_ENOTFOUND) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return -1; }
     }
     memcpy(d->payload_key, row.payload_key, LZ_META_KEY_LEN);
     d->n_tokens = row.n_tokens;
@@ -51,13 +51,9 @@ int lz_retrieve_search(lz_store *s, const char *question, int k, lz_query_doc **
     *docs = NULL;
     *n = 0;
     if (k <= 0) return 0;
-    char *fts = lz_meta_fts_quote(question);
-    if (!fts) { snprintf(err, errlen, "out of memory"); return -1; }
     hits H = {.docs = calloc((size_t)k, sizeof(lz_query_doc)), .cap = k};
-    if (!H.docs) { free(fts); snprintf(err, errlen, "out of memory"); return -1; }
-    int rc = 0;
-    if (fts[0]) rc = lz_meta_search(lz_store_meta(s), fts, k, on_hit, &H, err, errlen);
-    free(fts);
+    if (!H.docs) { snprintf(err, errlen, "out of memory"); return -1; }
+    int rc = lz_store_search(s, question, k, on_hit, &H, err, errlen);
     for (int i = 0; !rc && i < H.n; i++) rc = complete(s, &H.docs[i], err, errlen);
     if (rc) { free(H.docs); return -1; }
     *docs = H.docs;

@@ -16,6 +16,7 @@
 #include "model/sampler.h"
 #include "base/sha256.h"
 #include "store/payload.h"
+#include "ingest/model_desc.h"
 
 /* A cached KV block: one document, per-head kept counts, in the store's
  * element type: a bf16 store's payloads stay bf16 (the values the store
@@ -202,11 +203,8 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
     q->store = s;
     q->o = *o;
     if (q->o.batch <= 0) q->o.batch = 256;
-    lz_store_model_desc desc = {.arch = m->arch, .n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
-                                .head_dim = m->cfg.head_dim, .rope_layout = m->cfg.rope_layout,
-                                .rope_theta = m->cfg.rope_theta,
-                                .rope_divisors = m->cfg.has_rope_divisors ? m->cfg.rope_divisors : NULL};
-    memcpy(desc.fingerprint, m->fingerprint, 32);
+    lz_store_model_desc desc;
+    lz_ingest_model_desc(m, NULL, &desc);
     int rc = lz_store_check_model(s, &desc, err, errlen);
     if (rc) { free(q); return rc; }
     q->cache = lz_doc_cache_new(o->cache_bytes, cache_free_value, NULL);

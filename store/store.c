@@ -3,6 +3,7 @@
  * Row-level SQL is in meta.c, LMDB in kvdb.c, the blob format in payload.c.
  */
 #include "store/store.h"
+#include "store/store_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,26 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model/llama.h"
 #include "base/sha256.h"
 #include "base/error.h"
 
-struct lz_store {
-    char dir[4096];
-    lz_meta *meta;
-    lz_kvdb *kv;
-    int lock_fd;
-    int rdonly;
-    int bound;
-    uint8_t fingerprint[32];
-    int64_t model_id;
-    int *prefix;
-    int n_prefix;
-    int n_layers, n_kv_heads, head_dim;
-    int kv_dtype;
-};
-
-static int from_meta(int st)
+int lz_store_from_meta(int st)
 {
     switch (st) {
     case LZ_META_OK: return LZ_STORE_OK;
@@ -45,7 +30,7 @@ static int from_meta(int st)
     }
 }
 
-static int from_kvdb(int st)
+int lz_store_from_kvdb(int st)
 {
     switch (st) {
     case LZ_KVDB_OK: return LZ_STORE_OK;
@@ -114,10 +99,10 @@ int lz_store_open(const char *dir, int flags, lz_store **out, char *err, size_t 
         st = lz_fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s: %s not found (not a store?)", dir, path);
         goto out;
     }
-    st = from_meta(lz_meta_open(path, s->rdonly ? LZ_META_RDONLY : 0, &s->meta, err, errlen));
+    st = lz_store_from_meta(lz_meta_open(path, s->rdonly ? LZ_META_RDONLY : 0, &s->meta, err, errlen));
     if (st) goto out;
     snprintf(path, sizeof path, "%s/kv", dir);
-    st = from_kvdb(lz_kvdb_open(path, s->rdonly ? LZ_KVDB_RDONLY : 0, &s->kv, err, errlen));
+    st = lz_store_from_kvdb(lz_kvdb_open(path, s->rdonly ? LZ_KVDB_RDONLY : 0, &s->kv, err, errlen));
 out:
     if (st) {
         lz_store_close(s);
@@ -137,8 +122,6 @@ void lz_store_close(lz_store *s)
     free(s);
 }
 
-lz_meta *lz_store_meta(lz_store *s) { return s->meta; }
-lz_kvdb *lz_store_kvdb(lz_store *s) { return s->kv; }
 const char *lz_store_dir(const lz_store *s) { return s->dir; }
 const uint8_t *lz_store_model_fingerprint(const lz_store *s) { return s->fingerprint; }
 int lz_store_kv_dtype(const lz_store *s) { return s->kv_dtype; }
@@ -217,20 +200,6 @@ void lz_store_split_hash(const char *title, const char *text, size_t text_len, i
 
 /* ---- model binding ---- */
 
-void lz_store_model_desc_of(const lz_llama *m, const char *source_path, lz_store_model_desc *d)
-{
-    memset(d, 0, sizeof *d);
-    memcpy(d->fingerprint, m->fingerprint, 32);
-    d->arch = m->arch;
-    d->n_layers = m->cfg.n_layers;
-    d->n_kv_heads = m->cfg.n_kv_heads;
-    d->head_dim = m->cfg.head_dim;
-    d->rope_layout = m->cfg.rope_layout;
-    d->rope_theta = m->cfg.rope_theta;
-    d->rope_divisors = m->cfg.has_rope_divisors ? m->cfg.rope_divisors : NULL;
-    d->source_path = source_path;
-}
-
 static void describe(const lz_store_model_desc *m, lz_meta_model *o)
 {
     memset(o, 0, sizeof *o);
@@ -306,7 +275,7 @@ static int set_prefix(lz_store *s, const int *prefix, int n)
 int lz_store_bind_recorded(lz_store *s, char *err, size_t errlen)
 {
     lz_meta_model have;
-    int st = from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
+    int st = lz_store_from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
     if (st == LZ_STORE_ENOTFOUND)
         return lz_fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
     if (st) return st;
@@ -334,7 +303,7 @@ int lz_store_check_model(lz_store *s, const lz_store_model_desc *m, char *err, s
 {
     lz_meta_model want, have;
     describe(m, &want);
-    int st = from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
+    int st = lz_store_from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
     if (st == LZ_STORE_ENOTFOUND)
         return lz_fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
     if (st) return st;
@@ -358,12 +327,12 @@ int lz_store_bind_model(lz_store *s, const lz_store_model_desc *m, const int *pr
     want.prefix_tokens = (int *)prefix;
     want.n_prefix = n_prefix;
     *prefix_changed = 0;
-    int st = from_meta(lz_meta_begin(s->meta, err, errlen));
+    int st = lz_store_from_meta(lz_meta_begin(s->meta, err, errlen));
     if (st) return st;
-    st = from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
+    st = lz_store_from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
     if (st == LZ_STORE_ENOTFOUND) {
         if (!want.kv_dtype) want.kv_dtype = LZ_PAYLOAD_DTYPE_BF16;
-        st = from_meta(lz_meta_model_insert(s->meta, &want, err, errlen));
+        st = lz_store_from_meta(lz_meta_model_insert(s->meta, &want, err, errlen));
         have.id = want.id;
         have.kv_dtype = want.kv_dtype;
     } else if (!st) {
@@ -373,12 +342,12 @@ int lz_store_bind_model(lz_store *s, const lz_store_model_desc *m, const int *pr
                     strcmp(have.source_path, want.source_path) != 0)) {
             *prefix_changed = have.n_prefix != n_prefix ||
                               memcmp(have.prefix_tokens, prefix, sizeof(int) * (size_t)n_prefix) != 0;
-            st = from_meta(lz_meta_model_set_prefix(s->meta, have.id, prefix, n_prefix, want.prefix_key,
+            st = lz_store_from_meta(lz_meta_model_set_prefix(s->meta, have.id, prefix, n_prefix, want.prefix_key,
                                                     want.source_path, err, errlen));
         }
         free(have.prefix_tokens);
     }
-    if (!st) st = from_meta(lz_meta_commit(s->meta, err, errlen));
+    if (!st) st = lz_store_from_meta(lz_meta_commit(s->meta, err, errlen));
     if (st) {
         lz_meta_rollback(s->meta);
         return st;
@@ -398,18 +367,18 @@ void lz_store_prefix(const lz_store *s, const int **ids, int *n, uint8_t key[LZ_
 int lz_store_doc_tokens(lz_store *s, int64_t doc_id, int **ids, int *n, char *err, size_t errlen)
 {
     int st = lz_meta_doc_tokens(s->meta, doc_id, ids, n, err, errlen);
-    return st == LZ_META_EINVAL ? LZ_STORE_ECORRUPT : from_meta(st);
+    return st == LZ_META_EINVAL ? LZ_STORE_ECORRUPT : lz_store_from_meta(st);
 }
 
 int lz_store_top_accessed(lz_store *s, int limit, lz_meta_top_fn fn, void *ctx,
                           char *err, size_t errlen)
 {
-    return from_meta(lz_meta_stats_top(s->meta, limit, fn, ctx, err, errlen));
+    return lz_store_from_meta(lz_meta_stats_top(s->meta, limit, fn, ctx, err, errlen));
 }
 
 int lz_store_hit(lz_store *s, int64_t doc_id, char *err, size_t errlen)
 {
-    return from_meta(lz_meta_stats_hit(s->meta, doc_id, err, errlen));
+    return lz_store_from_meta(lz_meta_stats_hit(s->meta, doc_id, err, errlen));
 }
 
 /* ---- payloads ---- */
@@ -421,7 +390,7 @@ static int put_payloads(lz_store *s, const lz_store_payload *p, int n, int fixed
     if (!items) return lz_fail(err, errlen, LZ_STORE_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
         items[i] = (lz_kvdb_item){ p[i].key, LZ_META_KEY_LEN, p[i].blob, p[i].len };
-    int st = from_kvdb(fixed ? lz_kvdb_put_batch_fixed(s->kv, items, n, err, errlen)
+    int st = lz_store_from_kvdb(fixed ? lz_kvdb_put_batch_fixed(s->kv, items, n, err, errlen)
                              : lz_kvdb_put_batch(s->kv, items, n, err, errlen));
     free(items);
     return st;
@@ -441,7 +410,7 @@ int lz_store_reserve_payloads(lz_store *s, const lz_store_payload *p, int n, cha
 {
     uint64_t bytes = 0;
     for (int i = 0; i < n; i++) bytes += p[i].len + LZ_META_KEY_LEN + 4096; /* overflow pages, rounded up */
-    return from_kvdb(lz_kvdb_reserve(s->kv, bytes + bytes / 4 + ((uint64_t)1 << 20), err, errlen));
+    return lz_store_from_kvdb(lz_kvdb_reserve(s->kv, bytes + bytes / 4 + ((uint64_t)1 << 20), err, errlen));
 }
 
 int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t *len, char *err,
@@ -460,7 +429,7 @@ int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t
 int lz_store_get_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], void **blob, size_t *len,
                          char *err, size_t errlen)
 {
-    return from_kvdb(lz_kvdb_get(s->kv, key, LZ_META_KEY_LEN, blob, len, err, errlen));
+    return lz_store_from_kvdb(lz_kvdb_get(s->kv, key, LZ_META_KEY_LEN, blob, len, err, errlen));
 }
 
 /* ---- garbage collection ---- */
@@ -513,7 +482,7 @@ static int gc_scan(lz_store *s, gc_ctx *g, char *err, size_t errlen)
     g->errlen = errlen;
     int rc = lz_kvdb_foreach(s->kv, gc_visit, g, err, errlen);
     if (g->error) return g->error;
-    return from_kvdb(rc);
+    return lz_store_from_kvdb(rc);
 }
 
 int lz_store_gc(lz_store *s, lz_store_gc_stats *st, char *err, size_t errlen)
@@ -527,7 +496,7 @@ int lz_store_gc(lz_store *s, lz_store_gc_stats *st, char *err, size_t errlen)
     for (int64_t i = 0; !rc && i < g.n; i += BATCH) {
         int n = (int)(g.n - i < BATCH ? g.n - i : BATCH), del = 0;
         for (int j = 0; j < n; j++) items[j] = (lz_kvdb_item){ g.keys[i + j], g.lens[i + j], NULL, 0 };
-        rc = from_kvdb(lz_kvdb_del_batch(s->kv, items, n, &del, err, errlen));
+        rc = lz_store_from_kvdb(lz_kvdb_del_batch(s->kv, items, n, &del, err, errlen));
         st->n_removed += del;
     }
     if (!rc) st->bytes_removed = g.bytes;
@@ -630,12 +599,12 @@ int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), 
     memset(st, 0, sizeof *st);
     if (!s->bound) return lz_fail(err, errlen, LZ_STORE_EINVAL, "store %s: check before binding a model", s->dir);
     check_ctx c = { s, NULL, fn, ctx, st, 0, "", NULL };
-    int rc = from_kvdb(lz_kvdb_reader_begin(s->kv, &c.rd, err, errlen));
+    int rc = lz_store_from_kvdb(lz_kvdb_reader_begin(s->kv, &c.rd, err, errlen));
     if (rc) return rc;
     uint8_t want[LZ_META_KEY_LEN];
     lz_store_prefix_key(s->fingerprint, s->prefix, s->n_prefix, want);
     lz_meta_model mm;
-    rc = from_meta(lz_meta_model_get(s->meta, &mm, err, errlen));
+    rc = lz_store_from_meta(lz_meta_model_get(s->meta, &mm, err, errlen));
     int ok;
     if (!rc) {
         free(mm.prefix_tokens);
@@ -643,7 +612,7 @@ int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), 
     }
     if (!rc && !c.stopped) {
         int r = lz_meta_doc_foreach(s->meta, check_doc, &c, err, errlen);
-        if (!c.stopped) rc = from_meta(r);
+        if (!c.stopped) rc = lz_store_from_meta(r);
     }
     lz_kvdb_reader_end(c.rd);
     if (rc || c.stopped) return rc;

@@ -1,7 +1,8 @@
 /* store.h - a store folder: LMDB payloads (kv/) + SQLite metadata
  * (meta.sqlite), bound to one model. The facade ingest and query use: open
  * and lock, model check, content keys, payload put/get, and the consistency
- * rules of the issue: payload first, row second; SQLite is the truth; gc
+ * rules: payload first, row second (enforced here: a row whose payload is
+ * not in LMDB is refused, see "rows" below); SQLite is the truth; gc
  * removes unreferenced payloads; check finds rows whose payload is missing,
  * corrupt or of another model.
  *
@@ -34,11 +35,10 @@ enum {
  * ESCHEMA, ENOMEM; err names the folder and what failed. */
 int lz_store_open(const char *dir, int flags, lz_store **out, char *err, size_t errlen);
 void lz_store_close(lz_store *s); /* NULL is a no-op */
-lz_meta *lz_store_meta(lz_store *s);
-lz_kvdb *lz_store_kvdb(lz_store *s);
 const char *lz_store_dir(const lz_store *s);
 
-/* What the store records about a model (filled by the caller from the engine). */
+/* What the store records about a model (filled by the caller from the engine;
+ * ingest/model_desc.h fills it from a loaded lz_llama). */
 typedef struct {
     uint8_t fingerprint[32];
     const char *arch;            /* "llama" */
@@ -49,10 +49,6 @@ typedef struct {
     const char *source_path;     /* informational */
     int kv_dtype;                /* payload dtype (LZ_PAYLOAD_DTYPE_*); 0 = the store's, bf16 for a new one */
 } lz_store_model_desc;
-
-struct lz_llama;
-/* Fills d from a loaded model (model/llama.h); source_path is kept by pointer. */
-void lz_store_model_desc_of(const struct lz_llama *m, const char *source_path, lz_store_model_desc *d);
 
 /* Binds the store to a model: records it in an empty store; in a store built
  * with another model, returns EMODEL with a message naming both (fingerprint,
@@ -109,6 +105,58 @@ void lz_store_content_hash(const char *title, const char *text, uint8_t out[32])
  * sha256("lazysplit-v1", u32 max_doc_tokens, title or "", 0x00, text). */
 void lz_store_split_hash(const char *title, const char *text, size_t text_len, int max_doc_tokens,
                          uint8_t out[32]);
+
+/* ---- rows (SQLite) and their transactions ----
+ * Every change to rows happens inside lz_store_begin .. lz_store_commit (or
+ * lz_store_rollback, which undoes all of it). The store keeps its durability
+ * rule itself: a row that points at a payload (insert, update, set_payload)
+ * is refused with EINVAL, naming the document, unless that payload is
+ * already in LMDB, so a crash never leaves a row without its payload. The
+ * row and run types are meta.h's (lz_meta_doc, lz_meta_hit,
+ * lz_meta_run_counts); the handles stay inside the store. Errors: EIO
+ * (SQLite), ENOMEM, EINVAL, ENOTFOUND where a lookup finds nothing. */
+int lz_store_begin(lz_store *s, char *err, size_t errlen);
+int lz_store_commit(lz_store *s, char *err, size_t errlen);
+void lz_store_rollback(lz_store *s);
+
+/* Inserts row d (sets d->id) or rewrites row d->id; its payload must exist. */
+int lz_store_doc_insert(lz_store *s, lz_meta_doc *d, char *err, size_t errlen);
+int lz_store_doc_update(lz_store *s, const lz_meta_doc *d, char *err, size_t errlen);
+/* Points row id at payload key (repair); the payload must exist. */
+int lz_store_doc_set_payload(lz_store *s, int64_t id, const uint8_t key[LZ_META_KEY_LEN],
+                             int64_t raw_bytes, int64_t stored_bytes, char *err, size_t errlen);
+int lz_store_doc_delete(lz_store *s, int64_t id, char *err, size_t errlen);
+/* Marks row id, or every row of source_id, as seen by ingest run `run`. */
+int lz_store_doc_touch(lz_store *s, int64_t id, int64_t run, char *err, size_t errlen);
+int lz_store_source_touch(lz_store *s, const char *source_id, int64_t run, char *err, size_t errlen);
+/* Deletes the rows of source_id (or of the whole store) not seen by run;
+ * *n receives the count. */
+int lz_store_source_prune(lz_store *s, const char *source_id, int64_t run, int64_t *n,
+                          char *err, size_t errlen);
+int lz_store_prune(lz_store *s, int64_t run, int64_t *n, char *err, size_t errlen);
+/* Ingest runs: marks runs a killed process left 'running' as 'aborted',
+ * then starts one (inside a transaction); run_end records its counts. */
+int lz_store_run_begin(lz_store *s, const char *args, int64_t model_id, int64_t *run,
+                       char *err, size_t errlen);
+int lz_store_run_end(lz_store *s, int64_t run, const lz_meta_run_counts *c, const char *status,
+                     char *err, size_t errlen);
+
+/* Reads (no transaction needed). lz_store_doc_find: row of ext_id without
+ * its text and tokens (meta.h's lz_meta_doc_find), source id copied into
+ * src; ENOTFOUND when absent. */
+int lz_store_doc_find(lz_store *s, const char *ext_id, lz_meta_doc *out, char *src, size_t srclen,
+                      char *err, size_t errlen);
+/* Every row of source_id in passage order (meta.h's lz_meta_source_rows). */
+int lz_store_source_rows(lz_store *s, const char *source_id, int (*fn)(const lz_meta_doc *d, void *ctx),
+                         void *ctx, char *err, size_t errlen);
+/* Title of row id into buf ("" when it has none); ENOTFOUND. */
+int lz_store_doc_title(lz_store *s, int64_t id, char *buf, size_t len, char *err, size_t errlen);
+int lz_store_doc_count(lz_store *s, int64_t *n, char *err, size_t errlen);
+/* BM25 full-text search over title + text of plain text (every word a
+ * quoted term, OR-ed; never FTS5 syntax from the caller); best k, fn per hit
+ * in rank order. A text without words finds nothing. */
+int lz_store_search(lz_store *s, const char *text, int k, int (*fn)(const lz_meta_hit *h, void *ctx),
+                    void *ctx, char *err, size_t errlen);
 
 /* ---- payloads ---- */
 typedef struct {

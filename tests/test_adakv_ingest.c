@@ -16,6 +16,7 @@
 #include "model/llama.h"
 #include "query/retrieve.h"
 #include "query/session.h"
+#include "tests/store_inner.h"
 #include "tests/test.h"
 
 static char dir[256], bin[512], model[600], corpus[600];
@@ -110,14 +111,14 @@ static void test_rows(const char *store)
     lz_store *s;
     if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "%s", err); return; }
     lz_meta_doc d;
-    CHECK(lz_meta_doc_find(lz_store_meta(s), "doc3", &d, src, sizeof src, err, sizeof err) == 0, "find doc3");
+    CHECK(lz_meta_doc_find(test_store_meta(s), "doc3", &d, src, sizeof src, err, sizeof err) == 0, "find doc3");
     CHECK(!strcmp(d.kv_policy, "ada-snapkv") && !strcmp(d.kv_budget, "0.5") && d.kv_window == 32 &&
               !strcmp(d.kv_spec, "ada-snapkv b=0.5 w=32 k=7 a=0.2 mean"),
           "doc3 row records policy '%s', budget '%s', window %d, spec '%s'", d.kv_policy, d.kv_budget, d.kv_window,
           d.kv_spec);
     CHECK(d.kv_kept > 0 && d.raw_bytes == d.kv_kept * 2 * 4 * 16, "kv_kept %lld, raw bytes %lld",
           (long long)d.kv_kept, (long long)d.raw_bytes);
-    CHECK(lz_meta_doc_find(lz_store_meta(s), "short", &d, src, sizeof src, err, sizeof err) == 0, "find short");
+    CHECK(lz_meta_doc_find(test_store_meta(s), "short", &d, src, sizeof src, err, sizeof err) == 0, "find short");
     CHECK(!strcmp(d.kv_policy, "none") && d.kv_spec[0] == 0, "a short document is stored whole ('%s')", d.kv_policy);
     lz_store_close(s);
 }
@@ -134,10 +135,10 @@ static int delete_payload(const char *store, const char *ext_id, lz_meta_doc *d)
     int ok = !lz_store_open(store, LZ_STORE_WRITER, &s, err, sizeof err);
     CHECK(ok, "open: %s", err);
     if (!ok) return 0;
-    lz_meta_doc_find(lz_store_meta(s), ext_id, d, src, sizeof src, err, sizeof err);
+    lz_meta_doc_find(test_store_meta(s), ext_id, d, src, sizeof src, err, sizeof err);
     lz_kvdb_item it = {.key = d->payload_key, .key_len = LZ_META_KEY_LEN};
     int nd = 0;
-    ok = lz_kvdb_del_batch(lz_store_kvdb(s), &it, 1, &nd, err, sizeof err) == 0 && nd == 1;
+    ok = lz_kvdb_del_batch(test_store_kvdb(s), &it, 1, &nd, err, sizeof err) == 0 && nd == 1;
     CHECK(ok, "delete the payload of %s", ext_id);
     lz_store_close(s);
     return ok;
@@ -153,7 +154,7 @@ static void test_probe_run(const char *ada, const char *out, const char *flag, c
     lz_store *s;
     lz_meta_doc d;
     if (!lz_store_open(ada, LZ_STORE_RDONLY, &s, err, sizeof err)) {
-        lz_meta_doc_find(lz_store_meta(s), "doc5", &d, src, sizeof src, err, sizeof err);
+        lz_meta_doc_find(test_store_meta(s), "doc5", &d, src, sizeof src, err, sizeof err);
         CHECK(strstr(d.kv_spec, suffix) != NULL && d.kv_kept == 2L * 2 * (d.n_tokens / 2 + d.n_tokens % 2),
               "%s: spec '%s', kept %lld of %d tokens", flag, d.kv_spec, (long long)d.kv_kept, d.n_tokens);
         lz_store_close(s);
@@ -231,7 +232,7 @@ int main(void)
               "--repair re-encodes it");
         CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "clean after repair");
         if (ok && !lz_store_open(ada, LZ_STORE_RDONLY, &s, err, sizeof err)) {
-            lz_meta_doc_find(lz_store_meta(s), "doc4", &d1, src, sizeof src, err, sizeof err);
+            lz_meta_doc_find(test_store_meta(s), "doc4", &d1, src, sizeof src, err, sizeof err);
             CHECK(!memcmp(d0.payload_key, d1.payload_key, LZ_META_KEY_LEN) && !strcmp(d1.kv_policy, "pyramidkv") &&
                       d1.raw_bytes == d0.raw_bytes,
                   "repair keeps the key and the policy ('%s')", d1.kv_policy);

@@ -29,6 +29,7 @@
 #include "model/mkmodel.h"
 #include "model/prompt.h"
 #include "store/store.h"
+#include "tests/store_inner.h"
 #include "tests/test.h"
 
 static char dir[256], bin[512], model_a[300], model_b[300];
@@ -184,7 +185,7 @@ static int read_rows(const char *store, rows *r)
     lz_store *s;
     char err[1024];
     if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) return -1;
-    int rc = lz_meta_doc_foreach(lz_store_meta(s), collect, r, err, sizeof err);
+    int rc = lz_meta_doc_foreach(test_store_meta(s), collect, r, err, sizeof err);
     lz_store_close(s);
     return rc;
 }
@@ -284,7 +285,7 @@ static void test_bits(const char *store)
     lz_store *s;
     CHECK(lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err) == 0, "open: %s", err);
     sample smp = { 0 };
-    lz_meta_doc_foreach(lz_store_meta(s), take_sample, &smp, err, sizeof err);
+    lz_meta_doc_foreach(test_store_meta(s), take_sample, &smp, err, sizeof err);
     CHECK(smp.n == 8, "sampled %d rows", smp.n);
     lz_payload_codec *codec = lz_payload_codec_new();
     const int L = m->cfg.n_layers, KV = m->cfg.n_kv_heads, d = m->cfg.head_dim;
@@ -384,10 +385,10 @@ static void test_incremental(void)
         char err[512];
         CHECK(lz_store_open(store, LZ_STORE_WRITER, &st, err, sizeof err) == 0, "open: %s", err);
         lz_meta_doc row;
-        lz_meta_doc_find(lz_store_meta(st), "d7", &row, NULL, 0, err, sizeof err);
+        lz_meta_doc_find(test_store_meta(st), "d7", &row, NULL, 0, err, sizeof err);
         lz_meta_doc row2;
-        lz_meta_doc_find(lz_store_meta(st), "d8", &row2, NULL, 0, err, sizeof err);
-        lz_meta_doc_set_payload(lz_store_meta(st), row.id, row2.payload_key, row2.raw_bytes, row2.stored_bytes, err,
+        lz_meta_doc_find(test_store_meta(st), "d8", &row2, NULL, 0, err, sizeof err);
+        lz_meta_doc_set_payload(test_store_meta(st), row.id, row2.payload_key, row2.raw_bytes, row2.stored_bytes, err,
                                 sizeof err);
         lz_store_close(st);
     }
@@ -621,7 +622,7 @@ static void test_split(void)
     for (int k = 0; k < parts; k++) {
         char id[32];
         snprintf(id, sizeof id, "big#%d", k);
-        ok &= lz_meta_doc_find(lz_store_meta(s), id, &row, NULL, 0, err, sizeof err) == 0 && row.n_tokens <= 200 &&
+        ok &= lz_meta_doc_find(test_store_meta(s), id, &row, NULL, 0, err, sizeof err) == 0 && row.n_tokens <= 200 &&
               row.passage == k && lz_store_has_payload(s, row.payload_key, NULL, err, sizeof err) == 1;
     }
     CHECK(ok, "every passage <= 200 tokens with its own payload");
@@ -672,7 +673,7 @@ static void test_f32_store(void)
     lz_store *s;
     CHECK(lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err) == 0, "open");
     sample smp = { 0 };
-    lz_meta_doc_foreach(lz_store_meta(s), take_sample, &smp, err, sizeof err);
+    lz_meta_doc_foreach(test_store_meta(s), take_sample, &smp, err, sizeof err);
     lz_payload_codec *codec = lz_payload_codec_new();
     const int L = m->cfg.n_layers, KV = m->cfg.n_kv_heads, d = m->cfg.head_dim;
     int exact = 1;
@@ -983,8 +984,8 @@ static int same_payloads(const char *sa, const char *sb, int want)
         return printf("open: %s\n", err), 0;
     }
     keys_of ka = { 0 }, kb = { 0 };
-    lz_meta_doc_foreach(lz_store_meta(a), take_key, &ka, err, sizeof err);
-    lz_meta_doc_foreach(lz_store_meta(b), take_key, &kb, err, sizeof err);
+    lz_meta_doc_foreach(test_store_meta(a), take_key, &ka, err, sizeof err);
+    lz_meta_doc_foreach(test_store_meta(b), take_key, &kb, err, sizeof err);
     int same = ka.n == kb.n && ka.n == want;
     for (int i = 0; ka.n == kb.n && i < ka.n; i++) {
         void *x = NULL, *y = NULL;

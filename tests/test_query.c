@@ -17,6 +17,7 @@
 #include "query/retrieve.h"
 #include "query/session.h"
 #include "model/prompt.h"
+#include "tests/store_inner.h"
 #include "tests/test.h"
 
 static char dir[256], bin[512], model[600], store[600];
@@ -528,7 +529,7 @@ static void test_corrupt_cold(const char *store_copy)
     lz_meta_doc d5;
     void *blob = NULL;
     size_t len = 0;
-    int ok = lz_meta_doc_find(lz_store_meta(s), "doc5", &d5, NULL, 0, err, sizeof err) == 0 &&
+    int ok = lz_meta_doc_find(test_store_meta(s), "doc5", &d5, NULL, 0, err, sizeof err) == 0 &&
              lz_store_get_payload(s, d5.payload_key, &blob, &len, err, sizeof err) == 0;
     CHECK(ok, "doc5's payload: %s", err);
     if (ok) {

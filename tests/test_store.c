@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "tests/store_inner.h"
 
 #include "tests/test.h"
 
@@ -191,16 +192,11 @@ static int make_payload(lz_payload_codec *codec, const lz_store_model_desc *m, c
     return rc;
 }
 
-/* Writes payload then row, as lazyingest does. */
-static int put_doc(lz_store *s, lz_payload_codec *codec, int64_t model_id, const char *ext_id,
-                   const char *title, const char *text, const int *ids, int n, int64_t run)
+/* A row for document ext_id pointing at payload key. */
+static lz_meta_doc doc_row(int64_t model_id, const char *ext_id, const char *title, const char *text,
+                           const int *ids, int n, int64_t run, const uint8_t key[LZ_META_KEY_LEN],
+                           int64_t stored_bytes)
 {
-    const lz_store_model_desc m = model_a();
-    lz_store_payload p;
-    char err[512];
-    if (make_payload(codec, &m, ids, n, &p)) return -1;
-    int rc = lz_store_put_payloads(s, &p, 1, err, sizeof err);
-    lz_meta *meta = lz_store_meta(s);
     lz_meta_doc d = { 0 };
     d.ext_id = ext_id;
     d.source_id = ext_id;
@@ -211,19 +207,61 @@ static int put_doc(lz_store *s, lz_payload_codec *codec, int64_t model_id, const
     d.token_ids = ids;
     d.n_tokens = n;
     d.model_id = model_id;
-    memcpy(d.payload_key, p.key, LZ_META_KEY_LEN);
+    memcpy(d.payload_key, key, LZ_META_KEY_LEN);
     d.raw_bytes = 4 * 4 * 8 * n;
-    d.stored_bytes = (int64_t)p.len;
+    d.stored_bytes = stored_bytes;
     d.seen_run = run;
-    if (!rc) rc = lz_meta_begin(meta, err, sizeof err);
-    if (!rc) rc = lz_meta_doc_insert(meta, &d, err, sizeof err);
-    if (!rc) rc = lz_meta_commit(meta, err, sizeof err);
+    return d;
+}
+
+/* Writes payload then row, as lazyingest does, through the store's API. */
+static int put_doc(lz_store *s, lz_payload_codec *codec, int64_t model_id, const char *ext_id,
+                   const char *title, const char *text, const int *ids, int n, int64_t run)
+{
+    const lz_store_model_desc m = model_a();
+    lz_store_payload p;
+    char err[512];
+    if (make_payload(codec, &m, ids, n, &p)) return -1;
+    int rc = lz_store_put_payloads(s, &p, 1, err, sizeof err);
+    lz_meta_doc d = doc_row(model_id, ext_id, title, text, ids, n, run, p.key, (int64_t)p.len);
+    if (!rc) rc = lz_store_begin(s, err, sizeof err);
+    if (!rc) rc = lz_store_doc_insert(s, &d, err, sizeof err);
+    if (!rc) rc = lz_store_commit(s, err, sizeof err);
     if (rc) {
         fprintf(stderr, "put_doc %s: %s\n", ext_id, err);
-        lz_meta_rollback(meta);
+        lz_store_rollback(s);
     }
     free(p.blob);
     return rc;
+}
+
+/* Payload first, row second: a row whose payload LMDB lacks is refused,
+ * naming the document, and nothing of the transaction's row is written;
+ * pointing a row at a missing payload (set_payload) is refused the same way. */
+static void test_payload_first(lz_store *s, int64_t model_id)
+{
+    char err[512] = "";
+    uint8_t ghost[LZ_META_KEY_LEN];
+    memset(ghost, 0xAB, sizeof ghost);
+    int ids[3] = { 5, 6, 7 };
+    int64_t before = -1, after = -2;
+    CHECK(lz_store_doc_count(s, &before, err, sizeof err) == 0, "count: %s", err);
+    lz_meta_doc d = doc_row(model_id, "ghost-doc", "Ghost", "no payload", ids, 3, 1, ghost, 10);
+    CHECK(lz_store_begin(s, err, sizeof err) == 0, "begin: %s", err);
+    int rc = lz_store_doc_insert(s, &d, err, sizeof err);
+    CHECK(rc == LZ_STORE_EINVAL && strstr(err, "ghost-doc") && strstr(err, "payload"),
+          "row without payload refused (rc %d: %s)", rc, err);
+    lz_store_rollback(s);
+    CHECK(lz_store_doc_count(s, &after, err, sizeof err) == 0 && after == before,
+          "no row written (%lld -> %lld)", (long long)before, (long long)after);
+    lz_meta_doc row;
+    CHECK(lz_store_doc_find(s, "ghost-doc", &row, NULL, 0, err, sizeof err) == LZ_STORE_ENOTFOUND,
+          "the refused row is not found");
+    CHECK(lz_store_doc_find(s, "d1", &row, NULL, 0, err, sizeof err) == 0, "find d1: %s", err);
+    CHECK(lz_store_begin(s, err, sizeof err) == 0, "begin: %s", err);
+    rc = lz_store_doc_set_payload(s, row.id, ghost, 10, 10, err, sizeof err);
+    CHECK(rc == LZ_STORE_EINVAL, "set_payload to a missing payload refused (rc %d: %s)", rc, err);
+    lz_store_rollback(s);
 }
 
 typedef struct {
@@ -301,7 +339,7 @@ static void test_store(void)
     CHECK(put_doc(s, codec, mid, "d2", NULL, "Berlin is the capital of Germany.", ids2, 3, 1) == 0, "d2");
     CHECK(put_doc(s, codec, mid, "d3", "Copy", "Same tokens as d1.", ids3, 4, 1) == 0, "d3 shares d1's payload");
     lz_kvdb_stats ks;
-    lz_kvdb_stat(lz_store_kvdb(s), &ks, err, sizeof err);
+    lz_kvdb_stat(test_store_kvdb(s), &ks, err, sizeof err);
     CHECK(ks.entries == 3, "prefix + 2 payloads (d1 and d3 share): %llu", (unsigned long long)ks.entries);
 
     issues x = { { 0 }, "" };
@@ -310,24 +348,32 @@ static void test_store(void)
     CHECK(cs.n_docs == 3 && cs.n_ok == 3 && cs.n_issues == 0 && cs.n_unreferenced == 0,
           "clean: docs %lld ok %lld issues %lld (%s)", (long long)cs.n_docs, (long long)cs.n_ok,
           (long long)cs.n_issues, x.last);
+    test_payload_first(s, mid);
+    /* the store's own search takes plain text, FTS5 syntax never reaches SQLite */
+    char hits0[256] = "";
+    CHECK(lz_store_search(s, "capital of France?", 2, on_hit, hits0, err, sizeof err) == 0 &&
+              strncmp(hits0, "d1", 2) == 0, "lz_store_search best hit d1: %s (%s)", hits0, err);
+    hits0[0] = 0;
+    CHECK(lz_store_search(s, "\"* NEAR( OR ^", 2, on_hit, hits0, err, sizeof err) == 0,
+          "hostile search text is not syntax: %s", err);
 
     /* FTS5 + stats */
     char hits[256] = "";
     char *q = lz_meta_fts_quote("capital of France?");
-    CHECK(lz_meta_search(lz_store_meta(s), q, 2, on_hit, hits, err, sizeof err) == 0, "search: %s", err);
+    CHECK(lz_meta_search(test_store_meta(s), q, 2, on_hit, hits, err, sizeof err) == 0, "search: %s", err);
     CHECK(strncmp(hits, "d1", 2) == 0, "best hit d1: %s", hits);
     free(q);
     hits[0] = 0;
-    CHECK(lz_meta_search(lz_store_meta(s), "paris", 5, on_hit, hits, err, sizeof err) == 0 &&
+    CHECK(lz_meta_search(test_store_meta(s), "paris", 5, on_hit, hits, err, sizeof err) == 0 &&
               strcmp(hits, "d1") == 0, "title indexed: %s", hits);
     lz_meta_doc d1;
-    CHECK(lz_meta_doc_find(lz_store_meta(s), "d1", &d1, NULL, 0, err, sizeof err) == 0, "find d1");
-    lz_meta_stats_hit(lz_store_meta(s), d1.id, err, sizeof err);
-    lz_meta_stats_hit(lz_store_meta(s), d1.id, err, sizeof err);
+    CHECK(lz_meta_doc_find(test_store_meta(s), "d1", &d1, NULL, 0, err, sizeof err) == 0, "find d1");
+    lz_meta_stats_hit(test_store_meta(s), d1.id, err, sizeof err);
+    lz_meta_stats_hit(test_store_meta(s), d1.id, err, sizeof err);
     int64_t h = 0;
-    CHECK(lz_meta_stats_get(lz_store_meta(s), d1.id, &h, err, sizeof err) == 0 && h == 2, "hits %lld", (long long)h);
+    CHECK(lz_meta_stats_get(test_store_meta(s), d1.id, &h, err, sizeof err) == 0 && h == 2, "hits %lld", (long long)h);
     lz_meta_doc d2row;
-    lz_meta_doc_find(lz_store_meta(s), "d2", &d2row, NULL, 0, err, sizeof err);
+    lz_meta_doc_find(test_store_meta(s), "d2", &d2row, NULL, 0, err, sizeof err);
     CHECK(lz_store_hit(s, d2row.id, err, sizeof err) == 0, "hit d2: %s", err);
     top_seen ts = { 0 };
     CHECK(lz_store_top_accessed(s, 10, on_top, &ts, err, sizeof err) == 0 && ts.n == 2 && ts.id[0] == d1.id &&
@@ -360,7 +406,7 @@ static void test_store(void)
 
     /* corruption: flip a body byte of d2's payload; delete d1/d3's shared payload */
     lz_meta_doc d2;
-    lz_meta_doc_find(lz_store_meta(s), "d2", &d2, NULL, 0, err, sizeof err);
+    lz_meta_doc_find(test_store_meta(s), "d2", &d2, NULL, 0, err, sizeof err);
     void *blob;
     size_t len;
     CHECK(lz_store_get_payload(s, d2.payload_key, &blob, &len, err, sizeof err) == 0, "get d2");
@@ -370,7 +416,7 @@ static void test_store(void)
     lz_store_put_payloads(s, &bad, 1, err, sizeof err);
     free(blob);
     lz_kvdb_item del = { d1.payload_key, LZ_META_KEY_LEN, NULL, 0 };
-    lz_kvdb_del_batch(lz_store_kvdb(s), &del, 1, NULL, err, sizeof err);
+    lz_kvdb_del_batch(test_store_kvdb(s), &del, 1, NULL, err, sizeof err);
     memset(&x, 0, sizeof x);
     CHECK(lz_store_check(s, on_issue, &x, &cs, err, sizeof err) == 0, "check runs");
     CHECK(x.n[LZ_STORE_ISSUE_MISSING] == 2 && x.n[LZ_STORE_ISSUE_CORRUPT] == 1 && cs.n_ok == 0,
@@ -378,7 +424,7 @@ static void test_store(void)
           (long long)cs.n_ok);
 
     /* pruning: run 2 sees only d2 */
-    lz_meta *m = lz_store_meta(s);
+    lz_meta *m = test_store_meta(s);
     lz_meta_begin(m, err, sizeof err);
     lz_meta_doc_touch(m, d2.id, 2, err, sizeof err);
     int64_t pruned = 0;
@@ -446,12 +492,12 @@ static void test_concurrent_reader(void)
         for (;;) {
             /* rows first, then payloads: any row seen must have its payload */
             int64_t n = 0;
-            lz_meta_doc_count(lz_store_meta(r), &n, err, sizeof err);
+            lz_meta_doc_count(test_store_meta(r), &n, err, sizeof err);
             for (int i = 0; i < n; i++) {
                 char id[32];
                 snprintf(id, sizeof id, "c%d", i);
                 lz_meta_doc d;
-                if (lz_meta_doc_find(lz_store_meta(r), id, &d, NULL, 0, err, sizeof err) != 0) continue;
+                if (lz_meta_doc_find(test_store_meta(r), id, &d, NULL, 0, err, sizeof err) != 0) continue;
                 void *b;
                 size_t len;
                 if (lz_store_get_payload(r, d.payload_key, &b, &len, err, sizeof err) != 0) bad++;
@@ -497,8 +543,8 @@ static void test_upgrade(void)
     lz_store *s;
     CHECK(lz_store_open(path, LZ_STORE_WRITER, &s, err, sizeof err) == 0, "open migrates: %s", err);
     int latest = lz_meta_migrations[lz_meta_n_migrations - 1].version;
-    CHECK(lz_meta_user_version(lz_store_meta(s)) == latest && latest >= 2, "migrated to %d",
-          lz_meta_user_version(lz_store_meta(s)));
+    CHECK(lz_meta_user_version(test_store_meta(s)) == latest && latest >= 2, "migrated to %d",
+          lz_meta_user_version(test_store_meta(s)));
     lz_store_model_desc ma = model_a();
     int64_t mid;
     uint8_t pkey[LZ_META_KEY_LEN];
