@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "ingest/encode.h"
 #include "ingest/kvpolicy.h"
 #include "model/attention.h"
@@ -82,13 +83,6 @@ static const char *STORIES[] = {
     "doll in the sink and put it on the window to dry. The next day, the doll was clean and pink again. Anna and "
     "Ben played with it together in the garden, and they promised to always help each other.",
 };
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 typedef struct { int *ids; int n; } text_ids;
 
@@ -304,9 +298,9 @@ static int run_timing(const char *path, const char *label, int max_texts, int n_
             double t_enc = 0, tp0 = lz_encoder_policy_seconds(e);
             size_t bytes = 0;
             for (int t = 0; t < nt; t++) {
-                double t0 = now_s();
+                double t0 = lz_now_s();
                 lz_encoder_run(e, texts[t].ids, n_doc, err, sizeof err);
-                t_enc += now_s() - t0;
+                t_enc += lz_now_s() - t0;
                 void *blob;
                 size_t len;
                 lz_encoder_pack(e, 1, codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 3, &blob, &len, err, sizeof err);

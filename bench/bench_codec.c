@@ -16,15 +16,9 @@
 #include <time.h>
 #include <zstd.h>
 
+#include "base/clock.h"
 #include "base/half.h"
 #include "store/payload.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float gauss(void)
@@ -42,7 +36,7 @@ static void plane(const char *name, const uint8_t *src, size_t n, int level, int
     ZSTD_CCtx *c = ZSTD_createCCtx();
     size_t cap = ZSTD_compressBound(n), r = 0;
     void *dst = malloc(cap);
-    const double t0 = now_s();
+    const double t0 = lz_now_s();
     for (int i = 0; i < reps; i++) {
         ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
         ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level);
@@ -53,7 +47,7 @@ static void plane(const char *name, const uint8_t *src, size_t n, int level, int
         ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1);
         r = ZSTD_compress2(c, dst, cap, src, n);
     }
-    const double t = now_s() - t0;
+    const double t = lz_now_s() - t0;
     printf("| %s | %d%s | %.3f | %.0f |\n", name, level, tuned ? " (tuned)" : "", ZSTD_isError(r) ? 0.0 : (double)n / r,
            reps * n / 1e6 / t);
     free(dst);
@@ -86,7 +80,7 @@ int main(int argc, char **argv)
         char err[256];
         void *blob = NULL;
         size_t len = 0;
-        const double t0 = now_s();
+        const double t0 = lz_now_s();
         for (int i = 0; i < reps; i++) {
             free(blob);
             blob = NULL;
@@ -95,7 +89,7 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
-        const double t = now_s() - t0;
+        const double t = lz_now_s() - t0;
         printf("| body | %d | %.3f | %.0f |\n", level, 2.0 * N * 2 / len, reps * 2.0 * N * 2 / 1e6 / t);
         free(blob);
     }
@@ -118,12 +112,12 @@ int main(int argc, char **argv)
         const size_t m = sizes[s];
         const int r = (int)(reps * (N / m < 200 ? N / m : 200));
         uint16_t *a = malloc(m * 2), *b = malloc(m * 2);
-        double t0 = now_s();
+        double t0 = lz_now_s();
         for (int i = 0; i < r; i++)
             for (size_t j = 0; j < m; j++) a[j] = lz_f32_to_bf16(k[j]);
-        const double t1 = now_s();
+        const double t1 = lz_now_s();
         for (int i = 0; i < r; i++) lz_f32_to_bf16_n(b, k, m);
-        const double t2 = now_s();
+        const double t2 = lz_now_s();
         printf("| %s | %zu | %.0f | %.0f | %s |\n", s ? "whole body (out of cache)" : "one head's slice (in cache)", m,
                r * m * 2 / 1e6 / (t1 - t0), r * m * 2 / 1e6 / (t2 - t1), memcmp(a, b, m * 2) ? "NO" : "yes");
         free(a);

@@ -14,19 +14,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "formats/gguf.h"
 #include "base/half.h"
 #include "model/llama.h"
 #include "model/mkmodel.h"
 #include "model/sampler.h"
 #include "base/runtime.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static double sgemm_gflops(int n, int k, int m)
 {
@@ -36,9 +30,9 @@ static double sgemm_gflops(int n, int k, int m)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1, a, k, b, k, 0, c, m);
     double best = 1e9;
     for (int r = 0; r < 3; r++) {
-        double t = now_s();
+        double t = lz_now_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1, a, k, b, k, 0, c, m);
-        t = now_s() - t;
+        t = lz_now_s() - t;
         if (t < best) best = t;
     }
     free(a); free(b); free(c);
@@ -54,11 +48,11 @@ static double read_gbps(size_t bytes)
     double best = 1e9;
     volatile float sink = 0;
     for (int r = 0; r < 3; r++) {
-        double t = now_s();
+        double t = lz_now_s();
         float s = 0;
 #pragma omp parallel for simd reduction(+ : s)
         for (size_t i = 0; i < n; i++) s += x[i];
-        t = now_s() - t;
+        t = lz_now_s() - t;
         sink += s;
         if (t < best) best = t;
     }
@@ -90,15 +84,15 @@ static int run(const char *label, const char *path, int n_prefill, int n_decode,
     /* warm-up */
     lz_llama_forward(m, s, &cache, NULL, 0, toks, n_prefill < 16 ? n_prefill : 16, logits, LZ_LOGITS_LAST);
     lz_kv_cache_reset(&cache, 0);
-    double t0 = now_s();
+    double t0 = lz_now_s();
     lz_llama_forward(m, s, &cache, NULL, 0, toks, n_prefill, logits, LZ_LOGITS_LAST);
-    double tp = now_s() - t0;
-    t0 = now_s();
+    double tp = lz_now_s() - t0;
+    t0 = lz_now_s();
     for (int i = 0; i < n_decode; i++) {
         int next = lz_sample_argmax(logits, c->vocab);
         lz_llama_forward(m, s, &cache, NULL, 0, &next, 1, logits, LZ_LOGITS_LAST);
     }
-    double td = now_s() - t0;
+    double td = lz_now_s() - t0;
     const int type = m->layers[0].wq.type; /* bytes a decode step reads per weight: */
     const double elem = type == LZ_MAT_F32 ? 4 : type == LZ_MAT_Q8_0 ? 34.0 / 32 : 2;
     double params = (double)weight_count(c), wb = params * elem;
@@ -131,14 +125,14 @@ static void gemv_bench(void)
         double t[3];
         for (int k = 0; k < 2; k++) {
             lz_mat_set_simd(k == 0);
-            t[k] = now_s();
+            t[k] = lz_now_s();
             lz_mat_gemv(y, (lz_mat){h, LZ_MAT_BF16}, x, C, 0, R, 0.f);
-            t[k] = now_s() - t[k];
+            t[k] = lz_now_s() - t[k];
         }
         lz_mat_set_simd(1);
-        t[2] = now_s();
+        t[2] = lz_now_s();
         cblas_sgemv(CblasRowMajor, CblasNoTrans, R, C, 1.f, f, C, x, 1, 0.f, y, 1);
-        t[2] = now_s() - t[2];
+        t[2] = lz_now_s() - t[2];
         for (int k = 0; r > 0 && k < 3; k++) best[k] = t[k] < best[k] ? t[k] : best[k];
     }
     /* the same values as Q8_0 (scale 0.01, q = value * 100 is exact for i % 13 * 0.01) */
@@ -151,9 +145,9 @@ static void gemv_bench(void)
     }
     double bq = 1e9;
     for (int r = 0; r < 4; r++) {
-        double t = now_s();
+        double t = lz_now_s();
         lz_mat_gemv(y, (lz_mat){q8, LZ_MAT_Q8_0}, x, C, 0, R, 0.f);
-        t = now_s() - t;
+        t = lz_now_s() - t;
         if (r > 0 && t < bq) bq = t;
     }
     printf("gemv 8192x4096, 1 thread: bf16 %.2f ms (%.1f GB/s), bf16 portable %.2f ms (%.1f GB/s), "

@@ -17,17 +17,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "ingest/encode.h"
 #include "model/llama.h"
 #include "model/mkmodel.h"
 #include "model/prompt.h"
-
-static double now_s(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + tv.tv_usec * 1e-6;
-}
 
 /* Writes a JSONL corpus of n passages to path. */
 static int write_corpus(const char *path, int n)
@@ -89,12 +83,12 @@ static double bench_encoder(const char *model, const char *corpus, int threads, 
         const char *text = json_string_value(json_object_get(o, "text"));
         int *ids, n;
         lz_prompt_doc_tokens(m->tok, title, text, strlen(text), &ids, &n);
-        double t0 = now_s();
+        double t0 = lz_now_s();
         void *blob;
         size_t len;
         lz_encoder_run(e, ids, n, err, sizeof err);
         lz_encoder_pack(e, 1, c, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, LZ_PAYLOAD_DEFAULT_LEVEL, &blob, &len, err, sizeof err);
-        t += now_s() - t0;
+        t += lz_now_s() - t0;
         *tokens += n;
         free(blob);
         free(ids);
@@ -165,12 +159,12 @@ int main(int argc, char **argv)
         o.ffn_dim = 2048;
         o.vocab = 32000;
         snprintf(big, sizeof big, "%s/m100.gguf", tmp);
-        double t0 = now_s();
+        double t0 = lz_now_s();
         if (lz_mkmodel_write(&o, big, err, sizeof err)) {
             fprintf(stderr, "%s\n", err);
             return 1;
         }
-        printf("generated the 100M model in %.1f s\n", now_s() - t0);
+        printf("generated the 100M model in %.1f s\n", lz_now_s() - t0);
         models[nm] = big;
         names[nm++] = "random ~100M (12 layers, dim 768, 12/4 heads, ffn 2048, vocab 32000)";
     }

@@ -15,19 +15,13 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "ingest/encode.h"
 #include "model/llama.h"
 #include "model/mkmodel.h"
 #include "model/prompt.h"
 #include "store/kvdb.h"
 #include "store/payload.h"
-
-static double now_s(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + tv.tv_usec * 1e-6;
-}
 
 typedef struct {
     char **title, **text;
@@ -162,18 +156,18 @@ int main(int argc, char **argv)
         for (int r = 0; r < nr; r++) {
             void *blob;
             size_t len;
-            double t0 = now_s();
+            double t0 = lz_now_s();
             if (lz_encoder_pack(e, 1, codec, rows[r].codec, rows[r].level, &blob, &len, err, sizeof err)) {
                 fprintf(stderr, "%s\n", err);
                 return 1;
             }
-            double t1 = now_s();
+            double t1 = lz_now_s();
             lz_payload_info info;
             if (lz_payload_decode_f32(codec, blob, len, kbuf, vbuf, n, NULL, &info, err, sizeof err)) {
                 fprintf(stderr, "%s\n", err);
                 return 1;
             }
-            double t2 = now_s();
+            double t2 = lz_now_s();
             rows[r].bytes += (double)len;
             rows[r].t_enc += t1 - t0;
             rows[r].t_dec += t2 - t1;
@@ -209,7 +203,7 @@ int main(int argc, char **argv)
     enum { B = 32 };
     lz_kvdb_item items[B];
     uint8_t keys[B][64];
-    double t0 = now_s();
+    double t0 = lz_now_s();
     int nb = 0;
     while (written < target) {
         for (int j = 0; j < B; j++) {
@@ -226,12 +220,12 @@ int main(int argc, char **argv)
         n_items += B;
         nb++;
     }
-    double t_write = now_s() - t0;
+    double t_write = lz_now_s() - t0;
     lz_kvdb_reader *rd;
     lz_kvdb_reader_begin(db, &rd, err, sizeof err);
     double read_bytes = 0;
     uint32_t sink = 0;
-    t0 = now_s();
+    t0 = lz_now_s();
     for (int i = 0; i < n_items; i++) {
         uint8_t key[64] = { 0 };
         memcpy(key, &i, sizeof(int));
@@ -244,9 +238,9 @@ int main(int argc, char **argv)
         sink += lz_crc32c(0, v, len); /* touch every byte */
         read_bytes += (double)len;
     }
-    double t_read = now_s() - t0;
+    double t_read = lz_now_s() - t0;
     /* read + full decode to fp32 */
-    t0 = now_s();
+    t0 = lz_now_s();
     double dec_raw = 0;
     for (int i = 0; i < n_items && i < 4 * P.n; i++) {
         uint8_t key[64] = { 0 };
@@ -262,7 +256,7 @@ int main(int argc, char **argv)
         }
         dec_raw += (double)info.raw_size;
     }
-    double t_dec = now_s() - t0;
+    double t_dec = lz_now_s() - t0;
     lz_kvdb_reader_end(rd);
     lz_kvdb_stats st;
     lz_kvdb_stat(db, &st, err, sizeof err);

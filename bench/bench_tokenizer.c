@@ -10,15 +10,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "formats/gguf.h"
 #include "tokenizer/tokenizer.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static const char *fixtures(void)
 {
@@ -93,7 +87,7 @@ static lz_tokenizer *load(const char *rel, double *ms)
 {
     char path[1024], err[512];
     snprintf(path, sizeof path, "%s/%s", fixtures(), rel);
-    double t0 = now_s();
+    double t0 = lz_now_s();
     lz_gguf *g = NULL;
     lz_tokenizer *t = NULL;
     if (lz_gguf_open(path, &g, err, sizeof err) != 0) {
@@ -105,7 +99,7 @@ static lz_tokenizer *load(const char *rel, double *ms)
         t = NULL;
     }
     lz_gguf_close(g);
-    *ms = 1e3 * (now_s() - t0);
+    *ms = 1e3 * (lz_now_s() - t0);
     return t;
 }
 
@@ -116,7 +110,7 @@ static int bench(const char *name, const lz_tokenizer *t, double load_ms, const 
     long ntok = 0;
     int *all = NULL;
     size_t nall = 0, cap = 0;
-    double t0 = now_s();
+    double t0 = lz_now_s();
     for (int d = 0; d < c->n; d++) {
         int *ids, n;
         if (lz_tokenizer_encode(t, c->buf + c->off[d], c->off[d + 1] - c->off[d], 0, &ids, &n) != 0) return 1;
@@ -129,9 +123,9 @@ static int bench(const char *name, const lz_tokenizer *t, double load_ms, const 
         nall += (size_t)n;
         free(ids);
     }
-    double te = now_s() - t0;
+    double te = lz_now_s() - t0;
     /* 1 MB chunks */
-    t0 = now_s();
+    t0 = lz_now_s();
     long ntok_chunk = 0;
     for (size_t o = 0; o < c->len; o += 1 << 20) {
         size_t n = c->len - o < (1u << 20) ? c->len - o : 1u << 20;
@@ -140,13 +134,13 @@ static int bench(const char *name, const lz_tokenizer *t, double load_ms, const 
         ntok_chunk += k;
         free(ids);
     }
-    double tc = now_s() - t0;
+    double tc = lz_now_s() - t0;
     /* decode everything back */
-    t0 = now_s();
+    t0 = lz_now_s();
     char *out;
     size_t olen;
     if (lz_tokenizer_decode(t, all, (int)nall, &out, &olen) != 0) return 1;
-    double td = now_s() - t0;
+    double td = lz_now_s() - t0;
     free(out);
     free(all);
     printf("%-4s load %6.1f ms | encode %.1f MB in %.2f s = %5.2f MB/s per document (%d docs, %ld tokens, "

@@ -1,6 +1,7 @@
 /* encode.c - prefix once, then documents standalone after it (the prefix's
  * KV is an external segment with rotation 0, so document tokens see it as
  * the attention sink they will see at query time). */
+#include "base/clock.h"
 #include "ingest/encode.h"
 
 #include <stdarg.h>
@@ -37,13 +38,6 @@ struct lz_encoder {
     const lz_encode_backend *backend; /* documents on an accelerator (not owned), or NULL */
     long backend_docs;
 };
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int grow(void **p, size_t *cap, size_t need)
 {
@@ -195,7 +189,7 @@ static int compress_doc(lz_encoder *e, int n, int w, char *err, size_t errlen)
                                e->m->inv_freq))
             return fail(err, errlen, "out of memory (key-importance fit, %d tokens)", n);
     }
-    double t = now_s();
+    double t = lz_now_s();
     /* learned: the key-importance model's masses, then value weights and pooling as any score */
     const int rc = learned ? lz_kvlearn_predict(e->scorer, e->doc.k, e->doc.v, e->doc.cap, e->seg.n, n,
                                                 c->rope_layout, e->m->inv_freq, e->attn) ||
@@ -206,7 +200,7 @@ static int compress_doc(lz_encoder *e, int n, int w, char *err, size_t errlen)
         return fail(err, errlen, "KV eviction scoring failed for %d tokens (out of memory)", n);
     lz_kvpolicy_compact(e->doc.k, e->doc.v, e->doc.cap, L, KV, c->head_dim, n, e->kept, e->rows);
     e->compressed = 1;
-    e->t_policy += now_s() - t;
+    e->t_policy += lz_now_s() - t;
     return 0;
 }
 

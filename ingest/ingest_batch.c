@@ -168,20 +168,20 @@ static int start_commit(ingest *g)
 int ingest_flush(ingest *g)
 {
     if (ingest_run_jobs(g)) return -1; /* par: the batch's documents, encoded now */
-    double t = now_s();
+    double t = lz_now_s();
     int rc = commit_held(g); /* the batch before: its payloads were written meanwhile */
     if (!rc) rc = start_commit(g);
     if (!rc && g->sync_commit) rc = commit_held(g);
-    g->t_commit += now_s() - t;
+    g->t_commit += lz_now_s() - t;
     return rc;
 }
 
 /* The last batch's rows (after the last flush, or when a run stops). */
 int ingest_finish_commits(ingest *g)
 {
-    double t = now_s();
+    double t = lz_now_s();
     int rc = commit_held(g);
-    g->t_commit += now_s() - t;
+    g->t_commit += lz_now_s() - t;
     return rc;
 }
 
@@ -247,7 +247,7 @@ static int commit_rows(ingest *g)
 void ingest_progress(ingest *g, int force)
 {
     if (!g->progress) return;
-    double t = now_s();
+    double t = lz_now_s();
     if (!force && t - g->last_progress < 0.25) return;
     g->last_progress = t;
     double el = t - g->t0, rate = g->t_encode > 0 ? g->c.n_tokens / g->t_encode : 0;
@@ -342,13 +342,13 @@ int ingest_encode_doc(ingest *g, int di)
         if (alias < 0) g->batch_tokens += n;
         return 0;
     }
-    double t = now_s();
+    double t = lz_now_s();
     if (lz_encoder_run(g->enc, ids, n, g->err, sizeof g->err)) return -1;
-    double t1 = now_s();
+    double t1 = lz_now_s();
     if (lz_encoder_pack(g->enc, 1, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &blob, &len, g->err,
                         sizeof g->err))
         return -1;
-    double t2 = now_s();
+    double t2 = lz_now_s();
     g->t_forward += t1 - t;
     g->t_pack += t2 - t1;
     g->t_encode += t2 - t;

@@ -34,12 +34,12 @@ static void pack_job(ingest *g, enc_job *x, int t)
 /* Job x on thread t, forward pass then payload (their seconds added to *fwd, *pack). */
 static void encode_job(ingest *g, enc_job *x, int t, double *fwd, double *pack)
 {
-    const double a = now_s();
+    const double a = lz_now_s();
     const int rc = forward_job(g, x, t);
-    const double b = now_s();
+    const double b = lz_now_s();
     if (!rc) pack_job(g, x, t);
     *fwd += b - a;
-    *pack += now_s() - b;
+    *pack += lz_now_s() - b;
 }
 
 /* A multi-document backend (--gpu; the reference): the jobs it takes, in order,
@@ -144,7 +144,7 @@ static void pass_worker(ingest *g, pass_sync *ps, int t, double *fwd, double *pa
         pthread_mutex_unlock(&ps->mu);
         if (j < 0) return;
         enc_job *x = &g->jobs[j];
-        const double a = now_s();
+        const double a = lz_now_s();
         pthread_mutex_lock(&ps->mu);
         while (ps->done <= x->pass && !ps->failed) pthread_cond_wait(&ps->cv, &ps->mu);
         const int failed = ps->done <= x->pass;
@@ -157,10 +157,10 @@ static void pass_worker(ingest *g, pass_sync *ps, int t, double *fwd, double *pa
         pthread_mutex_lock(&ps->mu);
         if (--ps->left[x->pass] == 0) pthread_cond_broadcast(&ps->cv);
         pthread_mutex_unlock(&ps->mu);
-        const double b = now_s();
+        const double b = lz_now_s();
         if (!rc) pack_job(g, x, t);
         *fwd += b - a;
-        *pack += now_s() - b;
+        *pack += lz_now_s() - b;
     }
 }
 
@@ -244,7 +244,7 @@ int ingest_run_jobs(ingest *g)
             g->pool_codec[g->n_pool] = c;
         }
     }
-    const double t0 = now_s();
+    const double t0 = lz_now_s();
     double fwd = 0, pack = 0;
     const int n_pass = plan_passes(g);
     if (n_pass > 0 && run_passes(g, T, n_pass, &fwd, &pack)) return -1;
@@ -252,7 +252,7 @@ int ingest_run_jobs(ingest *g)
 #pragma omp parallel for num_threads(T) schedule(dynamic, 1) reduction(+ : fwd, pack)
     for (int j = 0; j < g->n_jobs; j++)
         if (g->jobs[j].alias < 0 && g->jobs[j].pass < 0) encode_job(g, &g->jobs[j], omp_get_thread_num(), &fwd, &pack);
-    const double wall = now_s() - t0;
+    const double wall = lz_now_s() - t0;
     g->t_encode += wall;
     g->t_forward += fwd + pack > 0 ? wall * fwd / (fwd + pack) : 0;
     g->t_pack += fwd + pack > 0 ? wall * pack / (fwd + pack) : 0;

@@ -152,7 +152,7 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
                     const lz_store_check_stats *cs, int64_t fixed, int64_t removed_by_repair, int did_ingest,
                     int did_check)
 {
-    double wall = now_s() - g->t0;
+    double wall = lz_now_s() - g->t0;
     double ratio = g->c.stored_bytes ? (double)g->c.raw_bytes / (double)g->c.stored_bytes : 0;
     double tps = g->t_encode > 0 ? g->c.n_tokens / g->t_encode : 0;
     if (g->o.json) {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <sys/time.h>
 
+#include "base/clock.h"
 #include "ingest/corpus.h"
 #include "ingest/encode.h"
 #include "ingest/pass_ref.h"
@@ -172,13 +173,6 @@ typedef struct {
     issue_copy *v;
     int n, cap;
 } issue_list;
-
-static inline double now_s(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + tv.tv_usec * 1e-6;
-}
 
 /* ingest_record.c */
 /* The slot of id (inserted with ordinal -1 when absent and insert), NULL when absent or out of memory. */

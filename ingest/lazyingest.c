@@ -628,7 +628,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "lazyingest: --kv-policy %s needs --kv-budget (0.2 or 128t)\n", lz_kvpolicy_name(o->kv.kind));
         return EXIT_ERR;
     }
-    g->t0 = now_s();
+    g->t0 = lz_now_s();
     g->progress = !o->quiet && !o->json && isatty(2);
     int need_model = o->corpus || o->repair || model_given;
     char model_path[PATH_MAX];
@@ -653,9 +653,9 @@ int main(int argc, char **argv)
             return EXIT_ERR;
         }
     }
-    double t_setup = now_s();
+    double t_setup = lz_now_s();
     int load_rc = need_model ? load_model(g, o->model) : 0;
-    g->t_load = now_s() - t_setup;
+    g->t_load = lz_now_s() - t_setup;
     if (load_rc) { /* before the store: a refused model creates nothing */
         fprintf(stderr, "lazyingest: %s\n", g->err);
         status = EXIT_ERR;
@@ -675,7 +675,7 @@ int main(int argc, char **argv)
         goto out;
     }
     int setup_rc = need_model ? setup_model(g, o->model) : lz_store_bind_recorded(g->s, g->err, sizeof g->err);
-    g->t_setup = now_s() - t_setup; /* model load, GPU upload, store binding, the prefix's forward pass */
+    g->t_setup = lz_now_s() - t_setup; /* model load, GPU upload, store binding, the prefix's forward pass */
     if (setup_rc) {
         fprintf(stderr, "lazyingest: %s\n", g->err);
         status = EXIT_ERR;

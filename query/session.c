@@ -3,6 +3,7 @@
  * plus a local cache, the question prefilled over them, then decoding one
  * token at a time over the same segments. Only how the segments are made
  * differs, and that is all a mode is. */
+#include "base/clock.h"
 #include "query/session.h"
 
 #include <omp.h>
@@ -48,13 +49,6 @@ struct lz_query_session {
     uint8_t prefix_digest[32]; /* the prefix payload's key, hashed (a backend's content key) */
     float *logits;       /* (V) */
 };
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 const char *lz_query_mode_name(int mode)
 {
@@ -388,7 +382,7 @@ static int recompute_cold(lz_query_session *q, const lz_query_backend *be, const
                           int64_t p, uint8_t *held, const lz_kv_segment *prefix, uint8_t (*digest)[32],
                           lz_query_result *r, char *err, size_t errlen)
 {
-    const double t0 = now_s();
+    const double t0 = lz_now_s();
     const size_t nd = n_docs > 0 ? (size_t)n_docs : 1;
     int *ns = malloc(nd * sizeof *ns), **ids = calloc(nd, sizeof *ids);
     const uint8_t **keys = malloc(nd * sizeof *keys);
@@ -419,7 +413,7 @@ done:
     free(ns);
     free(ids);
     free(keys);
-    r->t_recompute += now_s() - t0;
+    r->t_recompute += lz_now_s() - t0;
     return rc;
 }
 
@@ -498,7 +492,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
         return -1;
     }
     r->n_prompt = (int)(total - q->o.max_new_tokens);
-    double t0 = now_s();
+    double t0 = lz_now_s();
     int rc = -1;
     lz_doc_cache_begin(q->cache);
     lz_kv_segment *segs = calloc((size_t)n_docs + 1, sizeof *segs);
@@ -571,7 +565,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
             }
         }
     }
-    r->t_load = now_s() - t0;
+    r->t_load = lz_now_s() - t0;
 
     /* lazy, block: the question and answer on the accelerator when there is one */
     const lz_query_backend *be = (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) ? q->o.backend : NULL;
@@ -621,14 +615,14 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
         goto done;
     }
     r->n_computed += n_q;
-    r->t_ttft = now_s() - t0;
+    r->t_ttft = lz_now_s() - t0;
     if (q->o.keep_logits) {
         r->logits = malloc((size_t)c->vocab * sizeof(float));
         if (r->logits) memcpy(r->logits, q->logits, (size_t)c->vocab * sizeof(float));
     }
 
     /* decode: the same segments, one token at a time */
-    double t1 = now_s();
+    double t1 = lz_now_s();
     size_t cap = 256, len = 0;
     r->answer = malloc(cap);
     r->answer_ids = malloc((size_t)(q->o.max_new_tokens > 0 ? q->o.max_new_tokens : 1) * sizeof(int));
@@ -664,7 +658,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
             goto done;
         }
     }
-    r->t_decode = now_s() - t1;
+    r->t_decode = lz_now_s() - t1;
     rc = 0;
 done:
     for (int i = 0; i < n_owned; i++) entry_free(owned[i]);

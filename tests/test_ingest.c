@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "ingest/encode.h"
 #include "formats/gguf.h"
 #include "base/half.h"
@@ -33,13 +34,6 @@
 #include "tests/test.h"
 
 static char dir[256], bin[512], model_a[300], model_b[300];
-
-static double now_s(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + tv.tv_usec * 1e-6;
-}
 
 /* Runs lazyingest with args (NULL-terminated), stdin from in_path (may be
  * NULL); stdout/stderr into out/errbuf. kill_after_s > 0: SIGKILL then.
@@ -76,11 +70,11 @@ static int run_tool(const char *const *args, const char *in_path, double kill_af
     }
     int status = 0;
     if (kill_after_s > 0) {
-        double t0 = now_s();
+        double t0 = lz_now_s();
         for (;;) {
             pid_t r = waitpid(pid, &status, WNOHANG);
             if (r == pid) break;
-            if (now_s() - t0 >= kill_after_s) {
+            if (lz_now_s() - t0 >= kill_after_s) {
                 kill(pid, SIGKILL);
                 waitpid(pid, &status, 0);
                 break;
@@ -729,18 +723,18 @@ static void test_crash(void)
         char ws[300];
         snprintf(ws, sizeof ws, "%s/want%d", dir, v);
         const char *a[] = { "-m", model_a, "-s", ws, "--quiet", "--threads", "1", "--batch-tokens", "256", pv[v], NULL };
-        double t0 = now_s();
+        double t0 = lz_now_s();
         int rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
         CHECK(rc == 0, "reference run %d: %s", v, errs);
         read_rows(ws, &want[v]);
-        if (v == 0) printf("crash: a full run takes %.2f s\n", now_s() - t0);
+        if (v == 0) printf("crash: a full run takes %.2f s\n", lz_now_s() - t0);
     }
     double full = 0;
     {
         const char *a[] = { "-m", model_a, "-s", store, "--quiet", "--threads", "1", "--batch-tokens", "256", "--prune", pv[0], NULL };
-        double t0 = now_s();
+        double t0 = lz_now_s();
         run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
-        full = now_s() - t0;
+        full = lz_now_s() - t0;
     }
     srand((unsigned)time(NULL));
     /* Trials until 25 runs were killed mid-run (at most 50). The kill time is
@@ -750,9 +744,9 @@ static void test_crash(void)
     for (int t = 0; killed < 25 && t < 50; t++, trials++) {
         int v = (t + 1) % 2;
         const char *a[] = { "-m", model_a, "-s", store, "--quiet", "--threads", "1", "--batch-tokens", "256", "--prune", pv[v], NULL };
-        double when = full * (0.02 + 0.9 * rand() / (double)RAND_MAX), t_run = now_s();
+        double when = full * (0.02 + 0.9 * rand() / (double)RAND_MAX), t_run = lz_now_s();
         int rc = run_tool(a, NULL, when, out, sizeof out, errs, sizeof errs);
-        t_run = now_s() - t_run;
+        t_run = lz_now_s() - t_run;
         if (rc == 128 + SIGKILL) killed++;
         else full = 0.5 * full + 0.5 * t_run; /* finished first: runs are shorter than thought */
         /* consistent right after the kill: every row has a valid payload */
@@ -1133,7 +1127,7 @@ int main(void)
     mo.seed = 2;
     CHECK(lz_mkmodel_write(&mo, model_b, err, sizeof err) == 0, "model b: %s", err);
     unsetenv("LAZY_MODEL");
-    double t0 = now_s();
+    double t0 = lz_now_s();
     test_prompt();
     test_incremental();
     test_bad_inputs();
@@ -1141,9 +1135,9 @@ int main(void)
     test_f32_store();
     test_parallel();
     test_disk_full();
-    printf("functional tests: %.1f s\n", now_s() - t0);
+    printf("functional tests: %.1f s\n", lz_now_s() - t0);
     test_crash();
-    printf("total: %.1f s\n", now_s() - t0);
+    printf("total: %.1f s\n", lz_now_s() - t0);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "cleanup failed\n");

@@ -6,19 +6,13 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "formats/gguf.h"
 #include "formats/gguf_write.h"
 #include "tokenizer/tokenizer.h"
 #include "tests/test.h"
 #include "tests/test_tokenizer.h"
 
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* One test case: text (len bytes) and expected ids. */
 typedef struct {
@@ -332,7 +326,7 @@ int main(void)
 
     lz_gguf *g = NULL;
     lz_tokenizer *t = NULL;
-    double t0 = now_s();
+    double t0 = lz_now_s();
     int rc = lz_gguf_open(gpath, &g, err, sizeof err);
     CHECK(rc == 0, "open: %s", err);
     if (rc == 0) {
@@ -340,16 +334,16 @@ int main(void)
         CHECK(rc == 0, "gguf tokenizer: %s", err);
         lz_gguf_close(g);
     }
-    printf("gguf load: %.1f ms\n", 1e3 * (now_s() - t0));
+    printf("gguf load: %.1f ms\n", 1e3 * (lz_now_s() - t0));
     if (t) check_tokenizer(t, "gguf", 0, ng, ng, nv);
 
     lz_tokenizer *h = NULL;
     if (lz_test_fixture("tokenizers/llama3.1-tokenizer.json", hp, sizeof hp) &&
         lz_test_fixture("tokenizers/llama3.1-tokenizer_config.json", cp, sizeof cp)) {
-        t0 = now_s();
+        t0 = lz_now_s();
         rc = lz_tokenizer_from_hf(hp, cp, &h, err, sizeof err);
         CHECK(rc == 0, "hf tokenizer: %s", err);
-        printf("tokenizer.json load: %.1f ms\n", 1e3 * (now_s() - t0));
+        printf("tokenizer.json load: %.1f ms\n", 1e3 * (lz_now_s() - t0));
         if (h) {
             check_tokenizer(h, "hf", 0, ng, ng, nv);
             CHECK(lz_tokenizer_eos(h) == 128009, "hf eos from config");
