@@ -4,7 +4,7 @@
 # distractors given by --docs, lazy mode) at budgets 100% (none), 50%, 20%, 10%
 # for SnapKV, Ada-SnapKV, PyramidKV and Ada-PyramidKV, with bytes on disk per
 # token, the share of keys kept, ingest time and the mean time to first token.
-# Prints SKIP (exit 0) when the model is absent (it is trained on a GPU later).
+# Prints SKIP (exit 0) when the model is absent (it is trained on a GPU: datasets/README.md).
 #
 # usage: sh bench/bench_adakv_qa.sh [MODEL]       (default $LAZY_MODEL, else models/default.gguf)
 # env:   PER_TYPE=100     questions per type (single, bridge, comparison)

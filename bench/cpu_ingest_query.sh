@@ -1,6 +1,6 @@
 #!/bin/sh
-# cpu_ingest_query.sh - the CPU figures of the tenth session (bench/RESULTS.md,
-# "Ingest tokens/s (CPU)" and "Start-up preload in parallel"): the demo corpus
+# cpu_ingest_query.sh - CPU figures of bench/RESULTS.md ("Ingest": ingest tokens/s;
+# "Query and workloads": start-up preload): the demo corpus
 # ingested one document at a time (LAZY_INGEST_SERIAL=1) and one document a
 # thread, the same store bytes; then a random 1.5B-parameter model (width 2,048,
 # 16 layers, bf16) with 8 demo documents, all 8 asked once (access counts), and

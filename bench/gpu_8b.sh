@@ -7,7 +7,8 @@
 # the second round finds the documents resident in GPU memory), with cold documents loaded
 # from the store or recomputed on the GPU (--cold), and with every question cold (cache
 # budgets of one byte). Prints tokens/s,
-# first-token latency and decode rate; bench/RESULTS.md compares them with the
+# first-token latency and decode rate; bench/RESULTS.md ("The product at Llama-3.1-8B's
+# shape (GPU)") compares them with the
 # bandwidth and GEMM bounds. Random weights: the answers are noise, the timings real.
 # Then the peer, bench/hf_peer_8b.py (transformers, the same shape and prompt length).
 # Usage (repo root, GPU machine): sh bench/gpu_8b.sh OUTDIR

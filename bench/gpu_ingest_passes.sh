@@ -1,7 +1,7 @@
 #!/bin/sh
 # gpu_ingest_passes.sh - on the GPU machine: lazyingest --gpu with a batch's documents in
 # multi-document passes (the default, LAZY_INGEST_GPU_PASS=2048 tokens) against one document
-# a pass (LAZY_INGEST_GPU_PASS=0, taking turns on the device), in the same call: the embedded
+# a pass (LAZY_INGEST_GPU_PASS=0, taking turns on the device), in the same run: the embedded
 # default model on the demo corpus, then a model of Llama-3.1-8B's shape (random weights,
 # lazy-mkmodel as bench/gpu_8b.sh) on the demo corpus and on an 8x corpus (each document
 # eight times, each copy's text made unique, so nothing is deduplicated). Prints the JSON

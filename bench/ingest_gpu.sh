@@ -8,7 +8,7 @@
 # answered on the GPU (lazyquery --gpu).
 # Usage (repo root, GPU machine): sh bench/ingest_gpu.sh OUTDIR
 #   with build/gpuenc/{test_ops,test_llama_cuda,lazyingest,lazyquery}.gz built here by
-#   'make cuda' and gzip (bench/RESULTS.md, "Ingest on the GPU").
+#   'make cuda' and gzip (bench/RESULTS.md, "The product at Llama-3.1-8B's shape (GPU)").
 set -u
 OUT=${1:?OUTDIR}
 mkdir -p "$OUT" build/gpu-run
