@@ -68,6 +68,18 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/liblazy.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
 
+# --version (base/cli.c): git describe of the tree, taken when base/cli.o is compiled
+$(BUILD)/obj/base/cli.o: CFLAGS += -DLZ_VERSION='"$(shell git describe --always --dirty 2>/dev/null || echo unknown)"'
+$(BUILD)/obj/base/cli.o: $(wildcard .git/HEAD .git/refs/heads/*)
+# the tools that load a vocabulary alone
+$(BUILD)/bin/lazygen $(BUILD)/bin/lazy-tokenize: tools/tokenizer_file.h
+
+# lazyingest with its test hooks (--test-fail-pass: fault injection), for tests/test_ingest.c only
+$(BUILD)/tests/lazyingest-hooks: ingest/lazyingest.c $(BUILD)/liblazy.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DLZ_INGEST_TEST_HOOKS $< $(BUILD)/liblazy.a $(LIBS) -o $@
+tests: $(BUILD)/tests/lazyingest-hooks
+
 # Build the test programs and the tools they drive.
 tests: $(TESTS) $(BINS)
 
@@ -103,7 +115,7 @@ clean:
 .PHONY: all tests test asan test-asan bench deps clean cuda demo
 .SECONDARY:
 
-# ---- CUDA kernels: 'make cuda' builds the GPU test and benchmark into build/cuda ----
+# ---- CUDA kernels: 'make cuda' builds the GPU kernels' driver, tests and benchmarks into build/cuda ----
 # kernels/*.cu with nvcc for Hopper (sm_90a), kernels/*.c (CPU references and shared
 # host code) with $(CC); cudart linked statically by nvcc. Compiles without a GPU.
 LZK_DIR     := $(BUILD)/cuda
@@ -121,10 +133,9 @@ $(LZK_DIR)/obj/kernels/%.o: kernels/%.c $(LZK_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -march=x86-64-v2 -Wall -Wextra -I. -c $< -o $@
 
-$(LZK_DIR)/test_kernels: tests/cuda/test_kernels.cu $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
-	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -o $@
-
-$(LZK_DIR)/bench_kernels: bench/kernels/bench_kernels.cu $(LZK_OBJS) tests/cuda/cuda_check.h
+# the attention kernels' driver: 'kernels_check test' against the CPU references, 'kernels_check perf' timed
+$(LZK_DIR)/kernels_check: tests/cuda/kernels_check.cu tests/cuda/kernels_test.cuh bench/kernels/kernels_perf.cuh \
+                          $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -o $@
 
 # The GPU ingest forward pass and its test against the CPU engine: the CPU
@@ -173,11 +184,11 @@ $(LZK_DIR)/ptxas.txt: $(LZK_OBJS)
 	@if command -v c++filt >/dev/null 2>&1; then c++filt < $@.raw > $@; else cp $@.raw $@; fi
 	@rm -f $@.raw
 
-# Build the CUDA test and benchmark (needs nvcc, not a GPU); run them with
-# bench/kernels/run_device.sh on a GPU machine.
+# Build the CUDA programs (needs nvcc, not a GPU); bench/kernels/run_device.sh
+# runs the kernels' driver on a GPU machine.
 cuda:
 	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: no CUDA build"; exit 1; fi
 	@$(MAKE) --no-print-directory $(BUILD)/liblazy.a
-	@$(MAKE) --no-print-directory $(LZK_DIR)/test_kernels $(LZK_DIR)/bench_kernels $(LZK_DIR)/ptxas.txt \
+	@$(MAKE) --no-print-directory $(LZK_DIR)/kernels_check $(LZK_DIR)/ptxas.txt \
 	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/test_ops $(LZK_DIR)/test_gemv \
 	  $(LZK_DIR)/cublas_shapes

@@ -14,10 +14,7 @@
  * replaces the first one; if exec fails the program simply continues). */
 void lz_runtime_init(int argc, char **argv);
 
-/* The environment variables every model-loading tool honours, for --help. */
-#define LZ_RUNTIME_ENV_HELP                                                                     \
-    "Environment: LAZY_F32_WEIGHTS=1 widens bf16/fp16/Q8_0 weights to fp32 copies at load\n"   \
-    "(twice to four times the memory; they are otherwise used in place from the model file);\n" \
-    "OMP_WAIT_POLICY=active keeps OpenMP threads spinning (default passive).\n"
+/* The --help paragraph of the environment (OMP_WAIT_POLICY and the LAZY_*
+ * switches): LZ_ENV_HELP in base/env.h. */
 
 #endif /* LZ_RUNTIME_H */

@@ -7,7 +7,7 @@
  *      and level 1 with the tuned parameters: ratio and MB/s (why the tuning);
  *   3. the fp32 -> bf16 rounding: lz_f32_to_bf16 a value at a time against
  *      lz_f32_to_bf16_n (base/half.h), in cache (one head's slice) and not.
- * usage: bench_codec [--reps N]   (bench/RESULTS.md, "Payload packing")
+ * usage: bench_codec [--reps N]   (bench/RESULTS.md, "Store and codec")
  */
 #include <math.h>
 #include <stdio.h>

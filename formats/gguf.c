@@ -76,7 +76,7 @@ static void *track(lz_gguf *g, void *p)
 
 static int need(cursor *c, uint64_t n)
 {
-    if (n > c->g->size - c->pos) return fail(c, LZ_GGUF_ECORRUPT, "needs %llu bytes, %zu left (truncated?)",
+    if (n > c->g->size - c->pos) return fail(c, LZ_ECORRUPT, "needs %llu bytes, %zu left (truncated?)",
                                              (unsigned long long)n, c->g->size - c->pos);
     return 0;
 }
@@ -99,7 +99,7 @@ static int rd_str(cursor *c, const uint8_t **s, uint64_t *len)
     int rc = rd_u64(c, len);
     if (rc) return rc;
     if (*len > c->g->size - c->pos)
-        return fail(c, LZ_GGUF_ECORRUPT, "string length %llu past end of file", (unsigned long long)*len);
+        return fail(c, LZ_ECORRUPT, "string length %llu past end of file", (unsigned long long)*len);
     *s = c->g->base + c->pos;
     c->pos += *len;
     return 0;
@@ -150,7 +150,7 @@ static int rd_value(cursor *c, uint32_t type, lz_gguf_value *v, int depth)
     int rc;
     memset(v, 0, sizeof *v);
     v->type = type;
-    if (type >= LZ_GGUF_TYPE_COUNT) return fail(c, LZ_GGUF_ECORRUPT, "unknown value type %u", type);
+    if (type >= LZ_GGUF_TYPE_COUNT) return fail(c, LZ_ECORRUPT, "unknown value type %u", type);
     if (type == LZ_GGUF_STRING) return rd_str(c, &v->data, &v->n);
     if (type != LZ_GGUF_ARRAY) {
         size_t n = lz_gguf_type_size(type);
@@ -160,23 +160,23 @@ static int rd_value(cursor *c, uint32_t type, lz_gguf_value *v, int depth)
         c->pos += n;
         return 0;
     }
-    if (depth >= GGUF_MAX_DEPTH) return fail(c, LZ_GGUF_ECORRUPT, "arrays nested deeper than %d", GGUF_MAX_DEPTH);
+    if (depth >= GGUF_MAX_DEPTH) return fail(c, LZ_ECORRUPT, "arrays nested deeper than %d", GGUF_MAX_DEPTH);
     if ((rc = rd_u32(c, &v->elem_type)) || (rc = rd_u64(c, &v->n))) return rc;
     if (v->elem_type >= LZ_GGUF_TYPE_COUNT)
-        return fail(c, LZ_GGUF_ECORRUPT, "unknown array element type %u", v->elem_type);
+        return fail(c, LZ_ECORRUPT, "unknown array element type %u", v->elem_type);
     v->data = c->g->base + c->pos;
     size_t es = lz_gguf_type_size(v->elem_type);
     if (es) {
         if (v->n > (c->g->size - c->pos) / es)
-            return fail(c, LZ_GGUF_ECORRUPT, "array of %llu elements past end of file", (unsigned long long)v->n);
+            return fail(c, LZ_ECORRUPT, "array of %llu elements past end of file", (unsigned long long)v->n);
         c->pos += v->n * es;
         return 0;
     }
     /* strings or nested arrays: each element takes at least 8 bytes */
     if (v->n > (c->g->size - c->pos) / 8)
-        return fail(c, LZ_GGUF_ECORRUPT, "array of %llu elements past end of file", (unsigned long long)v->n);
+        return fail(c, LZ_ECORRUPT, "array of %llu elements past end of file", (unsigned long long)v->n);
     lz_gguf_value *elems = track(c->g, calloc(v->n ? v->n : 1, sizeof *elems));
-    if (!elems) return fail(c, LZ_GGUF_ENOMEM, "out of memory for %llu array elements", (unsigned long long)v->n);
+    if (!elems) return fail(c, LZ_ENOMEM, "out of memory for %llu array elements", (unsigned long long)v->n);
     for (uint64_t i = 0; i < v->n; i++) {
         uint32_t et = v->elem_type;
         if (et == LZ_GGUF_ARRAY) {
@@ -220,22 +220,22 @@ static int parse(lz_gguf *g, const char *name, char *err, size_t errlen)
     uint64_t n_tensors, n_kv;
     snprintf(c.what, sizeof c.what, "header");
     if ((rc = rd_u32(&c, &magic))) return rc;
-    if (magic != GGUF_MAGIC) { c.pos = 0; return fail(&c, LZ_GGUF_ECORRUPT, "bad magic 0x%08x (not a GGUF file)", magic); }
+    if (magic != GGUF_MAGIC) { c.pos = 0; return fail(&c, LZ_ECORRUPT, "bad magic 0x%08x (not a GGUF file)", magic); }
     if ((rc = rd_u32(&c, &g->version))) return rc;
     if (g->version < 2 || g->version > 3) {
         c.pos = 4;
-        return fail(&c, LZ_GGUF_EUNSUPPORTED, "unsupported GGUF version %u (2 and 3 are read)", g->version);
+        return fail(&c, LZ_EUNSUPPORTED, "unsupported GGUF version %u (2 and 3 are read)", g->version);
     }
     if ((rc = rd_u64(&c, &n_tensors)) || (rc = rd_u64(&c, &n_kv))) return rc;
     /* each kv takes >= 8+1+4 bytes, each tensor >= 8+1+4+4+8 */
     if (n_kv > g->size / 13 || n_tensors > g->size / 25)
-        return fail(&c, LZ_GGUF_ECORRUPT, "absurd counts: %llu keys, %llu tensors for a %zu-byte file",
+        return fail(&c, LZ_ECORRUPT, "absurd counts: %llu keys, %llu tensors for a %zu-byte file",
                     (unsigned long long)n_kv, (unsigned long long)n_tensors, g->size);
     g->n_kv = (int64_t)n_kv;
     g->n_tensors = (int64_t)n_tensors;
     g->kvs = track(g, calloc(n_kv ? n_kv : 1, sizeof *g->kvs));
     g->tensors = track(g, calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors));
-    if (!g->kvs || !g->tensors) return fail(&c, LZ_GGUF_ENOMEM, "out of memory");
+    if (!g->kvs || !g->tensors) return fail(&c, LZ_ENOMEM, "out of memory");
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
 
     for (uint64_t i = 0; i < n_kv; i++) {
@@ -245,13 +245,13 @@ static int parse(lz_gguf *g, const char *name, char *err, size_t errlen)
         snprintf(c.what, sizeof c.what, "key #%llu", (unsigned long long)i);
         if ((rc = rd_str(&c, &k, &klen))) return rc;
         snprintf(c.what, sizeof c.what, "key '%.*s'", (int)(klen < 100 ? klen : 100), (const char *)k);
-        if (!(g->kvs[i].key = dup_str(g, k, klen))) return fail(&c, LZ_GGUF_ENOMEM, "out of memory");
+        if (!(g->kvs[i].key = dup_str(g, k, klen))) return fail(&c, LZ_ENOMEM, "out of memory");
         if ((rc = rd_u32(&c, &type))) return rc;
         if ((rc = rd_value(&c, type, &g->kvs[i].value, 0))) return rc;
         if (!strcmp(g->kvs[i].key, "general.alignment")) {
             const lz_gguf_value *v = &g->kvs[i].value;
             if (v->type != LZ_GGUF_UINT32 || v->num.u == 0 || (v->num.u & (v->num.u - 1)) || v->num.u > 1u << 20)
-                return fail(&c, LZ_GGUF_ECORRUPT, "alignment must be a u32 power of two");
+                return fail(&c, LZ_ECORRUPT, "alignment must be a u32 power of two");
             g->alignment = v->num.u;
         }
     }
@@ -264,9 +264,9 @@ static int parse(lz_gguf *g, const char *name, char *err, size_t errlen)
         snprintf(c.what, sizeof c.what, "tensor #%llu", (unsigned long long)i);
         if ((rc = rd_str(&c, &nm, &nlen))) return rc;
         snprintf(c.what, sizeof c.what, "tensor '%.*s'", (int)(nlen < 100 ? nlen : 100), (const char *)nm);
-        if (!(t->name = dup_str(g, nm, nlen))) return fail(&c, LZ_GGUF_ENOMEM, "out of memory");
+        if (!(t->name = dup_str(g, nm, nlen))) return fail(&c, LZ_ENOMEM, "out of memory");
         if ((rc = rd_u32(&c, &nd))) return rc;
-        if (nd < 1 || nd > LZ_GGUF_MAX_DIMS) return fail(&c, LZ_GGUF_ECORRUPT, "%u dimensions (1..4 allowed)", nd);
+        if (nd < 1 || nd > LZ_GGUF_MAX_DIMS) return fail(&c, LZ_ECORRUPT, "%u dimensions (1..4 allowed)", nd);
         t->n_dims = (int)nd;
         int64_t ne = 1;
         for (int d = 0; d < LZ_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
@@ -274,7 +274,7 @@ static int parse(lz_gguf *g, const char *name, char *err, size_t errlen)
             uint64_t x;
             if ((rc = rd_u64(&c, &x))) return rc;
             if (x == 0 || x > (uint64_t)INT64_MAX || (uint64_t)ne > (uint64_t)INT64_MAX / x)
-                return fail(&c, LZ_GGUF_ECORRUPT, "dimension %u = %llu: zero or element count overflows", d,
+                return fail(&c, LZ_ECORRUPT, "dimension %u = %llu: zero or element count overflows", d,
                             (unsigned long long)x);
             t->ne[d] = (int64_t)x;
             ne *= (int64_t)x;
@@ -283,25 +283,25 @@ static int parse(lz_gguf *g, const char *name, char *err, size_t errlen)
         if ((rc = rd_u32(&c, &t->type)) || (rc = rd_u64(&c, &t->offset))) return rc;
         t->nbytes = lz_ggml_nbytes(t->type, ne);
         if (t->nbytes == 0) {
-            if (t->type == LZ_GGML_Q8_0) return fail(&c, LZ_GGUF_ECORRUPT, "Q8_0 element count %lld not a multiple of 32", (long long)ne);
-            return fail(&c, LZ_GGUF_EUNSUPPORTED, "tensor type %u (%s) not supported (F32, F16, BF16, Q8_0 are)",
+            if (t->type == LZ_GGML_Q8_0) return fail(&c, LZ_ECORRUPT, "Q8_0 element count %lld not a multiple of 32", (long long)ne);
+            return fail(&c, LZ_EUNSUPPORTED, "tensor type %u (%s) not supported (F32, F16, BF16, Q8_0 are)",
                         t->type, lz_ggml_type_name(t->type));
         }
         if (t->type == LZ_GGML_Q8_0 && t->ne[0] % 32)
-            return fail(&c, LZ_GGUF_ECORRUPT, "Q8_0 row length %lld not a multiple of 32", (long long)t->ne[0]);
+            return fail(&c, LZ_ECORRUPT, "Q8_0 row length %lld not a multiple of 32", (long long)t->ne[0]);
     }
     snprintf(c.what, sizeof c.what, "tensor data");
     uint64_t data = (c.pos + g->alignment - 1) / g->alignment * g->alignment;
-    if (data > g->size && n_tensors) return fail(&c, LZ_GGUF_ECORRUPT, "data section starts past end of file");
+    if (data > g->size && n_tensors) return fail(&c, LZ_ECORRUPT, "data section starts past end of file");
     g->data_offset = data;
     for (uint64_t i = 0; i < n_tensors; i++) {
         lz_gguf_tensor *t = &g->tensors[i];
         snprintf(c.what, sizeof c.what, "tensor '%s'", t->name);
-        if (t->offset % g->alignment) return fail(&c, LZ_GGUF_ECORRUPT, "data offset %llu not aligned to %zu",
+        if (t->offset % g->alignment) return fail(&c, LZ_ECORRUPT, "data offset %llu not aligned to %zu",
                                                   (unsigned long long)t->offset, g->alignment);
         if (t->offset > g->size - data || t->nbytes > g->size - data - t->offset) {
             c.pos = (size_t)(data + (t->offset < g->size ? t->offset : 0));
-            return fail(&c, LZ_GGUF_ECORRUPT, "data [%llu, +%zu) past end of file (%zu bytes)",
+            return fail(&c, LZ_ECORRUPT, "data [%llu, +%zu) past end of file (%zu bytes)",
                         (unsigned long long)(data + t->offset), t->nbytes, g->size);
         }
         t->data = g->base + data + t->offset;
@@ -313,7 +313,7 @@ int lz_gguf_open_buffer(const void *buf, size_t size, const char *name, lz_gguf 
 {
     *out = NULL;
     lz_gguf *g = calloc(1, sizeof *g);
-    if (!g) return LZ_GGUF_ENOMEM;
+    if (!g) return LZ_ENOMEM;
     g->base = buf;
     g->size = size;
     int rc = parse(g, name ? name : "<buffer>", err, errlen);
@@ -326,21 +326,21 @@ int lz_gguf_open(const char *path, lz_gguf **out, char *err, size_t errlen)
 {
     *out = NULL;
     int fd = open(path, O_RDONLY);
-    if (fd < 0) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); return LZ_GGUF_EIO; }
+    if (fd < 0) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); return LZ_EIO; }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         snprintf(err, errlen, "%s: not a regular file", path);
         close(fd);
-        return LZ_GGUF_EIO;
+        return LZ_EIO;
     }
     if (st.st_size < 24) {
         snprintf(err, errlen, "%s: %lld bytes is too short for a GGUF header (24)", path, (long long)st.st_size);
         close(fd);
-        return LZ_GGUF_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (p == MAP_FAILED) { snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno)); return LZ_GGUF_EIO; }
+    if (p == MAP_FAILED) { snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno)); return LZ_EIO; }
     int rc = lz_gguf_open_buffer(p, (size_t)st.st_size, path, out, err, errlen);
     if (rc) { munmap(p, (size_t)st.st_size); return rc; }
     (*out)->mapped = 1;
@@ -393,8 +393,8 @@ static int is_signed_type(uint32_t t)
 
 static int value_int(const lz_gguf_value *v, int64_t *out)
 {
-    if (!is_int_type(v->type)) return LZ_GGUF_ETYPE;
-    if (!is_signed_type(v->type) && v->num.u > (uint64_t)INT64_MAX) return LZ_GGUF_ETYPE;
+    if (!is_int_type(v->type)) return LZ_ETYPE;
+    if (!is_signed_type(v->type) && v->num.u > (uint64_t)INT64_MAX) return LZ_ETYPE;
     *out = is_signed_type(v->type) ? v->num.i : (int64_t)v->num.u;
     return 0;
 }
@@ -404,26 +404,26 @@ static int value_float(const lz_gguf_value *v, double *out)
     int64_t i;
     if (v->type == LZ_GGUF_FLOAT32 || v->type == LZ_GGUF_FLOAT64) { *out = v->num.f; return 0; }
     if (value_int(v, &i) == 0) { *out = (double)i; return 0; }
-    return LZ_GGUF_ETYPE;
+    return LZ_ETYPE;
 }
 
 int lz_gguf_get_int(const lz_gguf *g, const char *key, int64_t *out)
 {
     const lz_gguf_value *v = lz_gguf_get(g, key);
-    return v ? value_int(v, out) : LZ_GGUF_ENOTFOUND;
+    return v ? value_int(v, out) : LZ_ENOTFOUND;
 }
 
 int lz_gguf_get_float(const lz_gguf *g, const char *key, double *out)
 {
     const lz_gguf_value *v = lz_gguf_get(g, key);
-    return v ? value_float(v, out) : LZ_GGUF_ENOTFOUND;
+    return v ? value_float(v, out) : LZ_ENOTFOUND;
 }
 
 int lz_gguf_get_str(const lz_gguf *g, const char *key, const char **s, size_t *len)
 {
     const lz_gguf_value *v = lz_gguf_get(g, key);
-    if (!v) return LZ_GGUF_ENOTFOUND;
-    if (v->type != LZ_GGUF_STRING) return LZ_GGUF_ETYPE;
+    if (!v) return LZ_ENOTFOUND;
+    if (v->type != LZ_GGUF_STRING) return LZ_ETYPE;
     *s = (const char *)v->data;
     *len = v->n;
     return 0;
@@ -432,7 +432,7 @@ int lz_gguf_get_str(const lz_gguf *g, const char *key, const char **s, size_t *l
 /* Element i of a numeric array, decoded as a scalar value. */
 static int arr_elem(const lz_gguf_value *arr, uint64_t i, lz_gguf_value *e)
 {
-    if (arr->type != LZ_GGUF_ARRAY || i >= arr->n) return LZ_GGUF_ENOTFOUND;
+    if (arr->type != LZ_GGUF_ARRAY || i >= arr->n) return LZ_ENOTFOUND;
     if (arr->elems) { *e = arr->elems[i]; return 0; }
     size_t es = lz_gguf_type_size(arr->elem_type);
     memset(e, 0, sizeof *e);
@@ -458,8 +458,8 @@ int lz_gguf_arr_float(const lz_gguf_value *arr, uint64_t i, double *out)
 
 int lz_gguf_arr_str(const lz_gguf_value *arr, uint64_t i, const char **s, size_t *len)
 {
-    if (arr->type != LZ_GGUF_ARRAY || i >= arr->n) return LZ_GGUF_ENOTFOUND;
-    if (arr->elem_type != LZ_GGUF_STRING) return LZ_GGUF_ETYPE;
+    if (arr->type != LZ_GGUF_ARRAY || i >= arr->n) return LZ_ENOTFOUND;
+    if (arr->elem_type != LZ_GGUF_STRING) return LZ_ETYPE;
     *s = (const char *)arr->elems[i].data;
     *len = arr->elems[i].n;
     return 0;
@@ -483,20 +483,7 @@ int lz_gguf_tensor_to_f32(const lz_gguf_tensor *t, float *out)
         lz_mat_get_f32((lz_mat){p, LZ_MAT_Q8_0}, 0, (size_t)n, out);
         return 0;
     default:
-        return LZ_GGUF_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
 }
 
-const char *lz_gguf_strerror(int status)
-{
-    switch (status) {
-    case LZ_GGUF_OK: return "ok";
-    case LZ_GGUF_EIO: return "I/O error";
-    case LZ_GGUF_ECORRUPT: return "corrupt GGUF file";
-    case LZ_GGUF_EUNSUPPORTED: return "unsupported GGUF content";
-    case LZ_GGUF_ENOMEM: return "out of memory";
-    case LZ_GGUF_ENOTFOUND: return "key not found";
-    case LZ_GGUF_ETYPE: return "value has another type";
-    default: return "unknown status";
-    }
-}

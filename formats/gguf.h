@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "base/status.h"
 
 typedef enum {
     LZ_GGUF_UINT8 = 0, LZ_GGUF_INT8 = 1, LZ_GGUF_UINT16 = 2, LZ_GGUF_INT16 = 3,
@@ -58,9 +59,7 @@ typedef struct {
 
 typedef struct lz_gguf lz_gguf;
 
-/* Status codes (0 = OK). */
-enum { LZ_GGUF_OK = 0, LZ_GGUF_EIO = 1, LZ_GGUF_ECORRUPT = 2, LZ_GGUF_EUNSUPPORTED = 3,
-       LZ_GGUF_ENOMEM = 4, LZ_GGUF_ENOTFOUND = 5, LZ_GGUF_ETYPE = 6 };
+/* Status: base/status.h (LZ_OK or an LZ_E* code). */
 
 /* Opens and validates path. On failure returns a status and writes a message
  * naming the file, the key or tensor and the offset into err. */
@@ -76,7 +75,7 @@ int64_t lz_gguf_n_kv(const lz_gguf *g);
 const lz_gguf_kv *lz_gguf_kv_at(const lz_gguf *g, int64_t i);
 const lz_gguf_value *lz_gguf_get(const lz_gguf *g, const char *key); /* NULL if absent */
 
-/* Typed getters: return LZ_GGUF_ENOTFOUND when absent, LZ_GGUF_ETYPE when the
+/* Typed getters: return LZ_ENOTFOUND when absent, LZ_ETYPE when the
  * value is not convertible (any integer type to int64, any number to double). */
 int lz_gguf_get_int(const lz_gguf *g, const char *key, int64_t *out);
 int lz_gguf_get_float(const lz_gguf *g, const char *key, double *out);
@@ -90,14 +89,13 @@ int64_t lz_gguf_n_tensors(const lz_gguf *g);
 const lz_gguf_tensor *lz_gguf_tensor_at(const lz_gguf *g, int64_t i);
 const lz_gguf_tensor *lz_gguf_find_tensor(const lz_gguf *g, const char *name);
 
-/* Dequantizes t into out[t->n_elements]. Returns LZ_GGUF_EUNSUPPORTED for
+/* Dequantizes t into out[t->n_elements]. Returns LZ_EUNSUPPORTED for
  * other types. */
 int lz_gguf_tensor_to_f32(const lz_gguf_tensor *t, float *out);
 const char *lz_ggml_type_name(uint32_t type);
 /* Bytes of n elements of a (supported) type; 0 if unsupported or n not a
  * multiple of the block size. */
 size_t lz_ggml_nbytes(uint32_t type, int64_t n);
-const char *lz_gguf_strerror(int status);
 /* Bytes of one scalar metadata value of type t (lz_gguf_type); 0 for
  * STRING, ARRAY and unknown types. */
 size_t lz_gguf_type_size(uint32_t t);

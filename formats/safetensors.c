@@ -76,38 +76,38 @@ static int parse_entry(lz_safetensors *f, const char *name, json_t *e, const uin
                        lz_st_tensor *t, char *err, size_t errlen)
 {
     const char *p = f->path;
-    if (!json_is_object(e)) return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: tensor '%s': header entry is not an object", p, name);
+    if (!json_is_object(e)) return lz_fail(err, errlen, LZ_ECORRUPT, "%s: tensor '%s': header entry is not an object", p, name);
     json_t *jd = json_object_get(e, "dtype"), *js = json_object_get(e, "shape"), *jo = json_object_get(e, "data_offsets");
-    if (!json_is_string(jd)) return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: tensor '%s': 'dtype' is missing or not a string", p, name);
+    if (!json_is_string(jd)) return lz_fail(err, errlen, LZ_ECORRUPT, "%s: tensor '%s': 'dtype' is missing or not a string", p, name);
     int dt = dtype_from_name(json_string_value(jd));
     if (dt < 0)
-        return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: tensor '%s': unknown dtype '%s'", p, name, json_string_value(jd));
+        return lz_fail(err, errlen, LZ_ECORRUPT, "%s: tensor '%s': unknown dtype '%s'", p, name, json_string_value(jd));
     if (!json_is_array(js) || json_array_size(js) > LZ_ST_MAX_DIMS)
-        return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: tensor '%s': 'shape' is missing, not an array or has more than %d dims",
+        return lz_fail(err, errlen, LZ_ECORRUPT, "%s: tensor '%s': 'shape' is missing, not an array or has more than %d dims",
                     p, name, LZ_ST_MAX_DIMS);
     if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
         !json_is_integer(json_array_get(jo, 1)))
-        return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: tensor '%s': 'data_offsets' must be [begin, end]", p, name);
+        return lz_fail(err, errlen, LZ_ECORRUPT, "%s: tensor '%s': 'data_offsets' must be [begin, end]", p, name);
     t->dtype = dt;
     t->n_dims = (int)json_array_size(js);
     uint64_t n = 1;
     for (int d = 0; d < t->n_dims; d++) {
         json_t *v = json_array_get(js, (size_t)d);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > ((json_int_t)1 << 40))
-            return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: tensor '%s': shape[%d] is not a valid size", p, name, d);
+            return lz_fail(err, errlen, LZ_ECORRUPT, "%s: tensor '%s': shape[%d] is not a valid size", p, name, d);
         t->shape[d] = (int64_t)json_integer_value(v);
         if (t->shape[d] && n > ((uint64_t)1 << 50) / (uint64_t)t->shape[d])
-            return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: tensor '%s': shape is too large", p, name);
+            return lz_fail(err, errlen, LZ_ECORRUPT, "%s: tensor '%s': shape is too large", p, name);
         n *= (uint64_t)t->shape[d];
     }
     json_int_t b = json_integer_value(json_array_get(jo, 0)), en = json_integer_value(json_array_get(jo, 1));
     if (b < 0 || en < b || (uint64_t)en > data_size)
-        return lz_fail(err, errlen, LZ_ST_ECORRUPT,
+        return lz_fail(err, errlen, LZ_ECORRUPT,
                     "%s: tensor '%s': data_offsets [%lld, %lld] are outside the data section (%llu bytes)", p, name,
                     (long long)b, (long long)en, (unsigned long long)data_size);
     uint64_t want = n * dtypes[dt].size;
     if ((uint64_t)(en - b) != want)
-        return lz_fail(err, errlen, LZ_ST_ECORRUPT,
+        return lz_fail(err, errlen, LZ_ECORRUPT,
                     "%s: tensor '%s': data_offsets span %llu bytes but dtype %s x shape needs %llu", p, name,
                     (unsigned long long)(en - b), dtypes[dt].name, (unsigned long long)want);
     t->n_elements = (int64_t)n;
@@ -115,28 +115,28 @@ static int parse_entry(lz_safetensors *f, const char *name, json_t *e, const uin
     t->data = data + b;
     t->file = f->path;
     t->name = strdup(name);
-    if (!t->name) return lz_fail(err, errlen, LZ_ST_ENOMEM, "%s: out of memory", p);
+    if (!t->name) return lz_fail(err, errlen, LZ_ENOMEM, "%s: out of memory", p);
     return 0;
 }
 
 static int parse(lz_safetensors *f, char *err, size_t errlen)
 {
     const char *p = f->path;
-    if (f->size < 8) return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: %zu bytes is too short for a safetensors file", p, f->size);
+    if (f->size < 8) return lz_fail(err, errlen, LZ_ECORRUPT, "%s: %zu bytes is too short for a safetensors file", p, f->size);
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = hl << 8 | f->base[i];
     if (hl > f->size - 8 || hl > ST_MAX_HEADER)
-        return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: header length %llu exceeds the file size (%zu bytes)", p,
+        return lz_fail(err, errlen, LZ_ECORRUPT, "%s: header length %llu exceeds the file size (%zu bytes)", p,
                     (unsigned long long)hl, f->size);
-    if (hl < 2) return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: header length %llu is too short", p, (unsigned long long)hl);
+    if (hl < 2) return lz_fail(err, errlen, LZ_ECORRUPT, "%s: header length %llu is too short", p, (unsigned long long)hl);
     json_error_t je;
     json_t *root = json_loadb((const char *)f->base + 8, (size_t)hl, JSON_REJECT_DUPLICATES, &je);
-    if (!root) return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: header JSON: %s (byte %d)", p, je.text, je.position);
+    if (!root) return lz_fail(err, errlen, LZ_ECORRUPT, "%s: header JSON: %s (byte %d)", p, je.text, je.position);
     int rc = 0;
-    if (!json_is_object(root)) { rc = lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: header is not a JSON object", p); goto done; }
+    if (!json_is_object(root)) { rc = lz_fail(err, errlen, LZ_ECORRUPT, "%s: header is not a JSON object", p); goto done; }
     size_t cap = json_object_size(root);
     f->tensors = calloc(cap ? cap : 1, sizeof *f->tensors);
-    if (!f->tensors) { rc = lz_fail(err, errlen, LZ_ST_ENOMEM, "%s: out of memory", p); goto done; }
+    if (!f->tensors) { rc = lz_fail(err, errlen, LZ_ENOMEM, "%s: out of memory", p); goto done; }
     const uint8_t *data = f->base + 8 + hl;
     uint64_t data_size = f->size - 8 - hl;
     const char *key;
@@ -156,14 +156,14 @@ int lz_st_open(const char *path, lz_safetensors **out, char *err, size_t errlen)
 {
     *out = NULL;
     lz_safetensors *f = calloc(1, sizeof *f);
-    if (!f || !(f->path = strdup(path))) { free(f); return lz_fail(err, errlen, LZ_ST_ENOMEM, "%s: out of memory", path); }
+    if (!f || !(f->path = strdup(path))) { free(f); return lz_fail(err, errlen, LZ_ENOMEM, "%s: out of memory", path); }
     int fd = open(path, O_RDONLY);
-    if (fd < 0) { lz_st_close(f); return lz_fail(err, errlen, LZ_ST_EIO, "%s: %s", path, strerror(errno)); }
+    if (fd < 0) { lz_st_close(f); return lz_fail(err, errlen, LZ_EIO, "%s: %s", path, strerror(errno)); }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         lz_st_close(f);
-        return lz_fail(err, errlen, LZ_ST_EIO, "%s: not a regular file", path);
+        return lz_fail(err, errlen, LZ_EIO, "%s: not a regular file", path);
     }
     f->size = (size_t)st.st_size;
     if (f->size > 0) {
@@ -172,7 +172,7 @@ int lz_st_open(const char *path, lz_safetensors **out, char *err, size_t errlen)
             int e = errno;
             close(fd);
             lz_st_close(f);
-            return lz_fail(err, errlen, LZ_ST_EIO, "%s: mmap: %s", path, strerror(e));
+            return lz_fail(err, errlen, LZ_EIO, "%s: mmap: %s", path, strerror(e));
         }
         f->base = m;
     }
@@ -218,7 +218,7 @@ const lz_st_tensor *lz_st_set_find(const lz_st_set *s, const char *name)
 static int set_add(lz_st_set *s, const char *path, char *err, size_t errlen)
 {
     lz_safetensors **fs = realloc(s->files, (size_t)(s->n_files + 1) * sizeof *fs);
-    if (!fs) return lz_fail(err, errlen, LZ_ST_ENOMEM, "%s: out of memory", path);
+    if (!fs) return lz_fail(err, errlen, LZ_ENOMEM, "%s: out of memory", path);
     s->files = fs;
     int rc = lz_st_open(path, &s->files[s->n_files], err, errlen);
     if (rc) return rc;
@@ -231,21 +231,21 @@ static int open_index(lz_st_set *s, const char *dir, const char *index, char *er
 {
     json_error_t je;
     json_t *root = json_load_file(index, 0, &je);
-    if (!root) return lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: %s (line %d)", index, je.text, je.line);
+    if (!root) return lz_fail(err, errlen, LZ_ECORRUPT, "%s: %s (line %d)", index, je.text, je.line);
     int rc = 0;
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm) || json_object_size(wm) == 0) {
-        rc = lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: 'weight_map' is missing or empty", index);
+        rc = lz_fail(err, errlen, LZ_ECORRUPT, "%s: 'weight_map' is missing or empty", index);
         goto done;
     }
     const char *name;
     json_t *v;
     /* open every distinct shard once, in order of first mention */
     json_object_foreach(wm, name, v) {
-        if (!json_is_string(v)) { rc = lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: weight_map['%s'] is not a string", index, name); goto done; }
+        if (!json_is_string(v)) { rc = lz_fail(err, errlen, LZ_ECORRUPT, "%s: weight_map['%s'] is not a string", index, name); goto done; }
         const char *shard = json_string_value(v);
         if (!shard[0] || strchr(shard, '/') || !strcmp(shard, "..")) {
-            rc = lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: weight_map['%s'] = '%s' is not a file name in the folder", index, name, shard);
+            rc = lz_fail(err, errlen, LZ_ECORRUPT, "%s: weight_map['%s'] = '%s' is not a file name in the folder", index, name, shard);
             goto done;
         }
         char path[4096];
@@ -261,14 +261,14 @@ static int open_index(lz_st_set *s, const char *dir, const char *index, char *er
         for (int i = 0; i < s->n_files; i++) {
             if (!lz_st_find(s->files[i], name)) continue;
             if (strcmp(s->files[i]->path, path)) {
-                rc = lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: tensor '%s' is in %s, but the index says %s", index, name,
+                rc = lz_fail(err, errlen, LZ_ECORRUPT, "%s: tensor '%s' is in %s, but the index says %s", index, name,
                           s->files[i]->path, path);
                 goto done;
             }
             found = 1;
         }
         if (!found) {
-            rc = lz_fail(err, errlen, LZ_ST_ECORRUPT, "%s: tensor '%s' is listed but missing from %s", index, name, path);
+            rc = lz_fail(err, errlen, LZ_ECORRUPT, "%s: tensor '%s' is listed but missing from %s", index, name, path);
             goto done;
         }
     }
@@ -277,7 +277,7 @@ static int open_index(lz_st_set *s, const char *dir, const char *index, char *er
         for (int64_t k = 0; k < s->files[i]->n; k++)
             for (int j = i + 1; j < s->n_files; j++)
                 if (lz_st_find(s->files[j], s->files[i]->tensors[k].name)) {
-                    rc = lz_fail(err, errlen, LZ_ST_ECORRUPT, "tensor '%s' is in both %s and %s", s->files[i]->tensors[k].name,
+                    rc = lz_fail(err, errlen, LZ_ECORRUPT, "tensor '%s' is in both %s and %s", s->files[i]->tensors[k].name,
                               s->files[i]->path, s->files[j]->path);
                     goto done;
                 }
@@ -290,7 +290,7 @@ int lz_st_set_open_dir(const char *dir, lz_st_set **out, char *err, size_t errle
 {
     *out = NULL;
     lz_st_set *s = calloc(1, sizeof *s);
-    if (!s) return lz_fail(err, errlen, LZ_ST_ENOMEM, "%s: out of memory", dir);
+    if (!s) return lz_fail(err, errlen, LZ_ENOMEM, "%s: out of memory", dir);
     char single[4096], index[4096];
     snprintf(single, sizeof single, "%s/model.safetensors", dir);
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
@@ -300,7 +300,7 @@ int lz_st_set_open_dir(const char *dir, lz_st_set **out, char *err, size_t errle
     else if (access(index, F_OK) == 0)
         rc = open_index(s, dir, index, err, errlen);
     else
-        rc = lz_fail(err, errlen, LZ_ST_EIO, "%s: neither model.safetensors nor model.safetensors.index.json is there", dir);
+        rc = lz_fail(err, errlen, LZ_EIO, "%s: neither model.safetensors nor model.safetensors.index.json is there", dir);
     if (rc) { lz_st_set_close(s); return rc; }
     *out = s;
     return 0;
@@ -321,7 +321,7 @@ int lz_st_to_f32(const lz_st_tensor *t, float *out)
         for (int64_t i = 0; i < n; i++) out[i] = lz_bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
         return 0;
     default:
-        return LZ_ST_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
 }
 

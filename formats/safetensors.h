@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "base/status.h"
 
 typedef enum {
     LZ_ST_F32 = 0, LZ_ST_F16, LZ_ST_BF16, LZ_ST_F64, LZ_ST_I64, LZ_ST_I32, LZ_ST_I16, LZ_ST_I8,
@@ -36,8 +37,7 @@ typedef struct {
     const char *file;               /* path of the file holding it */
 } lz_st_tensor;
 
-/* Status codes (0 = OK), the same numbers as the model loaders'. */
-enum { LZ_ST_OK = 0, LZ_ST_EIO = 1, LZ_ST_ECORRUPT = 2, LZ_ST_EUNSUPPORTED = 3, LZ_ST_ENOMEM = 4 };
+/* Status: base/status.h (LZ_OK or an LZ_E* code). */
 
 typedef struct lz_safetensors lz_safetensors;
 
@@ -62,7 +62,7 @@ const char *lz_st_dtype_name(int dtype);
 size_t lz_st_dtype_size(int dtype); /* bytes per element, 0 if unknown */
 
 /* Converts t to fp32 into out[t->n_elements]. Returns 0, or
- * LZ_ST_EUNSUPPORTED for dtypes other than F32, F16, BF16. */
+ * LZ_EUNSUPPORTED for dtypes other than F32, F16, BF16. */
 int lz_st_to_f32(const lz_st_tensor *t, float *out);
 
 /* Writing (tests and tools): n tensors given as raw little-endian data of

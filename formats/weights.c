@@ -4,16 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/half.h"
 #include "formats/weights.h"
 
 enum { QK = 32, QBYTES = 34 }; /* Q8_0: values a block, bytes a block */
 
-int lz_mat_in_place(void)
-{
-    const char *e = getenv("LAZY_F32_WEIGHTS");
-    return !(e && *e && strcmp(e, "0") != 0);
-}
+int lz_mat_in_place(void) { return !lz_env_get()->f32_weights; /* LAZY_F32_WEIGHTS (base/env.h) */ }
 
 static float q8_scale(const uint8_t *blk)
 {

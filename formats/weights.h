@@ -28,7 +28,8 @@ typedef struct {
 
 /* Whether loaders keep 16-bit and Q8_0 weights in place: 1 unless the
  * environment sets LAZY_F32_WEIGHTS to something other than "" or "0" (then
- * they widen them to fp32 copies at load, the engine's behaviour before). */
+ * they widen them to fp32 copies at load, the engine's behaviour before);
+ * read once with the other switches (base/env.h: lz_env_get). */
 int lz_mat_in_place(void);
 
 /* out[0..n) = elements [first, first + n) of m (row-major order), widened to fp32. */

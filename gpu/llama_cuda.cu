@@ -20,6 +20,7 @@
 
 #include "kernels/lz_gemv.h"
 #include "kernels/lz_ops.h"
+#include "base/env.h"
 #include "base/half.h"
 #include "gpu/llama_gpu.cuh"
 #include "base/rope.h"
@@ -164,17 +165,16 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
         return -1;
     }
     if (max_tokens <= 0) { snprintf(err, errlen, "GPU: max_tokens %d", max_tokens); return -1; }
-    /* benchmarks' A/B of the decode products' grids: "blocks_per_sm,silu_blocks_per_sm" (lz_gemv_tune) */
-    if (const char *t = getenv("LAZY_GPU_GEMV")) {
-        int bps = 0, silu = 0;
-        if (sscanf(t, "%d,%d", &bps, &silu) != 2) {
-            snprintf(err, errlen, "LAZY_GPU_GEMV=%s: expected blocks_per_sm,silu_blocks_per_sm", t);
-            return -1;
-        }
-        lz_gemv_tune(bps, silu);
-    }
+    const lz_env *env = lz_env_get(); /* the switches, read once (base/env.h) */
+    if (env->error[0]) { snprintf(err, errlen, "%s", env->error); return -1; }
     lz_llama_gpu *g = (lz_llama_gpu *)calloc(1, sizeof *g);
     if (!g) { snprintf(err, errlen, "out of memory"); return -1; }
+    /* benchmarks' A/B: the decode products' grids (LAZY_GPU_GEMV, lz_gemv_tune at each step) and
+     * a decode step's attention (LAZY_GPU_DECODE) */
+    g->gemv_bps = env->gpu_gemv_bps;
+    g->gemv_silu_bps = env->gpu_gemv_silu_bps;
+    g->env_dec_prefill = env->gpu_decode_prefill;
+    g->env_dsplit = env->gpu_decode_split <= LZ_DECODE_MAX_SPLIT ? env->gpu_decode_split : 0;
     g->m = m;
     g->cfg = *c;
     g->max_tokens = max_tokens;

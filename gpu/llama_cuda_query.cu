@@ -51,11 +51,9 @@ static int decode_words(lz_llama_gpu *g, const lz_attn_segment *hs, int S, char 
 {
     const lz_llama_config *c = &g->cfg;
     const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, N = g->max_tokens, W = S + 1;
-    const char *mode = getenv("LAZY_GPU_DECODE");
     g->dec = 0;
-    if (mode && !strcmp(mode, "prefill")) return 0;
-    g->dsplit = mode ? atoi(mode) : 0; /* A/B: LAZY_GPU_DECODE=<parts> */
-    if (g->dsplit < 0 || g->dsplit > LZ_DECODE_MAX_SPLIT) g->dsplit = 0;
+    if (g->env_dec_prefill) return 0; /* A/B: LAZY_GPU_DECODE=prefill, taken at lz_llama_gpu_new */
+    g->dsplit = g->env_dsplit;        /* A/B: LAZY_GPU_DECODE=<parts> */
     const bf16 *k0 = g->own_k, *v0 = g->own_v;
     int NB = 0;
     for (int l = 0; l < L; l++)
@@ -275,6 +273,7 @@ extern "C" int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *
         if (ids[i] < 0 || ids[i] >= V) { snprintf(err, errlen, "token id %d out of range", ids[i]); return -1; }
     cudaStream_t st = g->st;
     CUDA_OK(cudaStreamSynchronize(st), "forward pass"); /* g->hids is free again */
+    lz_gemv_tune(g->gemv_bps, g->gemv_silu_bps); /* this engine's grids (LAZY_GPU_GEMV; 0, 0: the defaults) */
     memcpy(g->hids, ids, (size_t)n * sizeof(int));
     lz_prefill_params p = step_params(g, n);
     if (ensure_work(g, &p, err, errlen)) return -1;

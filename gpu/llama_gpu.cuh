@@ -148,6 +148,10 @@ struct lz_llama_gpu {
     size_t dcap;               /* its bytes, and those of the pinned staging hdw */
     uint64_t *hdw;
     int dNB, dec, dsplit; /* dsplit: lz_decode's split-KV parts (0: its choice) */
+    /* the environment's A/B switches (base/env.h), taken at lz_llama_gpu_new: LAZY_GPU_DECODE
+     * (prefill: decode attention by lz_prefill_lazy; else split-KV parts) and LAZY_GPU_GEMV
+     * (the decode products' blocks a SM, set with lz_gemv_tune before each step) */
+    int env_dec_prefill, env_dsplit, gemv_bps, gemv_silu_bps;
     const bf16 *dk0, *dv0;
     float *dwork;
     size_t dwork_bytes;

@@ -136,7 +136,7 @@ static int commit_held(ingest *g)
     if (g->writing) pthread_join(g->wthread, NULL);
     g->writing = g->held_pending = 0;
     int rc = g->wjob.rc;
-    if (rc == LZ_STORE_EFULL) /* the room reserved was not enough: grow the map now, on this thread */
+    if (rc == LZ_EFULL) /* the room reserved was not enough: grow the map now, on this thread */
         rc = lz_store_put_payloads(g->s, g->held.pay, g->held.n_pay, g->wjob.err, sizeof g->wjob.err);
     arrays_swap(g, &g->held); /* the held batch in the ingest's fields */
     if (rc) snprintf(g->err, sizeof g->err, "%s", g->wjob.err);

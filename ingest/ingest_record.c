@@ -142,7 +142,7 @@ int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
      * that still fits --max-doc-tokens */
     lz_store_content_hash(r->title, r->text, hash);
     int rc = lz_store_doc_find(g->s, r->id, &row, src, sizeof src, g->err, sizeof g->err);
-    if (rc && rc != LZ_STORE_ENOTFOUND) return -1;
+    if (rc && rc != LZ_ENOTFOUND) return -1;
     if (!rc && strcmp(src, r->id) != 0) {
         snprintf(g->err, sizeof g->err, "%s: id '%s' collides with passage %d of document '%s'", where, r->id,
                  row.passage, src);
@@ -156,7 +156,7 @@ int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
         int *old = NULL, n_old = 0;
         uint8_t key[LZ_META_KEY_LEN];
         int st = lz_store_doc_tokens(g->s, row.id, &old, &n_old, g->err, sizeof g->err);
-        if (st && st != LZ_STORE_ECORRUPT) return -1;
+        if (st && st != LZ_ECORRUPT) return -1;
         if (!st) {
             doc_key(g, old, n_old, key);
             same = memcmp(key, row.payload_key, LZ_META_KEY_LEN) == 0;
@@ -176,7 +176,7 @@ int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
      * (same text, same budget) and keys valid under this model and prefix */
     uint8_t split_hash[32];
     lz_store_split_hash(r->title, r->text, r->text_len, g->o.max_doc_tokens, split_hash);
-    if (rc == LZ_STORE_ENOTFOUND) {
+    if (rc == LZ_ENOTFOUND) {
         split_check sc = { g, split_hash, NULL, 0, 0, 1, 0 };
         if (lz_store_source_rows(g->s, r->id, split_visit, &sc, g->err, sizeof g->err)) {
             free(sc.ids);
@@ -214,8 +214,8 @@ int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
             free(all);
             snprintf(g->err, sizeof g->err, "%s: id '%s': cannot split into passages of %d tokens (%s)", where,
                      r->id, g->o.max_doc_tokens,
-                     st == LZ_SPLIT_EINVAL ? "the title alone is longer" : "out of memory");
-            return st == LZ_SPLIT_EINVAL ? 1 : -1;
+                     st == LZ_EINVAL ? "the title alone is longer" : "out of memory");
+            return st == LZ_EINVAL ? 1 : -1;
         }
     }
     int n_parts = split ? n_spans : 1, first = g->n_docs;
@@ -268,7 +268,7 @@ int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
         d->kv_kept = ingest_doc_kv(g, n, d->kv_spec);
         g->n_corpus_tokens += n;
         rc = lz_store_doc_find(g->s, pid, &row, src, sizeof src, g->err, sizeof g->err);
-        if (rc && rc != LZ_STORE_ENOTFOUND) return -1;
+        if (rc && rc != LZ_ENOTFOUND) return -1;
         if (!rc && strcmp(src, r->id) != 0) {
             snprintf(g->err, sizeof g->err, "%s: id '%s': passage id '%s' collides with document '%s'", where,
                      r->id, pid, src);

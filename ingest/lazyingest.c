@@ -21,6 +21,8 @@
 #include "ingest/ingest_run.h"
 #include "ingest/split.h"
 #include "model/prompt.h"
+#include "base/cli.h"
+#include "base/env.h"
 #include "base/runtime.h"
 #include "base/unicode.h"
 
@@ -32,79 +34,78 @@ static void usage(FILE *f)
             "Encodes every document of a corpus once and stores its KV for lazyquery.\n"
             "Input: JSONL, one {\"id\": string|int, \"text\": ..., \"title\": ...} per line, or CSV\n"
             "with a header naming id, text (and optionally title). '-' reads standard input.\n"
+            "Options take their value as '--opt value' or '--opt=value'; '--' ends the options.\n"
             "  -m, --model PATH       GGUF model (default: $%s, else <repo>/%s)\n"
             "  -s, --store DIR        store folder (default ./lazystore)\n"
-            "  --batch-tokens N       tokens encoded between commits (default 8192)\n"
-            "  --threads N            CPU threads (default: all cores); a small model (width <= 2048)\n"
+            "  -t, --threads N        CPU threads (default: all cores); a small model (width <= 2048)\n"
             "                         encodes one document a thread, a larger one uses them all for\n"
             "                         each document; payloads are the same bytes either way\n"
-            "  --max-doc-tokens N     split longer documents into passages id#0, id#1, ...\n"
+            "  -q, --quiet            no progress and no summary (errors still printed)\n"
+            "      --json             print the summary as JSON on standard output\n"
+            "      --batch-tokens N   tokens encoded between commits (default 8192)\n"
+            "      --max-doc-tokens N split longer documents into passages id#0, id#1, ...\n"
             "                         at sentence or line boundaries (default 1024)\n"
-            "  --level N              zstd level of the payloads, 1..19 (default %d); 1 and 2 look\n"
-            "                         only for matches of 7+ bytes (K/V's gain is in the entropy\n"
-            "                         coding): on the demo corpus packing is 2.1x faster than\n"
-            "                         at zstd's level 3 and stores 1.1%% fewer bytes\n"
-            "  --kv-dtype bf16|f32    element type of a new store's KV payloads (default bf16;\n"
+            "      --level N          zstd level of the payloads, 1..19 (default %d); 1 and 2 look\n"
+            "                         only for matches of 7+ bytes (K/V's gain is in the entropy coding)\n"
+            "      --kv-dtype bf16|f32  element type of a new store's KV payloads (default bf16;\n"
             "                         fixed per store: f32 is exact, twice the size)\n"
-            "  --kv-policy P          KV eviction at ingest: none (default), snapkv, ada-snapkv,\n"
+            "      --kv-policy P      KV eviction at ingest: none (default), snapkv, ada-snapkv,\n"
             "                         pyramidkv, ada-pyramidkv; only the kept keys and values are stored\n"
-            "  --kv-budget B          kept tokens per kv head: a fraction of the document (0.2) or an\n"
+            "      --kv-budget B      kept tokens per kv head: a fraction of the document (0.2) or an\n"
             "                         average count (128t); the window counts in it; documents shorter\n"
             "                         than window + budget are stored whole\n"
-            "  --kv-window N          observation window: the last N tokens, always kept (default %d)\n"
-            "  --kv-kernel K          max-pooling kernel along positions, odd (default %d)\n"
-            "  --kv-alpha A           Ada: share of the budget reserved per head (default %g)\n"
-            "  --kv-agg mean|max      GQA: aggregate a kv head's query heads (default mean)\n"
-            "  --kv-probe             observation window = the prompt's question cue run after the\n"
+            "      --kv-window N      observation window: the last N tokens, always kept (default %d)\n"
+            "      --kv-kernel K      max-pooling kernel along positions, odd (default %d)\n"
+            "      --kv-alpha A       Ada: share of the budget reserved per head (default %g)\n"
+            "      --kv-agg mean|max  GQA: aggregate a kv head's query heads (default mean)\n"
+            "      --kv-probe         observation window = the prompt's question cue run after the\n"
             "                         document (scored, not stored) instead of the document's tail\n"
-            "  --kv-probe-text Q      the same with question Q in the cue (UTF-8, at most 1024 bytes;\n"
+            "      --kv-probe-text Q  the same with question Q in the cue (UTF-8, at most 1024 bytes;\n"
             "                         recorded in each document's KV spec as a hash; --repair needs the\n"
             "                         same Q to re-encode such documents)\n"
-            "  --kv-reconstruct       observation window = the document itself run again after it\n"
+            "      --kv-reconstruct   observation window = the document itself run again after it\n"
             "                         (KVzip-style: keys scored while the model re-reads the passage;\n"
-            "                         best quality, costs about one more encoding of every document)\n"
-            "  --kv-self              observation window = every document token's own query as it was\n"
+            "                         one more forward pass over every document)\n"
+            "      --kv-self          observation window = every document token's own query as it was\n"
             "                         encoded (H2O-style: a key scores the attention all later tokens\n"
             "                         gave it; no extra forward pass; recorded as 'self')\n"
-            "  --kv-value-norm        value-aware scores: a key's attention score times the mean |v| of\n"
+            "      --kv-value-norm    value-aware scores: a key's attention score times the mean |v| of\n"
             "                         its value row over its layer's mean of that (VATP-style;\n"
             "                         recorded in the KV spec as 'vnorm')\n"
-            "  --kv-value-power P     value-aware scores with (mean |v|)^P, P in (0, 16] (implies\n"
-            "                         --kv-value-norm; 2 is best on the QA dev split; 'vnorm=P')\n"
-            "  --kv-learned FILE      scores from a fitted key-importance model (a linear model per\n"
+            "      --kv-value-power P value-aware scores with (mean |v|)^P, P in (0, 16] (implies\n"
+            "                         --kv-value-norm; recorded as 'vnorm=P')\n"
+            "      --kv-learned FILE  scores from a fitted key-importance model (a linear model per\n"
             "                         layer and kv head of the reconstruction score from each key's\n"
             "                         value and unrotated key; no extra forward pass; recorded as\n"
             "                         'learned=<hash>'; --repair needs the same FILE)\n"
-            "  --kv-learn-out FILE    with --kv-reconstruct: fit that model on the documents this run\n"
+            "      --kv-learn-out FILE  with --kv-reconstruct: fit that model on the documents this run\n"
             "                         encodes and write it to FILE (calibration; use a new store)\n"
-            "  --kv-scope layer|model Ada-SnapKV: the joint selection over one layer's kv heads (default,\n"
-            "                         as Ada-KV) or over every head of every layer, so layers get unequal\n"
-            "                         budgets too (recorded in the KV spec as 'model')\n"
-            "  --format jsonl|csv     input format when the file name does not tell\n"
-            "  --prune                remove documents absent from this corpus\n"
-            "  --strict               stop at the first bad record (all before it is committed)\n"
-            "  --check                verify every document's payload (presence, checksum, model)\n"
-            "  --repair               re-encode or remove what --check finds broken\n"
-            "  --gc                   remove payloads no document references (runs also do this)\n"
-            "  --quiet                no progress and no summary (errors still printed)\n"
-            "  --json                 print the summary as JSON on standard output\n"
-            "  --gpu                  encode documents on the GPU (CUDA builds: 'make cuda' makes\n"
+            "      --kv-scope layer|model  Ada-SnapKV: the joint selection over one layer's kv heads\n"
+            "                         (default, as Ada-KV) or over every head of every layer, so layers\n"
+            "                         get unequal budgets too (recorded in the KV spec as 'model')\n"
+            "      --format jsonl|csv input format when the file name does not tell\n"
+            "      --prune            remove documents absent from this corpus\n"
+            "      --strict           stop at the first bad record (all before it is committed)\n"
+            "      --check            verify every document's payload (presence, checksum, model)\n"
+            "      --repair           re-encode or remove what --check finds broken\n"
+            "      --gc               remove payloads no document references (runs also do this)\n"
+            "      --serial           encode one document at a time whatever the model (the same bytes)\n"
+            "      --sync-commit      write a batch's payloads before the next batch is encoded (by\n"
+            "                         default they are written on a thread meanwhile, rows after them)\n"
+            "      --gpu              encode documents on the GPU (CUDA builds: 'make cuda' makes\n"
             "                         build/cuda/lazyingest): bf16 activations, so payloads differ from\n"
             "                         the CPU's at bf16 level; --kv-probe / --kv-reconstruct stay on the CPU;\n"
             "                         a batch's documents go through in passes of up to 2,048 tokens\n"
-            "                         (one read of the weights a pass) while the pass before is\n"
-            "                         packed on every core\n"
-            "  -h, --help             this text\n"
-            "Exit status: 0 ok, 1 error, 2 some records were skipped, 3 --check found problems.\n"
-            "LAZY_INGEST_SERIAL=1 encodes one document at a time whatever the model.\n"
-            "LAZY_INGEST_GPU_PASS=N sets --gpu's tokens a pass (0: one document a pass, taking turns);\n"
-            "in passes KV eviction's attention masses are made on the GPU (LAZY_INGEST_GPU_MASS=0: CPU);\n"
-            "LAZY_INGEST_REF_PASSES=N runs that pipeline of passes without a GPU, on the CPU\n"
-            "reference backend (ingest/pass_ref.h: the same bytes as the CPU; for tests;\n"
-            "LAZY_INGEST_REF_FAIL_PASS=K makes its pass K fail, as a device error would).\n"
-            "A batch's payloads are written to LMDB on a thread while the next batch is encoded\n"
-            "(its rows committed after them); LAZY_INGEST_SYNC_COMMIT=1 writes them before.\n"
-            LZ_RUNTIME_ENV_HELP,
+            "                         (LAZY_INGEST_GPU_PASS; one read of the weights a pass) while the\n"
+            "                         pass before is packed on every core\n"
+#ifdef LZ_INGEST_TEST_HOOKS
+            "      --test-fail-pass K (test build only) pass K of LAZY_INGEST_REF_PASSES fails, as a\n"
+            "                         device error would\n"
+#endif
+            LZ_CLI_COMMON_HELP
+            "\n" LZ_ENV_HELP
+            "\nlazyingest also exits 2 when some records were skipped (the others are stored), and 4\n"
+            "when --check found problems (or --repair left some).\n" LZ_CLI_EXIT_HELP,
             LZ_DEFAULT_MODEL_ENV, LZ_DEFAULT_MODEL, LZ_PAYLOAD_DEFAULT_LEVEL, LZ_KVPOLICY_DEFAULT_WINDOW,
             LZ_KVPOLICY_DEFAULT_KERNEL, (double)LZ_KVPOLICY_DEFAULT_ALPHA);
 }
@@ -116,18 +117,16 @@ static int cpu_count(void)
     return n > 0 && n < 4096 ? (int)n : 1;
 }
 
-static int parse_int(const char *s, const char *opt, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s ? s : "", &end, 10);
-    if (!s || errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "lazyingest: %s expects an integer in [%d, %d], got '%s'\n", opt, lo, hi, s ? s : "");
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
+/* What a run takes beyond options (ingest/ingest_run.h): set by parse_options. */
+static struct {
+    int serial;          /* --serial: one document at a time */
+    int sync_commit;     /* --sync-commit: a batch's payloads written before the next batch */
+    long test_fail_pass; /* test builds (LZ_INGEST_TEST_HOOKS): --test-fail-pass K; -1: none */
+    int busy;            /* the store is held by another writer: exit LZ_EXIT_BUSY */
+} run_opts = { 0, 0, -1, 0 };
+
+/* exit status when --check found problems (base/cli.h has the shared ones; 3 is LZ_EXIT_BUSY) */
+enum { INGEST_EXIT_CHECK = 4 };
 
 /* ---- model, store, prefix ---- */
 
@@ -160,15 +159,7 @@ static int load_model(ingest *g, const char *model_path)
     }
 #ifdef LZ_CUDA
     /* documents in passes of up to LAZY_INGEST_GPU_PASS tokens (default 2,048; 0: one document a pass) */
-    const char *pass = getenv("LAZY_INGEST_GPU_PASS");
-    char *end = NULL;
-    const long pl = pass ? strtol(pass, &end, 10) : 2048;
-    if (g->o.gpu && pass && (end == pass || *end || pl < 0 || pl > (1 << 20))) {
-        snprintf(g->err, sizeof g->err, "LAZY_INGEST_GPU_PASS='%s': tokens a pass, 0 (one document a pass) to 1048576",
-                 pass);
-        return -1;
-    }
-    g->gpu_pass = (int)pl;
+    g->gpu_pass = lz_env_get()->ingest_gpu_pass;
     const int rows = g->gpu_pass > g->o.max_doc_tokens ? g->gpu_pass : g->o.max_doc_tokens;
     if (g->o.gpu && lz_llama_gpu_new(g->m, rows, &g->gpu, g->err, sizeof g->err)) return -1; /* weights */
 #endif
@@ -223,8 +214,7 @@ static int setup_model(ingest *g, const char *model_path)
         if (g->gpu_pass > 0)
             g->backend.start = gpu_start, g->backend.finish = gpu_finish, g->backend.fetch = gpu_fetch,
             g->backend.fetch_mass = gpu_fetch_mass, g->backend.pass_tokens = g->gpu_pass;
-        const char *mass = getenv("LAZY_INGEST_GPU_MASS"); /* 0: KV eviction scored on the CPU (A/B) */
-        if (mass && !atoi(mass)) g->backend.fetch_mass = NULL;
+        if (!lz_env_get()->ingest_gpu_mass) g->backend.fetch_mass = NULL; /* KV eviction scored on the CPU (A/B) */
         pb = &g->backend;
     }
 #endif
@@ -240,26 +230,25 @@ static int setup_model(ingest *g, const char *model_path)
     /* documents in parallel: CPU encoding of a small model (width <= 2,048) on several threads;
      * with --gpu the documents take turns on the GPU while the others' scoring and packing
      * run on the CPU's threads; not while calibrating (one accumulator) */
-    const char *serial = getenv("LAZY_INGEST_SERIAL"); /* 1: one document at a time (A/B, tests) */
-    const char *sync = getenv("LAZY_INGEST_SYNC_COMMIT"); /* 1: payloads written before the next batch starts */
-    g->sync_commit = sync && atoi(sync);
-    g->par = !g->learn && omp_get_max_threads() > 1 && (g->o.gpu || g->m->cfg.dim <= 2048) && !(serial && atoi(serial));
+    g->sync_commit = run_opts.sync_commit; /* --sync-commit: payloads written before the next batch starts */
+    g->par = !g->learn && omp_get_max_threads() > 1 && (g->o.gpu || g->m->cfg.dim <= 2048) && !run_opts.serial;
     if (g->o.gpu) {
 #ifdef LZ_CUDA
         if (lz_llama_gpu_set_prefix(g->gpu, lz_encoder_prefix_cache(g->enc), g->err, sizeof g->err)) return -1;
         lz_encoder_set_backend(g->enc, &g->backend);
 #endif
     }
-    /* N: --gpu's pipeline of multi-document passes on the CPU reference backend (tests) */
-    const char *ref = getenv("LAZY_INGEST_REF_PASSES");
-    if (!g->o.gpu && ref && atoi(ref) > 0) {
+    /* LAZY_INGEST_REF_PASSES=N: --gpu's pipeline of multi-document passes on the CPU reference backend */
+    const int ref = lz_env_get()->ingest_ref_passes;
+    if (!g->o.gpu && ref > 0) {
         if (!(g->pass_ref = lz_pass_ref_new(g->m, lz_encoder_prefix_cache(g->enc)))) {
             snprintf(g->err, sizeof g->err, "out of memory");
             return -1;
         }
-        g->backend = lz_pass_ref_backend(g->pass_ref, g->o.max_doc_tokens, atoi(ref));
-        const char *fail = getenv("LAZY_INGEST_REF_FAIL_PASS"); /* K: pass K fails (tests) */
-        if (fail) lz_pass_ref_fail_at(g->pass_ref, atol(fail));
+        g->backend = lz_pass_ref_backend(g->pass_ref, g->o.max_doc_tokens, ref);
+#ifdef LZ_INGEST_TEST_HOOKS
+        if (run_opts.test_fail_pass >= 0) lz_pass_ref_fail_at(g->pass_ref, run_opts.test_fail_pass); /* tests */
+#endif
         lz_encoder_set_backend(g->enc, &g->backend);
     }
     /* the question cue, empty or --kv-probe-text (used by --kv-probe); kept for par's encoders */
@@ -432,9 +421,178 @@ static void join_args(int argc, char **argv, char *buf, size_t n)
     for (int i = 0; i < argc && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%s", i ? " " : "", argv[i]);
 }
 
+/* The options into o (and run_opts). Returns -1 to go on, else the exit
+ * status (--help, --version: 0; a bad option or value: LZ_EXIT_USAGE). */
+static int parse_options(int argc, char **argv, options *o, int *model_given)
+{
+    enum {
+        O_JSON = 256, O_BATCH, O_MAX_DOC, O_LEVEL, O_DTYPE, O_POLICY, O_BUDGET, O_WINDOW, O_KERNEL, O_ALPHA, O_AGG,
+        O_PROBE, O_PROBE_TEXT, O_RECON, O_SELF, O_VNORM, O_VPOWER, O_LEARNED, O_LEARN_OUT, O_SCOPE, O_FORMAT,
+        O_PRUNE, O_STRICT, O_CHECK, O_REPAIR, O_GC, O_GPU, O_SERIAL, O_SYNC, O_FAIL_PASS
+    };
+    static const struct option longopts[] = {
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { "model", required_argument, NULL, 'm' },
+        { "store", required_argument, NULL, 's' },
+        { "threads", required_argument, NULL, 't' },
+        { "quiet", no_argument, NULL, 'q' },
+        { "json", no_argument, NULL, O_JSON },
+        { "batch-tokens", required_argument, NULL, O_BATCH },
+        { "max-doc-tokens", required_argument, NULL, O_MAX_DOC },
+        { "level", required_argument, NULL, O_LEVEL },
+        { "kv-dtype", required_argument, NULL, O_DTYPE },
+        { "kv-policy", required_argument, NULL, O_POLICY },
+        { "kv-budget", required_argument, NULL, O_BUDGET },
+        { "kv-window", required_argument, NULL, O_WINDOW },
+        { "kv-kernel", required_argument, NULL, O_KERNEL },
+        { "kv-alpha", required_argument, NULL, O_ALPHA },
+        { "kv-agg", required_argument, NULL, O_AGG },
+        { "kv-probe", no_argument, NULL, O_PROBE },
+        { "kv-probe-text", required_argument, NULL, O_PROBE_TEXT },
+        { "kv-reconstruct", no_argument, NULL, O_RECON },
+        { "kv-self", no_argument, NULL, O_SELF },
+        { "kv-value-norm", no_argument, NULL, O_VNORM },
+        { "kv-value-power", required_argument, NULL, O_VPOWER },
+        { "kv-learned", required_argument, NULL, O_LEARNED },
+        { "kv-learn-out", required_argument, NULL, O_LEARN_OUT },
+        { "kv-scope", required_argument, NULL, O_SCOPE },
+        { "format", required_argument, NULL, O_FORMAT },
+        { "prune", no_argument, NULL, O_PRUNE },
+        { "strict", no_argument, NULL, O_STRICT },
+        { "check", no_argument, NULL, O_CHECK },
+        { "repair", no_argument, NULL, O_REPAIR },
+        { "gc", no_argument, NULL, O_GC },
+        { "gpu", no_argument, NULL, O_GPU },
+        { "serial", no_argument, NULL, O_SERIAL },
+        { "sync-commit", no_argument, NULL, O_SYNC },
+#ifdef LZ_INGEST_TEST_HOOKS
+        { "test-fail-pass", required_argument, NULL, O_FAIL_PASS },
+#endif
+        { NULL, 0, NULL, 0 }
+    };
+    static const char *const dtypes[] = { "bf16", "f32", NULL }, *const scopes[] = { "layer", "model", NULL },
+                             *const aggs[] = { "mean", "max", NULL }, *const formats[] = { "jsonl", "csv", NULL };
+    /* getopt permutes its argv: a copy, so the run's recorded command line keeps the order given */
+    char **av = malloc((size_t)(argc + 1) * sizeof *av);
+    if (!av) return lz_cli_fail("out of memory");
+    memcpy(av, argv, (size_t)argc * sizeof *av);
+    av[argc] = NULL;
+    int c, k, rc = -1;
+    double x;
+    while (rc < 0 && (c = lz_cli_getopt(argc, av, "hVm:s:t:q", longopts)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); rc = LZ_EXIT_OK; break;
+        case 'V': lz_cli_version(); rc = LZ_EXIT_OK; break;
+        case 'm': o->model = optarg; *model_given = 1; break;
+        case 's': o->store = optarg; break;
+        case 't': if (lz_cli_int("--threads", optarg, 1, 4096, &o->threads)) rc = LZ_EXIT_USAGE; break;
+        case 'q': o->quiet = 1; break;
+        case O_JSON: o->json = 1; break;
+        case O_BATCH: if (lz_cli_int("--batch-tokens", optarg, 1, 1 << 30, &o->batch_tokens)) rc = LZ_EXIT_USAGE; break;
+        case O_MAX_DOC: if (lz_cli_int("--max-doc-tokens", optarg, 16, 1 << 24, &o->max_doc_tokens)) rc = LZ_EXIT_USAGE; break;
+        case O_LEVEL: if (lz_cli_int("--level", optarg, 1, 19, &o->level)) rc = LZ_EXIT_USAGE; break;
+        case O_DTYPE:
+            if (lz_cli_choice("--kv-dtype", optarg, dtypes, &k)) rc = LZ_EXIT_USAGE;
+            else o->kv_dtype = k ? LZ_PAYLOAD_DTYPE_F32 : LZ_PAYLOAD_DTYPE_BF16;
+            break;
+        case O_POLICY:
+            if ((k = lz_kvpolicy_parse_name(optarg)) < 0)
+                rc = lz_cli_usage("--kv-policy: expected none, snapkv, ada-snapkv, pyramidkv or ada-pyramidkv, got '%s'",
+                                  optarg);
+            else o->kv.kind = k;
+            break;
+        case O_BUDGET:
+            if (lz_kvpolicy_parse_budget(optarg, &o->kv))
+                rc = lz_cli_usage("--kv-budget: expected a fraction in (0, 1] (0.2) or a token count (128t), got '%s'",
+                                  optarg);
+            o->kv_budget_arg = optarg;
+            break;
+        case O_WINDOW: if (lz_cli_int("--kv-window", optarg, 1, 1 << 20, &o->kv.window)) rc = LZ_EXIT_USAGE; break;
+        case O_KERNEL:
+            if (lz_cli_int("--kv-kernel", optarg, 1, 1023, &o->kv.kernel)) rc = LZ_EXIT_USAGE;
+            else if (!(o->kv.kernel & 1)) rc = lz_cli_usage("--kv-kernel: expected an odd number, got %d", o->kv.kernel);
+            break;
+        case O_ALPHA:
+            if (lz_cli_double("--kv-alpha", optarg, 0, 1, &x)) rc = LZ_EXIT_USAGE;
+            else o->kv.alpha = (float)x;
+            break;
+        case O_AGG:
+            if (lz_cli_choice("--kv-agg", optarg, aggs, &k)) rc = LZ_EXIT_USAGE;
+            else o->kv.agg = k ? LZ_KVPOLICY_AGG_MAX : LZ_KVPOLICY_AGG_MEAN;
+            break;
+        case O_PROBE: o->kv.probe = LZ_KVPOLICY_PROBE_CUE; break;
+        case O_PROBE_TEXT: {
+            size_t len = strlen(optarg);
+            if (len > 1024 || lz_utf8_valid_prefix((const unsigned char *)optarg, len) != len) {
+                rc = lz_cli_usage("--kv-probe-text: %s", len > 1024 ? "longer than 1024 bytes" : "not valid UTF-8");
+                break;
+            }
+            o->kv.probe = LZ_KVPOLICY_PROBE_CUE;
+            o->probe_text = optarg;
+            o->kv.probe_text = lz_kvpolicy_text_hash(optarg);
+            break;
+        }
+        case O_RECON: o->kv.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT; break;
+        case O_SELF: o->kv.probe = LZ_KVPOLICY_PROBE_SELF; break;
+        case O_LEARNED: o->kv.probe = LZ_KVPOLICY_PROBE_LEARNED; o->learned = optarg; break;
+        case O_LEARN_OUT: o->learn_out = optarg; break;
+        case O_VNORM: o->kv.value_norm = 1; break;
+        case O_VPOWER:
+            if (lz_kvpolicy_parse_power(optarg, &o->kv.value_power))
+                rc = lz_cli_usage("--kv-value-power: expected a number in (0, 16], got '%s'", optarg);
+            o->kv.value_norm = 1;
+            break;
+        case O_SCOPE:
+            if (lz_cli_choice("--kv-scope", optarg, scopes, &k)) rc = LZ_EXIT_USAGE;
+            else o->kv.scope_model = k;
+            break;
+        case O_FORMAT:
+            if (lz_cli_choice("--format", optarg, formats, &k)) rc = LZ_EXIT_USAGE;
+            else o->format = k ? LZ_CORPUS_CSV : LZ_CORPUS_JSONL;
+            break;
+        case O_PRUNE: o->prune = 1; break;
+        case O_STRICT: o->strict = 1; break;
+        case O_CHECK: o->check = 1; break;
+        case O_REPAIR: o->repair = o->check = 1; break;
+        case O_GC: o->gc = 1; break;
+        case O_GPU:
+#ifndef LZ_CUDA
+            rc = lz_cli_usage("--gpu: this build has no CUDA support ('make cuda' builds build/cuda/lazyingest)");
+#endif
+            o->gpu = 1;
+            break;
+        case O_SERIAL: run_opts.serial = 1; break;
+        case O_SYNC: run_opts.sync_commit = 1; break;
+#ifdef LZ_INGEST_TEST_HOOKS
+        case O_FAIL_PASS:
+            if (lz_cli_long("--test-fail-pass", optarg, 0, 1L << 30, &run_opts.test_fail_pass)) rc = LZ_EXIT_USAGE;
+            break;
+#endif
+        default: rc = LZ_EXIT_USAGE; break; /* '?': lz_cli_getopt named it */
+        }
+    }
+    if (rc < 0 && optind < argc) o->corpus = av[optind];
+    if (rc < 0 && optind + 1 < argc)
+        rc = lz_cli_usage("one corpus at a time (got '%s' and '%s')", av[optind], av[optind + 1]);
+    free(av);
+    if (rc >= 0) return rc;
+    if (!o->corpus && !o->check && !o->gc) return lz_cli_usage("no corpus given (a file, or '-' for standard input)");
+    if (o->learn_out && (!o->corpus || o->kv.kind == LZ_KVPOLICY_NONE || o->kv.probe != LZ_KVPOLICY_PROBE_RECONSTRUCT))
+        return lz_cli_usage("--kv-learn-out needs a corpus, --kv-policy, --kv-budget and --kv-reconstruct "
+                            "(it learns the reconstruction scores)");
+    if (o->kv.scope_model && o->kv.kind != LZ_KVPOLICY_ADA_SNAPKV)
+        return lz_cli_usage("--kv-scope model needs --kv-policy ada-snapkv (got %s)", lz_kvpolicy_name(o->kv.kind));
+    if (o->kv.kind != LZ_KVPOLICY_NONE && !o->kv_budget_arg)
+        return lz_cli_usage("--kv-policy %s needs --kv-budget (0.2 or 128t)", lz_kvpolicy_name(o->kv.kind));
+    if ((rc = lz_cli_check_env())) return rc;
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     lz_runtime_init(argc, argv);
+    lz_cli_init("lazyingest");
     ingest G;
     memset(&G, 0, sizeof G);
     ingest *g = &G;
@@ -445,189 +603,8 @@ int main(int argc, char **argv)
     o->level = LZ_PAYLOAD_DEFAULT_LEVEL;
     lz_kvpolicy_default(&o->kv);
     int model_given = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return EXIT_OK;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!val) goto missing;
-            o->model = val;
-            model_given = 1;
-            i++;
-        } else if (!strcmp(a, "-s") || !strcmp(a, "--store")) {
-            if (!val) goto missing;
-            o->store = val;
-            i++;
-        } else if (!strcmp(a, "--batch-tokens")) {
-            if (parse_int(val, a, 1, 1 << 30, &o->batch_tokens)) return EXIT_ERR;
-            i++;
-        } else if (!strcmp(a, "--threads")) {
-            if (parse_int(val, a, 1, 4096, &o->threads)) return EXIT_ERR;
-            i++;
-        } else if (!strcmp(a, "--max-doc-tokens")) {
-            if (parse_int(val, a, 16, 1 << 24, &o->max_doc_tokens)) return EXIT_ERR;
-            i++;
-        } else if (!strcmp(a, "--level")) {
-            if (parse_int(val, a, 1, 19, &o->level)) return EXIT_ERR;
-            i++;
-        } else if (!strcmp(a, "--kv-dtype")) {
-            if (!val) goto missing;
-            if (!strcmp(val, "bf16")) o->kv_dtype = LZ_PAYLOAD_DTYPE_BF16;
-            else if (!strcmp(val, "f32")) o->kv_dtype = LZ_PAYLOAD_DTYPE_F32;
-            else {
-                fprintf(stderr, "lazyingest: --kv-dtype expects bf16 or f32, got '%s'\n", val);
-                return EXIT_ERR;
-            }
-            i++;
-        } else if (!strcmp(a, "--kv-policy")) {
-            if (!val) goto missing;
-            int k = lz_kvpolicy_parse_name(val);
-            if (k < 0) {
-                fprintf(stderr, "lazyingest: --kv-policy expects none, snapkv, ada-snapkv, pyramidkv or "
-                                "ada-pyramidkv, got '%s'\n", val);
-                return EXIT_ERR;
-            }
-            o->kv.kind = k;
-            i++;
-        } else if (!strcmp(a, "--kv-budget")) {
-            if (!val) goto missing;
-            if (lz_kvpolicy_parse_budget(val, &o->kv)) {
-                fprintf(stderr, "lazyingest: --kv-budget expects a fraction in (0, 1] (0.2) or a token count "
-                                "(128t), got '%s'\n", val);
-                return EXIT_ERR;
-            }
-            o->kv_budget_arg = val;
-            i++;
-        } else if (!strcmp(a, "--kv-window")) {
-            if (parse_int(val, a, 1, 1 << 20, &o->kv.window)) return EXIT_ERR;
-            i++;
-        } else if (!strcmp(a, "--kv-kernel")) {
-            if (parse_int(val, a, 1, 1023, &o->kv.kernel)) return EXIT_ERR;
-            if (!(o->kv.kernel & 1)) {
-                fprintf(stderr, "lazyingest: --kv-kernel must be odd, got %d\n", o->kv.kernel);
-                return EXIT_ERR;
-            }
-            i++;
-        } else if (!strcmp(a, "--kv-alpha")) {
-            char *end;
-            double x = val ? strtod(val, &end) : -1;
-            if (!val || *end || end == val || !(x >= 0 && x <= 1)) {
-                fprintf(stderr, "lazyingest: --kv-alpha expects a number in [0, 1], got '%s'\n", val ? val : "");
-                return EXIT_ERR;
-            }
-            o->kv.alpha = (float)x;
-            i++;
-        } else if (!strcmp(a, "--kv-probe")) {
-            o->kv.probe = LZ_KVPOLICY_PROBE_CUE;
-        } else if (!strcmp(a, "--kv-probe-text")) {
-            if (!val) goto missing;
-            size_t len = strlen(val);
-            if (len > 1024 || lz_utf8_valid_prefix((const unsigned char *)val, len) != len) {
-                fprintf(stderr, "lazyingest: --kv-probe-text: %s\n",
-                        len > 1024 ? "longer than 1024 bytes" : "not valid UTF-8");
-                return EXIT_ERR;
-            }
-            o->kv.probe = LZ_KVPOLICY_PROBE_CUE;
-            o->probe_text = val;
-            o->kv.probe_text = lz_kvpolicy_text_hash(val);
-            i++;
-        } else if (!strcmp(a, "--kv-reconstruct")) {
-            o->kv.probe = LZ_KVPOLICY_PROBE_RECONSTRUCT;
-        } else if (!strcmp(a, "--kv-self")) {
-            o->kv.probe = LZ_KVPOLICY_PROBE_SELF;
-        } else if (!strcmp(a, "--kv-learned")) {
-            if (!val) goto missing;
-            o->kv.probe = LZ_KVPOLICY_PROBE_LEARNED;
-            o->learned = val;
-            i++;
-        } else if (!strcmp(a, "--kv-learn-out")) {
-            if (!val) goto missing;
-            o->learn_out = val;
-            i++;
-        } else if (!strcmp(a, "--kv-value-norm")) {
-            o->kv.value_norm = 1;
-        } else if (!strcmp(a, "--kv-value-power")) {
-            if (!val) goto missing;
-            if (lz_kvpolicy_parse_power(val, &o->kv.value_power)) {
-                fprintf(stderr, "lazyingest: --kv-value-power expects a number in (0, 16], got '%s'\n", val);
-                return EXIT_ERR;
-            }
-            o->kv.value_norm = 1;
-            i++;
-        } else if (!strcmp(a, "--kv-scope")) {
-            if (!val) goto missing;
-            if (!strcmp(val, "layer")) o->kv.scope_model = 0;
-            else if (!strcmp(val, "model")) o->kv.scope_model = 1;
-            else {
-                fprintf(stderr, "lazyingest: --kv-scope expects layer or model, got '%s'\n", val);
-                return EXIT_ERR;
-            }
-            i++;
-        } else if (!strcmp(a, "--kv-agg")) {
-            if (!val) goto missing;
-            if (!strcmp(val, "mean")) o->kv.agg = LZ_KVPOLICY_AGG_MEAN;
-            else if (!strcmp(val, "max")) o->kv.agg = LZ_KVPOLICY_AGG_MAX;
-            else {
-                fprintf(stderr, "lazyingest: --kv-agg expects mean or max, got '%s'\n", val);
-                return EXIT_ERR;
-            }
-            i++;
-        } else if (!strcmp(a, "--format")) {
-            if (!val) goto missing;
-            if (!strcmp(val, "jsonl")) o->format = LZ_CORPUS_JSONL;
-            else if (!strcmp(val, "csv")) o->format = LZ_CORPUS_CSV;
-            else {
-                fprintf(stderr, "lazyingest: --format expects jsonl or csv, got '%s'\n", val);
-                return EXIT_ERR;
-            }
-            i++;
-        } else if (!strcmp(a, "--prune")) o->prune = 1;
-        else if (!strcmp(a, "--strict")) o->strict = 1;
-        else if (!strcmp(a, "--check")) o->check = 1;
-        else if (!strcmp(a, "--repair")) o->repair = o->check = 1;
-        else if (!strcmp(a, "--gc")) o->gc = 1;
-        else if (!strcmp(a, "--quiet")) o->quiet = 1;
-        else if (!strcmp(a, "--json")) o->json = 1;
-        else if (!strcmp(a, "--gpu")) {
-#ifndef LZ_CUDA
-            fprintf(stderr, "lazyingest: --gpu: this build has no CUDA support ('make cuda' builds build/cuda/lazyingest)\n");
-            return EXIT_ERR;
-#endif
-            o->gpu = 1;
-        }
-        else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "lazyingest: unknown option %s (see --help)\n", a);
-            return EXIT_ERR;
-        } else if (!o->corpus) o->corpus = a;
-        else {
-            fprintf(stderr, "lazyingest: one corpus at a time (got '%s' and '%s')\n", o->corpus, a);
-            return EXIT_ERR;
-        }
-        continue;
-    missing:
-        fprintf(stderr, "lazyingest: %s needs a value\n", a);
-        return EXIT_ERR;
-    }
-    if (!o->corpus && !o->check && !o->gc) {
-        usage(stderr);
-        return EXIT_ERR;
-    }
-    if (o->learn_out && (!o->corpus || o->kv.kind == LZ_KVPOLICY_NONE || o->kv.probe != LZ_KVPOLICY_PROBE_RECONSTRUCT)) {
-        fprintf(stderr, "lazyingest: --kv-learn-out needs a corpus, --kv-policy, --kv-budget and --kv-reconstruct "
-                        "(it learns the reconstruction scores)\n");
-        return EXIT_ERR;
-    }
-    if (o->kv.scope_model && o->kv.kind != LZ_KVPOLICY_ADA_SNAPKV) {
-        fprintf(stderr, "lazyingest: --kv-scope model needs --kv-policy ada-snapkv (got %s)\n",
-                lz_kvpolicy_name(o->kv.kind));
-        return EXIT_ERR;
-    }
-    if (o->kv.kind != LZ_KVPOLICY_NONE && !o->kv_budget_arg) {
-        fprintf(stderr, "lazyingest: --kv-policy %s needs --kv-budget (0.2 or 128t)\n", lz_kvpolicy_name(o->kv.kind));
-        return EXIT_ERR;
-    }
+    const int prc = parse_options(argc, argv, o, &model_given);
+    if (prc >= 0) return prc;
     g->t0 = lz_now_s();
     g->progress = !o->quiet && !o->json && isatty(2);
     int need_model = o->corpus || o->repair || model_given;
@@ -649,8 +626,7 @@ int main(int argc, char **argv)
         char meta_path[PATH_MAX + 16];
         snprintf(meta_path, sizeof meta_path, "%s/meta.sqlite", o->store);
         if (access(meta_path, F_OK) != 0) {
-            fprintf(stderr, "lazyingest: no store at %s (%s not found); give --store\n", o->store, meta_path);
-            return EXIT_ERR;
+            return lz_cli_usage("no store at %s (%s not found); give --store", o->store, meta_path);
         }
     }
     double t_setup = lz_now_s();
@@ -668,10 +644,12 @@ int main(int argc, char **argv)
     /* --check alone (no model to bind) writes nothing: it reads beside a running writer,
      * without the writer lock */
     const int read_only = !cp && !o->repair && !o->gc && !need_model;
+    int open_rc = 0;
     if (!g->codec ||
-        lz_store_open(o->store, read_only ? LZ_STORE_RDONLY : LZ_STORE_WRITER, &g->s, g->err, sizeof g->err)) {
+        (open_rc = lz_store_open(o->store, read_only ? LZ_STORE_RDONLY : LZ_STORE_WRITER, &g->s, g->err, sizeof g->err))) {
         fprintf(stderr, "lazyingest: %s\n", g->codec ? g->err : "out of memory");
         status = EXIT_ERR;
+        run_opts.busy = open_rc == LZ_EBUSY;
         goto out;
     }
     int setup_rc = need_model ? setup_model(g, o->model) : lz_store_bind_recorded(g->s, g->err, sizeof g->err);
@@ -764,5 +742,7 @@ out:
     lz_corpus_close(cp);
     free(g->prefix);
     lz_llama_free(g->m);
-    return status;
+    /* the tool's exit codes (base/cli.h, --help): the run's status, a store held by another
+     * writer, --check's problems */
+    return run_opts.busy ? LZ_EXIT_BUSY : status == EXIT_CHECK ? INGEST_EXIT_CHECK : status;
 }

@@ -17,12 +17,12 @@ static int add(spans *a, size_t off, size_t len)
     if (a->n == a->cap) {
         int cap = a->cap ? a->cap * 2 : 16;
         lz_split_span *v = realloc(a->v, sizeof *v * (size_t)cap);
-        if (!v) return LZ_SPLIT_ENOMEM;
+        if (!v) return LZ_ENOMEM;
         a->v = v;
         a->cap = cap;
     }
     a->v[a->n++] = (lz_split_span){ off, len };
-    return LZ_SPLIT_OK;
+    return LZ_OK;
 }
 
 static int is_space(char c) { return isspace((unsigned char)c) != 0; }
@@ -47,12 +47,12 @@ static int sentence_units(const char *t, size_t off, size_t len, spans *out)
         i++;
         if (cut) {
             while (i < end && is_space(t[i])) i++;
-            if (add(out, start, i - start)) return LZ_SPLIT_ENOMEM;
+            if (add(out, start, i - start)) return LZ_ENOMEM;
             start = i;
         }
     }
-    if (start < end && add(out, start, end - start)) return LZ_SPLIT_ENOMEM;
-    return LZ_SPLIT_OK;
+    if (start < end && add(out, start, end - start)) return LZ_ENOMEM;
+    return LZ_OK;
 }
 
 /* Units ending after whitespace runs (words with their trailing spaces). */
@@ -62,10 +62,10 @@ static int word_units(const char *t, size_t off, size_t len, spans *out)
     while (i < end) {
         while (i < end && !is_space(t[i])) i++;
         while (i < end && is_space(t[i])) i++;
-        if (add(out, start, i - start)) return LZ_SPLIT_ENOMEM;
+        if (add(out, start, i - start)) return LZ_ENOMEM;
         start = i;
     }
-    return LZ_SPLIT_OK;
+    return LZ_OK;
 }
 
 static size_t utf8_back(const char *t, size_t off, size_t pos)
@@ -86,7 +86,7 @@ static int char_units(const char *t, size_t off, size_t len, int max, lz_split_c
             size_t cut = utf8_back(t, start, start + mid);
             if (cut == start) cut = start + mid; /* a single sequence longer than mid bytes */
             int c = count(ctx, t + start, cut - start);
-            if (c < 0) return LZ_SPLIT_ECOUNT;
+            if (c < 0) return LZ_ECOUNT;
             if (c <= max) {
                 best = cut - start;
                 lo = mid + 1;
@@ -98,10 +98,10 @@ static int char_units(const char *t, size_t off, size_t len, int max, lz_split_c
             best = 1;
             while (start + best < end && ((unsigned char)t[start + best] & 0xC0) == 0x80) best++;
         }
-        if (add(out, start, best)) return LZ_SPLIT_ENOMEM;
+        if (add(out, start, best)) return LZ_ENOMEM;
         start += best;
     }
-    return LZ_SPLIT_OK;
+    return LZ_OK;
 }
 
 /* Appends s trimmed, unless it is all whitespace. */
@@ -112,7 +112,7 @@ static int add_trimmed(spans *a, const char *t, size_t off, size_t len)
         len--;
     }
     while (len && is_space(t[off + len - 1])) len--;
-    return len ? add(a, off, len) : LZ_SPLIT_OK;
+    return len ? add(a, off, len) : LZ_OK;
 }
 
 int lz_split_passages(const char *text, size_t len, int max, lz_split_count_fn count, void *ctx,
@@ -121,21 +121,21 @@ int lz_split_passages(const char *text, size_t len, int max, lz_split_count_fn c
     *out = NULL;
     *n_out = 0;
     spans res = { 0 }, units = { 0 }, fine = { 0 }, tmp = { 0 };
-    int *cnt = NULL, rc = LZ_SPLIT_OK;
+    int *cnt = NULL, rc = LZ_OK;
     int whole = count(ctx, text, len), overhead = count(ctx, "", 0);
-    if (whole < 0 || overhead < 0) return LZ_SPLIT_ECOUNT;
+    if (whole < 0 || overhead < 0) return LZ_ECOUNT;
     if (whole <= max) {
         rc = add_trimmed(&res, text, 0, len);
         goto done;
     }
-    if (max <= overhead) return LZ_SPLIT_EINVAL;
+    if (max <= overhead) return LZ_EINVAL;
 
     /* 1. sentence units, refined where one alone is over budget */
     if ((rc = sentence_units(text, 0, len, &units))) goto done;
     for (int i = 0; i < units.n; i++) {
         int c = count(ctx, text + units.v[i].off, units.v[i].len);
         if (c < 0) {
-            rc = LZ_SPLIT_ECOUNT;
+            rc = LZ_ECOUNT;
             goto done;
         }
         if (c <= max) {
@@ -147,7 +147,7 @@ int lz_split_passages(const char *text, size_t len, int max, lz_split_count_fn c
         for (int j = 0; j < tmp.n; j++) {
             int cw = count(ctx, text + tmp.v[j].off, tmp.v[j].len);
             if (cw < 0) {
-                rc = LZ_SPLIT_ECOUNT;
+                rc = LZ_ECOUNT;
                 goto done;
             }
             rc = cw <= max ? add(&fine, tmp.v[j].off, tmp.v[j].len)
@@ -159,13 +159,13 @@ int lz_split_passages(const char *text, size_t len, int max, lz_split_count_fn c
     /* 2. unit costs without the per-passage formatting */
     cnt = malloc(sizeof(int) * (size_t)(fine.n ? fine.n : 1));
     if (!cnt) {
-        rc = LZ_SPLIT_ENOMEM;
+        rc = LZ_ENOMEM;
         goto done;
     }
     for (int i = 0; i < fine.n; i++) {
         int c = count(ctx, text + fine.v[i].off, fine.v[i].len);
         if (c < 0) {
-            rc = LZ_SPLIT_ECOUNT;
+            rc = LZ_ECOUNT;
             goto done;
         }
         cnt[i] = c - overhead > 0 ? c - overhead : 1;
@@ -179,7 +179,7 @@ int lz_split_passages(const char *text, size_t len, int max, lz_split_count_fn c
             size_t off = fine.v[i].off, l = fine.v[j - 1].off + fine.v[j - 1].len - off;
             int c = count(ctx, text + off, l);
             if (c < 0) {
-                rc = LZ_SPLIT_ECOUNT;
+                rc = LZ_ECOUNT;
                 goto done;
             }
             if (c <= max || j == i + 1) break;
@@ -200,5 +200,5 @@ done:
     }
     *out = res.v;
     *n_out = res.n;
-    return LZ_SPLIT_OK;
+    return LZ_OK;
 }

@@ -9,6 +9,7 @@
 #define LZ_SPLIT_H
 
 #include <stddef.h>
+#include "base/status.h"
 
 typedef struct {
     size_t off, len; /* bytes of the passage within the text */
@@ -17,7 +18,7 @@ typedef struct {
 /* Tokens of s[0..n) as a passage would be encoded, or -1 on error. */
 typedef int (*lz_split_count_fn)(void *ctx, const char *s, size_t n);
 
-enum { LZ_SPLIT_OK = 0, LZ_SPLIT_ENOMEM = 1, LZ_SPLIT_EINVAL = 2, LZ_SPLIT_ECOUNT = 3 };
+/* Status: base/status.h (LZ_OK or an LZ_E* code). */
 
 /* Splits text[0..len) into passages of at most max_tokens tokens each.
  * A text within the budget gives one span covering it (trimmed). *spans is

@@ -106,21 +106,21 @@ int lz_llama_finish(lz_llama *m, char *err, size_t errlen)
         c->ffn_dim <= 0 || c->vocab <= 0) {
         snprintf(err, errlen, "invalid model shape: dim %d layers %d heads %d kv_heads %d head_dim %d ffn %d vocab %d",
                  c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim, c->vocab);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     if (c->n_heads % c->n_kv_heads) {
         snprintf(err, errlen, "heads %d not a multiple of kv heads %d", c->n_heads, c->n_kv_heads);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     if (c->head_dim % 2 || c->head_dim > LZ_MAX_HEAD_DIM) {
         snprintf(err, errlen, "head_dim %d must be even and at most %d", c->head_dim, LZ_MAX_HEAD_DIM);
-        return LZ_MODEL_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     if (!(c->rope_theta > 0)) c->rope_theta = 10000.0f;
     if (!(c->norm_eps > 0)) c->norm_eps = 1e-5f;
     if (!m->tok_embd.data || !m->out_norm || !m->layers) {
         snprintf(err, errlen, "model is missing token_embd, output_norm or layers");
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     if (!m->output.data) { m->output = m->tok_embd; c->tied_output = 1; }
     for (int l = 0; l < c->n_layers; l++) {
@@ -128,14 +128,14 @@ int lz_llama_finish(lz_llama *m, char *err, size_t errlen)
         if (!L->attn_norm || !L->wq.data || !L->wk.data || !L->wv.data || !L->wo.data || !L->ffn_norm ||
             !L->w_gate.data || !L->w_up.data || !L->w_down.data) {
             snprintf(err, errlen, "layer %d is missing a weight", l);
-            return LZ_MODEL_ECORRUPT;
+            return LZ_ECORRUPT;
         }
     }
     if (c->has_rope_divisors) {
         for (int i = 0; i < c->head_dim / 2; i++)
             if (!(c->rope_divisors[i] > 0)) {
                 snprintf(err, errlen, "rope frequency divisor %d is %g (must be > 0)", i, c->rope_divisors[i]);
-                return LZ_MODEL_ECORRUPT;
+                return LZ_ECORRUPT;
             }
     }
     lz_rope_inv_freqs(m->inv_freq, c->head_dim, c->rope_theta, c->has_rope_divisors ? c->rope_divisors : NULL);
@@ -154,7 +154,7 @@ int lz_llama_load(const char *path, lz_llama **out, char *err, size_t errlen)
     *out = NULL;
     if (stat(path, &st) != 0) {
         snprintf(err, errlen, "%s: no such file or folder", path);
-        return LZ_MODEL_EIO;
+        return LZ_EIO;
     }
     if (S_ISDIR(st.st_mode)) return lz_llama_load_hf(path, out, err, errlen);
     return lz_llama_load_gguf(path, out, err, errlen);

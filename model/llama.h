@@ -25,6 +25,7 @@
 #include "base/rope.h"
 #include "tokenizer/tokenizer.h"
 #include "formats/weights.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -83,9 +84,7 @@ typedef struct lz_llama {
     void (*free_extra)(void *);
 } lz_llama;
 
-/* Status codes shared by the model loaders (0 = OK). */
-enum { LZ_MODEL_OK = 0, LZ_MODEL_EIO = 1, LZ_MODEL_ECORRUPT = 2, LZ_MODEL_EUNSUPPORTED = 3,
-       LZ_MODEL_ENOMEM = 4 };
+/* Status: base/status.h (LZ_OK or an LZ_E* code). */
 
 /* Loads a GGUF file or a Hugging Face folder (config.json + *.safetensors +
  * tokenizer.json), chosen by what path is. */

@@ -23,15 +23,15 @@ static int key_int(loader *L, const char *arch, const char *suffix, int64_t def,
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     int rc = lz_gguf_get_int(L->g, key, out);
-    if (rc == LZ_GGUF_ENOTFOUND && !required) { *out = def; return 0; }
+    if (rc == LZ_ENOTFOUND && !required) { *out = def; return 0; }
     if (rc) {
         snprintf(L->err, L->errlen, "%s: key '%s' %s", L->path, key,
-                 rc == LZ_GGUF_ENOTFOUND ? "is missing" : "is not an integer");
-        return LZ_MODEL_ECORRUPT;
+                 rc == LZ_ENOTFOUND ? "is missing" : "is not an integer");
+        return LZ_ECORRUPT;
     }
     if (*out < 0 || *out > (1 << 30)) {
         snprintf(L->err, L->errlen, "%s: key '%s' = %lld is out of range", L->path, key, (long long)*out);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     return 0;
 }
@@ -41,8 +41,8 @@ static int key_float(loader *L, const char *arch, const char *suffix, double def
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     int rc = lz_gguf_get_float(L->g, key, out);
-    if (rc == LZ_GGUF_ENOTFOUND) { *out = def; return 0; }
-    if (rc) { snprintf(L->err, L->errlen, "%s: key '%s' is not a number", L->path, key); return LZ_MODEL_ECORRUPT; }
+    if (rc == LZ_ENOTFOUND) { *out = def; return 0; }
+    if (rc) { snprintf(L->err, L->errlen, "%s: key '%s' is not a number", L->path, key); return LZ_ECORRUPT; }
     return 0;
 }
 
@@ -54,13 +54,13 @@ static int find(loader *L, const char *name, int64_t ne0, int64_t ne1, int optio
     if (!t) {
         if (optional) return 0;
         snprintf(L->err, L->errlen, "%s: tensor '%s' is missing", L->path, name);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
         snprintf(L->err, L->errlen, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
                  L->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                  (long long)ne0, (long long)ne1);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     *out = t;
     return 0;
@@ -74,11 +74,11 @@ static int to_f32(loader *L, const lz_gguf_tensor *t, const float **out)
         return 0;
     }
     float *w = lz_llama_alloc(L->m, (size_t)t->n_elements * sizeof(float));
-    if (!w) { snprintf(L->err, L->errlen, "%s: out of memory for tensor '%s'", L->path, t->name); return LZ_MODEL_ENOMEM; }
+    if (!w) { snprintf(L->err, L->errlen, "%s: out of memory for tensor '%s'", L->path, t->name); return LZ_ENOMEM; }
     if (lz_gguf_tensor_to_f32(t, w)) {
         snprintf(L->err, L->errlen, "%s: tensor '%s' has unsupported type %s", L->path, t->name,
                  lz_ggml_type_name(t->type));
-        return LZ_MODEL_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     *out = w;
     return 0;
@@ -121,13 +121,13 @@ static int load(loader *L)
     int rc;
     if (lz_gguf_get_str(L->g, "general.architecture", &arch_s, &arch_n) || arch_n == 0 || arch_n >= sizeof m->arch) {
         snprintf(L->err, L->errlen, "%s: key 'general.architecture' is missing or invalid", L->path);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     memcpy(m->arch, arch_s, arch_n);
     m->arch[arch_n] = 0;
     if (strcmp(m->arch, "llama") && strcmp(m->arch, "mistral")) {
         snprintf(L->err, L->errlen, "%s: architecture '%s' is not supported (llama, mistral are)", L->path, m->arch);
-        return LZ_MODEL_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     const char *a = m->arch;
     int64_t dim, nl, nh, nkv, ffn, ctx, hd, rot;
@@ -137,7 +137,7 @@ static int load(loader *L)
         (rc = key_int(L, a, "feed_forward_length", 0, 1, &ffn)) ||
         (rc = key_int(L, a, "context_length", 2048, 0, &ctx)))
         return rc;
-    if (nh <= 0) { snprintf(L->err, L->errlen, "%s: attention.head_count is 0", L->path); return LZ_MODEL_ECORRUPT; }
+    if (nh <= 0) { snprintf(L->err, L->errlen, "%s: attention.head_count is 0", L->path); return LZ_ECORRUPT; }
     if ((rc = key_int(L, a, "attention.head_count_kv", nh, 0, &nkv)) ||
         (rc = key_int(L, a, "attention.key_length", dim / nh, 0, &hd)) ||
         (rc = key_int(L, a, "rope.dimension_count", hd, 0, &rot)) ||
@@ -148,7 +148,7 @@ static int load(loader *L)
     if (rot != hd) {
         snprintf(L->err, L->errlen, "%s: partial rotary (rope.dimension_count %lld != head_dim %lld) is not supported",
                  L->path, (long long)rot, (long long)hd);
-        return LZ_MODEL_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     c->dim = (int)dim; c->n_layers = (int)nl; c->n_heads = (int)nh; c->n_kv_heads = (int)nkv;
     c->head_dim = (int)hd; c->ffn_dim = (int)ffn; c->ctx = (int)ctx;
@@ -159,7 +159,7 @@ static int load(loader *L)
         c->n_heads % c->n_kv_heads || dim <= 0 || nl <= 0 || ffn <= 0) {
         snprintf(L->err, L->errlen, "%s: inconsistent shape: dim %lld layers %lld heads %lld kv heads %lld head_dim %lld",
                  L->path, (long long)dim, (long long)nl, (long long)nh, (long long)nkv, (long long)hd);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     const char *st;
     size_t stn;
@@ -167,10 +167,10 @@ static int load(loader *L)
         !(stn == 4 && !memcmp(st, "none", 4)) && !(stn == 6 && !memcmp(st, "llama3", 6))) {
         snprintf(L->err, L->errlen, "%s: rope scaling '%.*s' is not supported (linear, llama3 via rope_freqs are)",
                  L->path, (int)stn, st);
-        return LZ_MODEL_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     const lz_gguf_tensor *tt = lz_gguf_find_tensor(L->g, "token_embd.weight");
-    if (!tt) { snprintf(L->err, L->errlen, "%s: tensor 'token_embd.weight' is missing", L->path); return LZ_MODEL_ECORRUPT; }
+    if (!tt) { snprintf(L->err, L->errlen, "%s: tensor 'token_embd.weight' is missing", L->path); return LZ_ECORRUPT; }
     c->vocab = (int)tt->ne[1];
 
     int64_t D = dim, Hd = nh * hd, KVd = nkv * hd, F = ffn;
@@ -188,7 +188,7 @@ static int load(loader *L)
         for (int i = 0; i < hd / 2; i++) c->rope_divisors[i] = (float)scale;
     }
     m->layers = lz_llama_alloc(m, (size_t)nl * sizeof *m->layers);
-    if (!m->layers) return LZ_MODEL_ENOMEM;
+    if (!m->layers) return LZ_ENOMEM;
     memset(m->layers, 0, (size_t)nl * sizeof *m->layers);
     for (int l = 0; l < nl; l++) {
         lz_llama_layer *y = &m->layers[l];
@@ -207,12 +207,12 @@ static int load(loader *L)
         char terr[256] = "";
         if ((rc = lz_tokenizer_from_gguf(L->g, &m->tok, terr, sizeof terr))) {
             snprintf(L->err, L->errlen, "%s: tokenizer: %s", L->path, terr);
-            return LZ_MODEL_ECORRUPT;
+            return LZ_ECORRUPT;
         }
         if (lz_tokenizer_vocab_size(m->tok) > c->vocab) {
             snprintf(L->err, L->errlen, "%s: tokenizer has %d tokens but the embedding only %d rows", L->path,
                      lz_tokenizer_vocab_size(m->tok), c->vocab);
-            return LZ_MODEL_ECORRUPT;
+            return LZ_ECORRUPT;
         }
     }
     int64_t v;
@@ -226,9 +226,9 @@ int lz_llama_load_gguf(const char *path, lz_llama **out, char *err, size_t errle
     lz_gguf *g;
     *out = NULL;
     int rc = lz_gguf_open(path, &g, err, errlen);
-    if (rc) return rc == LZ_GGUF_ENOMEM ? LZ_MODEL_ENOMEM : rc == LZ_GGUF_EIO ? LZ_MODEL_EIO : LZ_MODEL_ECORRUPT;
+    if (rc) return rc == LZ_ENOMEM ? LZ_ENOMEM : rc == LZ_EIO ? LZ_EIO : LZ_ECORRUPT;
     lz_llama *m = calloc(1, sizeof *m);
-    if (!m) { lz_gguf_close(g); return LZ_MODEL_ENOMEM; }
+    if (!m) { lz_gguf_close(g); return LZ_ENOMEM; }
     m->gguf = g;
     loader L = {.m = m, .g = g, .path = path, .err = err, .errlen = errlen};
     rc = load(&L);

@@ -36,13 +36,13 @@ static int cfg_int(loader *L, json_t *cfg, const char *key, int64_t def, int req
 {
     json_t *v = json_object_get(cfg, key);
     if (!v || json_is_null(v)) {
-        if (required) { snprintf(L->err, L->errlen, "%s/config.json: '%s' is missing", L->dir, key); return LZ_MODEL_ECORRUPT; }
+        if (required) { snprintf(L->err, L->errlen, "%s/config.json: '%s' is missing", L->dir, key); return LZ_ECORRUPT; }
         *out = def;
         return 0;
     }
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 30)) {
         snprintf(L->err, L->errlen, "%s/config.json: '%s' must be an integer in [0, 2^30]", L->dir, key);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     *out = (int64_t)json_integer_value(v);
     return 0;
@@ -52,13 +52,13 @@ static int cfg_num(loader *L, json_t *cfg, const char *where, const char *key, d
 {
     json_t *v = json_object_get(cfg, key);
     if (!v || json_is_null(v)) {
-        if (required) { snprintf(L->err, L->errlen, "%s/config.json: %s'%s' is missing", L->dir, where, key); return LZ_MODEL_ECORRUPT; }
+        if (required) { snprintf(L->err, L->errlen, "%s/config.json: %s'%s' is missing", L->dir, where, key); return LZ_ECORRUPT; }
         *out = def;
         return 0;
     }
     if (!json_is_number(v)) {
         snprintf(L->err, L->errlen, "%s/config.json: %s'%s' is not a number", L->dir, where, key);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     *out = json_number_value(v);
     return 0;
@@ -86,12 +86,12 @@ static int rope_config(loader *L, json_t *cfg)
     if ((rc = cfg_num(L, cfg, "", "rope_theta", 0, 0, &theta))) return rc;
     if (theta == 0 && json_is_object(rp) && (rc = cfg_num(L, rp, "rope_parameters.", "rope_theta", 0, 0, &theta))) return rc;
     if (theta == 0) theta = 10000.0;
-    if (!(theta > 1)) { snprintf(L->err, L->errlen, "%s/config.json: rope_theta %g must be > 1", L->dir, theta); return LZ_MODEL_ECORRUPT; }
+    if (!(theta > 1)) { snprintf(L->err, L->errlen, "%s/config.json: rope_theta %g must be > 1", L->dir, theta); return LZ_ECORRUPT; }
     c->rope_theta = (float)theta;
     json_t *sc = json_is_object(rs) ? rs : json_is_object(rp) ? rp : NULL;
     const char *where = sc == rs ? "rope_scaling." : "rope_parameters.";
     if (!sc) {
-        if (rs && !json_is_null(rs)) { snprintf(L->err, L->errlen, "%s/config.json: rope_scaling is not an object", L->dir); return LZ_MODEL_ECORRUPT; }
+        if (rs && !json_is_null(rs)) { snprintf(L->err, L->errlen, "%s/config.json: rope_scaling is not an object", L->dir); return LZ_ECORRUPT; }
         return 0;
     }
     json_t *jt = json_object_get(sc, "rope_type");
@@ -101,14 +101,14 @@ static int rope_config(loader *L, json_t *cfg)
     if ((rc = cfg_num(L, sc, where, "partial_rotary_factor", 1.0, 0, &prf))) return rc;
     if (prf != 1.0) {
         snprintf(L->err, L->errlen, "%s/config.json: partial_rotary_factor %g is not supported (1 is)", L->dir, prf);
-        return LZ_MODEL_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     int half = c->head_dim / 2;
     if (!strcmp(type, "default")) return 0;
     if (!strcmp(type, "linear")) {
         double f;
         if ((rc = cfg_num(L, sc, where, "factor", 0, 1, &f))) return rc;
-        if (!(f > 0)) { snprintf(L->err, L->errlen, "%s/config.json: %sfactor %g must be > 0", L->dir, where, f); return LZ_MODEL_ECORRUPT; }
+        if (!(f > 0)) { snprintf(L->err, L->errlen, "%s/config.json: %sfactor %g must be > 0", L->dir, where, f); return LZ_ECORRUPT; }
         c->has_rope_divisors = 1;
         for (int i = 0; i < half; i++) c->rope_divisors[i] = (float)f;
         return 0;
@@ -123,14 +123,14 @@ static int rope_config(loader *L, json_t *cfg)
             snprintf(L->err, L->errlen,
                      "%s/config.json: llama3 rope scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor, "
                      "original_max_position_embeddings > 0 (got %g, %g, %g, %g)", L->dir, f, lo, hi, orig);
-            return LZ_MODEL_ECORRUPT;
+            return LZ_ECORRUPT;
         }
         c->has_rope_divisors = 1;
         lz_rope_llama3_divisors(c->rope_divisors, c->head_dim, c->rope_theta, (float)f, (float)lo, (float)hi, (float)orig);
         return 0;
     }
     snprintf(L->err, L->errlen, "%s/config.json: rope scaling type '%s' is not supported (llama3, linear are)", L->dir, type);
-    return LZ_MODEL_EUNSUPPORTED;
+    return LZ_EUNSUPPORTED;
 }
 
 static int parse_config(loader *L, json_t *cfg)
@@ -151,16 +151,16 @@ static int parse_config(loader *L, json_t *cfg)
     else {
         snprintf(L->err, L->errlen, "%s/config.json: architecture '%s' is not supported (LlamaForCausalLM, MistralForCausalLM are)",
                  L->dir, arch ? arch : model_type ? model_type : "(none)");
-        return LZ_MODEL_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     json_t *act = json_object_get(cfg, "hidden_act");
     if (json_is_string(act) && strcmp(json_string_value(act), "silu")) {
         snprintf(L->err, L->errlen, "%s/config.json: hidden_act '%s' is not supported (silu is)", L->dir, json_string_value(act));
-        return LZ_MODEL_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     if (is_true(cfg, "attention_bias") || is_true(cfg, "mlp_bias")) {
         snprintf(L->err, L->errlen, "%s/config.json: attention_bias / mlp_bias are not supported", L->dir);
-        return LZ_MODEL_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     int64_t dim, nl, nh, nkv, ffn, hd, ctx, vocab;
     if ((rc = cfg_int(L, cfg, "hidden_size", 0, 1, &dim)) || (rc = cfg_int(L, cfg, "intermediate_size", 0, 1, &ffn)) ||
@@ -168,7 +168,7 @@ static int parse_config(loader *L, json_t *cfg)
         (rc = cfg_int(L, cfg, "vocab_size", 0, 1, &vocab)) ||
         (rc = cfg_int(L, cfg, "max_position_embeddings", 2048, 0, &ctx)))
         return rc;
-    if (nh <= 0 || dim <= 0) { snprintf(L->err, L->errlen, "%s/config.json: hidden_size and num_attention_heads must be > 0", L->dir); return LZ_MODEL_ECORRUPT; }
+    if (nh <= 0 || dim <= 0) { snprintf(L->err, L->errlen, "%s/config.json: hidden_size and num_attention_heads must be > 0", L->dir); return LZ_ECORRUPT; }
     int64_t window;
     if ((rc = cfg_int(L, cfg, "sliding_window", 0, 0, &window))) return rc;
     if (window > 0 && window < ctx) ctx = window; /* full attention = sliding window up to here */
@@ -189,7 +189,7 @@ static int parse_config(loader *L, json_t *cfg)
                  "%s/config.json: inconsistent shape: hidden %lld layers %lld heads %lld kv heads %lld head_dim %lld "
                  "(even, <= %d) ffn %lld vocab %lld", L->dir, (long long)dim, (long long)nl, (long long)nh,
                  (long long)nkv, (long long)hd, LZ_MAX_HEAD_DIM, (long long)ffn, (long long)vocab);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     return rope_config(L, cfg);
 }
@@ -204,7 +204,7 @@ static int find(loader *L, const char *name, int64_t rows, int64_t cols, int opt
     if (!t) {
         if (optional) return 0;
         snprintf(L->err, L->errlen, "%s: tensor '%s' is missing from the safetensors files", L->dir, name);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     int nd = cols ? 2 : 1;
     if (t->n_dims != nd || t->shape[0] != rows || (nd == 2 && t->shape[1] != cols)) {
@@ -215,12 +215,12 @@ static int find(loader *L, const char *name, int64_t rows, int64_t cols, int opt
         else snprintf(want, sizeof want, "[%lld]", (long long)rows);
         snprintf(L->err, L->errlen, "%s: tensor '%s' in %s has shape [%s], config.json implies %s", L->dir, name, t->file,
                  got, want);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     if (t->dtype != LZ_ST_F32 && t->dtype != LZ_ST_F16 && t->dtype != LZ_ST_BF16) {
         snprintf(L->err, L->errlen, "%s: tensor '%s' in %s has dtype %s (F32, F16, BF16 are supported)", L->dir, name,
                  t->file, lz_st_dtype_name(t->dtype));
-        return LZ_MODEL_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     *out = t;
     return 0;
@@ -234,7 +234,7 @@ static int to_f32(loader *L, const lz_st_tensor *t, const float **out)
         return 0;
     }
     float *w = lz_llama_alloc(L->m, (size_t)t->n_elements * sizeof(float));
-    if (!w) { snprintf(L->err, L->errlen, "%s: out of memory for tensor '%s'", L->dir, t->name); return LZ_MODEL_ENOMEM; }
+    if (!w) { snprintf(L->err, L->errlen, "%s: out of memory for tensor '%s'", L->dir, t->name); return LZ_ENOMEM; }
     lz_st_to_f32(t, w);
     *out = w;
     return 0;
@@ -279,7 +279,7 @@ static int load_weights(loader *L)
     if (c->tied_output) m->output = m->tok_embd; /* transformers ties lm_head to the embedding */
     else if ((rc = matrix(L, "lm_head.weight", V, D, &m->output))) return rc;
     m->layers = lz_llama_alloc(m, (size_t)c->n_layers * sizeof *m->layers);
-    if (!m->layers) { snprintf(L->err, L->errlen, "%s: out of memory", L->dir); return LZ_MODEL_ENOMEM; }
+    if (!m->layers) { snprintf(L->err, L->errlen, "%s: out of memory", L->dir); return LZ_ENOMEM; }
     memset(m->layers, 0, (size_t)c->n_layers * sizeof *m->layers);
     for (int l = 0; l < c->n_layers; l++) {
         lz_llama_layer *y = &m->layers[l];
@@ -307,12 +307,12 @@ static int load_tokenizer(loader *L)
     char terr[384] = "";
     if (lz_tokenizer_from_hf(tj, access(tc, R_OK) == 0 ? tc : NULL, &L->m->tok, terr, sizeof terr)) {
         snprintf(L->err, L->errlen, "%s: tokenizer: %s", L->dir, terr);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     if (lz_tokenizer_vocab_size(L->m->tok) > L->m->cfg.vocab) {
         snprintf(L->err, L->errlen, "%s: tokenizer has %d tokens but the embedding only %d rows", L->dir,
                  lz_tokenizer_vocab_size(L->m->tok), L->m->cfg.vocab);
-        return LZ_MODEL_ECORRUPT;
+        return LZ_ECORRUPT;
     }
     return 0;
 }
@@ -328,13 +328,13 @@ int lz_llama_load_hf(const char *dir, lz_llama **out, char *err, size_t errlen)
     json_t *cfg = json_load_file(path, 0, &je);
     if (!cfg) {
         snprintf(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
-        return access(path, R_OK) ? LZ_MODEL_EIO : LZ_MODEL_ECORRUPT;
+        return access(path, R_OK) ? LZ_EIO : LZ_ECORRUPT;
     }
     lz_llama *m = calloc(1, sizeof *m);
-    if (!m) { json_decref(cfg); return LZ_MODEL_ENOMEM; }
+    if (!m) { json_decref(cfg); return LZ_ENOMEM; }
     loader L = {.m = m, .dir = dir, .err = err, .errlen = errlen};
     int rc = json_is_object(cfg) ? parse_config(&L, cfg)
-                                 : (snprintf(err, errlen, "%s: not a JSON object", path), LZ_MODEL_ECORRUPT);
+                                 : (snprintf(err, errlen, "%s: not a JSON object", path), LZ_ECORRUPT);
     json_decref(cfg);
     lz_st_set *st = NULL;
     if (!rc && (rc = lz_st_set_open_dir(dir, &st, err, errlen)) == 0) {

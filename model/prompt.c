@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/env.h"
+
 typedef struct {
     int *v;
     int n, cap;
@@ -20,7 +22,7 @@ static int push(ids_vec *a, const int *ids, int n)
         int cap = a->cap ? a->cap : 64;
         while (cap < a->n + n) cap *= 2;
         int *v = realloc(a->v, sizeof(int) * (size_t)cap);
-        if (!v) return LZ_TOK_ENOMEM;
+        if (!v) return LZ_ENOMEM;
         a->v = v;
         a->cap = cap;
     }
@@ -34,7 +36,7 @@ static int push_id(ids_vec *a, int id) { return id >= 0 ? push(a, &id, 1) : 0; }
 static int push_text(ids_vec *a, const lz_tokenizer *t, const char *s, size_t len)
 {
     int *ids = NULL, n = 0;
-    if (lz_tokenizer_encode(t, s, len, 0, &ids, &n) != 0) return LZ_TOK_ENOMEM;
+    if (lz_tokenizer_encode(t, s, len, 0, &ids, &n) != 0) return LZ_ENOMEM;
     int rc = push(a, ids, n);
     free(ids);
     return rc;
@@ -54,7 +56,7 @@ static int finish(ids_vec *a, int rc, int **ids, int *n)
         return rc;
     }
     if (!a->v) a->v = malloc(sizeof(int));
-    if (!a->v) return LZ_TOK_ENOMEM;
+    if (!a->v) return LZ_ENOMEM;
     *ids = a->v;
     *n = a->n;
     return 0;
@@ -131,10 +133,10 @@ int lz_prompt_doc_tokens(const lz_tokenizer *t, const char *title, const char *t
                          int **ids, int *n)
 {
     char *s = lz_prompt_doc_text(title, text, text_len);
-    if (!s) return LZ_TOK_ENOMEM;
+    if (!s) return LZ_ENOMEM;
     *ids = NULL;
     *n = 0;
-    int rc = lz_tokenizer_encode(t, s, strlen(s), 0, ids, n) != 0 ? LZ_TOK_ENOMEM : 0;
+    int rc = lz_tokenizer_encode(t, s, strlen(s), 0, ids, n) != 0 ? LZ_ENOMEM : 0;
     free(s);
     return rc;
 }
@@ -145,7 +147,7 @@ int lz_prompt_question_tokens(const lz_tokenizer *t, const char *question, int *
     llama3_ids h;
     size_t ql = strlen(question);
     char *s = malloc(strlen(LZ_PROMPT_QUESTION) + ql + strlen(LZ_PROMPT_ANSWER) + 1);
-    if (!s) return LZ_TOK_ENOMEM;
+    if (!s) return LZ_ENOMEM;
     int rc = 0;
     if (llama3(t, &h)) {
         sprintf(s, "%s%s", LZ_PROMPT_QUESTION, question);
@@ -179,8 +181,8 @@ const char *lz_prompt_final_answer(const char *text, size_t *len, size_t *reason
 
 int lz_prompt_default_model(char *buf, size_t n, char *err, size_t errlen)
 {
-    const char *env = getenv(LZ_DEFAULT_MODEL_ENV);
-    if (env && *env) {
+    const char *env = lz_env_get()->model; /* LAZY_MODEL (LZ_DEFAULT_MODEL_ENV), read once: base/env.h */
+    if (*env) {
         if (access(env, R_OK) == 0) {
             snprintf(buf, n, "%s", env);
             return 0;

@@ -47,7 +47,7 @@ typedef enum { LZ_PROMPT_PLAIN = 0, LZ_PROMPT_LLAMA3 = 1 } lz_prompt_style;
 /* LLAMA3 when t has <|start_header_id|>, <|end_header_id|> and <|eot_id|>. */
 lz_prompt_style lz_prompt_style_of(const lz_tokenizer *t);
 
-/* All functions below return 0, or LZ_TOK_ENOMEM; *ids is malloc'd. */
+/* All functions below return 0, or LZ_ENOMEM; *ids is malloc'd. */
 
 /* BOS + instruction header (system turn and the user header in LLAMA3). */
 int lz_prompt_prefix_tokens(const lz_tokenizer *t, int **ids, int *n);

@@ -20,49 +20,58 @@
 #include "query/retrieve.h"
 #include "query/session.h"
 #include "store/store.h"
+#include "base/cli.h"
+#include "base/env.h"
 #include "base/runtime.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
         "usage: lazyquery [options] \"question\"\n"
-        "       lazyquery [options] --questions FILE.jsonl     (one JSON result per line)\n"
-        "       lazyquery [options] < questions.txt            (one question per line)\n"
+        "       lazyquery [options] -                          (questions from standard input, one a line)\n"
+        "       lazyquery [options] --questions FILE.jsonl     (one JSON result per line; '-': standard input)\n"
         "\n"
         "Answers questions from the documents of a store built by lazyingest. Cached\n"
         "documents are placed at any position of the prompt without re-encoding them.\n"
+        "With no question and no --questions, the questions are read from standard input too.\n"
+        "Options take their value as '--opt value' or '--opt=value'; '--' ends the options\n"
+        "(lazyquery -- \"-1 or 1?\").\n"
         "\n"
-        "  --store DIR          store folder (default ./lazystore)\n"
-        "  -m, --model PATH     model (default: $LAZY_MODEL, else the embedded models/default.gguf);\n"
-        "                       must be the model the store was built with\n"
-        "  -k, --top-k K        documents to retrieve with BM25 (default 5)\n"
-        "  --docs ID,ID,...     use these documents (external ids) instead of retrieval\n"
-        "  --order ORDER        best-last (default: best document nearest the question) or best-first\n"
-        "  --mode MODE          lazy (default): one cached copy per document, rotation in the kernel\n"
-        "                       block: a re-rotated copy per (document, position) (Block-Attention)\n"
-        "                       prefix: reuse only exact prefixes (vLLM automatic prefix caching)\n"
-        "                       full: recompute the whole prompt\n"
-        "  --cache-bytes N      document KV cache budget, e.g. 512M, 2G (default 1G)\n"
-        "  --no-preload         do not preload the most accessed documents at start\n"
-        "  --gpu                the question and answer on the GPU, lazy and block modes (CUDA builds:\n"
-        "                       'make cuda' makes build/cuda/lazyquery); documents placed by the lazy\n"
-        "                       attention kernels, bf16 activations; documents stay in GPU memory\n"
-        "                       and are not read from the store again while they are there\n"
-        "  --gpu-cache-bytes N  GPU memory documents may keep (default: half of what is free)\n"
-        "  --cold WHAT          a cold document (in neither cache) in lazy mode with --gpu: recompute\n"
-        "                       (default) runs its stored token ids through the model on the GPU, as\n"
-        "                       lazyingest did, instead of reading and decoding its KV from the store\n"
-        "                       (faster at 8B on an H200; bench/RESULTS.md), or load; documents stored\n"
-        "                       with KV eviction (--kv-policy) or longer than 4,096 tokens are loaded\n"
-        "  --cache-f32          cache a bf16 store's KV widened to fp32 (twice the memory; by default\n"
-        "                       it stays bf16: lazy results are the same, block / prefix copies rounded)\n"
-        "  -n, --max-new-tokens N  answer length limit (default 64)\n"
-        "  --temp T, --top-p P, --seed S   sampling (default greedy)\n"
-        "  --threads N          CPU threads (default: all cores)\n"
-        "  --json               one JSON object per question: answer, generated, sources, timings, cache\n"
-        "  --no-stats           do not write access counts back to the store\n"
-        "  -q, --quiet          only the answer (text mode)\n"
-        "  -h, --help           this help\n"
+        "  -s, --store DIR        store folder built by lazyingest (default ./lazystore); it must\n"
+        "                         exist: lazyquery never creates one\n"
+        "  -m, --model PATH       model (default: $%s, else <repo>/%s);\n"
+        "                         must be the model the store was built with\n"
+        "  -k, --top-k K          documents to retrieve with BM25 (default 5)\n"
+        "      --docs ID,ID,...   use these documents (external ids) instead of retrieval\n"
+        "      --questions FILE   JSONL questions, one result a line (implies --json)\n"
+        "      --order ORDER      best-last (default: best document nearest the question) or best-first\n"
+        "      --mode MODE        lazy (default): one cached copy per document, rotation in the kernel\n"
+        "                         block: a re-rotated copy per (document, position) (Block-Attention)\n"
+        "                         prefix: reuse only exact prefixes (vLLM automatic prefix caching)\n"
+        "                         full: recompute the whole prompt\n"
+        "      --cache-bytes N    document KV cache budget, e.g. 512M, 2G (default 1G)\n"
+        "      --no-preload       do not preload the most accessed documents at start\n"
+        "      --gpu              the question and answer on the GPU, lazy and block modes (CUDA builds:\n"
+        "                         'make cuda' makes build/cuda/lazyquery); documents placed by the lazy\n"
+        "                         attention kernels, bf16 activations; documents stay in GPU memory\n"
+        "                         and are not read from the store again while they are there\n"
+        "      --gpu-cache-bytes N  GPU memory documents may keep (default: half of what is free)\n"
+        "      --cold WHAT        a cold document (in neither cache) in lazy mode with --gpu: recompute\n"
+        "                         (default) runs its stored token ids through the model on the GPU, as\n"
+        "                         lazyingest did, instead of reading and decoding its KV from the store;\n"
+        "                         load reads it; documents stored with KV eviction (--kv-policy) or\n"
+        "                         longer than 4,096 tokens are always loaded\n"
+        "      --cache-f32        cache a bf16 store's KV widened to fp32 (twice the memory; by default\n"
+        "                         it stays bf16: lazy results are the same, block / prefix copies rounded)\n"
+        "  -n, --max-tokens N     answer length limit (default 64; alias --max-new-tokens)\n"
+        "      --temp T           sampling temperature, 0 = greedy (default 0)\n"
+        "      --top-p P          nucleus sampling mass, (0, 1] (used when --temp > 0)\n"
+        "      --seed S           sampling seed (default 42)\n"
+        "  -t, --threads N        CPU threads (default: all cores)\n"
+        "      --json             one JSON object per question: answer, generated, sources, timings, cache\n"
+        "      --no-stats         do not write access counts back to the store (opens it read-only)\n"
+        "  -q, --quiet            only the answer (text mode)\n"
+        LZ_CLI_COMMON_HELP
         "\n"
         "--questions FILE: JSONL objects with \"question\" and optionally \"id\" and \"docs\"\n"
         "(a list of external ids); each output line echoes \"id\".\n"
@@ -70,12 +79,10 @@ static void usage(FILE *f)
         "A model may reason before it answers (\"A 1871; B 1862 => B\"): the answer is what\n"
         "follows the last \" => \"; text mode prints the rest as \"Reasoning:\", --json gives the\n"
         "whole text as \"generated\".\n"
-        "\n"
-        "With --gpu, for A/B measurements (bench/gpu_decode_profile.sh): LAZY_GPU_DECODE=prefill\n"
-        "runs a decode step's attention with the one-row prefill kernel instead of the decode\n"
-        "kernel (LAZY_GPU_DECODE=N: the decode kernel on N split parts); LAZY_GPU_GEMV=B,S sets\n"
-        "the decode products' blocks a SM (B; S for the down product).\n"
-        LZ_RUNTIME_ENV_HELP);
+        "\n" LZ_ENV_HELP
+        "\nlazyquery also exits 2 when a question could not be answered (each one named on\n"
+        "standard error; the others are answered).\n" LZ_CLI_EXIT_HELP,
+        LZ_DEFAULT_MODEL_ENV, LZ_DEFAULT_MODEL);
 }
 
 #ifdef LZ_CUDA
@@ -103,32 +110,6 @@ typedef struct {
     int cold;                /* --cold: LZ_COLD_*; -1 = the default (recompute with --gpu) */
     lz_query_opts qo;
 } options;
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0) return -1;
-    double mul = 1;
-    if (*end == 'k' || *end == 'K') mul = 1024, end++;
-    else if (*end == 'm' || *end == 'M') mul = 1024.0 * 1024, end++;
-    else if (*end == 'g' || *end == 'G') mul = 1024.0 * 1024 * 1024, end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    *out = (size_t)(v * mul);
-    return 0;
-}
-
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
 
 /* A copy of s with every byte that does not start a valid UTF-8 sequence
  * replaced by U+FFFD, so JSON output never fails on what a model generated
@@ -324,83 +305,114 @@ done:
     return rc;
 }
 
+/* The options into o and *question. Returns -1 to go on, else the exit
+ * status (--help, --version: 0; a bad option or value: LZ_EXIT_USAGE). */
+static int parse_options(int argc, char **argv, options *o, const char **question)
+{
+    enum { O_DOCS = 256, O_QUESTIONS, O_ORDER, O_MODE, O_CACHE, O_GPU_CACHE, O_COLD, O_TEMP, O_TOP_P, O_SEED, O_JSON,
+           O_NO_PRELOAD, O_CACHE_F32, O_GPU, O_NO_STATS };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"store", required_argument, NULL, 's'},
+        {"model", required_argument, NULL, 'm'},
+        {"top-k", required_argument, NULL, 'k'},
+        {"max-tokens", required_argument, NULL, 'n'},
+        {"max-new-tokens", required_argument, NULL, 'n'}, /* the earlier name */
+        {"threads", required_argument, NULL, 't'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"docs", required_argument, NULL, O_DOCS},
+        {"questions", required_argument, NULL, O_QUESTIONS},
+        {"order", required_argument, NULL, O_ORDER},
+        {"mode", required_argument, NULL, O_MODE},
+        {"cache-bytes", required_argument, NULL, O_CACHE},
+        {"gpu-cache-bytes", required_argument, NULL, O_GPU_CACHE},
+        {"cold", required_argument, NULL, O_COLD},
+        {"temp", required_argument, NULL, O_TEMP},
+        {"top-p", required_argument, NULL, O_TOP_P},
+        {"seed", required_argument, NULL, O_SEED},
+        {"json", no_argument, NULL, O_JSON},
+        {"no-preload", no_argument, NULL, O_NO_PRELOAD},
+        {"cache-f32", no_argument, NULL, O_CACHE_F32},
+        {"gpu", no_argument, NULL, O_GPU},
+        {"no-stats", no_argument, NULL, O_NO_STATS},
+        {NULL, 0, NULL, 0}};
+    static const char *const orders[] = {"best-last", "best-first", NULL}, *const colds[] = {"recompute", "load", NULL};
+    int c, k;
+    long x;
+    double d;
+    while ((c = lz_cli_getopt(argc, argv, "hVs:m:k:n:t:q", longopts)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); return LZ_EXIT_OK;
+        case 'V': lz_cli_version(); return LZ_EXIT_OK;
+        case 's': o->store_dir = optarg; break;
+        case 'm': o->model_path = optarg; break;
+        case 'k': if (lz_cli_int("--top-k", optarg, 1, 1000, &o->top_k)) return LZ_EXIT_USAGE; break;
+        case 'n': if (lz_cli_int("--max-tokens", optarg, 1, 1 << 16, &o->qo.max_new_tokens)) return LZ_EXIT_USAGE; break;
+        case 't': if (lz_cli_int("--threads", optarg, 1, 4096, &o->threads)) return LZ_EXIT_USAGE; break;
+        case 'q': o->quiet = 1; break;
+        case O_DOCS: o->docs_arg = optarg; break;
+        case O_QUESTIONS: o->questions_path = optarg; break;
+        case O_ORDER: if (lz_cli_choice("--order", optarg, orders, &o->best_first)) return LZ_EXIT_USAGE; break;
+        case O_MODE:
+            if ((o->qo.mode = lz_query_mode_parse(optarg)) < 0)
+                return lz_cli_usage("--mode: expected lazy, block, prefix or full, got '%s'", optarg);
+            break;
+        case O_CACHE: if (lz_cli_size("--cache-bytes", optarg, &o->qo.cache_bytes)) return LZ_EXIT_USAGE; break;
+        case O_GPU_CACHE:
+            if (lz_cli_size("--gpu-cache-bytes", optarg, &o->gpu_cache)) return LZ_EXIT_USAGE;
+            if (!o->gpu_cache) return lz_cli_usage("--gpu-cache-bytes: expected a size above 0, got '%s'", optarg);
+            break;
+        case O_COLD:
+            if (lz_cli_choice("--cold", optarg, colds, &k)) return LZ_EXIT_USAGE;
+            o->cold = k ? LZ_COLD_LOAD : LZ_COLD_RECOMPUTE;
+            break;
+        case O_TEMP: if (lz_cli_double("--temp", optarg, 0, 100, &d)) return LZ_EXIT_USAGE; o->qo.temperature = (float)d; break;
+        case O_TOP_P:
+            if (lz_cli_double("--top-p", optarg, 0, 1, &d)) return LZ_EXIT_USAGE;
+            if (!(d > 0)) return lz_cli_usage("--top-p: expected a number in (0, 1], got '%s'", optarg);
+            o->qo.top_p = (float)d;
+            break;
+        case O_SEED: if (lz_cli_long("--seed", optarg, 0, 0x7fffffffL, &x)) return LZ_EXIT_USAGE; o->qo.seed = (uint64_t)x; break;
+        case O_JSON: o->json = 1; break;
+        case O_NO_PRELOAD: o->preload = 0; break;
+        case O_CACHE_F32: o->qo.cache_f32 = 1; break;
+        case O_GPU:
+#ifndef LZ_CUDA
+            return lz_cli_usage("--gpu: this build has no CUDA support ('make cuda' builds build/cuda/lazyquery)");
+#endif
+            o->gpu = 1;
+            break;
+        case O_NO_STATS: o->stats = 0; break;
+        default: return LZ_EXIT_USAGE; /* '?': lz_cli_getopt named it */
+        }
+    }
+    if (optind + 1 < argc) return lz_cli_usage("one question per call (quote it), or use --questions or '-'");
+    if (optind < argc) *question = argv[optind];
+    if (*question && o->questions_path)
+        return lz_cli_usage("a question and --questions %s: give one of them", o->questions_path);
+    if (*question && !strcmp(*question, "-")) *question = NULL; /* '-': standard input, one question a line */
+    if (o->gpu && o->qo.mode != LZ_MODE_LAZY && o->qo.mode != LZ_MODE_BLOCK)
+        return lz_cli_usage("--gpu runs the lazy and block modes (got --mode %s)", lz_query_mode_name(o->qo.mode));
+    const int erc = lz_cli_check_env();
+    return erc ? erc : -1;
+}
+
 int main(int argc, char **argv)
 {
     lz_runtime_init(argc, argv);
+    lz_cli_init("lazyquery");
     options o = {.store_dir = "lazystore", .top_k = 5, .preload = 1, .stats = 1, .cold = -1};
     lz_query_opts_default(&o.qo);
     const char *question = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long x;
-        double d;
-        char *end;
-#define VALUE() do { if (!v) { fprintf(stderr, "lazyquery: %s needs a value\n", a); return 1; } i++; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "--store")) { VALUE(); o.store_dir = v; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VALUE(); o.model_path = v; }
-        else if (!strcmp(a, "-k") || !strcmp(a, "--top-k")) {
-            VALUE();
-            if (parse_long(v, 1, 1000, &x)) { fprintf(stderr, "lazyquery: --top-k expects 1..1000, got '%s'\n", v); return 1; }
-            o.top_k = (int)x;
-        } else if (!strcmp(a, "--docs")) { VALUE(); o.docs_arg = v; }
-        else if (!strcmp(a, "--questions")) { VALUE(); o.questions_path = v; }
-        else if (!strcmp(a, "--order")) {
-            VALUE();
-            if (!strcmp(v, "best-first")) o.best_first = 1;
-            else if (!strcmp(v, "best-last")) o.best_first = 0;
-            else { fprintf(stderr, "lazyquery: --order is best-last or best-first\n"); return 1; }
-        } else if (!strcmp(a, "--mode")) {
-            VALUE();
-            if ((o.qo.mode = lz_query_mode_parse(v)) < 0) { fprintf(stderr, "lazyquery: --mode is lazy, block, prefix or full\n"); return 1; }
-        } else if (!strcmp(a, "--cache-bytes")) {
-            VALUE();
-            if (parse_size(v, &o.qo.cache_bytes)) { fprintf(stderr, "lazyquery: --cache-bytes expects a size like 512M, got '%s'\n", v); return 1; }
-        } else if (!strcmp(a, "--gpu-cache-bytes")) {
-            VALUE();
-            if (parse_size(v, &o.gpu_cache) || !o.gpu_cache) { fprintf(stderr, "lazyquery: --gpu-cache-bytes expects a size like 8G, got '%s'\n", v); return 1; }
-        } else if (!strcmp(a, "--cold")) {
-            VALUE();
-            if (!strcmp(v, "recompute")) o.cold = LZ_COLD_RECOMPUTE;
-            else if (!strcmp(v, "load")) o.cold = LZ_COLD_LOAD;
-            else { fprintf(stderr, "lazyquery: --cold is recompute or load, got '%s'\n", v); return 1; }
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-new-tokens")) {
-            VALUE();
-            if (parse_long(v, 1, 1 << 16, &x)) { fprintf(stderr, "lazyquery: --max-new-tokens expects 1..65536\n"); return 1; }
-            o.qo.max_new_tokens = (int)x;
-        } else if (!strcmp(a, "--temp")) {
-            VALUE(); d = strtod(v, &end);
-            if (*end || !(d >= 0 && d <= 100)) { fprintf(stderr, "lazyquery: --temp expects 0..100\n"); return 1; }
-            o.qo.temperature = (float)d;
-        } else if (!strcmp(a, "--top-p")) {
-            VALUE(); d = strtod(v, &end);
-            if (*end || !(d > 0 && d <= 1)) { fprintf(stderr, "lazyquery: --top-p expects (0, 1]\n"); return 1; }
-            o.qo.top_p = (float)d;
-        } else if (!strcmp(a, "--seed")) {
-            VALUE();
-            if (parse_long(v, 0, 0x7fffffffL, &x)) { fprintf(stderr, "lazyquery: --seed expects an integer\n"); return 1; }
-            o.qo.seed = (uint64_t)x;
-        } else if (!strcmp(a, "--threads")) {
-            VALUE();
-            if (parse_long(v, 1, 1024, &x)) { fprintf(stderr, "lazyquery: --threads expects 1..1024\n"); return 1; }
-            o.threads = (int)x;
-        } else if (!strcmp(a, "--json")) o.json = 1;
-        else if (!strcmp(a, "--no-preload")) o.preload = 0;
-        else if (!strcmp(a, "--cache-f32")) o.qo.cache_f32 = 1;
-        else if (!strcmp(a, "--gpu")) {
-#ifndef LZ_CUDA
-            fprintf(stderr, "lazyquery: --gpu: this build has no CUDA support ('make cuda' builds build/cuda/lazyquery)\n");
-            return 1;
-#endif
-            o.gpu = 1;
-        }
-        else if (!strcmp(a, "--no-stats")) o.stats = 0;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o.quiet = 1;
-        else if (a[0] == '-' && a[1]) { fprintf(stderr, "lazyquery: unknown option '%s' (try --help)\n", a); return 1; }
-        else if (!question) question = a;
-        else { fprintf(stderr, "lazyquery: one question per call (quote it), or use --questions\n"); return 1; }
-#undef VALUE
-    }
+    const int prc = parse_options(argc, argv, &o, &question);
+    if (prc >= 0) return prc;
+    /* a store that is not there is refused before anything is opened: lazyquery creates nothing */
+    char meta_path[4200];
+    snprintf(meta_path, sizeof meta_path, "%s/meta.sqlite", o.store_dir);
+    if (access(meta_path, F_OK) != 0)
+        return lz_cli_usage("no store at %s (%s not found); build one with lazyingest or give --store", o.store_dir,
+                            meta_path);
     if (o.questions_path) o.json = 1; /* one JSON result per line */
     lz_llama_set_threads(o.threads);
     char err[1024] = "", model_buf[4096];
@@ -409,9 +421,10 @@ int main(int argc, char **argv)
         o.model_path = model_buf;
     }
     lz_store *st = NULL;
-    if (lz_store_open(o.store_dir, o.stats ? 0 : LZ_STORE_RDONLY, &st, err, sizeof err)) {
+    const int open_rc = lz_store_open(o.store_dir, o.stats ? 0 : LZ_STORE_RDONLY, &st, err, sizeof err);
+    if (open_rc) {
         fprintf(stderr, "lazyquery: %s\n", err);
-        return 1;
+        return open_rc == LZ_ENOTFOUND || open_rc == LZ_ESCHEMA ? LZ_EXIT_USAGE : LZ_EXIT_RUNTIME;
     }
     lz_llama *m = NULL;
     if (lz_llama_load(o.model_path, &m, err, sizeof err)) {
@@ -425,12 +438,6 @@ int main(int argc, char **argv)
     lz_llama_gpu *gpu = NULL;
     lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode};
     if (o.gpu) { /* the question and the answer (own tokens) on the GPU: up to 4,096 of them */
-        if (o.qo.mode != LZ_MODE_LAZY && o.qo.mode != LZ_MODE_BLOCK) {
-            fprintf(stderr, "lazyquery: --gpu runs the lazy and block modes\n");
-            lz_llama_free(m);
-            lz_store_close(st);
-            return 1;
-        }
         if (lz_llama_gpu_new(m, 4096, &gpu, err, sizeof err)) {
             fprintf(stderr, "lazyquery: %s\n", err);
             lz_llama_free(m);
@@ -507,6 +514,6 @@ int main(int argc, char **argv)
 #endif
     lz_llama_free(m);
     lz_store_close(st);
-    if (answered == 0 && failures == 0) { fprintf(stderr, "lazyquery: no question given (try --help)\n"); return 1; }
-    return failures ? 2 : 0;
+    if (answered == 0 && failures == 0) return lz_cli_usage("no question given");
+    return failures ? LZ_EXIT_USAGE : LZ_EXIT_OK; /* a question that got no answer: named above */
 }

@@ -32,12 +32,12 @@ static int complete(lz_store *s, lz_query_doc *d, char *err, size_t errlen)
     lz_meta_doc row;
     char e2[256] = "";
     int rc = lz_store_doc_find(s, d->ext_id, &row, NULL, 0, e2, sizeof e2);
-    if (rc == LZ_STORE_ENOTFOUND) { snprintf(err, errlen, "document '%s' is not in the store", d->ext_id); return -1; }
+    if (rc == LZ_ENOTFOUND) { snprintf(err, errlen, "document '%s' is not in the store", d->ext_id); return -1; }
     if (rc) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return -1; }
     d->id = row.id;
     if (!d->title[0]) { /* --docs: the title is not known yet */
         int trc = lz_store_doc_title(s, row.id, d->title, sizeof d->title, e2, sizeof e2);
-        if (trc && trc != LZ_STORE_ENOTFOUND) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return -1; }
+        if (trc && trc != LZ_ENOTFOUND) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return -1; }
     }
     memcpy(d->payload_key, row.payload_key, LZ_META_KEY_LEN);
     d->n_tokens = row.n_tokens;

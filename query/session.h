@@ -115,7 +115,7 @@ void lz_query_result_free(lz_query_result *r);
 typedef struct lz_query_session lz_query_session;
 
 /* Binds model m and store s (checked: same model, same prompt prefix). The
- * session borrows both. Errors: LZ_STORE_EMODEL and others, with a message. */
+ * session borrows both. Errors: LZ_EMODEL and others, with a message. */
 int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_query_session **out,
                          char *err, size_t errlen);
 void lz_query_session_free(lz_query_session *q);

@@ -28,40 +28,26 @@ struct lz_kvdb_reader {
 
 static int lmdb_fail(lz_kvdb *db, char *err, size_t errlen, const char *what, int rc)
 {
-    return lz_fail(err, errlen, rc == ENOMEM ? LZ_KVDB_ENOMEM : LZ_KVDB_EIO, "LMDB %s: %s: %s",
+    return lz_fail(err, errlen, rc == ENOMEM ? LZ_ENOMEM : LZ_EIO, "LMDB %s: %s: %s",
                 db ? db->path : "?", what, mdb_strerror(rc));
-}
-
-const char *lz_kvdb_strerror(int status)
-{
-    switch (status) {
-    case LZ_KVDB_OK: return "ok";
-    case LZ_KVDB_ENOTFOUND: return "not found";
-    case LZ_KVDB_EIO: return "LMDB I/O error";
-    case LZ_KVDB_ENOMEM: return "out of memory";
-    case LZ_KVDB_EINVAL: return "invalid argument";
-    case LZ_KVDB_EREADONLY: return "store opened read-only";
-    case LZ_KVDB_EFULL: return "LMDB map full";
-    default: return "unknown kvdb status";
-    }
 }
 
 int lz_kvdb_open(const char *dir, int flags, lz_kvdb **out, char *err, size_t errlen)
 {
     *out = NULL;
     lz_kvdb *db = calloc(1, sizeof *db);
-    if (!db) return lz_fail(err, errlen, LZ_KVDB_ENOMEM, "out of memory");
+    if (!db) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
     snprintf(db->path, sizeof db->path, "%s", dir);
     db->rdonly = (flags & LZ_KVDB_RDONLY) != 0;
     if (!db->rdonly && mkdir(dir, 0777) != 0 && errno != EEXIST) {
         int e = errno;
         free(db);
-        return lz_fail(err, errlen, LZ_KVDB_EIO, "cannot create %s: %s", dir, strerror(e));
+        return lz_fail(err, errlen, LZ_EIO, "cannot create %s: %s", dir, strerror(e));
     }
     int rc = mdb_env_create(&db->env);
     if (rc) {
         free(db);
-        return lz_fail(err, errlen, LZ_KVDB_EIO, "LMDB %s: mdb_env_create: %s", dir, mdb_strerror(rc));
+        return lz_fail(err, errlen, LZ_EIO, "LMDB %s: mdb_env_create: %s", dir, mdb_strerror(rc));
     }
     unsigned envflags = MDB_NOTLS | (db->rdonly ? MDB_RDONLY : 0);
     rc = mdb_env_set_maxreaders(db->env, 256);
@@ -93,7 +79,7 @@ int lz_kvdb_open(const char *dir, int flags, lz_kvdb **out, char *err, size_t er
         return st;
     }
     *out = db;
-    return LZ_KVDB_OK;
+    return LZ_OK;
 }
 
 void lz_kvdb_close(lz_kvdb *db)
@@ -125,7 +111,7 @@ static int grow(lz_kvdb *db)
 static int check_key(const lz_kvdb_item *it, char *err, size_t errlen)
 {
     if (!it->key || it->key_len == 0 || it->key_len > LZ_KVDB_MAX_KEY)
-        return lz_fail(err, errlen, LZ_KVDB_EINVAL, "kvdb: key length %zu not in [1, %d]", it->key_len,
+        return lz_fail(err, errlen, LZ_EINVAL, "kvdb: key length %zu not in [1, %d]", it->key_len,
                     LZ_KVDB_MAX_KEY);
     return 0;
 }
@@ -135,9 +121,9 @@ static int check_key(const lz_kvdb_item *it, char *err, size_t errlen)
 static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, int fixed, int *n_deleted,
                        char *err, size_t errlen)
 {
-    if (db->rdonly) return lz_fail(err, errlen, LZ_KVDB_EREADONLY, "LMDB %s: opened read-only", db->path);
+    if (db->rdonly) return lz_fail(err, errlen, LZ_EREADONLY, "LMDB %s: opened read-only", db->path);
     for (int i = 0; i < n; i++)
-        if (check_key(&items[i], err, errlen)) return LZ_KVDB_EINVAL;
+        if (check_key(&items[i], err, errlen)) return LZ_EINVAL;
     for (int attempt = 0; attempt < 40; attempt++) {
         MDB_txn *txn;
         int rc = begin(db, 0, &txn);
@@ -160,15 +146,15 @@ static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, i
             rc = mdb_txn_commit(txn); /* frees txn whatever the result */
             if (!rc) {
                 if (n_deleted) *n_deleted = deleted;
-                return LZ_KVDB_OK;
+                return LZ_OK;
             }
         }
         if (rc != MDB_MAP_FULL) return lmdb_fail(db, err, errlen, del ? "delete" : "put", rc);
-        if (fixed) return lz_fail(err, errlen, LZ_KVDB_EFULL, "LMDB %s: map full", db->path);
+        if (fixed) return lz_fail(err, errlen, LZ_EFULL, "LMDB %s: map full", db->path);
         rc = grow(db);
         if (rc) return lmdb_fail(db, err, errlen, "grow map", rc);
     }
-    return lz_fail(err, errlen, LZ_KVDB_EIO, "LMDB %s: map still full after growing", db->path);
+    return lz_fail(err, errlen, LZ_EIO, "LMDB %s: map still full after growing", db->path);
 }
 
 int lz_kvdb_put_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, char *err, size_t errlen)
@@ -183,7 +169,7 @@ int lz_kvdb_put_batch_fixed(lz_kvdb *db, const lz_kvdb_item *items, int n, char 
 
 int lz_kvdb_reserve(lz_kvdb *db, uint64_t bytes, char *err, size_t errlen)
 {
-    if (db->rdonly) return lz_fail(err, errlen, LZ_KVDB_EREADONLY, "LMDB %s: opened read-only", db->path);
+    if (db->rdonly) return lz_fail(err, errlen, LZ_EREADONLY, "LMDB %s: opened read-only", db->path);
     MDB_envinfo info;
     MDB_stat ms;
     int rc = mdb_env_info(db->env, &info);
@@ -192,9 +178,9 @@ int lz_kvdb_reserve(lz_kvdb *db, uint64_t bytes, char *err, size_t errlen)
     const uint64_t used = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
     uint64_t size = info.me_mapsize;
     while (size - used < bytes && size < ((uint64_t)1 << 50)) size *= 2;
-    if (size == info.me_mapsize) return LZ_KVDB_OK;
+    if (size == info.me_mapsize) return LZ_OK;
     rc = mdb_env_set_mapsize(db->env, size);
-    return rc ? lmdb_fail(db, err, errlen, "grow map", rc) : LZ_KVDB_OK;
+    return rc ? lmdb_fail(db, err, errlen, "grow map", rc) : LZ_OK;
 }
 
 int lz_kvdb_del_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int *n_deleted,
@@ -207,7 +193,7 @@ int lz_kvdb_reader_begin(lz_kvdb *db, lz_kvdb_reader **out, char *err, size_t er
 {
     *out = NULL;
     lz_kvdb_reader *r = malloc(sizeof *r);
-    if (!r) return lz_fail(err, errlen, LZ_KVDB_ENOMEM, "out of memory");
+    if (!r) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
     r->db = db;
     int rc = begin(db, MDB_RDONLY, &r->txn);
     if (rc) {
@@ -215,21 +201,21 @@ int lz_kvdb_reader_begin(lz_kvdb *db, lz_kvdb_reader **out, char *err, size_t er
         return lmdb_fail(db, err, errlen, "read transaction", rc);
     }
     *out = r;
-    return LZ_KVDB_OK;
+    return LZ_OK;
 }
 
 int lz_kvdb_reader_get(lz_kvdb_reader *r, const void *key, size_t key_len, const void **val,
                        size_t *val_len, char *err, size_t errlen)
 {
     lz_kvdb_item it = { key, key_len, NULL, 0 };
-    if (check_key(&it, err, errlen)) return LZ_KVDB_EINVAL;
+    if (check_key(&it, err, errlen)) return LZ_EINVAL;
     MDB_val k = { key_len, (void *)key }, v;
     int rc = mdb_get(r->txn, r->db->dbi, &k, &v);
-    if (rc == MDB_NOTFOUND) return lz_fail(err, errlen, LZ_KVDB_ENOTFOUND, "payload not found");
+    if (rc == MDB_NOTFOUND) return lz_fail(err, errlen, LZ_ENOTFOUND, "payload not found");
     if (rc) return lmdb_fail(r->db, err, errlen, "mdb_get", rc);
     *val = v.mv_data;
     *val_len = v.mv_size;
-    return LZ_KVDB_OK;
+    return LZ_OK;
 }
 
 void lz_kvdb_reader_end(lz_kvdb_reader *r)
@@ -252,7 +238,7 @@ int lz_kvdb_get(lz_kvdb *db, const void *key, size_t key_len, void **val, size_t
     rc = lz_kvdb_reader_get(r, key, key_len, &p, &n, err, errlen);
     if (!rc) {
         *val = malloc(n ? n : 1);
-        if (!*val) rc = lz_fail(err, errlen, LZ_KVDB_ENOMEM, "out of memory (%zu bytes)", n);
+        if (!*val) rc = lz_fail(err, errlen, LZ_ENOMEM, "out of memory (%zu bytes)", n);
         else {
             memcpy(*val, p, n);
             *val_len = n;
@@ -270,7 +256,7 @@ int lz_kvdb_exists(lz_kvdb *db, const void *key, size_t key_len, char *err, size
     size_t n;
     int rc = lz_kvdb_reader_get(r, key, key_len, &p, &n, err, errlen);
     lz_kvdb_reader_end(r);
-    return rc == LZ_KVDB_OK ? 1 : rc == LZ_KVDB_ENOTFOUND ? 0 : -1;
+    return rc == LZ_OK ? 1 : rc == LZ_ENOTFOUND ? 0 : -1;
 }
 
 int lz_kvdb_foreach(lz_kvdb *db, int (*fn)(const void *key, size_t key_len, size_t val_len, void *ctx),
@@ -295,7 +281,7 @@ int lz_kvdb_foreach(lz_kvdb *db, int (*fn)(const void *key, size_t key_len, size
     mdb_txn_abort(txn);
     if (ret) return ret;
     if (rc != MDB_NOTFOUND) return lmdb_fail(db, err, errlen, "mdb_cursor_get", rc);
-    return LZ_KVDB_OK;
+    return LZ_OK;
 }
 
 int lz_kvdb_stat(lz_kvdb *db, lz_kvdb_stats *st, char *err, size_t errlen)
@@ -312,5 +298,5 @@ int lz_kvdb_stat(lz_kvdb *db, lz_kvdb_stats *st, char *err, size_t errlen)
     st->entries = ms.ms_entries;
     st->map_size = info.me_mapsize;
     st->used_bytes = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
-    return LZ_KVDB_OK;
+    return LZ_OK;
 }

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "base/status.h"
 
 #define LZ_KVDB_MAX_KEY 128
 #define LZ_KVDB_INITIAL_MAP (64ull << 20) /* bytes; grows by doubling */
@@ -18,9 +19,7 @@
 typedef struct lz_kvdb lz_kvdb;
 typedef struct lz_kvdb_reader lz_kvdb_reader;
 
-/* Status codes (0 = OK). */
-enum { LZ_KVDB_OK = 0, LZ_KVDB_ENOTFOUND = 1, LZ_KVDB_EIO = 2, LZ_KVDB_ENOMEM = 3,
-       LZ_KVDB_EINVAL = 4, LZ_KVDB_EREADONLY = 5, LZ_KVDB_EFULL = 6 };
+/* Status: base/status.h (LZ_OK or an LZ_E* code). */
 
 enum { LZ_KVDB_RDONLY = 1 };
 
@@ -78,6 +77,5 @@ typedef struct {
 } lz_kvdb_stats;
 int lz_kvdb_stat(lz_kvdb *db, lz_kvdb_stats *st, char *err, size_t errlen);
 
-const char *lz_kvdb_strerror(int status);
 
 #endif /* LZ_KVDB_H */

@@ -90,9 +90,9 @@ struct lz_meta {
 static int sql_status(int rc)
 {
     switch (rc & 0xff) {
-    case SQLITE_NOMEM: return LZ_META_ENOMEM;
-    case SQLITE_CONSTRAINT: return LZ_META_ECONSTRAINT;
-    default: return LZ_META_EIO;
+    case SQLITE_NOMEM: return LZ_ENOMEM;
+    case SQLITE_CONSTRAINT: return LZ_ECONSTRAINT;
+    default: return LZ_EIO;
     }
 }
 
@@ -100,20 +100,6 @@ static int sql_fail(lz_meta *m, char *err, size_t errlen, int which, int rc)
 {
     return lz_fail(err, errlen, sql_status(rc), "SQLite %s: %s (in: %.80s)", m->path,
                 m->db ? sqlite3_errmsg(m->db) : sqlite3_errstr(rc), which >= 0 ? SQL[which] : "open");
-}
-
-const char *lz_meta_strerror(int status)
-{
-    switch (status) {
-    case LZ_META_OK: return "ok";
-    case LZ_META_EIO: return "SQLite error";
-    case LZ_META_ENOTFOUND: return "not found";
-    case LZ_META_ESCHEMA: return "schema version mismatch";
-    case LZ_META_ENOMEM: return "out of memory";
-    case LZ_META_EINVAL: return "invalid argument";
-    case LZ_META_ECONSTRAINT: return "constraint violated";
-    default: return "unknown meta status";
-    }
 }
 
 /* Resets and clears st, returning it ready to bind. */
@@ -135,7 +121,7 @@ static int run_done(lz_meta *m, int which, char *err, size_t errlen)
         return st;
     }
     sqlite3_reset(m->st[which]);
-    return LZ_META_OK;
+    return LZ_OK;
 }
 
 static int exec(lz_meta *m, const char *sql, char *err, size_t errlen)
@@ -148,7 +134,7 @@ static int exec(lz_meta *m, const char *sql, char *err, size_t errlen)
         sqlite3_free(msg);
         return st;
     }
-    return LZ_META_OK;
+    return LZ_OK;
 }
 
 int lz_meta_user_version(lz_meta *m)
@@ -167,16 +153,16 @@ static int migrate(lz_meta *m, int target, char *err, size_t errlen)
     int v = lz_meta_user_version(m);
     if (v < 0) return sql_fail(m, err, errlen, -1, sqlite3_errcode(m->db));
     if (v > latest)
-        return lz_fail(err, errlen, LZ_META_ESCHEMA,
+        return lz_fail(err, errlen, LZ_ESCHEMA,
                     "%s: schema version %d is newer than this build knows (%d); use a newer lazyingest",
                     m->path, v, latest);
-    if (v >= target) return LZ_META_OK;
+    if (v >= target) return LZ_OK;
     if (m->rdonly && v == 0) /* the migrations are transactions: a creation stopped (a full disk) left none */
-        return lz_fail(err, errlen, LZ_META_ESCHEMA,
+        return lz_fail(err, errlen, LZ_ESCHEMA,
                     "%s: no metadata yet (the store's creation did not complete); a lazyingest run with a "
                     "corpus creates it", m->path);
     if (m->rdonly)
-        return lz_fail(err, errlen, LZ_META_ESCHEMA,
+        return lz_fail(err, errlen, LZ_ESCHEMA,
                     "%s: schema version %d, this build needs %d; open it once read-write to migrate",
                     m->path, v, latest);
     for (int i = 0; i < lz_meta_n_migrations; i++) {
@@ -199,17 +185,17 @@ static int migrate(lz_meta *m, int target, char *err, size_t errlen)
             exec(m, "ROLLBACK", NULL, 0);
             size_t k = strlen(err);
             if (k < errlen) snprintf(err + k, errlen - k, " [migration %s]", mg->file);
-            return LZ_META_ESCHEMA;
+            return LZ_ESCHEMA;
         }
     }
-    return LZ_META_OK;
+    return LZ_OK;
 }
 
 int lz_meta_open(const char *path, int flags, lz_meta **out, char *err, size_t errlen)
 {
     *out = NULL;
     lz_meta *m = calloc(1, sizeof *m);
-    if (!m) return lz_fail(err, errlen, LZ_META_ENOMEM, "out of memory");
+    if (!m) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
     snprintf(m->path, sizeof m->path, "%s", path);
     m->rdonly = (flags & LZ_META_RDONLY) != 0;
     int oflags = m->rdonly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
@@ -226,7 +212,7 @@ int lz_meta_open(const char *path, int flags, lz_meta **out, char *err, size_t e
         lz_meta_close(m);
         return st;
     }
-    int st = LZ_META_OK;
+    int st = LZ_OK;
     if (!m->rdonly) st = exec(m, "PRAGMA journal_mode = WAL", err, errlen);
     if (!st) st = exec(m, "PRAGMA synchronous = FULL", err, errlen);
     if (!st) st = migrate(m, lz_meta_migrations[lz_meta_n_migrations - 1].version, err, errlen);
@@ -239,7 +225,7 @@ int lz_meta_open(const char *path, int flags, lz_meta **out, char *err, size_t e
         return st;
     }
     *out = m;
-    return LZ_META_OK;
+    return LZ_OK;
 }
 
 int lz_meta_create_at_version(const char *path, int version, char *err, size_t errlen)
@@ -249,7 +235,7 @@ int lz_meta_create_at_version(const char *path, int version, char *err, size_t e
     snprintf(m.path, sizeof m.path, "%s", path);
     int rc = sqlite3_open_v2(path, &m.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
     int st = rc == SQLITE_OK ? exec(&m, "PRAGMA journal_mode = WAL", err, errlen)
-                             : lz_fail(err, errlen, LZ_META_EIO, "SQLite %s: cannot open", path);
+                             : lz_fail(err, errlen, LZ_EIO, "SQLite %s: cannot open", path);
     if (!st) st = migrate(&m, version, err, errlen);
     sqlite3_close(m.db);
     return st;
@@ -302,7 +288,7 @@ int lz_meta_model_get(lz_meta *m, lz_meta_model *o, char *err, size_t errlen)
     int rc = sqlite3_step(s);
     if (rc == SQLITE_DONE) {
         sqlite3_reset(s);
-        return lz_fail(err, errlen, LZ_META_ENOTFOUND, "%s: no model recorded", m->path);
+        return lz_fail(err, errlen, LZ_ENOTFOUND, "%s: no model recorded", m->path);
     }
     if (rc != SQLITE_ROW) {
         int st = sql_fail(m, err, errlen, ST_MODEL_GET, rc);
@@ -324,14 +310,14 @@ int lz_meta_model_get(lz_meta *m, lz_meta_model *o, char *err, size_t errlen)
     o->prefix_tokens = malloc(nb ? (size_t)nb : 1);
     if (!o->prefix_tokens) {
         sqlite3_reset(s);
-        return lz_fail(err, errlen, LZ_META_ENOMEM, "out of memory");
+        return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
     }
     if (nb) memcpy(o->prefix_tokens, p, (size_t)nb);
     copy_blob(o->prefix_key, LZ_META_KEY_LEN, s, 10);
     copy_text(o->source_path, sizeof o->source_path, sqlite3_column_text(s, 11));
     o->kv_dtype = sqlite3_column_int(s, 12);
     sqlite3_reset(s);
-    return LZ_META_OK;
+    return LZ_OK;
 }
 
 int lz_meta_model_insert(lz_meta *m, lz_meta_model *o, char *err, size_t errlen)
@@ -377,7 +363,7 @@ int lz_meta_doc_find(lz_meta *m, const char *ext_id, lz_meta_doc *o, char *src, 
     int rc = sqlite3_step(s);
     if (rc == SQLITE_DONE) {
         sqlite3_reset(s);
-        return LZ_META_ENOTFOUND;
+        return LZ_ENOTFOUND;
     }
     if (rc != SQLITE_ROW) {
         int st = sql_fail(m, err, errlen, ST_DOC_FIND, rc);
@@ -402,7 +388,7 @@ int lz_meta_doc_find(lz_meta *m, const char *ext_id, lz_meta_doc *o, char *src, 
     copy_text(o->kv_spec, sizeof o->kv_spec, sqlite3_column_text(s, 14));
     o->kv_kept = sqlite3_column_int64(s, 15);
     sqlite3_reset(s);
-    return LZ_META_OK;
+    return LZ_OK;
 }
 
 static void bind_doc(sqlite3_stmt *s, const lz_meta_doc *d)
@@ -510,7 +496,7 @@ int lz_meta_source_rows(lz_meta *m, const char *source_id, int (*fn)(const lz_me
             break;
         }
     }
-    int st = rc != SQLITE_DONE ? sql_fail(m, err, errlen, ST_SOURCE_ROWS, rc) : LZ_META_OK;
+    int st = rc != SQLITE_DONE ? sql_fail(m, err, errlen, ST_SOURCE_ROWS, rc) : LZ_OK;
     sqlite3_reset(s);
     return st;
 }
@@ -553,7 +539,7 @@ int lz_meta_doc_count(lz_meta *m, int64_t *n, char *err, size_t errlen)
     }
     *n = sqlite3_column_int64(s, 0);
     sqlite3_reset(s);
-    return LZ_META_OK;
+    return LZ_OK;
 }
 
 int lz_meta_doc_foreach(lz_meta *m, int (*fn)(const lz_meta_doc *d, void *ctx), void *ctx,
@@ -669,16 +655,16 @@ int lz_meta_stats_get(lz_meta *m, int64_t doc_id, int64_t *hits, char *err, size
     *hits = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
     sqlite3_reset(s);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sql_fail(m, err, errlen, ST_HITS_GET, rc);
-    return LZ_META_OK;
+    return LZ_OK;
 }
 
 int lz_meta_doc_title(lz_meta *m, int64_t id, char *buf, size_t len, char *err, size_t errlen)
 {
     sqlite3_stmt *s = stmt(m, ST_DOC_TITLE);
     sqlite3_bind_int64(s, 1, id);
-    int rc = sqlite3_step(s), st = LZ_META_OK;
+    int rc = sqlite3_step(s), st = LZ_OK;
     if (rc == SQLITE_ROW) copy_text(buf, len, sqlite3_column_text(s, 0));
-    else if (rc == SQLITE_DONE) st = LZ_META_ENOTFOUND;
+    else if (rc == SQLITE_DONE) st = LZ_ENOTFOUND;
     else st = sql_fail(m, err, errlen, ST_DOC_TITLE, rc);
     sqlite3_reset(s);
     return st;
@@ -693,7 +679,7 @@ int lz_meta_doc_tokens(lz_meta *m, int64_t id, int **ids, int *n, char *err, siz
     int rc = sqlite3_step(s);
     if (rc == SQLITE_DONE) {
         sqlite3_reset(s);
-        return lz_fail(err, errlen, LZ_META_ENOTFOUND, "%s: no document with row id %lld", m->path, (long long)id);
+        return lz_fail(err, errlen, LZ_ENOTFOUND, "%s: no document with row id %lld", m->path, (long long)id);
     }
     if (rc != SQLITE_ROW) {
         int st = sql_fail(m, err, errlen, ST_DOC_TOKENS, rc);
@@ -703,18 +689,18 @@ int lz_meta_doc_tokens(lz_meta *m, int64_t id, int **ids, int *n, char *err, siz
     int nb = sqlite3_column_bytes(s, 0), nt = sqlite3_column_int(s, 1);
     if (nt < 0 || nb != nt * (int)sizeof(int)) {
         sqlite3_reset(s);
-        return lz_fail(err, errlen, LZ_META_EINVAL, "%s: document %lld: token_ids holds %d bytes for %d tokens",
+        return lz_fail(err, errlen, LZ_EINVAL, "%s: document %lld: token_ids holds %d bytes for %d tokens",
                     m->path, (long long)id, nb, nt);
     }
     *ids = malloc(nb ? (size_t)nb : 1);
     if (!*ids) {
         sqlite3_reset(s);
-        return lz_fail(err, errlen, LZ_META_ENOMEM, "out of memory");
+        return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
     }
     if (nb) memcpy(*ids, sqlite3_column_blob(s, 0), (size_t)nb);
     *n = nt;
     sqlite3_reset(s);
-    return LZ_META_OK;
+    return LZ_OK;
 }
 
 int lz_meta_stats_top(lz_meta *m, int limit, lz_meta_top_fn fn, void *ctx, char *err, size_t errlen)
@@ -730,7 +716,7 @@ int lz_meta_stats_top(lz_meta *m, int limit, lz_meta_top_fn fn, void *ctx, char 
             break;
         }
     }
-    int st = rc != SQLITE_DONE ? sql_fail(m, err, errlen, ST_TOP, rc) : LZ_META_OK;
+    int st = rc != SQLITE_DONE ? sql_fail(m, err, errlen, ST_TOP, rc) : LZ_OK;
     sqlite3_reset(s);
     return st;
 }

@@ -3,7 +3,7 @@
  * statements reused for every row, the FTS5 index and access statistics.
  * Rows only: KV payloads are kvdb.h's, keys and consistency rules store.h's.
  *
- * All functions return LZ_META_OK (0) or an LZ_META_E* status with
+ * All functions return LZ_OK (0) or an LZ_META_E* status with
  * SQLite's message and the statement in err.
  */
 #ifndef LZ_META_H
@@ -11,11 +11,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "base/status.h"
 
 typedef struct lz_meta lz_meta;
 
-enum { LZ_META_OK = 0, LZ_META_EIO = 1, LZ_META_ENOTFOUND = 2, LZ_META_ESCHEMA = 3,
-       LZ_META_ENOMEM = 4, LZ_META_EINVAL = 5, LZ_META_ECONSTRAINT = 6 };
+/* Status: base/status.h (LZ_OK or an LZ_E* code). */
 
 enum { LZ_META_RDONLY = 1 };
 
@@ -170,6 +170,5 @@ int lz_meta_run_begin(lz_meta *m, const char *args, int64_t model_id, int64_t *r
 int lz_meta_run_end(lz_meta *m, int64_t run, const lz_meta_run_counts *c, const char *status,
                     char *err, size_t errlen);
 
-const char *lz_meta_strerror(int status);
 
 #endif /* LZ_META_H */

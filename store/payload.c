@@ -272,20 +272,6 @@ const char *lz_payload_codec_name(int codec)
     }
 }
 
-const char *lz_payload_strerror(int status)
-{
-    switch (status) {
-    case LZ_PAYLOAD_OK: return "ok";
-    case LZ_PAYLOAD_EINVAL: return "invalid argument";
-    case LZ_PAYLOAD_ECORRUPT: return "corrupt payload";
-    case LZ_PAYLOAD_ECHECKSUM: return "payload checksum mismatch";
-    case LZ_PAYLOAD_EVERSION: return "unsupported payload version";
-    case LZ_PAYLOAD_ENOMEM: return "out of memory";
-    case LZ_PAYLOAD_ECODEC: return "zstd error";
-    default: return "unknown payload status";
-    }
-}
-
 /* ---- encode ---- */
 
 int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, int level,
@@ -296,30 +282,30 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
     if (!c || !s || !s->k || !s->v || !s->model || s->n_layers <= 0 || s->n_kv_heads <= 0 ||
         s->head_dim <= 0 || s->n_tokens < 0 || s->t0 < 0 || s->pos_base < 0 ||
         (int64_t)s->t0 + s->n_tokens > s->stride)
-        return lz_fail(err, errlen, LZ_PAYLOAD_EINVAL,
+        return lz_fail(err, errlen, LZ_EINVAL,
                     "payload encode: bad shape (L=%d KV=%d d=%d n=%d t0=%d stride=%d)",
                     s ? s->n_layers : 0, s ? s->n_kv_heads : 0, s ? s->head_dim : 0,
                     s ? s->n_tokens : 0, s ? s->t0 : 0, s ? s->stride : 0);
     if (codec < LZ_PAYLOAD_CODEC_RAW || codec > LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD)
-        return lz_fail(err, errlen, LZ_PAYLOAD_EINVAL, "payload encode: unknown codec %d", codec);
+        return lz_fail(err, errlen, LZ_EINVAL, "payload encode: unknown codec %d", codec);
     const int L = s->n_layers, KV = s->n_kv_heads, d = s->head_dim, n = s->n_tokens;
     const size_t nh = (size_t)L * KV;
     uint64_t kept_sum = 0;
     for (size_t i = 0; i < nh; i++) {
         int kept = s->n_kept ? s->n_kept[i] : n;
         if (kept < 0 || kept > n)
-            return lz_fail(err, errlen, LZ_PAYLOAD_EINVAL,
+            return lz_fail(err, errlen, LZ_EINVAL,
                         "payload encode: kept count %d of (layer %zu, kv head %zu) not in [0, %d]",
                         kept, i / KV, i % KV, n);
         kept_sum += (uint64_t)kept;
     }
     const int dtype = s->dtype ? s->dtype : LZ_PAYLOAD_DTYPE_BF16;
     const size_t es = dtype_size(dtype);
-    if (!es) return lz_fail(err, errlen, LZ_PAYLOAD_EINVAL, "payload encode: unknown dtype %d", dtype);
+    if (!es) return lz_fail(err, errlen, LZ_EINVAL, "payload encode: unknown dtype %d", dtype);
     const size_t n_elem = (size_t)(2 * kept_sum * (uint64_t)d); /* K and V */
     const size_t raw_size = n_elem * es;
     if (reserve(&c->scratch, &c->cap, raw_size ? raw_size : 1))
-        return lz_fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload encode: out of memory (%zu bytes)", raw_size);
+        return lz_fail(err, errlen, LZ_ENOMEM, "payload encode: out of memory (%zu bytes)", raw_size);
 
     /* body: K of every (l, h) in order, then V; bf16, or fp32 as is (little-endian hosts) */
     uint16_t *body = (uint16_t *)(void *)c->scratch;
@@ -343,12 +329,12 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
     uint8_t *blob = NULL;
     if (codec == LZ_PAYLOAD_CODEC_RAW) {
         blob = malloc(hdr + raw_size);
-        if (!blob) return lz_fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload encode: out of memory");
+        if (!blob) return lz_fail(err, errlen, LZ_ENOMEM, "payload encode: out of memory");
         memcpy(blob + hdr, stored, raw_size);
     } else {
         if (codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
             if (reserve(&c->scratch2, &c->cap2, raw_size ? raw_size : 1))
-                return lz_fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload encode: out of memory");
+                return lz_fail(err, errlen, LZ_ENOMEM, "payload encode: out of memory");
             if (T > 1 && es == 2 && raw_size >= LZ_PAYLOAD_FRAME_BYTES) { /* element ranges in parallel */
                 const size_t per = (n_elem + (size_t)T - 1) / (size_t)T;
 #pragma omp parallel for num_threads(T)
@@ -366,7 +352,7 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
         const size_t nf = raw_size / LZ_PAYLOAD_FRAME_BYTES + 1;
         size_t bound = ZSTD_compressBound(raw_size) + (c->workers ? nf * 32 : 0);
         blob = malloc(hdr + bound);
-        if (!blob) return lz_fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload encode: out of memory");
+        if (!blob) return lz_fail(err, errlen, LZ_ENOMEM, "payload encode: out of memory");
         size_t r = 0;
         const char *why = NULL;
         if (c->workers) {
@@ -377,7 +363,7 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
         }
         if (why) {
             free(blob);
-            return lz_fail(err, errlen, LZ_PAYLOAD_ECODEC, "payload encode: zstd: %s", why);
+            return lz_fail(err, errlen, LZ_ECODEC, "payload encode: zstd: %s", why);
         }
         body_size = r;
     }
@@ -403,7 +389,7 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
     uint8_t *shrunk = realloc(blob, total);
     *out = shrunk ? shrunk : blob;
     *out_len = total;
-    return LZ_PAYLOAD_OK;
+    return LZ_OK;
 }
 
 /* ---- parse ---- */
@@ -414,13 +400,13 @@ int lz_payload_parse(const void *buf, size_t len, int verify_checksum, lz_payloa
     const uint8_t *b = buf;
     memset(info, 0, sizeof *info);
     if (!b || len < LZ_PAYLOAD_HEADER_SIZE)
-        return lz_fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: %zu bytes, shorter than the %d-byte header",
+        return lz_fail(err, errlen, LZ_ECORRUPT, "payload: %zu bytes, shorter than the %d-byte header",
                     len, LZ_PAYLOAD_HEADER_SIZE);
     if (memcmp(b + OFF_MAGIC, LZ_PAYLOAD_MAGIC, 4) != 0)
-        return lz_fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: bad magic (expected \"LZKV\")");
+        return lz_fail(err, errlen, LZ_ECORRUPT, "payload: bad magic (expected \"LZKV\")");
     info->version = get16(b + OFF_VERSION);
     if (info->version != LZ_PAYLOAD_VERSION)
-        return lz_fail(err, errlen, LZ_PAYLOAD_EVERSION, "payload: version %d, this build reads %d",
+        return lz_fail(err, errlen, LZ_EVERSION, "payload: version %d, this build reads %d",
                     info->version, LZ_PAYLOAD_VERSION);
     info->dtype = b[OFF_DTYPE];
     info->codec = b[OFF_CODEC];
@@ -434,27 +420,27 @@ int lz_payload_parse(const void *buf, size_t len, int verify_checksum, lz_payloa
     memcpy(info->model, b + OFF_MODEL, 32);
     info->checksum = get32(b + OFF_CRC);
     if (!dtype_size(info->dtype))
-        return lz_fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: unknown dtype %d", info->dtype);
+        return lz_fail(err, errlen, LZ_ECORRUPT, "payload: unknown dtype %d", info->dtype);
     if (info->codec > LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD)
-        return lz_fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: unknown codec %d", info->codec);
+        return lz_fail(err, errlen, LZ_ECORRUPT, "payload: unknown codec %d", info->codec);
     if (get32(b + OFF_FLAGS) != 0)
-        return lz_fail(err, errlen, LZ_PAYLOAD_EVERSION, "payload: unknown flags 0x%x", get32(b + OFF_FLAGS));
+        return lz_fail(err, errlen, LZ_EVERSION, "payload: unknown flags 0x%x", get32(b + OFF_FLAGS));
     if (info->n_layers <= 0 || info->n_layers > 4096 || info->n_kv_heads <= 0 ||
         info->n_kv_heads > 4096 || info->head_dim <= 0 || info->head_dim > 4096 ||
         info->n_tokens < 0 || info->pos_base < 0)
-        return lz_fail(err, errlen, LZ_PAYLOAD_ECORRUPT,
+        return lz_fail(err, errlen, LZ_ECORRUPT,
                     "payload: implausible shape (L=%d KV=%d d=%d n=%d base=%d)", info->n_layers,
                     info->n_kv_heads, info->head_dim, info->n_tokens, info->pos_base);
     uint64_t nh = (uint64_t)info->n_layers * (uint64_t)info->n_kv_heads;
     uint64_t hdr = LZ_PAYLOAD_HEADER_SIZE + 4 * nh;
     if (hdr > len)
-        return lz_fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: kept table (%llu bytes) past the end (%zu)",
+        return lz_fail(err, errlen, LZ_ECORRUPT, "payload: kept table (%llu bytes) past the end (%zu)",
                     (unsigned long long)(4 * nh), len);
     uint64_t sum = 0;
     for (uint64_t i = 0; i < nh; i++) {
         uint32_t kept = get32(b + LZ_PAYLOAD_HEADER_SIZE + 4 * i);
         if (kept > (uint32_t)info->n_tokens)
-            return lz_fail(err, errlen, LZ_PAYLOAD_ECORRUPT,
+            return lz_fail(err, errlen, LZ_ECORRUPT,
                         "payload: kept count %u of (layer %llu, kv head %llu) exceeds n_tokens %d", kept,
                         (unsigned long long)(i / info->n_kv_heads),
                         (unsigned long long)(i % info->n_kv_heads), info->n_tokens);
@@ -463,24 +449,24 @@ int lz_payload_parse(const void *buf, size_t len, int verify_checksum, lz_payloa
     info->n_kept_sum = sum;
     uint64_t want_raw = 2 * dtype_size(info->dtype) * sum * (uint64_t)info->head_dim;
     if (info->raw_size != want_raw)
-        return lz_fail(err, errlen, LZ_PAYLOAD_ECORRUPT,
+        return lz_fail(err, errlen, LZ_ECORRUPT,
                     "payload: raw size %llu does not match the kept table (%llu)",
                     (unsigned long long)info->raw_size, (unsigned long long)want_raw);
     if (info->codec == LZ_PAYLOAD_CODEC_RAW && info->body_size != info->raw_size)
-        return lz_fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload: raw codec with body %llu != raw %llu",
+        return lz_fail(err, errlen, LZ_ECORRUPT, "payload: raw codec with body %llu != raw %llu",
                     (unsigned long long)info->body_size, (unsigned long long)info->raw_size);
     if (hdr + info->body_size != len)
-        return lz_fail(err, errlen, LZ_PAYLOAD_ECORRUPT,
+        return lz_fail(err, errlen, LZ_ECORRUPT,
                     "payload: header says %llu bytes, blob has %zu",
                     (unsigned long long)(hdr + info->body_size), len);
     info->total_size = len;
     if (verify_checksum) {
         uint32_t c = blob_crc(b, len);
         if (c != info->checksum)
-            return lz_fail(err, errlen, LZ_PAYLOAD_ECHECKSUM,
+            return lz_fail(err, errlen, LZ_ECHECKSUM,
                         "payload: CRC32C mismatch (stored %08x, computed %08x)", info->checksum, c);
     }
-    return LZ_PAYLOAD_OK;
+    return LZ_OK;
 }
 
 void lz_payload_kept(const void *buf, const lz_payload_info *info, int *n_kept)
@@ -499,33 +485,33 @@ static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int str
     int rc = lz_payload_parse(buf, len, 1, info, err, errlen);
     if (rc) return rc;
     if (stride < info->n_tokens)
-        return lz_fail(err, errlen, LZ_PAYLOAD_EINVAL, "payload decode: stride %d < n_tokens %d", stride,
+        return lz_fail(err, errlen, LZ_EINVAL, "payload decode: stride %d < n_tokens %d", stride,
                     info->n_tokens);
     const uint8_t *src = (const uint8_t *)buf + LZ_PAYLOAD_HEADER_SIZE +
                          4 * (size_t)info->n_layers * info->n_kv_heads;
     size_t es = dtype_size(info->dtype), raw = (size_t)info->raw_size, n_elem = raw / es;
     if (reserve(&c->scratch, &c->cap, raw ? raw : 1))
-        return lz_fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload decode: out of memory (%zu bytes)", raw);
+        return lz_fail(err, errlen, LZ_ENOMEM, "payload decode: out of memory (%zu bytes)", raw);
     if (info->codec == LZ_PAYLOAD_CODEC_RAW) {
         memcpy(c->scratch, src, raw);
     } else {
         uint8_t *dst = c->scratch;
         if (info->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
             if (reserve(&c->scratch2, &c->cap2, raw ? raw : 1))
-                return lz_fail(err, errlen, LZ_PAYLOAD_ENOMEM, "payload decode: out of memory");
+                return lz_fail(err, errlen, LZ_ENOMEM, "payload decode: out of memory");
             dst = c->scratch2;
         }
         size_t r = ZSTD_decompressDCtx(c->dctx, dst, raw, src, (size_t)info->body_size);
         if (ZSTD_isError(r))
-            return lz_fail(err, errlen, LZ_PAYLOAD_ECODEC, "payload decode: zstd: %s", ZSTD_getErrorName(r));
+            return lz_fail(err, errlen, LZ_ECODEC, "payload decode: zstd: %s", ZSTD_getErrorName(r));
         if (r != raw)
-            return lz_fail(err, errlen, LZ_PAYLOAD_ECORRUPT, "payload decode: zstd gave %zu bytes, expected %zu",
+            return lz_fail(err, errlen, LZ_ECORRUPT, "payload decode: zstd gave %zu bytes, expected %zu",
                         r, raw);
         if (info->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD)
             unshuffle_planes(c->scratch, c->scratch2, n_elem, es);
     }
     *body = c->scratch;
-    return LZ_PAYLOAD_OK;
+    return LZ_OK;
 }
 
 /* Element e of a body of dtype as fp32 / as bf16 bits. */
@@ -559,7 +545,7 @@ static inline uint16_t elem_bf16(const uint8_t *body, int dtype, size_t e)
             o += kept * d;                                                                       \
         }                                                                                        \
     }                                                                                            \
-    return LZ_PAYLOAD_OK;
+    return LZ_OK;
 
 int lz_payload_decode_f32(lz_payload_codec *c, const void *buf, size_t len, float *k, float *v,
                           int stride, int *n_kept, lz_payload_info *info, char *err,
@@ -587,7 +573,7 @@ int lz_payload_decode_bf16(lz_payload_codec *c, const void *buf, size_t len, uin
     if (n_kept) lz_payload_kept(buf, info, n_kept);                                              \
     for (size_t e = 0; e < half; e++) k[e] = CONV(body, info->dtype, e);                         \
     for (size_t e = 0; e < half; e++) v[e] = CONV(body, info->dtype, half + e);                  \
-    return LZ_PAYLOAD_OK;
+    return LZ_OK;
 
 int lz_payload_decode_f32_packed(lz_payload_codec *c, const void *buf, size_t len, float *k, float *v,
                                  int *n_kept, lz_payload_info *info, char *err, size_t errlen)

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "base/status.h"
 
 #define LZ_PAYLOAD_MAGIC "LZKV"
 #define LZ_PAYLOAD_VERSION 1
@@ -30,10 +31,7 @@ typedef enum {
     LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD = 2  /* low bytes, then high bytes, then zstd (default) */
 } lz_payload_codec_id;
 
-/* Status codes (0 = OK). */
-enum { LZ_PAYLOAD_OK = 0, LZ_PAYLOAD_EINVAL = 1, LZ_PAYLOAD_ECORRUPT = 2,
-       LZ_PAYLOAD_ECHECKSUM = 3, LZ_PAYLOAD_EVERSION = 4, LZ_PAYLOAD_ENOMEM = 5,
-       LZ_PAYLOAD_ECODEC = 6 };
+/* Status: base/status.h (LZ_OK or an LZ_E* code). */
 
 #define LZ_PAYLOAD_DEFAULT_LEVEL 1 /* zstd level used by lazyingest (tuned: see LZ_PAYLOAD_TUNED_LEVEL) */
 #define LZ_PAYLOAD_TUNED_LEVEL 2  /* levels up to this one: matching tuned for K/V planes (payload.c) */
@@ -129,7 +127,6 @@ void lz_payload_unshuffle16(uint16_t *dst, const uint8_t *src, size_t n);
  * for it, else a table. */
 uint32_t lz_crc32c(uint32_t crc, const void *data, size_t n);
 
-const char *lz_payload_strerror(int status);
 const char *lz_payload_codec_name(int codec); /* "raw", "zstd", "shuffle+zstd", "?" */
 
 #endif /* LZ_PAYLOAD_H */

@@ -21,41 +21,24 @@
 int lz_store_from_meta(int st)
 {
     switch (st) {
-    case LZ_META_OK: return LZ_STORE_OK;
-    case LZ_META_ENOTFOUND: return LZ_STORE_ENOTFOUND;
-    case LZ_META_ESCHEMA: return LZ_STORE_ESCHEMA;
-    case LZ_META_ENOMEM: return LZ_STORE_ENOMEM;
-    case LZ_META_EINVAL: return LZ_STORE_EINVAL;
-    default: return LZ_STORE_EIO;
+    case LZ_OK: return LZ_OK;
+    case LZ_ENOTFOUND: return LZ_ENOTFOUND;
+    case LZ_ESCHEMA: return LZ_ESCHEMA;
+    case LZ_ENOMEM: return LZ_ENOMEM;
+    case LZ_EINVAL: return LZ_EINVAL;
+    default: return LZ_EIO;
     }
 }
 
 int lz_store_from_kvdb(int st)
 {
     switch (st) {
-    case LZ_KVDB_OK: return LZ_STORE_OK;
-    case LZ_KVDB_ENOTFOUND: return LZ_STORE_ENOTFOUND;
-    case LZ_KVDB_ENOMEM: return LZ_STORE_ENOMEM;
-    case LZ_KVDB_EINVAL: return LZ_STORE_EINVAL;
-    case LZ_KVDB_EFULL: return LZ_STORE_EFULL;
-    default: return LZ_STORE_EIO;
-    }
-}
-
-const char *lz_store_strerror(int status)
-{
-    switch (status) {
-    case LZ_STORE_OK: return "ok";
-    case LZ_STORE_EIO: return "store I/O error";
-    case LZ_STORE_EMODEL: return "store built with another model";
-    case LZ_STORE_ECORRUPT: return "store corrupt";
-    case LZ_STORE_ENOTFOUND: return "not found";
-    case LZ_STORE_ENOMEM: return "out of memory";
-    case LZ_STORE_EINVAL: return "invalid argument";
-    case LZ_STORE_EBUSY: return "store busy (another writer)";
-    case LZ_STORE_ESCHEMA: return "store schema version mismatch";
-    case LZ_STORE_EFULL: return "LMDB map full";
-    default: return "unknown store status";
+    case LZ_OK: return LZ_OK;
+    case LZ_ENOTFOUND: return LZ_ENOTFOUND;
+    case LZ_ENOMEM: return LZ_ENOMEM;
+    case LZ_EINVAL: return LZ_EINVAL;
+    case LZ_EFULL: return LZ_EFULL;
+    default: return LZ_EIO;
     }
 }
 
@@ -63,40 +46,40 @@ int lz_store_open(const char *dir, int flags, lz_store **out, char *err, size_t 
 {
     *out = NULL;
     lz_store *s = calloc(1, sizeof *s);
-    if (!s) return lz_fail(err, errlen, LZ_STORE_ENOMEM, "out of memory");
+    if (!s) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     s->lock_fd = -1;
     s->rdonly = (flags & LZ_STORE_RDONLY) != 0;
     char path[4200];
-    int st = LZ_STORE_OK;
+    int st = LZ_OK;
     struct stat sb;
     if (s->rdonly) {
         if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            st = lz_fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s: no such folder", dir);
+            st = lz_fail(err, errlen, LZ_ENOTFOUND, "store %s: no such folder", dir);
             goto out;
         }
     } else if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        st = lz_fail(err, errlen, LZ_STORE_EIO, "store %s: cannot create folder: %s", dir, strerror(errno));
+        st = lz_fail(err, errlen, LZ_EIO, "store %s: cannot create folder: %s", dir, strerror(errno));
         goto out;
     }
     if (flags & LZ_STORE_WRITER) {
         snprintf(path, sizeof path, "%s/writer.lock", dir);
         s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
         if (s->lock_fd < 0) {
-            st = lz_fail(err, errlen, LZ_STORE_EIO, "store %s: cannot open %s: %s", dir, path, strerror(errno));
+            st = lz_fail(err, errlen, LZ_EIO, "store %s: cannot open %s: %s", dir, path, strerror(errno));
             goto out;
         }
         if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
             st = errno == EWOULDBLOCK
-                     ? lz_fail(err, errlen, LZ_STORE_EBUSY,
+                     ? lz_fail(err, errlen, LZ_EBUSY,
                             "store %s: another process is writing to it (%s is locked)", dir, path)
-                     : lz_fail(err, errlen, LZ_STORE_EIO, "store %s: flock: %s", dir, strerror(errno));
+                     : lz_fail(err, errlen, LZ_EIO, "store %s: flock: %s", dir, strerror(errno));
             goto out;
         }
     }
     snprintf(path, sizeof path, "%s/meta.sqlite", dir);
     if (s->rdonly && access(path, R_OK) != 0) {
-        st = lz_fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s: %s not found (not a store?)", dir, path);
+        st = lz_fail(err, errlen, LZ_ENOTFOUND, "store %s: %s not found (not a store?)", dir, path);
         goto out;
     }
     st = lz_store_from_meta(lz_meta_open(path, s->rdonly ? LZ_META_RDONLY : 0, &s->meta, err, errlen));
@@ -109,7 +92,7 @@ out:
         return st;
     }
     *out = s;
-    return LZ_STORE_OK;
+    return LZ_OK;
 }
 
 void lz_store_close(lz_store *s)
@@ -235,13 +218,13 @@ static int compare_model(lz_store *s, const lz_meta_model *have, const lz_meta_m
     else if (have->rope_theta != want->rope_theta) what = "rope theta";
     else if (strcmp(have->rope_scaling, want->rope_scaling) != 0) what = "rope scaling";
     if (!what && want->kv_dtype && want->kv_dtype != have->kv_dtype)
-        return lz_fail(err, errlen, LZ_STORE_EMODEL,
+        return lz_fail(err, errlen, LZ_EMODEL,
                     "store %s holds %s KV payloads; refusing %s: a store has one KV dtype. "
                     "Use another --store.",
                     s->dir, have->kv_dtype == LZ_PAYLOAD_DTYPE_F32 ? "fp32" : "bf16",
                     want->kv_dtype == LZ_PAYLOAD_DTYPE_F32 ? "fp32" : "bf16");
-    if (!what) return LZ_STORE_OK;
-    return lz_fail(err, errlen, LZ_STORE_EMODEL,
+    if (!what) return LZ_OK;
+    return lz_fail(err, errlen, LZ_EMODEL,
                 "store %s was built with model %.16s (%s, %d layers, %s rotary, theta %g, %s) from '%s'; "
                 "refusing model %.16s (%s, %d layers, %s rotary, theta %g, %s) from '%s': %s differs. "
                 "Use another --store or the original model.",
@@ -266,24 +249,24 @@ static int set_prefix(lz_store *s, const int *prefix, int n)
 {
     free(s->prefix);
     s->prefix = malloc(sizeof(int) * (size_t)(n ? n : 1));
-    if (!s->prefix) return LZ_STORE_ENOMEM;
+    if (!s->prefix) return LZ_ENOMEM;
     if (n) memcpy(s->prefix, prefix, sizeof(int) * (size_t)n);
     s->n_prefix = n;
-    return LZ_STORE_OK;
+    return LZ_OK;
 }
 
 int lz_store_bind_recorded(lz_store *s, char *err, size_t errlen)
 {
     lz_meta_model have;
     int st = lz_store_from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
-    if (st == LZ_STORE_ENOTFOUND)
-        return lz_fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
+    if (st == LZ_ENOTFOUND)
+        return lz_fail(err, errlen, LZ_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
     if (st) return st;
     for (int i = 0; i < 32; i++) {
         unsigned b = 0;
         if (sscanf(have.fingerprint + 2 * i, "%2x", &b) != 1) {
             free(have.prefix_tokens);
-            return lz_fail(err, errlen, LZ_STORE_ECORRUPT, "store %s: bad model fingerprint '%s'", s->dir,
+            return lz_fail(err, errlen, LZ_ECORRUPT, "store %s: bad model fingerprint '%s'", s->dir,
                         have.fingerprint);
         }
         s->fingerprint[i] = (uint8_t)b;
@@ -304,8 +287,8 @@ int lz_store_check_model(lz_store *s, const lz_store_model_desc *m, char *err, s
     lz_meta_model want, have;
     describe(m, &want);
     int st = lz_store_from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
-    if (st == LZ_STORE_ENOTFOUND)
-        return lz_fail(err, errlen, LZ_STORE_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
+    if (st == LZ_ENOTFOUND)
+        return lz_fail(err, errlen, LZ_ENOTFOUND, "store %s is empty (no model recorded yet)", s->dir);
     if (st) return st;
     st = compare_model(s, &have, &want, err, errlen);
     if (!st) {
@@ -330,7 +313,7 @@ int lz_store_bind_model(lz_store *s, const lz_store_model_desc *m, const int *pr
     int st = lz_store_from_meta(lz_meta_begin(s->meta, err, errlen));
     if (st) return st;
     st = lz_store_from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
-    if (st == LZ_STORE_ENOTFOUND) {
+    if (st == LZ_ENOTFOUND) {
         if (!want.kv_dtype) want.kv_dtype = LZ_PAYLOAD_DTYPE_BF16;
         st = lz_store_from_meta(lz_meta_model_insert(s->meta, &want, err, errlen));
         have.id = want.id;
@@ -367,7 +350,7 @@ void lz_store_prefix(const lz_store *s, const int **ids, int *n, uint8_t key[LZ_
 int lz_store_doc_tokens(lz_store *s, int64_t doc_id, int **ids, int *n, char *err, size_t errlen)
 {
     int st = lz_meta_doc_tokens(s->meta, doc_id, ids, n, err, errlen);
-    return st == LZ_META_EINVAL ? LZ_STORE_ECORRUPT : lz_store_from_meta(st);
+    return st == LZ_EINVAL ? LZ_ECORRUPT : lz_store_from_meta(st);
 }
 
 int lz_store_top_accessed(lz_store *s, int limit, lz_meta_top_fn fn, void *ctx,
@@ -385,9 +368,9 @@ int lz_store_hit(lz_store *s, int64_t doc_id, char *err, size_t errlen)
 
 static int put_payloads(lz_store *s, const lz_store_payload *p, int n, int fixed, char *err, size_t errlen)
 {
-    if (n <= 0) return LZ_STORE_OK;
+    if (n <= 0) return LZ_OK;
     lz_kvdb_item *items = malloc(sizeof *items * (size_t)n);
-    if (!items) return lz_fail(err, errlen, LZ_STORE_ENOMEM, "out of memory");
+    if (!items) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
         items[i] = (lz_kvdb_item){ p[i].key, LZ_META_KEY_LEN, p[i].blob, p[i].len };
     int st = lz_store_from_kvdb(fixed ? lz_kvdb_put_batch_fixed(s->kv, items, n, err, errlen)
@@ -422,8 +405,8 @@ int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t
     size_t n = 0;
     int rc = lz_kvdb_reader_get(r, key, LZ_META_KEY_LEN, &p, &n, err, errlen);
     lz_kvdb_reader_end(r);
-    if (rc == LZ_KVDB_OK && len) *len = n;
-    return rc == LZ_KVDB_OK ? 1 : rc == LZ_KVDB_ENOTFOUND ? 0 : -1;
+    if (rc == LZ_OK && len) *len = n;
+    return rc == LZ_OK ? 1 : rc == LZ_ENOTFOUND ? 0 : -1;
 }
 
 int lz_store_get_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], void **blob, size_t *len,
@@ -451,7 +434,7 @@ static int gc_visit(const void *key, size_t key_len, size_t val_len, void *p)
     g->n_seen++;
     int ref = lz_meta_key_referenced(g->s->meta, key, key_len, g->err, g->errlen);
     if (ref < 0) {
-        g->error = LZ_STORE_EIO;
+        g->error = LZ_EIO;
         return 1;
     }
     if (ref) return 0;
@@ -462,7 +445,7 @@ static int gc_visit(const void *key, size_t key_len, size_t val_len, void *p)
         if (k) g->keys = k;
         if (l) g->lens = l;
         if (!k || !l) {
-            g->error = lz_fail(g->err, g->errlen, LZ_STORE_ENOMEM, "out of memory");
+            g->error = lz_fail(g->err, g->errlen, LZ_ENOMEM, "out of memory");
             return 1;
         }
         g->cap = cap;
@@ -547,7 +530,7 @@ static int check_one(check_ctx *c, int64_t id, const char *ext_id, const uint8_t
     size_t len;
     char e[256];
     int rc = lz_kvdb_reader_get(c->rd, key, LZ_META_KEY_LEN, &blob, &len, e, sizeof e);
-    if (rc == LZ_KVDB_ENOTFOUND)
+    if (rc == LZ_ENOTFOUND)
         return report(c, LZ_STORE_ISSUE_MISSING, id, ext_id, ids, n, "payload missing from LMDB");
     if (rc) return report(c, LZ_STORE_ISSUE_MISSING, id, ext_id, ids, n, "payload unreadable: %s", e);
     lz_payload_info info;
@@ -597,7 +580,7 @@ int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), 
                    lz_store_check_stats *st, char *err, size_t errlen)
 {
     memset(st, 0, sizeof *st);
-    if (!s->bound) return lz_fail(err, errlen, LZ_STORE_EINVAL, "store %s: check before binding a model", s->dir);
+    if (!s->bound) return lz_fail(err, errlen, LZ_EINVAL, "store %s: check before binding a model", s->dir);
     check_ctx c = { s, NULL, fn, ctx, st, 0, "", NULL };
     int rc = lz_store_from_kvdb(lz_kvdb_reader_begin(s->kv, &c.rd, err, errlen));
     if (rc) return rc;

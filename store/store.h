@@ -19,12 +19,11 @@
 #include "store/kvdb.h"
 #include "store/meta.h"
 #include "store/payload.h"
+#include "base/status.h"
 
 typedef struct lz_store lz_store;
 
-enum { LZ_STORE_OK = 0, LZ_STORE_EIO = 1, LZ_STORE_EMODEL = 2, LZ_STORE_ECORRUPT = 3,
-       LZ_STORE_ENOTFOUND = 4, LZ_STORE_ENOMEM = 5, LZ_STORE_EINVAL = 6, LZ_STORE_EBUSY = 7,
-       LZ_STORE_ESCHEMA = 8, LZ_STORE_EFULL = 9 };
+/* Status: base/status.h (LZ_OK or an LZ_E* code). */
 
 enum {
     LZ_STORE_RDONLY = 1, /* readers (queries): no create, no writes */
@@ -222,6 +221,5 @@ typedef struct {
 int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), void *ctx,
                    lz_store_check_stats *st, char *err, size_t errlen);
 
-const char *lz_store_strerror(int status);
 
 #endif /* LZ_STORE_H */

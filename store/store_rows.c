@@ -15,11 +15,11 @@ static int payload_first(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], const 
                          char *err, size_t errlen)
 {
     int rc = lz_kvdb_exists(s->kv, key, LZ_META_KEY_LEN, err, errlen); /* 1, 0 or -1 */
-    if (rc == 1) return LZ_STORE_OK;
+    if (rc == 1) return LZ_OK;
     if (rc == 0)
-        return lz_fail(err, errlen, LZ_STORE_EINVAL,
+        return lz_fail(err, errlen, LZ_EINVAL,
                        "store %s: row of document '%s' refused: its payload is not written yet", s->dir, what);
-    return LZ_STORE_EIO;
+    return LZ_EIO;
 }
 
 int lz_store_begin(lz_store *s, char *err, size_t errlen)
@@ -120,8 +120,8 @@ int lz_store_search(lz_store *s, const char *text, int k, int (*fn)(const lz_met
                     void *ctx, char *err, size_t errlen)
 {
     char *fts = lz_meta_fts_quote(text);
-    if (!fts) return lz_fail(err, errlen, LZ_STORE_ENOMEM, "out of memory");
-    int rc = fts[0] ? lz_store_from_meta(lz_meta_search(s->meta, fts, k, fn, ctx, err, errlen)) : LZ_STORE_OK;
+    if (!fts) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
+    int rc = fts[0] ? lz_store_from_meta(lz_meta_search(s->meta, fts, k, fn, ctx, err, errlen)) : LZ_OK;
     free(fts);
     return rc;
 }

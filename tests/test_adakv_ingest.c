@@ -227,7 +227,7 @@ int main(void)
         lz_store *s;
         lz_meta_doc d0, d1;
         int ok = delete_payload(ada, "doc4", &d0);
-        CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 3, "--check finds the loss");
+        CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 4, "--check finds the loss (exit 4)");
         CHECK(lz_test_sh("%s/lazyingest --repair --quiet --model %s --store %s > %s 2>&1", bin, model, ada, out) == 0,
               "--repair re-encodes it");
         CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0, "clean after repair");
@@ -263,9 +263,9 @@ int main(void)
     snprintf(cmd, sizeof cmd, "--kv-learned %s --kv-value-power 2 --kv-scope model", lm);
     test_probe_run(ada, out, cmd, " learned=");
     CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-learn-out %s %s > %s "
-                     "2>&1", bin, model, fit, lm, corpus, out) == 1 &&
+                     "2>&1", bin, model, fit, lm, corpus, out) == 2 &&
               lz_test_sh("grep -q 'needs a corpus, --kv-policy, --kv-budget and --kv-reconstruct' %s", out) == 0,
-          "--kv-learn-out without --kv-reconstruct refused");
+          "--kv-learn-out without --kv-reconstruct refused (a usage error: exit 2)");
     CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy ada-snapkv --kv-budget 0.5 --kv-reconstruct "
                      "--kv-learn-out %s.2 %s > %s 2>&1", bin, model, fit, lm, corpus, out) == 1 &&
               lz_test_sh("grep -q 'no document was encoded' %s", out) == 0,
@@ -295,9 +295,9 @@ int main(void)
     CHECK(lz_test_sh("%s/lazyingest --check --quiet --store %s > %s 2>&1", bin, ada, out) == 0,
           "the store is untouched by the refused run");
     CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-value-power 0 %s > %s "
-                     "2>&1", bin, model, ada, corpus, out) == 1, "--kv-value-power 0: exit 1");
+                     "2>&1", bin, model, ada, corpus, out) == 2, "--kv-value-power 0: exit 2");
     CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-scope model %s > %s 2>&1",
-                     bin, model, ada, corpus, out) == 1, "--kv-scope model with snapkv: exit 1");
+                     bin, model, ada, corpus, out) == 2, "--kv-scope model with snapkv: exit 2");
     {
         size_t len;
         char *msg = lz_test_read_file(out, &len);
@@ -308,7 +308,7 @@ int main(void)
     test_probe_run(ada, out, "--kv-probe-text 'Where is the castle?'", " probe=");
     CHECK(lz_test_sh("%s/lazyingest --model %s --store %s --kv-policy snapkv --kv-budget 0.5 --kv-probe-text "
                      "\"$(printf '\\377')\" %s > %s 2>&1",
-                     bin, model, ada, corpus, out) == 1, "--kv-probe-text with invalid UTF-8: exit 1");
+                     bin, model, ada, corpus, out) == 2, "--kv-probe-text with invalid UTF-8: exit 2");
     {
         size_t len;
         char *msg = lz_test_read_file(out, &len);
@@ -319,8 +319,8 @@ int main(void)
     {
         lz_meta_doc d;
         if (delete_payload(ada, "doc5", &d)) {
-            CHECK(lz_test_sh("%s/lazyingest --repair --model %s --store %s > %s 2>&1", bin, model, ada, out) == 3,
-                  "--repair without the question leaves it (exit 3)");
+            CHECK(lz_test_sh("%s/lazyingest --repair --model %s --store %s > %s 2>&1", bin, model, ada, out) == 4,
+                  "--repair without the question leaves it (exit 4)");
             size_t len;
             char *msg = lz_test_read_file(out, &len);
             CHECK(msg && strstr(msg, "doc5") && strstr(msg, "same --kv-probe-text"), "and says why: %s", msg ? msg : "");
@@ -331,12 +331,12 @@ int main(void)
                   "clean after that repair");
         }
     }
-    CHECK(lz_test_sh("%s/lazyingest --kv-policy snapkv --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1 &&
+    CHECK(lz_test_sh("%s/lazyingest --kv-policy snapkv --store %s %s > %s 2>&1", bin, ada, corpus, out) == 2 &&
               lz_test_sh("grep -q 'needs --kv-budget' %s", out) == 0,
-          "--kv-policy without --kv-budget refused");
-    CHECK(lz_test_sh("%s/lazyingest --kv-policy x --kv-budget 0.2 --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1 &&
-              lz_test_sh("%s/lazyingest --kv-policy snapkv --kv-budget 1.5 --store %s %s > %s 2>&1", bin, ada, corpus, out) == 1,
-          "bad policy or budget refused");
+          "--kv-policy without --kv-budget refused (exit 2)");
+    CHECK(lz_test_sh("%s/lazyingest --kv-policy x --kv-budget 0.2 --store %s %s > %s 2>&1", bin, ada, corpus, out) == 2 &&
+              lz_test_sh("%s/lazyingest --kv-policy snapkv --kv-budget 1.5 --store %s %s > %s 2>&1", bin, ada, corpus, out) == 2,
+          "bad policy or budget refused (exit 2)");
     lz_test_sh("rm -rf %s", dir);
     return lz_test_done();
 }

@@ -76,8 +76,8 @@ static void test_roundtrip(const char *dir)
     CHECK(lz_gguf_get_float(g, "a.f32", &fv) == 0 && fv == 1.5, "f32 value");
     CHECK(lz_gguf_get_int(g, "a.bool", &iv) == 0 && iv == 1, "bool value");
     CHECK(lz_gguf_get_str(g, "a.str", &s, &sl) == 0 && sl == 5 && !memcmp(s, "hello", 5), "str value");
-    CHECK(lz_gguf_get_int(g, "a.str", &iv) == LZ_GGUF_ETYPE, "type mismatch reported");
-    CHECK(lz_gguf_get_int(g, "missing", &iv) == LZ_GGUF_ENOTFOUND, "missing reported");
+    CHECK(lz_gguf_get_int(g, "a.str", &iv) == LZ_ETYPE, "type mismatch reported");
+    CHECK(lz_gguf_get_int(g, "missing", &iv) == LZ_ENOTFOUND, "missing reported");
     const lz_gguf_value *a = lz_gguf_get(g, "a.ia");
     CHECK(a && a->type == LZ_GGUF_ARRAY && a->n == 3, "array");
     for (int i = 0; a && i < 3; i++) CHECK(lz_gguf_arr_int(a, (uint64_t)i, &iv) == 0 && iv == ia[i], "array elem %d", i);

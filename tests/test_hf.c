@@ -15,6 +15,7 @@
 
 #include "model/chat.h"
 #include "formats/gguf.h"
+#include "base/env.h"
 #include "base/half.h"
 #include "model/llama.h"
 #include "model/mkmodel.h"
@@ -202,7 +203,7 @@ static void expect_st_error(const char *name, const char *hdr, int64_t claimed_l
     write_raw_st(path, hdr, claimed_len < 0 ? strlen(hdr) : (uint64_t)claimed_len, data);
     lz_safetensors *f = NULL;
     int rc = lz_st_open(path, &f, err, sizeof err);
-    CHECK(rc == LZ_ST_ECORRUPT && f == NULL, "%s: rc %d", name, rc);
+    CHECK(rc == LZ_ECORRUPT && f == NULL, "%s: rc %d", name, rc);
     CHECK(strstr(err, path) != NULL, "%s: error does not name the file: %s", name, err);
     CHECK(strstr(err, needle) != NULL, "%s: error '%s' lacks '%s'", name, err, needle);
     lz_st_close(f);
@@ -319,9 +320,11 @@ static void test_variant(const variant *v)
     CHECK(h->layers[0].wq.type == mtype && h->tok_embd.type == mtype, "%s: matrices in place", v->name);
     lz_llama *h32 = NULL, *g32 = NULL;
     setenv("LAZY_F32_WEIGHTS", "1", 1);
+    lz_env_reload(); /* the switches are read once (base/env.h) */
     CHECK(lz_llama_load_hf(dir, &h32, err, sizeof err) == 0, "%s: %s", v->name, err);
     CHECK(lz_llama_load_gguf(gguf, &g32, err, sizeof err) == 0, "%s", err);
     unsetenv("LAZY_F32_WEIGHTS");
+    lz_env_reload();
     if (!h32 || !g32) { lz_llama_free(h32); lz_llama_free(g32); lz_llama_free(h); lz_llama_free(g); return; }
     CHECK(h32->layers[0].wq.type == LZ_MAT_F32 && (v->dtype == LZ_ST_F32 ? h32->n_owned == 1 : h32->n_owned > 1),
           "%s: LAZY_F32_WEIGHTS: %d blocks, type %d", v->name, h32->n_owned, h32->layers[0].wq.type);
@@ -399,7 +402,7 @@ static void test_config_errors(void)
     if (!g) return;
     mkdir(dir, 0755);
     write_hf(g, dir, LZ_ST_F32, 1, "{\"type\": \"yarn\", \"factor\": 4.0}", 1);
-    expect_hf_error(dir, LZ_MODEL_EUNSUPPORTED, "rope scaling type 'yarn' is not supported");
+    expect_hf_error(dir, LZ_EUNSUPPORTED, "rope scaling type 'yarn' is not supported");
     edit_config(dir, "{\"type\": \"yarn\", \"factor\": 4.0}", "{\"rope_type\": \"linear\", \"factor\": 2.0}");
     lz_llama *h = NULL;
     CHECK(lz_llama_load_hf(dir, &h, err, sizeof err) == 0, "%s", err);
@@ -409,7 +412,7 @@ static void test_config_errors(void)
         lz_llama_free(h);
     }
     edit_config(dir, "LlamaForCausalLM", "GPT2LMHeadModel");
-    expect_hf_error(dir, LZ_MODEL_EUNSUPPORTED, "architecture 'GPT2LMHeadModel' is not supported");
+    expect_hf_error(dir, LZ_EUNSUPPORTED, "architecture 'GPT2LMHeadModel' is not supported");
     edit_config(dir, "GPT2LMHeadModel", "MistralForCausalLM");
     CHECK(lz_llama_load_hf(dir, &h, err, sizeof err) == 0 && !strcmp(h->arch, "mistral"), "mistral: %s", err);
     lz_llama_free(h);
@@ -425,17 +428,17 @@ static void test_config_errors(void)
     lz_llama_free(h);
     h = NULL;
     edit_config(dir, "\"sliding_window\": null", "\"sliding_window\": \"big\"");
-    expect_hf_error(dir, LZ_MODEL_ECORRUPT, "'sliding_window' must be an integer");
+    expect_hf_error(dir, LZ_ECORRUPT, "'sliding_window' must be an integer");
     edit_config(dir, ", \"sliding_window\": \"big\"", "");
     /* config shape disagrees with the tensors */
     char ffn[64], ffn2[64];
     snprintf(ffn, sizeof ffn, "\"intermediate_size\": %d", g->cfg.ffn_dim);
     snprintf(ffn2, sizeof ffn2, "\"intermediate_size\": %d", g->cfg.ffn_dim + 1);
     edit_config(dir, ffn, ffn2);
-    expect_hf_error(dir, LZ_MODEL_ECORRUPT, "tensor 'model.layers.0.mlp.gate_proj.weight'");
+    expect_hf_error(dir, LZ_ECORRUPT, "tensor 'model.layers.0.mlp.gate_proj.weight'");
     edit_config(dir, ffn2, ffn);
     edit_config(dir, "\"hidden_size\"", "\"hidden_sizes\"");
-    expect_hf_error(dir, LZ_MODEL_ECORRUPT, "'hidden_size' is missing");
+    expect_hf_error(dir, LZ_ECORRUPT, "'hidden_size' is missing");
     edit_config(dir, "\"hidden_sizes\"", "\"hidden_size\"");
     /* a weight of an unsupported dtype */
     char path[1200];
@@ -445,16 +448,16 @@ static void test_config_errors(void)
     double *dd = calloc((size_t)g->cfg.vocab * g->cfg.dim, sizeof *dd);
     lz_st_out one = {"model.embed_tokens.weight", LZ_ST_F64, 2, sh, dd};
     CHECK(lz_st_write(path, &one, 1, err, sizeof err) == 0, "%s", err);
-    expect_hf_error(dir, LZ_MODEL_EUNSUPPORTED, "tensor 'model.embed_tokens.weight' in");
-    expect_hf_error(dir, LZ_MODEL_EUNSUPPORTED, "has dtype F64 (F32, F16, BF16 are supported)");
+    expect_hf_error(dir, LZ_EUNSUPPORTED, "tensor 'model.embed_tokens.weight' in");
+    expect_hf_error(dir, LZ_EUNSUPPORTED, "has dtype F64 (F32, F16, BF16 are supported)");
     sh[0] = 1;
     one.name = "model.norm.weight";
     CHECK(lz_st_write(path, &one, 1, err, sizeof err) == 0, "%s", err);
-    expect_hf_error(dir, LZ_MODEL_ECORRUPT, "tensor 'model.embed_tokens.weight' is missing");
+    expect_hf_error(dir, LZ_ECORRUPT, "tensor 'model.embed_tokens.weight' is missing");
     free(dd);
     /* no weights at all */
     remove(path);
-    expect_hf_error(dir, LZ_MODEL_EIO, "neither model.safetensors nor model.safetensors.index.json");
+    expect_hf_error(dir, LZ_EIO, "neither model.safetensors nor model.safetensors.index.json");
     lz_llama_free(g);
 }
 

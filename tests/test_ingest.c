@@ -29,6 +29,7 @@
 #include "model/llama.h"
 #include "model/mkmodel.h"
 #include "model/prompt.h"
+#include "base/env.h"
 #include "store/store.h"
 #include "tests/store_inner.h"
 #include "tests/test.h"
@@ -97,6 +98,24 @@ static int run_tool(const char *const *args, const char *in_path, double kill_af
     }
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* run_tool with the test build of lazyingest (its fault injection: --test-fail-pass), made by
+ * 'make tests' beside this program; the shipped build/bin/lazyingest has no such option. */
+static int run_hooks(const char *const *args, char *out, size_t outn, char *errbuf, size_t errn)
+{
+    char saved[sizeof bin], self[400];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = 0;
+    memcpy(saved, bin, sizeof bin);
+    snprintf(bin, sizeof bin, "%s/lazyingest-hooks", self);
+    int rc = -1;
+    if (access(bin, X_OK) == 0) rc = run_tool(args, NULL, 0, out, outn, errbuf, errn);
+    else snprintf(errbuf, errn, "%s not built ('make tests' builds it)", bin);
+    memcpy(bin, saved, sizeof bin);
+    return rc;
 }
 
 static long jget(const char *json, const char *key)
@@ -438,7 +457,8 @@ static void test_incremental(void)
         CHECK(rc == 0 && jget(out, "checked") == 30, "--check while a writer holds the store: %d %s", rc, errs);
         const char *agc[] = { "-s", store, "--gc", NULL };
         rc = run_tool(agc, NULL, 0, out, sizeof out, errs, sizeof errs);
-        CHECK(rc == 1 && strstr(errs, "another process is writing"), "--gc still waits for the writer: %s", errs);
+        CHECK(rc == 3 && strstr(errs, "another process is writing"), "--gc still waits for the writer (exit 3): %d %s",
+              rc, errs);
         if (held) lz_store_close(w);
     }
     rows r;
@@ -460,7 +480,7 @@ static void test_incremental(void)
         lz_kvdb_close(db);
     }
     rc = run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs);
-    CHECK(rc == 3 && jget(out, "check_issues") == 2, "check finds 2 (exit %d): %s", rc, out);
+    CHECK(rc == 4 && jget(out, "check_issues") == 2, "check finds 2 (exit %d, want 4): %s", rc, out);
     CHECK(strstr(errs, "missing payload") && strstr(errs, "corrupt payload") && strstr(errs, r.ids[3]) &&
               strstr(errs, r.ids[5]), "check names them: %s", errs);
     const char *ar[] = { "-m", model_a, "-s", store, "--repair", "--json", NULL };
@@ -577,7 +597,8 @@ static void test_bad_inputs(void)
     snprintf(nostore, sizeof nostore, "%s/nostore", dir);
     const char *ax[] = { "-s", nostore, "--check", NULL };
     rc = run_tool(ax, NULL, 0, out, sizeof out, errs, sizeof errs);
-    CHECK(rc == 1 && strstr(errs, "no store at") && access(nostore, F_OK) != 0, "--check of a missing store: %s", errs);
+    CHECK(rc == 2 && strstr(errs, "no store at") && access(nostore, F_OK) != 0, "--check of a missing store (exit 2): %s",
+          errs);
     /* the embedded default model ships in the repo: point the default at a missing file */
     const char *ad[] = { "-s", store3, p4, NULL };
     setenv("LAZY_MODEL", "/nonexistent-default.gguf", 1);
@@ -940,11 +961,14 @@ static void test_prompt(void)
     /* default model: $LAZY_MODEL, else an error that says --model */
     char path[1024];
     setenv("LAZY_MODEL", model_a, 1);
+    lz_env_reload(); /* the switches are read once (base/env.h) */
     CHECK(lz_prompt_default_model(path, sizeof path, err, sizeof err) == 0 && strcmp(path, model_a) == 0, "env");
     setenv("LAZY_MODEL", "/nonexistent/m.gguf", 1);
+    lz_env_reload();
     CHECK(lz_prompt_default_model(path, sizeof path, err, sizeof err) == -1 && strstr(err, "--model") &&
               strstr(err, "/nonexistent/m.gguf"), "env to a missing file: %s", err);
     unsetenv("LAZY_MODEL");
+    lz_env_reload();
 }
 
 typedef struct {
@@ -964,7 +988,7 @@ static int take_key(const lz_meta_doc *d, void *p)
 
 /* Documents encoded in parallel (several threads, a small model: one
  * encoder a thread) store exactly the payloads of one at a time
- * (LAZY_INGEST_SERIAL=1) with as many threads, duplicate content included,
+ * (lazyingest --serial) with as many threads, duplicate content included,
  * and decode to what an encoder computes (test_bits). */
 /* Every document of stores a and b (want rows each) has the same id, key
  * and payload bytes; 1 if so. */
@@ -1006,15 +1030,13 @@ static void test_parallel(void)
     snprintf(pas, sizeof pas, "%s/pas", dir);
     char *c0 = make_corpus(40, 3, 1);
     const char *p0 = write_text("par.jsonl", c0);
-    const char *as[] = { "-m", model_a, "-s", ser, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
+    /* --sync-commit: and each batch's payloads written before the next batch */
+    const char *as[] = { "-m", model_a, "-s", ser, "--json", "--threads", "2", "--batch-tokens", "300", "--serial",
+                         "--sync-commit", p0, NULL };
     const char *ap[] = { "-m", model_a, "-s", par, "--json", "--threads", "2", "--batch-tokens", "300", p0, NULL };
     const char *aq[] = { "-m", model_a, "-s", pas, "--json", "--threads", "3", "--batch-tokens", "300", p0, NULL };
-    setenv("LAZY_INGEST_SERIAL", "1", 1);
-    setenv("LAZY_INGEST_SYNC_COMMIT", "1", 1); /* and each batch's payloads written before the next batch */
     int rc = run_tool(as, NULL, 0, out, sizeof out, errs, sizeof errs);
     long added_s = jget(out, "added"), stored_s = jget(out, "stored_bytes");
-    unsetenv("LAZY_INGEST_SERIAL");
-    unsetenv("LAZY_INGEST_SYNC_COMMIT");
     CHECK(rc == 0 && added_s == 42 && jget(out, "encoders") == 1, "one at a time: exit %d, %ld added, %ld encoders: %s",
           rc, added_s, jget(out, "encoders"), errs);
     rc = run_tool(ap, NULL, 0, out, sizeof out, errs, sizeof errs);
@@ -1044,7 +1066,9 @@ static void test_parallel(void)
     snprintf(p1, sizeof p1, "%s/pas1", dir);
     snprintf(p1f, sizeof p1f, "%s/pas1fail", dir);
     const char *a1[] = { "-m", model_a, "-s", p1, "--json", "--threads", "3", "--batch-tokens", "300", p0, NULL };
-    const char *a1f[] = { "-m", model_a, "-s", p1f, "--json", "--threads", "3", "--batch-tokens", "300", p0, NULL };
+    /* the failing pass: fault injection of the test build only (build/tests/lazyingest-hooks) */
+    const char *a1f[] = { "-m", model_a, "-s", p1f, "--json", "--threads", "3", "--batch-tokens", "300",
+                          "--test-fail-pass", "9", p0, NULL };
     setenv("LAZY_INGEST_REF_PASSES", "250", 1);
     setenv("OMP_THREAD_LIMIT", "1", 1);
     rc = run_tool(a1, NULL, 0, out, sizeof out, errs, sizeof errs);
@@ -1054,9 +1078,7 @@ static void test_parallel(void)
           rc, jget(out, "added"), jget(out, "stored_bytes"), stored_s, jget(out, "pass_docs"), jget(out, "passes"),
           pass_docs, passes, errs);
     CHECK(same_payloads(ser, p1, 42), "every document's payload identical through the passes on one thread");
-    setenv("LAZY_INGEST_REF_FAIL_PASS", "9", 1);
-    rc = run_tool(a1f, NULL, 0, out, sizeof out, errs, sizeof errs);
-    unsetenv("LAZY_INGEST_REF_FAIL_PASS");
+    rc = run_hooks(a1f, out, sizeof out, errs, sizeof errs);
     unsetenv("OMP_THREAD_LIMIT");
     unsetenv("LAZY_INGEST_REF_PASSES");
     rows got1;
@@ -1068,10 +1090,10 @@ static void test_parallel(void)
     char pf[300];
     snprintf(pf, sizeof pf, "%s/pasfail", dir);
     const char *af[] = { "-m", model_a, "-s", pf, "--json", "--threads", "3", "--batch-tokens", "300", p0, NULL };
+    const char *aff[] = { "-m", model_a, "-s", pf, "--json", "--threads", "3", "--batch-tokens", "300",
+                          "--test-fail-pass", "9", p0, NULL };
     setenv("LAZY_INGEST_REF_PASSES", "250", 1);
-    setenv("LAZY_INGEST_REF_FAIL_PASS", "9", 1);
-    rc = run_tool(af, NULL, 0, out, sizeof out, errs, sizeof errs);
-    unsetenv("LAZY_INGEST_REF_FAIL_PASS");
+    rc = run_hooks(aff, out, sizeof out, errs, sizeof errs);
     rows got;
     read_rows(pf, &got);
     CHECK(rc == 1 && strstr(errs, "a pass of documents '") && strstr(errs, "failed (injected)") && got.n > 0 && got.n < 42,
@@ -1090,12 +1112,10 @@ static void test_parallel(void)
     snprintf(ks, sizeof ks, "%s/kvser", dir);
     snprintf(kp, sizeof kp, "%s/kvpas", dir);
     const char *aks[] = { "-m", model_a, "-s", ks, "--json", "--threads", "2", "--batch-tokens", "300", "--kv-policy",
-                          "ada-snapkv", "--kv-budget", "0.5", "--kv-window", "8", p0, NULL };
+                          "ada-snapkv", "--kv-budget", "0.5", "--kv-window", "8", "--serial", p0, NULL };
     const char *akp[] = { "-m", model_a, "-s", kp, "--json", "--threads", "3", "--batch-tokens", "300", "--kv-policy",
                           "ada-snapkv", "--kv-budget", "0.5", "--kv-window", "8", p0, NULL };
-    setenv("LAZY_INGEST_SERIAL", "1", 1);
     rc = run_tool(aks, NULL, 0, out, sizeof out, errs, sizeof errs);
-    unsetenv("LAZY_INGEST_SERIAL");
     const long kv_stored = jget(out, "stored_bytes");
     CHECK(rc == 0 && jget(out, "added") == 42, "KV eviction one at a time: exit %d: %s", rc, errs);
     setenv("LAZY_INGEST_REF_PASSES", "250", 1);

@@ -110,7 +110,7 @@ static void test_roundtrip(void)
             CHECK(okb, "bf16 decode equals the encoder's bf16");
 
             CHECK(lz_payload_decode_f32(c, blob, len, k2, v2, n - 1, NULL, NULL, err, sizeof err) ==
-                      LZ_PAYLOAD_EINVAL, "stride smaller than n refused");
+                      LZ_EINVAL, "stride smaller than n refused");
 
             /* corruption: every single-byte flip in header, table and body is caught */
             uint8_t *b = blob;
@@ -122,14 +122,14 @@ static void test_roundtrip(void)
                 b[pos] ^= 0x10;
             }
             CHECK(caught == tried, "%d of %d flips caught", caught, tried);
-            CHECK(lz_payload_parse(blob, len - 1, 0, &info, err, sizeof err) == LZ_PAYLOAD_ECORRUPT,
+            CHECK(lz_payload_parse(blob, len - 1, 0, &info, err, sizeof err) == LZ_ECORRUPT,
                   "truncated");
-            CHECK(lz_payload_parse(blob, 50, 0, &info, err, sizeof err) == LZ_PAYLOAD_ECORRUPT, "short");
+            CHECK(lz_payload_parse(blob, 50, 0, &info, err, sizeof err) == LZ_ECORRUPT, "short");
             b[4] = 9;
-            CHECK(lz_payload_parse(blob, len, 0, &info, err, sizeof err) == LZ_PAYLOAD_EVERSION, "version");
+            CHECK(lz_payload_parse(blob, len, 0, &info, err, sizeof err) == LZ_EVERSION, "version");
             b[4] = 1;
             b[0] = 'X';
-            CHECK(lz_payload_parse(blob, len, 0, &info, err, sizeof err) == LZ_PAYLOAD_ECORRUPT, "magic");
+            CHECK(lz_payload_parse(blob, len, 0, &info, err, sizeof err) == LZ_ECORRUPT, "magic");
             b[0] = 'L';
             CHECK(lz_payload_parse(blob, len, 1, &info, err, sizeof err) == 0, "restored");
             free(k2);
@@ -144,17 +144,17 @@ static void test_roundtrip(void)
     lz_payload_src src = { k, v, T, t0, L, KV, d, n, bad, 0, fp, LZ_PAYLOAD_DTYPE_BF16 };
     void *blob;
     size_t len;
-    CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == LZ_PAYLOAD_EINVAL,
+    CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == LZ_EINVAL,
           "kept > n refused");
     src.n_kept = NULL;
     src.t0 = 12; /* 12 + 29 > 40 */
-    CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == LZ_PAYLOAD_EINVAL,
+    CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == LZ_EINVAL,
           "past the stride refused");
     src.t0 = 0;
-    CHECK(lz_payload_encode(c, &src, 7, 3, &blob, &len, err, sizeof err) == LZ_PAYLOAD_EINVAL,
+    CHECK(lz_payload_encode(c, &src, 7, 3, &blob, &len, err, sizeof err) == LZ_EINVAL,
           "unknown codec refused");
     src.dtype = 9;
-    CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == LZ_PAYLOAD_EINVAL, "unknown dtype refused");
+    CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == LZ_EINVAL, "unknown dtype refused");
     src.dtype = LZ_PAYLOAD_DTYPE_BF16;
     /* zero tokens is a valid (empty) payload */
     src.n_tokens = 0;

@@ -242,8 +242,9 @@ static void test_cli(void)
     }
     CHECK(lz_test_sh("%s/lazyquery --model %s --store %s '' > %s 2>&1", bin, model, store, out) != 0 &&
           lz_test_sh("grep -q 'empty' %s", out) == 0, "empty question refused");
-    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s --cold later 'river?' > %s 2>&1", bin, model, store, out) != 0 &&
-          lz_test_sh("grep -q 'cold is recompute or load' %s", out) == 0, "--cold with an unknown value refused");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s --cold later 'river?' > %s 2>&1", bin, model, store, out) == 2 &&
+          lz_test_sh("grep -q -- \"--cold: expected recompute or load, got 'later'\" %s", out) == 0,
+          "--cold with an unknown value refused (exit 2, the option and value named)");
     CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --cold load --json 'river?' > %s 2>&1", bin, model, store,
                      out) == 0 &&
               lz_test_sh("grep -q '\"recomputed\":0' %s && grep -q '\"recompute_s\"' %s", out, out) == 0,

@@ -106,7 +106,7 @@ static void test_kvdb(void)
     CHECK(good, "values read back");
     void *got;
     size_t n;
-    CHECK(lz_kvdb_get(db, "nope", 4, &got, &n, err, sizeof err) == LZ_KVDB_ENOTFOUND, "absent key");
+    CHECK(lz_kvdb_get(db, "nope", 4, &got, &n, err, sizeof err) == LZ_ENOTFOUND, "absent key");
     CHECK(lz_kvdb_exists(db, "key00003", 8, err, sizeof err) == 1, "exists");
     CHECK(lz_kvdb_exists(db, "key99999", 8, err, sizeof err) == 0, "not exists");
     lz_kvdb_item del[2] = { { "key00003", 8, NULL, 0 }, { "missing", 7, NULL, 0 } };
@@ -114,13 +114,13 @@ static void test_kvdb(void)
     CHECK(lz_kvdb_del_batch(db, del, 2, &nd, err, sizeof err) == 0 && nd == 1, "delete %d", nd);
     CHECK(lz_kvdb_exists(db, "key00003", 8, err, sizeof err) == 0, "deleted");
     lz_kvdb_item longkey = { val, LZ_KVDB_MAX_KEY + 1, "x", 1 };
-    CHECK(lz_kvdb_put_batch(db, &longkey, 1, err, sizeof err) == LZ_KVDB_EINVAL, "long key refused");
+    CHECK(lz_kvdb_put_batch(db, &longkey, 1, err, sizeof err) == LZ_EINVAL, "long key refused");
     lz_kvdb_close(db);
     /* reopen keeps the data and the grown map */
     CHECK(lz_kvdb_open(path, LZ_KVDB_RDONLY, &db, err, sizeof err) == 0, "reopen ro: %s", err);
     CHECK(lz_kvdb_stat(db, &st, err, sizeof err) == 0 && st.entries == 79, "entries after reopen");
     lz_kvdb_item one = { "k", 1, "v", 1 };
-    CHECK(lz_kvdb_put_batch(db, &one, 1, err, sizeof err) == LZ_KVDB_EREADONLY, "read-only refuses writes");
+    CHECK(lz_kvdb_put_batch(db, &one, 1, err, sizeof err) == LZ_EREADONLY, "read-only refuses writes");
     lz_kvdb_close(db);
     lz_kvdb_close(NULL);
     free(val);
@@ -145,7 +145,7 @@ static void test_meta_versions(void)
     fwrite(v, 1, 4, f);
     fclose(f);
     int rc = lz_meta_open(path, 0, &m, err, sizeof err);
-    CHECK(rc == LZ_META_ESCHEMA && strstr(err, "newer"), "newer schema refused: %d %s", rc, err);
+    CHECK(rc == LZ_ESCHEMA && strstr(err, "newer"), "newer schema refused: %d %s", rc, err);
     char q[] = "what's \"the\" capital-city?";
     char *fq = lz_meta_fts_quote(q);
     CHECK(strcmp(fq, "\"what\" OR \"s\" OR \"the\" OR \"capital\" OR \"city\"") == 0, "fts quote: %s", fq);
@@ -249,18 +249,18 @@ static void test_payload_first(lz_store *s, int64_t model_id)
     lz_meta_doc d = doc_row(model_id, "ghost-doc", "Ghost", "no payload", ids, 3, 1, ghost, 10);
     CHECK(lz_store_begin(s, err, sizeof err) == 0, "begin: %s", err);
     int rc = lz_store_doc_insert(s, &d, err, sizeof err);
-    CHECK(rc == LZ_STORE_EINVAL && strstr(err, "ghost-doc") && strstr(err, "payload"),
+    CHECK(rc == LZ_EINVAL && strstr(err, "ghost-doc") && strstr(err, "payload"),
           "row without payload refused (rc %d: %s)", rc, err);
     lz_store_rollback(s);
     CHECK(lz_store_doc_count(s, &after, err, sizeof err) == 0 && after == before,
           "no row written (%lld -> %lld)", (long long)before, (long long)after);
     lz_meta_doc row;
-    CHECK(lz_store_doc_find(s, "ghost-doc", &row, NULL, 0, err, sizeof err) == LZ_STORE_ENOTFOUND,
+    CHECK(lz_store_doc_find(s, "ghost-doc", &row, NULL, 0, err, sizeof err) == LZ_ENOTFOUND,
           "the refused row is not found");
     CHECK(lz_store_doc_find(s, "d1", &row, NULL, 0, err, sizeof err) == 0, "find d1: %s", err);
     CHECK(lz_store_begin(s, err, sizeof err) == 0, "begin: %s", err);
     rc = lz_store_doc_set_payload(s, row.id, ghost, 10, 10, err, sizeof err);
-    CHECK(rc == LZ_STORE_EINVAL, "set_payload to a missing payload refused (rc %d: %s)", rc, err);
+    CHECK(rc == LZ_EINVAL, "set_payload to a missing payload refused (rc %d: %s)", rc, err);
     lz_store_rollback(s);
 }
 
@@ -308,11 +308,11 @@ static void test_store(void)
     char path[300], err[1024];
     snprintf(path, sizeof path, "%s/store", dir);
     lz_store *s;
-    CHECK(lz_store_open(path, LZ_STORE_RDONLY, &s, err, sizeof err) == LZ_STORE_ENOTFOUND,
+    CHECK(lz_store_open(path, LZ_STORE_RDONLY, &s, err, sizeof err) == LZ_ENOTFOUND,
           "read-only open of a missing store");
     CHECK(lz_store_open(path, LZ_STORE_WRITER, &s, err, sizeof err) == 0, "open: %s", err);
     lz_store *s2;
-    CHECK(lz_store_open(path, LZ_STORE_WRITER, &s2, err, sizeof err) == LZ_STORE_EBUSY &&
+    CHECK(lz_store_open(path, LZ_STORE_WRITER, &s2, err, sizeof err) == LZ_EBUSY &&
               strstr(err, "writer.lock"), "second writer refused: %s", err);
     lz_store_model_desc ma = model_a();
     int64_t mid;
@@ -384,7 +384,7 @@ static void test_store(void)
     CHECK(lz_store_doc_tokens(s, d2row.id, &toks, &nt, err, sizeof err) == 0 && nt == 3 && toks[0] == 9 &&
               toks[2] == 11, "doc tokens");
     free(toks);
-    CHECK(lz_store_doc_tokens(s, 9999, &toks, &nt, err, sizeof err) == LZ_STORE_ENOTFOUND, "unknown row");
+    CHECK(lz_store_doc_tokens(s, 9999, &toks, &nt, err, sizeof err) == LZ_ENOTFOUND, "unknown row");
     const int *pids;
     int npx;
     uint8_t pk2[LZ_META_KEY_LEN];
@@ -445,17 +445,17 @@ static void test_store(void)
     mb.fingerprint[0] = 0x11;
     mb.source_path = "/models/b.gguf";
     int rc = lz_store_bind_model(s, &mb, PREFIX, 3, &mid, pkey, &changed, err, sizeof err);
-    CHECK(rc == LZ_STORE_EMODEL, "wrong model refused (%d)", rc);
+    CHECK(rc == LZ_EMODEL, "wrong model refused (%d)", rc);
     CHECK(strstr(err, "a0a1a2a3") && strstr(err, "11a1a2a3") && strstr(err, "/models/a.gguf") &&
               strstr(err, "/models/b.gguf"), "message names both: %s", err);
     mb = model_a();
     mb.rope_layout = 1;
-    CHECK(lz_store_bind_model(s, &mb, PREFIX, 3, &mid, pkey, &changed, err, sizeof err) == LZ_STORE_EMODEL &&
+    CHECK(lz_store_bind_model(s, &mb, PREFIX, 3, &mid, pkey, &changed, err, sizeof err) == LZ_EMODEL &&
               strstr(err, "rotary layout differs"), "rotary layout mismatch: %s", err);
     mb = model_a();
     float div[4] = { 1, 2, 3, 4 };
     mb.rope_divisors = div;
-    CHECK(lz_store_bind_model(s, &mb, PREFIX, 3, &mid, pkey, &changed, err, sizeof err) == LZ_STORE_EMODEL &&
+    CHECK(lz_store_bind_model(s, &mb, PREFIX, 3, &mid, pkey, &changed, err, sizeof err) == LZ_EMODEL &&
               strstr(err, "rope scaling differs"), "scaling mismatch: %s", err);
     CHECK(lz_store_check_model(s, &ma, err, sizeof err) == 0, "check_model: %s", err);
     int newprefix[2] = { 1, 99 };
@@ -538,7 +538,7 @@ static void test_upgrade(void)
     snprintf(file, sizeof file, "%s/meta.sqlite", path);
     CHECK(lz_meta_create_at_version(file, 1, err, sizeof err) == 0, "create v1: %s", err);
     lz_meta *m;
-    CHECK(lz_meta_open(file, LZ_META_RDONLY, &m, err, sizeof err) == LZ_META_ESCHEMA && strstr(err, "read-write"),
+    CHECK(lz_meta_open(file, LZ_META_RDONLY, &m, err, sizeof err) == LZ_ESCHEMA && strstr(err, "read-write"),
           "a reader does not migrate: %s", err);
     lz_store *s;
     CHECK(lz_store_open(path, LZ_STORE_WRITER, &s, err, sizeof err) == 0, "open migrates: %s", err);
@@ -591,7 +591,7 @@ static void test_kvdb_fixed(void)
         items[i] = (lz_kvdb_item){ keys[i], strlen((char *)keys[i]), vals + i * MB, MB };
     }
     lz_kvdb_stats st;
-    CHECK(lz_kvdb_put_batch_fixed(db, items, N, err, sizeof err) == LZ_KVDB_EFULL && strstr(err, "map full"),
+    CHECK(lz_kvdb_put_batch_fixed(db, items, N, err, sizeof err) == LZ_EFULL && strstr(err, "map full"),
           "80 MiB past a 64 MiB map without growing: EFULL (%s)", err);
     CHECK(lz_kvdb_stat(db, &st, err, sizeof err) == 0 && st.entries == 0 && st.map_size == LZ_KVDB_INITIAL_MAP,
           "nothing written, the map not grown (%llu entries)", (unsigned long long)st.entries);

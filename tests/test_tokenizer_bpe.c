@@ -250,7 +250,7 @@ static void test_tiny_vocab(void)
         int *ids = NULL, n = -1;
         CHECK(lz_tokenizer_encode(t, "abc", 3, LZ_TOK_BOS, &ids, &n) == 0 && n == 1, "BOS flag without a BOS");
         free(ids);
-        CHECK(lz_tokenizer_encode(t, NULL, 3, 0, &ids, &n) == LZ_TOK_EINVAL && ids == NULL, "NULL text");
+        CHECK(lz_tokenizer_encode(t, NULL, 3, 0, &ids, &n) == LZ_EINVAL && ids == NULL, "NULL text");
         lz_tokenizer_free(t);
     }
     /* a vocabulary without the 256 byte tokens is refused */
@@ -267,7 +267,7 @@ static void test_tiny_vocab(void)
     lz_gguf_write_arr_str(w, "tokenizer.ggml.tokens", toks, 260);
     lz_gguf_write_arr_str(w, "tokenizer.ggml.merges", merges, 5);
     rc = tokenizer_from_writer(w, path, &t, err, sizeof err);
-    CHECK(rc == LZ_TOK_EUNSUPPORTED && !t && strstr(err, "qwen2"), "pre qwen2: rc %d '%s'", rc, err);
+    CHECK(rc == LZ_EUNSUPPORTED && !t && strstr(err, "qwen2"), "pre qwen2: rc %d '%s'", rc, err);
     /* the same vocabulary as tokenizer.json, merges as ["a", "b"] pairs, added tokens */
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     json_t *vocab = json_object(), *jm = json_array(), *added = json_array();

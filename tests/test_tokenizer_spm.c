@@ -112,7 +112,7 @@ static void test_vocab_cases(void)
     CHECK(lz_tokenizer_piece(t, -1, 32000, pb, sizeof pb) == -1, "out of range piece");
     int bad = 99999;
     char *bs = NULL;
-    CHECK(lz_tokenizer_decode(t, &bad, 1, &bs, &sl) == LZ_TOK_EINVAL && !bs, "decode bad id");
+    CHECK(lz_tokenizer_decode(t, &bad, 1, &bs, &sl) == LZ_EINVAL && !bs, "decode bad id");
     free(s);
     free(ids);
 
@@ -256,7 +256,7 @@ static void test_tiny_vocab(void)
     lz_gguf_write_str(w, "tokenizer.ggml.model", "t5");
     lz_gguf_write_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)nt);
     rc = tokenizer_from_writer(w, path, &t, err, sizeof err);
-    CHECK(rc == LZ_TOK_EUNSUPPORTED && !t && strstr(err, "t5"), "unsupported model: rc %d '%s'", rc, err);
+    CHECK(rc == LZ_EUNSUPPORTED && !t && strstr(err, "t5"), "unsupported model: rc %d '%s'", rc, err);
     unlink(path);
     rmdir(dir);
     lz_tokenizer_free(NULL);

@@ -10,6 +10,7 @@
 #include "tests/test_model.h"
 
 #include "formats/gguf.h"
+#include "base/env.h"
 #include "base/half.h"
 #include "formats/weights.h"
 
@@ -140,8 +141,10 @@ static void test_model_in_place(int ggml_type)
     CHECK(m->tok_embd.type == mtype && m->layers[1].w_down.type == mtype, "%s: matrices in place", tn);
     CHECK(m->n_owned == 1, "%s: %d blocks allocated (the layer table only)", tn, m->n_owned);
     setenv("LAZY_F32_WEIGHTS", "1", 1);
+    lz_env_reload(); /* the switches are read once (base/env.h) */
     CHECK(lz_llama_load(path, &w, err, sizeof err) == 0, "%s", err);
     unsetenv("LAZY_F32_WEIGHTS");
+    lz_env_reload();
     if (!w) { lz_test_model_free(m, dir, path); return; }
     CHECK(w->tok_embd.type == LZ_MAT_F32 && w->layers[1].w_down.type == LZ_MAT_F32 && w->n_owned > 1,
           "%s: LAZY_F32_WEIGHTS widens at load", tn);

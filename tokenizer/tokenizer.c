@@ -18,19 +18,6 @@ void lz_tok_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-const char *lz_tokenizer_strerror(int status)
-{
-    switch (status) {
-    case LZ_TOK_OK: return "ok";
-    case LZ_TOK_ENOMEM: return "out of memory";
-    case LZ_TOK_EINVAL: return "invalid argument";
-    case LZ_TOK_EIO: return "cannot read file";
-    case LZ_TOK_EFORMAT: return "malformed tokenizer data";
-    case LZ_TOK_EUNSUPPORTED: return "unsupported tokenizer";
-    default: return "unknown tokenizer status";
-    }
-}
-
 /* ---- small containers ---- */
 
 int lz_idvec_push(lz_idvec *v, int id)
@@ -38,7 +25,7 @@ int lz_idvec_push(lz_idvec *v, int id)
     if (v->n == v->cap) {
         int cap = v->cap ? v->cap * 2 : 64;
         int *p = realloc(v->v, (size_t)cap * sizeof *p);
-        if (!p) return LZ_TOK_ENOMEM;
+        if (!p) return LZ_ENOMEM;
         v->v = p;
         v->cap = cap;
     }
@@ -56,7 +43,7 @@ int lz_heap_push(lz_heap *h, lz_pair p)
     if (h->n == h->cap) {
         int cap = h->cap ? h->cap * 2 : 64;
         lz_pair *a = realloc(h->a, (size_t)cap * sizeof *a);
-        if (!a) return LZ_TOK_ENOMEM;
+        if (!a) return LZ_ENOMEM;
         h->a = a;
         h->cap = cap;
     }
@@ -90,12 +77,12 @@ lz_pair lz_heap_pop(lz_heap *h)
 
 int lz_scratch_syms(lz_tok_scratch *s, size_t n)
 {
-    if (n > (size_t)0x7fffffff) return LZ_TOK_ENOMEM;
+    if (n > (size_t)0x7fffffff) return LZ_ENOMEM;
     if ((int)n <= s->sym_cap) return 0;
     size_t cap = n < 256 ? 256 : n + n / 2;
     if (cap > (size_t)0x7fffffff) cap = n;
     lz_sym *p = realloc(s->sym, cap * sizeof *p);
-    if (!p) return LZ_TOK_ENOMEM;
+    if (!p) return LZ_ENOMEM;
     s->sym = p;
     s->sym_cap = (int)cap;
     return 0;
@@ -126,11 +113,11 @@ uint32_t lz_tok_hash(const char *s, size_t n)
 int lz_tok_alloc(lz_tokenizer **out, lz_tokenizer_kind kind, int n_vocab)
 {
     lz_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return LZ_TOK_ENOMEM;
+    if (!t) return LZ_ENOMEM;
     t->kind = kind;
     t->n_vocab = n_vocab;
     t->toks = calloc(n_vocab > 0 ? (size_t)n_vocab : 1, sizeof *t->toks);
-    if (!t->toks) { free(t); return LZ_TOK_ENOMEM; }
+    if (!t->toks) { free(t); return LZ_ENOMEM; }
     t->bos = t->eos = t->unk = -1;
     for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
     *out = t;
@@ -139,12 +126,12 @@ int lz_tok_alloc(lz_tokenizer **out, lz_tokenizer_kind kind, int n_vocab)
 
 int lz_tok_arena_add(lz_tokenizer *t, const void *s, size_t n, uint32_t *off)
 {
-    if (t->arena_len + n + 1 > 0xffffffffu) return LZ_TOK_ENOMEM;
+    if (t->arena_len + n + 1 > 0xffffffffu) return LZ_ENOMEM;
     if (t->arena_len + n + 1 > t->arena_cap) {
         size_t cap = t->arena_cap ? t->arena_cap : 1 << 16;
         while (cap < t->arena_len + n + 1) cap *= 2;
         char *p = realloc(t->arena, cap);
-        if (!p) return LZ_TOK_ENOMEM;
+        if (!p) return LZ_ENOMEM;
         t->arena = p;
         t->arena_cap = cap;
     }
@@ -192,7 +179,7 @@ static int strmap_build(lz_tokenizer *t, lz_strmap *m, int use_piece, int (*keep
     while (cap < (uint32_t)t->n_vocab * 2u) cap *= 2;
     m->hash = malloc(cap * sizeof *m->hash);
     m->id = malloc(cap * sizeof *m->id);
-    if (!m->hash || !m->id) { strmap_free(m); return LZ_TOK_ENOMEM; }
+    if (!m->hash || !m->id) { strmap_free(m); return LZ_ENOMEM; }
     memset(m->id, 0xff, cap * sizeof *m->id);
     m->mask = cap - 1;
     m->use_piece = use_piece;
@@ -259,7 +246,7 @@ int lz_tok_finish(lz_tokenizer *t)
     for (int id = 0; id < t->n_vocab; id++) n += is_splitter(&t->toks[id]);
     special_key *keys = malloc((n ? (size_t)n : 1) * sizeof *keys);
     t->special = malloc((n ? (size_t)n : 1) * sizeof *t->special);
-    if (!keys || !t->special) { free(keys); return LZ_TOK_ENOMEM; }
+    if (!keys || !t->special) { free(keys); return LZ_ENOMEM; }
     n = 0;
     for (int id = 0; id < t->n_vocab; id++) {
         const lz_tok_entry *e = &t->toks[id];
@@ -326,7 +313,7 @@ static int gguf_token_id(const lz_gguf *g, const lz_tokenizer *t, const char *ke
         if (v == -1 || v == 0xffffffffll) return 0;
         lz_tok_err(err, errlen, "%s = %lld is outside the vocabulary (%d tokens)", key,
                    (long long)v, t->n_vocab);
-        return LZ_TOK_EFORMAT;
+        return LZ_ECORRUPT;
     }
     *out = (int)v;
     return 0;
@@ -354,7 +341,7 @@ static int gguf_load_bpe(const lz_gguf *g, lz_tokenizer *t, char *err, size_t er
         lz_tok_err(err, errlen,
                    "tokenizer.ggml.pre = '%.*s' is not supported (supported: llama-bpe, default)",
                    (int)pre_len, pre);
-        return LZ_TOK_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     int rc = lz_bpe_set_regex(t, pattern, strlen(pattern), 0, err, errlen);
     if (rc) return rc;
@@ -363,26 +350,26 @@ static int gguf_load_bpe(const lz_gguf *g, lz_tokenizer *t, char *err, size_t er
     const lz_gguf_value *m = lz_gguf_get(g, "tokenizer.ggml.merges");
     if (!m) {
         lz_tok_err(err, errlen, "tokenizer.ggml.merges is missing (needed by a gpt2 tokenizer)");
-        return LZ_TOK_EFORMAT;
+        return LZ_ECORRUPT;
     }
     if (m->type != LZ_GGUF_ARRAY || m->elem_type != LZ_GGUF_STRING) {
         lz_tok_err(err, errlen, "tokenizer.ggml.merges is not an array of strings");
-        return LZ_TOK_EFORMAT;
+        return LZ_ECORRUPT;
     }
-    if (m->n > 0x7fffffff) return LZ_TOK_EFORMAT;
+    if (m->n > 0x7fffffff) return LZ_ECORRUPT;
     if ((rc = lz_bpe_alloc_merges(t, (size_t)m->n))) return rc;
     for (uint64_t i = 0; i < m->n; i++) {
         const char *s;
         size_t n;
         if (lz_gguf_arr_str(m, i, &s, &n) != 0) {
             lz_tok_err(err, errlen, "tokenizer.ggml.merges[%llu] is unreadable", (unsigned long long)i);
-            return LZ_TOK_EFORMAT;
+            return LZ_ECORRUPT;
         }
         const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
         if (!sp) {
             lz_tok_err(err, errlen, "tokenizer.ggml.merges[%llu] = '%.*s' has no space", (unsigned long long)i,
                        (int)(n > 64 ? 64 : n), s);
-            return LZ_TOK_EFORMAT;
+            return LZ_ECORRUPT;
         }
         if ((rc = lz_bpe_add_merge(t, s, (size_t)(sp - s), sp + 1, n - (size_t)(sp - s) - 1, (int)i)))
             return rc;
@@ -393,13 +380,13 @@ static int gguf_load_bpe(const lz_gguf *g, lz_tokenizer *t, char *err, size_t er
 int lz_tokenizer_from_gguf(const lz_gguf *g, lz_tokenizer **out, char *err, size_t errlen)
 {
     if (err && errlen) err[0] = '\0';
-    if (!g || !out) return LZ_TOK_EINVAL;
+    if (!g || !out) return LZ_EINVAL;
     *out = NULL;
     const char *model;
     size_t model_len;
     if (lz_gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len) != 0) {
         lz_tok_err(err, errlen, "tokenizer.ggml.model is missing: the GGUF has no tokenizer");
-        return LZ_TOK_EFORMAT;
+        return LZ_ECORRUPT;
     }
     lz_tokenizer_kind kind;
     if (str_is(model, model_len, "llama")) kind = LZ_TOKENIZER_SPM;
@@ -407,17 +394,17 @@ int lz_tokenizer_from_gguf(const lz_gguf *g, lz_tokenizer **out, char *err, size
     else {
         lz_tok_err(err, errlen, "tokenizer.ggml.model = '%.*s' is not supported (llama, gpt2)",
                    (int)model_len, model);
-        return LZ_TOK_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
 
     const lz_gguf_value *tokens = lz_gguf_get(g, "tokenizer.ggml.tokens");
     if (!tokens || tokens->type != LZ_GGUF_ARRAY || tokens->elem_type != LZ_GGUF_STRING) {
         lz_tok_err(err, errlen, "tokenizer.ggml.tokens is missing or not an array of strings");
-        return LZ_TOK_EFORMAT;
+        return LZ_ECORRUPT;
     }
     if (tokens->n == 0 || tokens->n > (1u << 26)) {
         lz_tok_err(err, errlen, "tokenizer.ggml.tokens has %llu entries", (unsigned long long)tokens->n);
-        return LZ_TOK_EFORMAT;
+        return LZ_ECORRUPT;
     }
     int n = (int)tokens->n;
     const lz_gguf_value *scores = lz_gguf_get(g, "tokenizer.ggml.scores");
@@ -425,12 +412,12 @@ int lz_tokenizer_from_gguf(const lz_gguf *g, lz_tokenizer **out, char *err, size
     if (scores && (scores->type != LZ_GGUF_ARRAY || scores->n != tokens->n)) {
         lz_tok_err(err, errlen, "tokenizer.ggml.scores has %llu entries, tokens has %d",
                    (unsigned long long)scores->n, n);
-        return LZ_TOK_EFORMAT;
+        return LZ_ECORRUPT;
     }
     if (types && (types->type != LZ_GGUF_ARRAY || types->n != tokens->n)) {
         lz_tok_err(err, errlen, "tokenizer.ggml.token_type has %llu entries, tokens has %d",
                    (unsigned long long)types->n, n);
-        return LZ_TOK_EFORMAT;
+        return LZ_ECORRUPT;
     }
 
     lz_tokenizer *t;
@@ -442,7 +429,7 @@ int lz_tokenizer_from_gguf(const lz_gguf *g, lz_tokenizer **out, char *err, size
         lz_tok_entry *e = &t->toks[i];
         if (lz_gguf_arr_str(tokens, (uint64_t)i, &s, &len) != 0) {
             lz_tok_err(err, errlen, "tokenizer.ggml.tokens[%d] is unreadable", i);
-            rc = LZ_TOK_EFORMAT;
+            rc = LZ_ECORRUPT;
             break;
         }
         if ((rc = lz_tok_arena_add(t, s, len, &e->text_off))) break;
@@ -450,14 +437,14 @@ int lz_tokenizer_from_gguf(const lz_gguf *g, lz_tokenizer **out, char *err, size
         double sc = 0;
         if (scores && lz_gguf_arr_float(scores, (uint64_t)i, &sc) != 0) {
             lz_tok_err(err, errlen, "tokenizer.ggml.scores[%d] is not a number", i);
-            rc = LZ_TOK_EFORMAT;
+            rc = LZ_ECORRUPT;
             break;
         }
         e->score = (float)sc;
         int64_t ty = LZ_TOKTYPE_NORMAL;
         if (types && lz_gguf_arr_int(types, (uint64_t)i, &ty) != 0) {
             lz_tok_err(err, errlen, "tokenizer.ggml.token_type[%d] is not an integer", i);
-            rc = LZ_TOK_EFORMAT;
+            rc = LZ_ECORRUPT;
             break;
         }
         e->type = (ty >= 0 && ty <= LZ_TOKTYPE_BYTE) ? (uint8_t)ty : LZ_TOKTYPE_NORMAL;
@@ -482,7 +469,7 @@ int lz_tokenizer_from_gguf(const lz_gguf *g, lz_tokenizer **out, char *err, size
     }
     if (!rc) rc = lz_tok_finish(t);
     if (rc) {
-        if (rc == LZ_TOK_ENOMEM && err && !err[0]) lz_tok_err(err, errlen, "out of memory loading the tokenizer");
+        if (rc == LZ_ENOMEM && err && !err[0]) lz_tok_err(err, errlen, "out of memory loading the tokenizer");
         lz_tokenizer_free(t);
         return rc;
     }
@@ -505,7 +492,7 @@ int lz_tokenizer_encode(const lz_tokenizer *t, const char *text, size_t len, int
 {
     if (ids) *ids = NULL;
     if (n) *n = 0;
-    if (!t || !ids || !n || (!text && len)) return LZ_TOK_EINVAL;
+    if (!t || !ids || !n || (!text && len)) return LZ_EINVAL;
     lz_idvec out = {0};
     lz_tok_scratch sc = {0};
     int rc = 0;
@@ -541,7 +528,7 @@ int lz_tokenizer_encode(const lz_tokenizer *t, const char *text, size_t len, int
     if (rc) { free(out.v); return rc; }
     if (!out.v) { /* always hand back a buffer the caller can free */
         out.v = malloc(sizeof *out.v);
-        if (!out.v) return LZ_TOK_ENOMEM;
+        if (!out.v) return LZ_ENOMEM;
     }
     *ids = out.v;
     *n = out.n;
@@ -577,16 +564,16 @@ int lz_tokenizer_decode(const lz_tokenizer *t, const int *ids, int n, char **out
 {
     if (out) *out = NULL;
     if (len) *len = 0;
-    if (!t || !out || n < 0 || (!ids && n)) return LZ_TOK_EINVAL;
+    if (!t || !out || n < 0 || (!ids && n)) return LZ_EINVAL;
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         const char *p;
         size_t m;
-        if (piece_span(t, i ? ids[i - 1] : -1, ids[i], &p, &m) < 0) return LZ_TOK_EINVAL;
+        if (piece_span(t, i ? ids[i - 1] : -1, ids[i], &p, &m) < 0) return LZ_EINVAL;
         total += m;
     }
     char *s = malloc(total + 1);
-    if (!s) return LZ_TOK_ENOMEM;
+    if (!s) return LZ_ENOMEM;
     size_t k = 0;
     for (int i = 0; i < n; i++) {
         const char *p = NULL;

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "formats/gguf.h"
+#include "base/status.h"
 
 typedef struct lz_tokenizer lz_tokenizer;
 
@@ -22,10 +23,6 @@ enum { LZ_TOK_BOS = 1, LZ_TOK_SPECIAL = 2 }; /* encode flags */
 
 typedef enum { LZ_TOKENIZER_SPM = 0, LZ_TOKENIZER_BPE = 1 } lz_tokenizer_kind;
 
-/* Status codes (0 = OK). */
-enum { LZ_TOK_OK = 0, LZ_TOK_ENOMEM = 1, LZ_TOK_EINVAL = 2, LZ_TOK_EIO = 3,
-       LZ_TOK_EFORMAT = 4, LZ_TOK_EUNSUPPORTED = 5 };
-const char *lz_tokenizer_strerror(int status);
 
 /* Builds a tokenizer from GGUF metadata (tokenizer.ggml.*). Returns 0 or a
  * non-zero status with a message in err. */
@@ -43,7 +40,7 @@ int lz_tokenizer_encode(const lz_tokenizer *t, const char *text, size_t len, int
                         int **ids, int *n);
 /* Decodes ids to text (malloc'd, NUL-terminated, *len bytes). Drops BOS; SPM
  * removes the one leading space that encoding added. Control tokens give
- * nothing. Returns 0, LZ_TOK_EINVAL for an id out of range, or LZ_TOK_ENOMEM. */
+ * nothing. Returns 0, LZ_EINVAL for an id out of range, or LZ_ENOMEM. */
 int lz_tokenizer_decode(const lz_tokenizer *t, const int *ids, int n, char **out, size_t *len);
 /* Bytes of token id as it appears in text when it follows token prev (for
  * streaming; prev = -1 at the start). Writes at most cap bytes into buf and

@@ -26,7 +26,7 @@ int lz_bpe_prepare(lz_tokenizer *t, char *err, size_t errlen)
             lz_tok_err(err, errlen,
                        "byte-level vocabulary has no token for byte 0x%02X (U+%04X): not a GPT-2 style vocabulary",
                        b, (unsigned)lz_byte_to_cp((uint8_t)b));
-            return LZ_TOK_EFORMAT;
+            return LZ_ECORRUPT;
         }
     }
     /* pieces: NORMAL tokens map their code points back to bytes */
@@ -45,7 +45,7 @@ int lz_bpe_prepare(lz_tokenizer *t, char *err, size_t errlen)
         size_t n = e->text_len;
         if (n > tmp_cap) {
             char *p = realloc(tmp, n);
-            if (!p) { rc = LZ_TOK_ENOMEM; break; }
+            if (!p) { rc = LZ_ENOMEM; break; }
             tmp = p;
             tmp_cap = n;
         }
@@ -80,7 +80,7 @@ int lz_bpe_set_regex(lz_tokenizer *t, const char *pattern, size_t len, int liter
         pcre2_get_error_message(ec, msg, sizeof msg);
         lz_tok_err(err, errlen, "pre-tokenizer regex does not compile at offset %zu: %s",
                    (size_t)eo, (const char *)msg);
-        return LZ_TOK_EFORMAT;
+        return LZ_ECORRUPT;
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional: the interpreter works without */
     if (t->re) pcre2_code_free(t->re);
@@ -100,7 +100,7 @@ int lz_bpe_alloc_merges(lz_tokenizer *t, size_t n)
     while ((size_t)cap / 4 * 3 <= n && cap < (1u << 30)) cap *= 2;
     free(t->merges);
     t->merges = malloc(cap * sizeof *t->merges);
-    if (!t->merges) return LZ_TOK_ENOMEM;
+    if (!t->merges) return LZ_ENOMEM;
     for (uint32_t i = 0; i < cap; i++) t->merges[i].key = UINT64_MAX;
     t->merge_mask = cap - 1;
     t->n_merges = 0;
@@ -113,13 +113,13 @@ int lz_bpe_add_merge(lz_tokenizer *t, const char *a, size_t alen, const char *b,
     int ib = lz_strmap_find(t, &t->by_text, b, blen);
     if (ia < 0 || ib < 0) return 0;
     char stack[256], *ab = stack;
-    if (alen + blen > sizeof stack && !(ab = malloc(alen + blen))) return LZ_TOK_ENOMEM;
+    if (alen + blen > sizeof stack && !(ab = malloc(alen + blen))) return LZ_ENOMEM;
     memcpy(ab, a, alen);
     memcpy(ab + alen, b, blen);
     int id = lz_strmap_find(t, &t->by_text, ab, alen + blen);
     if (ab != stack) free(ab);
     if (id < 0) return 0;
-    if ((uint32_t)t->n_merges >= (t->merge_mask + 1) / 4 * 3) return LZ_TOK_ENOMEM; /* sized too small */
+    if ((uint32_t)t->n_merges >= (t->merge_mask + 1) / 4 * 3) return LZ_ENOMEM; /* sized too small */
     uint64_t key = (uint64_t)ia << 32 | (uint32_t)ib;
     for (uint32_t i = merge_slot(key, t->merge_mask);; i = (i + 1) & t->merge_mask) {
         lz_merge *m = &t->merges[i];
@@ -189,7 +189,7 @@ static int encode_run(const lz_tokenizer *t, const unsigned char *run, size_t n,
                       lz_idvec *out)
 {
     if (!t->re) return encode_word(t, run, n, s, out);
-    if (!s->md && !(s->md = pcre2_match_data_create_from_pattern(t->re, NULL))) return LZ_TOK_ENOMEM;
+    if (!s->md && !(s->md = pcre2_match_data_create_from_pattern(t->re, NULL))) return LZ_ENOMEM;
     size_t gap = 0, from = 0;
     int rc = 0;
     while (from < n) {

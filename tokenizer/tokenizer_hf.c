@@ -31,7 +31,7 @@ static int hf_pre_tokenizer(const char *path, const json_t *pre, lz_tokenizer *t
 {
     if (!json_is_object(pre)) {
         lz_tok_err(err, errlen, "%s: pre_tokenizer is missing; only byte-level BPE (ByteLevel) is supported", path);
-        return LZ_TOK_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     const json_t *list = pre;
     size_t n = 1;
@@ -40,7 +40,7 @@ static int hf_pre_tokenizer(const char *path, const json_t *pre, lz_tokenizer *t
         list = json_object_get(pre, "pretokenizers");
         if (!json_is_array(list)) {
             lz_tok_err(err, errlen, "%s: pre_tokenizer Sequence has no pretokenizers array", path);
-            return LZ_TOK_EFORMAT;
+            return LZ_ECORRUPT;
         }
         n = json_array_size(list);
     }
@@ -52,7 +52,7 @@ static int hf_pre_tokenizer(const char *path, const json_t *pre, lz_tokenizer *t
         const char *pt = json_is_object(p) ? jstr(p, "type") : NULL;
         if (!pt) {
             lz_tok_err(err, errlen, "%s: pre_tokenizer entry %zu has no type", path, i);
-            return LZ_TOK_EFORMAT;
+            return LZ_ECORRUPT;
         }
         if (strcmp(pt, "Split") == 0) {
             const json_t *pat = json_object_get(p, "pattern");
@@ -61,13 +61,13 @@ static int hf_pre_tokenizer(const char *path, const json_t *pre, lz_tokenizer *t
             if (pattern || (!json_is_string(re) && !json_is_string(lit))) {
                 lz_tok_err(err, errlen, "%s: pre_tokenizer Split %zu: %s", path, i,
                            pattern ? "only one Split is supported" : "pattern has no Regex or String");
-                return pattern ? LZ_TOK_EUNSUPPORTED : LZ_TOK_EFORMAT;
+                return pattern ? LZ_EUNSUPPORTED : LZ_ECORRUPT;
             }
             if ((behavior && strcmp(behavior, "Isolated") != 0) || json_is_true(json_object_get(p, "invert"))) {
                 lz_tok_err(err, errlen, "%s: pre_tokenizer Split behavior '%s'%s is not supported (Isolated only)",
                            path, behavior ? behavior : "?",
                            json_is_true(json_object_get(p, "invert")) ? " with invert" : "");
-                return LZ_TOK_EUNSUPPORTED;
+                return LZ_EUNSUPPORTED;
             }
             const json_t *s = json_is_string(re) ? re : lit;
             pattern = json_string_value(s);
@@ -76,13 +76,13 @@ static int hf_pre_tokenizer(const char *path, const json_t *pre, lz_tokenizer *t
         } else if (strcmp(pt, "ByteLevel") == 0) {
             if (json_is_true(json_object_get(p, "add_prefix_space"))) {
                 lz_tok_err(err, errlen, "%s: ByteLevel add_prefix_space = true is not supported", path);
-                return LZ_TOK_EUNSUPPORTED;
+                return LZ_EUNSUPPORTED;
             }
             const json_t *ur = json_object_get(p, "use_regex");
             if ((!ur || json_is_true(ur))) {
                 if (pattern) {
                     lz_tok_err(err, errlen, "%s: a Split followed by ByteLevel use_regex = true is not supported", path);
-                    return LZ_TOK_EUNSUPPORTED;
+                    return LZ_EUNSUPPORTED;
                 }
                 pattern = lz_bpe_re_gpt2;
                 pattern_len = strlen(pattern);
@@ -90,12 +90,12 @@ static int hf_pre_tokenizer(const char *path, const json_t *pre, lz_tokenizer *t
             byte_level = 1;
         } else {
             lz_tok_err(err, errlen, "%s: pre_tokenizer type '%s' is not supported (Split, ByteLevel)", path, pt);
-            return LZ_TOK_EUNSUPPORTED;
+            return LZ_EUNSUPPORTED;
         }
     }
     if (!byte_level) {
         lz_tok_err(err, errlen, "%s: pre_tokenizer has no ByteLevel step: only byte-level BPE is supported", path);
-        return LZ_TOK_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     return pattern ? lz_bpe_set_regex(t, pattern, pattern_len, literal, err, errlen) : 0;
 }
@@ -140,19 +140,19 @@ static int hf_build(const char *path, const json_t *root, const json_t *cfg, lz_
         !json_is_array(merges)) {
         lz_tok_err(err, errlen, "%s: model is %s%s: only BPE with a vocab object and a merges array is supported",
                    path, mtype ? "type " : "", mtype ? mtype : "not a BPE model");
-        return mtype && strcmp(mtype, "BPE") != 0 ? LZ_TOK_EUNSUPPORTED : LZ_TOK_EFORMAT;
+        return mtype && strcmp(mtype, "BPE") != 0 ? LZ_EUNSUPPORTED : LZ_ECORRUPT;
     }
     const char *cp = jstr(model, "continuing_subword_prefix"), *ew = jstr(model, "end_of_word_suffix");
     if ((cp && *cp) || (ew && *ew) || json_is_true(json_object_get(model, "byte_fallback"))) {
         lz_tok_err(err, errlen, "%s: BPE with %s is not supported (byte-level BPE only)", path,
                    (cp && *cp) ? "continuing_subword_prefix" : (ew && *ew) ? "end_of_word_suffix" : "byte_fallback");
-        return LZ_TOK_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
     const json_t *norm = json_object_get(root, "normalizer");
     if (norm && !json_is_null(norm)) {
         const char *nt = jstr(norm, "type");
         lz_tok_err(err, errlen, "%s: normalizer '%s' is not supported", path, nt ? nt : "?");
-        return LZ_TOK_EUNSUPPORTED;
+        return LZ_EUNSUPPORTED;
     }
 
     /* vocabulary size: the largest id of vocab and added_tokens, plus one */
@@ -164,7 +164,7 @@ static int hf_build(const char *path, const json_t *root, const json_t *cfg, lz_
         json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
         if (id < 0 || id >= HF_MAX_VOCAB) {
             lz_tok_err(err, errlen, "%s: model.vocab entry '%.64s' has a bad id", path, key);
-            return LZ_TOK_EFORMAT;
+            return LZ_ECORRUPT;
         }
         if (id > max_id) max_id = id;
     }
@@ -174,13 +174,13 @@ static int hf_build(const char *path, const json_t *root, const json_t *cfg, lz_
         json_int_t id = json_is_integer(jid) ? json_integer_value(jid) : -1;
         if (id < 0 || id >= HF_MAX_VOCAB || !jstr(a, "content")) {
             lz_tok_err(err, errlen, "%s: added_tokens[%zu] has no valid id or content", path, i);
-            return LZ_TOK_EFORMAT;
+            return LZ_ECORRUPT;
         }
         if (id > max_id) max_id = id;
     }
     if (max_id < 0) {
         lz_tok_err(err, errlen, "%s: model.vocab is empty", path);
-        return LZ_TOK_EFORMAT;
+        return LZ_ECORRUPT;
     }
 
     lz_tokenizer *t;
@@ -191,7 +191,7 @@ static int hf_build(const char *path, const json_t *root, const json_t *cfg, lz_
         int id = (int)json_integer_value(val);
         if (t->toks[id].type != LZ_TOKTYPE_UNUSED) {
             lz_tok_err(err, errlen, "%s: model.vocab gives id %d to two tokens", path, id);
-            rc = LZ_TOK_EFORMAT;
+            rc = LZ_ECORRUPT;
             break;
         }
         if ((rc = set_token(t, id, key, strlen(key), LZ_TOKTYPE_NORMAL))) break;
@@ -221,7 +221,7 @@ static int hf_build(const char *path, const json_t *root, const json_t *cfg, lz_
             const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
             if (!sp) {
                 lz_tok_err(err, errlen, "%s: model.merges[%zu] = '%.64s' has no space", path, i, s);
-                rc = LZ_TOK_EFORMAT;
+                rc = LZ_ECORRUPT;
                 break;
             }
             a = s;
@@ -236,7 +236,7 @@ static int hf_build(const char *path, const json_t *root, const json_t *cfg, lz_
             blen = json_string_length(json_array_get(m, 1));
         } else {
             lz_tok_err(err, errlen, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", path, i);
-            rc = LZ_TOK_EFORMAT;
+            rc = LZ_ECORRUPT;
             break;
         }
         rc = lz_bpe_add_merge(t, a, alen, b, blen, (int)i);
@@ -254,7 +254,7 @@ static int hf_build(const char *path, const json_t *root, const json_t *cfg, lz_
     t->add_space_prefix = 0;
     if (!rc) rc = lz_tok_finish(t);
     if (rc) {
-        if (rc == LZ_TOK_ENOMEM && err && !err[0]) lz_tok_err(err, errlen, "%s: out of memory", path);
+        if (rc == LZ_ENOMEM && err && !err[0]) lz_tok_err(err, errlen, "%s: out of memory", path);
         lz_tokenizer_free(t);
         return rc;
     }
@@ -269,7 +269,7 @@ static int load_json(const char *path, size_t flags, json_t **out, char *err, si
     FILE *f = fopen(path, "rb");
     if (!f) {
         lz_tok_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return LZ_TOK_EIO;
+        return LZ_EIO;
     }
     char *buf = NULL;
     size_t len = 0, cap = 0;
@@ -277,7 +277,7 @@ static int load_json(const char *path, size_t flags, json_t **out, char *err, si
         if (len == cap) {
             cap = cap ? cap * 2 : 1 << 20;
             char *p = realloc(buf, cap);
-            if (!p) { free(buf); fclose(f); return LZ_TOK_ENOMEM; }
+            if (!p) { free(buf); fclose(f); return LZ_ENOMEM; }
             buf = p;
         }
         size_t got = fread(buf + len, 1, cap - len, f);
@@ -289,14 +289,14 @@ static int load_json(const char *path, size_t flags, json_t **out, char *err, si
     if (bad) {
         free(buf);
         lz_tok_err(err, errlen, "%s: read error", path);
-        return LZ_TOK_EIO;
+        return LZ_EIO;
     }
     json_error_t je;
     *out = json_loadb(buf, len, flags, &je);
     free(buf);
     if (!*out) {
         lz_tok_err(err, errlen, "%s:%d:%d: %s", path, je.line, je.column, je.text);
-        return LZ_TOK_EFORMAT;
+        return LZ_ECORRUPT;
     }
     return 0;
 }
@@ -305,7 +305,7 @@ int lz_tokenizer_from_hf(const char *tokenizer_json, const char *config_json, lz
                          char *err, size_t errlen)
 {
     if (err && errlen) err[0] = '\0';
-    if (!tokenizer_json || !out) return LZ_TOK_EINVAL;
+    if (!tokenizer_json || !out) return LZ_EINVAL;
     *out = NULL;
     json_t *root = NULL, *cfg = NULL;
     int rc = load_json(tokenizer_json, 0, &root, err, errlen);
@@ -315,8 +315,8 @@ int lz_tokenizer_from_hf(const char *tokenizer_json, const char *config_json, lz
         json_decref(root);
         return rc;
     }
-    rc = json_is_object(root) ? hf_build(tokenizer_json, root, cfg, out, err, errlen) : LZ_TOK_EFORMAT;
-    if (rc == LZ_TOK_EFORMAT && err && !err[0]) lz_tok_err(err, errlen, "%s: not a JSON object", tokenizer_json);
+    rc = json_is_object(root) ? hf_build(tokenizer_json, root, cfg, out, err, errlen) : LZ_ECORRUPT;
+    if (rc == LZ_ECORRUPT && err && !err[0]) lz_tok_err(err, errlen, "%s: not a JSON object", tokenizer_json);
     json_decref(cfg);
     json_decref(root);
     return rc;

@@ -71,7 +71,7 @@ int lz_spm_prepare(lz_tokenizer *t, char *err, size_t errlen)
             if (!has_space_mark(s, n)) { e->piece_len = (uint32_t)n; break; }
             if (n > tmp_cap) {
                 char *p = realloc(tmp, n);
-                if (!p) { rc = LZ_TOK_ENOMEM; break; }
+                if (!p) { rc = LZ_ENOMEM; break; }
                 tmp = p;
                 tmp_cap = n;
             }
@@ -179,11 +179,11 @@ int lz_spm_encode(const lz_tokenizer *t, const char *text, size_t len, int prefi
                   lz_tok_scratch *s, lz_idvec *out)
 {
     if (len == 0) return 0;
-    if (len > (size_t)0x7fffffff / 3 - 3) return LZ_TOK_ENOMEM; /* symbol offsets are int */
+    if (len > (size_t)0x7fffffff / 3 - 3) return LZ_ENOMEM; /* symbol offsets are int */
     size_t need = len * 3 + 3;
     if (need > s->buf_cap) {
         char *p = realloc(s->buf, need);
-        if (!p) return LZ_TOK_ENOMEM;
+        if (!p) return LZ_ENOMEM;
         s->buf = p;
         s->buf_cap = need;
     }

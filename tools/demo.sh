@@ -26,5 +26,5 @@ for q in "In which industry does Droex Foods operate?" "What is the birthplace o
          "Which organisation is older, Raio Works or Rairreil Works?"; do
     echo
     echo "demo: lazyquery --model $MODEL --store $STORE --top-k 3 \"$q\""
-    "$BUILD/bin/lazyquery" --model "$MODEL" --store "$STORE" --top-k 3 -n 32 "$q"
+    "$BUILD/bin/lazyquery" --model "$MODEL" --store "$STORE" --top-k 3 -n 32 -- "$q"  # '--': a question is never an option
 done

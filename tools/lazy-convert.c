@@ -17,6 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/cli.h"
+#include "base/env.h"
 #include "model/chat.h"
 #include "formats/gguf_write.h"
 #include "model/llama.h"
@@ -27,10 +29,18 @@ enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UN
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: lazy-convert HF_FOLDER OUT.gguf [--outtype f32|f16|bf16]\n"
+            "usage: lazy-convert [options] HF_FOLDER OUT.gguf\n"
+            "       lazy-convert [options] -o OUT.gguf HF_FOLDER\n"
             "\n"
             "Converts a Hugging Face Llama/Mistral folder (config.json, *.safetensors,\n"
-            "tokenizer.json) to GGUF. --outtype defaults to the dtype of the embedding.\n");
+            "tokenizer.json) to GGUF.\n"
+            "Options take their value as '--opt value' or '--opt=value'; '--' ends the options.\n"
+            "  -o, --output PATH      the GGUF file to write (or the second argument)\n"
+            "      --type T           matrix type f32, f16 or bf16 (alias --outtype; default: the\n"
+            "                         embedding's dtype)\n"
+            "  -q, --quiet            no summary line on standard error (warnings still printed)\n"
+            LZ_CLI_COMMON_HELP
+            "\n" LZ_ENV_HELP "\n" LZ_CLI_EXIT_HELP);
 }
 
 /* out (H*d, D) = rows of w (H*d, D) reordered per head from half-split to
@@ -170,26 +180,42 @@ done:
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *out = NULL, *outtype = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(argv[i], "--outtype") && i + 1 < argc) outtype = argv[++i];
-        else if (argv[i][0] == '-') { fprintf(stderr, "lazy-convert: unknown option '%s'\n", argv[i]); usage(stderr); return 2; }
-        else if (!dir) dir = argv[i];
-        else if (!out) out = argv[i];
-        else { usage(stderr); return 2; }
+    lz_cli_init("lazy-convert");
+    const char *dir = NULL, *out = NULL;
+    int outtype = -1, quiet = 0, opt;
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"output", required_argument, NULL, 'o'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"type", required_argument, NULL, 'T'},
+        {"outtype", required_argument, NULL, 'T'}, /* the earlier name (llama.cpp's convert script's) */
+        {NULL, 0, NULL, 0}};
+    static const char *const types[] = {"f32", "f16", "bf16", NULL};
+    static const uint32_t type_ids[] = {LZ_GGML_F32, LZ_GGML_F16, LZ_GGML_BF16};
+    while ((opt = lz_cli_getopt(argc, argv, "hVo:q", longopts)) != -1) {
+        switch (opt) {
+        case 'h': usage(stdout); return LZ_EXIT_OK;
+        case 'V': lz_cli_version(); return LZ_EXIT_OK;
+        case 'o': out = optarg; break;
+        case 'q': quiet = 1; break;
+        case 'T': if (lz_cli_choice("--type", optarg, types, &outtype)) return LZ_EXIT_USAGE; break;
+        default: return LZ_EXIT_USAGE; /* '?': lz_cli_getopt named it */
+        }
     }
-    if (!dir || !out) { usage(stderr); return 2; }
+    if (optind < argc) dir = argv[optind++];
+    if (optind < argc && !out) out = argv[optind++];
+    if (optind < argc) return lz_cli_usage("unexpected argument '%s'", argv[optind]);
+    if (!dir || !out) return lz_cli_usage("need HF_FOLDER and OUT.gguf");
+    int erc = lz_cli_check_env();
+    if (erc) return erc;
     char err[2048] = "";
     lz_llama *m;
-    if (lz_llama_load_hf(dir, &m, err, sizeof err)) { fprintf(stderr, "lazy-convert: %s\n", err); return 1; }
+    if (lz_llama_load_hf(dir, &m, err, sizeof err)) return lz_cli_fail("%s", err);
     const lz_llama_config *c = &m->cfg;
     uint32_t type = LZ_GGML_F32;
-    if (outtype) {
-        if (!strcmp(outtype, "f32")) type = LZ_GGML_F32;
-        else if (!strcmp(outtype, "f16")) type = LZ_GGML_F16;
-        else if (!strcmp(outtype, "bf16")) type = LZ_GGML_BF16;
-        else { fprintf(stderr, "lazy-convert: --outtype must be f32, f16 or bf16\n"); lz_llama_free(m); return 2; }
+    if (outtype >= 0) {
+        type = type_ids[outtype];
     } else {
         const lz_st_tensor *e = lz_st_set_find(m->extra, "model.embed_tokens.weight");
         type = e && e->dtype == LZ_ST_F16 ? LZ_GGML_F16 : e && e->dtype == LZ_ST_BF16 ? LZ_GGML_BF16 : LZ_GGML_F32;
@@ -254,7 +280,7 @@ int main(int argc, char **argv)
 #undef MAT
     if (bad) { fprintf(stderr, "lazy-convert: out of memory while converting tensors\n"); goto done; }
     if (lz_gguf_writer_save(w, out, err, sizeof err)) { fprintf(stderr, "lazy-convert: %s\n", err); goto done; }
-    fprintf(stderr, "lazy-convert: wrote %s (%s, %d layers, vocab %lld, rope %s)\n", out, lz_ggml_type_name(type),
+    if (!quiet) fprintf(stderr, "lazy-convert: wrote %s (%s, %d layers, vocab %lld, rope %s)\n", out, lz_ggml_type_name(type),
             c->n_layers, (long long)V,
             !c->has_rope_divisors ? "unscaled" : linear ? "linear" : "rope_freqs.weight");
     rc = 0;

@@ -9,35 +9,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "model/llama.h"
+#include "base/cli.h"
+#include "base/clock.h"
+#include "base/env.h"
 #include "base/runtime.h"
+#include "model/llama.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: lazy-logits -m MODEL (--ids \"1 2 3\" | --ids-file FILE) [options]\n"
+            "       lazy-logits -m MODEL --tokenize-file FILE\n"
             "\n"
             "Prints {\"logits\": [...], \"greedy\": [...], ...} as JSON on stdout.\n"
+            "Options take their value as '--opt value' or '--opt=value'; '--' ends the options.\n"
             "\n"
             "  -m, --model PATH     .gguf file or Hugging Face folder\n"
             "      --ids LIST       prompt token ids separated by spaces or commas\n"
-            "      --ids-file FILE  the same, read from a file\n"
+            "      --ids-file FILE  the same, read from a file ('-': standard input)\n"
             "      --pos0 P         position of the first prompt token (default 0)\n"
-            "  -n N                 greedy tokens to generate after the prompt (default 20)\n"
+            "  -n, --max-tokens N   greedy tokens to generate after the prompt (default 20)\n"
             "      --no-logits      leave the logits out of the JSON\n"
-            "      --tokenize-file F  print {\"ids\": [...]} of the text in F (no BOS) and exit\n"
-            "      --threads N      CPU threads (default: all cores)\n"
+            "      --tokenize-file F  print {\"ids\": [...]} of the text in F (no BOS; '-': standard\n"
+            "                       input) and exit\n"
+            "  -t, --threads N      CPU threads (default: all cores)\n"
             "      --batch N        prefill batch (default 512)\n"
-            "  -h, --help           this help\n");
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+            LZ_CLI_COMMON_HELP
+            "\n" LZ_ENV_HELP "\n" LZ_CLI_EXIT_HELP);
 }
 
 /* Parses integers separated by spaces, commas or newlines. */
@@ -64,26 +63,6 @@ static int parse_ids(const char *s, int **ids, int *n)
     return 0;
 }
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += r;
-        if (cap - len < 2) {
-            char *p = realloc(buf, cap *= 2);
-            if (!p) { free(buf); buf = NULL; }
-            else buf = p;
-        }
-    }
-    fclose(f);
-    if (buf) buf[len] = 0;
-    return buf;
-}
-
 static int argmax(const float *x, int n)
 {
     int b = 0;
@@ -95,18 +74,18 @@ static int argmax(const float *x, int n)
 /* Prints the ids of the text in path as {"ids": [...]}. */
 static int tokenize(const char *model_path, const char *path)
 {
-    char err[512] = "", *text = read_file(path);
+    char err[512] = "", *text = lz_cli_read_file(path, NULL, err, sizeof err);
     lz_llama *m;
-    if (!text) { fprintf(stderr, "lazy-logits: cannot read %s\n", path); return 2; }
-    if (lz_llama_load(model_path, &m, err, sizeof err)) { fprintf(stderr, "lazy-logits: %s\n", err); free(text); return 1; }
-    int *ids = NULL, n = 0, rc = 1;
+    if (!text) return lz_cli_fail("%s", err);
+    if (lz_llama_load(model_path, &m, err, sizeof err)) { free(text); return lz_cli_fail("%s", err); }
+    int *ids = NULL, n = 0, rc = LZ_EXIT_RUNTIME;
     if (!m->tok) fprintf(stderr, "lazy-logits: %s has no tokenizer\n", model_path);
     else if (lz_tokenizer_encode(m->tok, text, strlen(text), 0, &ids, &n)) fprintf(stderr, "lazy-logits: out of memory\n");
     else {
         printf("{\"ids\": [");
         for (int i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
         printf("]}\n");
-        rc = 0;
+        rc = LZ_EXIT_OK;
     }
     free(ids);
     free(text);
@@ -117,46 +96,62 @@ static int tokenize(const char *model_path, const char *path)
 int main(int argc, char **argv)
 {
     lz_runtime_init(argc, argv);
+    lz_cli_init("lazy-logits");
     const char *model_path = NULL, *ids_s = NULL, *ids_file = NULL, *tok_file = NULL;
-    long long pos0 = 0;
+    long pos0 = 0;
     long n_gen = 20, threads = 0, batch = 512;
     int with_logits = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED() do { if (!v) { fprintf(stderr, "lazy-logits: %s needs a value\n", a); return 2; } i++; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED(); model_path = v; }
-        else if (!strcmp(a, "--ids")) { NEED(); ids_s = v; }
-        else if (!strcmp(a, "--ids-file")) { NEED(); ids_file = v; }
-        else if (!strcmp(a, "--pos0")) { NEED(); pos0 = strtoll(v, NULL, 10); }
-        else if (!strcmp(a, "-n")) { NEED(); n_gen = strtol(v, NULL, 10); }
-        else if (!strcmp(a, "--threads")) { NEED(); threads = strtol(v, NULL, 10); }
-        else if (!strcmp(a, "--batch")) { NEED(); batch = strtol(v, NULL, 10); }
-        else if (!strcmp(a, "--no-logits")) with_logits = 0;
-        else if (!strcmp(a, "--tokenize-file")) { NEED(); tok_file = v; }
-        else { fprintf(stderr, "lazy-logits: unknown option '%s' (try --help)\n", a); return 2; }
-#undef NEED
+    enum { O_IDS = 256, O_IDS_FILE, O_POS0, O_BATCH, O_NO_LOGITS, O_TOKENIZE_FILE };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"model", required_argument, NULL, 'm'},
+        {"max-tokens", required_argument, NULL, 'n'},
+        {"threads", required_argument, NULL, 't'},
+        {"ids", required_argument, NULL, O_IDS},
+        {"ids-file", required_argument, NULL, O_IDS_FILE},
+        {"pos0", required_argument, NULL, O_POS0},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"no-logits", no_argument, NULL, O_NO_LOGITS},
+        {"tokenize-file", required_argument, NULL, O_TOKENIZE_FILE},
+        {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = lz_cli_getopt(argc, argv, "hVm:n:t:", longopts)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); return LZ_EXIT_OK;
+        case 'V': lz_cli_version(); return LZ_EXIT_OK;
+        case 'm': model_path = optarg; break;
+        case 'n': if (lz_cli_long("--max-tokens", optarg, 0, 1 << 20, &n_gen)) return LZ_EXIT_USAGE; break;
+        case 't': if (lz_cli_long("--threads", optarg, 1, 4096, &threads)) return LZ_EXIT_USAGE; break;
+        case O_IDS: ids_s = optarg; break;
+        case O_IDS_FILE: ids_file = optarg; break;
+        case O_POS0: if (lz_cli_long("--pos0", optarg, 0, 1L << 40, &pos0)) return LZ_EXIT_USAGE; break;
+        case O_BATCH: if (lz_cli_long("--batch", optarg, 1, 1 << 16, &batch)) return LZ_EXIT_USAGE; break;
+        case O_NO_LOGITS: with_logits = 0; break;
+        case O_TOKENIZE_FILE: tok_file = optarg; break;
+        default: return LZ_EXIT_USAGE; /* '?': lz_cli_getopt named it */
+        }
     }
-    if (model_path && tok_file) return tokenize(model_path, tok_file);
-    if (!model_path || (!ids_s == !ids_file) || n_gen < 0 || n_gen > (1 << 20) || batch <= 0 || pos0 < 0) {
-        fprintf(stderr, "lazy-logits: need -m MODEL and exactly one of --ids / --ids-file (try --help)\n");
-        return 2;
-    }
-    char *text = ids_file ? read_file(ids_file) : NULL;
-    if (ids_file && !text) { fprintf(stderr, "lazy-logits: cannot read %s\n", ids_file); return 2; }
+    if (optind < argc) return lz_cli_usage("unexpected argument '%s'", argv[optind]);
+    if (!model_path) return lz_cli_usage("no model given (-m MODEL)");
+    int erc = lz_cli_check_env();
+    if (erc) return erc;
+    if (tok_file) return tokenize(model_path, tok_file);
+    if (!ids_s == !ids_file) return lz_cli_usage("need exactly one of --ids / --ids-file");
+    char err[512] = "";
+    char *text = ids_file ? lz_cli_read_file(ids_file, NULL, err, sizeof err) : NULL;
+    if (ids_file && !text) return lz_cli_usage("%s", err);
     int *ids = NULL, n_ids = 0;
     if (parse_ids(ids_file ? text : ids_s, &ids, &n_ids) || n_ids == 0) {
-        fprintf(stderr, "lazy-logits: the token ids must be non-negative integers (and at least one)\n");
         free(text); free(ids);
-        return 2;
+        return lz_cli_usage("the token ids must be non-negative integers (and at least one)");
     }
     free(text);
     lz_llama_set_threads((int)threads);
-    char err[512] = "";
     lz_llama *m;
-    double t0 = now_s();
-    if (lz_llama_load(model_path, &m, err, sizeof err)) { fprintf(stderr, "lazy-logits: %s\n", err); free(ids); return 1; }
-    double t_load = now_s() - t0;
+    double t0 = lz_now_s();
+    if (lz_llama_load(model_path, &m, err, sizeof err)) { free(ids); return lz_cli_fail("%s", err); }
+    double t_load = lz_now_s() - t0;
     const int V = m->cfg.vocab;
     int rc = 1;
     lz_kv_cache cache = {0};
@@ -168,12 +163,12 @@ int main(int argc, char **argv)
         goto done;
     }
     lz_kv_cache_reset(&cache, pos0);
-    double t1 = now_s();
+    double t1 = lz_now_s();
     if (lz_llama_forward(m, s, &cache, NULL, 0, ids, n_ids, logits, LZ_LOGITS_LAST)) {
         fprintf(stderr, "lazy-logits: forward pass failed (token id >= vocab %d?)\n", V);
         goto done;
     }
-    double t_prefill = now_s() - t1;
+    double t_prefill = lz_now_s() - t1;
     memcpy(first, logits, (size_t)V * sizeof(float));
     for (int i = 0; i < n_gen; i++) {
         gen[i] = argmax(logits, V);
@@ -184,7 +179,7 @@ int main(int argc, char **argv)
     }
     printf("{\"model\": \"%s\", \"arch\": \"%s\", \"fingerprint\": \"%s\", \"rope_layout\": \"%s\",\n", model_path,
            m->arch, m->fingerprint_hex, m->cfg.rope_layout == LZ_ROPE_HALF ? "half" : "adjacent");
-    printf(" \"vocab\": %d, \"n_prompt\": %d, \"pos0\": %lld, \"load_s\": %.3f, \"prefill_s\": %.3f,\n", V, n_ids, pos0,
+    printf(" \"vocab\": %d, \"n_prompt\": %d, \"pos0\": %ld, \"load_s\": %.3f, \"prefill_s\": %.3f,\n", V, n_ids, pos0,
            t_load, t_prefill);
     printf(" \"inv_freq\": [");
     for (int i = 0; i < m->cfg.head_dim / 2; i++) printf(i ? ", %.9g" : "%.9g", m->inv_freq[i]);

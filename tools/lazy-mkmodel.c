@@ -1,10 +1,10 @@
 /* lazy-mkmodel.c - writes a GGUF Llama model with random weights of any shape
  * and a small SentencePiece vocabulary, for tests and benchmarks. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cli.h"
 #include "formats/gguf.h"
 #include "model/mkmodel.h"
 
@@ -13,81 +13,106 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: lazy-mkmodel -o OUT.gguf [options]\n"
             "Writes a Llama model with random weights (for tests and benchmarks).\n"
-            "  --dim N        model width (default 64)\n"
-            "  --layers N     layers (default 2)\n"
-            "  --heads N      query heads (default 4)\n"
-            "  --kv-heads N   key/value heads, divides --heads (default 2)\n"
-            "  --head-dim N   head dimension, even (default 16)\n"
-            "  --ffn N        feed-forward width (default 172)\n"
-            "  --vocab N      vocabulary size, >= 355 (default 512)\n"
-            "  --ctx N        context length recorded in the file (default 2048)\n"
-            "  --theta X      rope frequency base (default 10000)\n"
-            "  --type T       matrix type: f32 f16 bf16 q8_0 (default f32)\n"
-            "  --tied         no output.weight (output tied to token_embd)\n"
-            "  --llama3-freqs write rope_freqs.weight with Llama-3.1 scaling divisors\n"
-            "  --seed N       random seed (default 1)\n"
-            "  --preset NAME  tiny (default) or 100m (~100M parameters: dim 768, 12 layers,\n"
-            "                 12/4 heads, ffn 2048, vocab 32000)\n");
-}
-
-static int num(const char *s, const char *opt, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s ? s : "", &end, 10);
-    if (!s || errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "lazy-mkmodel: %s expects an integer in [%ld, %ld]\n", opt, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
+            "Options take their value as '--opt value' or '--opt=value'.\n"
+            "  -o, --output PATH  the GGUF file to write\n"
+            "  --dim N            model width (default 64)\n"
+            "  --layers N         layers (default 2)\n"
+            "  --heads N          query heads (default 4)\n"
+            "  --kv-heads N       key/value heads, divides --heads (default 2)\n"
+            "  --head-dim N       head dimension, even (default 16)\n"
+            "  --ffn N            feed-forward width (default 172)\n"
+            "  --vocab N          vocabulary size, >= 355 (default 512)\n"
+            "  --ctx N            context length recorded in the file (default 2048)\n"
+            "  --theta X          rope frequency base (default 10000)\n"
+            "  --type T           matrix type: f32 f16 bf16 q8_0 (default f32; alias --outtype)\n"
+            "  --tied             no output.weight (output tied to token_embd)\n"
+            "  --llama3-freqs     write rope_freqs.weight with Llama-3.1 scaling divisors\n"
+            "  --seed N           random seed (default 1)\n"
+            "  --preset NAME      tiny (default) or 100m (dim 768, 12 layers, 12/4 heads, head_dim 64,\n"
+            "                     ffn 2048, vocab 32000)\n"
+            LZ_CLI_COMMON_HELP
+            "\n" LZ_CLI_EXIT_HELP);
 }
 
 int main(int argc, char **argv)
 {
+    lz_cli_init("lazy-mkmodel");
     lz_mkmodel_opts o;
     lz_mkmodel_defaults(&o);
     const char *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long x;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "-o")) { if (!v) { fprintf(stderr, "lazy-mkmodel: -o needs a path\n"); return 1; } out = v; i++; }
-        else if (!strcmp(a, "--tied")) o.tied = 1;
-        else if (!strcmp(a, "--llama3-freqs")) o.llama3_freqs = 1;
-        else if (!strcmp(a, "--preset")) {
-            i++;
-            if (v && !strcmp(v, "100m")) {
+    enum { O_DIM = 256, O_LAYERS, O_HEADS, O_KV_HEADS, O_HEAD_DIM, O_FFN, O_VOCAB, O_CTX, O_SEED, O_THETA, O_TYPE,
+           O_TIED, O_LLAMA3, O_PRESET };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"output", required_argument, NULL, 'o'},
+        {"dim", required_argument, NULL, O_DIM},
+        {"layers", required_argument, NULL, O_LAYERS},
+        {"heads", required_argument, NULL, O_HEADS},
+        {"kv-heads", required_argument, NULL, O_KV_HEADS},
+        {"head-dim", required_argument, NULL, O_HEAD_DIM},
+        {"ffn", required_argument, NULL, O_FFN},
+        {"vocab", required_argument, NULL, O_VOCAB},
+        {"ctx", required_argument, NULL, O_CTX},
+        {"seed", required_argument, NULL, O_SEED},
+        {"theta", required_argument, NULL, O_THETA},
+        {"type", required_argument, NULL, O_TYPE},
+        {"outtype", required_argument, NULL, O_TYPE}, /* lazy-convert's name for it */
+        {"tied", no_argument, NULL, O_TIED},
+        {"llama3-freqs", no_argument, NULL, O_LLAMA3},
+        {"preset", required_argument, NULL, O_PRESET},
+        {NULL, 0, NULL, 0}};
+    static const char *const types[] = {"f32", "f16", "bf16", "q8_0", NULL}, *const presets[] = {"tiny", "100m", NULL};
+    static const uint32_t type_ids[] = {LZ_GGML_F32, LZ_GGML_F16, LZ_GGML_BF16, LZ_GGML_Q8_0};
+    int c, k;
+    long x;
+    double d;
+    while ((c = lz_cli_getopt(argc, argv, "hVo:", longopts)) != -1) {
+        /* the shape: name, destination, most (ctx: Llama-3.1 has 131,072) */
+        int *dst = NULL;
+        const char *nm = NULL;
+        long most = 1L << 16;
+        switch (c) {
+        case 'h': usage(stdout); return LZ_EXIT_OK;
+        case 'V': lz_cli_version(); return LZ_EXIT_OK;
+        case 'o': out = optarg; break;
+        case O_DIM: dst = &o.dim, nm = "--dim"; break;
+        case O_LAYERS: dst = &o.n_layers, nm = "--layers"; break;
+        case O_HEADS: dst = &o.n_heads, nm = "--heads"; break;
+        case O_KV_HEADS: dst = &o.n_kv_heads, nm = "--kv-heads"; break;
+        case O_HEAD_DIM: dst = &o.head_dim, nm = "--head-dim"; break;
+        case O_FFN: dst = &o.ffn_dim, nm = "--ffn"; break;
+        case O_VOCAB: dst = &o.vocab, nm = "--vocab", most = 1L << 20; break;
+        case O_CTX: dst = &o.ctx, nm = "--ctx", most = 1L << 24; break;
+        case O_SEED:
+            if (lz_cli_long("--seed", optarg, 1, 0x7fffffffL, &x)) return LZ_EXIT_USAGE;
+            o.seed = (uint64_t)x;
+            break;
+        case O_THETA:
+            if (lz_cli_double("--theta", optarg, 1, 1e12, &d)) return LZ_EXIT_USAGE;
+            if (!(d > 1)) return lz_cli_usage("--theta: expected a number > 1, got '%s'", optarg);
+            o.rope_theta = (float)d;
+            break;
+        case O_TYPE:
+            if (lz_cli_choice("--type", optarg, types, &k)) return LZ_EXIT_USAGE;
+            o.tensor_type = type_ids[k];
+            break;
+        case O_TIED: o.tied = 1; break;
+        case O_LLAMA3: o.llama3_freqs = 1; break;
+        case O_PRESET:
+            if (lz_cli_choice("--preset", optarg, presets, &k)) return LZ_EXIT_USAGE;
+            if (k == 1) {
                 o.dim = 768; o.n_layers = 12; o.n_heads = 12; o.n_kv_heads = 4; o.head_dim = 64;
                 o.ffn_dim = 2048; o.vocab = 32000;
-            } else if (!v || strcmp(v, "tiny")) { fprintf(stderr, "lazy-mkmodel: --preset is tiny or 100m\n"); return 1; }
-        } else if (!strcmp(a, "--type")) {
-            i++;
-            if (!v) { fprintf(stderr, "lazy-mkmodel: --type needs a value\n"); return 1; }
-            if (!strcmp(v, "f32")) o.tensor_type = LZ_GGML_F32;
-            else if (!strcmp(v, "f16")) o.tensor_type = LZ_GGML_F16;
-            else if (!strcmp(v, "bf16")) o.tensor_type = LZ_GGML_BF16;
-            else if (!strcmp(v, "q8_0")) o.tensor_type = LZ_GGML_Q8_0;
-            else { fprintf(stderr, "lazy-mkmodel: unknown --type '%s'\n", v); return 1; }
-        } else if (!strcmp(a, "--theta")) {
-            i++;
-            char *end;
-            o.rope_theta = v ? strtof(v, &end) : 0;
-            if (!v || *end || !(o.rope_theta > 1)) { fprintf(stderr, "lazy-mkmodel: --theta expects a number > 1\n"); return 1; }
-        } else {
-            static const char *opts[] = {"--dim", "--layers", "--heads", "--kv-heads", "--head-dim", "--ffn", "--vocab", "--ctx", "--seed"};
-            int *dst[] = {&o.dim, &o.n_layers, &o.n_heads, &o.n_kv_heads, &o.head_dim, &o.ffn_dim, &o.vocab, &o.ctx, NULL};
-            int k = -1;
-            for (int j = 0; j < 9; j++) if (!strcmp(a, opts[j])) k = j;
-            if (k < 0) { fprintf(stderr, "lazy-mkmodel: unknown option '%s' (try --help)\n", a); return 1; }
-            const long most = k == 8 ? 0x7fffffffL : k == 7 ? 1L << 24 : k == 6 ? 1L << 20 : 1L << 16; /* ctx: Llama-3.1 has 131,072 */
-            if (num(v, a, 1, most, &x)) return 1;
-            if (k == 8) o.seed = (uint64_t)x; else *dst[k] = (int)x;
-            i++;
+            }
+            break;
+        default: return LZ_EXIT_USAGE; /* '?': lz_cli_getopt named it */
         }
+        if (dst && lz_cli_int(nm, optarg, 1, (int)most, dst)) return LZ_EXIT_USAGE;
     }
-    if (!out) { fprintf(stderr, "lazy-mkmodel: no output path (-o OUT.gguf); try --help\n"); return 1; }
+    if (optind < argc) return lz_cli_usage("unexpected argument '%s' (the output goes after -o)", argv[optind]);
+    if (!out) return lz_cli_usage("no output path (-o OUT.gguf)");
     char err[256];
-    if (lz_mkmodel_write(&o, out, err, sizeof err)) { fprintf(stderr, "lazy-mkmodel: %s\n", err); return 1; }
-    return 0;
+    if (lz_mkmodel_write(&o, out, err, sizeof err)) return lz_cli_fail("%s", err);
+    return LZ_EXIT_OK;
 }

@@ -1,17 +1,20 @@
 /* lazygen.c - runs a Llama-family model on the CPU: tokenizes a prompt,
  * prefills it in one batch, then generates token by token (greedy or
  * temperature/top-p), streaming the text. Also prints token ids (--ids) or
- * only tokenizes (--tokenize). */
-#include <errno.h>
+ * only tokenizes (--tokenize: the model's vocabulary alone is enough, as
+ * lazy-tokenize). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/cli.h"
+#include "base/clock.h"
+#include "base/env.h"
+#include "base/runtime.h"
 #include "model/chat.h"
 #include "model/llama.h"
 #include "model/sampler.h"
-#include "base/runtime.h"
+#include "tools/tokenizer_file.h"
 
 static void usage(FILE *f)
 {
@@ -20,14 +23,17 @@ static void usage(FILE *f)
             "       lazygen -m MODEL --tokenize TEXT\n"
             "\n"
             "Runs a Llama-family model (GGUF file or Hugging Face folder) on the CPU.\n"
+            "Options take their value as '--opt value' or '--opt=value'; '--' ends the options.\n"
             "\n"
             "  -m, --model PATH     model: .gguf file or folder with config.json\n"
-            "  -p, --prompt TEXT    prompt (default: empty, generation starts after BOS)\n"
-            "  -n, --n-predict N    tokens to generate (default 64); stops early at end of text\n"
+            "  -p, --prompt TEXT    prompt (default: empty, generation starts after BOS); '-' reads it\n"
+            "                       from standard input\n"
+            "  -n, --max-tokens N   tokens to generate (default 64; alias --n-predict); stops early at\n"
+            "                       end of text\n"
             "      --temp T         temperature; 0 = greedy (default 0)\n"
             "      --top-p P        nucleus sampling mass (default 0.9; used when --temp > 0)\n"
             "      --seed S         sampling seed (default 42)\n"
-            "      --threads N      CPU threads (default: all cores)\n"
+            "  -t, --threads N      CPU threads (default: all cores)\n"
             "      --batch N        prefill batch size in tokens (default 512)\n"
             "      --ids            print 'prompt: <ids>' and 'output: <ids>' lines instead of text\n"
             "      --timings        print prefill and decode speed to stderr\n"
@@ -38,118 +44,138 @@ static void usage(FILE *f)
             "                       (default: on when the model has a chat template)\n"
             "      --no-chat        use the prompt as it is\n"
             "      --system TEXT    system message for --chat\n"
-            "      --tokenize TEXT  print the ids of TEXT (no BOS) and exit\n"
-            "  -h, --help           this help\n"
-            LZ_RUNTIME_ENV_HELP);
+            "      --tokenize TEXT  print the ids of TEXT (no BOS; '-': standard input) and exit; MODEL may\n"
+            "                       be any vocabulary (a vocabulary-only GGUF, a tokenizer.json): see\n"
+            "                       lazy-tokenize for more\n"
+            LZ_CLI_COMMON_HELP
+            "\n" LZ_ENV_HELP "\n" LZ_CLI_EXIT_HELP);
 }
 
-static double now_s(void)
+/* --tokenize: the vocabulary alone (no weights needed). */
+static int tokenize_only(const char *model_path, const char *text, int special)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int parse_int(const char *s, const char *opt, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "lazygen: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-        return -1;
+    char err[1024] = "";
+    lz_tokenizer *t;
+    if (lz_tool_load_tokenizer(model_path, &t, err, sizeof err)) return lz_cli_fail("%s", err);
+    int *ids = NULL, n = 0;
+    if (lz_tokenizer_encode(t, text, strlen(text), special ? LZ_TOK_SPECIAL : 0, &ids, &n)) {
+        lz_tokenizer_free(t);
+        return lz_cli_fail("tokenizer failed (out of memory)");
     }
-    *out = v;
-    return 0;
-}
-
-static int parse_float(const char *s, const char *opt, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "lazygen: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+    printf("\n");
+    free(ids);
+    lz_tokenizer_free(t);
+    return LZ_EXIT_OK;
 }
 
 int main(int argc, char **argv)
 {
     lz_runtime_init(argc, argv);
+    lz_cli_init("lazygen");
     const char *model_path = NULL, *prompt = "", *tokenize = NULL;
     long n_predict = 64, threads = 0, batch = 512, seed = 42;
     double temp = 0, top_p = 0.9;
     int print_ids = 0, timings = 0, bos = 1, special = 0;
     lz_chat_mode chat = LZ_CHAT_AUTO;
     const char *system_msg = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_VALUE() do { if (!v) { fprintf(stderr, "lazygen: %s needs a value\n", a); return 1; } i++; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED_VALUE(); model_path = v; }
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { NEED_VALUE(); prompt = v; }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { NEED_VALUE(); if (parse_int(v, a, 0, 1 << 24, &n_predict)) return 1; }
-        else if (!strcmp(a, "--temp")) { NEED_VALUE(); if (parse_float(v, a, 0, 100, &temp)) return 1; }
-        else if (!strcmp(a, "--top-p")) { NEED_VALUE(); if (parse_float(v, a, 1e-6, 1, &top_p)) return 1; }
-        else if (!strcmp(a, "--seed")) { NEED_VALUE(); if (parse_int(v, a, 0, 0x7fffffffL, &seed)) return 1; }
-        else if (!strcmp(a, "--threads")) { NEED_VALUE(); if (parse_int(v, a, 1, 1024, &threads)) return 1; }
-        else if (!strcmp(a, "--batch")) { NEED_VALUE(); if (parse_int(v, a, 1, 1 << 16, &batch)) return 1; }
-        else if (!strcmp(a, "--tokenize")) { NEED_VALUE(); tokenize = v; }
-        else if (!strcmp(a, "--ids")) print_ids = 1;
-        else if (!strcmp(a, "--timings")) timings = 1;
-        else if (!strcmp(a, "--no-bos")) bos = 0;
-        else if (!strcmp(a, "--special")) special = 1;
-        else if (!strcmp(a, "--chat")) chat = LZ_CHAT_ON;
-        else if (!strcmp(a, "--no-chat")) chat = LZ_CHAT_OFF;
-        else if (!strcmp(a, "--system")) { NEED_VALUE(); system_msg = v; }
-        else { fprintf(stderr, "lazygen: unknown option '%s' (try --help)\n", a); return 1; }
-#undef NEED_VALUE
+    enum { O_TEMP = 256, O_TOP_P, O_SEED, O_BATCH, O_TOKENIZE, O_IDS, O_TIMINGS, O_NO_BOS, O_SPECIAL, O_CHAT, O_NO_CHAT,
+           O_SYSTEM };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"model", required_argument, NULL, 'm'},
+        {"prompt", required_argument, NULL, 'p'},
+        {"max-tokens", required_argument, NULL, 'n'},
+        {"n-predict", required_argument, NULL, 'n'}, /* the earlier name */
+        {"threads", required_argument, NULL, 't'},
+        {"temp", required_argument, NULL, O_TEMP},
+        {"top-p", required_argument, NULL, O_TOP_P},
+        {"seed", required_argument, NULL, O_SEED},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"tokenize", required_argument, NULL, O_TOKENIZE},
+        {"ids", no_argument, NULL, O_IDS},
+        {"timings", no_argument, NULL, O_TIMINGS},
+        {"no-bos", no_argument, NULL, O_NO_BOS},
+        {"special", no_argument, NULL, O_SPECIAL},
+        {"chat", no_argument, NULL, O_CHAT},
+        {"no-chat", no_argument, NULL, O_NO_CHAT},
+        {"system", required_argument, NULL, O_SYSTEM},
+        {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = lz_cli_getopt(argc, argv, "hVm:p:n:t:", longopts)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); return LZ_EXIT_OK;
+        case 'V': lz_cli_version(); return LZ_EXIT_OK;
+        case 'm': model_path = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'n': if (lz_cli_long("--max-tokens", optarg, 0, 1 << 24, &n_predict)) return LZ_EXIT_USAGE; break;
+        case 't': if (lz_cli_long("--threads", optarg, 1, 4096, &threads)) return LZ_EXIT_USAGE; break;
+        case O_TEMP: if (lz_cli_double("--temp", optarg, 0, 100, &temp)) return LZ_EXIT_USAGE; break;
+        case O_TOP_P: if (lz_cli_double("--top-p", optarg, 1e-6, 1, &top_p)) return LZ_EXIT_USAGE; break;
+        case O_SEED: if (lz_cli_long("--seed", optarg, 0, 0x7fffffffL, &seed)) return LZ_EXIT_USAGE; break;
+        case O_BATCH: if (lz_cli_long("--batch", optarg, 1, 1 << 16, &batch)) return LZ_EXIT_USAGE; break;
+        case O_TOKENIZE: tokenize = optarg; break;
+        case O_IDS: print_ids = 1; break;
+        case O_TIMINGS: timings = 1; break;
+        case O_NO_BOS: bos = 0; break;
+        case O_SPECIAL: special = 1; break;
+        case O_CHAT: chat = LZ_CHAT_ON; break;
+        case O_NO_CHAT: chat = LZ_CHAT_OFF; break;
+        case O_SYSTEM: system_msg = optarg; break;
+        default: return LZ_EXIT_USAGE; /* '?': lz_cli_getopt named it */
+        }
     }
-    if (!model_path) { fprintf(stderr, "lazygen: no model given (-m MODEL); try --help\n"); return 1; }
+    if (optind < argc) return lz_cli_usage("unexpected argument '%s' (the prompt goes after -p)", argv[optind]);
+    if (!model_path) return lz_cli_usage("no model given (-m MODEL)");
+    int erc = lz_cli_check_env();
+    if (erc) return erc;
+    char *stdin_text = NULL, err[512] = "";
+    if ((tokenize && !strcmp(tokenize, "-")) || !strcmp(prompt, "-")) { /* '-': standard input */
+        if (!(stdin_text = lz_cli_read_file("-", NULL, err, sizeof err))) return lz_cli_fail("%s", err);
+        if (tokenize && !strcmp(tokenize, "-")) tokenize = stdin_text;
+        else prompt = stdin_text;
+    }
+    if (tokenize) {
+        const int rc = tokenize_only(model_path, tokenize, special);
+        free(stdin_text);
+        return rc;
+    }
     lz_llama_set_threads((int)threads);
 
-    char err[512] = "";
     lz_llama *m;
-    double t0 = now_s();
-    if (lz_llama_load(model_path, &m, err, sizeof err)) { fprintf(stderr, "lazygen: %s\n", err); return 1; }
-    double t_load = now_s() - t0;
-    if (!m->tok) { fprintf(stderr, "lazygen: %s has no tokenizer\n", model_path); lz_llama_free(m); return 1; }
+    double t0 = lz_now_s();
+    if (lz_llama_load(model_path, &m, err, sizeof err)) { free(stdin_text); return lz_cli_fail("%s", err); }
+    double t_load = lz_now_s() - t0;
+    if (!m->tok) { lz_llama_free(m); free(stdin_text); return lz_cli_fail("%s has no tokenizer", model_path); }
 
     char *chat_text = NULL;
     int is_chat = 0;
     lz_chat_format chat_fmt;
-    if (!tokenize && lz_chat_prompt(model_path, chat, system_msg, prompt, &chat_text, &is_chat, &chat_fmt, err, sizeof err)) {
+    if (lz_chat_prompt(model_path, chat, system_msg, prompt, &chat_text, &is_chat, &chat_fmt, err, sizeof err)) {
         fprintf(stderr, "lazygen: chat template: %s\n", err);
         lz_llama_free(m);
-        return 1;
+        free(stdin_text);
+        return LZ_EXIT_RUNTIME;
     }
     if (is_chat && timings) fprintf(stderr, "chat format: %s\n", lz_chat_format_name(chat_fmt));
     int flags = special || is_chat ? LZ_TOK_SPECIAL : 0;
     int *ids = NULL, n_ids = 0;
-    const char *text = tokenize ? tokenize : chat_text;
-    if (lz_tokenizer_encode(m->tok, text, strlen(text), flags | (!tokenize && bos ? LZ_TOK_BOS : 0), &ids, &n_ids)) {
+    const char *text = chat_text;
+    if (lz_tokenizer_encode(m->tok, text, strlen(text), flags | (bos ? LZ_TOK_BOS : 0), &ids, &n_ids)) {
         fprintf(stderr, "lazygen: tokenizer failed (out of memory)\n");
         free(chat_text);
+        free(stdin_text);
         lz_llama_free(m);
-        return 1;
-    }
-    if (tokenize) {
-        for (int i = 0; i < n_ids; i++) printf(i ? " %d" : "%d", ids[i]);
-        printf("\n");
-        free(ids);
-        lz_llama_free(m);
-        return 0;
+        return LZ_EXIT_RUNTIME;
     }
     if (n_ids == 0) {
-        fprintf(stderr, "lazygen: the prompt is empty and --no-bos was given: nothing to start from\n");
+        fprintf(stderr, "lazygen: the prompt is empty and --no-bos was given: nothing to start from; try 'lazygen --help'\n");
         free(chat_text);
+        free(stdin_text);
         free(ids);
         lz_llama_free(m);
-        return 1;
+        return LZ_EXIT_USAGE;
     }
     int rc = 1;
     lz_kv_cache cache = {0};
@@ -170,12 +196,12 @@ int main(int argc, char **argv)
         fputs(prompt, stdout);
         fflush(stdout);
     }
-    double t1 = now_s();
+    double t1 = lz_now_s();
     if (lz_llama_forward(m, scratch, &cache, NULL, 0, ids, n_ids, logits, LZ_LOGITS_LAST)) {
         fprintf(stderr, "lazygen: forward pass failed (token id out of range?)\n");
         goto done;
     }
-    double t_prefill = now_s() - t1, t2 = now_s();
+    double t_prefill = lz_now_s() - t1, t2 = lz_now_s();
     int n_out = 0, prev = ids[n_ids - 1];
     char piece[256];
     while (n_out < n_predict) {
@@ -193,7 +219,7 @@ int main(int argc, char **argv)
             goto done;
         }
     }
-    double t_decode = now_s() - t2;
+    double t_decode = lz_now_s() - t2;
     if (print_ids) {
         printf("output:");
         for (int i = 0; i < n_out; i++) printf(" %d", out[i]);
@@ -205,6 +231,7 @@ int main(int argc, char **argv)
     rc = 0;
 done:
     free(chat_text);
+    free(stdin_text);
     free(ids);
     free(out);
     free(logits);

@@ -28,6 +28,7 @@
 #include "base/half.h"
 #include "model/llama.h"
 #include "gpu/llama_cuda.h"
+#include "base/env.h"
 #include "model/mkmodel.h"
 #include "tests/test.h"
 
@@ -426,17 +427,23 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
         printf("query d=%3d H=%d KV=%d %-8s: question and %d decode steps over 4 segments (bf16, packed), placed %lld "
                "positions later: logits normalised error, worst %.2e\n", hd, heads, kv, layout_half ? "half" : "adjacent",
                steps, (long long)far, worst);
-        /* the decode steps' attention by lz_prefill_lazy instead (LAZY_GPU_DECODE=prefill): the same
-         * tokens within bf16 of the CPU too, and of the lz_decode_lazy steps above */
+        /* the decode steps' attention by lz_prefill_lazy instead (LAZY_GPU_DECODE=prefill, which an
+         * engine takes when it is made): the same tokens within bf16 of the CPU too, and of the
+         * lz_decode_lazy steps above */
         {
             float *lpf = (float *)malloc((size_t)(steps + 1) * vocab * 4);
             setenv("LAZY_GPU_DECODE", "prefill", 1);
-            CHECK(lz_llama_gpu_begin(g, segs, keys, 4, pos, err, sizeof err) == 0 &&
-                  lz_llama_gpu_step(g, qids, n_q, lpf, err, sizeof err) == 0, "prefill-path question: %s", err);
+            lz_env_reload(); /* the switches are read once (base/env.h) */
+            lz_llama_gpu *gp = NULL;
+            CHECK(lz_llama_gpu_new(m, 80, &gp, err, sizeof err) == 0, "gpu (LAZY_GPU_DECODE=prefill): %s", err);
             unsetenv("LAZY_GPU_DECODE");
-            for (int t = 0; t < steps; t++)
-                CHECK(lz_llama_gpu_step(g, &toks[t], 1, lpf + (size_t)(t + 1) * vocab, err, sizeof err) == 0, "step: %s",
+            lz_env_reload();
+            CHECK(gp && lz_llama_gpu_begin(gp, segs, keys, 4, pos, err, sizeof err) == 0 &&
+                  lz_llama_gpu_step(gp, qids, n_q, lpf, err, sizeof err) == 0, "prefill-path question: %s", err);
+            for (int t = 0; gp && t < steps; t++)
+                CHECK(lz_llama_gpu_step(gp, &toks[t], 1, lpf + (size_t)(t + 1) * vocab, err, sizeof err) == 0, "step: %s",
                       err);
+            lz_llama_gpu_free(gp);
             double w1 = 0, w2 = 0;
             for (int t = 0; t <= steps; t++) {
                 const double e1 = vec_err(lpf + (size_t)t * vocab, lcpu + (size_t)t * vocab, vocab);
