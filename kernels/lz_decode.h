@@ -22,7 +22,7 @@
  *
  * The question's own keys (and generated tokens) are a segment at offset 0.
  *
- * Memory layout (the one measured in bench/RESULTS.md): each cached document
+ * Memory layout (the one the benchmark measures): each cached document
  * occupies (KV, T, d) consecutive pool rows, as the CPU engine stores a layer
  * (L, KV, T, d), so a block is up to 64 consecutive d-element rows (16 KiB of
  * K and 16 KiB of V at d = 128) read with coalesced 16-byte loads.

@@ -6,11 +6,12 @@
  * every matrix sharing x: their rows are numbered one after another. The grid
  * is persistent (a few blocks a SM, each warp taking row pairs a grid apart),
  * so x is staged, and an rmsnorm's sum of squares or the silu gate computed,
- * once per block rather than once per 16 rows (in an 8B decode step the
- * rmsnorm-fused products ran 14% over the plain ones' time, Nsight Compute;
- * the step's products went from 4.60-4.70 to 4.47-4.55 ms, test_gemv --bench).
+ * once per block rather than once per 16 rows (once per 16 rows, an 8B decode
+ * step's rmsnorm-fused products ran 14% over the plain ones' time, Nsight
+ * Compute; once per block the step's products take 4.47-4.55 ms instead of
+ * 4.60-4.70, test_gemv --bench).
  * Neither launching the products as programmatic dependents nor loading each
- * warp's first weights before x is staged made them faster (bench/RESULTS.md).
+ * warp's first weights before x is staged made them faster.
  * CPU reference: lz_gemv_ref.c. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -1,8 +1,8 @@
-/* lz_gemv.h - matrix-vector products of one decode step (model/llama_cuda*.cu):
+/* lz_gemv.h - matrix-vector products of one decode step (gpu/llama_cuda*.cu):
  * y = W x for up to three bf16 weight matrices that share the input x (q, k
  * and v, or gate and up, in one launch), fp32 accumulation and output. A
  * decode step is bound by reading the weights once; cuBLAS's GEMM at one
- * column reads them at ~half the HBM rate on an H200 (bench/RESULTS.md). The
+ * column reads them at ~half the HBM rate on an H200. The
  * CUDA launcher (kernels/lz_gemv.cu) and the CPU reference
  * (kernels/lz_gemv_ref.c) share the signature; tests/cuda/test_gemv.cu
  * compares them and times both against cuBLAS. Plain C.

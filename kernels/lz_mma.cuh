@@ -149,7 +149,7 @@ template <class P, class F> static int checked_with_shape(int rc, const P *p, F 
  * layout of wg_off<R>. Thread t owns chunk t % (D/8) of rows
  * t / (D/8) + j*RPP; RPP is a multiple of 8, so the swizzle of its rows is
  * one constant and every copy is base + constant (a generic per-chunk index
- * computation cost about 27 instructions a copy, bench/RESULTS.md). */
+ * computation costs about 27 instructions a copy). */
 template <int D, int R, int THREADS, bool WG = false>
 __device__ __forceinline__ void copy_tile(uint32_t dst, const __nv_bfloat16 *src, int n, int tid)
 {
@@ -181,8 +181,8 @@ __device__ __forceinline__ void combine_row(__nv_bfloat16 *out, const float *par
                                             int lane)
 {
     /* parts written by this kernel's other CTAs: L2 loads (L1 is not coherent);
-     * by an earlier kernel: the read-only path (call 16 of bench/RESULTS.md:
-     * 2 us on 32 x 1536 with 16 parts) */
+     * by an earlier kernel: the read-only path (2 us faster on 32 x 1536 with
+     * 16 parts) */
     auto ld = [](const float *x) { return SAME_KERNEL ? __ldcg(x) : __ldg(x); };
     auto ld4 = [](const float *x) {
         return SAME_KERNEL ? __ldcg(reinterpret_cast<const float4 *>(x)) : __ldg(reinterpret_cast<const float4 *>(x));
@@ -228,8 +228,7 @@ __device__ __forceinline__ void combine_row(__nv_bfloat16 *out, const float *par
 /* Split-KV combine kernel: rows of n_split partial outputs, part (rows,
  * n_split, d) fp32 and lse (rows, n_split), into out (rows, d); one warp a
  * row, all warps of the GPU at once (a merge by the last part's CTA serialises
- * a row tile's rows on four warps: 4x slower on question prefill,
- * bench/RESULTS.md). */
+ * a row tile's rows on four warps: 4x slower on question prefill). */
 template <int D>
 __global__ void combine_kernel(__nv_bfloat16 *__restrict__ out, const float *__restrict__ part,
                                const float *__restrict__ lse, int rows, int n_split)

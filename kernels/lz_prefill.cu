@@ -17,10 +17,10 @@
  * p.rope_cs, copied by one bulk copy, or built once per CTA;
  * base/rope.h math); on
  * wgmma, during the P V of the tile before, in a copy of the tile code that
- * only those tiles run. A first version rotated
- * every K tile in shared memory after it landed: 10-17% slower than the twin
- * (bench/RESULTS.md). Split-KV over the tile list plus a combine kernel when
- * the rows alone cannot fill the GPU (question prefill).
+ * only those tiles run. (Rotating every K tile in shared memory after it
+ * landed instead was 10-17% slower than the twin.) Split-KV over the tile
+ * list plus a combine kernel when the rows alone cannot fill the GPU
+ * (question prefill).
  *
  * Legend: S = segments, KV = kv heads, G = H/KV, M = rows, R = G*M packed
  * rows per kv head (row r = head g = r / M, position m = r % M), d =
@@ -39,20 +39,7 @@ namespace {
 using lz_pf::BN;
 using lz_pf::Cursor;
 using lz_pf::Tile;
-#ifndef LZ_PF_RESCALE_TAU /* the running max moves when a row's grows by more than 2^TAU (tile_step) */
-#define LZ_PF_RESCALE_TAU 8.f
-#endif
-#ifndef LZ_PF_DIAG /* diagnostic builds (-DLZ_PF_DIAG=1: no query rotation; 2: nor the cos/sin copy and its
-                      wait); results wrong on purpose (bench/RESULTS.md, history row 81) */
-#define LZ_PF_DIAG 0
-#endif
-#if LZ_PF_PROBE /* diagnostic build (-DLZ_PF_PROBE=1): per-CTA clock readings, lz_prefill_probe_read */
-constexpr size_t LZ_PF_PROBE_CTAS = 8192;
-#ifndef LZ_PF_PROBE_TID /* the thread whose clock is recorded */
-#define LZ_PF_PROBE_TID 0
-#endif
-__device__ uint64_t g_pf_probe[8 * LZ_PF_PROBE_CTAS];
-#endif
+constexpr float RESCALE_TAU = 8.f; /* the running max moves when a row's grows by more than 2^TAU (tile_step) */
 
 /* Rotates this thread's query A fragments (rows lane/4, +8; elements
  * ks*16 + 8*r2 + 2*(lane&3) + {0,1}) by the cos/sin table cs (d/2 pairs).
@@ -61,7 +48,6 @@ __device__ uint64_t g_pf_probe[8 * LZ_PF_PROBE_CTAS];
 template <int D, int LAYOUT>
 __device__ __forceinline__ void rotate_q(uint32_t (&qa)[D / 16][4], const float2 *cs, int lane)
 {
-    if (LZ_PF_DIAG) return;
     /* packed bf16x2 arithmetic on the fragments as they are (cos/sin rounded to
      * bf16): 3-4 instructions per register instead of 7 (unpack, 4 fp32 ops,
      * pack). Nsight Compute, 128 x 1536: the fp32 rotations made the lazy
@@ -189,10 +175,6 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int KV = p.n_kv_heads, G = p.n_heads / KV, M = p.n_rows, R = G * M;
     const int sp = blockIdx.z;
-#if LZ_PF_PROBE
-    uint64_t pr_c0 = clock64(), pr_g0, pr_c1 = 0, pr_tl = 0, pr_is = 0, pr_q = 0, pr_r2 = 0, pr_r3 = 0, pr_w1 = 0, pr_a = 0, pr_b = 0, pr_c = 0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(pr_g0));
-#endif
     /* grid (KV, row tiles, parts): the kv head without a division, so the
      * first loads (its segment lengths) go out at once. Which BM packed rows:
      * heaviest (latest rows) first when tiles stay in one head, row tile
@@ -218,14 +200,11 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
 
     /* kv head h's segment lengths and the first 32 segments' descriptors,
      * read first: their latency overlaps Q's copy, and the part's first tiles
-     * need no second read (bench/RESULTS.md, history rows 69-73) */
+     * need no second read */
     int c_nt[Cursor::CH];
     Cursor::Descs dsc;
     Cursor::read_descs(p, h, lane, dsc);
     Cursor::read_tiles(p, h, lane, c_nt);
-#if LZ_PF_PROBE == 4
-    pr_a = clock64();
-#endif
     /* Q tile (zero rows past R); MT = 2 lazy writes it rotated instead */
     if (!(LAZY && MT == 2)) {
 #pragma unroll
@@ -240,36 +219,28 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
      * here): its slots by ONE bulk copy that thread 0 issues, completing on an
      * mbarrier (soff[0]: unused then), apart from the cp.async groups: every
      * slot now when S < 16 (it lands with Q), else the part's own once the
-     * tile list is placed. As a cp.async per thread in Q's group it landed
-     * with the first tile and delayed the first rotation (history row 67). */
-#if LZ_PF_PROBE == 4
-    pr_b = clock64();
-#endif
+     * tile list is placed. As a cp.async per thread in Q's group it would land
+     * with the first tile and delay the first rotation. */
     const bool cs_given = LAZY && MT == 1 && p.rope_cs != nullptr;
     const bool cs_all = cs_given && p.n_seg < 16;
     const uint32_t cs_bar = lz::smem_u32(soff);
-    if (cs_given && tid == 0 && LZ_PF_DIAG != 2) {
+    if (cs_given && tid == 0) {
         lz::mbar_init(cs_bar);
         if (cs_all) lz::bulk_copy(lz::smem_u32(cstab), p.rope_cs, (p.n_seg + 1) * (D / 2) * 8, cs_bar);
     }
-#if LZ_PF_PROBE == 4
-    pr_c = clock64();
-#endif
     /* tile list and this part's share of it */
     const int self_tiles = m_hi / BN + 1;
     Cursor cur, ld;
     int t0, t1, s_last;
     cur.locate(p, self_tiles, lane, c_nt, sp, n_split, &t0, &t1, &s_last);
-    /* lazy, many segments: the cos/sin of the slots this part touches */
-    if (cs_given && !cs_all && t0 < t1 && tid == 0 && LZ_PF_DIAG != 2)
+    /* lazy, many segments: the cos/sin of the slots this part touches (spelled
+     * !tid: with tid == 0 the compiler schedules the kernel differently) */
+    if (cs_given && !cs_all && t0 < t1 && !tid)
         lz::bulk_copy(lz::smem_u32(cstab) + cur.s * (D / 2) * 8, p.rope_cs + cur.s * D, (s_last - cur.s + 1) * (D / 2) * 8,
                       cs_bar);
-    if (cs_all && t0 >= t1 && LZ_PF_DIAG != 2) lz::mbar_wait(cs_bar, 0); /* an empty part: no copy in flight at exit */
+    if (cs_all && t0 >= t1) lz::mbar_wait(cs_bar, 0); /* an empty part: no copy in flight at exit */
     /* Q's group (the twin's too) closes before the first tiles, so Q's fragments can be ready first */
     lz::cp_async_commit();
-#if LZ_PF_PROBE
-    pr_tl = clock64();
-#endif
 
     auto load_tile = [&](const Tile &x, int stage) {
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
@@ -302,14 +273,11 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
         lz::cp_async_commit();
     }
-#if LZ_PF_PROBE
-    pr_is = clock64();
-#endif
     /* Without the caller's table: cos/sin of R(-p) for the segments from this
      * part's first to the own keys (a superset of those it touches; no second
      * walk): the first segment's now, the others after the first query
-     * rotation (published by the main loop's first barrier). A/B: this
-     * prologue was most of the lazy overhead (bench/RESULTS.md). */
+     * rotation (published by the main loop's first barrier). Timed apart,
+     * this prologue was most of the lazy overhead. */
     /* offsets of every slot into shared memory, all loads at once (one global
      * latency; a loop over p.segs in cs_entries waited for each in turn) */
     if (LAZY && !cs_given)
@@ -337,39 +305,20 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     const float sl2 = p.scale * 1.4426950408889634f;
     /* query for the first tile's segment, prepared while the first tiles load;
      * R(0) = identity: own keys at their final positions need no rotation
-     * (the engine's case; bench/RESULTS.md, history row 83) */
+     * (the engine's case) */
     const bool self_id = LAZY && p.self_offset == 0;
     int q_slot = cur.s;
     if (t0 < t1) {
         if constexpr (MT == 1) {
             lz::cp_async_wait<STAGES - 1>(); /* Q landed (tiles may still be in flight) */
             __syncthreads();                  /* ... for every thread; cos/sin table too */
-#if LZ_PF_PROBE
-            pr_q = clock64();
-#endif
 #pragma unroll
             for (int ks = 0; ks < D / 16; ks++) {
                 int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
                 lz::ldsm_x4(q_u + lz::swz<D>(r, c), qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
             }
-            if (cs_given && LZ_PF_DIAG != 2) lz::mbar_wait(cs_bar, 0); /* the cos/sin copy */
+            if (cs_given) lz::mbar_wait(cs_bar, 0); /* the cos/sin copy */
             if (LAZY && !(q_slot == p.n_seg && self_id)) rotate_q<D, LAYOUT>(qa, cstab + q_slot * (D / 2), lane);
-#if LZ_PF_PROBE == 2 /* diagnostic: a second rotation (warm code), timed alone; results wrong on purpose */
-            if (LAZY) {
-#pragma unroll
-                for (int ks = 0; ks < D / 16; ks++)
-                    asm volatile("" : "+r"(qa[ks][0]), "+r"(qa[ks][1]), "+r"(qa[ks][2]), "+r"(qa[ks][3]));
-                pr_r2 = clock64();
-#pragma unroll
-                for (int ks = 0; ks < D / 16; ks++)
-                    asm volatile("" : "+r"(qa[ks][0]), "+r"(qa[ks][1]), "+r"(qa[ks][2]), "+r"(qa[ks][3]));
-                rotate_q<D, LAYOUT>(qa, cstab + q_slot * (D / 2), lane);
-#pragma unroll
-                for (int ks = 0; ks < D / 16; ks++)
-                    asm volatile("" : "+r"(qa[ks][0]), "+r"(qa[ks][1]), "+r"(qa[ks][2]), "+r"(qa[ks][3]));
-                pr_r3 = clock64();
-            }
-#endif
         } else if (LAZY) {
             __syncthreads(); /* cos/sin table */
             rotate_q_tile<D, LAYOUT, THREADS, BM>(qsm, qg, cstab + q_slot * (D / 2), r0, R, h, tid); /* published by the loop's first barrier */
@@ -388,17 +337,11 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             if (!(slot == p.n_seg && self_id)) rotate_q<D, LAYOUT>(qa, cstab + slot * (D / 2), lane);
         }
     };
-#if LZ_PF_PROBE
-    pr_c1 = clock64();
-#endif
     for (int t = t0; t < t1; t++) {
         const int stage = (t - t0) % STAGES;
         lz::cp_async_wait<STAGES - 2>();
         if (WG) lz::fence_proxy_async(); /* this thread's copies, before wgmma reads them */
         __syncthreads();
-#if LZ_PF_PROBE == 3 /* diagnostic: when the first tile has landed */
-        if (t == t0) pr_w1 = clock64();
-#endif
         Tile x;
         if constexpr (PEND) x = pend;
         if (t + STAGES - 1 < t1) {
@@ -426,7 +369,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         const bool tail_change = LAZY && WG && t + 1 < t1 && pend.slot != q_slot;
         /* one tile: NB = BN, or BN/2 for a segment's tail of <= BN/2 keys (the
          * second copy of the code skips the empty half's MMAs; a runtime guard
-         * inside the unrolled loops cost 30%, bench/RESULTS.md call 8) */
+         * inside the unrolled loops cost 30%) */
         auto tile_step = [&](auto nb_c, auto chg_c) {
         constexpr int NB = decltype(nb_c)::value;
         [[maybe_unused]] constexpr bool CHG = decltype(chg_c)::value; /* lazy wgmma: the next tile starts another segment */
@@ -494,13 +437,12 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                 }
             /* online softmax with a lazy running max: it moves (and the output
              * and sum so far are rescaled) only when a row's max grows past it
-             * by more than 2^LZ_PF_RESCALE_TAU, decided for the whole warp; else
+             * by more than 2^RESCALE_TAU, decided for the whole warp; else
              * the weights are taken against the old max (at most 2^TAU = 256:
              * fp32 sums and bf16 P hold it). The result is the same softmax
-             * (the final division uses the same reference). A/B against
-             * rescaling every tile: the lazy kernel 0-1.5% faster, the twin
-             * 0-0.7% slower, the lazy overhead under 1% on every shape (128 x
-             * 4096 pooled +0.62%: bench/RESULTS.md, history rows 83-88, 102) */
+             * (the final division uses the same reference). Against rescaling
+             * every tile: the lazy kernel 0-1.5% faster, the twin 0-0.7%
+             * slower, the lazy overhead under 1% on every shape */
             float mu[2];
             bool grow = false;
 #pragma unroll
@@ -508,7 +450,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
                 mx[r] *= sl2;
-                grow |= mx[r] > mrow[mt][r] + LZ_PF_RESCALE_TAU;
+                grow |= mx[r] > mrow[mt][r] + RESCALE_TAU;
             }
             if (__any_sync(0xffffffffu, grow)) {
                 float alpha[2];
@@ -533,7 +475,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
 #pragma unroll
             for (int nt = 0; nt < NB / 8; nt++) {
                 /* scale and subtract in one FFMA, 2^x without exp2f's subnormal fix-up (lz::ex2):
-                 * 2.5-4.5% faster, twin and lazy (bench/RESULTS.md, fourteenth session) */
+                 * 2.5-4.5% faster, twin and lazy */
                 float p0 = lz::ex2(fmaf(s[mt][nt][0], sl2, -mu[0])), p1 = lz::ex2(fmaf(s[mt][nt][1], sl2, -mu[0]));
                 float p2 = lz::ex2(fmaf(s[mt][nt][2], sl2, -mu[1])), p3 = lz::ex2(fmaf(s[mt][nt][3], sl2, -mu[1]));
                 rs[0] += p0 + p1;
@@ -588,8 +530,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
          * tail (<= 32 keys) is almost always followed by a change, so every
          * lazy tail runs the change copy, the rotation behind a runtime test:
          * one copy of the code less, 128 x 1536 +1.7..2.0% instead of
-         * +2.6..2.7%, ingest +0.5..1.0% instead of +1.3..1.9% (bench/RESULTS.md,
-         * history row 52) */
+         * +2.6..2.7%, ingest +0.5..1.0% instead of +1.3..1.9% */
         using no_chg = std::integral_constant<bool, false>;
         using chg = std::integral_constant<bool, LAZY && WG>;
         const bool change = LAZY && WG && t + 1 < t1 && pend.slot != q_slot; /* computed here, as measured: where it
@@ -603,29 +544,6 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
     }
     lz::cp_async_wait<0>();
-#if LZ_PF_PROBE
-    if (tid == LZ_PF_PROBE_TID) { /* diagnostic build: this CTA's start, loop start, end (SM cycles), global start, end (ns), SM */
-        uint64_t g1, c2 = clock64();
-        uint32_t smid;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        const size_t cta = ((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-        uint64_t *d = g_pf_probe + 8 * cta;
-        (void)smid;
-        if (cta < LZ_PF_PROBE_CTAS) {
-            d[0] = pr_c0; d[1] = pr_tl; d[2] = pr_is; d[3] = pr_q; d[4] = pr_c1; d[5] = c2; d[6] = pr_g0; d[7] = g1;
-#if LZ_PF_PROBE == 2
-            d[6] = pr_r3 - pr_r2; /* the second rotation's cycles (no span) */
-            d[7] = pr_r2 - pr_q;  /* the first one's, with the fragment loads */
-#elif LZ_PF_PROBE == 3
-            d[6] = pr_w1 - pr_c1; /* loop start to the first tile landed (no span) */
-            d[7] = 0;
-#elif LZ_PF_PROBE == 4 /* the prologue in finer phases (no span, no loop) */
-            d[1] = pr_a; d[2] = pr_b; d[3] = pr_c; d[4] = pr_tl; d[5] = pr_is; d[6] = pr_q; d[7] = pr_c1;
-#endif
-        }
-    }
-#endif
     /* the combine kernel (a programmatic dependent) may be scheduled once every CTA is
      * here; triggered at the start instead, its CTAs took resources from this kernel
      * (H200: 128 x 1536 lazy 26.4 against 25.7 us launched plainly) */
@@ -717,15 +635,6 @@ template <bool LAZY> int dispatch(const lz_prefill_params *p, void *stream)
 
 } /* namespace */
 
-#if LZ_PF_PROBE
-/* diagnostic build: the per-CTA timestamps of the last prefill launch (8 words a CTA:
- * SM cycles at start, tile list read, first tiles issued, Q landed, loop start, end;
- * global ns at start, end) */
-extern "C" int lz_prefill_probe_read(uint64_t *out, int n_ctas)
-{
-    return (int)cudaMemcpyFromSymbol(out, g_pf_probe, sizeof(uint64_t) * 8 * (size_t)n_ctas);
-}
-#endif
 
 extern "C" int lz_prefill_lazy(const lz_prefill_params *p, void *stream) { return dispatch<true>(p, stream); }
 extern "C" int lz_prefill(const lz_prefill_params *p, void *stream) { return dispatch<false>(p, stream); }

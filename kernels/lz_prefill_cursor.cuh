@@ -36,7 +36,7 @@ struct Cursor {
      * (CH chunks of 32), all loads issued at once; every lane of every warp
      * does the same. A serial count of the tiles and a walk to the part's
      * first one waited for a read, or a group of 4, at a time: about 900
-     * cycles of each CTA's prologue (bench/RESULTS.md, fourteenth session). */
+     * cycles of each CTA's prologue. */
     static constexpr int CH = (LZ_PREFILL_MAX_SEG + 31) / 32;
     __device__ __forceinline__ static void read_tiles(const lz_prefill_params &p, int h, int lane, int (&c_nt)[CH])
     {

@@ -1,6 +1,7 @@
 """abn_summary.py - per build and shape, the lazy overhead range and the lazy / twin
 times (min..max over rounds) of an abn_device.sh output directory, one line each, so
-that a device call returns a few lines instead of every round's log.
+that a device call returns a few lines instead of every round's log. BUILD as given
+to abn_device.sh (a folder such as build/cuda too).
 
 Usage: python3 bench/kernels/abn_summary.py OUTDIR BUILD [BUILD ...]
 """
@@ -15,7 +16,7 @@ def main():
     out, builds = sys.argv[1], sys.argv[2:]
     for b in builds:
         rows = {}
-        for f in sorted(glob.glob(f"{out}/{b}/bench*.log")):
+        for f in sorted(glob.glob(f"{out}/{b.replace('/', '_')}/bench*.log")):
             for line in open(f):
                 m = PAT.match(line)
                 if m:

@@ -1,6 +1,5 @@
 /* cublas_shapes.cu - what the GPU forward pass's cuBLAS products cost
- * (gpu/llama_cuda.cu, bench/RESULTS.md "Cold documents recomputed on the
- * GPU"), two measurements:
+ * (gpu/llama_cuda.cu), two measurements:
  *
  *   cublas_shapes first D O   the host time of cublasGemmEx (bf16 x bf16 ->
  *       fp32, the pass's call) for one weight of O x D at row counts M from 16

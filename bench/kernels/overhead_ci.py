@@ -1,5 +1,5 @@
 """overhead_ci.py - the lazy overhead of every shape pooled over the lazy / twin
-pairs of one or more bench_kernels JSON files (overhead_pairs_pct): the pooled
+pairs of one or more `kernels_check perf` JSON files (overhead_pairs_pct): the pooled
 median with its distribution-free 95% confidence interval (order statistics of
 the binomial(n, 1/2) law, no assumption on the noise's shape), the range, and
 whether the interval's upper end is within a limit (1%: the kernels issue's).

@@ -1,5 +1,5 @@
 """ptxas_table.py - the markdown table of registers, stack frame and spills
-per kernel (bench/RESULTS.md) from build/cuda/ptxas.txt (make cuda).
+per kernel from build/cuda/ptxas.txt (make cuda).
 
 Usage: python3 bench/kernels/ptxas_table.py [build/cuda/ptxas.txt]
 """

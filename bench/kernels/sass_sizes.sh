@@ -1,10 +1,12 @@
 #!/bin/sh
 # sass_sizes.sh - the machine code of every prefill kernel: the size of its .text section
 # in the sm_90a cubin and a hash of its bytes (two builds with the same hashes run the
-# same code), the lazy kernels beside their twins: the tile code's copies show here
-# (bench/RESULTS.md, history rows 41 and 52). Runs here (needs nvcc).
+# same code), the lazy kernels beside their twins: the tile code's copies show here.
+# Runs here (needs nvcc, not a GPU).
 # Usage (repo root): sh bench/kernels/sass_sizes.sh [EXTRA NVCC FLAGS, e.g. -DMACRO]
 #   SRC: another version of the file, e.g. git show 92cbea5:kernels/lz_prefill.cu > /tmp/p.cu; SRC=/tmp/p.cu
+# The instructions themselves, where cuobjdump exists (the GPU machine):
+#   cuobjdump -sass -fun MANGLED_NAME build/cuda/kernels_check
 set -eu
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 T=$(mktemp -d)

@@ -1,9 +1,10 @@
 """sdpa_peer.py - times torch.nn.functional.scaled_dot_product_attention
 (FlashAttention-2 backend forced; GQA through enable_gqa, or folded/expanded
-variants, the fastest counts) on the shapes of bench_kernels.cu, timed as
+variants, the fastest counts) on the shapes of the perf cases of kernels_check
+(bench/kernels/kernels_perf.cuh), timed as
 CUDA-graph replays of 20 calls between CUDA events (median per call,
 rotating input sets), then merges
-ours.json into a markdown table. Run on the GPU machine after bench_kernels.
+ours.json into a markdown table. Run on the GPU machine after `kernels_check perf`.
 
 Usage: python3 sdpa_peer.py ours.json table.md
 Shapes: H = 32 query heads, KV = 8 kv heads, d = 128, bf16.

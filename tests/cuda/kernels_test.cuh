@@ -1,10 +1,9 @@
-/* test_kernels.cu - GPU checks of the attention kernels against the CPU
- * references, on fresh random inputs for every layout x head_dim x GQA ratio:
- * segment counts 1-20, lengths 1-4096 (log-uniform), empty per-head
+/* kernels_test.cuh - the correctness bodies of kernels_check (tests/cuda/kernels_check.cu,
+ * its test mode): the attention kernels against the CPU references on fresh random
+ * inputs; segment counts 0-128, lengths 1-4096 (log-uniform), empty per-head
  * segments, offsets past 65,536 (up to ~2^21 for decode); outputs poisoned
  * with NaN before every run. Also lazy == non-lazy on materialised keys.
- *
- * Usage: test_kernels [case]   (case 0..11 = layout*6 + dim*3 + gqa; none = all)
+ * The driver seeds rng before each case and counts the CHECKs (tests/test.h).
  * Legend: S = segments, KV = kv heads, H = query heads, G = H/KV, M = rows,
  * d = head_dim, B = sequences, NB = block words per (b, kv head).
  */
@@ -28,6 +27,8 @@
         int r_ = (x);                                                                   \
         CHECK(r_ == 0, "%s -> %s", #x, lz_attn_strerror(r_));                           \
     } while (0)
+
+namespace kc_test {
 
 static uint64_t rng;
 static double urand(void)
@@ -311,57 +312,10 @@ static void refusal_cases(void)
     p.n_rows = 64;
     p.rope_cs = d_inv + 1;
     CHECK(lz_prefill_lazy(&p, NULL) == LZ_ATTN_EARG, "a cos/sin table off 16 bytes refused");
+    printf("prefill refusals: 65,536 row tiles (twin, lazy), a cos/sin table off 16 bytes\n");
     CK(cudaDeviceSynchronize());
     CK(cudaGetLastError());
     CK(cudaFree(d_inv));
 }
 
-int main(int argc, char **argv)
-{
-    int only = argc > 1 ? atoi(argv[1]) : -1;
-    FILE *ur = fopen("/dev/urandom", "rb");
-    if (!ur || fread(&rng, 8, 1, ur) != 1) rng = 0x9e3779b97f4a7c15ull;
-    if (ur) fclose(ur);
-    rng |= 1;
-    printf("seed %llu\n", (unsigned long long)rng);
-    if (only <= 0) refusal_cases();
-    for (int c = 0; c < 12; c++) {
-        if (only >= 0 && c != only) continue;
-        int layout = c / 6, d = (c / 3) % 2 ? 128 : 64, gi = c % 3;
-        int G = gi == 0 ? 1 : (gi == 1 ? 4 : 8), KV = G == 1 ? 4 : (G == 4 ? 2 : 1);
-        int llama3 = (c & 1);
-        /* prefill: 20 segments / few rows, few segments / many rows, split forced */
-        /* (rows per warp 32 is the shape chosen for ingest-sized row counts) */
-        prefill_case(layout, d, G, KV, 20, 1, 0, llama3, 0);
-        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 37, 0, llama3, 0);
-        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 6), 160, 1, llama3, 16, 128); /* 8 warps x 16 rows */
-        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 6), 130, 7, llama3, 32);
-        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 37, 3, llama3, 32);
-        prefill_case(layout, d, G, KV, 1, 256, 1, llama3, 32);
-        prefill_case(layout, d, G, KV, 0, 300, 1, llama3, 32);
-        /* 64 rows a CTA (4 warps of 16, two CTAs per SM) with the mma.sync tile loop */
-        prefill_case(layout, d, G, KV, 20, 3, 0, llama3, 16, 64, 1);
-        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 45, 5, llama3, 16, 64, 1);
-        prefill_case(layout, d, G, KV, 0, 200, 1, llama3, 16, 64, 1);
-        /* the same shape with the wgmma tile loop (the default for it) */
-        prefill_case(layout, d, G, KV, 20, 3, 0, llama3, 16, 64, 2);
-        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 20), 45, 5, llama3, 16, 64, 2);
-        prefill_case(layout, d, G, KV, 1 + (int)(urand() * 6), 130, 0, llama3, 16, 64, 2);
-        prefill_case(layout, d, G, KV, 0, 200, 1, llama3, 16, 64, 2);
-        /* more than 32 segments: the tile list's later chunks of 32 (one lane a segment, a
-         * ballot per chunk), up to LZ_PREFILL_MAX_SEG; split parts starting and ending in them */
-        prefill_case(layout, d, G, KV, 33 + (int)(urand() * (LZ_PREFILL_MAX_SEG - 32)), 5, 7, llama3, 16, 64, 2);
-        prefill_case(layout, d, G, KV, LZ_PREFILL_MAX_SEG, 3, 0, llama3, 16, 64, 1);
-        prefill_case(layout, d, G, KV, 33 + (int)(urand() * 64), 37, 3, llama3, 32);
-        /* decode: auto split, no split, many splits; offsets near 2^21 once */
-        decode_case(layout, d, G, KV, 3, 20, 0, llama3, 70000);
-        decode_case(layout, d, G, KV, 2, 20, 1, llama3, 70000);
-        decode_case(layout, d, G, KV, 2, 5, 13, llama3, LZ_DECODE_MAX_OFFSET - 50000 - 6 * 6200);
-        /* more CTAs than SMs: the 3-stage, 2-CTAs-per-SM shape */
-        decode_case(layout, d, G, KV, 40, 6, 4, llama3, 70000);
-        /* values apart from the keys (p.v_rows), both shapes */
-        decode_case(layout, d, G, KV, 1, 12, 0, llama3, 70000, 1);
-        decode_case(layout, d, G, KV, 40, 6, 4, llama3, 70000, 1);
-    }
-    return lz_test_done();
-}
+} /* namespace kc_test */

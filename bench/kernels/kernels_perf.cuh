@@ -1,19 +1,11 @@
-/* bench_kernels.cu - times the lazy attention kernels and their non-lazy twins
- * on the shapes of the kernels issue (32 query / 8 kv heads, d = 128, keys in
- * 10 segments) with CUDA events around CUDA-graph replays of 20 calls (median
- * per call), plus a device-to-device copy for
- * the bandwidth ceiling. Writes a JSON file that sdpa_peer.py merges with
- * torch SDPA timings of the same shapes. Inputs are random, several input sets
+/* kernels_perf.cuh - the performance bodies of kernels_check (tests/cuda/kernels_check.cu,
+ * its perf mode): the lazy attention kernels and their non-lazy twins on the
+ * shapes of the kernels issue (32 query / 8 kv heads, d = 128, keys in 10
+ * segments), timed with CUDA events around CUDA-graph replays of 20 calls
+ * (median per call), beside a device-to-device copy for the bandwidth
+ * ceiling. Each case appends one or two records to the JSON file that
+ * overhead_ci.py and sdpa_peer.py read. Inputs are random; several input sets
  * rotate so that decode reads come from HBM, not L2.
- *
- * Usage: bench_kernels out.json [split_sweep=1] [shape: d16x4096 d64x2048 d1x16384
- *        p32x1536 p32x4096 p128x1536 p128x4096 p2048x0]
- * Diagnostic builds (this file and kernels/lz_prefill.cu with -DLZ_PF_PROBE=1): each prefill
- * shape also prints the mean SM cycles a CTA spends in each prologue phase and in the tile loop,
- * lazy and twin (bench/RESULTS.md); -DLZ_PF_PROBE=2 times a second query rotation instead.
- * Env: LZ_BENCH_PROFILE=1 (plain calls for ncu), LZ_BENCH_DECODE_SPLIT=N (decode parts),
- *      LZ_BENCH_ROUNDS=R (lazy / twin pairs per shape, default 3), LZ_BENCH_WARM_S=T (both
- *      kernels in turn for T seconds before the pairs, default 0.5).
  * Legend: B = sequences, H = 32 query heads, KV = 8 kv heads, d = 128,
  * N = keys per sequence, M = query rows, S = 10 segments.
  */
@@ -36,9 +28,6 @@
 #include "base/half.h"
 #include "base/rope.h"
 #include "tests/cuda/cuda_check.h"
-#if LZ_PF_PROBE
-extern "C" int lz_prefill_probe_read(uint64_t *out, int n_ctas);
-#endif
 
 #define LZ(x)                                                                                  \
     do {                                                                                       \
@@ -48,6 +37,18 @@ extern "C" int lz_prefill_probe_read(uint64_t *out, int n_ctas);
             exit(2);                                                                           \
         }                                                                                      \
     } while (0)
+
+namespace kc_perf {
+
+/* The perf mode's settings, read once by the driver (its --help lists the variables). */
+struct Opts {
+    int rounds;       /* LZ_BENCH_ROUNDS: lazy / twin pairs per shape (default 3) */
+    double warm_s;    /* LZ_BENCH_WARM_S: both kernels in turn for this long before the pairs (default 0.5) */
+    int profile;      /* LZ_BENCH_PROFILE=1: every timing is 3 plain calls, no graph, no warm-up (for ncu) */
+    int decode_split; /* LZ_BENCH_DECODE_SPLIT: decode parts instead of the plan's (-1: unset) */
+    int sweep;        /* --sweep: the split-KV and kernel-shape sweeps (default 1) */
+};
+static Opts opt;
 
 static const int H = 32, KV = 8, D = 128, NSEG = 10;
 static int n_sm;
@@ -102,13 +103,14 @@ struct Paired {
 };
 template <class F> static Paired paired(F run_one)
 {
-    Paired r = {1e30, 1e30, 0, 0, 0, getenv("LZ_BENCH_ROUNDS") ? atoi(getenv("LZ_BENCH_ROUNDS")) : 3, {}};
+    Paired r = {1e30, 1e30, 0, 0, 0, opt.rounds, {}};
     if (r.rounds < 1) r.rounds = 1;
     /* warm-up: both kernels in turn for LZ_BENCH_WARM_S seconds (default 0.5),
      * so the first pairs do not run while the clocks still climb (a process
-     * timing one shape from an idle GPU saw a different overhead than the same
-     * shape late in the full run: bench/RESULTS.md, history row 99) */
-    const double warm_s = getenv("LZ_BENCH_WARM_S") ? atof(getenv("LZ_BENCH_WARM_S")) : 0.5;
+     * timing one shape from an idle GPU sees another overhead than the same
+     * shape late in a full run); none when profiling, so that every launch
+     * is at a known place for ncu's --launch-skip */
+    const double warm_s = opt.profile ? 0.0 : opt.warm_s;
     for (auto t0 = std::chrono::steady_clock::now();
          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < warm_s;) {
         run_one(0);
@@ -155,7 +157,6 @@ static std::string pairs_json(const Paired &r)
 /* Median microseconds per call of fn(set, stream): CALLS calls (rotating
  * among n_sets) are captured into one CUDA graph, so host launch overhead is
  * excluded as it is for the torch peer; the graph is replayed reps times. */
-static int profile_mode; /* LZ_BENCH_PROFILE=1: each timing is 3 plain calls (for ncu), no graph */
 template <class F> static double time_us(F fn, int n_sets, int reps)
 {
     const int CALLS = 20;
@@ -163,7 +164,7 @@ template <class F> static double time_us(F fn, int n_sets, int reps)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     for (int i = 0; i < 3; i++) fn(i % n_sets, st); /* warm-up, sets kernel attributes */
     CK(cudaStreamSynchronize(st));
-    if (profile_mode) {
+    if (opt.profile) { /* LZ_BENCH_PROFILE=1: the 3 plain calls above (for ncu), no graph */
         CK(cudaStreamDestroy(st));
         return 1.0;
     }
@@ -250,7 +251,7 @@ static void bench_decode(int B, int N, double copy_tbs, int sweep, float *d_inv)
         }, n_sets, 30);
     };
     int auto_ns = lz_decode_splits(&p, n_sm);
-    if (getenv("LZ_BENCH_DECODE_SPLIT")) auto_ns = atoi(getenv("LZ_BENCH_DECODE_SPLIT")); /* A/B of the split choice */
+    if (opt.decode_split >= 0) auto_ns = opt.decode_split; /* A/B of the split choice */
     /* interleave lazy and twin, keep each one's best median */
     const Paired pr = paired([&](int lazy) { return run(lazy, auto_ns); });
     const double tl = pr.lazy_us, tn = pr.twin_us;
@@ -345,51 +346,6 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
     };
     int auto_ns = lz_prefill_splits(&p, n_sm);
     const Paired pr = paired([&](int lazy) { return run(lazy, auto_ns); });
-#if LZ_PF_PROBE
-    { /* diagnostic build: per-CTA timestamps of one launch (the third of three, set 0) */
-        const int n_ctas = (4 * M + 63) / 64 * KV * auto_ns;
-        std::vector<uint64_t> pb((size_t)8 * n_ctas);
-        for (int lazy = 1; lazy >= 0; lazy--) {
-            lz_prefill_params x = p;
-            x.rope_cs = d_cs[0]; x.n_split = auto_ns; x.q = qq[0]; x.segs = d_segs[0];
-            x.k_self = kk[0] + (size_t)KV * N * D; x.v_self = vv[0] + (size_t)KV * N * D;
-            for (int k = 0; k < 3; k++) LZ(lazy ? lz_prefill_lazy(&x, 0) : lz_prefill(&x, 0));
-            CK(cudaDeviceSynchronize());
-            CK((cudaError_t)lz_prefill_probe_read(pb.data(), n_ctas));
-            double ph[5] = {0, 0, 0, 0, 0}, mx = 0;
-            uint64_t g0 = UINT64_MAX, g1 = 0;
-            for (int c = 0; c < n_ctas; c++) {
-                const uint64_t *d = &pb[8 * (size_t)c];
-                for (int i = 0; i < 5; i++) ph[i] += (double)(d[i + 1] - d[i]);
-                mx = std::max(mx, (double)(d[5] - d[0]));
-                g0 = std::min(g0, d[6]); g1 = std::max(g1, d[7]);
-            }
-#if LZ_PF_PROBE == 2
-            double r2 = 0, r1 = 0;
-            for (int c = 0; c < n_ctas; c++) r2 += (double)pb[8 * (size_t)c + 6], r1 += (double)pb[8 * (size_t)c + 7];
-            printf("  probe %s: fragments loaded and rotated %.0f cycles, a second rotation %.0f\n", lazy ? "lazy" : "twin",
-                   r1 / n_ctas, r2 / n_ctas);
-#elif LZ_PF_PROBE == 4
-            double f[7] = {0, 0, 0, 0, 0, 0, 0};
-            for (int c = 0; c < n_ctas; c++)
-                for (int i = 0; i < 7; i++) f[i] += (double)(pb[8 * (size_t)c + i + 1] - pb[8 * (size_t)c + i]);
-            printf("  probe %s: loads issued %.0f, Q copy issued %.0f, cos/sin set up %.0f, tile list placed %.0f, "
-                   "first tiles issued %.0f, Q landed %.0f, rotation %.0f\n", lazy ? "lazy" : "twin", f[0] / n_ctas,
-                   f[1] / n_ctas, f[2] / n_ctas, f[3] / n_ctas, f[4] / n_ctas, f[5] / n_ctas, f[6] / n_ctas);
-#elif LZ_PF_PROBE == 3
-            double w1 = 0;
-            for (int c = 0; c < n_ctas; c++) w1 += (double)pb[8 * (size_t)c + 6];
-            printf("  probe %s: loop start to the first tile landed %.0f cycles\n", lazy ? "lazy" : "twin", w1 / n_ctas);
-#endif
-#if LZ_PF_PROBE != 4 /* mode 4 records other points (above) */
-            printf("  probe %s: %d CTAs, cycles a CTA: tile list %.0f, first tiles issued %.0f, Q landed %.0f, "
-                   "rotation %.0f, loop %.0f, total %.0f (max %.0f); span %.2f us\n", lazy ? "lazy" : "twin", n_ctas,
-                   ph[0] / n_ctas, ph[1] / n_ctas, ph[2] / n_ctas, ph[3] / n_ctas, ph[4] / n_ctas,
-                   (ph[0] + ph[1] + ph[2] + ph[3] + ph[4]) / n_ctas, mx, (g1 - g0) / 1e3);
-#endif
-        }
-    }
-#endif
     const double tl = pr.lazy_us, tn = pr.twin_us;
     /* visible (query, key) pairs x 4 d flops: all cached keys + causal own keys */
     double flops = 4.0 * H * D * ((double)M * N + (double)M * (M + 1) / 2);
@@ -465,40 +421,4 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
     if (p.work) CK(cudaFree(p.work));
 }
 
-int main(int argc, char **argv)
-{
-    const char *out = argc > 1 ? argv[1] : "ours.json";
-    int sweep = argc > 2 ? atoi(argv[2]) : 1;
-    const char *only = argc > 3 ? argv[3] : NULL; /* run one shape, e.g. "p128x4096", "d16x4096" (profiling) */
-    profile_mode = getenv("LZ_BENCH_PROFILE") && atoi(getenv("LZ_BENCH_PROFILE"));
-    js = fopen(out, "w");
-    if (!js) { perror(out); return 2; }
-    int dev;
-    cudaDeviceProp prop;
-    CK(cudaGetDevice(&dev));
-    CK(cudaGetDeviceProperties(&prop, dev));
-    n_sm = prop.multiProcessorCount;
-    float inv[D / 2], div[D / 2];
-    lz_rope_llama3_divisors(div, D, 500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f);
-    lz_rope_inv_freqs(inv, D, 500000.0f, div);
-    float *d_inv;
-    CK(cudaMalloc(&d_inv, sizeof inv));
-    CK(cudaMemcpy(d_inv, inv, sizeof inv, cudaMemcpyHostToDevice));
-    double cbw = lz_copy_tbs();
-    printf("device %s, %d SMs; device-to-device copy %.2f TB/s (read + write)\n", prop.name, n_sm, cbw);
-    fprintf(js, "{\"device\":\"%s\",\"copy_tbs\":%.4f,\"results\":[", prop.name, cbw);
-    struct { char kind; int a, b; } shapes[] = {{'d', 16, 4096}, {'d', 64, 2048}, {'d', 1, 16384},
-                                                {'p', 32, 1536}, {'p', 32, 4096}, {'p', 128, 1536},
-                                                {'p', 128, 4096}, {'p', 2048, 0}};
-    for (auto &sh : shapes) {
-        char name[32];
-        snprintf(name, sizeof name, "%c%dx%d", sh.kind, sh.a, sh.b);
-        if (only && strcmp(only, name)) continue;
-        if (sh.kind == 'd') bench_decode(sh.a, sh.b, cbw, sweep, d_inv);
-        else bench_prefill(sh.a, sh.b, sh.b ? sweep : 0, d_inv, inv);
-    }
-    fprintf(js, "\n]}\n");
-    fclose(js);
-    CK(cudaFree(d_inv));
-    return 0;
-}
+} /* namespace kc_perf */
