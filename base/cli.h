@@ -39,6 +39,19 @@ enum {
     "  -h, --help             this text\n"                                                                \
     "  -V, --version          the version (git describe of the build) and exit\n"
 
+/* Long options every tool shares, with the same letter and meaning in each
+ * (--help/-h and --version/-V always; the others where a tool has them). */
+/* Table entries for getopt_long: an option that takes a value, one that does not. */
+#define LZ_OPT_ARG(name, val) { name, required_argument, NULL, val }
+#define LZ_OPT_FLAG(name, val) { name, no_argument, NULL, val }
+#define LZ_CLI_OPT_HELP LZ_OPT_FLAG("help", 'h'), LZ_OPT_FLAG("version", 'V')
+#define LZ_CLI_OPT_MODEL LZ_OPT_ARG("model", 'm')
+#define LZ_CLI_OPT_STORE LZ_OPT_ARG("store", 's')
+#define LZ_CLI_OPT_THREADS LZ_OPT_ARG("threads", 't')
+#define LZ_CLI_OPT_QUIET LZ_OPT_FLAG("quiet", 'q')
+#define LZ_CLI_OPT_OUTPUT LZ_OPT_ARG("output", 'o')
+#define LZ_CLI_OPT_MAX_TOKENS LZ_OPT_ARG("max-tokens", 'n')
+
 /* Sets the program name used in messages. */
 void lz_cli_init(const char *prog);
 const char *lz_cli_prog(void);

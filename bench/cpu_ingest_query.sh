@@ -1,7 +1,7 @@
 #!/bin/sh
 # cpu_ingest_query.sh - CPU figures of bench/RESULTS.md ("Ingest": ingest tokens/s;
 # "Query and workloads": start-up preload): the demo corpus
-# ingested one document at a time (LAZY_INGEST_SERIAL=1) and one document a
+# ingested one document at a time (lazyingest --serial) and one document a
 # thread, the same store bytes; then a random 1.5B-parameter model (width 2,048,
 # 16 layers, bf16) with 8 demo documents, all 8 asked once (access counts), and
 # lazyquery's start-up preload timed as the process wall time with it minus
@@ -15,9 +15,10 @@ mkdir -p "$OUT"
 now() { date +%s.%N; }
 for serial in 1 0; do
     rm -rf "$OUT/demo-$serial"
-    LAZY_INGEST_SERIAL=$serial "$B/lazyingest" --json $TH --model models/default.gguf --store "$OUT/demo-$serial" \
+    SER=""; [ "$serial" = 1 ] && SER=--serial
+    "$B/lazyingest" $SER --json $TH --model models/default.gguf --store "$OUT/demo-$serial" \
         datasets/demo/corpus.jsonl > "$OUT/demo-$serial.json" || exit 1
-    python3 -c "import json; j=json.load(open('$OUT/demo-$serial.json')); print('demo ingest, LAZY_INGEST_SERIAL=$serial: %d tok/s, forward %.2f s, packing %.2f s, wall %.2f s, %d encoders, %d stored bytes' % (j['tokens_per_s'], j['forward_s'], j['pack_s'], j['wall_s'], j['encoders'], j['stored_bytes']))"
+    python3 -c "import json; j=json.load(open('$OUT/demo-$serial.json')); print('demo ingest, serial=$serial: %d tok/s, forward %.2f s, packing %.2f s, wall %.2f s, %d encoders, %d stored bytes' % (j['tokens_per_s'], j['forward_s'], j['pack_s'], j['wall_s'], j['encoders'], j['stored_bytes']))"
 done
 "$B/lazy-mkmodel" -o "$OUT/m1b.gguf" --dim 2048 --layers 16 --heads 32 --kv-heads 8 --head-dim 64 --ffn 8192 \
     --vocab 128256 --llama3-freqs --theta 500000 --type bf16 || exit 1

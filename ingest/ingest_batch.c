@@ -147,7 +147,7 @@ static int commit_held(ingest *g)
 }
 
 /* Hands the batch just encoded to the payload writer (a thread; this one when
- * LAZY_INGEST_SYNC_COMMIT=1 or no thread starts) and starts a new batch. */
+ * --sync-commit or no thread starts) and starts a new batch. */
 static int start_commit(ingest *g)
 {
     if (!g->n_docs && !g->n_src && !g->n_keep) return 0;

@@ -128,7 +128,7 @@ typedef struct {
     int n_keep, cap_keep;
     int64_t batch_tokens;
     /* the batch before: its payloads written on wthread (writing) while this one is encoded, its
-     * rows committed at the next commit (held_pending); LAZY_INGEST_SYNC_COMMIT=1: at once */
+     * rows committed at the next commit (held_pending); --sync-commit: at once */
     batch_arrays held;
     int held_pending, writing, sync_commit;
     pthread_t wthread;

@@ -60,6 +60,24 @@ static inline const char *lz_test_tmpdir(char *buf, size_t n)
     return mkdtemp(buf);
 }
 
+/* Writes text to dir/name and returns that path (one of 8 rotating static
+ * buffers, so a few can be held at once); a file that cannot be written is a
+ * failed check. */
+static inline const char *lz_test_write_file(const char *dir, const char *name, const char *text)
+{
+    static char paths[8][600];
+    static int k;
+    char *p = paths[k++ % 8];
+    snprintf(p, sizeof paths[0], "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    CHECK(f != NULL, "cannot write %s", p);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    return p;
+}
+
 /* max |a - b| / max |b| over n values (relative difference of two outputs). */
 static inline double lz_test_rel_diff(const float *a, const float *b, int n)
 {

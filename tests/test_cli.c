@@ -74,21 +74,6 @@ static int count_char(const char *s, char c)
     return n;
 }
 
-/* The text of path written, for standard input. */
-static const char *write_file(const char *name, const char *text)
-{
-    static char paths[8][400];
-    static int k;
-    char *p = paths[k++ % 8];
-    snprintf(p, 400, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-    return p;
-}
-
 /* ---- in-process: the env struct, the number helpers ---- */
 
 typedef struct {
@@ -200,7 +185,7 @@ static void test_numbers(void)
     /* reading a file and standard input ('-') */
     char err[256];
     size_t len = 0;
-    const char *p = write_file("read.txt", "one\ntwo\n");
+    const char *p = lz_test_write_file(dir, "read.txt", "one\ntwo\n");
     char *s = lz_cli_read_file(p, &len, err, sizeof err);
     CHECK(s && len == 8 && !strcmp(s, "one\ntwo\n"), "a whole file");
     free(s);
@@ -342,7 +327,7 @@ static void test_options(void)
     CHECK(run(NULL, g2) == 0, "lazygen with --model=, --prompt=, -n5: %s", errs);
     snprintf(ids_b, sizeof ids_b, "%.250s", out);
     const char *g3[] = {"lazygen", "-m", model, "-p", "-", "--max-tokens", "5", "--ids", "-t1", NULL};
-    CHECK(run(write_file("prompt.txt", "river castle"), g3) == 0, "lazygen -p - (standard input): %s", errs);
+    CHECK(run(lz_test_write_file(dir, "prompt.txt", "river castle"), g3) == 0, "lazygen -p - (standard input): %s", errs);
     snprintf(ids_c, sizeof ids_c, "%.250s", out);
     CHECK(rc == 0 && strstr(ids_a, "prompt:") && strstr(ids_a, "output:") && !strcmp(ids_a, ids_b) &&
               !strcmp(ids_a, ids_c),
@@ -358,7 +343,7 @@ static void test_options(void)
     const char *gp = strstr(out, "\"greedy\"");
     if (gp) snprintf(greedy, sizeof greedy, "%.*s", (int)strcspn(gp, "]"), gp);
     const char *l2[] = {"lazy-logits", "-m", model, "--ids-file", "-", "--max-tokens=3", "--no-logits", NULL};
-    int rc2 = run(write_file("ids.txt", "1, 5, 9\n"), l2);
+    int rc2 = run(lz_test_write_file(dir, "ids.txt", "1, 5, 9\n"), l2);
     gp = strstr(out, "\"greedy\"");
     CHECK(rc == 0 && rc2 == 0 && greedy[0] && gp && !strncmp(gp, greedy, strlen(greedy)),
           "lazy-logits --ids-file - reads standard input: %s", errs);
@@ -383,7 +368,7 @@ static void test_question_args(void)
     rc = run(NULL, a3);
     CHECK(rc == 0 && strstr(out, "\"question\":\"castle?\""), "options after the question: exit %d: %s", rc, errs);
     /* '-': the questions from standard input, one a line */
-    const char *qin = write_file("questions.txt", "river?\n\ncastle?\n-apple?\n");
+    const char *qin = lz_test_write_file(dir, "questions.txt", "river?\n\ncastle?\n-apple?\n");
     const char *a4[] = {"lazyquery", "-s", store, "-m", model, "-n", "2", "--json", "-", NULL};
     rc = run(qin, a4);
     CHECK(rc == 0 && count_char(out, '\n') == 3 && strstr(out, "\"question\":\"river?\"") &&
@@ -393,21 +378,21 @@ static void test_question_args(void)
     rc = run(qin, a5);
     CHECK(rc == 0 && count_char(out, '\n') == 3, "lazyquery -q -: one answer line a question: %d: %s", rc, out);
     /* --questions - reads JSONL from standard input; a question beside it is refused */
-    const char *jq = write_file("q.jsonl", "{\"id\": \"a\", \"question\": \"river?\"}\n");
+    const char *jq = lz_test_write_file(dir, "q.jsonl", "{\"id\": \"a\", \"question\": \"river?\"}\n");
     const char *a6[] = {"lazyquery", "-s", store, "-m", model, "-n", "2", "--questions", "-", NULL};
     rc = run(jq, a6);
     CHECK(rc == 0 && strstr(out, "\"id\":\"a\""), "--questions -: exit %d: %s %s", rc, out, errs);
     const char *a7[] = {"lazyquery", "-s", store, "--questions", "-", "river?", NULL};
     CHECK(run(jq, a7) == 2 && strstr(errs, "give one of them"), "a question and --questions: %s", errs);
     /* a question that gets no answer: exit 2, the others answered */
-    const char *qe = write_file("qe.jsonl", "{\"question\": \"river?\"}\n{\"question\": \"\"}\n");
+    const char *qe = lz_test_write_file(dir, "qe.jsonl", "{\"question\": \"river?\"}\n{\"question\": \"\"}\n");
     const char *a8[] = {"lazyquery", "-s", store, "-m", model, "-n", "2", "--questions", qe, NULL};
     rc = run(NULL, a8);
     CHECK(rc == 2 && strstr(out, "\"answer\"") && strstr(errs, "empty"), "an empty question in the file: exit %d: %s",
           rc, errs);
     /* no question at all: a usage error */
     const char *a9[] = {"lazyquery", "-s", store, "-m", model, NULL};
-    CHECK(run(write_file("empty.txt", ""), a9) == 2 && strstr(errs, "no question given"), "no question: %s", errs);
+    CHECK(run(lz_test_write_file(dir, "empty.txt", ""), a9) == 2 && strstr(errs, "no question given"), "no question: %s", errs);
 }
 
 static void test_missing_store(void)
@@ -553,12 +538,12 @@ static void test_tokenizer_model(void)
     const char *t5[] = {"lazy-tokenize", "-m", model, "-d", "999999", NULL};
     CHECK(run(NULL, t5) == 2 && strstr(errs, "999999"), "an id outside the vocabulary: %s", errs);
     /* pieces: --lines, --separator, --json; '-' reads standard input */
-    const char *in = write_file("lines.txt", "river\ncastle apple\n\nnorth\n");
+    const char *in = lz_test_write_file(dir, "lines.txt", "river\ncastle apple\n\nnorth\n");
     const char *t6[] = {"lazy-tokenize", "-m", model, "--lines", "-", NULL};
     CHECK(run(in, t6) == 0 && count_char(out, '\n') == 4, "--lines: one line of ids a line: %s", out);
     char lines[1024];
     snprintf(lines, sizeof lines, "%s", out);
-    const char *in2 = write_file("sep.txt", "river@@castle apple@@@@north@@");
+    const char *in2 = lz_test_write_file(dir, "sep.txt", "river@@castle apple@@@@north@@");
     const char *t7[] = {"lazy-tokenize", "-m", model, "--separator=@@", "-", NULL};
     CHECK(run(in2, t7) == 0 && !strcmp(out, lines), "--separator gives the same pieces: %s", out);
     const char *t8[] = {"lazy-tokenize", "-m", model, "--json", "--lines", "-", NULL};
@@ -607,7 +592,7 @@ static void test_tokenizer_fixtures(void)
     const char *g2[] = {"lazygen", "-m", spm, "--tokenize", "Hello world", NULL};
     CHECK(run(NULL, g2) == 0 && !strcmp(out, "15043 3186\n"), "lazygen --tokenize, SPM vocabulary: '%s' %s", out, errs);
     const char *g3[] = {"lazygen", "-m", hf, "--tokenize", "-", NULL};
-    CHECK(run(write_file("hello.txt", "Hello world"), g3) == 0 && !strcmp(out, "9906 1917\n"),
+    CHECK(run(lz_test_write_file(dir, "hello.txt", "Hello world"), g3) == 0 && !strcmp(out, "9906 1917\n"),
           "lazygen --tokenize - with a tokenizer.json: '%s' %s", out, errs);
     /* the tokenizer_config.json beside the tokenizer.json is read (its eos is 128009) */
     const char *i1[] = {"lazy-tokenize", "-m", hf, "--info", "--json", NULL};

@@ -129,18 +129,6 @@ static long jget(const char *json, const char *key)
     return r;
 }
 
-static const char *write_text(const char *name, const char *text)
-{
-    static char path[8][300];
-    static int k;
-    char *p = path[k++ % 8];
-    snprintf(p, 300, "%s/%s", dir, name);
-    FILE *f = fopen(p, "wb");
-    fputs(text, f);
-    fclose(f);
-    return p;
-}
-
 /* A corpus of n documents; version v > 0 changes every 4th text, or every
  * text when all_change. */
 static char *make_corpus_k(int n, int v, int with_dup_content, int all_change)
@@ -377,7 +365,7 @@ static void test_incremental(void)
     char store[300];
     snprintf(store, sizeof store, "%s/inc", dir);
     char *c0 = make_corpus(40, 0, 1);
-    const char *p0 = write_text("v0.jsonl", c0);
+    const char *p0 = lz_test_write_file(dir, "v0.jsonl", c0);
     const char *a0[] = { "-m", model_a, "-s", store, "--json", "--threads", "1", p0, NULL };
     int rc = run_tool(a0, NULL, 0, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 0, "first run exit %d: %s", rc, errs);
@@ -410,7 +398,7 @@ static void test_incremental(void)
 
     /* version 1: every 4th document changed */
     char *c1 = make_corpus(40, 1, 1);
-    const char *p1 = write_text("v1.jsonl", c1);
+    const char *p1 = lz_test_write_file(dir, "v1.jsonl", c1);
     const char *a1[] = { "-m", model_a, "-s", store, "--json", "--threads", "1", p1, NULL };
     rc = run_tool(a1, NULL, 0, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 0 && jget(out, "updated") == 10 && jget(out, "unchanged") == 32 && jget(out, "added") == 0,
@@ -420,7 +408,7 @@ static void test_incremental(void)
 
     /* a shorter corpus without --prune keeps the rest; with --prune removes it */
     char *c2 = make_corpus(30, 1, 0);
-    const char *p2 = write_text("v2.jsonl", c2);
+    const char *p2 = lz_test_write_file(dir, "v2.jsonl", c2);
     const char *a2[] = { "-m", model_a, "-s", store, "--json", p2, NULL };
     rc = run_tool(a2, NULL, 0, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 0 && jget(out, "removed") == 0 && jget(out, "documents") == 42, "no prune: %s", out);
@@ -437,7 +425,7 @@ static void test_incremental(void)
     /* the first 5 records dropped: pruning would remove them */
     char *cut = c3;
     for (int i = 0; i < 5; i++) cut = strchr(cut, '\n') + 1;
-    const char *p3 = write_text("v3.jsonl", cut);
+    const char *p3 = lz_test_write_file(dir, "v3.jsonl", cut);
     const char *a4[] = { "-m", model_a, "-s", store, "--json", "--prune", p3, NULL };
     rc = run_tool(a4, NULL, 0, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 2 && jget(out, "removed") == 0 && jget(out, "documents") == 30 &&
@@ -534,7 +522,7 @@ static void test_bad_inputs(void)
 {
     char store[300];
     snprintf(store, sizeof store, "%s/bad", dir);
-    const char *p = write_text("bad.jsonl",
+    const char *p = lz_test_write_file(dir, "bad.jsonl",
                                "{\"id\": \"ok1\", \"text\": \"First good one.\"}\n"
                                "{\"id\": \"u\", \"text\": \"bad \xff utf8\"}\n"
                                "{\"id\": \"j\" \"text\": 1}\n"
@@ -562,7 +550,7 @@ static void test_bad_inputs(void)
     /* --strict: stops at line 2, line 1 committed, nothing after */
     char store2[300];
     snprintf(store2, sizeof store2, "%s/strict", dir);
-    const char *p2 = write_text("strict.jsonl", "{\"id\": \"s1\", \"text\": \"Before.\"}\n"
+    const char *p2 = lz_test_write_file(dir, "strict.jsonl", "{\"id\": \"s1\", \"text\": \"Before.\"}\n"
                                                 "{\"id\": \"s2\", \"text\": 7}\n"
                                                 "{\"id\": \"s3\", \"text\": \"After.\"}\n");
     const char *as[] = { "-m", model_a, "-s", store2, "--strict", "--json", p2, NULL };
@@ -574,7 +562,7 @@ static void test_bad_inputs(void)
     /* CSV from stdin: quotes, embedded newlines, CRLF, bad rows */
     char store3[300];
     snprintf(store3, sizeof store3, "%s/csv", dir);
-    const char *p3 = write_text("in.csv", "id,title,text\r\n"
+    const char *p3 = lz_test_write_file(dir, "in.csv", "id,title,text\r\n"
                                           "c1,One,\"Quoted, with comma.\"\r\n"
                                           "c2,,\"Two lines\r\nof text.\"\r\n"
                                           "c3,Three\r\n"
@@ -586,7 +574,7 @@ static void test_bad_inputs(void)
     CHECK(rc == 2 && r.n == 3 && jget(out, "skipped") == 2, "csv: exit %d rows %d: %s %s", rc, r.n, out, errs);
     CHECK(strstr(errs, "<stdin>:5: expected 3 fields") && strstr(errs, "<stdin>:6: malformed CSV"), "csv messages: %s",
           errs);
-    const char *p4 = write_text("nohdr.csv", "name,body\nx,y\n");
+    const char *p4 = lz_test_write_file(dir, "nohdr.csv", "name,body\nx,y\n");
     const char *an[] = { "-m", model_a, "-s", store3, p4, NULL };
     rc = run_tool(an, NULL, 0, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 1 && strstr(errs, "must name the columns id and text"), "no header: %d %s", rc, errs);
@@ -618,7 +606,7 @@ static void test_split(void)
                              i % 10 == 9 ? "\\n" : " ");
     char *rec = malloc(21000);
     sprintf(rec, "{\"id\": \"big\", \"title\": \"Long\", \"text\": \"%s\"}\n{\"id\": \"small\", \"text\": \"Tiny.\"}\n", text);
-    const char *p = write_text("long.jsonl", rec);
+    const char *p = lz_test_write_file(dir, "long.jsonl", rec);
     const char *a[] = { "-m", model_a, "-s", store, "--json", "--max-doc-tokens", "200", p, NULL };
     int rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 0, "split run: %d %s", rc, errs);
@@ -657,7 +645,7 @@ static void test_split(void)
 
     /* shrink the document: stale passages are removed without --prune */
     sprintf(rec, "{\"id\": \"big\", \"title\": \"Long\", \"text\": \"Now short.\"}\n{\"id\": \"small\", \"text\": \"Tiny.\"}\n");
-    p = write_text("long.jsonl", rec);
+    p = lz_test_write_file(dir, "long.jsonl", rec);
     rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
     read_rows(store, &r);
     CHECK(rc == 0 && r.n == 2 && find_row(&r, "big") >= 0 && jget(out, "removed") == parts,
@@ -673,7 +661,7 @@ static void test_f32_store(void)
     char store[300];
     snprintf(store, sizeof store, "%s/f32", dir);
     char *c = make_corpus(6, 0, 0);
-    const char *p = write_text("f32.jsonl", c);
+    const char *p = lz_test_write_file(dir, "f32.jsonl", c);
     const char *a[] = { "-m", model_a, "-s", store, "--json", "--threads", "1", "--kv-dtype", "f32", p, NULL };
     int rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 0 && jget(out, "added") == 6, "f32 ingest: %s %s", out, errs);
@@ -737,7 +725,7 @@ static void test_crash(void)
     char store[300];
     snprintf(store, sizeof store, "%s/crash", dir);
     char *cv[2] = { make_corpus_k(80, 0, 0, 1), make_corpus_k(70, 1, 1, 1) };
-    const char *pv[2] = { write_text("crash0.jsonl", cv[0]), write_text("crash1.jsonl", cv[1]) };
+    const char *pv[2] = { lz_test_write_file(dir, "crash0.jsonl", cv[0]), lz_test_write_file(dir, "crash1.jsonl", cv[1]) };
     /* expected final contents per version */
     rows want[2];
     for (int v = 0; v < 2; v++) {
@@ -817,7 +805,7 @@ static void test_disk_full(void)
     char ref[300], store[300];
     snprintf(ref, sizeof ref, "%s/full-ref", dir);
     char *cv = make_corpus_k(80, 0, 0, 1);
-    const char *pv = write_text("full.jsonl", cv);
+    const char *pv = lz_test_write_file(dir, "full.jsonl", cv);
     static rows want, mid;
     const char *a0[] = { "-m", model_a, "-s", ref, "--quiet", "--batch-tokens", "256", pv, NULL };
     CHECK(run_tool(a0, NULL, 0, out, sizeof out, errs, sizeof errs) == 0, "disk full: reference run: %s", errs);
@@ -1029,7 +1017,7 @@ static void test_parallel(void)
     snprintf(par, sizeof par, "%s/par", dir);
     snprintf(pas, sizeof pas, "%s/pas", dir);
     char *c0 = make_corpus(40, 3, 1);
-    const char *p0 = write_text("par.jsonl", c0);
+    const char *p0 = lz_test_write_file(dir, "par.jsonl", c0);
     /* --sync-commit: and each batch's payloads written before the next batch */
     const char *as[] = { "-m", model_a, "-s", ser, "--json", "--threads", "2", "--batch-tokens", "300", "--serial",
                          "--sync-commit", p0, NULL };

@@ -184,11 +184,8 @@ int main(int argc, char **argv)
     const char *dir = NULL, *out = NULL;
     int outtype = -1, quiet = 0, opt;
     static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {"output", required_argument, NULL, 'o'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"type", required_argument, NULL, 'T'},
+        LZ_CLI_OPT_HELP, LZ_CLI_OPT_OUTPUT, LZ_CLI_OPT_QUIET,
+        LZ_OPT_ARG("type", 'T'),
         {"outtype", required_argument, NULL, 'T'}, /* the earlier name (llama.cpp's convert script's) */
         {NULL, 0, NULL, 0}};
     static const char *const types[] = {"f32", "f16", "bf16", NULL};

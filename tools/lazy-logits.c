@@ -103,17 +103,10 @@ int main(int argc, char **argv)
     int with_logits = 1;
     enum { O_IDS = 256, O_IDS_FILE, O_POS0, O_BATCH, O_NO_LOGITS, O_TOKENIZE_FILE };
     static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {"model", required_argument, NULL, 'm'},
-        {"max-tokens", required_argument, NULL, 'n'},
-        {"threads", required_argument, NULL, 't'},
-        {"ids", required_argument, NULL, O_IDS},
-        {"ids-file", required_argument, NULL, O_IDS_FILE},
-        {"pos0", required_argument, NULL, O_POS0},
-        {"batch", required_argument, NULL, O_BATCH},
-        {"no-logits", no_argument, NULL, O_NO_LOGITS},
-        {"tokenize-file", required_argument, NULL, O_TOKENIZE_FILE},
+        LZ_CLI_OPT_HELP, LZ_CLI_OPT_MODEL, LZ_CLI_OPT_MAX_TOKENS, LZ_CLI_OPT_THREADS,
+        LZ_OPT_ARG("ids", O_IDS), LZ_OPT_ARG("ids-file", O_IDS_FILE), LZ_OPT_ARG("pos0", O_POS0),
+        LZ_OPT_ARG("batch", O_BATCH), LZ_OPT_FLAG("no-logits", O_NO_LOGITS),
+        LZ_OPT_ARG("tokenize-file", O_TOKENIZE_FILE),
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = lz_cli_getopt(argc, argv, "hVm:n:t:", longopts)) != -1) {

@@ -43,24 +43,13 @@ int main(int argc, char **argv)
     enum { O_DIM = 256, O_LAYERS, O_HEADS, O_KV_HEADS, O_HEAD_DIM, O_FFN, O_VOCAB, O_CTX, O_SEED, O_THETA, O_TYPE,
            O_TIED, O_LLAMA3, O_PRESET };
     static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {"output", required_argument, NULL, 'o'},
-        {"dim", required_argument, NULL, O_DIM},
-        {"layers", required_argument, NULL, O_LAYERS},
-        {"heads", required_argument, NULL, O_HEADS},
-        {"kv-heads", required_argument, NULL, O_KV_HEADS},
-        {"head-dim", required_argument, NULL, O_HEAD_DIM},
-        {"ffn", required_argument, NULL, O_FFN},
-        {"vocab", required_argument, NULL, O_VOCAB},
-        {"ctx", required_argument, NULL, O_CTX},
-        {"seed", required_argument, NULL, O_SEED},
-        {"theta", required_argument, NULL, O_THETA},
-        {"type", required_argument, NULL, O_TYPE},
+        LZ_CLI_OPT_HELP, LZ_CLI_OPT_OUTPUT,
+        LZ_OPT_ARG("dim", O_DIM), LZ_OPT_ARG("layers", O_LAYERS), LZ_OPT_ARG("heads", O_HEADS),
+        LZ_OPT_ARG("kv-heads", O_KV_HEADS), LZ_OPT_ARG("head-dim", O_HEAD_DIM), LZ_OPT_ARG("ffn", O_FFN),
+        LZ_OPT_ARG("vocab", O_VOCAB), LZ_OPT_ARG("ctx", O_CTX), LZ_OPT_ARG("seed", O_SEED),
+        LZ_OPT_ARG("theta", O_THETA), LZ_OPT_ARG("type", O_TYPE),
         {"outtype", required_argument, NULL, O_TYPE}, /* lazy-convert's name for it */
-        {"tied", no_argument, NULL, O_TIED},
-        {"llama3-freqs", no_argument, NULL, O_LLAMA3},
-        {"preset", required_argument, NULL, O_PRESET},
+        LZ_OPT_FLAG("tied", O_TIED), LZ_OPT_FLAG("llama3-freqs", O_LLAMA3), LZ_OPT_ARG("preset", O_PRESET),
         {NULL, 0, NULL, 0}};
     static const char *const types[] = {"f32", "f16", "bf16", "q8_0", NULL}, *const presets[] = {"tiny", "100m", NULL};
     static const uint32_t type_ids[] = {LZ_GGML_F32, LZ_GGML_F16, LZ_GGML_BF16, LZ_GGML_Q8_0};

@@ -130,16 +130,10 @@ int main(int argc, char **argv)
     int bos = 0, special = 0, decode = 0, info = 0, json = 0, c;
     enum { O_BOS = 256, O_SPECIAL, O_LINES, O_SEP, O_INFO, O_JSON };
     static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {"model", required_argument, NULL, 'm'},
-        {"decode", no_argument, NULL, 'd'},
-        {"bos", no_argument, NULL, O_BOS},
-        {"special", no_argument, NULL, O_SPECIAL},
-        {"lines", no_argument, NULL, O_LINES},
-        {"separator", required_argument, NULL, O_SEP},
-        {"info", no_argument, NULL, O_INFO},
-        {"json", no_argument, NULL, O_JSON},
+        LZ_CLI_OPT_HELP, LZ_CLI_OPT_MODEL,
+        LZ_OPT_FLAG("decode", 'd'), LZ_OPT_FLAG("bos", O_BOS), LZ_OPT_FLAG("special", O_SPECIAL),
+        LZ_OPT_FLAG("lines", O_LINES), LZ_OPT_ARG("separator", O_SEP), LZ_OPT_FLAG("info", O_INFO),
+        LZ_OPT_FLAG("json", O_JSON),
         {NULL, 0, NULL, 0}};
     while ((c = lz_cli_getopt(argc, argv, "hVm:d", longopts)) != -1) {
         switch (c) {

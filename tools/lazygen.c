@@ -82,25 +82,16 @@ int main(int argc, char **argv)
     enum { O_TEMP = 256, O_TOP_P, O_SEED, O_BATCH, O_TOKENIZE, O_IDS, O_TIMINGS, O_NO_BOS, O_SPECIAL, O_CHAT, O_NO_CHAT,
            O_SYSTEM };
     static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {"model", required_argument, NULL, 'm'},
-        {"prompt", required_argument, NULL, 'p'},
-        {"max-tokens", required_argument, NULL, 'n'},
+        LZ_CLI_OPT_HELP, LZ_CLI_OPT_MODEL,
+        LZ_OPT_ARG("prompt", 'p'),
+        LZ_CLI_OPT_MAX_TOKENS,
         {"n-predict", required_argument, NULL, 'n'}, /* the earlier name */
-        {"threads", required_argument, NULL, 't'},
-        {"temp", required_argument, NULL, O_TEMP},
-        {"top-p", required_argument, NULL, O_TOP_P},
-        {"seed", required_argument, NULL, O_SEED},
-        {"batch", required_argument, NULL, O_BATCH},
-        {"tokenize", required_argument, NULL, O_TOKENIZE},
-        {"ids", no_argument, NULL, O_IDS},
-        {"timings", no_argument, NULL, O_TIMINGS},
-        {"no-bos", no_argument, NULL, O_NO_BOS},
-        {"special", no_argument, NULL, O_SPECIAL},
-        {"chat", no_argument, NULL, O_CHAT},
-        {"no-chat", no_argument, NULL, O_NO_CHAT},
-        {"system", required_argument, NULL, O_SYSTEM},
+        LZ_CLI_OPT_THREADS,
+        LZ_OPT_ARG("temp", O_TEMP), LZ_OPT_ARG("top-p", O_TOP_P), LZ_OPT_ARG("seed", O_SEED),
+        LZ_OPT_ARG("batch", O_BATCH), LZ_OPT_ARG("tokenize", O_TOKENIZE), LZ_OPT_FLAG("ids", O_IDS),
+        LZ_OPT_FLAG("timings", O_TIMINGS), LZ_OPT_FLAG("no-bos", O_NO_BOS),
+        LZ_OPT_FLAG("special", O_SPECIAL), LZ_OPT_FLAG("chat", O_CHAT), LZ_OPT_FLAG("no-chat", O_NO_CHAT),
+        LZ_OPT_ARG("system", O_SYSTEM),
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = lz_cli_getopt(argc, argv, "hVm:p:n:t:", longopts)) != -1) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "dev/cuda/cta_clock.cuh"
+#include "tests/cuda/cuda_check.h"
 
 __device__ CtaClock g_clk[CTA_CLOCK_CTAS];
 
@@ -27,15 +28,6 @@ __global__ void demo_kernel(const float *x, float *y, int per_cta)
     if ((threadIdx.x & 31) == 0) atomicAdd(&y[blockIdx.x], s);
     CTA_CLOCK_END(c, g_clk, 4);
 }
-
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 int main(int argc, char **argv)
 {
