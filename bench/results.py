@@ -11,12 +11,12 @@ Usage: python3 bench/results.py            rewrite RESULTS.md
        options: --md PATH (default bench/RESULTS.md), --dir DIR (default bench/results)
 
 Blocks:
-  kernels  kernels.json: what bench/kernels/bench_kernels.cu writes (device, copy_tbs,
+  kernels  kernels.json: what build/cuda/kernels_check perf writes (device, copy_tbs,
            results[] of kind decode / prefill / prefill_self0), with the top-level keys
            command, machine, date (and optionally source, note) added by hand;
            sdpa.json: the torch SDPA peer of the same call (results[] of kind decode or
            prefill with B/M, N, sdpa_us, variants_us);
-           kernels-pool-*.json (optional): more bench_kernels processes whose lazy / twin
+           kernels-pool-*.json (optional): more kernels_check perf processes whose lazy / twin
            pairs (overhead_pairs_pct) are pooled with kernels.json's for the 95% interval.
 Standard library only. Exit status: 0 done (or --check clean), 1 --check found a
 difference, 2 an input is missing or malformed (the message names the file).
@@ -215,7 +215,7 @@ def kernels_block(rdir):
         if isinstance(sdoc.get("torch"), str):
             line += ", torch %s" % sdoc["torch"]
         line += "."
-    line += " Copy bandwidth (1 GiB device to device, bytes read + written): %.2f TB/s (bench_kernels)" % copy
+    line += " Copy bandwidth (1 GiB device to device, bytes read + written): %.2f TB/s (kernels_check)" % copy
     if sdoc is not None and isinstance(sdoc.get("copy_tbs"), (int, float)):
         line += ", %.2f TB/s (torch)" % sdoc["copy_tbs"]
     out.append(prose(line + "."))

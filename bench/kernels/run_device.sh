@@ -8,7 +8,8 @@
 # LZ_BENCH_ROUNDS=R times R lazy / twin pairs per shape (default 3; the table
 # then gives the per-pair overhead's median and range; overhead.md its 95%
 # confidence interval, from overhead_ci.py).
-# Writes OUTDIR/gpu.txt, test.log, ours.json, bench.log, overhead.md, table.md, ptxas.txt.
+# Writes OUTDIR/gpu.txt, test.log, ours.json, bench.log, overhead.md, table.md, sdpa.json, ptxas.txt
+# (ours.json and sdpa.json are what bench/results.py reads: copy them to bench/results/).
 OUT=${1:-${OUT:-/tmp/out}}
 B=${B:-build/cuda} # B=DIR runs the binaries of another build
 mkdir -p "$OUT"

@@ -10,6 +10,7 @@ Usage: python3 sdpa_peer.py ours.json table.md
 Shapes: H = 32 query heads, KV = 8 kv heads, d = 128, bf16.
 """
 import json
+import os
 import statistics
 import sys
 
@@ -121,6 +122,11 @@ ISSUE = {("decode", 16, 4096): "3.08 TB/s", ("decode", 64, 2048): "3.63 TB/s",
          ("prefill", 128, 4096): "79 us", ("prefill", 2048, 0): "305 TFLOP/s"}
 
 
+def var_dict(var):
+    """'gqa=70.1 fold=70.2' -> {"gqa": 70.1, "fold": 70.2}"""
+    return {k: float(v) for k, v in (w.split("=") for w in var.split())}
+
+
 def overhead(r):
     """lazy overhead of the best medians, plus the per-pair median and range when the bench gave them"""
     o = "%+.2f%%" % (100 * (r["lazy_us"] / r["twin_us"] - 1))
@@ -134,15 +140,16 @@ def main():
     ours = json.load(open(sys.argv[1]))
     out = open(sys.argv[2], "w")
     print("torch", torch.__version__, torch.cuda.get_device_name(), file=out)
-    cbw = copy_tbs()
+    cbw = cbw_torch = copy_tbs()
     print("copy: ours %.2f TB/s, torch %.2f TB/s (bytes read + written)\n" % (ours["copy_tbs"], cbw), file=out)
     cbw = ours["copy_tbs"]
     print("| decode shape | split | ours lazy us | twin us | SDPA us (best) | ours TB/s | SDPA TB/s | ours % copy | vs SDPA | lazy overhead | SDPA variants us | issue's SDPA |", file=out)
     print("|---|---|---|---|---|---|---|---|---|---|---|---|", file=out)
-    rows_p = []
+    rows_p, peer = [], []
     for r in ours["results"]:
         if r["kind"] == "decode":
             s, var = decode(r["B"], r["N"])
+            peer.append({"kind": "decode", "B": r["B"], "N": r["N"], "sdpa_us": round(s, 2), "variants_us": var_dict(var)})
             tb = r["bytes"] / r["lazy_us"] / 1e6
             ts = r["bytes"] / s / 1e6
             print("| B=%d x %d keys | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f%% | %.2fx | %s | %s | %s |" % (
@@ -155,6 +162,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|", file=out)
     for r in rows_p:
         s, var = prefill(r["M"], r["N"])
+        peer.append({"kind": "prefill", "M": r["M"], "N": r["N"], "sdpa_us": round(s, 2), "variants_us": var_dict(var)})
         name = ("causal %d (ingest)" % r["M"]) if r["N"] == 0 else ("%d rows x %d keys" % (r["M"], r["N"]))
         print("| %s | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.2fx | %s | %s | %s |" % (
             name, r["split"], r["lazy_us"], r["twin_us"], s, r["flops"] / r["lazy_us"] / 1e6,
@@ -166,6 +174,10 @@ def main():
                   "twin %.1f us, lazy overhead %s" % (r["M"], r["lazy_us"], r["twin_us"], overhead(r)), file=out)
     out.close()
     print(open(sys.argv[2]).read())
+    # the same figures as JSON beside the table, in the format bench/results.py reads (bench/results/sdpa.json)
+    with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[2])), "sdpa.json"), "w") as f:
+        json.dump({"command": "python3 bench/kernels/sdpa_peer.py OUT/ours.json OUT/table.md", "torch": torch.__version__,
+                   "copy_tbs": round(cbw_torch, 2), "results": peer}, f, indent=1)
 
 
 if __name__ == "__main__":
