@@ -1,6 +1,6 @@
 """abn_summary.py - per build and shape, the lazy overhead range and the lazy / twin
 times (min..max over rounds) of an abn_device.sh output directory, one line each, so
-that a device call returns a few lines instead of every round's log. BUILD as given
+that a run on the GPU machine returns a few lines instead of every round's log. BUILD as given
 to abn_device.sh (a folder such as build/cuda too).
 
 Usage: python3 bench/kernels/abn_summary.py OUTDIR BUILD [BUILD ...]
