@@ -17,7 +17,7 @@ NVFLAGS  := -O3 -std=c++17 -I. -lineinfo -Xptxas -v \
             -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 
 # The library's folders, lowest layer first (ARCHITECTURE.md).
-LIB_DIRS  := base formats tokenizer model kernels store ingest query
+LIB_DIRS  := base formats tokenizer model kernels cache store ingest query
 # Programs: files with a main(). Everything else under the module folders is library code.
 BIN_SRCS  := $(wildcard tools/*.c) $(wildcard ingest/lazyingest.c) $(wildcard query/lazyquery.c)
 LIB_SRCS  := $(filter-out $(BIN_SRCS), $(foreach m,$(LIB_DIRS),$(wildcard $(m)/*.c)))

@@ -1,5 +1,5 @@
 /* bench_cache.c - document cache hit rates per mode under a Zipf query
- * stream, using the product's own cache (query/doc_cache.c) and the keys each
+ * stream, using the product's own cache (cache/doc_cache.c) and the keys each
  * mode uses: lazy (one entry per document), block (one per document AND
  * offset), prefix (one per exact chain of preceding documents). Each query
  * retrieves k distinct documents drawn by Zipf(alpha) popularity and places
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "base/sha256.h"
-#include "query/doc_cache.h"
+#include "cache/doc_cache.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint64_t next(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }

@@ -1,17 +1,24 @@
 /* doc_cache.h - the KV cache of documents under a byte budget, with a
- * frequency-aware policy for Zipf-skewed popularity.
+ * frequency-aware policy for Zipf-skewed popularity (or LRU, to compare).
  *
  * Entries are immutable blobs (a document's decoded K/V, or in `block` mode a
  * re-rotated copy for one offset) named by a key of up to 80 bytes. Every
  * access bumps the key's frequency (kept also for keys not in the cache, so
  * a document proves its popularity before it displaces others); priors come
- * from the persisted hit counts in SQLite. Admission (TinyLFU style): a new
- * entry enters only if its frequency exceeds that of every entry it would
- * evict; eviction takes the least frequent first (ties: least recent).
- * Frequencies halve every `aging_period` accesses so the cache follows drift.
+ * from the persisted hit counts in SQLite. The policy is size-aware: an
+ * entry's value is its frequency per byte (expected hits per byte of budget).
+ * Eviction takes the least valuable unpinned entries first (ties: least
+ * recent), as many as a newcomer needs; admission (TinyLFU style): the
+ * newcomer enters only if its frequency is at least the sum of those
+ * victims' frequencies. Frequencies halve every aging period (8 x 64 Ki
+ * accesses unless set) so the cache follows drift. doc_cache.c's header
+ * gives the measurements behind the rule (bench/bench_workload.c).
+ *
+ * LRU (lz_doc_cache_set_policy): every miss is admitted and the least
+ * recently used unpinned entries leave, as a plain LRU cache does.
  *
  * The cache owns nothing of the value but the pointer: a free callback
- * releases it on eviction (host memory today, device memory with CUDA).
+ * releases it on eviction (host memory in query/, device memory in gpu/).
  */
 #ifndef LZ_DOC_CACHE_H
 #define LZ_DOC_CACHE_H
@@ -19,7 +26,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define LZ_DOC_CACHE_KEY_MAX 80
+
+/* Admission and eviction: by access frequency (default) or by recency. */
+typedef enum { LZ_CACHE_LFU = 0, LZ_CACHE_LRU = 1 } lz_cache_policy;
+/* "lfu" / "lru" and back; parse returns -1 for another name. */
+const char *lz_cache_policy_name(int policy);
+int lz_cache_policy_parse(const char *name);
 
 typedef struct lz_doc_cache lz_doc_cache;
 
@@ -36,6 +53,23 @@ typedef struct {
  * values (may be NULL). */
 lz_doc_cache *lz_doc_cache_new(size_t budget, void (*free_value)(void *value, void *ctx), void *ctx);
 void lz_doc_cache_free(lz_doc_cache *c); /* frees every value; NULL is a no-op */
+/* Chooses the policy (before the first access; LFU when never called). */
+void lz_doc_cache_set_policy(lz_doc_cache *c, lz_cache_policy policy);
+/* Changes the budget. Lowering it evicts nothing by itself: lz_doc_cache_trim
+ * does (e.g. after the next request's lookups have pinned what it uses);
+ * until then puts that need room evict as usual. */
+void lz_doc_cache_set_budget(lz_doc_cache *c, size_t budget);
+/* Evicts unpinned entries, in the policy's order (LFU: least frequency per
+ * byte; LRU: least recent), until the bytes used fit the budget, or every
+ * unpinned entry is gone. Returns how many were evicted. */
+int64_t lz_doc_cache_trim(lz_doc_cache *c);
+/* Accesses between halvings of every frequency (0: the default, 8 x 64 Ki). */
+void lz_doc_cache_set_aging(lz_doc_cache *c, uint64_t period);
+/* The frequency estimate of key (the sketch's count-min), without an access. */
+double lz_doc_cache_freq(const lz_doc_cache *c, const void *key, size_t key_len);
+/* Removes key and frees its value; 1 when it was cached (e.g. its bytes
+ * turned out bad), 0 when not. Pinned entries are removed too. */
+int lz_doc_cache_remove(lz_doc_cache *c, const void *key, size_t key_len);
 
 /* Starts a request: entries it gets or puts from now on are pinned (never
  * evicted) until the next lz_doc_cache_begin, so a request can use several
@@ -61,5 +95,9 @@ int lz_doc_cache_put(lz_doc_cache *c, const void *key, size_t key_len, void *val
 int lz_doc_cache_preload(lz_doc_cache *c, const void *key, size_t key_len, void *value, size_t bytes);
 
 void lz_doc_cache_get_stats(const lz_doc_cache *c, lz_doc_cache_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* LZ_DOC_CACHE_H */

@@ -127,6 +127,7 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     if (g->hlogits) cudaFreeHost(g->hlogits);
     if (g->hids) cudaFreeHost(g->hids);
     if (g->decode) cudaGraphExecDestroy(g->decode);
+    lz_doc_cache_free(g->pol); /* drops the admitted docs through doc_evicted */
     for (int i = 0; i < g->n_docs; i++) doc_free(&g->docs[i]);
     free(g->docs);
     cudaFree(g->qsegs);

@@ -15,6 +15,7 @@
 #define LZ_LLAMA_CUDA_H
 
 #include "model/llama.h"
+#include "cache/doc_cache.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,9 +71,10 @@ int lz_llama_gpu_encoded_mass(const lz_llama_gpu *g, int i, float *mass);
  * and cached documents as lz_kv_segment, bf16 or fp32, packed per-head kept
  * counts allowed, each with its missing rotation rot) and starts an own
  * sequence at position pos0. A segment with a key (keys[i], a 32-byte
- * content digest; keys or keys[i] NULL: none) stays on the device for later
- * questions within lz_llama_gpu_set_cache's budget, least recently used out
- * first; one without is uploaded for this question only; step runs ids[0..n) after them and after the
+ * content digest; keys or keys[i] NULL: none) is offered to the device cache
+ * (cache/doc_cache.h: lz_llama_gpu_set_cache's budget, lz_llama_gpu_set_cache_policy's
+ * policy), which keeps it for later questions or not; one without a key, or
+ * one the policy turns away, is uploaded for this question only; step runs ids[0..n) after them and after the
  * sequence's earlier tokens (lz_prefill_lazy: keys never rotated, the query
  * once per segment), appends their K/V to the sequence and writes the last
  * row's logits (V floats) to logits when not NULL. lz_llama_gpu_new's
@@ -97,13 +99,19 @@ int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *logits, cha
 int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *prefix, const uint8_t prefix_key[32],
                              const int *const *ids, const int *n, const uint8_t *const *keys, int n_docs, char *err,
                              size_t errlen);
-/* Device bytes the keyed segments may keep (default: half the memory free after the weights). */
-void lz_llama_gpu_set_cache(lz_llama_gpu *g, size_t bytes);
+/* Device bytes the keyed segments may keep (default: half the memory free after the
+ * weights), clamped to what the device has free less 1 GiB of working room; returns the
+ * budget in force. */
+size_t lz_llama_gpu_set_cache(lz_llama_gpu *g, size_t bytes);
 /* 1 when a segment with content key is resident (begin may then be handed
  * that segment without its data: only rot is read), else 0. */
 int lz_llama_gpu_resident(const lz_llama_gpu *g, const uint8_t key[32]);
+/* The device cache's policy: LZ_CACHE_LFU (default) or LZ_CACHE_LRU (cache/doc_cache.h). */
+void lz_llama_gpu_set_cache_policy(lz_llama_gpu *g, int policy);
 /* Segment lookups that found their key resident / uploaded it; bytes resident. */
 void lz_llama_gpu_cache_stats(const lz_llama_gpu *g, long *hits, long *misses, size_t *bytes);
+/* The device cache policy's own counts (admitted, rejected, evicted, bytes). */
+void lz_llama_gpu_cache_policy_stats(const lz_llama_gpu *g, lz_doc_cache_stats *st);
 
 #ifdef __cplusplus
 }

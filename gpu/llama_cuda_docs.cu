@@ -3,8 +3,9 @@
  * packed heads padded per layer), or recomputed there from their token ids
  * exactly as lazyingest encoded them (lz_llama_gpu_encode_keep: a batch of
  * whole documents, each with its own causal attention over the prefix on a
- * side stream); keyed by their payload, the least recently used out beyond
- * the cache budget. State: llama_gpu.cuh. */
+ * side stream); keyed by their payload and kept within the cache budget by
+ * cache/'s policy (frequency-aware admission and eviction, or LRU), the
+ * question's own documents pinned while it runs. State: llama_gpu.cuh. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,7 +112,43 @@ static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, char 
     return 0;
 }
 
-extern "C" void lz_llama_gpu_set_cache(lz_llama_gpu *g, size_t bytes) { g->cache_bytes = bytes; }
+/* The policy evicted doc id: its device memory goes now. */
+static void doc_evicted(void *value, void *ctx)
+{
+    lz_llama_gpu *g = (lz_llama_gpu *)ctx;
+    const uint64_t id = (uint64_t)(uintptr_t)value;
+    for (int i = 0; i < g->n_docs; i++)
+        if (g->docs[i].id == id) { doc_drop(g, i); return; }
+}
+
+/* The policy object, made at the first use with the budget and policy set so far. */
+static int ensure_policy(lz_llama_gpu *g, char *err, size_t errlen)
+{
+    if (g->pol) return 0;
+    g->pol = lz_doc_cache_new(g->cache_bytes, doc_evicted, g);
+    if (!g->pol) { snprintf(err, errlen, "out of memory"); return -1; }
+    lz_doc_cache_set_policy(g->pol, (lz_cache_policy)g->policy);
+    return 0;
+}
+
+extern "C" size_t lz_llama_gpu_set_cache(lz_llama_gpu *g, size_t bytes)
+{
+    /* at most what the device has free beside what is resident now, less 1 GiB of working room */
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+        const size_t room = free_b + g->used_bytes > ((size_t)1 << 30) ? free_b + g->used_bytes - ((size_t)1 << 30) : 0;
+        if (bytes > room) bytes = room;
+    }
+    g->cache_bytes = bytes;
+    if (g->pol) lz_doc_cache_set_budget(g->pol, bytes); /* docs past it leave after the next question's lookups */
+    return bytes;
+}
+
+extern "C" void lz_llama_gpu_set_cache_policy(lz_llama_gpu *g, int policy)
+{
+    g->policy = policy;
+    if (g->pol) lz_doc_cache_set_policy(g->pol, (lz_cache_policy)policy);
+}
 
 extern "C" void lz_llama_gpu_cache_stats(const lz_llama_gpu *g, long *hits, long *misses, size_t *bytes)
 {
@@ -120,11 +157,17 @@ extern "C" void lz_llama_gpu_cache_stats(const lz_llama_gpu *g, long *hits, long
     *bytes = g->used_bytes;
 }
 
-/* The keyed doc with content key key, or -1. */
+extern "C" void lz_llama_gpu_cache_policy_stats(const lz_llama_gpu *g, lz_doc_cache_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (g->pol) lz_doc_cache_get_stats(g->pol, st);
+}
+
+/* The doc with content key key, keyed or pending, or -1. */
 static int doc_find(const lz_llama_gpu *g, const uint8_t *key)
 {
     for (int i = 0; key && i < g->n_docs; i++)
-        if (g->docs[i].keyed && !memcmp(g->docs[i].key, key, 32)) return i;
+        if ((g->docs[i].keyed || g->docs[i].pending) && !memcmp(g->docs[i].key, key, 32)) return i;
     return -1;
 }
 
@@ -140,26 +183,46 @@ static int doc_room(lz_llama_gpu *g, char *err, size_t errlen)
     return 0;
 }
 
-/* Adds x (its id set here) for question `used`, keyed by key when not NULL. */
-static void doc_add(lz_llama_gpu *g, GpuDoc *x, const uint8_t *key, uint64_t used)
+/* Adds x (its id set here) for question `used`, with content key key (NULL:
+ * this question only); pending: kept, unkeyed, for the next begin to offer. */
+static void doc_add(lz_llama_gpu *g, GpuDoc *x, const uint8_t *key, uint64_t used, int pending)
 {
     x->used = used;
     x->id = ++g->next_id;
-    if (key) {
-        memcpy(x->key, key, 32);
-        x->keyed = 1;
-        g->used_bytes += doc_bytes(g, x);
-    }
+    if (key) memcpy(x->key, key, 32);
+    x->pending = key && pending;
     g->docs[g->n_docs++] = *x;
 }
 
+/* Offers doc i (unkeyed, with its key set) to the policy: keyed when admitted
+ * (the policy may evict others, which moves entries), else it stays for this
+ * question only. */
+static void doc_offer(lz_llama_gpu *g, int i)
+{
+    GpuDoc *x = &g->docs[i];
+    const uint64_t id = x->id;
+    uint8_t key[32];
+    memcpy(key, x->key, 32);
+    const size_t bytes = doc_bytes(g, x);
+    x->pending = 0;
+    if (lz_doc_cache_put(g->pol, key, 32, (void *)(uintptr_t)id, bytes)) {
+        for (int j = 0; j < g->n_docs; j++)
+            if (g->docs[j].id == id) {
+                g->docs[j].keyed = 1;
+                g->used_bytes += bytes;
+                break;
+            }
+    }
+}
+
 /* The doc of segment sg for this question: resident under key, else uploaded
- * (keyed ones kept within the budget, least recently used out first;
- * unkeyed ones dropped at the next question). Its id in *id; 0 or -1. */
+ * (offered to the policy, which keeps it or not; unkeyed ones are dropped at
+ * the next question). Its id in *id; 0 or -1. */
 int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, uint64_t *id, char *err, size_t errlen)
 {
-    const int at = doc_find(g, key);
-    if (at >= 0) {
+    if (ensure_policy(g, err, errlen)) return -1;
+    if (key && lz_doc_cache_get(g->pol, key, 32)) { /* admitted earlier: pinned for this question now */
+        const int at = doc_find(g, key);
         GpuDoc *x = &g->docs[at];
         x->used = g->question;
         if (x->fresh) g->misses++; /* recomputed for this question: not found, made */
@@ -168,15 +231,44 @@ int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, uint64
         *id = x->id;
         return 0;
     }
+    int at = doc_find(g, key);
+    if (at >= 0 && g->docs[at].keyed) { /* already taken by this question (a repeated segment) */
+        *id = g->docs[at].id;
+        return 0;
+    }
     if (key) g->misses++;
-    GpuDoc x;
-    if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, err, errlen)) return -1;
-    doc_add(g, &x, key, g->question);
-    *id = x.id;
+    if (at < 0) { /* not recomputed for it either: uploaded now */
+        GpuDoc x;
+        if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, err, errlen)) return -1;
+        doc_add(g, &x, key, g->question, 0);
+        at = g->n_docs - 1;
+    }
+    GpuDoc *x = &g->docs[at];
+    x->used = g->question;
+    x->fresh = 0;
+    *id = x->id;
+    if (key) doc_offer(g, at);
+    return 0;
+}
+
+void doc_trim(lz_llama_gpu *g)
+{
+    if (g->pol) lz_doc_cache_trim(g->pol);
+}
+
+int doc_question(lz_llama_gpu *g, char *err, size_t errlen)
+{
+    if (ensure_policy(g, err, errlen)) return -1;
+    for (int i = g->n_docs - 1; i >= 0; i--) /* the previous question's unkeyed segments (not those made for this one) */
+        if (!g->docs[i].keyed && !g->docs[i].pending) doc_drop(g, i);
+    g->question++;
+    lz_doc_cache_begin(g->pol);
     return 0;
 }
 
 extern "C" int lz_llama_gpu_resident(const lz_llama_gpu *g, const uint8_t key[32]) { return doc_find(g, key) >= 0; }
+
+/* Repeated keys in one question: doc_for finds the doc taken by the first. */
 
 /* ---- documents recomputed on the query side ---- */
 
@@ -224,7 +316,7 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
         GpuDoc x;
         if (doc_room(g, err, errlen) || doc_upload(g, prefix, &x, err, errlen)) return -1;
         x.fresh = 1;
-        doc_add(g, &x, prefix_key, used);
+        doc_add(g, &x, prefix_key, used, 1);
         at = g->n_docs - 1;
     }
     g->docs[at].used = used;
@@ -279,7 +371,7 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
         for (int j = b0; j < made; j++) {
             if (ok && !doc_room(g, err, errlen)) {
                 xs[j].fresh = 1;
-                doc_add(g, &xs[j], keys[todo[j]], used);
+                doc_add(g, &xs[j], keys[todo[j]], used, 1);
             } else {
                 ok = 0;
                 doc_free(&xs[j]);
@@ -294,20 +386,6 @@ done:
     free(xs);
     free(todo);
     return rc;
-}
-
-/* Evicts keyed docs this question does not use, least recently used first,
- * until the budget holds (this question's own stay even past it). */
-void doc_trim(lz_llama_gpu *g)
-{
-    while (g->used_bytes > g->cache_bytes) {
-        int lru = -1;
-        for (int i = 0; i < g->n_docs; i++)
-            if (g->docs[i].keyed && g->docs[i].used != g->question && (lru < 0 || g->docs[i].used < g->docs[lru].used))
-                lru = i;
-        if (lru < 0) return;
-        doc_drop(g, lru);
-    }
 }
 
 } /* namespace lzgpu */

@@ -134,9 +134,7 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
         return -1;
     }
     if (ensure_query(g, err, errlen)) return -1;
-    for (int i = g->n_docs - 1; i >= 0; i--) /* the previous question's unkeyed segments */
-        if (!g->docs[i].keyed) doc_drop(g, i);
-    g->question++;
+    if (doc_question(g, err, errlen)) return -1;
     if (n_segs + 1 > g->qcap) {
         cudaFree(g->qsegs);
         cudaFree(g->qlen);
@@ -159,10 +157,10 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
     int64_t keys_hint = 0;
     for (int i = 0; i < S; i++) /* every doc first: uploads and evictions move entries */
         if (doc_for(g, &segs[i], keys ? keys[i] : NULL, &ids[i], err, errlen)) { free(hs); free(ids); return -1; }
-    doc_trim(g);
+    doc_trim(g); /* a lowered budget: what this question does not use leaves */
     for (int i = 0; i < S; i++) {
         int at = 0;
-        while (g->docs[at].id != ids[i]) at++; /* present: this question's docs are never evicted */
+        while (g->docs[at].id != ids[i]) at++; /* present: this question's docs are pinned or its own */
         const GpuDoc *x = &g->docs[at];
         keys_hint += x->keys;
         for (int l = 0; l < L; l++) {

@@ -21,6 +21,7 @@
 #include "kernels/lz_decode.h"
 #include "kernels/lz_prefill.h"
 #include "gpu/llama_cuda.h"
+#include "cache/doc_cache.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -47,6 +48,7 @@ struct GpuDoc {
     uint64_t used; /* the question that used it last */
     uint64_t id;   /* unique: entries move when others are dropped */
     int fresh;     /* computed here (lz_llama_gpu_encode_keep) and not yet used: its first lookup is a miss */
+    int pending;   /* fresh and not yet offered to the cache's policy (key set, keyed 0): kept for the next begin */
 };
 
 /* One sequence among a layer's n rows: rows off..off+n-1 at positions pos0..,
@@ -102,9 +104,11 @@ struct lz_llama_gpu {
     float *out_norm, *logits, *hlogits; /* (D), (V) device, (V) pinned */
     bf16 *tk, *tv;     /* (KV, max_tokens, d) a step's own keys / values */
     bf16 *own_k, *own_v; /* (L, KV, max_tokens, d) the sequence's tokens so far */
-    lzgpu::GpuDoc *docs;        /* resident segments, LRU by .used */
+    lzgpu::GpuDoc *docs;        /* resident segments; the keyed ones are those cache/'s policy admitted */
     int n_docs, cap_docs;
     size_t cache_bytes, used_bytes; /* budget and use of the keyed ones */
+    lz_doc_cache *pol;   /* the policy over the keyed docs (values: doc ids), made at the first question */
+    int policy;          /* lz_cache_policy */
     uint64_t question, next_id;
     long hits, misses;
     int *dn_own;         /* device: the own sequence's length (read by the kernels; a graph replays them) */
@@ -193,7 +197,10 @@ int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen)
 void doc_drop(lz_llama_gpu *g, int i); /* removes doc i (the last one takes its place) */
 /* The resident doc of segment sg (key: its payload's; NULL: this question only), uploaded when absent. */
 int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, uint64_t *id, char *err, size_t errlen);
-void doc_trim(lz_llama_gpu *g); /* least recently used keyed docs out, down to the budget */
+/* A new question: the previous one's unkeyed docs out, the policy's pins moved to this one. */
+int doc_question(lz_llama_gpu *g, char *err, size_t errlen);
+/* After a question's lookups: unpinned docs out while the keyed ones exceed the budget. */
+void doc_trim(lz_llama_gpu *g);
 
 } /* namespace lzgpu */
 #endif /* LLAMA_GPU_CUH */

@@ -49,7 +49,11 @@ static void usage(FILE *f)
         "                         block: a re-rotated copy per (document, position) (Block-Attention)\n"
         "                         prefix: reuse only exact prefixes (vLLM automatic prefix caching)\n"
         "                         full: recompute the whole prompt\n"
-        "      --cache-bytes N    document KV cache budget, e.g. 512M, 2G (default 1G)\n"
+        "      --host-cache-bytes N  host memory the documents' KV may keep, e.g. 512M, 2G (default 1G;\n"
+        "                         --cache-bytes is the same option)\n"
+        "      --cache-policy P   lfu (default): documents admitted and evicted by access frequency\n"
+        "                         (TinyLFU, seeded with the store's access counts); lru: least\n"
+        "                         recently used out first; for the host and the GPU caches alike\n"
         "      --no-preload       do not preload the most accessed documents at start\n"
         "      --gpu              the question and answer on the GPU, lazy and block modes (CUDA builds:\n"
         "                         'make cuda' makes build/cuda/lazyquery); documents placed by the lazy\n"
@@ -107,9 +111,34 @@ typedef struct {
     const char *store_dir, *model_path, *docs_arg, *questions_path;
     int top_k, best_first, json, quiet, preload, stats, threads, gpu;
     size_t gpu_cache;        /* --gpu-cache-bytes; 0 = the default */
+    void *gpu_engine;        /* the lz_llama_gpu of --gpu (CUDA builds), for its cache tier's counts */
     int cold;                /* --cold: LZ_COLD_*; -1 = the default (recompute with --gpu) */
     lz_query_opts qo;
 } options;
+
+/* The document cache's tiers as JSON: per tier its policy, hits, misses, admissions, rejections,
+ * evictions, bytes used and budget (the host tier, and the GPU's with --gpu). */
+static json_t *tier(const lz_doc_cache_stats *c, int policy)
+{
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "policy", lz_cache_policy_name(policy), "hits",
+                     (json_int_t)c->hits, "misses", (json_int_t)c->misses, "admitted", (json_int_t)c->admitted,
+                     "rejected", (json_int_t)c->rejected, "evicted", (json_int_t)c->evicted, "bytes_used",
+                     (json_int_t)c->bytes_used, "bytes_budget", (json_int_t)c->bytes_budget);
+}
+
+static json_t *tiers_json(const options *o, const lz_doc_cache_stats *host)
+{
+    json_t *t = json_object();
+    json_object_set_new(t, "host", tier(host, o->qo.cache_policy));
+#ifdef LZ_CUDA
+    if (o->gpu_engine) {
+        lz_doc_cache_stats g;
+        lz_llama_gpu_cache_policy_stats((const lz_llama_gpu *)o->gpu_engine, &g);
+        json_object_set_new(t, "gpu", tier(&g, o->qo.cache_policy));
+    }
+#endif
+    return t;
+}
 
 /* A copy of s with every byte that does not start a valid UTF-8 sequence
  * replaced by U+FFFD, so JSON output never fails on what a model generated
@@ -247,6 +276,7 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
         free(a_clean);
         /* the whole generated text: the reasoning, the marker and the answer when there is a marker */
         if (out) json_object_set_new(out, "generated", json_string(g_clean ? g_clean : ""));
+        if (out) json_object_set_new(out, "tiers", tiers_json(o, &cs));
         free(g_clean);
         if (qid) json_object_set_new(out, "id", json_string(qid));
         char *line = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
@@ -309,7 +339,7 @@ done:
  * status (--help, --version: 0; a bad option or value: LZ_EXIT_USAGE). */
 static int parse_options(int argc, char **argv, options *o, const char **question)
 {
-    enum { O_DOCS = 256, O_QUESTIONS, O_ORDER, O_MODE, O_CACHE, O_GPU_CACHE, O_COLD, O_TEMP, O_TOP_P, O_SEED, O_JSON,
+    enum { O_DOCS = 256, O_QUESTIONS, O_ORDER, O_MODE, O_CACHE, O_HOST_CACHE, O_POLICY, O_GPU_CACHE, O_COLD, O_TEMP, O_TOP_P, O_SEED, O_JSON,
            O_NO_PRELOAD, O_CACHE_F32, O_GPU, O_NO_STATS };
     static const struct option longopts[] = {
         LZ_CLI_OPT_HELP, LZ_CLI_OPT_STORE, LZ_CLI_OPT_MODEL,
@@ -318,12 +348,14 @@ static int parse_options(int argc, char **argv, options *o, const char **questio
         {"max-new-tokens", required_argument, NULL, 'n'}, /* the earlier name */
         LZ_CLI_OPT_THREADS, LZ_CLI_OPT_QUIET,
         LZ_OPT_ARG("docs", O_DOCS), LZ_OPT_ARG("questions", O_QUESTIONS), LZ_OPT_ARG("order", O_ORDER),
-        LZ_OPT_ARG("mode", O_MODE), LZ_OPT_ARG("cache-bytes", O_CACHE),
+        LZ_OPT_ARG("mode", O_MODE), LZ_OPT_ARG("cache-bytes", O_CACHE), LZ_OPT_ARG("host-cache-bytes", O_HOST_CACHE),
+        LZ_OPT_ARG("cache-policy", O_POLICY),
         LZ_OPT_ARG("gpu-cache-bytes", O_GPU_CACHE), LZ_OPT_ARG("cold", O_COLD), LZ_OPT_ARG("temp", O_TEMP),
         LZ_OPT_ARG("top-p", O_TOP_P), LZ_OPT_ARG("seed", O_SEED), LZ_OPT_FLAG("json", O_JSON),
         LZ_OPT_FLAG("no-preload", O_NO_PRELOAD), LZ_OPT_FLAG("cache-f32", O_CACHE_F32),
         LZ_OPT_FLAG("gpu", O_GPU), LZ_OPT_FLAG("no-stats", O_NO_STATS),
         {NULL, 0, NULL, 0}};
+    static const char *const policies[] = {"lfu", "lru", NULL}; /* in lz_cache_policy's order */
     static const char *const orders[] = {"best-last", "best-first", NULL}, *const colds[] = {"recompute", "load", NULL};
     int c, k;
     long x;
@@ -345,7 +377,12 @@ static int parse_options(int argc, char **argv, options *o, const char **questio
             if ((o->qo.mode = lz_query_mode_parse(optarg)) < 0)
                 return lz_cli_usage("--mode: expected lazy, block, prefix or full, got '%s'", optarg);
             break;
-        case O_CACHE: if (lz_cli_size("--cache-bytes", optarg, &o->qo.cache_bytes)) return LZ_EXIT_USAGE; break;
+        case O_CACHE: /* the earlier name of --host-cache-bytes */
+        case O_HOST_CACHE:
+            if (lz_cli_size(c == O_CACHE ? "--cache-bytes" : "--host-cache-bytes", optarg, &o->qo.cache_bytes))
+                return LZ_EXIT_USAGE;
+            break;
+        case O_POLICY: if (lz_cli_choice("--cache-policy", optarg, policies, &o->qo.cache_policy)) return LZ_EXIT_USAGE; break;
         case O_GPU_CACHE:
             if (lz_cli_size("--gpu-cache-bytes", optarg, &o->gpu_cache)) return LZ_EXIT_USAGE;
             if (!o->gpu_cache) return lz_cli_usage("--gpu-cache-bytes: expected a size above 0, got '%s'", optarg);
@@ -394,6 +431,14 @@ int main(int argc, char **argv)
     const char *question = NULL;
     const int prc = parse_options(argc, argv, &o, &question);
     if (prc >= 0) return prc;
+    /* a host budget past the machine's memory is clamped to 90% of it, with a note */
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    const size_t phys = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0, host_max = phys / 10 * 9;
+    if (phys && o.qo.cache_bytes > host_max) {
+        fprintf(stderr, "lazyquery: note: --host-cache-bytes %.2f GiB is more than this machine's %.2f GiB of memory; "
+                "using %.2f GiB\n", o.qo.cache_bytes / 1073741824.0, phys / 1073741824.0, host_max / 1073741824.0);
+        o.qo.cache_bytes = host_max;
+    }
     /* a store that is not there is refused before anything is opened: lazyquery creates nothing */
     char meta_path[4200];
     snprintf(meta_path, sizeof meta_path, "%s/meta.sqlite", o.store_dir);
@@ -431,8 +476,15 @@ int main(int argc, char **argv)
             lz_store_close(st);
             return 1;
         }
-        if (o.gpu_cache) lz_llama_gpu_set_cache(gpu, o.gpu_cache);
+        if (o.gpu_cache) {
+            const size_t got = lz_llama_gpu_set_cache(gpu, o.gpu_cache);
+            if (got < o.gpu_cache)
+                fprintf(stderr, "lazyquery: note: --gpu-cache-bytes %.2f GiB is more than the GPU has free; using %.2f GiB\n",
+                        o.gpu_cache / 1073741824.0, got / 1073741824.0);
+        }
+        lz_llama_gpu_set_cache_policy(gpu, o.qo.cache_policy);
         backend.ctx = gpu;
+        o.gpu_engine = gpu;
         o.qo.backend = &backend;
         o.qo.cold = o.cold < 0 ? LZ_COLD_RECOMPUTE : o.cold;
     }

@@ -202,6 +202,7 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
     int rc = lz_store_check_model(s, &desc, err, errlen);
     if (rc) { free(q); return rc; }
     q->cache = lz_doc_cache_new(o->cache_bytes, cache_free_value, NULL);
+    if (q->cache) lz_doc_cache_set_policy(q->cache, (lz_cache_policy)o->cache_policy);
     q->codec = lz_payload_codec_new();
     q->scratch = lz_llama_scratch_new(m, q->o.batch);
     q->logits = malloc((size_t)m->cfg.vocab * sizeof(float));

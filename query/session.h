@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "model/llama.h"
-#include "query/doc_cache.h"
+#include "cache/doc_cache.h"
 #include "store/store.h"
 
 typedef enum { LZ_MODE_LAZY = 0, LZ_MODE_BLOCK = 1, LZ_MODE_PREFIX = 2, LZ_MODE_FULL = 3 } lz_query_mode;
@@ -75,7 +75,8 @@ enum {
 
 typedef struct {
     int mode;                /* lz_query_mode */
-    size_t cache_bytes;      /* KV cache budget */
+    size_t cache_bytes;      /* KV cache budget (the host tier) */
+    int cache_policy;        /* lz_cache_policy: LZ_CACHE_LFU (default) or LZ_CACHE_LRU */
     int max_new_tokens;
     float temperature;       /* 0 = greedy */
     float top_p;

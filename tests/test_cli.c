@@ -274,6 +274,20 @@ static void test_options(void)
     CHECK(run(NULL, a6) == 2 && strstr(errs, "--mode: expected lazy, block, prefix or full, got 'fast'"), "--mode: %s", errs);
     const char *a7[] = {"lazyquery", "-s", store, "--cache-bytes=lots", "q?", NULL};
     CHECK(run(NULL, a7) == 2 && strstr(errs, "--cache-bytes: expected a size"), "--cache-bytes: %s", errs);
+    const char *a7b[] = {"lazyquery", "-s", store, "--host-cache-bytes", "-3", "q?", NULL};
+    CHECK(run(NULL, a7b) == 2 && strstr(errs, "--host-cache-bytes: expected a size"), "--host-cache-bytes: %s", errs);
+    const char *a7c[] = {"lazyquery", "-s", store, "--cache-policy", "fifo", "q?", NULL};
+    CHECK(run(NULL, a7c) == 2 && strstr(errs, "--cache-policy: expected lfu or lru, got 'fifo'"), "--cache-policy: %s",
+          errs);
+    const char *a7d[] = {"lazyquery", "-s", store, "-m", model, "--cache-policy=lru", "--host-cache-bytes=8M", "--json",
+                         "-n", "2", "river?", NULL};
+    CHECK(run(NULL, a7d) == 0 && strstr(out, "\"tiers\"") && strstr(out, "\"policy\":\"lru\"") &&
+              strstr(out, "\"bytes_budget\":8388608"),
+          "--cache-policy=lru --host-cache-bytes=8M: the host tier in --json: %s %s", out, errs);
+    const char *a7e[] = {"lazyquery", "-s", store, "-m", model, "--host-cache-bytes=1000000G", "--json", "-n", "1",
+                         "river?", NULL};
+    CHECK(run(NULL, a7e) == 0 && strstr(errs, "note: --host-cache-bytes") && strstr(errs, "using"),
+          "a host budget past the machine's memory is clamped with a note: %s", errs);
     const char *a8[] = {"lazygen", "-m", model, "-n", "abc", NULL};
     CHECK(run(NULL, a8) == 2 && strstr(errs, "--max-tokens: expected an integer") && strstr(errs, "'abc'"),
           "lazygen -n abc: %s", errs);

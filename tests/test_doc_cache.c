@@ -4,7 +4,7 @@
  * the frequency policy beats LRU-like admission-free caching. */
 #include <math.h>
 
-#include "query/doc_cache.h"
+#include "cache/doc_cache.h"
 #include "tests/test.h"
 
 static int n_freed;
