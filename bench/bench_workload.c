@@ -71,6 +71,10 @@ static void usage(FILE *f)
             "  --oracle               also the best static set for the popularity (known from 50,000 other\n"
             "                         questions): what an online policy can expect to reach at most\n"
             "  --json FILE            the rows as JSON too\n"
+            "  --emit-corpus FILE     the corpus as lazyingest JSONL (ids d00000, d00001, ... in corpus order)\n"
+            "  --emit-questions FILE  the first stream (first --alpha, first --questions) as lazyquery\n"
+            "                         --questions JSONL, each question naming its documents (\"docs\"), so the\n"
+            "                         product replays exactly the stream simulated here\n"
             "  -h, --help\n");
 }
 
@@ -103,7 +107,10 @@ typedef struct {
     int n;
     int *tokens;
     char name[512];
+    char **title, **text; /* kept for --emit-corpus (NULL otherwise) */
 } corpus;
+
+static int keep_texts; /* --emit-corpus: load_corpus keeps every document's title and text */
 
 static int add_doc(corpus *c, const lz_tokenizer *tok, const char *title, const char *text, int *cap)
 {
@@ -114,6 +121,13 @@ static int add_doc(corpus *c, const lz_tokenizer *tok, const char *title, const 
         *cap = *cap ? *cap * 2 : 1024;
         c->tokens = realloc(c->tokens, (size_t)*cap * sizeof(int));
         if (!c->tokens) return -1;
+    }
+    if (keep_texts) {
+        c->title = realloc(c->title, (size_t)*cap * sizeof(char *));
+        c->text = realloc(c->text, (size_t)*cap * sizeof(char *));
+        if (!c->title || !c->text) return -1;
+        c->title[c->n] = strdup(title ? title : "");
+        c->text[c->n] = strdup(text);
     }
     c->tokens[c->n++] = n;
     return 0;
@@ -380,10 +394,42 @@ static void fmt_size(uint64_t b, char *buf, size_t n)
 
 static double pct(int64_t a, int64_t n) { return n ? 100.0 * (double)a / (double)n : 0; }
 
+/* The corpus as lazyingest JSONL: {"id": "d00000", "title", "text"} a line. */
+static int emit_corpus(const corpus *c, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) { lz_cli_fail("%s: cannot write", path); return -1; }
+    for (int i = 0; i < c->n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "d%05d", i);
+        json_t *o = c->text ? json_pack("{s:s, s:s, s:s}", "id", id, "title", c->title[i], "text", c->text[i])
+                            : json_pack("{s:s, s:s}", "id", id, "text", "synthetic"); /* synthetic: no texts */
+        char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        if (line) fprintf(f, "%s\n", line);
+        free(line);
+        json_decref(o);
+    }
+    return fclose(f) ? -1 : 0;
+}
+
+/* A stream as lazyquery --questions JSONL: {"id": "q0", "question", "docs": ["d00012", ...]}. */
+static int emit_questions(const int *st, int Q, int K, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) { lz_cli_fail("%s: cannot write", path); return -1; }
+    for (int q = 0; q < Q; q++) {
+        fprintf(f, "{\"id\": \"q%d\", \"question\": \"Question %d: what do these passages say about the earliest "
+                   "date they mention, and who is named there?\", \"docs\": [", q, q);
+        for (int j = 0; j < K; j++) fprintf(f, "%s\"d%05d\"", j ? ", " : "", st[(size_t)q * K + j]);
+        fprintf(f, "]}\n");
+    }
+    return fclose(f) ? -1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     lz_cli_init("bench_workload");
-    const char *setup = NULL, *corpus_spec = NULL, *vocab = NULL, *json_path = NULL;
+    const char *setup = NULL, *corpus_spec = NULL, *vocab = NULL, *json_path = NULL, *emit_c = NULL, *emit_q = NULL;
     const char *alpha_s = NULL, *budget_s = NULL, *host_s = NULL, *questions_s = "2000";
     int K = 0, mode = -1, policy = 2, max_docs = 0, qtok = 32, atok = 16, oracle = 0;
     long seed = 1;
@@ -395,7 +441,8 @@ int main(int argc, char **argv)
         LZ_OPT_ARG("questions", 5), LZ_OPT_ARG("docs", 6), LZ_OPT_ARG("alpha", 7), LZ_OPT_ARG("seed", 8),
         LZ_OPT_ARG("budget", 9), LZ_OPT_ARG("host-budget", 10), LZ_OPT_ARG("mode", 11), LZ_OPT_ARG("json", 12),
         LZ_OPT_ARG("policy", 13), LZ_OPT_ARG("max-docs", 14), LZ_OPT_ARG("question-tokens", 15),
-        LZ_OPT_ARG("answer-tokens", 16), LZ_OPT_FLAG("oracle", 17), LZ_OPT_FLAG("help", 'h'), { 0, 0, 0, 0 }
+        LZ_OPT_ARG("answer-tokens", 16), LZ_OPT_FLAG("oracle", 17), LZ_OPT_ARG("emit-corpus", 18),
+        LZ_OPT_ARG("emit-questions", 19), LZ_OPT_FLAG("help", 'h'), { 0, 0, 0, 0 }
     };
     /* the setup first: its defaults, then the other options over them */
     for (int i = 1; i < argc; i++) {
@@ -443,6 +490,8 @@ int main(int argc, char **argv)
         case 15: if (lz_cli_int("--question-tokens", optarg, 0, 1 << 20, &qtok)) return LZ_EXIT_USAGE; break;
         case 16: if (lz_cli_int("--answer-tokens", optarg, 0, 1 << 20, &atok)) return LZ_EXIT_USAGE; break;
         case 17: oracle = 1; break;
+        case 18: emit_c = optarg; keep_texts = 1; break;
+        case 19: emit_q = optarg; break;
         case 'h': usage(stdout); return 0;
         default: return LZ_EXIT_USAGE;
         }
@@ -468,6 +517,18 @@ int main(int argc, char **argv)
     char al[MAXL][64], bl[MAXL][64], hl[MAXL][64], ql[MAXL][64];
     int na = split_list(alpha_s, al), nb = split_list(budget_s, bl), nh = split_list(host_s, hl), nq = split_list(questions_s, ql);
     double alphas[MAXL];
+    if (emit_c || emit_q) { /* the corpus and the first stream for the product (bench/gpu_workload.sh) */
+        double a0;
+        int q0;
+        if (lz_cli_double("--alpha", al[0], 0, 20, &a0) || lz_cli_int("--questions", ql[0], 1, 10000000, &q0))
+            return LZ_EXIT_USAGE;
+        if (emit_c && emit_corpus(&cp, emit_c)) return LZ_EXIT_RUNTIME;
+        if (emit_q) {
+            int *st = make_stream(cp.n, q0, K, a0, (uint64_t)seed, (uint64_t)seed);
+            if (!st || emit_questions(st, q0, K, emit_q)) return LZ_EXIT_RUNTIME;
+            free(st);
+        }
+    }
     size_t budgets[MAXL], hosts[MAXL];
     int qs[MAXL];
     for (int i = 0; i < na; i++) if (lz_cli_double("--alpha", al[i], 0, 20, &alphas[i])) return LZ_EXIT_USAGE;

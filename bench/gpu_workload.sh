@@ -1,0 +1,36 @@
+#!/bin/sh
+# gpu_workload.sh - on the GPU machine: a question stream with Zipf-skewed document
+# popularity replayed by one lazyquery --gpu process at Llama-3.1-8B's shape (random
+# weights, bf16), under a GPU cache budget, per cache policy and miss path: TTFT mean,
+# p50, p99 and the GPU tier's hit rate (bench/workload_summary.py). The corpus and the
+# stream are made on the development machine by bench_workload --emit-corpus /
+# --emit-questions (the same generator its simulated hit rates and Belady bound use), so
+# the measured hit rates can be set against the simulated ones of the same stream.
+# Usage (repo root, GPU machine): sh bench/gpu_workload.sh OUTDIR
+#   with ${G:-build/gpuenc}/{lazyingest,lazyquery,lazy-mkmodel}.gz ('make cuda', 'make',
+#   gzip) and ${W:-build/gpuenc}/{corpus.jsonl,questions.jsonl}; RUNS="lfu:recompute:1G ..."
+#   (policy:cold:gpu budget[:host budget]) picks the runs. Needs 17 GB under TMPDIR.
+set -u
+OUT=${1:?OUTDIR}
+T=${TMPDIR:-/tmp}
+W=${W:-build/gpuenc}
+RUNS=${RUNS:-lru:recompute:1G:1 lfu:recompute:1G:1 lru:load:1G:32G lfu:load:1G:32G}
+mkdir -p "$OUT" build/gpu-run
+. bench/gpu_common.sh
+gpu_unpack lazyingest lazyquery lazy-mkmodel || exit 1
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+[ -f "$T/m8b.gguf" ] || make_8b "$T/m8b.gguf" || exit 1
+rm -rf "$T/storew"
+"$B/lazyingest" --gpu --quiet --json --model "$T/m8b.gguf" --store "$T/storew" "$W/corpus.jsonl" > "$OUT/ingest.json" || exit 1
+st=0
+for run in $RUNS; do
+    pol=$(echo "$run" | cut -d: -f1); cold=$(echo "$run" | cut -d: -f2)
+    gb=$(echo "$run" | cut -d: -f3); hb=$(echo "$run" | cut -d: -f4)
+    # a clean measurement: no preload, no access counts from earlier runs written or read
+    "$B/lazyquery" --gpu --cache-policy "$pol" --cold "$cold" --gpu-cache-bytes "$gb" --host-cache-bytes "${hb:-1}" \
+        --no-preload --no-stats -n 4 --json --model "$T/m8b.gguf" --store "$T/storew" --questions "$W/questions.jsonl" \
+        > "$OUT/q-$pol-$cold-$gb-${hb:-1}.jsonl" 2> "$OUT/q-$pol-$cold-$gb-${hb:-1}.err" || st=1
+done
+python3 bench/workload_summary.py "$OUT"/q-*.jsonl | tee "$OUT/summary.md"
+rm -rf "$T/storew"
+exit $st
