@@ -6,6 +6,7 @@
 # stream are made on the development machine by bench_workload --emit-corpus /
 # --emit-questions (the same generator its simulated hit rates and Belady bound use), so
 # the measured hit rates can be set against the simulated ones of the same stream.
+# Passages are stored whole (--max-doc-tokens 4096), so every id of the stream names one document.
 # Usage (repo root, GPU machine): sh bench/gpu_workload.sh OUTDIR
 #   with ${G:-build/gpuenc}/{lazyingest,lazyquery,lazy-mkmodel}.gz ('make cuda', 'make',
 #   gzip) and ${W:-build/gpuenc}/{corpus.jsonl,questions.jsonl}; RUNS="lfu:recompute:1G ..."
@@ -21,7 +22,7 @@ gpu_unpack lazyingest lazyquery lazy-mkmodel || exit 1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 [ -f "$T/m8b.gguf" ] || make_8b "$T/m8b.gguf" || exit 1
 rm -rf "$T/storew"
-"$B/lazyingest" --gpu --quiet --json --model "$T/m8b.gguf" --store "$T/storew" "$W/corpus.jsonl" > "$OUT/ingest.json" || exit 1
+"$B/lazyingest" --gpu --quiet --json --max-doc-tokens 4096 --model "$T/m8b.gguf" --store "$T/storew" "$W/corpus.jsonl" > "$OUT/ingest.json" || exit 1
 st=0
 for run in $RUNS; do
     pol=$(echo "$run" | cut -d: -f1); cold=$(echo "$run" | cut -d: -f2)

@@ -215,13 +215,16 @@ static void doc_offer(lz_llama_gpu *g, int i)
     }
 }
 
-/* The doc of segment sg for this question: resident under key, else uploaded
- * (offered to the policy, which keeps it or not; unkeyed ones are dropped at
- * the next question). Its id in *id; 0 or -1. */
-int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, uint64_t *id, char *err, size_t errlen)
+int doc_pin(lz_llama_gpu *g, const uint8_t *key) { return key && g->pol && lz_doc_cache_get(g->pol, key, 32) != NULL; }
+
+/* The doc of segment sg for this question: resident under key (cached: doc_pin
+ * found it), else uploaded (offered to the policy, which keeps it or not;
+ * unkeyed ones are dropped at the next question). Its id in *id; 0 or -1. */
+int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int cached, uint64_t *id, char *err,
+            size_t errlen)
 {
     if (ensure_policy(g, err, errlen)) return -1;
-    if (key && lz_doc_cache_get(g->pol, key, 32)) { /* admitted earlier: pinned for this question now */
+    if (cached) { /* admitted earlier: pinned for this question by doc_pin */
         const int at = doc_find(g, key);
         GpuDoc *x = &g->docs[at];
         x->used = g->question;

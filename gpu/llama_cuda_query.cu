@@ -155,8 +155,19 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
     uint64_t *ids = (uint64_t *)malloc((size_t)(S ? S : 1) * sizeof *ids);
     if (!hs || !ids) { free(hs); free(ids); snprintf(err, errlen, "out of memory"); return -1; }
     int64_t keys_hint = 0;
-    for (int i = 0; i < S; i++) /* every doc first: uploads and evictions move entries */
-        if (doc_for(g, &segs[i], keys ? keys[i] : NULL, &ids[i], err, errlen)) { free(hs); free(ids); return -1; }
+    /* every key pinned first (an upload's evictions must not take a document this question uses
+     * and that came without its data), then every doc found or uploaded: entries move */
+    uint8_t *cached = (uint8_t *)calloc((size_t)(S ? S : 1), 1);
+    if (!cached) { free(hs); free(ids); snprintf(err, errlen, "out of memory"); return -1; }
+    for (int i = 0; i < S; i++) cached[i] = (uint8_t)doc_pin(g, keys ? keys[i] : NULL);
+    for (int i = 0; i < S; i++)
+        if (doc_for(g, &segs[i], keys ? keys[i] : NULL, cached[i], &ids[i], err, errlen)) {
+            free(cached);
+            free(hs);
+            free(ids);
+            return -1;
+        }
+    free(cached);
     doc_trim(g); /* a lowered budget: what this question does not use leaves */
     for (int i = 0; i < S; i++) {
         int at = 0;

@@ -196,7 +196,11 @@ int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen)
 /* gpu/llama_cuda_docs.cu */
 void doc_drop(lz_llama_gpu *g, int i); /* removes doc i (the last one takes its place) */
 /* The resident doc of segment sg (key: its payload's; NULL: this question only), uploaded when absent. */
-int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, uint64_t *id, char *err, size_t errlen);
+int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int cached, uint64_t *id, char *err,
+            size_t errlen);
+/* Counts one access of key and pins it for this question when the policy holds it: 1, else 0.
+ * A question pins all its keys before any doc_for, so no upload evicts a document it is about to use. */
+int doc_pin(lz_llama_gpu *g, const uint8_t *key);
 /* A new question: the previous one's unkeyed docs out, the policy's pins moved to this one. */
 int doc_question(lz_llama_gpu *g, char *err, size_t errlen);
 /* After a question's lookups: unpinned docs out while the keyed ones exceed the budget. */
