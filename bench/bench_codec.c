@@ -6,10 +6,16 @@
  *   2. the shuffled planes alone (1 MiB of each), zstd at level 3, level 1,
  *      and level 1 with the tuned parameters: ratio and MB/s (why the tuning);
  *   3. the fp32 -> bf16 rounding: lz_f32_to_bf16 a value at a time against
- *      lz_f32_to_bf16_n (base/half.h), in cache (one head's slice) and not.
+ *      lz_f32_to_bf16_n (base/half.h), in cache (one head's slice) and not;
+ *   4. decoding a payload as lazyingest writes it (1 MiB frames, level 1) to
+ *      bf16 K/V: the strided decode on one thread (one zstd call, the planes
+ *      unshuffled into a scratch copy, then copied element by element) against
+ *      the packed decode (frames on every thread, the planes unshuffled straight
+ *      into K and V), one thread and all (OMP_NUM_THREADS): MB/s of bf16 K+V.
  * usage: bench_codec [--reps N]   (bench/RESULTS.md, "Store and codec")
  */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +100,42 @@ int main(int argc, char **argv)
         free(blob);
     }
     lz_payload_codec_free(c);
+    /* 4: decode (placed here to reuse the body; printed last) */
+    char dec_rows[1024] = "";
+    {
+        lz_payload_codec *cw = lz_payload_codec_new();
+        char err[256];
+        void *blob = NULL;
+        size_t len = 0;
+        if (!cw || lz_payload_codec_set_threads(cw, 2) ||
+            lz_payload_encode(cw, &src, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 1, &blob, &len, err, sizeof err)) {
+            fprintf(stderr, "encode for decode: %s\n", err);
+            return 1;
+        }
+        uint16_t *dk = malloc(N * 2), *dv = malloc(N * 2);
+        const int all = omp_get_max_threads();
+        double mbs[3];
+        for (int way = 0; way < 3; way++) {
+            omp_set_num_threads(way == 2 ? all : 1);
+            const double t0 = lz_now_s();
+            for (int i = 0; i < reps; i++) {
+                int rc = way == 0 ? lz_payload_decode_bf16(cw, blob, len, dk, dv, n, NULL, NULL, err, sizeof err)
+                                  : lz_payload_decode_bf16_packed(cw, blob, len, dk, dv, NULL, NULL, err, sizeof err);
+                if (rc) { fprintf(stderr, "decode: %s\n", err); return 1; }
+            }
+            mbs[way] = reps * 2.0 * N * 2 / 1e6 / (lz_now_s() - t0);
+        }
+        omp_set_num_threads(all);
+        snprintf(dec_rows, sizeof dec_rows,
+                 "| strided decode, one zstd call, unshuffled then copied | 1 | %.0f |\n"
+                 "| packed decode, frames on threads, planes into K and V | 1 | %.0f |\n"
+                 "| packed decode, frames on threads, planes into K and V | %d | %.0f |\n",
+                 mbs[0], mbs[1], all, mbs[2]);
+        free(dk);
+        free(dv);
+        free(blob);
+        lz_payload_codec_free(cw);
+    }
     /* 2: the keys' planes (low bytes: mantissa; high bytes: sign and exponent) */
     lz_f32_to_bf16_n(h, k, N);
     for (size_t i = 0; i < N; i++) sh[i] = (uint8_t)(h[i] & 0xff), sh[N + i] = (uint8_t)(h[i] >> 8);
@@ -127,5 +169,7 @@ int main(int argc, char **argv)
     free(v);
     free(h);
     free(sh);
+    printf("\n| decode of a %.1f MB payload (1 MiB frames, level 1) | threads | MB/s of bf16 K+V |\n|---|---|---|\n%s",
+           2.0 * N * 2 / 1e6, dec_rows);
     return 0;
 }

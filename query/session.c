@@ -452,11 +452,12 @@ static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_
         for (int i = 0; i < n_docs; i++) free(blob[i]);
         goto out;
     }
-#pragma omp parallel for schedule(dynamic, 1)
+    /* one document at a time, each on every thread (its 1 MiB frames decompress in parallel):
+     * a question's few misses would leave most threads idle one a thread */
     for (int i = 0; i < n_docs; i++) {
         if (!blob[i]) continue;
         char e2[512];
-        pre[i] = decode_payload(q, codecs[omp_get_thread_num()], blob[i], len[i], "document", e2, sizeof e2); /* frees it */
+        pre[i] = decode_payload(q, codecs[0], blob[i], len[i], "document", e2, sizeof e2); /* frees it */
         if (pre[i] && pre[i]->n != docs[i].n_tokens) { /* fetch reports it */
             entry_free(pre[i]);
             pre[i] = NULL;

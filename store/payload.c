@@ -30,6 +30,8 @@ struct lz_payload_codec {
     int workers;       /* lz_payload_codec_set_threads: 0 = one frame, this thread; else frames of
                           LZ_PAYLOAD_FRAME_BYTES compressed by this many threads */
     ZSTD_CCtx **wctx;  /* one compression context a thread */
+    ZSTD_DCtx **wdctx; /* one decompression context a thread, made at the first parallel decode */
+    int n_wdctx;
     uint8_t *zbuf;     /* the frames before they are joined */
     size_t zcap;
 };
@@ -244,6 +246,8 @@ void lz_payload_codec_free(lz_payload_codec *c)
     if (!c) return;
     ZSTD_freeCCtx(c->cctx);
     ZSTD_freeDCtx(c->dctx);
+    for (int i = 0; i < c->n_wdctx; i++) ZSTD_freeDCtx(c->wdctx[i]);
+    free(c->wdctx);
     free_workers(c);
     free(c->zbuf);
     free(c->scratch);
@@ -478,10 +482,70 @@ void lz_payload_kept(const void *buf, const lz_payload_info *info, int *n_kept)
 
 /* ---- decode ---- */
 
-/* Parses, verifies and leaves the body (bf16 or fp32 elements) in c->scratch. */
-static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int stride,
-                       lz_payload_info *info, const uint8_t **body, char *err, size_t errlen)
+/* The frames of a body written on threads, decompressed on threads: the frames are found
+ * in order (their compressed sizes), each knows its content size, and every thread
+ * decompresses whole frames into its place in dst. 0 when done, 1 when the body is not made
+ * of such frames or threads would not pay (the caller decompresses it in one call), -1 on
+ * a zstd error (message in err). */
+static int decompress_frames(lz_payload_codec *c, uint8_t *dst, size_t raw, const uint8_t *src, size_t n,
+                             char *err, size_t errlen)
 {
+    const int T = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (T < 2 || raw < 2 * LZ_PAYLOAD_FRAME_BYTES) return 1;
+    size_t nf_max = raw / 1024 + 2, nf = 0; /* frames are LZ_PAYLOAD_FRAME_BYTES but for the last */
+    size_t *at = malloc(3 * nf_max * sizeof *at);
+    if (!at) return 1;
+    size_t off = 0, out = 0;
+    while (off < n && nf < nf_max) {
+        size_t fs = ZSTD_findFrameCompressedSize(src + off, n - off);
+        unsigned long long cs = ZSTD_isError(fs) ? ZSTD_CONTENTSIZE_ERROR : ZSTD_getFrameContentSize(src + off, fs);
+        if (cs == ZSTD_CONTENTSIZE_ERROR || cs == ZSTD_CONTENTSIZE_UNKNOWN || out + cs > raw) { free(at); return 1; }
+        at[3 * nf] = off, at[3 * nf + 1] = fs, at[3 * nf + 2] = out;
+        nf++, off += fs, out += (size_t)cs;
+    }
+    if (off != n || out != raw || nf < 2) { free(at); return 1; }
+    if (c->n_wdctx < T) {
+        ZSTD_DCtx **w = realloc(c->wdctx, (size_t)T * sizeof *w);
+        if (!w) { free(at); return 1; }
+        c->wdctx = w;
+        for (; c->n_wdctx < T; c->n_wdctx++)
+            if (!(c->wdctx[c->n_wdctx] = ZSTD_createDCtx())) { free(at); return 1; }
+    }
+    int bad = 0;
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1) reduction(|| : bad)
+    for (size_t f = 0; f < nf; f++) {
+        const size_t want = (f + 1 < nf ? at[3 * (f + 1) + 2] : raw) - at[3 * f + 2];
+        size_t r = ZSTD_decompressDCtx(c->wdctx[omp_get_thread_num()], dst + at[3 * f + 2], want, src + at[3 * f],
+                                       at[3 * f + 1]);
+        bad = bad || ZSTD_isError(r) || r != want;
+    }
+    free(at);
+    if (bad) return lz_fail(err, errlen, LZ_ECODEC, "payload decode: zstd: a frame did not decompress") ? -1 : -1;
+    return 0;
+}
+
+/* Decompresses the body into dst (raw bytes): in parallel frames when it has them. */
+static int decompress_body(lz_payload_codec *c, uint8_t *dst, size_t raw, const uint8_t *src, size_t n,
+                           char *err, size_t errlen)
+{
+    int fr = decompress_frames(c, dst, raw, src, n, err, errlen);
+    if (fr < 0) return LZ_ECODEC;
+    if (fr == 0) return LZ_OK;
+    size_t r = ZSTD_decompressDCtx(c->dctx, dst, raw, src, n);
+    if (ZSTD_isError(r))
+        return lz_fail(err, errlen, LZ_ECODEC, "payload decode: zstd: %s", ZSTD_getErrorName(r));
+    if (r != raw)
+        return lz_fail(err, errlen, LZ_ECORRUPT, "payload decode: zstd gave %zu bytes, expected %zu", r, raw);
+    return LZ_OK;
+}
+
+/* Parses, verifies and leaves the body (bf16 or fp32 elements) in c->scratch. With planes
+ * not NULL, a shuffled body is left as its byte planes (*planes = 1, *body the planes) for
+ * the caller to unshuffle straight into its destination. */
+static int decode_body_planes(lz_payload_codec *c, const void *buf, size_t len, int stride,
+                              lz_payload_info *info, const uint8_t **body, int *planes, char *err, size_t errlen)
+{
+    if (planes) *planes = 0;
     int rc = lz_payload_parse(buf, len, 1, info, err, errlen);
     if (rc) return rc;
     if (stride < info->n_tokens)
@@ -501,17 +565,25 @@ static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int str
                 return lz_fail(err, errlen, LZ_ENOMEM, "payload decode: out of memory");
             dst = c->scratch2;
         }
-        size_t r = ZSTD_decompressDCtx(c->dctx, dst, raw, src, (size_t)info->body_size);
-        if (ZSTD_isError(r))
-            return lz_fail(err, errlen, LZ_ECODEC, "payload decode: zstd: %s", ZSTD_getErrorName(r));
-        if (r != raw)
-            return lz_fail(err, errlen, LZ_ECORRUPT, "payload decode: zstd gave %zu bytes, expected %zu",
-                        r, raw);
-        if (info->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD)
+        rc = decompress_body(c, dst, raw, src, (size_t)info->body_size, err, errlen);
+        if (rc) return rc;
+        if (info->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
+            if (planes) {
+                *planes = 1;
+                *body = c->scratch2;
+                return LZ_OK;
+            }
             unshuffle_planes(c->scratch, c->scratch2, n_elem, es);
+        }
     }
     *body = c->scratch;
     return LZ_OK;
+}
+
+static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int stride,
+                       lz_payload_info *info, const uint8_t **body, char *err, size_t errlen)
+{
+    return decode_body_planes(c, buf, len, stride, info, body, NULL, err, errlen);
 }
 
 /* Element e of a body of dtype as fp32 / as bf16 bits. */
@@ -581,8 +653,43 @@ int lz_payload_decode_f32_packed(lz_payload_codec *c, const void *buf, size_t le
     DECODE_PACKED_IMPL(elem_f32)
 }
 
+/* bf16 elements e0..e1 of a 16-bit shuffled body (planes of n elements) into dst, on threads. */
+static void unshuffle16_to(uint16_t *dst, const uint8_t *planes, size_t n, size_t e0, size_t e1)
+{
+    const int T = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const size_t chunk = (size_t)1 << 18;
+#pragma omp parallel for num_threads(T) schedule(static) if (T > 1 && e1 - e0 >= 2 * chunk)
+    for (size_t a = e0; a < e1; a += chunk) {
+        const size_t b = a + chunk < e1 ? a + chunk : e1;
+        const uint8_t *lo = planes + a, *hi = planes + n + a; /* the low bytes' plane, then the high bytes' */
+        uint16_t *o = dst + (a - e0);
+        for (size_t i = 0; i < b - a; i++) o[i] = (uint16_t)(lo[i] | (hi[i] << 8));
+    }
+}
+
 int lz_payload_decode_bf16_packed(lz_payload_codec *c, const void *buf, size_t len, uint16_t *k, uint16_t *v,
                                   int *n_kept, lz_payload_info *info, char *err, size_t errlen)
 {
-    DECODE_PACKED_IMPL(elem_bf16)
+    lz_payload_info local;
+    if (!info) info = &local;
+    int rc = lz_payload_parse(buf, len, 0, info, err, errlen);
+    if (rc) return rc;
+    if (info->dtype != LZ_PAYLOAD_DTYPE_BF16 || info->codec != LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
+        DECODE_PACKED_IMPL(elem_bf16)
+    }
+    /* a bf16 body from its byte planes straight into k and v: no intermediate copy */
+    const uint8_t *planes;
+    int is_planes;
+    rc = decode_body_planes(c, buf, len, info->n_tokens, info, &planes, &is_planes, err, errlen);
+    if (rc) return rc;
+    const size_t half = (size_t)info->n_kept_sum * info->head_dim, n = 2 * half;
+    if (n_kept) lz_payload_kept(buf, info, n_kept);
+    if (!is_planes) { /* (raw and zstd bodies come back unshuffled) */
+        memcpy(k, planes, half * 2);
+        memcpy(v, planes + half * 2, half * 2);
+        return LZ_OK;
+    }
+    unshuffle16_to(k, planes, n, 0, half);
+    unshuffle16_to(v, planes, n, half, n);
+    return LZ_OK;
 }

@@ -2,6 +2,7 @@
  * fp32 input) for every codec, unequal per-head kept counts, shuffle,
  * CRC32C vectors, rejection of every kind of corruption, compression on
  * zstd workers. */
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,6 +263,82 @@ out:
     free(v2);
 }
 
+/* Decoding on threads: a payload of many frames (written by workers) decodes
+ * to the same bits with 1, 2 and 4 OpenMP threads, through the packed bf16
+ * path (frames decompressed in parallel, the byte planes unshuffled straight
+ * into K and V) and the strided fp32 path; a damaged middle frame is an
+ * error, never a crash or a silent result. */
+static void test_parallel_decode(void)
+{
+    const int L = 4, KV = 2, T = 3000, d = 64, n = 3000; /* 6 MB of bf16 body: 6 frames */
+    const size_t N = (size_t)L * KV * T * d;
+    float *k = malloc(N * 4), *v = malloc(N * 4);
+    uint16_t *k16 = malloc(N * 2), *v16 = malloc(N * 2), *k1 = malloc(N * 2), *v1 = malloc(N * 2);
+    for (size_t i = 0; i < N; i++) {
+        k[i] = frand();
+        v[i] = frand() * 0.1f;
+    }
+    uint8_t fp[32] = { 9 };
+    char err[256];
+    lz_payload_src src = { k, v, T, 0, L, KV, d, n, NULL, 3, fp, LZ_PAYLOAD_DTYPE_BF16 };
+    lz_payload_codec *c = lz_payload_codec_new();
+    void *blob = NULL;
+    size_t len = 0;
+    if (lz_payload_codec_set_threads(c, 2)) {
+        printf("SKIP parallel decode: this libzstd has no multithreading\n");
+        goto out;
+    }
+    CHECK(lz_payload_encode(c, &src, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 1, &blob, &len, err, sizeof err) == 0,
+          "encode: %s", err);
+    const int threads[3] = { 1, 2, 4 };
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(threads[t]);
+        memset(k16, 0, N * 2);
+        memset(v16, 0, N * 2);
+        CHECK(lz_payload_decode_bf16_packed(c, blob, len, k16, v16, NULL, NULL, err, sizeof err) == 0,
+              "packed bf16 decode on %d threads: %s", threads[t], err);
+        if (t == 0) {
+            memcpy(k1, k16, N * 2);
+            memcpy(v1, v16, N * 2);
+            int ok = 1;
+            for (size_t e = 0; e < N && ok; e++) ok = k16[e] == lz_f32_to_bf16(k[e]) && v16[e] == lz_f32_to_bf16(v[e]);
+            CHECK(ok, "the packed decode gives the input's bf16 (one thread)");
+        } else {
+            CHECK(!memcmp(k1, k16, N * 2) && !memcmp(v1, v16, N * 2), "%d threads decode the same bits as one",
+                  threads[t]);
+        }
+        float *kf = calloc(N, 4), *vf = calloc(N, 4);
+        CHECK(lz_payload_decode_f32(c, blob, len, kf, vf, T, NULL, NULL, err, sizeof err) == 0 &&
+                  same_bits(k, T, 0, kf, T, L, KV, d, NULL, n) && same_bits(v, T, 0, vf, T, L, KV, d, NULL, n),
+              "fp32 decode on %d threads: %s", threads[t], err);
+        free(kf);
+        free(vf);
+    }
+    /* a byte of the third frame's compressed data flipped, the checksum made to match: zstd must refuse it */
+    {
+        uint8_t *bad = malloc(len);
+        memcpy(bad, blob, len);
+        bad[len / 2] ^= 0x5A;
+        lz_payload_info info;
+        int prc = lz_payload_parse(bad, len, 1, &info, err, sizeof err);
+        CHECK(prc == LZ_ECHECKSUM, "a flipped byte fails the checksum (%d)", prc);
+        omp_set_num_threads(4);
+        CHECK(lz_payload_decode_bf16_packed(c, bad, len, k16, v16, NULL, NULL, err, sizeof err) != 0,
+              "a damaged payload is refused on 4 threads");
+        free(bad);
+    }
+out:
+    omp_set_num_threads(1);
+    free(blob);
+    lz_payload_codec_free(c);
+    free(k);
+    free(v);
+    free(k16);
+    free(v16);
+    free(k1);
+    free(v1);
+}
+
 /* The tuned levels (<= LZ_PAYLOAD_TUNED_LEVEL: only matches of 7+ bytes):
  * a body of normally distributed bf16 keys and values (per-column scales,
  * as rotary keys have) decodes to the same bits at levels 1 and 3, and level
@@ -311,6 +388,7 @@ int main(void)
     test_roundtrip();
     test_f32();
     test_threads();
+    test_parallel_decode();
     test_tuned_level();
     return lz_test_done();
 }
