@@ -128,24 +128,38 @@ static kv_entry *entry_alloc(const lz_llama_config *c, int n, size_t rows, int b
 
 /* Loads and decodes the payload of key; checks it belongs to this model and
  * prompt prefix. what names the document in errors. */
-static kv_entry *decode_payload(lz_query_session *q, lz_payload_codec *codec, void *blob, size_t len,
+static kv_entry *decode_payload(lz_query_session *q, lz_payload_codec *codec, const void *blob, size_t len,
                                 const char *what, char *err, size_t errlen);
 
-static kv_entry *load_payload(lz_query_session *q, const uint8_t *key, const char *what, char *err, size_t errlen)
+typedef struct {
+    lz_query_session *q;
+    const char *what;
+    kv_entry *e;
+    char *err;
+    size_t errlen;
+} load_ctx;
+
+static int decode_in_place(const void *blob, size_t len, void *ctx)
 {
-    void *blob = NULL;
-    size_t len = 0;
-    char e2[384] = "";
-    if (lz_store_get_payload(q->store, key, &blob, &len, e2, sizeof e2)) {
-        snprintf(err, errlen, "%s: KV payload missing from the store (%s); run lazyingest --check --repair", what, e2);
-        return NULL;
-    }
-    return decode_payload(q, q->codec, blob, len, what, err, errlen);
+    load_ctx *l = ctx;
+    l->e = decode_payload(l->q, l->q->codec, blob, len, l->what, l->err, l->errlen);
+    return l->e ? 0 : -1;
 }
 
-/* Decodes (and frees) a payload blob into a packed entry with codec (not
- * shared between threads). */
-static kv_entry *decode_payload(lz_query_session *q, lz_payload_codec *codec, void *blob, size_t len,
+/* Reads (zero-copy, from LMDB's map) and decodes the payload of key. */
+static kv_entry *load_payload(lz_query_session *q, const uint8_t *key, const char *what, char *err, size_t errlen)
+{
+    char e2[384] = "";
+    load_ctx l = {q, what, NULL, err, errlen};
+    int rc = lz_store_read_payload(q->store, key, decode_in_place, &l, e2, sizeof e2);
+    if (rc > 0) /* the store's status: nothing was decoded */
+        snprintf(err, errlen, "%s: KV payload missing from the store (%s); run lazyingest --check --repair", what, e2);
+    return rc ? NULL : l.e;
+}
+
+/* Decodes a payload blob (not modified, not freed) into a packed entry with
+ * codec (not shared between threads). */
+static kv_entry *decode_payload(lz_query_session *q, lz_payload_codec *codec, const void *blob, size_t len,
                                 const char *what, char *err, size_t errlen)
 {
     const lz_llama_config *c = &q->m->cfg;
@@ -153,27 +167,23 @@ static kv_entry *decode_payload(lz_query_session *q, lz_payload_codec *codec, vo
     lz_payload_info info;
     if (lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) {
         snprintf(err, errlen, "%s: corrupt KV payload: %s", what, e2);
-        free(blob);
         return NULL;
     }
     if (memcmp(info.model, q->m->fingerprint, 32) || info.n_layers != c->n_layers ||
         info.n_kv_heads != c->n_kv_heads || info.head_dim != c->head_dim) {
         snprintf(err, errlen, "%s: KV payload was built by another model (%d layers, %d kv heads, head_dim %d)",
                  what, info.n_layers, info.n_kv_heads, info.head_dim);
-        free(blob);
         return NULL;
     }
     const int bf16 = info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !q->o.cache_f32;
     kv_entry *e = entry_alloc(c, info.n_tokens, (size_t)info.n_kept_sum, bf16);
-    if (!e) { snprintf(err, errlen, "%s: out of memory for %d tokens of KV", what, info.n_tokens); free(blob); return NULL; }
+    if (!e) { snprintf(err, errlen, "%s: out of memory for %d tokens of KV", what, info.n_tokens); return NULL; }
     if (bf16 ? lz_payload_decode_bf16_packed(codec, blob, len, e->k16, e->v16, e->n_kept, &info, e2, sizeof e2)
              : lz_payload_decode_f32_packed(codec, blob, len, e->k, e->v, e->n_kept, &info, e2, sizeof e2)) {
         snprintf(err, errlen, "%s: corrupt KV payload: %s", what, e2);
-        free(blob);
         entry_free(e);
         return NULL;
     }
-    free(blob);
     int64_t row = 0;
     for (int i = 0; i < c->n_layers * c->n_kv_heads; i++) { e->head_row[i] = row; row += e->n_kept[i]; }
     return e;
@@ -418,20 +428,16 @@ done:
     return rc;
 }
 
-/* A cold question's documents decoded in parallel before they are placed:
- * pre[i] = the decoded payload of docs[i] when its cache key misses (else
- * NULL). Blobs are read in this thread (the store's read transaction), then
- * decoded one document a thread: zstd decodes ~0.4 GB/s a thread, and ten
- * documents of an 8B model are ~200 MB. held[i]: the backend has it (not
- * loaded at all). A failure leaves pre[i] NULL; fetch
- * then loads that document itself and reports the error in order. */
+/* pre[i] = the decoded payload of docs[i] when its cache key misses (else
+ * NULL), decoded ahead of the prompt's assembly: one document at a time, each
+ * read in place from LMDB's map and decoded on every thread (its 1 MiB frames
+ * decompress in parallel; a question's few misses would leave most threads
+ * idle one a thread). held[i]: the backend has it (not loaded at all). A
+ * failure leaves pre[i] NULL; fetch then loads that document itself and
+ * reports the error in order. */
 static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_docs, int mode, int64_t p0,
                            const uint8_t *held, kv_entry **pre)
 {
-    void **blob = calloc((size_t)n_docs, sizeof *blob);
-    size_t *len = calloc((size_t)n_docs, sizeof *len);
-    if (!blob || !len) goto out;
-    int n_cold = 0;
     int64_t p = p0;
     for (int i = 0; i < n_docs; p += docs[i].n_tokens, i++) {
         uint8_t key[LZ_META_KEY_LEN + 8];
@@ -439,34 +445,13 @@ static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_
         int dup = 0; /* the same payload earlier in the list: fetch finds it cached (or loads it) */
         for (int j = 0; j < i && !dup; j++) dup = !memcmp(docs[j].payload_key, docs[i].payload_key, LZ_META_KEY_LEN);
         if (dup || held[i] || lz_doc_cache_contains(q->cache, key, klen)) continue;
-        char e2[384];
-        if (!lz_store_get_payload(q->store, docs[i].payload_key, &blob[i], &len[i], e2, sizeof e2)) n_cold++;
-    }
-    if (n_cold < 2) { /* nothing to overlap: fetch decodes it */
-        for (int i = 0; i < n_docs; i++) free(blob[i]);
-        goto out;
-    }
-    int nc;
-    lz_payload_codec **codecs = thread_codecs(&nc);
-    if (!codecs) {
-        for (int i = 0; i < n_docs; i++) free(blob[i]);
-        goto out;
-    }
-    /* one document at a time, each on every thread (its 1 MiB frames decompress in parallel):
-     * a question's few misses would leave most threads idle one a thread */
-    for (int i = 0; i < n_docs; i++) {
-        if (!blob[i]) continue;
         char e2[512];
-        pre[i] = decode_payload(q, codecs[0], blob[i], len[i], "document", e2, sizeof e2); /* frees it */
+        pre[i] = load_payload(q, docs[i].payload_key, "document", e2, sizeof e2);
         if (pre[i] && pre[i]->n != docs[i].n_tokens) { /* fetch reports it */
             entry_free(pre[i]);
             pre[i] = NULL;
         }
     }
-    thread_codecs_free(codecs, nc);
-out:
-    free(blob);
-    free(len);
 }
 
 int lz_query_answer(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
@@ -709,7 +694,9 @@ static void preload_batch(preload_ctx *P)
         char e2[512];
         lz_payload_codec *codec = codecs ? codecs[omp_get_thread_num()] : q->codec;
         P->items[i].e = decode_payload(q, codec, P->items[i].blob, P->items[i].len, "preloaded document", e2,
-                                       sizeof e2); /* frees the blob */
+                                       sizeof e2);
+        free(P->items[i].blob);
+        P->items[i].blob = NULL;
     }
     thread_codecs_free(codecs, nc);
     for (int i = 0; i < P->n; i++) {

@@ -409,6 +409,20 @@ int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t
     return rc == LZ_OK ? 1 : rc == LZ_ENOTFOUND ? 0 : -1;
 }
 
+int lz_store_read_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN],
+                          int (*fn)(const void *blob, size_t len, void *ctx), void *ctx, char *err, size_t errlen)
+{
+    lz_kvdb_reader *r;
+    int rc = lz_kvdb_reader_begin(s->kv, &r, err, errlen);
+    if (rc) return lz_store_from_kvdb(rc);
+    const void *p;
+    size_t n = 0;
+    rc = lz_kvdb_reader_get(r, key, LZ_META_KEY_LEN, &p, &n, err, errlen);
+    rc = rc ? lz_store_from_kvdb(rc) : fn(p, n, ctx);
+    lz_kvdb_reader_end(r);
+    return rc;
+}
+
 int lz_store_get_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], void **blob, size_t *len,
                          char *err, size_t errlen)
 {

@@ -178,6 +178,12 @@ int lz_store_put_payloads_fixed(lz_store *s, const lz_store_payload *p, int n, c
  * NULL), 0 when not, -1 on error. */
 int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t *len, char *err,
                          size_t errlen);
+/* Zero-copy read of payload key: fn(blob, len, ctx) sees the bytes where LMDB's
+ * map holds them (read-only, valid during the call only; a read snapshot is
+ * open meanwhile). Returns fn's return value, or ENOTFOUND / EIO (message in
+ * err) when the payload cannot be read. */
+int lz_store_read_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN],
+                          int (*fn)(const void *blob, size_t len, void *ctx), void *ctx, char *err, size_t errlen);
 /* Copies payload key into a malloc'd buffer. Errors: ENOTFOUND, EIO. */
 int lz_store_get_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], void **blob, size_t *len,
                          char *err, size_t errlen);
