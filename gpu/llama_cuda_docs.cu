@@ -112,13 +112,19 @@ static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, char 
     return 0;
 }
 
+int doc_by_id(const lz_llama_gpu *g, uint64_t id)
+{
+    for (int i = 0; i < g->n_docs; i++)
+        if (g->docs[i].id == id) return i;
+    return -1;
+}
+
 /* The policy evicted doc id: its device memory goes now. */
 static void doc_evicted(void *value, void *ctx)
 {
     lz_llama_gpu *g = (lz_llama_gpu *)ctx;
-    const uint64_t id = (uint64_t)(uintptr_t)value;
-    for (int i = 0; i < g->n_docs; i++)
-        if (g->docs[i].id == id) { doc_drop(g, i); return; }
+    const int i = doc_by_id(g, (uint64_t)(uintptr_t)value);
+    if (i >= 0) doc_drop(g, i);
 }
 
 /* The policy object, made at the first use with the budget and policy set so far. */
@@ -183,11 +189,10 @@ static int doc_room(lz_llama_gpu *g, char *err, size_t errlen)
     return 0;
 }
 
-/* Adds x (its id set here) for question `used`, with content key key (NULL:
- * this question only); pending: kept, unkeyed, for the next begin to offer. */
-static void doc_add(lz_llama_gpu *g, GpuDoc *x, const uint8_t *key, uint64_t used, int pending)
+/* Adds x (its id set here) with content key key (NULL: this question only);
+ * pending: kept, unkeyed, for the next begin to offer. */
+static void doc_add(lz_llama_gpu *g, GpuDoc *x, const uint8_t *key, int pending)
 {
-    x->used = used;
     x->id = ++g->next_id;
     if (key) memcpy(x->key, key, 32);
     x->pending = key && pending;
@@ -205,13 +210,9 @@ static void doc_offer(lz_llama_gpu *g, int i)
     memcpy(key, x->key, 32);
     const size_t bytes = doc_bytes(g, x);
     x->pending = 0;
-    if (lz_doc_cache_put(g->pol, key, 32, (void *)(uintptr_t)id, bytes)) {
-        for (int j = 0; j < g->n_docs; j++)
-            if (g->docs[j].id == id) {
-                g->docs[j].keyed = 1;
-                g->used_bytes += bytes;
-                break;
-            }
+    if (lz_doc_cache_put(g->pol, key, 32, (void *)(uintptr_t)id, bytes)) { /* admitted, so pinned: still there */
+        g->docs[doc_by_id(g, id)].keyed = 1;
+        g->used_bytes += bytes;
     }
 }
 
@@ -227,7 +228,6 @@ int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int ca
     if (cached) { /* admitted earlier: pinned for this question by doc_pin */
         const int at = doc_find(g, key);
         GpuDoc *x = &g->docs[at];
-        x->used = g->question;
         if (x->fresh) g->misses++; /* recomputed for this question: not found, made */
         else g->hits++;
         x->fresh = 0;
@@ -243,11 +243,10 @@ int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int ca
     if (at < 0) { /* not recomputed for it either: uploaded now */
         GpuDoc x;
         if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, err, errlen)) return -1;
-        doc_add(g, &x, key, g->question, 0);
+        doc_add(g, &x, key, 0);
         at = g->n_docs - 1;
     }
     GpuDoc *x = &g->docs[at];
-    x->used = g->question;
     x->fresh = 0;
     *id = x->id;
     if (key) doc_offer(g, at);
@@ -264,14 +263,11 @@ int doc_question(lz_llama_gpu *g, char *err, size_t errlen)
     if (ensure_policy(g, err, errlen)) return -1;
     for (int i = g->n_docs - 1; i >= 0; i--) /* the previous question's unkeyed segments (not those made for this one) */
         if (!g->docs[i].keyed && !g->docs[i].pending) doc_drop(g, i);
-    g->question++;
     lz_doc_cache_begin(g->pol);
     return 0;
 }
 
 extern "C" int lz_llama_gpu_resident(const lz_llama_gpu *g, const uint8_t key[32]) { return doc_find(g, key) >= 0; }
-
-/* Repeated keys in one question: doc_for finds the doc taken by the first. */
 
 /* ---- documents recomputed on the query side ---- */
 
@@ -312,17 +308,16 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
             if (ids[i][j] < 0 || ids[i][j] >= c->vocab) { snprintf(err, errlen, "token id %d out of range", ids[i][j]); return -1; }
     }
     if (ensure_side(g, err, errlen)) return -1; /* the documents' attention side by side */
-    /* the question about to begin uses them all: nothing it needs is evicted before it */
-    const uint64_t used = g->question + 1;
+    /* the question about to begin uses them all: kept pending (outside the policy, so never
+     * evicted) until its begin offers them */
     int at = doc_find(g, prefix_key);
     if (at < 0) { /* the prefix, kept like a document (the question's begin finds it) */
         GpuDoc x;
         if (doc_room(g, err, errlen) || doc_upload(g, prefix, &x, err, errlen)) return -1;
         x.fresh = 1;
-        doc_add(g, &x, prefix_key, used, 1);
+        doc_add(g, &x, prefix_key, 1);
         at = g->n_docs - 1;
     }
-    g->docs[at].used = used;
     if (prefix_descriptors(g, &g->docs[at], err, errlen)) return -1;
     const int64_t s = prefix->n;
     lz_prefill_params p = attn_params(g, 1);
@@ -374,7 +369,7 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
         for (int j = b0; j < made; j++) {
             if (ok && !doc_room(g, err, errlen)) {
                 xs[j].fresh = 1;
-                doc_add(g, &xs[j], keys[todo[j]], used, 1);
+                doc_add(g, &xs[j], keys[todo[j]], 1);
             } else {
                 ok = 0;
                 doc_free(&xs[j]);

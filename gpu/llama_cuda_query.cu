@@ -170,9 +170,7 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
     free(cached);
     doc_trim(g); /* a lowered budget: what this question does not use leaves */
     for (int i = 0; i < S; i++) {
-        int at = 0;
-        while (g->docs[at].id != ids[i]) at++; /* present: this question's docs are pinned or its own */
-        const GpuDoc *x = &g->docs[at];
+        const GpuDoc *x = &g->docs[doc_by_id(g, ids[i])]; /* present: this question's docs are pinned or its own */
         keys_hint += x->keys;
         for (int l = 0; l < L; l++) {
             hs[l * W + i] = (lz_attn_segment){(const lz_bf16 *)(x->k + x->first[l] * d),

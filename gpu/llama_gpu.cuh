@@ -45,7 +45,6 @@ struct GpuDoc {
     size_t *first;
     int32_t *kept;
     int64_t keys; /* rows of its longest (layer, head) */
-    uint64_t used; /* the question that used it last */
     uint64_t id;   /* unique: entries move when others are dropped */
     int fresh;     /* computed here (lz_llama_gpu_encode_keep) and not yet used: its first lookup is a miss */
     int pending;   /* fresh and not yet offered to the cache's policy (key set, keyed 0): kept for the next begin */
@@ -109,7 +108,7 @@ struct lz_llama_gpu {
     size_t cache_bytes, used_bytes; /* budget and use of the keyed ones */
     lz_doc_cache *pol;   /* the policy over the keyed docs (values: doc ids), made at the first question */
     int policy;          /* lz_cache_policy */
-    uint64_t question, next_id;
+    uint64_t next_id;
     long hits, misses;
     int *dn_own;         /* device: the own sequence's length (read by the kernels; a graph replays them) */
     int *hids;           /* pinned: a step's token ids */
@@ -198,6 +197,8 @@ void doc_drop(lz_llama_gpu *g, int i); /* removes doc i (the last one takes its 
 /* The resident doc of segment sg (key: its payload's; NULL: this question only), uploaded when absent. */
 int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int cached, uint64_t *id, char *err,
             size_t errlen);
+/* The index of doc id in g->docs, or -1. */
+int doc_by_id(const lz_llama_gpu *g, uint64_t id);
 /* Counts one access of key and pins it for this question when the policy holds it: 1, else 0.
  * A question pins all its keys before any doc_for, so no upload evicts a document it is about to use. */
 int doc_pin(lz_llama_gpu *g, const uint8_t *key);
