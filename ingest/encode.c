@@ -1,14 +1,14 @@
 /* encode.c - prefix once, then documents standalone after it (the prefix's
  * KV is an external segment with rotation 0, so document tokens see it as
  * the attention sink they will see at query time). */
-#include "base/clock.h"
 #include "ingest/encode.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "base/clock.h"
 
 struct lz_encoder {
     const lz_llama *m;

@@ -14,7 +14,6 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <sys/time.h>
 
 #include "base/clock.h"
 #include "ingest/corpus.h"

@@ -3,15 +3,14 @@
  * plus a local cache, the question prefilled over them, then decoding one
  * token at a time over the same segments. Only how the segments are made
  * differs, and that is all a mode is. */
-#include "base/clock.h"
 #include "query/session.h"
 
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/half.h"
 #include "model/prompt.h"
 #include "model/sampler.h"
@@ -126,8 +125,6 @@ static kv_entry *entry_alloc(const lz_llama_config *c, int n, size_t rows, int b
     return e;
 }
 
-/* Loads and decodes the payload of key; checks it belongs to this model and
- * prompt prefix. what names the document in errors. */
 static kv_entry *decode_payload(lz_query_session *q, lz_payload_codec *codec, const void *blob, size_t len,
                                 const char *what, char *err, size_t errlen);
 
@@ -146,7 +143,8 @@ static int decode_in_place(const void *blob, size_t len, void *ctx)
     return l->e ? 0 : -1;
 }
 
-/* Reads (zero-copy, from LMDB's map) and decodes the payload of key. */
+/* Reads (zero-copy, from LMDB's map) and decodes the payload of key; checks it
+ * belongs to this model. what names the document in errors. */
 static kv_entry *load_payload(lz_query_session *q, const uint8_t *key, const char *what, char *err, size_t errlen)
 {
     char e2[384] = "";

@@ -520,7 +520,10 @@ static int decompress_frames(lz_payload_codec *c, uint8_t *dst, size_t raw, cons
         bad = bad || ZSTD_isError(r) || r != want;
     }
     free(at);
-    if (bad) return lz_fail(err, errlen, LZ_ECODEC, "payload decode: zstd: a frame did not decompress") ? -1 : -1;
+    if (bad) {
+        lz_fail(err, errlen, LZ_ECODEC, "payload decode: zstd: a frame did not decompress");
+        return -1;
+    }
     return 0;
 }
 

@@ -215,6 +215,15 @@ static void test_f32(void)
     free(vb);
 }
 
+/* n random keys and values a tenth their size: the body of the worker and thread tests. */
+static void random_kv(float *k, float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        k[i] = frand();
+        v[i] = frand() * 0.1f;
+    }
+}
+
 /* Compression on zstd workers (lz_payload_codec_set_threads): a payload of
  * several 1 MiB jobs decodes to the same bits as one compressed in the
  * calling thread, and its bytes do not depend on the worker count. */
@@ -223,10 +232,7 @@ static void test_threads(void)
     const int L = 4, KV = 2, T = 2048, d = 64, n = 2000; /* 4 MB of bf16 body: 4 jobs */
     size_t N = (size_t)L * KV * T * d;
     float *k = malloc(N * 4), *v = malloc(N * 4), *k2 = calloc(N, 4), *v2 = calloc(N, 4);
-    for (size_t i = 0; i < N; i++) {
-        k[i] = frand();
-        v[i] = frand() * 0.1f;
-    }
+    random_kv(k, v, N);
     uint8_t fp[32] = { 7 };
     char err[256];
     lz_payload_src src = { k, v, T, 0, L, KV, d, n, NULL, 3, fp, LZ_PAYLOAD_DTYPE_BF16 };
@@ -274,10 +280,7 @@ static void test_parallel_decode(void)
     const size_t N = (size_t)L * KV * T * d;
     float *k = malloc(N * 4), *v = malloc(N * 4);
     uint16_t *k16 = malloc(N * 2), *v16 = malloc(N * 2), *k1 = malloc(N * 2), *v1 = malloc(N * 2);
-    for (size_t i = 0; i < N; i++) {
-        k[i] = frand();
-        v[i] = frand() * 0.1f;
-    }
+    random_kv(k, v, N);
     uint8_t fp[32] = { 9 };
     char err[256];
     lz_payload_src src = { k, v, T, 0, L, KV, d, n, NULL, 3, fp, LZ_PAYLOAD_DTYPE_BF16 };
