@@ -64,7 +64,7 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/liblazy.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/liblazy.a
+$(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(BUILD)/liblazy.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
 

@@ -13,6 +13,7 @@
 
 #include "base/sha256.h"
 #include "cache/doc_cache.h"
+#include "bench/zipf.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint64_t next(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
@@ -34,24 +35,11 @@ int main(int argc, char **argv)
     }
     int *len = malloc((size_t)N * sizeof(int));
     double *cdf = malloc((size_t)N * sizeof(double)), z = 0;
-    for (int i = 0; i < N; i++) { len[i] = 100 + (int)(next() % 201); z += pow(i + 1, -alpha); cdf[i] = z; }
+    for (int i = 0; i < N; i++) len[i] = 100 + (int)(next() % 201);
+    z = lz_zipf_cdf(cdf, N, alpha);
     /* one fixed query stream for every mode and budget */
     int *stream = malloc((size_t)Q * K * sizeof(int));
-    for (int q = 0; q < Q; q++) {
-        int *d = stream + (size_t)q * K;
-        for (int j = 0; j < K; j++) {
-            int pick, dup;
-            do {
-                double u = unif() * z;
-                int lo = 0, hi = N - 1;
-                while (lo < hi) { int mid = (lo + hi) / 2; if (cdf[mid] < u) lo = mid + 1; else hi = mid; }
-                pick = lo;
-                dup = 0;
-                for (int t = 0; t < j; t++) dup |= d[t] == pick;
-            } while (dup);
-            d[j] = pick;
-        }
-    }
+    for (int q = 0; q < Q; q++) lz_zipf_question(stream + (size_t)q * K, K, cdf, N, z, NULL, unif);
     double gib[] = {1, 4, 16};
     printf("Zipf(%.2f) over %d documents of 100-300 tokens, top-%d per query in random order, %d queries, %.0f KiB/token\n",
            alpha, N, K, Q, kib);

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "base/cli.h"
+#include "bench/zipf.h"
 #include "cache/belady.h"
 #include "cache/doc_cache.h"
 #include "formats/gguf.h"
@@ -208,21 +209,9 @@ static int *make_stream(int n_docs, int Q, int K, double alpha, uint64_t seed, u
     int *s = malloc((size_t)Q * K * sizeof(int));
     for (int i = 0; i < n_docs; i++) perm[i] = i;
     for (int i = n_docs - 1; i > 0; i--) { int j = (int)(rnd() % (uint64_t)(i + 1)), t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
-    for (int i = 0; i < n_docs; i++) { z += pow(i + 1, -alpha); cdf[i] = z; }
+    z = lz_zipf_cdf(cdf, n_docs, alpha);
     rng_s = draw_seed * 0x2545F4914F6CDD1Dull + 11;
-    for (int q = 0; q < Q; q++)
-        for (int j = 0; j < K; j++) {
-            int pick, dup;
-            do {
-                double u = u01() * z;
-                int lo = 0, hi = n_docs - 1;
-                while (lo < hi) { int mid = (lo + hi) / 2; if (cdf[mid] < u) lo = mid + 1; else hi = mid; }
-                pick = perm[lo];
-                dup = 0;
-                for (int t = 0; t < j; t++) dup |= s[(size_t)q * K + t] == pick;
-            } while (dup);
-            s[(size_t)q * K + j] = pick;
-        }
+    for (int q = 0; q < Q; q++) lz_zipf_question(s + (size_t)q * K, K, cdf, n_docs, z, perm, u01);
     free(perm);
     free(cdf);
     return s;
