@@ -10,7 +10,9 @@
 # Usage (repo root, GPU machine): sh bench/gpu_workload.sh OUTDIR
 #   with ${G:-build/gpuenc}/{lazyingest,lazyquery,lazy-mkmodel}.gz ('make cuda', 'make',
 #   gzip) and ${W:-build/gpuenc}/{corpus.jsonl,questions.jsonl}; RUNS="lfu:recompute:1G ..."
-#   (policy:cold:gpu budget[:host budget]) picks the runs. Needs 17 GB under TMPDIR.
+#   (policy:cold:gpu budget[:host budget[:preload]]) picks the runs; preload all fills the host
+#   tier with the corpus before the stream (lazyquery --preload all), none (the default) leaves
+#   it to fill on misses. Needs 17 GB under TMPDIR.
 set -u
 OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
@@ -26,11 +28,13 @@ rm -rf "$T/storew"
 st=0
 for run in $RUNS; do
     pol=$(echo "$run" | cut -d: -f1); cold=$(echo "$run" | cut -d: -f2)
-    gb=$(echo "$run" | cut -d: -f3); hb=$(echo "$run" | cut -d: -f4)
-    # a clean measurement: no preload, no access counts from earlier runs written or read
+    gb=$(echo "$run" | cut -d: -f3); hb=$(echo "$run" | cut -d: -f4); pre=$(echo "$run" | cut -d: -f5)
+    name="$pol-$cold-$gb-${hb:-1}${pre:+-$pre}"
+    # a clean measurement: no access counts from earlier runs written or read (a preload of all
+    # documents takes them in id order)
     "$B/lazyquery" --gpu --cache-policy "$pol" --cold "$cold" --gpu-cache-bytes "$gb" --host-cache-bytes "${hb:-1}" \
-        --no-preload --no-stats -n 4 --json --model "$T/m8b.gguf" --store "$T/storew" --questions "$W/questions.jsonl" \
-        > "$OUT/q-$pol-$cold-$gb-${hb:-1}.jsonl" 2> "$OUT/q-$pol-$cold-$gb-${hb:-1}.err" || st=1
+        --preload "${pre:-none}" --no-stats -n 4 --json --model "$T/m8b.gguf" --store "$T/storew" \
+        --questions "$W/questions.jsonl" > "$OUT/q-$name.jsonl" 2> "$OUT/q-$name.err" || st=1
 done
 python3 bench/workload_summary.py "$OUT"/q-*.jsonl | tee "$OUT/summary.md"
 rm -rf "$T/storew"

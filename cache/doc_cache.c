@@ -371,6 +371,12 @@ int64_t lz_doc_cache_trim(lz_doc_cache *c)
     return nv;
 }
 
+int lz_doc_cache_evict_one(lz_doc_cache *c)
+{
+    const int64_t nv = choose_victims(c, 1, -1);
+    return nv == 1 && !evict_victims(c, 1);
+}
+
 int lz_doc_cache_remove(lz_doc_cache *c, const void *key, size_t key_len)
 {
     int64_t i = lookup(c, key, clamp_len(key_len));

@@ -63,6 +63,10 @@ void lz_doc_cache_set_budget(lz_doc_cache *c, size_t budget);
  * byte; LRU: least recent), until the bytes used fit the budget, or every
  * unpinned entry is gone. Returns how many were evicted. */
 int64_t lz_doc_cache_trim(lz_doc_cache *c);
+/* Evicts the one least valuable unpinned entry (the first trim would take):
+ * 1, or 0 when every entry is pinned (or there is none). For a pool whose
+ * free space is fragmented: room for a newcomer without lowering the budget. */
+int lz_doc_cache_evict_one(lz_doc_cache *c);
 /* Accesses between halvings of every frequency (0: the default, 8 x 64 Ki). */
 void lz_doc_cache_set_aging(lz_doc_cache *c, uint64_t period);
 /* The frequency estimate of key (the sketch's count-min), without an access. */

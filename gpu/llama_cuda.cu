@@ -128,8 +128,9 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     if (g->hids) cudaFreeHost(g->hids);
     if (g->decode) cudaGraphExecDestroy(g->decode);
     lz_doc_cache_free(g->pol); /* drops the admitted docs through doc_evicted */
-    for (int i = 0; i < g->n_docs; i++) doc_free(&g->docs[i]);
+    for (int i = 0; i < g->n_docs; i++) doc_free(g, &g->docs[i]);
     free(g->docs);
+    pool_free_all(g);
     cudaFree(g->qsegs);
     cudaFree(g->qlen);
     cudaFree(g->qcs);
@@ -170,6 +171,7 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
     if (env->error[0]) { snprintf(err, errlen, "%s", env->error); return -1; }
     lz_llama_gpu *g = (lz_llama_gpu *)calloc(1, sizeof *g);
     if (!g) { snprintf(err, errlen, "out of memory"); return -1; }
+    g->host_lock_made = !pthread_mutex_init(&g->host_lock, NULL);
     /* benchmarks' A/B: the decode products' grids (LAZY_GPU_GEMV, lz_gemv_tune at each step) and
      * a decode step's attention (LAZY_GPU_DECODE) */
     g->gemv_bps = env->gpu_gemv_bps;
@@ -412,10 +414,9 @@ int ensure_side(lz_llama_gpu *g, char *err, size_t errlen)
     return 0;
 }
 
-void doc_free(GpuDoc *x)
+void doc_free(lz_llama_gpu *g, GpuDoc *x)
 {
-    cudaFree(x->k);
-    cudaFree(x->v);
+    if (x->ext_bytes) pool_give(g, x->k, x->ext_bytes);
     free(x->cap);
     free(x->first);
     free(x->kept);

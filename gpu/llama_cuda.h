@@ -113,6 +113,27 @@ void lz_llama_gpu_cache_stats(const lz_llama_gpu *g, long *hits, long *misses, s
 /* The device cache policy's own counts (admitted, rejected, evicted, bytes). */
 void lz_llama_gpu_cache_policy_stats(const lz_llama_gpu *g, lz_doc_cache_stats *st);
 
+/* The fast tiers' memory and traffic: documents copied into HBM (count,
+ * bytes, seconds the copies took on the device), the HBM pool (bytes in its
+ * regions and in documents, regions, how often it grew, documents that left
+ * only because its free space was fragmented), the pinned host pool. */
+typedef struct {
+    int64_t uploads, bytes_up;
+    double copy_s;
+    size_t pool_capacity, pool_used;
+    int pool_regions;
+    int64_t pool_grows, pool_evictions;
+    size_t pinned_capacity, pinned_used;
+} lz_llama_gpu_tiers;
+void lz_llama_gpu_tier_stats(lz_llama_gpu *g, lz_llama_gpu_tiers *t);
+
+/* Pinned host memory for the host tier's documents (held in the layout the
+ * device reads, cache/kv_layout.h, so that uploading one is a DMA copy),
+ * from regions pinned once; thread-safe. NULL when no more can be pinned
+ * (the caller then uses pageable memory). host_free takes the bytes given. */
+void *lz_llama_gpu_host_alloc(lz_llama_gpu *g, size_t bytes);
+void lz_llama_gpu_host_free(lz_llama_gpu *g, void *p, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,7 @@
 
 #include "kernels/lz_ops.h"
 #include "base/half.h"
+#include "cache/kv_layout.h"
 #include "gpu/llama_gpu.cuh"
 
 namespace lzgpu {
@@ -28,87 +29,88 @@ static size_t doc_bytes(const lz_llama_gpu *g, const GpuDoc *x) { return x->rows
 void doc_drop(lz_llama_gpu *g, int i)
 {
     if (g->docs[i].keyed) g->used_bytes -= doc_bytes(g, &g->docs[i]);
-    doc_free(&g->docs[i]);
+    doc_free(g, &g->docs[i]);
     g->docs[i] = g->docs[--g->n_docs];
 }
 
 /* A new doc x: kept rows per (layer, kv head) as segment sg keeps them (sg
- * NULL: n each, a document stored whole), a layer's heads padded to its
- * longest, and room for its K and V on the device (one row at least). */
-static int doc_alloc(const lz_llama_gpu *g, const lz_kv_segment *sg, int n, GpuDoc *x, char *err, size_t errlen)
+ * NULL: n each, a document stored whole) in cache/kv_layout.h's layout, and
+ * its extent (K then V, one row at least) from the HBM pool. */
+static int doc_alloc(lz_llama_gpu *g, const lz_kv_segment *sg, int n, GpuDoc *x, char *err, size_t errlen)
 {
     const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
     memset(x, 0, sizeof *x);
     x->cap = (int *)malloc((size_t)L * sizeof(int));
     x->first = (size_t *)malloc((size_t)L * sizeof(size_t));
     x->kept = (int32_t *)malloc((size_t)L * KV * sizeof(int32_t));
-    if (!x->cap || !x->first || !x->kept) { doc_free(x); snprintf(err, errlen, "out of memory"); return -1; }
-    for (int l = 0; l < L; l++) {
-        int most = 0;
-        for (int h = 0; h < KV; h++) {
-            x->kept[l * KV + h] = sg ? seg_kept(sg, l, h, KV) : n;
-            most = x->kept[l * KV + h] > most ? x->kept[l * KV + h] : most;
-        }
-        x->cap[l] = most;
-        x->first[l] = x->rows;
-        x->rows += (size_t)KV * most;
-        x->keys = most > x->keys ? most : x->keys;
-    }
-    const size_t bytes = (x->rows ? x->rows : 1) * d * 2;
-    cudaError_t ce = cudaMalloc((void **)&x->k, bytes);
-    if (ce == cudaSuccess) ce = cudaMalloc((void **)&x->v, bytes);
-    if (ce != cudaSuccess) {
-        doc_free(x);
-        snprintf(err, errlen, "GPU: no memory for a document of %d tokens (%zu rows of K and V): %s", x->keys,
-                 x->rows, cudaGetErrorString(ce));
+    if (!x->cap || !x->first || !x->kept) { doc_free(g, x); snprintf(err, errlen, "out of memory"); return -1; }
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < KV; h++) x->kept[l * KV + h] = sg ? seg_kept(sg, l, h, KV) : n;
+    x->rows = lz_kv_layout(L, KV, x->kept, n, x->cap, x->first);
+    for (int l = 0; l < L; l++) x->keys = x->cap[l] > x->keys ? x->cap[l] : x->keys;
+    const size_t bytes = (x->rows ? x->rows : 1) * d * 2 * 2;
+    if (pool_take(g, bytes, &x->k, err, errlen)) {
+        doc_free(g, x);
         return -1;
     }
+    x->ext_bytes = bytes;
+    x->v = x->k + (x->rows ? x->rows : 1) * d;
     return 0;
 }
 
-/* Uploads segment sg (bf16 or fp32, packed heads padded per layer) into a new doc. */
-static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, char *err, size_t errlen)
+/* Uploads segment sg (bf16 or fp32, any head layout) into a new doc: bf16 rows already in
+ * the layout the device reads (cache/kv_layout.h; the host tier keeps its documents so) go
+ * up as they are, asynchronously: with defer, queued for the question's layer-by-layer copies
+ * (upload_layers), else now on the stream (K and V side by side: one copy); others through a
+ * staging copy, heads in parallel (an 8B model's document is ~20 MB). */
+static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, int defer, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim;
     if (doc_alloc(g, sg, 0, x, err, errlen)) return -1;
     const size_t n = (x->rows ? x->rows : 1) * d;
-    /* bf16 rows already where the device wants them (every head of a layer keeps as many
-     * rows, packed in order: a document stored whole) go up as they are; others through a
-     * staging copy, heads in parallel (an 8B model's document is ~20 MB) */
-    bool direct = sg->k16 && x->rows > 0;
+    bool direct = sg->k16 && sg->v16 && x->rows > 0;
     for (int lh = 0; direct && lh < L * KV; lh++) {
         const int l = lh / KV, h = lh % KV;
-        direct = x->kept[lh] == x->cap[l] && lz_kv_segment_block(sg, l, h, KV, d) == (x->first[l] + (size_t)h * x->cap[l]) * d;
+        direct = lz_kv_segment_block(sg, l, h, KV, d) == (x->first[l] + (size_t)h * x->cap[l]) * d;
     }
-    uint16_t *stage = direct ? NULL : (uint16_t *)malloc(n * 2 * 2);
-    if (!direct && !stage) { doc_free(x); snprintf(err, errlen, "out of memory"); return -1; }
-    const uint16_t *sk = direct ? sg->k16 : stage, *sv = direct ? sg->v16 : stage + n;
-    if (!direct) {
+    if (direct && defer) /* a question's: copied layer by layer beside its first step (upload_layers) */
+        return upload_defer(g, x->k, x->v, (const bf16 *)sg->k16, (const bf16 *)sg->v16, x->cap, x->first, err, errlen);
+    if (direct) {
+        const int joint = sg->v16 == sg->k16 + n;
+        if (upload_async(g, x->k, sg->k16, n * 2 * (joint ? 2 : 1), err, errlen) ||
+            (!joint && upload_async(g, x->v, sg->v16, n * 2, err, errlen))) {
+            doc_free(g, x);
+            return -1;
+        }
+        return 0;
+    }
+    uint16_t *stage = (uint16_t *)malloc(n * 2 * 2);
+    if (!stage) { doc_free(g, x); snprintf(err, errlen, "out of memory"); return -1; }
 #pragma omp parallel for schedule(dynamic, 4) if (n > ((size_t)1 << 20))
-        for (int lh = 0; lh < L * KV; lh++) {
-            const int l = lh / KV, h = lh % KV, kept = x->kept[lh];
-            const size_t src = lz_kv_segment_block(sg, l, h, KV, d), dst = (x->first[l] + (size_t)h * x->cap[l]) * d;
-            uint16_t *dk = stage + dst, *dv = stage + n + dst;
-            if (sg->k16) {
-                memcpy(dk, sg->k16 + src, (size_t)kept * d * 2);
-                memcpy(dv, sg->v16 + src, (size_t)kept * d * 2);
-            } else {
-                for (size_t e = 0; e < (size_t)kept * d; e++) {
-                    dk[e] = lz_f32_to_bf16(sg->k[src + e]);
-                    dv[e] = lz_f32_to_bf16(sg->v[src + e]);
-                }
+    for (int lh = 0; lh < L * KV; lh++) {
+        const int l = lh / KV, h = lh % KV, kept = x->kept[lh];
+        const size_t src = lz_kv_segment_block(sg, l, h, KV, d), dst = (x->first[l] + (size_t)h * x->cap[l]) * d;
+        uint16_t *dk = stage + dst, *dv = stage + n + dst;
+        if (sg->k16) {
+            memcpy(dk, sg->k16 + src, (size_t)kept * d * 2);
+            memcpy(dv, sg->v16 + src, (size_t)kept * d * 2);
+        } else {
+            for (size_t e = 0; e < (size_t)kept * d; e++) {
+                dk[e] = lz_f32_to_bf16(sg->k[src + e]);
+                dv[e] = lz_f32_to_bf16(sg->v[src + e]);
             }
         }
     }
-    cudaError_t ce = cudaMemcpy(x->k, sk, n * 2, cudaMemcpyHostToDevice);
-    if (ce == cudaSuccess) ce = cudaMemcpy(x->v, sv, n * 2, cudaMemcpyHostToDevice);
+    cudaError_t ce = cudaMemcpy(x->k, stage, n * 2 * 2, cudaMemcpyHostToDevice); /* pageable: synchronous */
     free(stage);
     if (ce != cudaSuccess) {
-        doc_free(x);
+        doc_free(g, x);
         snprintf(err, errlen, "GPU: uploading a document: %s", cudaGetErrorString(ce));
         return -1;
     }
+    g->up_bytes += n * 2 * 2;
+    g->uploads++;
     return 0;
 }
 
@@ -242,7 +244,7 @@ int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int ca
     if (key) g->misses++;
     if (at < 0) { /* not recomputed for it either: uploaded now */
         GpuDoc x;
-        if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, err, errlen)) return -1;
+        if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, 1, err, errlen)) return -1;
         doc_add(g, &x, key, 0);
         at = g->n_docs - 1;
     }
@@ -261,6 +263,7 @@ void doc_trim(lz_llama_gpu *g)
 int doc_question(lz_llama_gpu *g, char *err, size_t errlen)
 {
     if (ensure_policy(g, err, errlen)) return -1;
+    upload_account(g);
     for (int i = g->n_docs - 1; i >= 0; i--) /* the previous question's unkeyed segments (not those made for this one) */
         if (!g->docs[i].keyed && !g->docs[i].pending) doc_drop(g, i);
     lz_doc_cache_begin(g->pol);
@@ -310,15 +313,16 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
     if (ensure_side(g, err, errlen)) return -1; /* the documents' attention side by side */
     /* the question about to begin uses them all: kept pending (outside the policy, so never
      * evicted) until its begin offers them */
+    g->no_evict = 1; /* until done: the pool grows rather than evict (see llama_gpu.cuh) */
     int at = doc_find(g, prefix_key);
     if (at < 0) { /* the prefix, kept like a document (the question's begin finds it) */
         GpuDoc x;
-        if (doc_room(g, err, errlen) || doc_upload(g, prefix, &x, err, errlen)) return -1;
+        if (doc_room(g, err, errlen) || doc_upload(g, prefix, &x, 0, err, errlen)) { g->no_evict = 0; return -1; }
         x.fresh = 1;
         doc_add(g, &x, prefix_key, 1);
         at = g->n_docs - 1;
     }
-    if (prefix_descriptors(g, &g->docs[at], err, errlen)) return -1;
+    if (prefix_descriptors(g, &g->docs[at], err, errlen)) { g->no_evict = 0; return -1; }
     const int64_t s = prefix->n;
     lz_prefill_params p = attn_params(g, 1);
     p.n_seg = 1;
@@ -372,13 +376,14 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
                 doc_add(g, &xs[j], keys[todo[j]], 1);
             } else {
                 ok = 0;
-                doc_free(&xs[j]);
+                doc_free(g, &xs[j]);
             }
         }
         if (!ok) goto done;
     }
     rc = 0;
 done:
+    g->no_evict = 0;
     free(hid);
     free(parts);
     free(xs);

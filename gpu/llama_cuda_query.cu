@@ -134,6 +134,10 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
         return -1;
     }
     if (ensure_query(g, err, errlen)) return -1;
+    if (g->layer_wait) { /* the last question's copies, never waited for by a step */
+        CUDA_OK(cudaStreamSynchronize(g->cp), "the last question's copies");
+        g->layer_wait = 0;
+    }
     if (doc_question(g, err, errlen)) return -1;
     if (n_segs + 1 > g->qcap) {
         cudaFree(g->qsegs);
@@ -162,6 +166,8 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
     for (int i = 0; i < S; i++) cached[i] = (uint8_t)doc_pin(g, keys ? keys[i] : NULL);
     for (int i = 0; i < S; i++)
         if (doc_for(g, &segs[i], keys ? keys[i] : NULL, cached[i], &ids[i], err, errlen)) {
+            g->n_upq = 0; /* the queued copies dropped with the question */
+            cudaStreamSynchronize(g->st); /* the copies begun read the caller's memory: done before it goes */
             free(cached);
             free(hs);
             free(ids);
@@ -201,8 +207,18 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
         ce = cudaMemcpy(g->qlen, g->hqlen, (size_t)L * W * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
     const int rc = ce == cudaSuccess ? decode_words(g, hs, S, err, errlen) : 0;
     free(hs);
+    if (ce != cudaSuccess || rc) g->n_upq = 0; /* no copy begun */
     CUDA_OK(ce, "uploading the descriptors");
     if (rc) return -1;
+    /* the documents' copies last: every other host-to-device copy of the question is done (they
+     * would queue behind these on the copy engine), and its steps read their token ids from
+     * pinned host memory, not by a copy */
+    if (upload_layers(g, err, errlen)) {
+        g->n_upq = 0;
+        if (g->cp) cudaStreamSynchronize(g->cp); /* those begun read the caller's memory */
+        g->layer_wait = 0;
+        return -1;
+    }
     g->S = S;
     g->n_own = 0;
     g->pos0 = pos0;
@@ -234,9 +250,10 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
     const int D = c->dim, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, V = c->vocab;
     const int N = g->max_tokens, W = g->S + 1;
     cudaStream_t st = g->st;
-    CUDA_OK(cudaMemcpyAsync(g->ids, g->hids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, st), "ids");
     lz_op_own_len(g->qlen, L, W, g->S, KV, g->dn_own, st); /* the tokens so far: a segment at offset 0 */
-    lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->ids, n, D, st);
+    /* the ids read where they are, in pinned host memory (a copy would queue behind the
+     * documents' copies on the copy engine) */
+    lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->hids, n, D, st);
     lz_prefill_params p = step_params(g, n);
     p.work = g->work;
     p.work_bytes = g->work_bytes;
@@ -248,7 +265,7 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
         const size_t own = (size_t)l * KV * N * d; /* this step's keys and values join the sequence there */
         const lz_decode_params dp = decode_params(g, l);
         const Part part = {0, n, g->tk, g->tv, g->own_k + own, g->own_v + own, dec ? &dp : NULL};
-        if (layer(g, l, n, g->pos0, g->dn_own, &part, 1, &p, 1, err, errlen)) return -1;
+        if (upload_wait(g, l, err, errlen) || layer(g, l, n, g->pos0, g->dn_own, &part, 1, &p, 1, err, errlen)) return -1;
     }
     lz_op_count_add(g->dn_own, n, st);
     if (want) { /* the last row: final norm, output head */
@@ -284,6 +301,10 @@ extern "C" int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *
     memcpy(g->hids, ids, (size_t)n * sizeof(int));
     lz_prefill_params p = step_params(g, n);
     if (ensure_work(g, &p, err, errlen)) return -1;
+    if (n == 1 && logits && g->layer_wait) { /* the copies done before a capture (whose waits they are not) */
+        CUDA_OK(cudaStreamWaitEvent(st, g->lev[c->n_layers - 1], 0), "waiting for the copies");
+        g->layer_wait = 0;
+    }
     if (n == 1 && logits) { /* decode: one captured graph, replayed for every token of the answer */
         if (!g->decode) {
             cudaGraph_t graph;
@@ -300,6 +321,7 @@ extern "C" int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *
     } else if (step_body(g, n, logits != NULL, err, errlen)) {
         return -1;
     }
+    g->layer_wait = 0; /* the step waited for every layer's copies */
     CUDA_OK(cudaGetLastError(), "kernel launch");
     CUDA_OK(cudaStreamSynchronize(st), "forward pass");
     g->n_own += n;

@@ -16,12 +16,14 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #include "kernels/lz_decode.h"
 #include "kernels/lz_prefill.h"
 #include "gpu/llama_cuda.h"
 #include "cache/doc_cache.h"
+#include "cache/kv_pool.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -34,13 +36,14 @@ struct Layer {
 };
 
 /* A segment resident on the device: per layer l, (KV, cap[l], d) rows from
- * row first[l] of k and v; kept (L, KV). Keyed by a 32-byte content digest
+ * row first[l] of k and v (cache/kv_layout.h; v = k + rows * d, one extent of
+ * the HBM pool); kept (L, KV). Keyed by a 32-byte content digest
  * (a store payload's key), or unkeyed: then it lives for one question. */
 struct GpuDoc {
     uint8_t key[32];
     int keyed;
     bf16 *k, *v;
-    size_t rows;
+    size_t rows, ext_bytes; /* ext_bytes: its pool extent (K and V), 0 before it has one */
     int *cap;
     size_t *first;
     int32_t *kept;
@@ -110,6 +113,23 @@ struct lz_llama_gpu {
     int policy;          /* lz_cache_policy */
     uint64_t next_id;
     long hits, misses;
+    /* the tiers' memory (gpu/llama_cuda_pool.cu): the HBM pool the docs' extents come from,
+     * the pinned host pool (host_lock: taken by the store tier's decoding threads), and the
+     * copies into HBM (events around a question's copies, counted at the next question) */
+    lz_kv_pool *hbm, *hostp;
+    pthread_mutex_t host_lock;
+    int host_lock_made;
+    cudaEvent_t up_ev[2];
+    int up_open;
+    cudaStream_t cp;     /* the copy stream */
+    cudaEvent_t *lev;    /* (L) a layer's copies done */
+    int layer_wait;      /* the question's copies in flight: its first step waits per layer */
+    struct UpDoc { bf16 *k, *v; const bf16 *sk, *sv; const int *cap; const size_t *first; } *upq;
+    int n_upq, cap_upq;
+    int no_evict; /* set while documents are recomputed ahead of a begin: the session has seen
+                     which docs are resident, so none may leave before that begin pins them */
+    int64_t uploads, up_bytes, pool_grows, pool_evictions;
+    double up_s;
     int *dn_own;         /* device: the own sequence's length (read by the kernels; a graph replays them) */
     int *hids;           /* pinned: a step's token ids */
     cudaGraphExec_t decode; /* one decode step of this question, captured at its first one */
@@ -181,7 +201,7 @@ static inline int fail(char *err, size_t errlen, const char *what, int code)
 /* gpu/llama_cuda.cu */
 void *dalloc_bytes(lz_llama_gpu *g, size_t bytes); /* cudaMalloc owned by g (freed with it), or NULL */
 template <class T> static inline T *dalloc(lz_llama_gpu *g, size_t count) { return (T *)dalloc_bytes(g, count * sizeof(T)); }
-void doc_free(GpuDoc *x);
+void doc_free(lz_llama_gpu *g, GpuDoc *x); /* its extent back to the pool, its tables freed */
 int ensure_query(lz_llama_gpu *g, char *err, size_t errlen); /* the query side's buffers, at the first question */
 /* y (n, out) (+)= x (n, in) @ W (out, in)^T (one row: lz_gemv) */
 int gemm(lz_llama_gpu *g, float *y, const bf16 *x, const bf16 *w, int n, int in, int out, float beta);
@@ -191,6 +211,27 @@ int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const P
           const lz_prefill_params *p, int lazy, char *err, size_t errlen);
 int ensure_side(lz_llama_gpu *g, char *err, size_t errlen); /* the side streams several parts run on */
 int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen); /* p's attention workspace */
+
+/* gpu/llama_cuda_pool.cu */
+/* An extent of bytes from the HBM pool (an unpinned doc may leave for it when the pool is
+ * fragmented; the pool grows when its docs outgrow it). 0, or -1 (the device is full). */
+int pool_take(lz_llama_gpu *g, size_t bytes, bf16 **at, char *err, size_t errlen);
+void pool_give(lz_llama_gpu *g, bf16 *at, size_t bytes);
+void pool_free_all(lz_llama_gpu *g); /* both pools' regions, at lz_llama_gpu_free */
+/* bytes from host src to device dst on g->st, asynchronously (pinned src: a DMA at PCIe
+ * speed; src must live until the stream reaches it), timed with the question's copies */
+int upload_async(lz_llama_gpu *g, void *dst, const void *src, size_t bytes, char *err, size_t errlen);
+void upload_account(lz_llama_gpu *g); /* the last question's copy time counted */
+/* Queues a doc's copy from host rows in its own layout (sk, sv: K's and V's rows, cap / first
+ * its layer tables, alive until the question's first step) for upload_layers. 0 or -1. */
+int upload_defer(lz_llama_gpu *g, bf16 *k, bf16 *v, const bf16 *sk, const bf16 *sv, const int *cap,
+                 const size_t *first, char *err, size_t errlen);
+/* The queued copies on the copy stream, layer by layer (every doc's layer l, then l + 1),
+ * an event after each layer: the question's first step waits for layer l's before computing
+ * layer l, so the later layers arrive while the earlier compute. 0 or -1. */
+int upload_layers(lz_llama_gpu *g, char *err, size_t errlen);
+/* Makes g->st wait for layer l's copies (when a question's are in flight). 0 or -1. */
+int upload_wait(lz_llama_gpu *g, int l, char *err, size_t errlen);
 
 /* gpu/llama_cuda_docs.cu */
 void doc_drop(lz_llama_gpu *g, int i); /* removes doc i (the last one takes its place) */

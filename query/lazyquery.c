@@ -21,6 +21,7 @@
 #include "query/session.h"
 #include "store/store.h"
 #include "base/cli.h"
+#include "base/clock.h"
 #include "base/env.h"
 #include "base/runtime.h"
 
@@ -54,7 +55,12 @@ static void usage(FILE *f)
         "      --cache-policy P   lfu (default): documents admitted and evicted by access frequency\n"
         "                         (TinyLFU, seeded with the store's access counts); lru: least\n"
         "                         recently used out first; for the host and the GPU caches alike\n"
-        "      --no-preload       do not preload the most accessed documents at start\n"
+        "      --preload WHAT     at start, fill the host tier with documents' KV: hot (default):\n"
+        "                         the most accessed (the store's counts, which also seed the policy's\n"
+        "                         frequencies); all: those, then every other document while there is\n"
+        "                         room (a host tier that holds the corpus); none. Its time and size\n"
+        "                         are printed (standard error) unless --quiet\n"
+        "      --no-preload       --preload none\n"
         "      --gpu              the question and answer on the GPU, lazy and block modes (CUDA builds:\n"
         "                         'make cuda' makes build/cuda/lazyquery); documents placed by the lazy\n"
         "                         attention kernels, bf16 activations; documents stay in GPU memory\n"
@@ -100,6 +106,8 @@ static int gpu_step(void *ctx, const int *ids, int n, float *logits, char *err, 
     return lz_llama_gpu_step((lz_llama_gpu *)ctx, ids, n, logits, err, errlen);
 }
 static int gpu_resident(void *ctx, const uint8_t key[32]) { return lz_llama_gpu_resident((lz_llama_gpu *)ctx, key); }
+static void *gpu_host_alloc(void *ctx, size_t bytes) { return lz_llama_gpu_host_alloc((lz_llama_gpu *)ctx, bytes); }
+static void gpu_host_free(void *ctx, void *p, size_t bytes) { lz_llama_gpu_host_free((lz_llama_gpu *)ctx, p, bytes); }
 static int gpu_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *prefix_key, const int *const *ids,
                       const int *n, const uint8_t *const *keys, int n_docs, char *err, size_t errlen)
 {
@@ -114,6 +122,8 @@ typedef struct {
     void *gpu_engine;        /* the lz_llama_gpu of --gpu (CUDA builds), for its cache tier's counts */
     int cold;                /* --cold: LZ_COLD_*; -1 = the default (recompute with --gpu) */
     lz_query_opts qo;
+    int preloaded;    /* documents the start-up preload put in the host tier, and its seconds */
+    double preload_s;
 } options;
 
 /* The document cache's tiers as JSON: per tier its policy, hits, misses, admissions, rejections,
@@ -129,12 +139,26 @@ static json_t *tier(const lz_doc_cache_stats *c, int policy)
 static json_t *tiers_json(const options *o, const lz_doc_cache_stats *host)
 {
     json_t *t = json_object();
-    json_object_set_new(t, "host", tier(host, o->qo.cache_policy));
+    json_t *ht = tier(host, o->qo.cache_policy);
+    json_object_set_new(ht, "preloaded", json_integer(o->preloaded));
+    json_object_set_new(ht, "preload_s", json_real(o->preload_s));
+    json_object_set_new(t, "host", ht);
 #ifdef LZ_CUDA
     if (o->gpu_engine) {
         lz_doc_cache_stats g;
         lz_llama_gpu_cache_policy_stats((const lz_llama_gpu *)o->gpu_engine, &g);
-        json_object_set_new(t, "gpu", tier(&g, o->qo.cache_policy));
+        json_t *gt = tier(&g, o->qo.cache_policy);
+        lz_llama_gpu_tiers ft; /* its memory and the copies into it */
+        lz_llama_gpu_tier_stats((lz_llama_gpu *)o->gpu_engine, &ft);
+        json_object_set_new(gt, "copies", json_integer(ft.uploads));
+        json_object_set_new(gt, "bytes_in", json_integer(ft.bytes_up));
+        json_object_set_new(gt, "copy_s", json_real(ft.copy_s));
+        json_object_set_new(gt, "copy_gbps", json_real(ft.copy_s > 0 ? ft.bytes_up / ft.copy_s / 1e9 : 0));
+        json_object_set_new(gt, "pool_bytes", json_integer((json_int_t)ft.pool_capacity));
+        json_object_set_new(gt, "pool_regions", json_integer(ft.pool_regions));
+        json_object_set_new(gt, "pool_evictions", json_integer(ft.pool_evictions));
+        json_object_set_new(gt, "pinned_bytes", json_integer((json_int_t)ft.pinned_capacity));
+        json_object_set_new(t, "gpu", gt);
     }
 #endif
     return t;
@@ -340,7 +364,7 @@ done:
 static int parse_options(int argc, char **argv, options *o, const char **question)
 {
     enum { O_DOCS = 256, O_QUESTIONS, O_ORDER, O_MODE, O_CACHE, O_HOST_CACHE, O_POLICY, O_GPU_CACHE, O_COLD, O_TEMP, O_TOP_P, O_SEED, O_JSON,
-           O_NO_PRELOAD, O_CACHE_F32, O_GPU, O_NO_STATS };
+           O_NO_PRELOAD, O_PRELOAD, O_CACHE_F32, O_GPU, O_NO_STATS };
     static const struct option longopts[] = {
         LZ_CLI_OPT_HELP, LZ_CLI_OPT_STORE, LZ_CLI_OPT_MODEL,
         LZ_OPT_ARG("top-k", 'k'),
@@ -352,7 +376,7 @@ static int parse_options(int argc, char **argv, options *o, const char **questio
         LZ_OPT_ARG("cache-policy", O_POLICY),
         LZ_OPT_ARG("gpu-cache-bytes", O_GPU_CACHE), LZ_OPT_ARG("cold", O_COLD), LZ_OPT_ARG("temp", O_TEMP),
         LZ_OPT_ARG("top-p", O_TOP_P), LZ_OPT_ARG("seed", O_SEED), LZ_OPT_FLAG("json", O_JSON),
-        LZ_OPT_FLAG("no-preload", O_NO_PRELOAD), LZ_OPT_FLAG("cache-f32", O_CACHE_F32),
+        LZ_OPT_FLAG("no-preload", O_NO_PRELOAD), LZ_OPT_ARG("preload", O_PRELOAD), LZ_OPT_FLAG("cache-f32", O_CACHE_F32),
         LZ_OPT_FLAG("gpu", O_GPU), LZ_OPT_FLAG("no-stats", O_NO_STATS),
         {NULL, 0, NULL, 0}};
     static const char *const policies[] = {"lfu", "lru", NULL}; /* in lz_cache_policy's order */
@@ -400,6 +424,12 @@ static int parse_options(int argc, char **argv, options *o, const char **questio
         case O_SEED: if (lz_cli_long("--seed", optarg, 0, 0x7fffffffL, &x)) return LZ_EXIT_USAGE; o->qo.seed = (uint64_t)x; break;
         case O_JSON: o->json = 1; break;
         case O_NO_PRELOAD: o->preload = 0; break;
+        case O_PRELOAD: {
+            static const char *const preloads[] = {"none", "hot", "all", NULL};
+            if (lz_cli_choice("--preload", optarg, preloads, &k)) return LZ_EXIT_USAGE;
+            o->preload = k; /* 0 none, 1 hot, 2 all */
+            break;
+        }
         case O_CACHE_F32: o->qo.cache_f32 = 1; break;
         case O_GPU:
 #ifndef LZ_CUDA
@@ -468,7 +498,7 @@ int main(int argc, char **argv)
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.qo.on_piece = print_piece;
 #ifdef LZ_CUDA
     lz_llama_gpu *gpu = NULL;
-    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode};
+    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode, gpu_host_alloc, gpu_host_free};
     if (o.gpu) { /* the question and the answer (own tokens) on the GPU: up to 4,096 of them */
         if (lz_llama_gpu_new(m, 4096, &gpu, err, sizeof err)) {
             fprintf(stderr, "lazyquery: %s\n", err);
@@ -497,8 +527,16 @@ int main(int argc, char **argv)
         return 1;
     }
     if (o.preload) {
-        int n = lz_query_preload(q, err, sizeof err);
+        const double t0 = lz_now_s();
+        int n = lz_query_preload(q, o.preload == 2, err, sizeof err);
+        lz_doc_cache_stats cs;
+        lz_query_cache_stats(q, &cs);
+        o.preloaded = n > 0 ? n : 0;
+        o.preload_s = lz_now_s() - t0;
         if (n < 0) fprintf(stderr, "lazyquery: warning: preload failed: %s\n", err);
+        else if (!o.quiet && !o.json && n > 0) /* --json: in every answer's tiers */
+            fprintf(stderr, "lazyquery: preloaded %d documents (%.2f GB of KV) into the host tier in %.2f s\n", n,
+                    cs.bytes_used / 1e9, lz_now_s() - t0);
     }
     int failures = 0, answered = 0;
     if (question) {

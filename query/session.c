@@ -22,11 +22,16 @@
  * element type: a bf16 store's payloads stay bf16 (the values the store
  * holds, half the memory of fp32), an fp32 store's fp32. Head (l, h) holds
  * n_kept rows of d values from row head_row[l * KV + h]: packed, so a
- * document compressed at ingest (Ada-KV) takes only its kept rows, and bytes
- * (what the cache accounts) is 2 * sum(kept) * d * (2 or 4). */
+ * document compressed at ingest (Ada-KV) takes only its kept rows; K and V
+ * lie in one block, V's rows after K's. A document stored whole is then in
+ * exactly the layout the GPU reads (cache/kv_layout.h), and with a backend
+ * that offers it the block is its pinned host memory: uploading it is one DMA
+ * copy. bytes (what the cache accounts) is the block's size. */
 typedef struct {
-    float *k, *v;        /* (sum(kept), d) fp32, or NULL */
-    uint16_t *k16, *v16; /* (sum(kept), d) bf16, or NULL */
+    float *k, *v;        /* (rows, d) fp32, or NULL */
+    uint16_t *k16, *v16; /* (rows, d) bf16, or NULL */
+    void *block;         /* K then V */
+    int pinned;          /* block from the backend's host_alloc (else malloc) */
     int *n_kept;     /* (L, KV) */
     int64_t *head_row; /* (L, KV) */
     int n;           /* tokens of the document (positions it occupies) */
@@ -81,47 +86,49 @@ void lz_query_result_free(lz_query_result *r)
     memset(r, 0, sizeof *r);
 }
 
-static void entry_clear(kv_entry *e)
+static void entry_clear(lz_query_session *q, kv_entry *e)
 {
-    free(e->k);
-    free(e->v);
-    free(e->k16);
-    free(e->v16);
+    const lz_query_backend *be = q->o.backend;
+    if (e->pinned) be->host_free(be->ctx, e->block, e->bytes);
+    else free(e->block);
     free(e->n_kept);
     free(e->head_row);
 }
 
-static void entry_free(kv_entry *e)
+static void entry_free(lz_query_session *q, kv_entry *e)
 {
     if (!e) return;
-    entry_clear(e);
+    entry_clear(q, e);
     free(e);
 }
 
-static void cache_free_value(void *v, void *ctx)
-{
-    (void)ctx;
-    entry_free(v);
-}
+static void cache_free_value(void *v, void *ctx) { entry_free(ctx, v); }
 
-/* An entry of n tokens holding rows kept rows in all, bf16 or fp32
- * (e->head_row filled for n rows per head when rows == L * KV * n; else by
- * the caller). */
-static kv_entry *entry_alloc(const lz_llama_config *c, int n, size_t rows, int bf16)
+/* An entry of n tokens whose heads keep kept[l * KV + h] rows (NULL: n
+ * each), packed, bf16 or fp32; n_kept and head_row filled. */
+static kv_entry *entry_alloc(lz_query_session *q, int n, const int *kept, int bf16)
 {
+    const lz_llama_config *c = &q->m->cfg;
+    const size_t nh = (size_t)c->n_layers * c->n_kv_heads, es = bf16 ? sizeof(uint16_t) : sizeof(float);
     kv_entry *e = calloc(1, sizeof *e);
-    const size_t nh = (size_t)c->n_layers * c->n_kv_heads, per = (rows ? rows : 1) * c->head_dim;
-    const size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
     if (!e) return NULL;
     e->n = n;
-    if (bf16) { e->k16 = malloc(per * es); e->v16 = malloc(per * es); }
-    else { e->k = malloc(per * es); e->v = malloc(per * es); }
     e->n_kept = malloc(nh * sizeof(int));
     e->head_row = malloc(nh * sizeof(int64_t));
-    if (!(bf16 ? e->k16 && e->v16 : e->k && e->v) || !e->n_kept || !e->head_row) { entry_free(e); return NULL; }
-    if (rows == nh * (size_t)n)
-        for (size_t i = 0; i < nh; i++) { e->head_row[i] = (int64_t)(i * (size_t)n); e->n_kept[i] = n; }
-    e->bytes = 2 * rows * c->head_dim * es;
+    if (!e->n_kept || !e->head_row) { entry_free(q, e); return NULL; }
+    size_t rows = 0;
+    for (size_t i = 0; i < nh; i++) {
+        e->n_kept[i] = kept ? kept[i] : n;
+        e->head_row[i] = (int64_t)rows;
+        rows += (size_t)e->n_kept[i];
+    }
+    const size_t per = (rows ? rows : 1) * c->head_dim;
+    e->bytes = 2 * per * es;
+    const lz_query_backend *be = q->o.backend;
+    if (be && be->host_alloc && be->host_free) e->pinned = (e->block = be->host_alloc(be->ctx, e->bytes)) != NULL;
+    if (!e->block && !(e->block = malloc(e->bytes))) { entry_free(q, e); return NULL; }
+    if (bf16) { e->k16 = e->block; e->v16 = e->k16 + per; }
+    else { e->k = e->block; e->v = e->k + per; }
     return e;
 }
 
@@ -174,16 +181,17 @@ static kv_entry *decode_payload(lz_query_session *q, lz_payload_codec *codec, co
         return NULL;
     }
     const int bf16 = info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !q->o.cache_f32;
-    kv_entry *e = entry_alloc(c, info.n_tokens, (size_t)info.n_kept_sum, bf16);
+    int *kept = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *kept);
+    if (kept) lz_payload_kept(blob, &info, kept);
+    kv_entry *e = kept ? entry_alloc(q, info.n_tokens, kept, bf16) : NULL;
+    free(kept);
     if (!e) { snprintf(err, errlen, "%s: out of memory for %d tokens of KV", what, info.n_tokens); return NULL; }
     if (bf16 ? lz_payload_decode_bf16_packed(codec, blob, len, e->k16, e->v16, e->n_kept, &info, e2, sizeof e2)
              : lz_payload_decode_f32_packed(codec, blob, len, e->k, e->v, e->n_kept, &info, e2, sizeof e2)) {
         snprintf(err, errlen, "%s: corrupt KV payload: %s", what, e2);
-        entry_free(e);
+        entry_free(q, e);
         return NULL;
     }
-    int64_t row = 0;
-    for (int i = 0; i < c->n_layers * c->n_kv_heads; i++) { e->head_row[i] = row; row += e->n_kept[i]; }
     return e;
 }
 
@@ -209,7 +217,7 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
     lz_ingest_model_desc(m, NULL, &desc);
     int rc = lz_store_check_model(s, &desc, err, errlen);
     if (rc) { free(q); return rc; }
-    q->cache = lz_doc_cache_new(o->cache_bytes, cache_free_value, NULL);
+    q->cache = lz_doc_cache_new(o->cache_bytes, cache_free_value, q);
     if (q->cache) lz_doc_cache_set_policy(q->cache, (lz_cache_policy)o->cache_policy);
     q->codec = lz_payload_codec_new();
     q->scratch = lz_llama_scratch_new(m, q->o.batch);
@@ -237,7 +245,7 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
     if (!pe) { lz_query_session_free(q); return -1; }
     if (pe->n != q->n_prefix) {
         snprintf(err, errlen, "the prompt prefix payload has %d tokens, expected %d", pe->n, q->n_prefix);
-        entry_free(pe);
+        entry_free(q, pe);
         lz_query_session_free(q);
         return -1;
     }
@@ -256,7 +264,7 @@ void lz_query_session_free(lz_query_session *q)
     lz_llama_scratch_free(q->scratch);
     lz_sampler_free(&q->sampler);
     free(q->prefix);
-    entry_clear(&q->prefix_kv);
+    entry_clear(q, &q->prefix_kv);
     free(q->logits);
     free(q);
 }
@@ -281,7 +289,7 @@ static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, c
     *owned = 0;
     kv_entry *e = lz_doc_cache_get(q->cache, ckey, ckey_len);
     if (e) {
-        entry_free(pre);
+        entry_free(q, pre);
         r->hits++;
         return e;
     }
@@ -292,7 +300,7 @@ static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, c
     if (!e) return NULL;
     if (e->n != d->n_tokens) {
         snprintf(err, errlen, "%s: payload has %d tokens, the store row says %d", what, e->n, d->n_tokens);
-        entry_free(e);
+        entry_free(q, e);
         return NULL;
     }
     r->bytes_loaded += (int64_t)e->bytes;
@@ -319,9 +327,10 @@ static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, c
 
 /* Copies tokens [t0, t0 + n) of a local cache into a new entry (PREFIX
  * mode), bf16 (rounded, as the store's entries) or fp32. */
-static kv_entry *slice_cache(const lz_llama_config *c, const lz_kv_cache *lc, int t0, int n, int bf16)
+static kv_entry *slice_cache(lz_query_session *q, const lz_kv_cache *lc, int t0, int n, int bf16)
 {
-    kv_entry *e = entry_alloc(c, n, (size_t)c->n_layers * c->n_kv_heads * (size_t)n, bf16);
+    const lz_llama_config *c = &q->m->cfg;
+    kv_entry *e = entry_alloc(q, n, NULL, bf16);
     if (!e) return NULL;
     const size_t cnt = (size_t)n * c->head_dim;
     for (int l = 0; l < c->n_layers; l++)
@@ -446,7 +455,7 @@ static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_
         char e2[512];
         pre[i] = load_payload(q, docs[i].payload_key, "document", e2, sizeof e2);
         if (pre[i] && pre[i]->n != docs[i].n_tokens) { /* fetch reports it */
-            entry_free(pre[i]);
+            entry_free(q, pre[i]);
             pre[i] = NULL;
         }
     }
@@ -590,8 +599,8 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
             memcpy(buf, chain, 32);
             memcpy(buf + 32, docs[i].payload_key, LZ_META_KEY_LEN);
             lz_sha256(buf, sizeof buf, chain);
-            kv_entry *e = slice_cache(c, &lc, start, n, q->kv16);
-            if (e && !lz_doc_cache_put(q->cache, chain, 32, e, e->bytes)) entry_free(e);
+            kv_entry *e = slice_cache(q, &lc, start, n, q->kv16);
+            if (e && !lz_doc_cache_put(q->cache, chain, 32, e, e->bytes)) entry_free(q, e);
         }
     }
     if (be ? be->step(be->ctx, qids, n_q, q->logits, err, errlen)
@@ -646,8 +655,8 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
     r->t_decode = lz_now_s() - t1;
     rc = 0;
 done:
-    for (int i = 0; i < n_owned; i++) entry_free(owned[i]);
-    for (int i = 0; pre && i < n_docs; i++) entry_free(pre[i]); /* left by an error */
+    for (int i = 0; i < n_owned; i++) entry_free(q, owned[i]);
+    for (int i = 0; pre && i < n_docs; i++) entry_free(q, pre[i]); /* left by an error */
     free(pre);
     free(held);
     free(owned);
@@ -701,10 +710,25 @@ static void preload_batch(preload_ctx *P)
         kv_entry *e = P->items[i].e;
         if (!e) P->failed++;
         else if (lz_doc_cache_preload(q->cache, P->items[i].key, LZ_META_KEY_LEN, e, e->bytes)) P->loaded++;
-        else entry_free(e);
+        else entry_free(q, e);
     }
     P->n = 0;
     P->planned = 0;
+}
+
+/* The bytes entry_alloc takes for a payload blob of a document of n tokens
+ * (an unreadable blob: as if stored whole, in fp32; decoding then fails). */
+static size_t entry_bytes_of(lz_query_session *q, const void *blob, size_t len, int n)
+{
+    const lz_llama_config *c = &q->m->cfg;
+    lz_payload_info info;
+    char e2[256];
+    size_t rows = (size_t)c->n_layers * c->n_kv_heads * (n > 0 ? n : 1), es = sizeof(float);
+    if (!lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) {
+        rows = info.n_kept_sum;
+        if (info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !q->o.cache_f32) es = sizeof(uint16_t);
+    }
+    return 2 * (rows ? rows : 1) * c->head_dim * es;
 }
 
 /* One popular document: seed its frequency, queue it while there is room. */
@@ -716,37 +740,31 @@ static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_t
     lz_doc_cache_prior(q->cache, key, LZ_META_KEY_LEN, (double)hits);
     lz_doc_cache_stats st;
     lz_doc_cache_get_stats(q->cache, &st);
-    const lz_llama_config *c = &q->m->cfg;
-    size_t need = 2 * (size_t)c->n_layers * c->n_kv_heads * (size_t)n_tokens * c->head_dim * sizeof(float);
     void *blob = NULL;
     size_t len = 0;
-    lz_payload_info info;
     char e2[256];
     if (lz_store_get_payload(q->store, key, &blob, &len, e2, sizeof e2)) { P->failed++; return 0; }
-    const int parsed = !lz_payload_parse(blob, len, 0, &info, e2, sizeof e2);
-    if (parsed) need = 2 * (size_t)info.n_kept_sum * c->head_dim * sizeof(float); /* compressed at ingest: kept rows */
+    const size_t need = entry_bytes_of(q, blob, len, n_tokens); /* room planned with the entry's exact size */
     if ((int64_t)need > st.bytes_budget - st.bytes_used - P->planned) { free(blob); return 0; } /* smaller ones may fit */
     preload_item *it = &P->items[P->n++];
     memcpy(it->key, key, LZ_META_KEY_LEN);
     it->blob = blob;
     it->len = len;
     it->e = NULL;
-    if (parsed) /* the entry's bytes (entry_alloc): bf16 rows unless widened */
-        P->planned += (int64_t)(2 * (size_t)info.n_kept_sum * c->head_dim *
-                                (info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !q->o.cache_f32 ? 2 : 4));
+    P->planned += (int64_t)need;
     if (P->n == PRELOAD_BATCH) preload_batch(P);
     return 0;
 }
 
 /* Only LAZY preloads: one copy serves every position, while BLOCK and PREFIX
  * keys depend on placements that no query has made yet. */
-int lz_query_preload(lz_query_session *q, char *err, size_t errlen)
+int lz_query_preload(lz_query_session *q, int all, char *err, size_t errlen)
 {
     if (q->o.mode != LZ_MODE_LAZY || q->o.cache_bytes == 0) return 0;
     preload_ctx *P = calloc(1, sizeof *P);
     if (!P) { snprintf(err, errlen, "out of memory"); return -1; }
     *P = (preload_ctx){.q = q, .err = err, .errlen = errlen};
-    int rc = lz_store_top_accessed(q->store, 100000, preload_one, P, err, errlen);
+    int rc = lz_store_top_accessed(q->store, all ? INT32_MAX : 100000, all, preload_one, P, err, errlen);
     preload_batch(P); /* the rest (after an error too: nothing queued is lost) */
     const int loaded = P->loaded;
     free(P);

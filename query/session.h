@@ -65,6 +65,11 @@ typedef struct {
      * LZ_COLD_RECOMPUTE in lazy mode; NULL: cold documents are loaded. 0 or -1. */
     int (*encode)(void *ctx, const lz_kv_segment *prefix, const uint8_t *prefix_key, const int *const *ids,
                   const int *n, const uint8_t *const *keys, int n_docs, char *err, size_t errlen);
+    /* optional (both or neither): memory for the session's cached KV that the backend copies
+     * from fastest (the GPU's pinned host memory: an upload is then one DMA copy), thread-safe;
+     * NULL when it has none left (malloc is used). host_free takes the bytes asked for. */
+    void *(*host_alloc)(void *ctx, size_t bytes);
+    void (*host_free)(void *ctx, void *p, size_t bytes);
 } lz_query_backend;
 
 /* What lazy mode does with a cold document (in neither the CPU's nor the backend's cache). */
@@ -128,9 +133,10 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
                     lz_query_result *r, char *err, size_t errlen);
 
 /* Preloads the most frequently hit documents (SQLite access counts) into the
- * cache until it is full, and seeds the cache's frequencies with those counts.
- * Returns how many were loaded. */
-int lz_query_preload(lz_query_session *q, char *err, size_t errlen);
+ * cache until it is full, and seeds the cache's frequencies with those counts;
+ * all: then the documents never hit too, while there is room (a host tier
+ * that holds the corpus). Returns how many were loaded. */
+int lz_query_preload(lz_query_session *q, int all, char *err, size_t errlen);
 
 /* Positions left for documents once the prefix, the question and the answer
  * are placed (max_positions - s - question - max_new_tokens); a large number

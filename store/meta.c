@@ -17,7 +17,7 @@ enum {
     ST_MODEL_GET, ST_MODEL_INSERT, ST_MODEL_SET_PREFIX,
     ST_DOC_FIND, ST_DOC_INSERT, ST_DOC_UPDATE, ST_DOC_SET_PAYLOAD, ST_DOC_TOUCH, ST_SOURCE_TOUCH,
     ST_DOC_DELETE, ST_SOURCE_ROWS, ST_SOURCE_PRUNE, ST_PRUNE, ST_DOC_COUNT, ST_DOC_ALL, ST_KEY_DOC, ST_KEY_MODEL,
-    ST_SEARCH, ST_HIT, ST_HITS_GET, ST_DOC_TOKENS, ST_DOC_TITLE, ST_TOP,
+    ST_SEARCH, ST_HIT, ST_HITS_GET, ST_DOC_TOKENS, ST_DOC_TITLE, ST_TOP, ST_TOP_ALL,
     ST_RUN_ABORT_STALE, ST_RUN_BEGIN, ST_RUN_END,
     ST_COUNT
 };
@@ -73,6 +73,8 @@ static const char *const SQL[ST_COUNT] = {
     [ST_DOC_TOKENS] = "SELECT token_ids, n_tokens FROM documents WHERE id = ?1",
     [ST_TOP] = "SELECT a.doc_id, a.hits, d.payload_key, d.n_tokens FROM access_stats a JOIN documents d ON d.id = a.doc_id"
                " ORDER BY a.hits DESC, a.doc_id LIMIT ?1",
+    [ST_TOP_ALL] = "SELECT d.id, COALESCE(a.hits, 0) AS h, d.payload_key, d.n_tokens FROM documents d"
+                   " LEFT JOIN access_stats a ON a.doc_id = d.id ORDER BY h DESC, d.id LIMIT ?1",
     [ST_RUN_ABORT_STALE] = "UPDATE ingest_runs SET status = 'aborted' WHERE status = 'running'",
     [ST_RUN_BEGIN] = "INSERT INTO ingest_runs (args, model_id) VALUES (?1, ?2)",
     [ST_RUN_END] = "UPDATE ingest_runs SET ended_at = " NOW ", status = ?2, n_added = ?3,"
@@ -703,9 +705,10 @@ int lz_meta_doc_tokens(lz_meta *m, int64_t id, int **ids, int *n, char *err, siz
     return LZ_OK;
 }
 
-int lz_meta_stats_top(lz_meta *m, int limit, lz_meta_top_fn fn, void *ctx, char *err, size_t errlen)
+int lz_meta_stats_top(lz_meta *m, int limit, int all, lz_meta_top_fn fn, void *ctx, char *err, size_t errlen)
 {
-    sqlite3_stmt *s = stmt(m, ST_TOP);
+    const int which = all ? ST_TOP_ALL : ST_TOP;
+    sqlite3_stmt *s = stmt(m, which);
     sqlite3_bind_int(s, 1, limit);
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -716,7 +719,7 @@ int lz_meta_stats_top(lz_meta *m, int limit, lz_meta_top_fn fn, void *ctx, char 
             break;
         }
     }
-    int st = rc != SQLITE_DONE ? sql_fail(m, err, errlen, ST_TOP, rc) : LZ_OK;
+    int st = rc != SQLITE_DONE ? sql_fail(m, err, errlen, which, rc) : LZ_OK;
     sqlite3_reset(s);
     return st;
 }

@@ -156,7 +156,8 @@ int lz_meta_stats_get(lz_meta *m, int64_t doc_id, int64_t *hits, char *err, size
 /* Called per document, most hit first: its row id, hit count, payload key
  * and token count; non-zero stops the walk. */
 typedef int (*lz_meta_top_fn)(int64_t doc_id, int64_t hits, const uint8_t *payload_key, int n_tokens, void *ctx);
-int lz_meta_stats_top(lz_meta *m, int limit, lz_meta_top_fn fn, void *ctx, char *err, size_t errlen);
+/* all: every document, those never hit after the others (by row id), hits 0. */
+int lz_meta_stats_top(lz_meta *m, int limit, int all, lz_meta_top_fn fn, void *ctx, char *err, size_t errlen);
 
 /* ---- ingest runs ---- */
 typedef struct {

@@ -353,10 +353,10 @@ int lz_store_doc_tokens(lz_store *s, int64_t doc_id, int **ids, int *n, char *er
     return st == LZ_EINVAL ? LZ_ECORRUPT : lz_store_from_meta(st);
 }
 
-int lz_store_top_accessed(lz_store *s, int limit, lz_meta_top_fn fn, void *ctx,
+int lz_store_top_accessed(lz_store *s, int limit, int all, lz_meta_top_fn fn, void *ctx,
                           char *err, size_t errlen)
 {
-    return lz_store_from_meta(lz_meta_stats_top(s->meta, limit, fn, ctx, err, errlen));
+    return lz_store_from_meta(lz_meta_stats_top(s->meta, limit, all, fn, ctx, err, errlen));
 }
 
 int lz_store_hit(lz_store *s, int64_t doc_id, char *err, size_t errlen)

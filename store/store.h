@@ -77,8 +77,9 @@ void lz_store_prefix(const lz_store *s, const int **ids, int *n, uint8_t key[LZ_
 /* Token ids of document row doc_id, *ids malloc'd. Errors: ENOTFOUND, ECORRUPT. */
 int lz_store_doc_tokens(lz_store *s, int64_t doc_id, int **ids, int *n, char *err, size_t errlen);
 /* The most hit documents first (SQLite access statistics), at most limit;
- * fn returns non-zero to stop. */
-int lz_store_top_accessed(lz_store *s, int limit, lz_meta_top_fn fn, void *ctx,
+ * all: then every document never hit (hits 0, by row id). fn returns
+ * non-zero to stop. */
+int lz_store_top_accessed(lz_store *s, int limit, int all, lz_meta_top_fn fn, void *ctx,
                           char *err, size_t errlen);
 /* Counts one hit of document doc_id (hits + 1, last_hit = now). Needs a
  * store opened without RDONLY (no writer lock needed: SQLite WAL). */

@@ -301,7 +301,54 @@ typedef struct {
     int64_t last_rot; /* the placement of the last segment handed without data */
     /* encode: documents longer than max_n are skipped; what it was handed, by key index */
     int max_n, encode_calls, prefix_n, enc_n[64], enc_ids[64][64], encode_fails;
+    /* host_alloc: its blocks (live ones), allocations made; data segments handed whose K and V
+     * were not one block from it (K's rows then V's) */
+    void *blocks[256];
+    size_t block_bytes[256];
+    int n_blocks, host_allocs, host_frees, not_block;
+    int L, KV, d; /* set: the data segments are checked against the blocks */
 } fake_backend;
+
+static void *fake_host_alloc(void *ctx, size_t bytes)
+{
+    fake_backend *f = ctx;
+    if (f->n_blocks == 256) return NULL; /* full: the session falls back to malloc */
+    void *p = malloc(bytes);
+    if (!p) return NULL;
+    f->blocks[f->n_blocks] = p;
+    f->block_bytes[f->n_blocks++] = bytes;
+    f->host_allocs++;
+    return p;
+}
+
+static void fake_host_free(void *ctx, void *p, size_t bytes)
+{
+    fake_backend *f = ctx;
+    for (int i = 0; i < f->n_blocks; i++)
+        if (f->blocks[i] == p) {
+            CHECK(f->block_bytes[i] == bytes, "host_free: %zu bytes, allocated %zu", bytes, f->block_bytes[i]);
+            free(p);
+            f->blocks[i] = f->blocks[--f->n_blocks];
+            f->block_bytes[i] = f->block_bytes[f->n_blocks];
+            f->host_frees++;
+            return;
+        }
+    CHECK(0, "host_free of a block it did not allocate");
+}
+
+/* Whether segment sg's K and V are one block from f's host_alloc, K's rows then V's. */
+static int fake_one_block(const fake_backend *f, const lz_kv_segment *sg, int L, int KV, int d)
+{
+    size_t rows = 0;
+    for (int i = 0; i < L * KV; i++) rows += sg->n_kept ? (size_t)sg->n_kept[i] : (size_t)sg->n;
+    const void *k = sg->k16 ? (const void *)sg->k16 : (const void *)sg->k;
+    const size_t es = sg->k16 ? 2 : 4, bytes = 2 * (rows ? rows : 1) * d * es;
+    const char *v = sg->k16 ? (const char *)sg->v16 : (const char *)sg->v;
+    if (v != (const char *)k + bytes / 2) return 0;
+    for (int i = 0; i < f->n_blocks; i++)
+        if (f->blocks[i] == k && f->block_bytes[i] == bytes) return 1;
+    return 0;
+}
 
 static int fake_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
                       char *err, size_t errlen)
@@ -317,8 +364,9 @@ static int fake_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const
             f->placeholders++;
             f->last_rot = segs[i].rot;
             if (known < 0) f->bad++;
-        } else if (known < 0 && f->n_keys < 64) {
-            memcpy(f->keys[f->n_keys++], keys[i], 32);
+        } else {
+            if (f->L && !fake_one_block(f, &segs[i], f->L, f->KV, f->d)) f->not_block++;
+            if (known < 0 && f->n_keys < 64) memcpy(f->keys[f->n_keys++], keys[i], 32);
         }
     }
     if (f->bad) snprintf(err, errlen, "a segment without data the backend does not hold");
@@ -368,7 +416,7 @@ static int fake_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *pr
 static lz_query_session *fake_session(lz_llama *m, lz_store *s, lz_query_backend *be, fake_backend *f, int cold,
                                       size_t cache_bytes, char *err, size_t errlen)
 {
-    *be = (lz_query_backend){f, fake_begin, fake_step, fake_resident, fake_encode};
+    *be = (lz_query_backend){f, fake_begin, fake_step, fake_resident, fake_encode, NULL, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -480,8 +528,9 @@ static void test_backend_resident(void)
     lz_store *s;
     if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
     if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
-    fake_backend f = {.V = m->cfg.vocab};
-    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL};
+    fake_backend f = {.V = m->cfg.vocab, .L = m->cfg.n_layers, .KV = m->cfg.n_kv_heads, .d = m->cfg.head_dim};
+    /* with the backend's host memory: every segment handed with data is one block of it */
+    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, fake_host_alloc, fake_host_free};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -511,7 +560,11 @@ static void test_backend_resident(void)
     }
     free(d3);
     free(d2);
+    CHECK(f.not_block == 0 && f.host_allocs >= 5, "%d segments not one block of the backend's host memory (%d blocks)",
+          f.not_block, f.host_allocs);
     lz_query_session_free(q);
+    CHECK(f.n_blocks == 0 && f.host_frees == f.host_allocs, "host memory back to the backend: %d blocks left, %d of %d freed",
+          f.n_blocks, f.host_frees, f.host_allocs);
     lz_store_close(s);
     lz_llama_free(m);
 }

@@ -376,10 +376,17 @@ static void test_store(void)
     lz_meta_doc_find(test_store_meta(s), "d2", &d2row, NULL, 0, err, sizeof err);
     CHECK(lz_store_hit(s, d2row.id, err, sizeof err) == 0, "hit d2: %s", err);
     top_seen ts = { 0 };
-    CHECK(lz_store_top_accessed(s, 10, on_top, &ts, err, sizeof err) == 0 && ts.n == 2 && ts.id[0] == d1.id &&
+    CHECK(lz_store_top_accessed(s, 10, 0, on_top, &ts, err, sizeof err) == 0 && ts.n == 2 && ts.id[0] == d1.id &&
               ts.hits[0] == 2 && ts.id[1] == d2row.id && ts.hits[1] == 1, "top accessed: %d", ts.n);
     ts.n = 0;
-    CHECK(lz_store_top_accessed(s, 1, on_top, &ts, err, sizeof err) == 0 && ts.n == 1, "limit");
+    CHECK(lz_store_top_accessed(s, 1, 0, on_top, &ts, err, sizeof err) == 0 && ts.n == 1, "limit");
+    /* all: the hit ones first, then every other document by row id with 0 hits */
+    ts.n = 0;
+    int64_t n_docs = 0;
+    lz_store_doc_count(s, &n_docs, err, sizeof err);
+    CHECK(lz_store_top_accessed(s, 100, 1, on_top, &ts, err, sizeof err) == 0 && ts.n == (int)n_docs && ts.n > 2 &&
+              ts.id[0] == d1.id && ts.id[1] == d2row.id && ts.hits[2] == 0 && (ts.n < 4 || ts.id[2] < ts.id[3]),
+          "every document: %d of %lld", ts.n, (long long)n_docs);
     int *toks, nt;
     CHECK(lz_store_doc_tokens(s, d2row.id, &toks, &nt, err, sizeof err) == 0 && nt == 3 && toks[0] == 9 &&
               toks[2] == 11, "doc tokens");

@@ -702,6 +702,125 @@ static void test_prefix_on_gpu(const char *dir)
     remove(path);
 }
 
+/* The fast tiers (gpu/llama_cuda_pool.cu): a question's logits bit for bit the same whether its
+ * documents came from pinned host memory (K and V in one block, copied layer by layer beside
+ * the question's first step), from pageable memory in two planes, or were resident in HBM; then churn: 3,000 questions of 4 documents
+ * drawn from 12 under a budget of about 3, with device memory, the pool's regions and a
+ * reference question's logits unchanged from the first hundred questions on. */
+static void test_tiers(const char *dir)
+{
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/tiers.gguf", dir);
+    const int layers = 2, vocab = 512, kv = 2, hd = 64, s = 0, nd = 12, n_q = 6;
+    lz_llama *m = make_model(path, 128, layers, 4, kv, hd, 256, vocab, 0);
+    if (!m) return;
+    lz_llama_gpu *g = NULL;
+    CHECK(lz_llama_gpu_new(m, 64, &g, err, sizeof err) == 0, "gpu: %s", err);
+    if (!g) { lz_llama_free(m); return; }
+    uint64_t rs = 0x9e3779b97f4a7c15ull;
+    auto rnd = [&rs]() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; };
+    /* documents of random bf16 KV: pinned (K then V, one block) and the same values pageable */
+    int lens[12];
+    uint16_t *pin[12], *pk[12], *pv[12];
+    size_t bytes[12];
+    for (int i = 0; i < nd; i++) {
+        lens[i] = 5 + (int)(rnd() % 40);
+        const size_t e = (size_t)layers * kv * lens[i] * hd;
+        bytes[i] = e * 4;
+        pin[i] = (uint16_t *)lz_llama_gpu_host_alloc(g, bytes[i]);
+        pk[i] = (uint16_t *)malloc(e * 2), pv[i] = (uint16_t *)malloc(e * 2);
+        CHECK(pin[i] && pk[i] && pv[i], "pinned host memory");
+        if (!pin[i] || !pk[i] || !pv[i]) { lz_llama_gpu_free(g); lz_llama_free(m); return; }
+        for (size_t j = 0; j < 2 * e; j++) pin[i][j] = lz_f32_to_bf16(((int)(rnd() % 2001) - 1000) / 1000.0f);
+        memcpy(pk[i], pin[i], e * 2);
+        memcpy(pv[i], pin[i] + e, e * 2);
+    }
+    int qids[6];
+    for (int i = 0; i < n_q; i++) qids[i] = 3 + (i * 29) % (vocab - 3);
+    /* a question over documents pick[0..3] from source src (0 pinned, 1 pageable) */
+    auto ask = [&](const int *pick, int src, const uint8_t *const *keys, float *logits) {
+        lz_kv_segment segs[4];
+        int64_t p = s;
+        for (int j = 0; j < 4; j++) {
+            const int i = pick[j];
+            const size_t e = (size_t)layers * kv * lens[i] * hd;
+            segs[j] = (lz_kv_segment){.n = lens[i], .stride = lens[i], .rot = p - s};
+            segs[j].k16 = src ? pk[i] : pin[i];
+            segs[j].v16 = src ? pv[i] : pin[i] + e;
+            p += lens[i];
+        }
+        return lz_llama_gpu_begin(g, segs, keys, 4, p, err, sizeof err) == 0 &&
+               lz_llama_gpu_step(g, qids, n_q, logits, err, sizeof err) == 0;
+    };
+    uint8_t kb[12][32];
+    for (int i = 0; i < nd; i++) { memset(kb[i], 0, 32); kb[i][0] = (uint8_t)(i + 1); kb[i][1] = 0x7a; }
+    const int ref[4] = {0, 1, 2, 3};
+    const uint8_t *rk[4] = {kb[0], kb[1], kb[2], kb[3]};
+    float *l_pin = (float *)malloc(vocab * 4), *l_page = (float *)malloc(vocab * 4), *l_hbm = (float *)malloc(vocab * 4);
+    lz_llama_gpu_set_cache(g, 0); /* nothing stays: every question uploads */
+    CHECK(ask(ref, 1, rk, l_page), "pageable: %s", err);
+    CHECK(ask(ref, 0, rk, l_pin), "pinned: %s", err);
+    lz_llama_gpu_tiers t0, t1;
+    lz_llama_gpu_tier_stats(g, &t0);
+    CHECK(!memcmp(l_pin, l_page, vocab * 4), "pinned and pageable uploads differ");
+    CHECK(t0.uploads == 8 && t0.bytes_up == (int64_t)(2 * (bytes[0] + bytes[1] + bytes[2] + bytes[3])),
+          "uploads counted: %lld of %lld bytes", (long long)t0.uploads, (long long)t0.bytes_up);
+    /* budget 0: the last question's documents stay only until the next one begins */
+    CHECK(t0.copy_s > 0 && t0.pool_regions == 1 && t0.pool_used == bytes[0] + bytes[1] + bytes[2] + bytes[3],
+          "copy time %.3g s, %d regions, %zu bytes used", t0.copy_s, t0.pool_regions, t0.pool_used);
+    size_t budget = bytes[0] + bytes[1] + bytes[2];
+    lz_llama_gpu_set_cache(g, budget);
+    CHECK(ask(ref, 0, rk, l_hbm) && ask(ref, 0, rk, l_hbm), "resident: %s", err);
+    long h, mi;
+    size_t used;
+    lz_llama_gpu_cache_stats(g, &h, &mi, &used);
+    CHECK(!memcmp(l_hbm, l_pin, vocab * 4) && h > 0, "resident documents (%ld hits) gave other logits", h);
+    /* churn */
+    size_t free0 = 0, free1 = 0, tot = 0;
+    int ok = 1, regions0 = 0, same = 1;
+    float *l = (float *)malloc(vocab * 4);
+    for (int it = 0; it < 3000 && ok; it++) {
+        int pick[4];
+        const uint8_t *keys[4];
+        for (int j = 0; j < 4; j++) {
+            int i;
+            do {
+                const uint64_t r = rnd() % 100; /* skewed: low ids more often */
+                i = r < 40 ? (int)(r % 3) : r < 70 ? 3 + (int)(r % 4) : 7 + (int)(r % 5);
+                for (int k = 0; k < j; k++) if (pick[k] == i) i = -1;
+            } while (i < 0);
+            pick[j] = i;
+            keys[j] = kb[i];
+        }
+        ok = ask(pick, (int)(rnd() % 2), keys, l);
+        if (it % 500 == 499) same &= ask(ref, 0, rk, l) && !memcmp(l, l_pin, vocab * 4);
+        if (it == 99) {
+            cudaMemGetInfo(&free0, &tot);
+            lz_llama_gpu_tier_stats(g, &t0);
+            regions0 = t0.pool_regions;
+        }
+    }
+    CHECK(ok, "churn: %s", err);
+    CHECK(same, "churn: the reference question's logits changed");
+    cudaMemGetInfo(&free1, &tot);
+    lz_llama_gpu_tier_stats(g, &t1);
+    lz_llama_gpu_cache_stats(g, &h, &mi, &used);
+    CHECK(free1 == free0 && t1.pool_regions == regions0, "churn: device memory %zu -> %zu free, pool regions %d -> %d",
+          free0, free1, regions0, t1.pool_regions);
+    CHECK(used <= budget && t1.pool_used <= t1.pool_capacity && h > 0 && mi > 0,
+          "churn: %zu bytes kept (budget %zu), pool %zu of %zu, %ld hits %ld misses", used, budget, t1.pool_used,
+          t1.pool_capacity, h, mi);
+    printf("tiers: pinned = pageable = resident logits; churn of 3,000 questions: %ld hits, %ld misses, %lld uploads "
+           "(%.1f MB at %.2f GB/s), pool %d region(s) of %.1f MB, %lld fragmentation evictions, device memory stable\n",
+           h, mi, (long long)t1.uploads, t1.bytes_up / 1e6, t1.copy_s > 0 ? t1.bytes_up / t1.copy_s / 1e9 : 0.0,
+           t1.pool_regions, t1.pool_capacity / 1e6, (long long)t1.pool_evictions);
+    free(l); free(l_pin); free(l_page); free(l_hbm);
+    for (int i = 0; i < nd; i++) { lz_llama_gpu_host_free(g, pin[i], bytes[i]); free(pk[i]); free(pv[i]); }
+    lz_llama_gpu_free(g);
+    lz_llama_free(m);
+    remove(path);
+}
+
 int main(int argc, char **argv)
 {
     char dir[256];
@@ -716,6 +835,7 @@ int main(int argc, char **argv)
     test_prefix_on_gpu(dir);
     test_many(dir);
     test_big_upload(dir);
+    test_tiers(dir);
     if (argc > 1 && !strcmp(argv[1], "--bench")) bench(dir);
     rmdir(dir);
     return lz_test_done();
