@@ -99,6 +99,12 @@ int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *logits, cha
 int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *prefix, const uint8_t prefix_key[32],
                              const int *const *ids, const int *n, const uint8_t *const *keys, int n_docs, char *err,
                              size_t errlen);
+/* Start-up preload (lazyquery --preload): seeds the device policy's frequency of content key
+ * with hits (> 0: a prior, as the store's access counts), and with sg not NULL also uploads sg
+ * and keeps it resident under key while the budget has room (no admission test, no eviction).
+ * 1 kept (or already resident), 0 not (no room, or sg NULL), -1 on error. */
+int lz_llama_gpu_preload(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t key[32], double hits, char *err,
+                         size_t errlen);
 /* Device bytes the keyed segments may keep (default: half the memory free after the
  * weights), clamped to what the device has free less 1 GiB of working room; returns the
  * budget in force. */

@@ -255,6 +255,29 @@ int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int ca
     return 0;
 }
 
+extern "C" int lz_llama_gpu_preload(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t key[32], double hits,
+                                    char *err, size_t errlen)
+{
+    if (ensure_policy(g, err, errlen)) return -1;
+    if (hits > 0) lz_doc_cache_prior(g->pol, key, 32, hits);
+    if (!sg) return 0;
+    if (doc_find(g, key) >= 0) return 1;
+    if (lz_doc_cache_contains(g->pol, key, 32)) return 1;
+    GpuDoc x;
+    if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, 0, err, errlen)) return -1;
+    const size_t bytes = doc_bytes(g, &x);
+    CUDA_OK(cudaStreamSynchronize(g->st), "preloading a document"); /* the caller's memory read */
+    doc_add(g, &x, key, 0);
+    const uint64_t id = g->docs[g->n_docs - 1].id;
+    if (!lz_doc_cache_preload(g->pol, key, 32, (void *)(uintptr_t)id, bytes)) { /* no room left */
+        doc_drop(g, doc_by_id(g, id));
+        return 0;
+    }
+    g->docs[doc_by_id(g, id)].keyed = 1;
+    g->used_bytes += bytes;
+    return 1;
+}
+
 void doc_trim(lz_llama_gpu *g)
 {
     if (g->pol) lz_doc_cache_trim(g->pol);

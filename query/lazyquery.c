@@ -21,7 +21,6 @@
 #include "query/session.h"
 #include "store/store.h"
 #include "base/cli.h"
-#include "base/clock.h"
 #include "base/env.h"
 #include "base/runtime.h"
 
@@ -66,11 +65,14 @@ static void usage(FILE *f)
         "                         attention kernels, bf16 activations; documents stay in GPU memory\n"
         "                         and are not read from the store again while they are there\n"
         "      --gpu-cache-bytes N  GPU memory documents may keep (default: half of what is free)\n"
-        "      --cold WHAT        a cold document (in neither cache) in lazy mode with --gpu: recompute\n"
-        "                         (default) runs its stored token ids through the model on the GPU, as\n"
-        "                         lazyingest did, instead of reading and decoding its KV from the store;\n"
-        "                         load reads it; documents stored with KV eviction (--kv-policy) or\n"
-        "                         longer than 4,096 tokens are always loaded\n"
+        "      --cold WHAT        a cold document (in neither the host nor the GPU tier) in lazy mode\n"
+        "                         with --gpu: auto (default) takes, per document, whichever costs less,\n"
+        "                         its KV bytes over the store's decode rate or its tokens over the\n"
+        "                         GPU's recompute rate (both measured as the session runs, from priors\n"
+        "                         of 4 GB/s and 20,000 tokens/s); recompute runs its stored token ids\n"
+        "                         through the model on the GPU, as lazyingest did; load reads and\n"
+        "                         decodes its KV from the store. Documents stored with KV eviction\n"
+        "                         (--kv-policy) or longer than 4,096 tokens are always loaded\n"
         "      --cache-f32        cache a bf16 store's KV widened to fp32 (twice the memory; by default\n"
         "                         it stays bf16: lazy results are the same, block / prefix copies rounded)\n"
         "  -n, --max-tokens N     answer length limit (default 64; alias --max-new-tokens)\n"
@@ -108,6 +110,10 @@ static int gpu_step(void *ctx, const int *ids, int n, float *logits, char *err, 
 static int gpu_resident(void *ctx, const uint8_t key[32]) { return lz_llama_gpu_resident((lz_llama_gpu *)ctx, key); }
 static void *gpu_host_alloc(void *ctx, size_t bytes) { return lz_llama_gpu_host_alloc((lz_llama_gpu *)ctx, bytes); }
 static void gpu_host_free(void *ctx, void *p, size_t bytes) { lz_llama_gpu_host_free((lz_llama_gpu *)ctx, p, bytes); }
+static int gpu_preload(void *ctx, const lz_kv_segment *seg, const uint8_t key[32], double hits, char *err, size_t errlen)
+{
+    return lz_llama_gpu_preload((lz_llama_gpu *)ctx, seg, key, hits, err, errlen);
+}
 static int gpu_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *prefix_key, const int *const *ids,
                       const int *n, const uint8_t *const *keys, int n_docs, char *err, size_t errlen)
 {
@@ -120,10 +126,9 @@ typedef struct {
     int top_k, best_first, json, quiet, preload, stats, threads, gpu;
     size_t gpu_cache;        /* --gpu-cache-bytes; 0 = the default */
     void *gpu_engine;        /* the lz_llama_gpu of --gpu (CUDA builds), for its cache tier's counts */
-    int cold;                /* --cold: LZ_COLD_*; -1 = the default (recompute with --gpu) */
+    int cold;                /* --cold: LZ_COLD_*; -1 = the default (auto with --gpu) */
     lz_query_opts qo;
-    int preloaded;    /* documents the start-up preload put in the host tier, and its seconds */
-    double preload_s;
+    lz_query_preload_result pre; /* what the start-up preload did */
 } options;
 
 /* The document cache's tiers as JSON: per tier its policy, hits, misses, admissions, rejections,
@@ -140,14 +145,15 @@ static json_t *tiers_json(const options *o, const lz_doc_cache_stats *host)
 {
     json_t *t = json_object();
     json_t *ht = tier(host, o->qo.cache_policy);
-    json_object_set_new(ht, "preloaded", json_integer(o->preloaded));
-    json_object_set_new(ht, "preload_s", json_real(o->preload_s));
+    json_object_set_new(ht, "preloaded", json_integer(o->pre.host));
+    json_object_set_new(ht, "preload_s", json_real(o->pre.seconds));
     json_object_set_new(t, "host", ht);
 #ifdef LZ_CUDA
     if (o->gpu_engine) {
         lz_doc_cache_stats g;
         lz_llama_gpu_cache_policy_stats((const lz_llama_gpu *)o->gpu_engine, &g);
         json_t *gt = tier(&g, o->qo.cache_policy);
+        json_object_set_new(gt, "preloaded", json_integer(o->pre.gpu));
         lz_llama_gpu_tiers ft; /* its memory and the copies into it */
         lz_llama_gpu_tier_stats((lz_llama_gpu *)o->gpu_engine, &ft);
         json_object_set_new(gt, "copies", json_integer(ft.uploads));
@@ -380,7 +386,7 @@ static int parse_options(int argc, char **argv, options *o, const char **questio
         LZ_OPT_FLAG("gpu", O_GPU), LZ_OPT_FLAG("no-stats", O_NO_STATS),
         {NULL, 0, NULL, 0}};
     static const char *const policies[] = {"lfu", "lru", NULL}; /* in lz_cache_policy's order */
-    static const char *const orders[] = {"best-last", "best-first", NULL}, *const colds[] = {"recompute", "load", NULL};
+    static const char *const orders[] = {"best-last", "best-first", NULL}, *const colds[] = {"recompute", "load", "auto", NULL};
     int c, k;
     long x;
     double d;
@@ -413,7 +419,7 @@ static int parse_options(int argc, char **argv, options *o, const char **questio
             break;
         case O_COLD:
             if (lz_cli_choice("--cold", optarg, colds, &k)) return LZ_EXIT_USAGE;
-            o->cold = k ? LZ_COLD_LOAD : LZ_COLD_RECOMPUTE;
+            o->cold = k == 2 ? LZ_COLD_AUTO : k ? LZ_COLD_LOAD : LZ_COLD_RECOMPUTE;
             break;
         case O_TEMP: if (lz_cli_double("--temp", optarg, 0, 100, &d)) return LZ_EXIT_USAGE; o->qo.temperature = (float)d; break;
         case O_TOP_P:
@@ -498,7 +504,7 @@ int main(int argc, char **argv)
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.qo.on_piece = print_piece;
 #ifdef LZ_CUDA
     lz_llama_gpu *gpu = NULL;
-    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode, gpu_host_alloc, gpu_host_free};
+    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode, gpu_host_alloc, gpu_host_free, gpu_preload};
     if (o.gpu) { /* the question and the answer (own tokens) on the GPU: up to 4,096 of them */
         if (lz_llama_gpu_new(m, 4096, &gpu, err, sizeof err)) {
             fprintf(stderr, "lazyquery: %s\n", err);
@@ -516,7 +522,7 @@ int main(int argc, char **argv)
         backend.ctx = gpu;
         o.gpu_engine = gpu;
         o.qo.backend = &backend;
-        o.qo.cold = o.cold < 0 ? LZ_COLD_RECOMPUTE : o.cold;
+        o.qo.cold = o.cold < 0 ? LZ_COLD_AUTO : o.cold;
     }
 #endif
     lz_query_session *q = NULL;
@@ -527,16 +533,13 @@ int main(int argc, char **argv)
         return 1;
     }
     if (o.preload) {
-        const double t0 = lz_now_s();
-        int n = lz_query_preload(q, o.preload == 2, err, sizeof err);
-        lz_doc_cache_stats cs;
-        lz_query_cache_stats(q, &cs);
-        o.preloaded = n > 0 ? n : 0;
-        o.preload_s = lz_now_s() - t0;
-        if (n < 0) fprintf(stderr, "lazyquery: warning: preload failed: %s\n", err);
-        else if (!o.quiet && !o.json && n > 0) /* --json: in every answer's tiers */
-            fprintf(stderr, "lazyquery: preloaded %d documents (%.2f GB of KV) into the host tier in %.2f s\n", n,
-                    cs.bytes_used / 1e9, lz_now_s() - t0);
+        lz_query_preload_result pr;
+        const int rc = lz_query_preload(q, o.preload == 2, &pr, err, sizeof err);
+        o.pre = pr;
+        if (rc) fprintf(stderr, "lazyquery: warning: preload: %s\n", err);
+        if (!o.quiet && !o.json && pr.gpu + pr.host > 0) /* --json: in every answer's tiers */
+            fprintf(stderr, "lazyquery: preloaded %d documents (%.2f GB of KV) into the GPU tier and %d (%.2f GB) into "
+                    "the host tier in %.2f s\n", pr.gpu, pr.gpu_bytes / 1e9, pr.host, pr.host_bytes / 1e9, pr.seconds);
     }
     int failures = 0, answered = 0;
     if (question) {

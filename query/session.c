@@ -52,7 +52,33 @@ struct lz_query_session {
     int kv16;            /* the store's payloads (so every cached entry) are bf16 */
     uint8_t prefix_digest[32]; /* the prefix payload's key, hashed (a backend's content key) */
     float *logits;       /* (V) */
+    /* LZ_COLD_AUTO's costs: store decode (bytes/s) and backend recompute (tokens/s) */
+    double decode_bps, recompute_tps;
 };
+
+/* The priors of LZ_COLD_AUTO's rates, before anything is measured: payload decode on a
+ * 16-core host (bench_codec) and an 8B model's multi-document passes on an H200 (lazyingest
+ * --gpu's forward seconds), the figures of bench/RESULTS.md. */
+#define COLD_DECODE_PRIOR 4.0e9
+#define COLD_RECOMPUTE_PRIOR 2.0e4
+
+/* rate <- the moving average with a new measurement (a weight of 0.3) */
+static void rate_update(double *rate, double amount, double seconds)
+{
+    if (seconds > 1e-6 && amount > 0) *rate = 0.7 * *rate + 0.3 * (amount / seconds);
+}
+
+void lz_query_cold_rates(const lz_query_session *q, double *decode_bps, double *recompute_tps)
+{
+    *decode_bps = q->decode_bps;
+    *recompute_tps = q->recompute_tps;
+}
+
+void lz_query_set_cold_rates(lz_query_session *q, double decode_bps, double recompute_tps)
+{
+    if (decode_bps > 0) q->decode_bps = decode_bps;
+    if (recompute_tps > 0) q->recompute_tps = recompute_tps;
+}
 
 const char *lz_query_mode_name(int mode)
 {
@@ -212,6 +238,8 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
     q->m = m;
     q->store = s;
     q->o = *o;
+    q->decode_bps = COLD_DECODE_PRIOR;
+    q->recompute_tps = COLD_RECOMPUTE_PRIOR;
     if (q->o.batch <= 0) q->o.batch = 256;
     lz_store_model_desc desc;
     lz_ingest_model_desc(m, NULL, &desc);
@@ -393,7 +421,8 @@ static size_t cache_key(int mode, const lz_query_doc *d, int64_t p, uint8_t key[
 
 /* Lazy mode with opts.cold = LZ_COLD_RECOMPUTE: the documents at offsets p..
  * that neither the backend nor the CPU cache holds and that are stored whole
- * are recomputed on the backend from their token ids (one call, batched
+ * (with LZ_COLD_AUTO: and whose recompute costs less than their load) are
+ * recomputed on the backend from their token ids (one call, batched
  * there) instead of loaded; those the backend then holds are marked 2 in
  * held (a miss, not loaded). 0 or -1. */
 static int recompute_cold(lz_query_session *q, const lz_query_backend *be, const lz_query_doc *docs, int n_docs,
@@ -411,6 +440,11 @@ static int recompute_cold(lz_query_session *q, const lz_query_backend *be, const
         uint8_t key[LZ_META_KEY_LEN + 8];
         size_t klen = cache_key(LZ_MODE_LAZY, &docs[i], p, key);
         if (lz_doc_cache_contains(q->cache, key, klen)) continue; /* cached on the CPU: uploaded from there */
+        if (q->o.cold == LZ_COLD_AUTO) { /* whichever costs less, at the rates measured so far */
+            const lz_llama_config *c = &q->m->cfg;
+            const double bytes = 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * docs[i].n_tokens * (q->kv16 ? 2 : 4);
+            if (bytes / q->decode_bps <= docs[i].n_tokens / q->recompute_tps) continue;
+        }
         int again = 0; /* the same document twice in one prompt: computed once */
         for (int j = 0; j < m && !again; j++) again = !memcmp(keys[j], digest[1 + i], 32);
         if (again) continue;
@@ -418,13 +452,16 @@ static int recompute_cold(lz_query_session *q, const lz_query_backend *be, const
         keys[m++] = digest[1 + i];
     }
     if (m && be->encode(be->ctx, prefix, q->prefix_digest, (const int *const *)ids, ns, keys, m, err, errlen)) goto done;
+    int64_t made = 0;
     for (int j = 0; j < m; j++) /* those it could not take (too long for it) are loaded as usual */
         if (be->resident(be->ctx, keys[j])) {
             r->n_recomputed++;
             r->n_computed += ns[j];
+            made += ns[j];
             for (int i = 0; i < n_docs; i++) /* with its repeats */
                 if (!held[i] && !memcmp(digest[1 + i], keys[j], 32)) held[i] = 2;
         }
+    rate_update(&q->recompute_tps, (double)made, lz_now_s() - t0);
     rc = 0;
 done:
     for (int j = 0; ids && j < m; j++) free(ids[j]);
@@ -453,7 +490,9 @@ static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_
         for (int j = 0; j < i && !dup; j++) dup = !memcmp(docs[j].payload_key, docs[i].payload_key, LZ_META_KEY_LEN);
         if (dup || held[i] || lz_doc_cache_contains(q->cache, key, klen)) continue;
         char e2[512];
+        const double t0 = lz_now_s();
         pre[i] = load_payload(q, docs[i].payload_key, "document", e2, sizeof e2);
+        if (pre[i]) rate_update(&q->decode_bps, (double)pre[i]->bytes, lz_now_s() - t0);
         if (pre[i] && pre[i]->n != docs[i].n_tokens) { /* fetch reports it */
             entry_free(q, pre[i]);
             pre[i] = NULL;
@@ -518,7 +557,8 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
                 held[i] = rb && !lz_doc_cache_contains(q->cache, key, klen) && rb->resident(rb->ctx, digest[1 + i]);
             }
             const lz_query_backend *eb = q->o.backend;
-            if (mode == LZ_MODE_LAZY && q->o.cold == LZ_COLD_RECOMPUTE && eb && eb->encode && eb->resident &&
+            if (mode == LZ_MODE_LAZY && (q->o.cold == LZ_COLD_RECOMPUTE || q->o.cold == LZ_COLD_AUTO) && eb &&
+                eb->encode && eb->resident &&
                 recompute_cold(q, eb, docs, n_docs, p, held, &segs[0], digest, r, err, errlen))
                 goto done;
             preload_misses(q, docs, n_docs, mode, p, held, pre);
@@ -678,18 +718,27 @@ typedef struct {
     uint8_t key[LZ_META_KEY_LEN];
     void *blob;
     size_t len;
+    int64_t hits;
     kv_entry *e;
 } preload_item;
 
 typedef struct {
     lz_query_session *q;
-    int loaded, failed;
+    lz_query_preload_result *res;
+    int gpu_done; /* the backend's cache is full (or failed): no more offers */
     char *err;
     size_t errlen;
     preload_item items[PRELOAD_BATCH];
     int n;
     int64_t planned; /* bytes of the batch's entries, not inserted yet */
 } preload_ctx;
+
+/* The backend's hook, when it has one and still takes documents. */
+static const lz_query_backend *preload_backend(const preload_ctx *P)
+{
+    const lz_query_backend *be = P->q->o.backend;
+    return be && be->preload && !P->gpu_done ? be : NULL;
+}
 
 static void preload_batch(preload_ctx *P)
 {
@@ -708,9 +757,22 @@ static void preload_batch(preload_ctx *P)
     thread_codecs_free(codecs, nc);
     for (int i = 0; i < P->n; i++) {
         kv_entry *e = P->items[i].e;
-        if (!e) P->failed++;
-        else if (lz_doc_cache_preload(q->cache, P->items[i].key, LZ_META_KEY_LEN, e, e->bytes)) P->loaded++;
-        else entry_free(q, e);
+        if (!e) { P->res->failed++; continue; }
+        const lz_query_backend *be = preload_backend(P);
+        if (be && P->items[i].hits > 0) { /* the hottest into the backend's cache first, while it has room */
+            uint8_t digest[32];
+            lz_sha256(P->items[i].key, LZ_META_KEY_LEN, digest); /* the content key lz_query_answer hands it */
+            const lz_kv_segment sg = seg_of(e, 0);
+            const int kept = be->preload(be->ctx, &sg, digest, 0, P->err, P->errlen);
+            if (kept > 0) { P->res->gpu++; P->res->gpu_bytes += (int64_t)e->bytes; }
+            else P->gpu_done = 1; /* full, or failed (its message in err) */
+        }
+        if (lz_doc_cache_preload(q->cache, P->items[i].key, LZ_META_KEY_LEN, e, e->bytes)) {
+            P->res->host++;
+            P->res->host_bytes += (int64_t)e->bytes;
+        } else {
+            entry_free(q, e);
+        }
     }
     P->n = 0;
     P->planned = 0;
@@ -731,42 +793,54 @@ static size_t entry_bytes_of(lz_query_session *q, const void *blob, size_t len, 
     return 2 * (rows ? rows : 1) * c->head_dim * es;
 }
 
-/* One popular document: seed its frequency, queue it while there is room. */
+/* One popular document: seed its frequencies, queue it while the host tier has room (or the
+ * backend's cache may take it). */
 static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_tokens, void *ctx)
 {
     preload_ctx *P = ctx;
     lz_query_session *q = P->q;
     (void)doc_id;
     lz_doc_cache_prior(q->cache, key, LZ_META_KEY_LEN, (double)hits);
+    const lz_query_backend *be = preload_backend(P);
+    if (be && hits > 0) {
+        uint8_t digest[32];
+        lz_sha256(key, LZ_META_KEY_LEN, digest);
+        if (be->preload(be->ctx, NULL, digest, (double)hits, P->err, P->errlen) < 0) P->gpu_done = 1;
+    }
     lz_doc_cache_stats st;
     lz_doc_cache_get_stats(q->cache, &st);
     void *blob = NULL;
     size_t len = 0;
     char e2[256];
-    if (lz_store_get_payload(q->store, key, &blob, &len, e2, sizeof e2)) { P->failed++; return 0; }
+    if (lz_store_get_payload(q->store, key, &blob, &len, e2, sizeof e2)) { P->res->failed++; return 0; }
     const size_t need = entry_bytes_of(q, blob, len, n_tokens); /* room planned with the entry's exact size */
-    if ((int64_t)need > st.bytes_budget - st.bytes_used - P->planned) { free(blob); return 0; } /* smaller ones may fit */
+    const int host_room = (int64_t)need <= st.bytes_budget - st.bytes_used - P->planned;
+    if (!host_room && !(hits > 0 && preload_backend(P))) { free(blob); return 0; } /* smaller ones may fit */
     preload_item *it = &P->items[P->n++];
     memcpy(it->key, key, LZ_META_KEY_LEN);
     it->blob = blob;
     it->len = len;
+    it->hits = hits;
     it->e = NULL;
-    P->planned += (int64_t)need;
+    if (host_room) P->planned += (int64_t)need;
     if (P->n == PRELOAD_BATCH) preload_batch(P);
     return 0;
 }
 
 /* Only LAZY preloads: one copy serves every position, while BLOCK and PREFIX
  * keys depend on placements that no query has made yet. */
-int lz_query_preload(lz_query_session *q, int all, char *err, size_t errlen)
+int lz_query_preload(lz_query_session *q, int all, lz_query_preload_result *res, char *err, size_t errlen)
 {
-    if (q->o.mode != LZ_MODE_LAZY || q->o.cache_bytes == 0) return 0;
+    memset(res, 0, sizeof *res);
+    const double t0 = lz_now_s();
+    if (q->o.mode != LZ_MODE_LAZY || (q->o.cache_bytes == 0 && !(q->o.backend && q->o.backend->preload))) return 0;
     preload_ctx *P = calloc(1, sizeof *P);
     if (!P) { snprintf(err, errlen, "out of memory"); return -1; }
-    *P = (preload_ctx){.q = q, .err = err, .errlen = errlen};
+    *P = (preload_ctx){.q = q, .res = res, .err = err, .errlen = errlen};
+    err[0] = 0;
     int rc = lz_store_top_accessed(q->store, all ? INT32_MAX : 100000, all, preload_one, P, err, errlen);
     preload_batch(P); /* the rest (after an error too: nothing queued is lost) */
-    const int loaded = P->loaded;
     free(P);
-    return rc ? -1 : loaded;
+    res->seconds = lz_now_s() - t0;
+    return rc || err[0] ? -1 : 0;
 }

@@ -70,12 +70,19 @@ typedef struct {
      * NULL when it has none left (malloc is used). host_free takes the bytes asked for. */
     void *(*host_alloc)(void *ctx, size_t bytes);
     void (*host_free)(void *ctx, void *p, size_t bytes);
+    /* optional: the start-up preload (lz_query_preload): seeds the backend cache's frequency of
+     * content key with hits (> 0), and with seg not NULL keeps seg resident while it has room:
+     * 1 kept, 0 not (no room, or seg NULL), -1 on error (lz_llama_gpu_preload). */
+    int (*preload)(void *ctx, const lz_kv_segment *seg, const uint8_t key[32], double hits, char *err, size_t errlen);
 } lz_query_backend;
 
 /* What lazy mode does with a cold document (in neither the CPU's nor the backend's cache). */
 enum {
-    LZ_COLD_LOAD = 0,     /* read and decode its stored KV */
-    LZ_COLD_RECOMPUTE = 1 /* recompute it on the backend (backend->encode), when it is stored whole and fits */
+    LZ_COLD_LOAD = 0,      /* read and decode its stored KV */
+    LZ_COLD_RECOMPUTE = 1, /* recompute it on the backend (backend->encode), when it is stored whole and fits */
+    LZ_COLD_AUTO = 2       /* per document, whichever costs less: its KV bytes over the store's measured
+                              decode rate, or its tokens over the backend's measured recompute rate
+                              (lz_query_cold_rates; both start from priors and follow each measurement) */
 };
 
 typedef struct {
@@ -92,7 +99,8 @@ typedef struct {
     int cache_f32;           /* 1: cached KV in fp32 even from a bf16 store (widened: twice the memory, the
                                 same lazy results; block / prefix copies then not rounded to bf16) */
     const lz_query_backend *backend; /* lazy and block modes run the question and answer there; NULL: CPU */
-    int cold;                /* LZ_COLD_LOAD (default) or LZ_COLD_RECOMPUTE (lazy mode, a backend with encode) */
+    int cold;                /* LZ_COLD_LOAD (default), LZ_COLD_RECOMPUTE or LZ_COLD_AUTO (lazy mode, a backend
+                                with encode) */
     /* streaming: called with each piece of the answer as it is generated */
     void (*on_piece)(const char *piece, int len, void *ctx);
     void *ctx;
@@ -132,11 +140,21 @@ void lz_query_session_free(lz_query_session *q);
 int lz_query_answer(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
                     lz_query_result *r, char *err, size_t errlen);
 
-/* Preloads the most frequently hit documents (SQLite access counts) into the
- * cache until it is full, and seeds the cache's frequencies with those counts;
- * all: then the documents never hit too, while there is room (a host tier
- * that holds the corpus). Returns how many were loaded. */
-int lz_query_preload(lz_query_session *q, int all, char *err, size_t errlen);
+/* What a start-up preload did: documents (and bytes) into the backend's cache and the host
+ * tier, those that could not be read, and its seconds. */
+typedef struct {
+    int gpu, host, failed;
+    int64_t gpu_bytes, host_bytes;
+    double seconds;
+} lz_query_preload_result;
+
+/* Preloads the most frequently hit documents (SQLite access counts), hottest first: into the
+ * backend's cache while it has room (backend->preload), and into the host tier until it is
+ * full; seeds both caches' frequencies with those counts. all: then the documents never hit
+ * too, into the host tier only, while there is room (a host tier that holds the corpus; the
+ * backend's cache fills from the questions). 0, or -1 with a message (*res still counts what
+ * was done). */
+int lz_query_preload(lz_query_session *q, int all, lz_query_preload_result *res, char *err, size_t errlen);
 
 /* Positions left for documents once the prefix, the question and the answer
  * are placed (max_positions - s - question - max_new_tokens); a large number
@@ -144,6 +162,11 @@ int lz_query_preload(lz_query_session *q, int all, char *err, size_t errlen);
 int64_t lz_query_doc_budget(const lz_query_session *q, const char *question);
 
 void lz_query_cache_stats(const lz_query_session *q, lz_doc_cache_stats *st);
+/* The rates LZ_COLD_AUTO weighs: decoded KV bytes a second from the store, tokens a second
+ * recomputed on the backend (moving averages of what this session measured, or the priors). */
+void lz_query_cold_rates(const lz_query_session *q, double *decode_bps, double *recompute_tps);
+/* Sets them (rates of an earlier run, or a test's); values <= 0 leave a rate as it is. */
+void lz_query_set_cold_rates(lz_query_session *q, double decode_bps, double recompute_tps);
 int lz_query_prefix_len(const lz_query_session *q);
 
 #endif /* LZ_QUERY_SESSION_H */

@@ -18,6 +18,7 @@
 #include "query/session.h"
 #include "model/prompt.h"
 #include "tests/store_inner.h"
+#include "base/sha256.h"
 #include "tests/test.h"
 
 static char dir[256], bin[512], model[600], store[600];
@@ -243,7 +244,7 @@ static void test_cli(void)
     CHECK(lz_test_sh("%s/lazyquery --model %s --store %s '' > %s 2>&1", bin, model, store, out) != 0 &&
           lz_test_sh("grep -q 'empty' %s", out) == 0, "empty question refused");
     CHECK(lz_test_sh("%s/lazyquery --model %s --store %s --cold later 'river?' > %s 2>&1", bin, model, store, out) == 2 &&
-          lz_test_sh("grep -q -- \"--cold: expected recompute or load, got 'later'\" %s", out) == 0,
+          lz_test_sh("grep -q -- \"--cold: expected recompute, load or auto, got 'later'\" %s", out) == 0,
           "--cold with an unknown value refused (exit 2, the option and value named)");
     CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --cold load --json 'river?' > %s 2>&1", bin, model, store,
                      out) == 0 &&
@@ -307,6 +308,10 @@ typedef struct {
     size_t block_bytes[256];
     int n_blocks, host_allocs, host_frees, not_block;
     int L, KV, d; /* set: the data segments are checked against the blocks */
+    /* preload: priors seeded (key index -> hits), documents it keeps (into keys) while below keep_cap */
+    int n_priors, keep_cap, kept, preload_order_bad;
+    double prior_hits[64];
+    uint8_t prior_keys[64][32];
 } fake_backend;
 
 static void *fake_host_alloc(void *ctx, size_t bytes)
@@ -411,12 +416,30 @@ static int fake_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *pr
     return 0;
 }
 
+static int fake_preload(void *ctx, const lz_kv_segment *seg, const uint8_t key[32], double hits, char *err, size_t errlen)
+{
+    (void)err; (void)errlen;
+    fake_backend *f = ctx;
+    if (!seg) {
+        if (f->n_priors < 64) {
+            memcpy(f->prior_keys[f->n_priors], key, 32);
+            f->prior_hits[f->n_priors++] = hits;
+        }
+        return 0;
+    }
+    if (!seg->k && !seg->k16) f->bad++;
+    if (f->kept >= f->keep_cap || f->n_keys >= 64) return 0;
+    memcpy(f->keys[f->n_keys++], key, 32);
+    f->kept++;
+    return 1;
+}
+
 /* A lazy session on stand-in backend f (with encode) and cold policy cold;
  * cache_bytes 1 unless given (no document fits the CPU cache). */
 static lz_query_session *fake_session(lz_llama *m, lz_store *s, lz_query_backend *be, fake_backend *f, int cold,
                                       size_t cache_bytes, char *err, size_t errlen)
 {
-    *be = (lz_query_backend){f, fake_begin, fake_step, fake_resident, fake_encode, NULL, NULL};
+    *be = (lz_query_backend){f, fake_begin, fake_step, fake_resident, fake_encode, NULL, NULL, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -519,6 +542,108 @@ out:
     lz_llama_free(m);
 }
 
+/* LZ_COLD_AUTO: per document the cheaper way at the session's rates: with the store's decode
+ * made slow (1 byte/s) every whole cold document is recomputed, with recompute made slow (1
+ * token/s) none is; each question updates the rate of the way it took from what it measured
+ * (the other stays); the priors are 4 GB/s and 20,000 tokens/s. */
+static void test_backend_auto(void)
+{
+    char err[1024];
+    lz_llama *m;
+    lz_store *s;
+    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    const char *three[3] = {"doc1", "doc2", "doc3"};
+    lz_query_doc *d3 = NULL;
+    if (lz_retrieve_ids(s, three, 3, &d3, err, sizeof err)) CHECK(0, "ids: %s", err);
+    for (int slow = 0; d3 && slow < 2; slow++) { /* 0: decode slow, 1: recompute slow */
+        fake_backend f = {.V = m->cfg.vocab, .max_n = 1 << 20};
+        lz_query_backend be;
+        lz_query_session *q = fake_session(m, s, &be, &f, LZ_COLD_AUTO, 0, err, sizeof err);
+        if (!q) continue;
+        double dec, rec;
+        lz_query_cold_rates(q, &dec, &rec);
+        CHECK(dec == 4e9 && rec == 2e4, "priors %g B/s, %g tokens/s", dec, rec);
+        lz_query_set_cold_rates(q, slow ? 0 : 1, slow ? 1 : 0);
+        lz_query_result r;
+        const int want = slow ? 0 : 3;
+        CHECK(lz_query_answer(q, "river", d3, 3, &r, err, sizeof err) == 0 && r.n_recomputed == want &&
+                  (r.bytes_loaded > 0) == (want == 0),
+              "auto, %s slow: %d recomputed (want %d), %lld bytes loaded: %s", slow ? "recompute" : "decode",
+              r.n_recomputed, want, (long long)r.bytes_loaded, err);
+        lz_query_result_free(&r);
+        double dec2, rec2;
+        lz_query_cold_rates(q, &dec2, &rec2);
+        CHECK(slow ? dec2 != 4e9 && rec2 == 1 : dec2 == 1 && rec2 != 2e4,
+              "the rate of the way taken measured: %g -> %g B/s, %g -> %g tokens/s", slow ? 4e9 : 1.0, dec2,
+              slow ? 1.0 : 2e4, rec2);
+        lz_query_session_free(q);
+    }
+    free(d3);
+    lz_store_close(s);
+    lz_llama_free(m);
+}
+
+/* The start-up preload over both tiers: with access counts doc3 300, doc1 200, doc7 100, the
+ * backend's cache (room for 2) gets the frequencies of all three and keeps the two hottest,
+ * the host tier all three; a question over them then loads nothing (doc3 and doc1 held by the
+ * backend, doc7 from the host tier). --preload all: every document into the host tier, none
+ * more into the backend. */
+static void test_preload_tiers(const char *store_copy)
+{
+    char err[1024];
+    lz_llama *m;
+    lz_store *s;
+    if (lz_test_sh("rm -rf %s && cp -r %s %s", store_copy, store, store_copy)) { CHECK(0, "copy the store"); return; }
+    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    if (lz_store_open(store_copy, LZ_STORE_WRITER, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    const char *hot[3] = {"doc3", "doc1", "doc7"};
+    lz_query_doc *d = NULL;
+    if (lz_retrieve_ids(s, hot, 3, &d, err, sizeof err)) { CHECK(0, "ids: %s", err); goto out; }
+    int64_t n_docs = 0;
+    lz_store_doc_count(s, &n_docs, err, sizeof err);
+    for (int all = 0; all < 2; all++) {
+        if (!all) /* 300, 200, 100 hits more: above what the command-line tests counted in the copy */
+            for (int i = 0; i < 3; i++)
+                for (int k = 0; k < 100 * (3 - i); k++) lz_store_hit(s, d[i].id, err, sizeof err);
+        fake_backend f = {.V = m->cfg.vocab, .keep_cap = 2};
+        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, fake_preload};
+        lz_query_opts o;
+        lz_query_opts_default(&o);
+        o.mode = LZ_MODE_LAZY;
+        o.max_new_tokens = 2;
+        o.backend = &be;
+        lz_query_session *q = NULL;
+        if (lz_query_session_new(m, s, &o, &q, err, sizeof err)) { CHECK(0, "session: %s", err); continue; }
+        lz_query_preload_result pr;
+        CHECK(lz_query_preload(q, all, &pr, err, sizeof err) == 0, "preload: %s", err);
+        /* the three (and any the copy's earlier runs counted) seeded, hottest first */
+        int seeded = 0;
+        for (int i = 0; i < 3; i++) {
+            uint8_t dg[32];
+            lz_sha256(d[i].payload_key, LZ_META_KEY_LEN, dg);
+            for (int k = 0; k < f.n_priors; k++) seeded += !memcmp(f.prior_keys[k], dg, 32) && f.prior_hits[k] >= 1;
+        }
+        int sorted = 1;
+        for (int k = 1; k < f.n_priors; k++) sorted &= f.prior_hits[k] <= f.prior_hits[k - 1];
+        CHECK(seeded == 3 && sorted, "backend priors: %d of 3 seeded (%d in all), hottest first %d", seeded, f.n_priors,
+              sorted);
+        CHECK(pr.gpu == 2 && f.kept == 2 && f.bad == 0 && pr.gpu_bytes > 0, "backend kept %d (want 2)", pr.gpu);
+        CHECK(all ? pr.host == (int)n_docs : pr.host == f.n_priors, "host tier: %d documents (%lld in the store)",
+              pr.host, (long long)n_docs);
+        lz_query_result r;
+        const int rc = lz_query_answer(q, "river", d, 3, &r, err, sizeof err);
+        CHECK(rc == 0 && r.bytes_loaded == 0 && r.hits == 3, "after the preload: %lld hits, %lld bytes loaded: %s",
+              (long long)r.hits, (long long)r.bytes_loaded, rc ? err : "");
+        if (!rc) lz_query_result_free(&r);
+        lz_query_session_free(q);
+    }
+out:
+    free(d);
+    lz_store_close(s);
+    lz_llama_free(m);
+}
+
 /* Documents the accelerator holds are not loaded again, even when the CPU
  * cache (here too small for any) has none of them; the others are. */
 static void test_backend_resident(void)
@@ -530,7 +655,7 @@ static void test_backend_resident(void)
     if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
     fake_backend f = {.V = m->cfg.vocab, .L = m->cfg.n_layers, .KV = m->cfg.n_kv_heads, .d = m->cfg.head_dim};
     /* with the backend's host memory: every segment handed with data is one block of it */
-    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, fake_host_alloc, fake_host_free};
+    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, fake_host_alloc, fake_host_free, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -635,9 +760,12 @@ int main(void)
     test_modes();
     test_backend_resident();
     test_backend_recompute();
+    test_backend_auto();
     char copy[700];
     snprintf(copy, sizeof copy, "%s/store-corrupt", dir);
     test_corrupt_cold(copy);
+    snprintf(copy, sizeof copy, "%s/store-preload", dir);
+    test_preload_tiers(copy);
     char store16[700];
     snprintf(store16, sizeof store16, "%s/store16", dir);
     if (lz_test_sh("%s/lazyingest --quiet --model %s --store %s %s", bin, model, store16, corpus)) CHECK(0, "bf16 store");

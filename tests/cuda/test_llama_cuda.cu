@@ -814,6 +814,28 @@ static void test_tiers(const char *dir)
            "(%.1f MB at %.2f GB/s), pool %d region(s) of %.1f MB, %lld fragmentation evictions, device memory stable\n",
            h, mi, (long long)t1.uploads, t1.bytes_up / 1e6, t1.copy_s > 0 ? t1.bytes_up / t1.copy_s / 1e9 : 0.0,
            t1.pool_regions, t1.pool_capacity / 1e6, (long long)t1.pool_evictions);
+    /* the start-up preload: new keys kept while the budget has room, then refused; resident */
+    {
+        lz_llama_gpu *gp = NULL;
+        CHECK(lz_llama_gpu_new(m, 64, &gp, err, sizeof err) == 0, "gpu: %s", err);
+        if (gp) {
+            lz_llama_gpu_set_cache(gp, budget);
+            int kept = 0, rc = 1;
+            for (int i = 0; i < nd && rc == 1; i++) {
+                const size_t e = (size_t)layers * kv * lens[i] * hd;
+                lz_kv_segment sg = {.n = lens[i], .stride = lens[i]};
+                sg.k16 = pin[i], sg.v16 = pin[i] + e;
+                CHECK(lz_llama_gpu_preload(gp, NULL, kb[i], 5.0, err, sizeof err) == 0, "a prior alone keeps nothing");
+                rc = lz_llama_gpu_preload(gp, &sg, kb[i], 0, err, sizeof err);
+                if (rc == 1) CHECK(lz_llama_gpu_resident(gp, kb[i]), "preloaded document %d resident", i);
+                kept += rc == 1;
+            }
+            lz_llama_gpu_cache_stats(gp, &h, &mi, &used);
+            CHECK(rc == 0 && kept >= 1 && used <= budget, "preload: %d kept, then refused (%d), %zu of %zu bytes", kept, rc,
+                  used, budget);
+        }
+        lz_llama_gpu_free(gp);
+    }
     free(l); free(l_pin); free(l_page); free(l_hbm);
     for (int i = 0; i < nd; i++) { lz_llama_gpu_host_free(g, pin[i], bytes[i]); free(pk[i]); free(pv[i]); }
     lz_llama_gpu_free(g);
