@@ -82,6 +82,12 @@ int lz_llama_gpu_encoded_mass(const lz_llama_gpu *g, int i, float *mass);
 int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
                        int64_t pos0, char *err, size_t errlen);
 int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *logits, char *err, size_t errlen);
+/* Block mode's begin (Block-Attention: a copy of each document per placement): the same, but a
+ * segment is attended at offset 0, and one not resident under its key (the key of the document
+ * at that placement) is uploaded from its content KV (rotated at its own positions) and rotated
+ * by its rot on the device (kernels/lz_rerotate.h), that copy kept under the key. */
+int lz_llama_gpu_begin_block(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
+                             int64_t pos0, char *err, size_t errlen);
 /* Query side, a cold document recomputed instead of loaded: runs each
  * document ids[i][0..n[i]) through the model at positions s..s+n[i]-1 after
  * the prompt prefix (the segment prefix, s = prefix->n tokens, content key

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/lz_ops.h"
+#include "kernels/lz_rerotate.h"
 #include "base/half.h"
 #include "cache/kv_layout.h"
 #include "gpu/llama_gpu.cuh"
@@ -223,6 +224,17 @@ int doc_pin(lz_llama_gpu *g, const uint8_t *key) { return key && g->pol && lz_do
 /* The doc of segment sg for this question: resident under key (cached: doc_pin
  * found it), else uploaded (offered to the policy, which keeps it or not;
  * unkeyed ones are dropped at the next question). Its id in *id; 0 or -1. */
+/* Block mode: doc x's keys rotated in place by offset (its copy for one placement). 0 or -1. */
+static int doc_rerotate(lz_llama_gpu *g, GpuDoc *x, int64_t offset, char *err, size_t errlen)
+{
+    if (!offset || !x->rows) return 0;
+    const lz_rerotate_params rp = {(lz_bf16 *)x->k, (const lz_bf16 *)x->k, g->inv_freq, (int64_t)x->rows, offset,
+                                   g->cfg.head_dim, g->cfg.rope_layout};
+    const int rc = lz_rerotate(&rp, g->st);
+    if (rc) return fail(err, errlen, "re-rotating a document's keys", rc);
+    return 0;
+}
+
 int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int cached, uint64_t *id, char *err,
             size_t errlen)
 {
@@ -242,9 +254,10 @@ int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int ca
         return 0;
     }
     if (key) g->misses++;
-    if (at < 0) { /* not recomputed for it either: uploaded now */
+    if (at < 0) { /* not recomputed for it either: uploaded now (block: then rotated to its placement) */
         GpuDoc x;
-        if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, 1, err, errlen)) return -1;
+        if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, !g->materialise, err, errlen)) return -1;
+        if (g->materialise && doc_rerotate(g, &x, sg->rot, err, errlen)) { doc_free(g, &x); return -1; }
         doc_add(g, &x, key, 0);
         at = g->n_docs - 1;
     }

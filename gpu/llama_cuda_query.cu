@@ -123,8 +123,29 @@ static int decode_words(lz_llama_gpu *g, const lz_attn_segment *hs, int S, char 
     return 0;
 }
 
+static int begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
+                 char *err, size_t errlen);
+
 extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
                                   int64_t pos0, char *err, size_t errlen)
+{
+    g->materialise = 0;
+    return begin(g, segs, keys, n_segs, pos0, err, errlen);
+}
+
+extern "C" int lz_llama_gpu_begin_block(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys,
+                                        int n_segs, int64_t pos0, char *err, size_t errlen)
+{
+    g->materialise = 1;
+    const int rc = begin(g, segs, keys, n_segs, pos0, err, errlen);
+    g->materialise = 0;
+    return rc;
+}
+
+/* A question's begin; g->materialise: block mode (every segment attended at offset 0, a copy
+ * rotated to its placement made where it is not resident). */
+static int begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
+                 char *err, size_t errlen)
 {
     g->ready = 0; /* until this question is set up */
     const lz_llama_config *c = &g->cfg;
@@ -180,7 +201,8 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
         keys_hint += x->keys;
         for (int l = 0; l < L; l++) {
             hs[l * W + i] = (lz_attn_segment){(const lz_bf16 *)(x->k + x->first[l] * d),
-                                              (const lz_bf16 *)(x->v + x->first[l] * d), segs[i].rot, x->cap[l]};
+                                              (const lz_bf16 *)(x->v + x->first[l] * d),
+                                              g->materialise ? 0 : segs[i].rot, x->cap[l]};
             for (int h = 0; h < KV; h++) g->hqlen[((size_t)l * W + i) * KV + h] = x->kept[l * KV + h];
         }
     }
@@ -196,7 +218,7 @@ extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, co
     float *cs = (float *)malloc((size_t)(W + 1) * d * sizeof *cs);
     cudaError_t ce = offs && cs ? cudaSuccess : cudaErrorMemoryAllocation;
     if (ce == cudaSuccess) {
-        for (int i = 0; i < W; i++) offs[i] = i < S ? segs[i].rot : 0;
+        for (int i = 0; i < W; i++) offs[i] = i < S && !g->materialise ? segs[i].rot : 0;
         lz_prefill_rope_table(cs, offs, W, 0, g->m->inv_freq, d);
         ce = cudaMemcpy(g->qcs, cs, (size_t)(W + 1) * d * sizeof *cs, cudaMemcpyHostToDevice);
     }

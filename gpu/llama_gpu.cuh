@@ -126,6 +126,7 @@ struct lz_llama_gpu {
     int layer_wait;      /* the question's copies in flight: its first step waits per layer */
     struct UpDoc { bf16 *k, *v; const bf16 *sk, *sv; const int *cap; const size_t *first; } *upq;
     int n_upq, cap_upq;
+    int materialise; /* the begin in progress is block mode's (lz_llama_gpu_begin_block) */
     int no_evict; /* set while documents are recomputed ahead of a begin: the session has seen
                      which docs are resident, so none may leave before that begin pins them */
     int64_t uploads, up_bytes, pool_grows, pool_evictions;

@@ -103,6 +103,11 @@ static int gpu_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const 
 {
     return lz_llama_gpu_begin((lz_llama_gpu *)ctx, segs, keys, n_segs, pos0, err, errlen);
 }
+static int gpu_begin_block(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
+                           char *err, size_t errlen)
+{
+    return lz_llama_gpu_begin_block((lz_llama_gpu *)ctx, segs, keys, n_segs, pos0, err, errlen);
+}
 static int gpu_step(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen)
 {
     return lz_llama_gpu_step((lz_llama_gpu *)ctx, ids, n, logits, err, errlen);
@@ -504,7 +509,7 @@ int main(int argc, char **argv)
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.qo.on_piece = print_piece;
 #ifdef LZ_CUDA
     lz_llama_gpu *gpu = NULL;
-    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode, gpu_host_alloc, gpu_host_free, gpu_preload};
+    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode, gpu_host_alloc, gpu_host_free, gpu_preload, gpu_begin_block};
     if (o.gpu) { /* the question and the answer (own tokens) on the GPU: up to 4,096 of them */
         if (lz_llama_gpu_new(m, 4096, &gpu, err, sizeof err)) {
             fprintf(stderr, "lazyquery: %s\n", err);

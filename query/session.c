@@ -525,6 +525,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
         return -1;
     }
     r->n_prompt = (int)(total - q->o.max_new_tokens);
+    const int mat = mode == LZ_MODE_BLOCK && q->o.backend && q->o.backend->begin_block; /* see lz_query_backend */
     double t0 = lz_now_s();
     int rc = -1;
     lz_doc_cache_begin(q->cache);
@@ -546,6 +547,8 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
         memcpy(digest[n_segs], q->prefix_digest, 32);
         segs[n_segs++] = seg_of(&q->prefix_kv, 0);
         if (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) {
+            /* block on a backend that rotates its own copies: the host tier keyed as lazy's */
+            const int hmode = mat ? LZ_MODE_LAZY : mode;
             /* the documents an accelerator still holds (and the CPU cache does not) are neither
              * loaded nor decoded: its cache is the larger (GPU memory), the CPU's the smaller */
             const lz_query_backend *rb = q->o.backend && q->o.backend->resident ? q->o.backend : NULL;
@@ -554,6 +557,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
                 uint8_t key[LZ_META_KEY_LEN + 8];
                 size_t klen = cache_key(mode, &docs[i], pp, key);
                 lz_sha256(key, klen, digest[1 + i]); /* block: the copy at this offset */
+                klen = cache_key(hmode, &docs[i], pp, key);
                 held[i] = rb && !lz_doc_cache_contains(q->cache, key, klen) && rb->resident(rb->ctx, digest[1 + i]);
             }
             const lz_query_backend *eb = q->o.backend;
@@ -561,25 +565,25 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
                 eb->encode && eb->resident &&
                 recompute_cold(q, eb, docs, n_docs, p, held, &segs[0], digest, r, err, errlen))
                 goto done;
-            preload_misses(q, docs, n_docs, mode, p, held, pre);
+            preload_misses(q, docs, n_docs, hmode, p, held, pre);
             for (int i = 0; i < n_docs; i++) {
                 if (held[i]) { /* a segment without data: the backend reads only its placement */
                     if (held[i] == 2) r->misses++; /* recomputed just now */
                     else r->hits++;
                     segs[n_segs++] = (lz_kv_segment){.n = docs[i].n_tokens, .stride = docs[i].n_tokens > 0 ? docs[i].n_tokens : 1,
-                                                     .rot = mode == LZ_MODE_LAZY ? p - s : 0};
+                                                     .rot = mode == LZ_MODE_LAZY || mat ? p - s : 0};
                     p += docs[i].n_tokens;
                     continue;
                 }
                 uint8_t key[LZ_META_KEY_LEN + 8];
-                size_t klen = cache_key(mode, &docs[i], p, key);
+                size_t klen = cache_key(hmode, &docs[i], p, key);
                 int own;
-                kv_entry *e = fetch(q, key, klen, &docs[i], mode == LZ_MODE_BLOCK ? p - s : 0, pre[i], &own, r, err,
+                kv_entry *e = fetch(q, key, klen, &docs[i], mode == LZ_MODE_BLOCK && !mat ? p - s : 0, pre[i], &own, r, err,
                                     errlen);
                 pre[i] = NULL; /* fetch took it */
                 if (!e) goto done;
                 if (own) owned[n_owned++] = e;
-                segs[n_segs++] = seg_of(e, mode == LZ_MODE_LAZY ? p - s : 0);
+                segs[n_segs++] = seg_of(e, mode == LZ_MODE_LAZY || mat ? p - s : 0);
                 p += docs[i].n_tokens;
             }
             local_from = n_docs;
@@ -604,7 +608,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
     /* lazy, block: the question and answer on the accelerator when there is one */
     const lz_query_backend *be = (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) ? q->o.backend : NULL;
     for (int i = 0; be && i < n_segs; i++) digests[i] = digest[i];
-    if (be && be->begin(be->ctx, segs, digests, n_segs, p, err, errlen)) goto done;
+    if (be && (mat ? be->begin_block : be->begin)(be->ctx, segs, digests, n_segs, p, err, errlen)) goto done;
     /* the local cache: documents still to compute (PREFIX/FULL), question, answer */
     int64_t pos0 = mode == LZ_MODE_FULL ? 0 : p;
     int64_t n_local = be ? 1 : total - pos0;

@@ -74,6 +74,13 @@ typedef struct {
      * content key with hits (> 0), and with seg not NULL keeps seg resident while it has room:
      * 1 kept, 0 not (no room, or seg NULL), -1 on error (lz_llama_gpu_preload). */
     int (*preload)(void *ctx, const lz_kv_segment *seg, const uint8_t key[32], double hits, char *err, size_t errlen);
+    /* optional: block mode's begin (lz_llama_gpu_begin_block): the same arguments, but a segment
+     * comes as its content KV with its placement in rot and a key per (document, placement); the
+     * backend makes and keeps the rotated copy itself. Then the host tier holds each document's
+     * content KV once (shared by every placement) and never rotates. NULL: the session rotates
+     * a copy per placement on the CPU and hands begin those, at rot 0. */
+    int (*begin_block)(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
+                       char *err, size_t errlen);
 } lz_query_backend;
 
 /* What lazy mode does with a cold document (in neither the CPU's nor the backend's cache). */

@@ -310,6 +310,8 @@ typedef struct {
     int L, KV, d; /* set: the data segments are checked against the blocks */
     /* preload: priors seeded (key index -> hits), documents it keeps (into keys) while below keep_cap */
     int n_priors, keep_cap, kept, preload_order_bad;
+    int n_block_begins; /* begin_block: calls, and the last one's rot of segments 1..8 */
+    int64_t block_rot[9];
     double prior_hits[64];
     uint8_t prior_keys[64][32];
 } fake_backend;
@@ -439,7 +441,7 @@ static int fake_preload(void *ctx, const lz_kv_segment *seg, const uint8_t key[3
 static lz_query_session *fake_session(lz_llama *m, lz_store *s, lz_query_backend *be, fake_backend *f, int cold,
                                       size_t cache_bytes, char *err, size_t errlen)
 {
-    *be = (lz_query_backend){f, fake_begin, fake_step, fake_resident, fake_encode, NULL, NULL, NULL};
+    *be = (lz_query_backend){f, fake_begin, fake_step, fake_resident, fake_encode, NULL, NULL, NULL, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -607,7 +609,7 @@ static void test_preload_tiers(const char *store_copy)
             for (int i = 0; i < 3; i++)
                 for (int k = 0; k < 100 * (3 - i); k++) lz_store_hit(s, d[i].id, err, sizeof err);
         fake_backend f = {.V = m->cfg.vocab, .keep_cap = 2};
-        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, fake_preload};
+        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, fake_preload, NULL};
         lz_query_opts o;
         lz_query_opts_default(&o);
         o.mode = LZ_MODE_LAZY;
@@ -644,6 +646,60 @@ out:
     lz_llama_free(m);
 }
 
+/* Block mode on a backend that rotates its own copies (begin_block): segments come as the
+ * documents' content KV (the same bytes lazy mode hands) with their placements in rot, a key
+ * per (document, placement); the host tier keeps one copy a document for every placement. */
+static int fake_begin_block(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
+                            char *err, size_t errlen)
+{
+    fake_backend *f = ctx;
+    f->n_block_begins++;
+    for (int i = 1; i < n_segs && i < 9; i++) f->block_rot[i] = segs[i].rot;
+    return fake_begin(ctx, segs, keys, n_segs, pos0, err, errlen);
+}
+
+static void test_backend_block(void)
+{
+    char err[1024];
+    lz_llama *m;
+    lz_store *s;
+    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    const char *ab[2] = {"doc1", "doc2"}, *ba[2] = {"doc2", "doc1"};
+    lz_query_doc *d1 = NULL, *d2 = NULL;
+    fake_backend f = {.V = m->cfg.vocab};
+    lz_query_backend be = {&f, fake_begin, fake_step, NULL, NULL, NULL, NULL, NULL, fake_begin_block};
+    lz_query_opts o;
+    lz_query_opts_default(&o);
+    o.mode = LZ_MODE_BLOCK;
+    o.max_new_tokens = 2;
+    o.backend = &be;
+    lz_query_session *q = NULL;
+    if (lz_query_session_new(m, s, &o, &q, err, sizeof err)) CHECK(0, "session: %s", err);
+    if (q && !lz_retrieve_ids(s, ab, 2, &d1, err, sizeof err) && !lz_retrieve_ids(s, ba, 2, &d2, err, sizeof err)) {
+        lz_query_result r;
+        CHECK(lz_query_answer(q, "river", d1, 2, &r, err, sizeof err) == 0 && r.misses == 2 && f.n_block_begins == 1 &&
+                  f.n_begins == 1 && f.block_rot[1] == 0 && f.block_rot[2] == d1[0].n_tokens,
+              "block: begin_block with the placements (%lld, %lld): %s", (long long)f.block_rot[1],
+              (long long)f.block_rot[2], err);
+        lz_query_result_free(&r);
+        /* the other order: new placements, new keys for the backend, the same host entries */
+        CHECK(lz_query_answer(q, "river", d2, 2, &r, err, sizeof err) == 0 && r.hits == 2 && r.bytes_loaded == 0 &&
+                  f.block_rot[2] == d2[0].n_tokens && f.n_keys == 5,
+              "block, swapped: %lld host hits, %lld bytes loaded, %d backend keys (the prefix and 2 x 2 placements): %s", (long long)r.hits,
+              (long long)r.bytes_loaded, f.n_keys, err);
+        lz_query_result_free(&r);
+        lz_doc_cache_stats st;
+        lz_query_cache_stats(q, &st);
+        CHECK(st.n_entries == 2, "host tier: %lld entries for two documents at four placements", (long long)st.n_entries);
+    }
+    free(d1);
+    free(d2);
+    lz_query_session_free(q);
+    lz_store_close(s);
+    lz_llama_free(m);
+}
+
 /* Documents the accelerator holds are not loaded again, even when the CPU
  * cache (here too small for any) has none of them; the others are. */
 static void test_backend_resident(void)
@@ -655,7 +711,7 @@ static void test_backend_resident(void)
     if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
     fake_backend f = {.V = m->cfg.vocab, .L = m->cfg.n_layers, .KV = m->cfg.n_kv_heads, .d = m->cfg.head_dim};
     /* with the backend's host memory: every segment handed with data is one block of it */
-    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, fake_host_alloc, fake_host_free, NULL};
+    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, fake_host_alloc, fake_host_free, NULL, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -761,6 +817,7 @@ int main(void)
     test_backend_resident();
     test_backend_recompute();
     test_backend_auto();
+    test_backend_block();
     char copy[700];
     snprintf(copy, sizeof copy, "%s/store-corrupt", dir);
     test_corrupt_cold(copy);

@@ -738,7 +738,7 @@ static void test_tiers(const char *dir)
     int qids[6];
     for (int i = 0; i < n_q; i++) qids[i] = 3 + (i * 29) % (vocab - 3);
     /* a question over documents pick[0..3] from source src (0 pinned, 1 pageable) */
-    auto ask = [&](const int *pick, int src, const uint8_t *const *keys, float *logits) {
+    auto ask = [&](const int *pick, int src, const uint8_t *const *keys, float *logits, int blk = 0) {
         lz_kv_segment segs[4];
         int64_t p = s;
         for (int j = 0; j < 4; j++) {
@@ -749,7 +749,7 @@ static void test_tiers(const char *dir)
             segs[j].v16 = src ? pv[i] : pin[i] + e;
             p += lens[i];
         }
-        return lz_llama_gpu_begin(g, segs, keys, 4, p, err, sizeof err) == 0 &&
+        return (blk ? lz_llama_gpu_begin_block : lz_llama_gpu_begin)(g, segs, keys, 4, p, err, sizeof err) == 0 &&
                lz_llama_gpu_step(g, qids, n_q, logits, err, sizeof err) == 0;
     };
     uint8_t kb[12][32];
@@ -775,6 +775,26 @@ static void test_tiers(const char *dir)
     size_t used;
     lz_llama_gpu_cache_stats(g, &h, &mi, &used);
     CHECK(!memcmp(l_hbm, l_pin, vocab * 4) && h > 0, "resident documents (%ld hits) gave other logits", h);
+    /* block mode: the copies rotated on the device to their placements, within bf16 rounding of
+     * lazy; resident the second time (keys of their own) and then the same bits */
+    {
+        uint8_t bk[4][32];
+        const uint8_t *bkp[4];
+        for (int j = 0; j < 4; j++) { memset(bk[j], 0, 32); bk[j][0] = (uint8_t)(j + 1); bk[j][1] = 0xb1; bkp[j] = bk[j]; }
+        float *l_blk = (float *)malloc(vocab * 4), *l_blk2 = (float *)malloc(vocab * 4);
+        long h0, m0, h1, m1;
+        size_t u0, u1;
+        lz_llama_gpu_cache_stats(g, &h0, &m0, &u0);
+        CHECK(ask(ref, 0, bkp, l_blk, 1) && ask(ref, 0, bkp, l_blk2, 1), "block: %s", err);
+        lz_llama_gpu_cache_stats(g, &h1, &m1, &u1);
+        const double e = vec_err(l_blk, l_pin, vocab);
+        CHECK(e <= 3e-2, "block against lazy: logits normalised error %.3g", e);
+        CHECK(!memcmp(l_blk, l_blk2, vocab * 4) && m1 - m0 >= 4 && h1 - h0 >= 1,
+              "block resident: the same logits (%ld misses, %ld hits)", m1 - m0, h1 - h0);
+        printf("tiers: block (copies rotated on the device) against lazy: logits normalised error %.2e\n", e);
+        free(l_blk);
+        free(l_blk2);
+    }
     /* churn */
     size_t free0 = 0, free1 = 0, tot = 0;
     int ok = 1, regions0 = 0, same = 1;
