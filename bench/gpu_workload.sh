@@ -10,9 +10,10 @@
 # Usage (repo root, GPU machine): sh bench/gpu_workload.sh OUTDIR
 #   with ${G:-build/gpuenc}/{lazyingest,lazyquery,lazy-mkmodel}.gz ('make cuda', 'make',
 #   gzip) and ${W:-build/gpuenc}/{corpus.jsonl,questions.jsonl}; RUNS="lfu:recompute:1G ..."
-#   (policy:cold:gpu budget[:host budget[:preload]]) picks the runs; preload all fills the host
-#   tier with the corpus before the stream (lazyquery --preload all), none (the default) leaves
-#   it to fill on misses. Needs 17 GB under TMPDIR.
+#   (policy:cold:gpu budget[:host budget[:preload[:mode]]]) picks the runs; preload all fills the
+#   host tier with the corpus before the stream (lazyquery --preload all), none (the default)
+#   leaves it to fill on misses; mode: lazy (default), block, prefix, full. PEER=1: then
+#   transformers recomputing a prompt of the stream's mean length (bench/hf_peer_8b.py). Needs 17 GB under TMPDIR.
 set -u
 OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
@@ -29,13 +30,19 @@ st=0
 for run in $RUNS; do
     pol=$(echo "$run" | cut -d: -f1); cold=$(echo "$run" | cut -d: -f2)
     gb=$(echo "$run" | cut -d: -f3); hb=$(echo "$run" | cut -d: -f4); pre=$(echo "$run" | cut -d: -f5)
-    name="$pol-$cold-$gb-${hb:-1}${pre:+-$pre}"
+    mode=$(echo "$run" | cut -d: -f6)
+    name="${mode:-lazy}-$pol-$cold-$gb-${hb:-1}${pre:+-$pre}"
     # a clean measurement: no access counts from earlier runs written or read (a preload of all
     # documents takes them in id order)
-    "$B/lazyquery" --gpu --cache-policy "$pol" --cold "$cold" --gpu-cache-bytes "$gb" --host-cache-bytes "${hb:-1}" \
+    "$B/lazyquery" --gpu --mode "${mode:-lazy}" --cache-policy "$pol" --cold "$cold" --gpu-cache-bytes "$gb" --host-cache-bytes "${hb:-1}" \
         --preload "${pre:-none}" --no-stats -n 4 --json --model "$T/m8b.gguf" --store "$T/storew" \
         --questions "$W/questions.jsonl" > "$OUT/q-$name.jsonl" 2> "$OUT/q-$name.err" || st=1
 done
 python3 bench/workload_summary.py "$OUT"/q-*.jsonl | tee "$OUT/summary.md"
+if [ "${PEER:-0}" = 1 ] && python3 -c "import torch, transformers" 2> /dev/null; then
+    f=$(ls "$OUT"/q-*.jsonl | head -n 1)
+    n=$(python3 -c "import json,sys; r=[json.loads(l)['tokens']['prompt'] for l in open(sys.argv[1]) if '\"tokens\"' in l]; print(round(sum(r)/len(r)))" "$f")
+    python3 bench/hf_peer_8b.py "$n" 2>&1 | grep -v -i warning | tee "$OUT/peer.txt"
+fi
 rm -rf "$T/storew"
 exit $st

@@ -105,6 +105,12 @@ int lz_llama_gpu_begin_block(lz_llama_gpu *g, const lz_kv_segment *segs, const u
 int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *prefix, const uint8_t prefix_key[32],
                              const int *const *ids, const int *n, const uint8_t *const *keys, int n_docs, char *err,
                              size_t errlen);
+/* Prefix mode (vLLM's automatic prefix caching): keeps the KV of this question's own tokens
+ * t0..t0+n-1 (stepped already: a document computed in its prompt, keys at their final
+ * positions) as a segment under key, offered to the device cache's policy (admitted: resident
+ * for later questions, which hand it without data at rot 0; else kept for this question only).
+ * 1 kept, 0 turned away, -1 on error (no question begun, rows not stepped, no memory). */
+int lz_llama_gpu_keep_own(lz_llama_gpu *g, int t0, int n, const uint8_t key[32], char *err, size_t errlen);
 /* Start-up preload (lazyquery --preload): seeds the device policy's frequency of content key
  * with hits (> 0: a prior, as the store's access counts), and with sg not NULL also uploads sg
  * and keeps it resident under key while the budget has room (no admission test, no eviction).

@@ -291,6 +291,37 @@ extern "C" int lz_llama_gpu_preload(lz_llama_gpu *g, const lz_kv_segment *sg, co
     return 1;
 }
 
+extern "C" int lz_llama_gpu_keep_own(lz_llama_gpu *g, int t0, int n, const uint8_t key[32], char *err, size_t errlen)
+{
+    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
+    const size_t N = (size_t)g->max_tokens, w = (size_t)n * d * sizeof(bf16);
+    if (!g->ready || t0 < 0 || n <= 0 || t0 + n > g->n_own) {
+        snprintf(err, errlen, "GPU: keeping own tokens %d..%d of %d", t0, t0 + n, g->n_own);
+        return -1;
+    }
+    if (ensure_policy(g, err, errlen)) return -1;
+    if (doc_find(g, key) >= 0) return 1;
+    GpuDoc x;
+    if (doc_room(g, err, errlen) || doc_alloc(g, NULL, n, &x, err, errlen)) return -1;
+    for (int l = 0; l < L; l++) { /* a layer's heads: (KV, N, d) rows from t0 into (KV, n, d) */
+        const size_t src = ((size_t)l * KV * N + t0) * d;
+        cudaError_t ce = cudaMemcpy2DAsync(x.k + x.first[l] * d, w, g->own_k + src, N * d * sizeof(bf16), w, KV,
+                                           cudaMemcpyDeviceToDevice, g->st);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpy2DAsync(x.v + x.first[l] * d, w, g->own_v + src, N * d * sizeof(bf16), w, KV,
+                                   cudaMemcpyDeviceToDevice, g->st);
+        if (ce != cudaSuccess) {
+            doc_free(g, &x);
+            snprintf(err, errlen, "GPU: keeping own tokens: %s", cudaGetErrorString(ce));
+            return -1;
+        }
+    }
+    doc_add(g, &x, key, 0);
+    const uint64_t id = g->docs[g->n_docs - 1].id;
+    doc_offer(g, g->n_docs - 1);
+    return g->docs[doc_by_id(g, id)].keyed;
+}
+
 void doc_trim(lz_llama_gpu *g)
 {
     if (g->pol) lz_doc_cache_trim(g->pol);

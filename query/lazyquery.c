@@ -60,10 +60,12 @@ static void usage(FILE *f)
         "                         room (a host tier that holds the corpus); none. Its time and size\n"
         "                         are printed (standard error) unless --quiet\n"
         "      --no-preload       --preload none\n"
-        "      --gpu              the question and answer on the GPU, lazy and block modes (CUDA builds:\n"
-        "                         'make cuda' makes build/cuda/lazyquery); documents placed by the lazy\n"
-        "                         attention kernels, bf16 activations; documents stay in GPU memory\n"
-        "                         and are not read from the store again while they are there\n"
+        "      --gpu              every mode on the GPU (CUDA builds: 'make cuda' makes\n"
+        "                         build/cuda/lazyquery), bf16 activations, over the same tiers: lazy\n"
+        "                         places documents by the lazy attention kernels; block rotates a copy\n"
+        "                         per placement on the GPU; prefix keeps the documents it computes in\n"
+        "                         GPU memory by chain; full recomputes the prompt there. Documents stay\n"
+        "                         in GPU memory and are not read again while they are there\n"
         "      --gpu-cache-bytes N  GPU memory documents may keep (default: half of what is free)\n"
         "      --cold WHAT        a cold document (in neither the host nor the GPU tier) in lazy mode\n"
         "                         with --gpu: auto (default) takes, per document, whichever costs less,\n"
@@ -107,6 +109,10 @@ static int gpu_begin_block(void *ctx, const lz_kv_segment *segs, const uint8_t *
                            char *err, size_t errlen)
 {
     return lz_llama_gpu_begin_block((lz_llama_gpu *)ctx, segs, keys, n_segs, pos0, err, errlen);
+}
+static int gpu_keep_own(void *ctx, int t0, int n, const uint8_t key[32], char *err, size_t errlen)
+{
+    return lz_llama_gpu_keep_own((lz_llama_gpu *)ctx, t0, n, key, err, errlen);
 }
 static int gpu_step(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen)
 {
@@ -509,9 +515,12 @@ int main(int argc, char **argv)
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.qo.on_piece = print_piece;
 #ifdef LZ_CUDA
     lz_llama_gpu *gpu = NULL;
-    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode, gpu_host_alloc, gpu_host_free, gpu_preload, gpu_begin_block};
-    if (o.gpu) { /* the question and the answer (own tokens) on the GPU: up to 4,096 of them */
-        if (lz_llama_gpu_new(m, 4096, &gpu, err, sizeof err)) {
+    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode, gpu_host_alloc, gpu_host_free, gpu_preload, gpu_begin_block, gpu_keep_own};
+    if (o.gpu) {
+        /* own tokens a question may step: the question and the answer (4,096), or in full and
+         * prefix modes the prompt's documents too (16,384) */
+        const int own = o.qo.mode == LZ_MODE_FULL || o.qo.mode == LZ_MODE_PREFIX ? 16384 : 4096;
+        if (lz_llama_gpu_new(m, own, &gpu, err, sizeof err)) {
             fprintf(stderr, "lazyquery: %s\n", err);
             lz_llama_free(m);
             lz_store_close(st);

@@ -500,6 +500,53 @@ static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_
     }
 }
 
+/* FULL and PREFIX on a backend: after begin (none, or the prefix and the reused chain), every
+ * token the prompt still needs in one step: FULL the prefix, the documents and the question;
+ * PREFIX the documents from local_from and the question; then PREFIX keeps each document it
+ * computed under its chain key (backend->keep_own), as vLLM's prefix cache keeps its blocks.
+ * The first answer token's logits in q->logits. 0 or -1. */
+static int backend_prompt(lz_query_session *q, const lz_query_backend *be, const lz_query_doc *docs, int n_docs,
+                          int local_from, const int *qids, int n_q, lz_query_result *r, char *err, size_t errlen)
+{
+    const int s = q->n_prefix, full = q->o.mode == LZ_MODE_FULL;
+    size_t n_all = (size_t)n_q + (full ? (size_t)s : 0);
+    for (int i = local_from; i < n_docs; i++) n_all += (size_t)docs[i].n_tokens;
+    int *all = malloc(n_all * sizeof *all), *t0s = malloc(((size_t)n_docs + 1) * sizeof *t0s);
+    int rc = -1;
+    size_t at = 0;
+    if (!all || !t0s) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (full) { memcpy(all, q->prefix, (size_t)s * sizeof *all); at = (size_t)s; }
+    for (int i = local_from; i < n_docs; i++) {
+        int *ids, n;
+        if (doc_tokens(q, &docs[i], &ids, &n, err, errlen)) goto done;
+        t0s[i] = (int)at;
+        memcpy(all + at, ids, (size_t)n * sizeof *ids);
+        at += (size_t)n;
+        free(ids);
+    }
+    memcpy(all + at, qids, (size_t)n_q * sizeof *qids);
+    if (be->step(be->ctx, all, (int)n_all, q->logits, err, errlen)) goto done;
+    r->n_computed += (int)n_all;
+    if (!full) {
+        uint8_t chain[32];
+        lz_sha256(q->prefix, (size_t)s * sizeof(int), chain);
+        for (int i = 0; i < n_docs; i++) {
+            uint8_t buf[32 + LZ_META_KEY_LEN];
+            memcpy(buf, chain, 32);
+            memcpy(buf + 32, docs[i].payload_key, LZ_META_KEY_LEN);
+            lz_sha256(buf, sizeof buf, chain);
+            if (i >= local_from && docs[i].n_tokens > 0 &&
+                be->keep_own(be->ctx, t0s[i], docs[i].n_tokens, chain, err, errlen) < 0)
+                goto done;
+        }
+    }
+    rc = 0;
+done:
+    free(all);
+    free(t0s);
+    return rc;
+}
+
 int lz_query_answer(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
                     lz_query_result *r, char *err, size_t errlen)
 {
@@ -526,6 +573,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
     }
     r->n_prompt = (int)(total - q->o.max_new_tokens);
     const int mat = mode == LZ_MODE_BLOCK && q->o.backend && q->o.backend->begin_block; /* see lz_query_backend */
+    const int gpu_prefix = mode == LZ_MODE_PREFIX && q->o.backend && q->o.backend->keep_own && q->o.backend->resident;
     double t0 = lz_now_s();
     int rc = -1;
     lz_doc_cache_begin(q->cache);
@@ -595,6 +643,15 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
                 memcpy(buf, chain, 32);
                 memcpy(buf + 32, docs[local_from].payload_key, LZ_META_KEY_LEN);
                 lz_sha256(buf, sizeof buf, chain);
+                if (gpu_prefix) { /* the chains live in the backend's memory, as vLLM's */
+                    if (!q->o.backend->resident(q->o.backend->ctx, chain)) { r->misses++; break; }
+                    r->hits++;
+                    memcpy(digest[n_segs], chain, 32);
+                    segs[n_segs++] = (lz_kv_segment){.n = docs[local_from].n_tokens,
+                                                     .stride = docs[local_from].n_tokens > 0 ? docs[local_from].n_tokens : 1};
+                    p += docs[local_from].n_tokens;
+                    continue;
+                }
                 kv_entry *e = lz_doc_cache_get(q->cache, chain, 32);
                 if (!e) { r->misses++; break; }
                 r->hits++;
@@ -605,21 +662,28 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
     }
     r->t_load = lz_now_s() - t0;
 
-    /* lazy, block: the question and answer on the accelerator when there is one */
-    const lz_query_backend *be = (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) ? q->o.backend : NULL;
+    /* lazy, block, full, prefix (with keep_own): the prompt's rest, the question and the answer
+     * on the accelerator when there is one */
+    const lz_query_backend *be = mode != LZ_MODE_PREFIX || gpu_prefix ? q->o.backend : NULL;
     for (int i = 0; be && i < n_segs; i++) digests[i] = digest[i];
-    if (be && (mat ? be->begin_block : be->begin)(be->ctx, segs, digests, n_segs, p, err, errlen)) goto done;
+    if (be && (mat ? be->begin_block : be->begin)(be->ctx, segs, digests, n_segs, mode == LZ_MODE_FULL ? 0 : p, err,
+                                                  errlen))
+        goto done;
+    if (be && (mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX)) { /* every token after the reused ones, one step */
+        if (backend_prompt(q, be, docs, n_docs, local_from, qids, n_q, r, err, errlen)) goto done;
+        r->t_ttft = lz_now_s() - t0;
+    }
     /* the local cache: documents still to compute (PREFIX/FULL), question, answer */
     int64_t pos0 = mode == LZ_MODE_FULL ? 0 : p;
     int64_t n_local = be ? 1 : total - pos0;
     if (lz_kv_cache_init(&lc, c, (int)n_local)) { snprintf(err, errlen, "out of memory for %lld tokens of KV", (long long)n_local); goto done; }
     lz_kv_cache_reset(&lc, pos0);
-    if (mode == LZ_MODE_FULL &&
+    if (mode == LZ_MODE_FULL && !be &&
         lz_llama_forward(q->m, q->scratch, &lc, NULL, 0, q->prefix, s, NULL, LZ_LOGITS_NONE)) {
         snprintf(err, errlen, "forward pass failed on the prefix");
         goto done;
     }
-    if (mode == LZ_MODE_FULL) r->n_computed += s;
+    if (mode == LZ_MODE_FULL && !be) r->n_computed += s;
     uint8_t chain[32];
     if (mode == LZ_MODE_PREFIX) { /* recompute the chain key up to local_from */
         lz_sha256(q->prefix, (size_t)s * sizeof(int), chain);
@@ -630,7 +694,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
             lz_sha256(buf, sizeof buf, chain);
         }
     }
-    for (int i = local_from; i < n_docs; i++) {
+    for (int i = be ? n_docs : local_from; i < n_docs; i++) { /* on the CPU */
         int *ids, n;
         if (doc_tokens(q, &docs[i], &ids, &n, err, errlen)) goto done;
         int start = lc.n;
@@ -647,13 +711,15 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
             if (e && !lz_doc_cache_put(q->cache, chain, 32, e, e->bytes)) entry_free(q, e);
         }
     }
-    if (be ? be->step(be->ctx, qids, n_q, q->logits, err, errlen)
-           : lz_llama_forward(q->m, q->scratch, &lc, segs, n_segs, qids, n_q, q->logits, LZ_LOGITS_LAST)) {
-        if (!be) snprintf(err, errlen, "forward pass failed on the question");
-        goto done;
+    if (!r->t_ttft) { /* not run with the prompt's rest */
+        if (be ? be->step(be->ctx, qids, n_q, q->logits, err, errlen)
+               : lz_llama_forward(q->m, q->scratch, &lc, segs, n_segs, qids, n_q, q->logits, LZ_LOGITS_LAST)) {
+            if (!be) snprintf(err, errlen, "forward pass failed on the question");
+            goto done;
+        }
+        r->n_computed += n_q;
+        r->t_ttft = lz_now_s() - t0;
     }
-    r->n_computed += n_q;
-    r->t_ttft = lz_now_s() - t0;
     if (q->o.keep_logits) {
         r->logits = malloc((size_t)c->vocab * sizeof(float));
         if (r->logits) memcpy(r->logits, q->logits, (size_t)c->vocab * sizeof(float));
@@ -831,13 +897,15 @@ static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_t
     return 0;
 }
 
-/* Only LAZY preloads: one copy serves every position, while BLOCK and PREFIX
- * keys depend on placements that no query has made yet. */
+/* Only LAZY (and BLOCK on a backend with begin_block) preloads: one copy serves every position,
+ * while other BLOCK and PREFIX keys depend on placements that no query has made yet. */
 int lz_query_preload(lz_query_session *q, int all, lz_query_preload_result *res, char *err, size_t errlen)
 {
     memset(res, 0, sizeof *res);
     const double t0 = lz_now_s();
-    if (q->o.mode != LZ_MODE_LAZY || (q->o.cache_bytes == 0 && !(q->o.backend && q->o.backend->preload))) return 0;
+    /* lazy's entries serve every placement; so do block's on a backend that rotates its own copies */
+    const int content = q->o.mode == LZ_MODE_LAZY || (q->o.mode == LZ_MODE_BLOCK && q->o.backend && q->o.backend->begin_block);
+    if (!content || (q->o.cache_bytes == 0 && !(q->o.backend && q->o.backend->preload))) return 0;
     preload_ctx *P = calloc(1, sizeof *P);
     if (!P) { snprintf(err, errlen, "out of memory"); return -1; }
     *P = (preload_ctx){.q = q, .res = res, .err = err, .errlen = errlen};

@@ -81,6 +81,12 @@ typedef struct {
      * a copy per placement on the CPU and hands begin those, at rot 0. */
     int (*begin_block)(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
                        char *err, size_t errlen);
+    /* optional (with resident): prefix mode on the backend: keeps the KV of the own tokens
+     * t0..t0+n-1 stepped so far (a document computed in its prompt) under key (the chain's),
+     * offered to its cache; resident then finds it and begin takes it without data, at rot 0.
+     * 1 kept, 0 not (turned away), -1 on error (lz_llama_gpu_keep_own). NULL: prefix mode runs
+     * on the CPU. Full mode runs on any backend: its whole prompt in one step. */
+    int (*keep_own)(void *ctx, int t0, int n, const uint8_t key[32], char *err, size_t errlen);
 } lz_query_backend;
 
 /* What lazy mode does with a cold document (in neither the CPU's nor the backend's cache). */

@@ -311,6 +311,8 @@ typedef struct {
     /* preload: priors seeded (key index -> hits), documents it keeps (into keys) while below keep_cap */
     int n_priors, keep_cap, kept, preload_order_bad;
     int n_block_begins; /* begin_block: calls, and the last one's rot of segments 1..8 */
+    int last_step_n, n_steps, n_keep, keep_t0[16], keep_n[16], last_begin_segs;
+    int64_t last_pos0;
     int64_t block_rot[9];
     double prior_hits[64];
     uint8_t prior_keys[64][32];
@@ -361,7 +363,9 @@ static int fake_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const
                       char *err, size_t errlen)
 {
     fake_backend *f = ctx;
-    (void)pos0;
+    f->last_pos0 = pos0;
+    f->last_begin_segs = n_segs;
+    f->n_steps = 0;
     f->n_begins++;
     for (int i = 0; i < n_segs; i++) {
         int known = -1;
@@ -382,8 +386,9 @@ static int fake_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const
 
 static int fake_step(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen)
 {
-    (void)ids; (void)n; (void)err; (void)errlen;
+    (void)ids; (void)err; (void)errlen;
     fake_backend *f = ctx;
+    if (!f->n_steps++) f->last_step_n = n; /* the question's (the first step of each question) */
     if (logits)
         for (int v = 0; v < f->V; v++) logits[v] = v == 5 ? 1.f : 0.f;
     return 0;
@@ -441,7 +446,7 @@ static int fake_preload(void *ctx, const lz_kv_segment *seg, const uint8_t key[3
 static lz_query_session *fake_session(lz_llama *m, lz_store *s, lz_query_backend *be, fake_backend *f, int cold,
                                       size_t cache_bytes, char *err, size_t errlen)
 {
-    *be = (lz_query_backend){f, fake_begin, fake_step, fake_resident, fake_encode, NULL, NULL, NULL, NULL};
+    *be = (lz_query_backend){f, fake_begin, fake_step, fake_resident, fake_encode, NULL, NULL, NULL, NULL, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -609,7 +614,7 @@ static void test_preload_tiers(const char *store_copy)
             for (int i = 0; i < 3; i++)
                 for (int k = 0; k < 100 * (3 - i); k++) lz_store_hit(s, d[i].id, err, sizeof err);
         fake_backend f = {.V = m->cfg.vocab, .keep_cap = 2};
-        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, fake_preload, NULL};
+        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, fake_preload, NULL, NULL};
         lz_query_opts o;
         lz_query_opts_default(&o);
         o.mode = LZ_MODE_LAZY;
@@ -658,6 +663,71 @@ static int fake_begin_block(void *ctx, const lz_kv_segment *segs, const uint8_t 
     return fake_begin(ctx, segs, keys, n_segs, pos0, err, errlen);
 }
 
+static int fake_keep_own(void *ctx, int t0, int n, const uint8_t key[32], char *err, size_t errlen)
+{
+    (void)err; (void)errlen;
+    fake_backend *f = ctx;
+    if (f->n_keep < 16) { f->keep_t0[f->n_keep] = t0; f->keep_n[f->n_keep] = n; }
+    f->n_keep++;
+    if (f->n_keys < 64) memcpy(f->keys[f->n_keys++], key, 32);
+    return 1;
+}
+
+/* Full and prefix modes on a backend: full begins with nothing at position 0 and steps the
+ * whole prompt at once; prefix steps the documents and the question, keeps each document's
+ * rows under its chain key (keep_own, at its offset among the own tokens), and the same
+ * documents again are found resident: placeholders, only the question stepped. */
+static void test_backend_full_prefix(void)
+{
+    char err[1024];
+    lz_llama *m;
+    lz_store *s;
+    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    const char *ab[2] = {"doc1", "doc2"};
+    lz_query_doc *d = NULL;
+    if (lz_retrieve_ids(s, ab, 2, &d, err, sizeof err)) { CHECK(0, "ids: %s", err); goto out; }
+    for (int mode = LZ_MODE_PREFIX; mode <= LZ_MODE_FULL; mode++) {
+        fake_backend f = {.V = m->cfg.vocab};
+        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, NULL, NULL, fake_keep_own};
+        lz_query_opts o;
+        lz_query_opts_default(&o);
+        o.mode = mode;
+        o.max_new_tokens = 3;
+        o.backend = &be;
+        lz_query_session *q = NULL;
+        if (lz_query_session_new(m, s, &o, &q, err, sizeof err)) { CHECK(0, "session: %s", err); continue; }
+        const int sp = lz_query_prefix_len(q), n0 = d[0].n_tokens, n1 = d[1].n_tokens;
+        lz_query_result r;
+        int rc = lz_query_answer(q, "river", d, 2, &r, err, sizeof err);
+        const int nq = rc ? 0 : r.n_prompt - sp - n0 - n1;
+        if (mode == LZ_MODE_FULL)
+            CHECK(rc == 0 && f.last_begin_segs == 0 && f.last_pos0 == 0 && f.last_step_n == r.n_prompt &&
+                      r.n_computed == r.n_prompt && f.n_keep == 0,
+                  "full: %d segments at %lld, stepped %d of %d prompt tokens: %s", f.last_begin_segs,
+                  (long long)f.last_pos0, f.last_step_n, rc ? 0 : r.n_prompt, err);
+        else
+            CHECK(rc == 0 && f.last_begin_segs == 1 && f.last_pos0 == sp && f.last_step_n == n0 + n1 + nq &&
+                      f.n_keep == 2 && f.keep_t0[0] == 0 && f.keep_n[0] == n0 && f.keep_t0[1] == n0 && f.keep_n[1] == n1,
+                  "prefix: stepped %d, kept %d (%d+%d, %d+%d): %s", f.last_step_n, f.n_keep, f.keep_t0[0], f.keep_n[0],
+                  f.keep_t0[1], f.keep_n[1], err);
+        if (!rc) lz_query_result_free(&r);
+        if (mode == LZ_MODE_PREFIX) { /* again: both documents' chains resident */
+            rc = lz_query_answer(q, "river", d, 2, &r, err, sizeof err);
+            CHECK(rc == 0 && f.last_begin_segs == 3 && f.placeholders == 2 && f.bad == 0 && f.last_step_n == nq &&
+                      r.hits == 2 && f.last_pos0 == sp + n0 + n1 && f.n_keep == 2,
+                  "prefix again: %d segments, %d placeholders, stepped %d (question %d), %lld hits: %s",
+                  f.last_begin_segs, f.placeholders, f.last_step_n, nq, rc ? 0LL : (long long)r.hits, err);
+            if (!rc) lz_query_result_free(&r);
+        }
+        lz_query_session_free(q);
+    }
+out:
+    free(d);
+    lz_store_close(s);
+    lz_llama_free(m);
+}
+
 static void test_backend_block(void)
 {
     char err[1024];
@@ -668,7 +738,7 @@ static void test_backend_block(void)
     const char *ab[2] = {"doc1", "doc2"}, *ba[2] = {"doc2", "doc1"};
     lz_query_doc *d1 = NULL, *d2 = NULL;
     fake_backend f = {.V = m->cfg.vocab};
-    lz_query_backend be = {&f, fake_begin, fake_step, NULL, NULL, NULL, NULL, NULL, fake_begin_block};
+    lz_query_backend be = {&f, fake_begin, fake_step, NULL, NULL, NULL, NULL, NULL, fake_begin_block, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_BLOCK;
@@ -711,7 +781,7 @@ static void test_backend_resident(void)
     if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
     fake_backend f = {.V = m->cfg.vocab, .L = m->cfg.n_layers, .KV = m->cfg.n_kv_heads, .d = m->cfg.head_dim};
     /* with the backend's host memory: every segment handed with data is one block of it */
-    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, fake_host_alloc, fake_host_free, NULL, NULL};
+    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, fake_host_alloc, fake_host_free, NULL, NULL, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -818,6 +888,7 @@ int main(void)
     test_backend_recompute();
     test_backend_auto();
     test_backend_block();
+    test_backend_full_prefix();
     char copy[700];
     snprintf(copy, sizeof copy, "%s/store-corrupt", dir);
     test_corrupt_cold(copy);

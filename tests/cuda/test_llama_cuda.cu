@@ -834,6 +834,38 @@ static void test_tiers(const char *dir)
            "(%.1f MB at %.2f GB/s), pool %d region(s) of %.1f MB, %lld fragmentation evictions, device memory stable\n",
            h, mi, (long long)t1.uploads, t1.bytes_up / 1e6, t1.copy_s > 0 ? t1.bytes_up / t1.copy_s / 1e9 : 0.0,
            t1.pool_regions, t1.pool_capacity / 1e6, (long long)t1.pool_evictions);
+    /* prefix mode: two documents and a question stepped as own tokens, the documents' rows kept
+     * (lz_llama_gpu_keep_own); the question again over them as resident segments at offset 0:
+     * the same logits within the engine's tolerance */
+    {
+        lz_llama_gpu *gp = NULL;
+        CHECK(lz_llama_gpu_new(m, 256, &gp, err, sizeof err) == 0, "gpu: %s", err);
+        if (gp) {
+            int all[41];
+            for (int i = 0; i < 41; i++) all[i] = 3 + (int)(rnd() % (vocab - 3));
+            float *l1 = (float *)malloc(vocab * 4), *l2 = (float *)malloc(vocab * 4);
+            uint8_t ka[32] = {0xa1}, kb2[32] = {0xb2};
+            const uint8_t *kk[2] = {ka, kb2};
+            CHECK(lz_llama_gpu_begin(gp, NULL, NULL, 0, 0, err, sizeof err) == 0 &&
+                      lz_llama_gpu_step(gp, all, 41, l1, err, sizeof err) == 0,
+                  "prefix: the whole prompt: %s", err);
+            CHECK(lz_llama_gpu_keep_own(gp, 0, 20, ka, err, sizeof err) == 1 &&
+                      lz_llama_gpu_keep_own(gp, 20, 15, kb2, err, sizeof err) == 1 &&
+                      lz_llama_gpu_keep_own(gp, 30, 20, kb2, err, sizeof err) < 0,
+                  "keep_own: %s", err);
+            lz_kv_segment held[2] = {{.n = 20, .stride = 20}, {.n = 15, .stride = 15}};
+            CHECK(lz_llama_gpu_resident(gp, ka) && lz_llama_gpu_resident(gp, kb2) &&
+                      lz_llama_gpu_begin(gp, held, kk, 2, 35, err, sizeof err) == 0 &&
+                      lz_llama_gpu_step(gp, all + 35, 6, l2, err, sizeof err) == 0,
+                  "prefix: the question over the kept documents: %s", err);
+            const double e = vec_err(l2, l1, vocab);
+            CHECK(e <= 3e-2, "prefix: kept rows against the whole prompt: logits normalised error %.3g", e);
+            printf("tiers: prefix (own rows kept, reused as segments) against the whole prompt: error %.2e\n", e);
+            free(l1);
+            free(l2);
+        }
+        lz_llama_gpu_free(gp);
+    }
     /* the start-up preload: new keys kept while the budget has room, then refused; resident */
     {
         lz_llama_gpu *gp = NULL;
