@@ -4,6 +4,7 @@
  *   gpu/llama_cuda_encode.cu ingest: the prefix, documents in multi-document passes
  *   gpu/llama_cuda_docs.cu   documents resident on the device; cold ones recomputed there
  *   gpu/llama_cuda_query.cu  a question's begin and its steps (decode: one graph a token)
+ *   gpu/llama_cuda_pool.cu   the tiers' memory: the HBM pool, pinned host memory, the copies
  * Everything but the lz_llama_gpu struct (llama_cuda.h's opaque type) lives
  * in namespace lzgpu. CUDA C++ only.
  *

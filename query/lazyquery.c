@@ -463,8 +463,6 @@ static int parse_options(int argc, char **argv, options *o, const char **questio
     if (*question && o->questions_path)
         return lz_cli_usage("a question and --questions %s: give one of them", o->questions_path);
     if (*question && !strcmp(*question, "-")) *question = NULL; /* '-': standard input, one question a line */
-    if (o->gpu && o->qo.mode != LZ_MODE_LAZY && o->qo.mode != LZ_MODE_BLOCK)
-        return lz_cli_usage("--gpu runs the lazy and block modes (got --mode %s)", lz_query_mode_name(o->qo.mode));
     const int erc = lz_cli_check_env();
     return erc ? erc : -1;
 }
