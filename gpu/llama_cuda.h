@@ -145,6 +145,10 @@ typedef struct {
 } lz_llama_gpu_tiers;
 void lz_llama_gpu_tier_stats(lz_llama_gpu *g, lz_llama_gpu_tiers *t);
 
+/* Waits for the copies a begin started from the caller's memory (the question failed before
+ * its first step, which would have waited for them): the memory may then be freed. */
+void lz_llama_gpu_settle(lz_llama_gpu *g);
+
 /* Pinned host memory for the host tier's documents (held in the layout the
  * device reads, cache/kv_layout.h, so that uploading one is a DMA copy),
  * from regions pinned once; thread-safe. NULL when no more can be pinned

@@ -221,6 +221,13 @@ extern "C" void lz_llama_gpu_host_free(lz_llama_gpu *g, void *p, size_t bytes)
     pthread_mutex_unlock(&g->host_lock);
 }
 
+extern "C" void lz_llama_gpu_settle(lz_llama_gpu *g)
+{
+    if (g->layer_wait && g->cp) cudaStreamSynchronize(g->cp);
+    g->layer_wait = 0;
+    g->n_upq = 0;
+}
+
 extern "C" void lz_llama_gpu_tier_stats(lz_llama_gpu *g, lz_llama_gpu_tiers *t)
 {
     memset(t, 0, sizeof *t);

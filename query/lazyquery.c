@@ -110,6 +110,7 @@ static int gpu_begin_block(void *ctx, const lz_kv_segment *segs, const uint8_t *
 {
     return lz_llama_gpu_begin_block((lz_llama_gpu *)ctx, segs, keys, n_segs, pos0, err, errlen);
 }
+static void gpu_settle(void *ctx) { lz_llama_gpu_settle((lz_llama_gpu *)ctx); }
 static int gpu_keep_own(void *ctx, int t0, int n, const uint8_t key[32], char *err, size_t errlen)
 {
     return lz_llama_gpu_keep_own((lz_llama_gpu *)ctx, t0, n, key, err, errlen);
@@ -513,7 +514,7 @@ int main(int argc, char **argv)
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.qo.on_piece = print_piece;
 #ifdef LZ_CUDA
     lz_llama_gpu *gpu = NULL;
-    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode, gpu_host_alloc, gpu_host_free, gpu_preload, gpu_begin_block, gpu_keep_own};
+    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode, gpu_host_alloc, gpu_host_free, gpu_preload, gpu_begin_block, gpu_keep_own, gpu_settle};
     if (o.gpu) {
         /* own tokens a question may step: the question and the answer (4,096), or in full and
          * prefix modes the prompt's documents too (16,384) */

@@ -765,6 +765,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
     r->t_decode = lz_now_s() - t1;
     rc = 0;
 done:
+    if (rc && q->o.backend && q->o.backend->settle) q->o.backend->settle(q->o.backend->ctx); /* before memory goes */
     for (int i = 0; i < n_owned; i++) entry_free(q, owned[i]);
     for (int i = 0; pre && i < n_docs; i++) entry_free(q, pre[i]); /* left by an error */
     free(pre);

@@ -87,6 +87,9 @@ typedef struct {
      * 1 kept, 0 not (turned away), -1 on error (lz_llama_gpu_keep_own). NULL: prefix mode runs
      * on the CPU. Full mode runs on any backend: its whole prompt in one step. */
     int (*keep_own)(void *ctx, int t0, int n, const uint8_t key[32], char *err, size_t errlen);
+    /* optional: a question failed after begin: returns once the backend no longer reads the
+     * segments' memory it was handed (copies in flight), before the session frees it */
+    void (*settle)(void *ctx);
 } lz_query_backend;
 
 /* What lazy mode does with a cold document (in neither the CPU's nor the backend's cache). */

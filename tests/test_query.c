@@ -312,6 +312,7 @@ typedef struct {
     int n_priors, keep_cap, kept, preload_order_bad;
     int n_block_begins; /* begin_block: calls, and the last one's rot of segments 1..8 */
     int last_step_n, n_steps, n_keep, keep_t0[16], keep_n[16], last_begin_segs;
+    int step_fails, settles; /* step_fails: every step fails; settles: settle calls */
     int64_t last_pos0;
     int64_t block_rot[9];
     double prior_hits[64];
@@ -389,6 +390,7 @@ static int fake_step(void *ctx, const int *ids, int n, float *logits, char *err,
     (void)ids; (void)err; (void)errlen;
     fake_backend *f = ctx;
     if (!f->n_steps++) f->last_step_n = n; /* the question's (the first step of each question) */
+    if (f->step_fails) { snprintf(err, errlen, "accelerator step failed"); return -1; }
     if (logits)
         for (int v = 0; v < f->V; v++) logits[v] = v == 5 ? 1.f : 0.f;
     return 0;
@@ -446,7 +448,7 @@ static int fake_preload(void *ctx, const lz_kv_segment *seg, const uint8_t key[3
 static lz_query_session *fake_session(lz_llama *m, lz_store *s, lz_query_backend *be, fake_backend *f, int cold,
                                       size_t cache_bytes, char *err, size_t errlen)
 {
-    *be = (lz_query_backend){f, fake_begin, fake_step, fake_resident, fake_encode, NULL, NULL, NULL, NULL, NULL};
+    *be = (lz_query_backend){f, fake_begin, fake_step, fake_resident, fake_encode, NULL, NULL, NULL, NULL, NULL, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -614,7 +616,7 @@ static void test_preload_tiers(const char *store_copy)
             for (int i = 0; i < 3; i++)
                 for (int k = 0; k < 100 * (3 - i); k++) lz_store_hit(s, d[i].id, err, sizeof err);
         fake_backend f = {.V = m->cfg.vocab, .keep_cap = 2};
-        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, fake_preload, NULL, NULL};
+        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, fake_preload, NULL, NULL, NULL};
         lz_query_opts o;
         lz_query_opts_default(&o);
         o.mode = LZ_MODE_LAZY;
@@ -689,7 +691,7 @@ static void test_backend_full_prefix(void)
     if (lz_retrieve_ids(s, ab, 2, &d, err, sizeof err)) { CHECK(0, "ids: %s", err); goto out; }
     for (int mode = LZ_MODE_PREFIX; mode <= LZ_MODE_FULL; mode++) {
         fake_backend f = {.V = m->cfg.vocab};
-        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, NULL, NULL, fake_keep_own};
+        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, NULL, NULL, fake_keep_own, NULL};
         lz_query_opts o;
         lz_query_opts_default(&o);
         o.mode = mode;
@@ -728,6 +730,43 @@ out:
     lz_llama_free(m);
 }
 
+static void fake_settle(void *ctx) { ((fake_backend *)ctx)->settles++; }
+
+/* A question that fails after begin settles the backend (its copies may still read the
+ * segments' memory) before the session frees that memory; a question that answers does not. */
+static void test_backend_settle(void)
+{
+    char err[1024];
+    lz_llama *m;
+    lz_store *s;
+    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    const char *ab[2] = {"doc1", "doc2"};
+    lz_query_doc *d = NULL;
+    fake_backend f = {.V = m->cfg.vocab};
+    lz_query_backend be = {&f, fake_begin, fake_step, NULL, NULL, NULL, NULL, NULL, NULL, NULL, fake_settle};
+    lz_query_opts o;
+    lz_query_opts_default(&o);
+    o.max_new_tokens = 2;
+    o.backend = &be;
+    lz_query_session *q = NULL;
+    if (lz_query_session_new(m, s, &o, &q, err, sizeof err)) CHECK(0, "session: %s", err);
+    if (q && !lz_retrieve_ids(s, ab, 2, &d, err, sizeof err)) {
+        lz_query_result r;
+        CHECK(lz_query_answer(q, "river", d, 2, &r, err, sizeof err) == 0 && f.settles == 0, "answered: %d settles",
+              f.settles);
+        lz_query_result_free(&r);
+        f.step_fails = 1;
+        CHECK(lz_query_answer(q, "river", d, 2, &r, err, sizeof err) != 0 && strstr(err, "step failed") &&
+                  f.settles == 1,
+              "a failed step: %d settles (%s)", f.settles, err);
+    }
+    free(d);
+    lz_query_session_free(q);
+    lz_store_close(s);
+    lz_llama_free(m);
+}
+
 static void test_backend_block(void)
 {
     char err[1024];
@@ -738,7 +777,7 @@ static void test_backend_block(void)
     const char *ab[2] = {"doc1", "doc2"}, *ba[2] = {"doc2", "doc1"};
     lz_query_doc *d1 = NULL, *d2 = NULL;
     fake_backend f = {.V = m->cfg.vocab};
-    lz_query_backend be = {&f, fake_begin, fake_step, NULL, NULL, NULL, NULL, NULL, fake_begin_block, NULL};
+    lz_query_backend be = {&f, fake_begin, fake_step, NULL, NULL, NULL, NULL, NULL, fake_begin_block, NULL, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_BLOCK;
@@ -781,7 +820,7 @@ static void test_backend_resident(void)
     if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
     fake_backend f = {.V = m->cfg.vocab, .L = m->cfg.n_layers, .KV = m->cfg.n_kv_heads, .d = m->cfg.head_dim};
     /* with the backend's host memory: every segment handed with data is one block of it */
-    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, fake_host_alloc, fake_host_free, NULL, NULL, NULL};
+    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, fake_host_alloc, fake_host_free, NULL, NULL, NULL, NULL};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -889,6 +928,7 @@ int main(void)
     test_backend_auto();
     test_backend_block();
     test_backend_full_prefix();
+    test_backend_settle();
     char copy[700];
     snprintf(copy, sizeof copy, "%s/store-corrupt", dir);
     test_corrupt_cold(copy);
