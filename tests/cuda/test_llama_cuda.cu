@@ -10,6 +10,9 @@
  * The prompt prefix run on the GPU by the encoder (lz_encoder_new_on)
  * against the CPU encoder's prefix, at the same level. Several documents
  * in one pass (lz_llama_gpu_encode_many / _start / _finish / _encoded).
+ * The document cache's fast tiers (test_tiers): the same logits bit for bit from pinned host
+ * memory, pageable memory or HBM; block (copies rotated on the device) and prefix (own rows
+ * kept and reused) against lazy; churn with device memory stable; the start-up preload.
  * Then, with --bench, tokens/s of one document of 1024 tokens on a ~0.35B
  * model, and a question over 10 documents: GPU against the CPU engine.
  *
