@@ -161,6 +161,7 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
         json_object_set_new(j, "store", json_string(g->o.store));
         if (did_ingest) {
             json_object_set_new(j, "corpus", json_string(g->o.corpus));
+            if (g->corpus_format) json_object_set_new(j, "corpus_format", json_string(g->corpus_format));
             json_object_set_new(j, "run", json_integer(g->run));
             json_object_set_new(j, "added", json_integer(g->c.n_added));
             json_object_set_new(j, "updated", json_integer(g->c.n_updated));

@@ -154,6 +154,7 @@ typedef struct {
     int gpu_pass;               /* --gpu: tokens of a multi-document pass (0: one document a pass) */
     lz_pass_ref *pass_ref;      /* LAZY_INGEST_REF_PASSES: the passes on the CPU reference backend */
     long n_passes, n_pass_docs; /* multi-document passes run, and their documents */
+    const char *corpus_format;  /* the reader the corpus got (lz_corpus_format_name), or NULL */
     char err[8192];
 } ingest;
 

@@ -29,11 +29,15 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: lazyingest [options] corpus.jsonl | corpus.csv | -\n"
+            "usage: lazyingest [options] corpus.jsonl | corpus.json | corpus.csv | -\n"
             "       lazyingest --check | --repair | --gc [options]\n"
             "Encodes every document of a corpus once and stores its KV for lazyquery.\n"
-            "Input: JSONL, one {\"id\": string|int, \"text\": ..., \"title\": ...} per line, or CSV\n"
-            "with a header naming id, text (and optionally title). '-' reads standard input.\n"
+            "Input: JSONL, one {\"id\": string|int, \"text\": ..., \"title\": ...} per line; a JSON\n"
+            "array of such objects (input starting with '['); or CSV with a header naming id, text\n"
+            "(and optionally title). '-' reads standard input. A JSON record with no \"text\" but a\n"
+            "\"context\" list of [title, [sentences...]] pairs (HotpotQA) gives one document per pair:\n"
+            "id and title = the title, text = the sentences joined; a pair seen before is stored once,\n"
+            "a title seen with other text gets the id \"title (2)\" (with a warning).\n"
             "Options take their value as '--opt value' or '--opt=value'; '--' ends the options.\n"
             "  -m, --model PATH       GGUF model (default: $%s, else <repo>/%s)\n"
             "  -s, --store DIR        store folder (default ./lazystore)\n"
@@ -83,7 +87,10 @@ static void usage(FILE *f)
             "      --kv-scope layer|model  Ada-SnapKV: the joint selection over one layer's kv heads\n"
             "                         (default, as Ada-KV) or over every head of every layer, so layers\n"
             "                         get unequal budgets too (recorded in the KV spec as 'model')\n"
-            "      --format jsonl|csv input format when the file name does not tell\n"
+            "      --format jsonl|csv input format when the file name does not tell (JSON input that\n"
+            "                         starts with '[' is read as a JSON array either way)\n"
+            "      --id-field NAME    the record field (CSV: column) holding the document id (default\n"
+            "                         id); --id-field title makes the titles the ids\n"
             "      --prune            remove documents absent from this corpus\n"
             "      --strict           stop at the first bad record (all before it is committed)\n"
             "      --check            verify every document's payload (presence, checksum, model)\n"
@@ -123,7 +130,8 @@ static struct {
     int sync_commit;     /* --sync-commit: a batch's payloads written before the next batch */
     long test_fail_pass; /* test builds (LZ_INGEST_TEST_HOOKS): --test-fail-pass K; -1: none */
     int busy;            /* the store is held by another writer: exit LZ_EXIT_BUSY */
-} run_opts = { 0, 0, -1, 0 };
+    const char *id_field; /* --id-field: the records' id field (NULL: "id") */
+} run_opts = { 0, 0, -1, 0, NULL };
 
 /* exit status when --check found problems (base/cli.h has the shared ones; 3 is LZ_EXIT_BUSY) */
 enum { INGEST_EXIT_CHECK = 4 };
@@ -311,6 +319,7 @@ static int run_corpus(ingest *g, lz_corpus *cp)
             ingest_id_map_free(&seen);
             return EXIT_ERR;
         }
+        if (r.warning) ingest_warnf(g, "%s", r.warning); /* pass 1 only: once per run */
         id_slot *s = ingest_id_map_get(&seen, r.id, 1);
         if (!s) {
             ingest_warnf(g, "lazyingest: out of memory");
@@ -355,7 +364,10 @@ static int run_corpus(ingest *g, lz_corpus *cp)
         id_slot *s = ingest_id_map_get(&seen, r.id, 0);
         if (s && s->ordinal != r.ordinal) continue; /* a later record with this id wins */
         char where[1100];
-        snprintf(where, sizeof where, "%.1000s:%ld", lz_corpus_name(cp), r.line);
+        if (r.index >= 0) /* a JSON array's record: its index too */
+            snprintf(where, sizeof where, "%.1000s:%ld: record [%ld]", lz_corpus_name(cp), r.line, r.index);
+        else
+            snprintf(where, sizeof where, "%.1000s:%ld", lz_corpus_name(cp), r.line);
         int st = ingest_do_record(g, &r, &seen, where);
         if (st < 0) {
             ingest_warnf(g, "lazyingest: %s: %s", where, g->err);
@@ -428,7 +440,7 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
     enum {
         O_JSON = 256, O_BATCH, O_MAX_DOC, O_LEVEL, O_DTYPE, O_POLICY, O_BUDGET, O_WINDOW, O_KERNEL, O_ALPHA, O_AGG,
         O_PROBE, O_PROBE_TEXT, O_RECON, O_SELF, O_VNORM, O_VPOWER, O_LEARNED, O_LEARN_OUT, O_SCOPE, O_FORMAT,
-        O_PRUNE, O_STRICT, O_CHECK, O_REPAIR, O_GC, O_GPU, O_SERIAL, O_SYNC, O_FAIL_PASS
+        O_PRUNE, O_STRICT, O_CHECK, O_REPAIR, O_GC, O_GPU, O_SERIAL, O_SYNC, O_FAIL_PASS, O_ID_FIELD
     };
     static const struct option longopts[] = {
         LZ_CLI_OPT_HELP, LZ_CLI_OPT_MODEL, LZ_CLI_OPT_STORE, LZ_CLI_OPT_THREADS, LZ_CLI_OPT_QUIET,
@@ -444,7 +456,7 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
         LZ_OPT_ARG("kv-scope", O_SCOPE), LZ_OPT_ARG("format", O_FORMAT), LZ_OPT_FLAG("prune", O_PRUNE),
         LZ_OPT_FLAG("strict", O_STRICT), LZ_OPT_FLAG("check", O_CHECK), LZ_OPT_FLAG("repair", O_REPAIR),
         LZ_OPT_FLAG("gc", O_GC), LZ_OPT_FLAG("gpu", O_GPU), LZ_OPT_FLAG("serial", O_SERIAL),
-        LZ_OPT_FLAG("sync-commit", O_SYNC),
+        LZ_OPT_FLAG("sync-commit", O_SYNC), LZ_OPT_ARG("id-field", O_ID_FIELD),
 #ifdef LZ_INGEST_TEST_HOOKS
         LZ_OPT_ARG("test-fail-pass", O_FAIL_PASS),
 #endif
@@ -530,6 +542,12 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
             if (lz_cli_choice("--format", optarg, formats, &k)) rc = LZ_EXIT_USAGE;
             else o->format = k ? LZ_CORPUS_CSV : LZ_CORPUS_JSONL;
             break;
+        case O_ID_FIELD:
+            if (!*optarg || strlen(optarg) > LZ_CORPUS_MAX_FIELD)
+                rc = lz_cli_usage("--id-field: expected a field name of 1 to %d bytes, got '%.80s'", LZ_CORPUS_MAX_FIELD,
+                                  optarg);
+            run_opts.id_field = optarg;
+            break;
         case O_PRUNE: o->prune = 1; break;
         case O_STRICT: o->strict = 1; break;
         case O_CHECK: o->check = 1; break;
@@ -601,6 +619,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "lazyingest: %s\n", g->err);
         return EXIT_ERR;
     }
+    if (cp && run_opts.id_field) lz_corpus_set_id_field(cp, run_opts.id_field); /* its length checked above */
     if (!cp) { /* maintenance only: never create an empty store */
         char meta_path[PATH_MAX + 16];
         snprintf(meta_path, sizeof meta_path, "%s/meta.sqlite", o->store);
@@ -699,6 +718,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "lazyingest: recording the run: %s\n", g->err);
     }
     lz_store_doc_count(g->s, &n_total, g->err, sizeof g->err);
+    if (cp) g->corpus_format = lz_corpus_format_name(lz_corpus_get_format(cp));
+    if (cp && !o->quiet && !o->json) /* which reader the input got (a JSON array, or JSONL lines) */
+        printf("lazyingest: %s: read as %s\n", lz_corpus_name(cp), lz_corpus_format_name(lz_corpus_get_format(cp)));
     ingest_summary(g, status == EXIT_OK ? "ok" : status == EXIT_SKIPPED ? "partial" : status == EXIT_CHECK ? "problems"
                                                                                                     : "failed",
             n_total, (cp || o->gc || o->repair) ? &gs : NULL, &cs, fixed, removed_by_repair, cp != NULL, o->check);

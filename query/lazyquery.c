@@ -43,6 +43,11 @@ static void usage(FILE *f)
         "                         must be the model the store was built with\n"
         "  -k, --top-k K          documents to retrieve with BM25 (default 5)\n"
         "      --docs ID,ID,...   use these documents (external ids) instead of retrieval\n"
+        "      --doc ID           one more such document, the whole argument one id (commas allowed);\n"
+        "                         repeatable, in order with --docs. The id of a record lazyingest\n"
+        "                         split into passages (ID#0, ID#1, ...) stands for its passages\n"
+        "      --strict           a question answered from no documents (retrieval found none, or\n"
+        "                         the given ids named none) fails instead of a warning\n"
         "      --questions FILE   JSONL questions, one result a line (implies --json)\n"
         "      --order ORDER      best-last (default: best document nearest the question) or best-first\n"
         "      --mode MODE        lazy (default): one cached copy per document, rotation in the kernel\n"
@@ -88,7 +93,9 @@ static void usage(FILE *f)
         LZ_CLI_COMMON_HELP
         "\n"
         "--questions FILE: JSONL objects with \"question\" and optionally \"id\" and \"docs\"\n"
-        "(a list of external ids); each output line echoes \"id\".\n"
+        "(a list of external ids, as --doc); each output line echoes \"id\". A question answered\n"
+        "from no documents is warned about on standard error (its line carries \"warning\":\n"
+        "\"no documents\"). --json lines are flushed one by one (a pipe sees each answer at once).\n"
         "\n"
         "A model may reason before it answers (\"A 1871; B 1862 => B\"): the answer is what\n"
         "follows the last \" => \"; text mode prints the rest as \"Reasoning:\", --json gives the\n"
@@ -134,7 +141,10 @@ static int gpu_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *pre
 #endif
 
 typedef struct {
-    const char *store_dir, *model_path, *docs_arg, *questions_path;
+    const char *store_dir, *model_path, *questions_path;
+    char **doc_ids;          /* --docs and --doc, in order (copies) */
+    int n_doc_ids, cap_doc_ids, docs_given; /* docs_given: --docs or --doc was given (even naming none) */
+    int strict;              /* --strict: a question without documents fails */
     int top_k, best_first, json, quiet, preload, stats, threads, gpu;
     size_t gpu_cache;        /* --gpu-cache-bytes; 0 = the default */
     void *gpu_engine;        /* the lz_llama_gpu of --gpu (CUDA builds), for its cache tier's counts */
@@ -206,17 +216,29 @@ static void print_piece(const char *piece, int len, void *ctx)
     fflush(stdout);
 }
 
-/* Splits "a,b,c" into a malloc'd array of pointers into a copy. */
-static char **split_ids(const char *arg, int *n, char **buf)
+/* Appends the ids of arg to o->doc_ids: "a,b,c" split at commas (empty pieces dropped) when
+ * split (--docs), else arg as one id (--doc). 0, or -1 when out of memory. */
+static int add_doc_ids(options *o, const char *arg, int split)
 {
-    *buf = strdup(arg);
-    int cap = 1;
-    for (const char *p = arg; *p; p++) cap += *p == ',';
-    char **ids = calloc((size_t)cap, sizeof *ids);
-    *n = 0;
-    if (!*buf || !ids) { free(ids); return NULL; }
-    for (char *tok = strtok(*buf, ","); tok; tok = strtok(NULL, ",")) ids[(*n)++] = tok;
-    return ids;
+    o->docs_given = 1;
+    const char *p = arg;
+    while (*p || !split) {
+        size_t n = split ? strcspn(p, ",") : strlen(p);
+        if (n) {
+            if (o->n_doc_ids == o->cap_doc_ids) {
+                int cap = o->cap_doc_ids ? o->cap_doc_ids * 2 : 8;
+                char **v = realloc(o->doc_ids, sizeof *v * (size_t)cap);
+                if (!v) return -1;
+                o->doc_ids = v;
+                o->cap_doc_ids = cap;
+            }
+            if (!(o->doc_ids[o->n_doc_ids] = strndup(p, n))) return -1;
+            o->n_doc_ids++;
+        }
+        if (!split || !p[n]) break;
+        p += n + 1;
+    }
+    return 0;
 }
 
 /* Answers one question; prints text or one JSON line. Returns 0 or 1. */
@@ -236,23 +258,17 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
         int bad = 0;
         for (size_t i = 0; ids && i < n; i++) if (!ids[i]) bad = 1;
         if (!ids || bad) { free(ids); snprintf(err, sizeof err, "\"docs\" must be a list of strings"); goto fail; }
-        int r = lz_retrieve_ids(st, ids, (int)n, &docs, err, sizeof err);
+        int r = lz_retrieve_resolve_ids(st, ids, (int)n, &docs, &n_docs, err, sizeof err);
         free(ids);
         if (r) goto fail;
-        n_docs = (int)n;
-    } else if (o->docs_arg) {
-        char *buf;
-        int n;
-        char **ids = split_ids(o->docs_arg, &n, &buf);
-        int r = ids ? lz_retrieve_ids(st, (const char *const *)ids, n, &docs, err, sizeof err) : -1;
-        free(ids);
-        free(buf);
-        if (r) goto fail;
-        n_docs = n;
+    } else if (o->docs_given) {
+        if (lz_retrieve_resolve_ids(st, (const char *const *)o->doc_ids, o->n_doc_ids, &docs, &n_docs, err, sizeof err))
+            goto fail;
     } else if (lz_retrieve_search(st, question, o->top_k, &docs, &n_docs, err, sizeof err)) {
         goto fail;
     }
-    if (!o->docs_arg && !docs_json) {
+    const int explicit_docs = o->docs_given || docs_json, n_found = n_docs;
+    if (!explicit_docs) {
         /* retrieved documents that do not fit the model's context are dropped, lowest ranked first */
         int64_t budget = lz_query_doc_budget(q, question), used = 0;
         int fit = 0;
@@ -262,12 +278,28 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
                     fit, n_docs, fit);
         n_docs = fit;
     }
+    int no_docs = 0; /* answered from the question alone: a warning, or with --strict a failure */
+    if (n_docs == 0) {
+        char *q_clean = utf8_clean(question);
+        const char *why = explicit_docs ? "the given ids name none"
+                          : n_found ? "none of the retrieved ones fits the model's context" : "retrieval found none";
+        if (o->strict) {
+            snprintf(err, sizeof err, "no documents for question %s%s'%.200s': %s (--strict)", qid ? qid : "",
+                     qid ? " " : "", q_clean ? q_clean : "", why);
+            free(q_clean);
+            goto fail;
+        }
+        fprintf(stderr, "lazyquery: warning: no documents for question %s%s'%.200s': %s; answering from the "
+                "question alone\n", qid ? qid : "", qid ? " " : "", q_clean ? q_clean : "", why);
+        free(q_clean);
+        no_docs = 1;
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double t_retrieve = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     /* placement order: retrieval gives best first; default puts the best last (nearest the question) */
     lz_query_doc *placed = malloc((size_t)(n_docs ? n_docs : 1) * sizeof *placed);
     if (!placed) { snprintf(err, sizeof err, "out of memory"); goto fail; }
-    int explicit_order = o->docs_arg || docs_json;
+    int explicit_order = explicit_docs;
     for (int i = 0; i < n_docs; i++)
         placed[i] = docs[explicit_order || o->best_first ? i : n_docs - 1 - i];
     int stream = !o->json && isatty(STDOUT_FILENO);
@@ -319,10 +351,12 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
         /* the whole generated text: the reasoning, the marker and the answer when there is a marker */
         if (out) json_object_set_new(out, "generated", json_string(g_clean ? g_clean : ""));
         if (out) json_object_set_new(out, "tiers", tiers_json(o, &cs));
+        if (out && no_docs) json_object_set_new(out, "warning", json_string("no documents"));
         free(g_clean);
         if (qid) json_object_set_new(out, "id", json_string(qid));
         char *line = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
         puts(line ? line : "{}");
+        fflush(stdout); /* each answer as it is made, also into a pipe */
         free(line);
         json_decref(out);
     } else {
@@ -368,6 +402,7 @@ fail:
         if (qid) json_object_set_new(out, "id", json_string(qid));
         char *line = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
         puts(line ? line : "{}");
+        fflush(stdout);
         free(line);
         json_decref(out);
     }
@@ -382,7 +417,7 @@ done:
 static int parse_options(int argc, char **argv, options *o, const char **question)
 {
     enum { O_DOCS = 256, O_QUESTIONS, O_ORDER, O_MODE, O_CACHE, O_HOST_CACHE, O_POLICY, O_GPU_CACHE, O_COLD, O_TEMP, O_TOP_P, O_SEED, O_JSON,
-           O_NO_PRELOAD, O_PRELOAD, O_CACHE_F32, O_GPU, O_NO_STATS };
+           O_NO_PRELOAD, O_PRELOAD, O_CACHE_F32, O_GPU, O_NO_STATS, O_DOC, O_STRICT };
     static const struct option longopts[] = {
         LZ_CLI_OPT_HELP, LZ_CLI_OPT_STORE, LZ_CLI_OPT_MODEL,
         LZ_OPT_ARG("top-k", 'k'),
@@ -395,7 +430,8 @@ static int parse_options(int argc, char **argv, options *o, const char **questio
         LZ_OPT_ARG("gpu-cache-bytes", O_GPU_CACHE), LZ_OPT_ARG("cold", O_COLD), LZ_OPT_ARG("temp", O_TEMP),
         LZ_OPT_ARG("top-p", O_TOP_P), LZ_OPT_ARG("seed", O_SEED), LZ_OPT_FLAG("json", O_JSON),
         LZ_OPT_FLAG("no-preload", O_NO_PRELOAD), LZ_OPT_ARG("preload", O_PRELOAD), LZ_OPT_FLAG("cache-f32", O_CACHE_F32),
-        LZ_OPT_FLAG("gpu", O_GPU), LZ_OPT_FLAG("no-stats", O_NO_STATS),
+        LZ_OPT_FLAG("gpu", O_GPU), LZ_OPT_FLAG("no-stats", O_NO_STATS), LZ_OPT_ARG("doc", O_DOC),
+        LZ_OPT_FLAG("strict", O_STRICT),
         {NULL, 0, NULL, 0}};
     static const char *const policies[] = {"lfu", "lru", NULL}; /* in lz_cache_policy's order */
     static const char *const orders[] = {"best-last", "best-first", NULL}, *const colds[] = {"recompute", "load", "auto", NULL};
@@ -412,7 +448,12 @@ static int parse_options(int argc, char **argv, options *o, const char **questio
         case 'n': if (lz_cli_int("--max-tokens", optarg, 1, 1 << 16, &o->qo.max_new_tokens)) return LZ_EXIT_USAGE; break;
         case 't': if (lz_cli_int("--threads", optarg, 1, 4096, &o->threads)) return LZ_EXIT_USAGE; break;
         case 'q': o->quiet = 1; break;
-        case O_DOCS: o->docs_arg = optarg; break;
+        case O_DOCS: if (add_doc_ids(o, optarg, 1)) return lz_cli_fail("out of memory"); break;
+        case O_DOC:
+            if (!*optarg) return lz_cli_usage("--doc: expected a document id, got ''");
+            if (add_doc_ids(o, optarg, 0)) return lz_cli_fail("out of memory");
+            break;
+        case O_STRICT: o->strict = 1; break;
         case O_QUESTIONS: o->questions_path = optarg; break;
         case O_ORDER: if (lz_cli_choice("--order", optarg, orders, &o->best_first)) return LZ_EXIT_USAGE; break;
         case O_MODE:
@@ -472,7 +513,8 @@ int main(int argc, char **argv)
 {
     lz_runtime_init(argc, argv);
     lz_cli_init("lazyquery");
-    options o = {.store_dir = "lazystore", .top_k = 5, .preload = 1, .stats = 1, .cold = -1};
+    /* static: the --doc copies it holds stay reachable on every early return */
+    static options o = {.store_dir = "lazystore", .top_k = 5, .preload = 1, .stats = 1, .cold = -1};
     lz_query_opts_default(&o.qo);
     const char *question = NULL;
     const int prc = parse_options(argc, argv, &o, &question);
@@ -607,6 +649,8 @@ int main(int argc, char **argv)
 #endif
     lz_llama_free(m);
     lz_store_close(st);
+    for (int i = 0; i < o.n_doc_ids; i++) free(o.doc_ids[i]);
+    free(o.doc_ids);
     if (answered == 0 && failures == 0) return lz_cli_usage("no question given");
     return failures ? LZ_EXIT_USAGE : LZ_EXIT_OK; /* a question that got no answer: named above */
 }

@@ -1,7 +1,8 @@
 /* retrieve.c - BM25 retrieval and id lookup (see retrieve.h). The question
  * is never handed to FTS5 as syntax: lz_meta_fts_quote turns every word into
  * a quoted term, so operators, column filters, quotes and parentheses in
- * user input are plain words. */
+ * user input are plain words. A source id is expanded to its passages through
+ * the store's rows of that source (lz_store_source_rows). */
 #include "query/retrieve.h"
 
 #include <stdio.h>
@@ -11,6 +12,7 @@
 typedef struct {
     lz_query_doc *docs;
     int n, cap;
+    int oom; /* a push failed */
 } hits;
 
 static int on_hit(const lz_meta_hit *h, void *ctx)
@@ -70,5 +72,77 @@ int lz_retrieve_ids(lz_store *s, const char *const *ids, int n_ids, lz_query_doc
         snprintf(d->ext_id, sizeof d->ext_id, "%s", ids[i]);
         if (complete(s, d, err, errlen)) { free(*docs); *docs = NULL; return -1; }
     }
+    return 0;
+}
+
+/* Appends an empty document to H (growing it). NULL when out of memory. */
+static lz_query_doc *hits_push(hits *H)
+{
+    if (H->n == H->cap) {
+        int cap = H->cap ? H->cap * 2 : 8;
+        lz_query_doc *v = realloc(H->docs, sizeof *v * (size_t)cap);
+        if (!v) return NULL;
+        H->docs = v;
+        H->cap = cap;
+    }
+    lz_query_doc *d = &H->docs[H->n++];
+    memset(d, 0, sizeof *d);
+    return d;
+}
+
+/* lz_store_source_rows' callback: each passage of the source into H (completed afterwards). */
+static int on_passage(const lz_meta_doc *row, void *ctx)
+{
+    hits *H = ctx;
+    if (row->passage < 0) return 0; /* the source's unsplit row: found by its own id already */
+    lz_query_doc *d = hits_push(H);
+    if (!d) return H->oom = 1;
+    snprintf(d->ext_id, sizeof d->ext_id, "%s", row->ext_id);
+    return 0;
+}
+
+int lz_retrieve_resolve_ids(lz_store *s, const char *const *ids, int n_ids, lz_query_doc **docs, int *n_docs,
+                            char *err, size_t errlen)
+{
+    hits H = {0};
+    *docs = NULL;
+    *n_docs = 0;
+    int rc = 0;
+    for (int i = 0; !rc && i < n_ids; i++) {
+        if (strlen(ids[i]) >= sizeof H.docs[0].ext_id) {
+            snprintf(err, errlen, "document id '%.60s...' is longer than %zu bytes", ids[i], sizeof H.docs[0].ext_id - 1);
+            rc = -1;
+            break;
+        }
+        lz_meta_doc row;
+        char e2[256] = "";
+        int frc = lz_store_doc_find(s, ids[i], &row, NULL, 0, e2, sizeof e2);
+        const int first = H.n;
+        if (frc == 0) {
+            lz_query_doc *d = hits_push(&H);
+            if (!d) { snprintf(err, errlen, "out of memory"); rc = -1; break; }
+            snprintf(d->ext_id, sizeof d->ext_id, "%s", ids[i]);
+        } else if (frc == LZ_ENOTFOUND) { /* the id of a split record: its passages */
+            if (lz_store_source_rows(s, ids[i], on_passage, &H, e2, sizeof e2) || H.oom) {
+                snprintf(err, errlen, "document '%s': %s", ids[i], H.oom ? "out of memory" : e2);
+                rc = -1;
+                break;
+            }
+            if (H.n == first) {
+                snprintf(err, errlen, "document '%s' is not in the store", ids[i]);
+                rc = -1;
+                break;
+            }
+        } else {
+            snprintf(err, errlen, "document '%s': %s", ids[i], e2);
+            rc = -1;
+            break;
+        }
+        for (int k = first; !rc && k < H.n; k++) rc = complete(s, &H.docs[k], err, errlen);
+    }
+    if (!rc && !H.docs && !(H.docs = calloc(1, sizeof *H.docs))) { snprintf(err, errlen, "out of memory"); rc = -1; }
+    if (rc) { free(H.docs); return -1; }
+    *docs = H.docs;
+    *n_docs = H.n;
     return 0;
 }

@@ -1,6 +1,7 @@
 /* retrieve.h - documents for a question: BM25 over title + text through the
  * store's FTS5 index (any user string is made safe first), or explicit
- * external ids (--docs). Fills lz_query_doc records the session places. */
+ * external ids (--docs, --doc), where the id of a record split into passages
+ * stands for its passages. Fills lz_query_doc records the session places. */
 #ifndef LZ_RETRIEVE_H
 #define LZ_RETRIEVE_H
 
@@ -14,5 +15,12 @@ int lz_retrieve_search(lz_store *s, const char *question, int k, lz_query_doc **
 /* Documents by external id, in the given order. An unknown id is an error
  * naming it. */
 int lz_retrieve_ids(lz_store *s, const char *const *ids, int n_ids, lz_query_doc **docs, char *err, size_t errlen);
+/* The same, where an id that is no stored document but the source id of a
+ * record split into passages (stored as "ID#0", "ID#1", ... with source_id
+ * ID) stands for those passages in passage order. *docs malloc'd (also when
+ * *n_docs is 0), *n_docs >= n_ids. An id that is neither is an error naming
+ * it, as is one longer than an lz_query_doc's ext_id holds. */
+int lz_retrieve_resolve_ids(lz_store *s, const char *const *ids, int n_ids, lz_query_doc **docs, int *n_docs,
+                            char *err, size_t errlen);
 
 #endif /* LZ_RETRIEVE_H */

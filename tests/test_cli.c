@@ -11,8 +11,9 @@
  * command (lazy-tokenize, lazygen --tokenize) on vocabulary-only GGUFs and a
  * tokenizer.json (../shared/fixtures/tokenizers: SKIP when absent) and on a
  * model without fixtures; the LAZY_* switches parsed once (lz_env_parse),
- * a malformed one refused by the tools, retired ones warned about, and the
- * fault injection absent from the shipped lazyingest. */
+ * a malformed one refused by the tools, retired ones warned about, the
+ * fault injection absent from the shipped lazyingest, and issue #31's
+ * options (--id-field, --doc, --strict). */
 #include <fcntl.h>
 #include <limits.h>
 #include <jansson.h>
@@ -632,6 +633,37 @@ static void test_tokenizer_fixtures(void)
     CHECK(run(NULL, d1) == 0 && !strcmp(out, "Hello world"), "--decode: '%s'", out);
 }
 
+/* The options of issue #31 on the shared command line: --id-field (lazyingest), --doc and
+ * --strict (lazyquery) in --help, a missing or empty value refused (exit 2, one line naming
+ * the option), --doc= and --id-field= forms. */
+static void test_issue31_options(void)
+{
+    CHECK(run(NULL, (const char *[]){"lazyingest", "--help", NULL}) == 0 && strstr(out, "--id-field NAME") &&
+              strstr(out, "JSON\narray") && strstr(out, "\"context\""),
+          "lazyingest --help: --id-field, JSON arrays, context records");
+    CHECK(run(NULL, (const char *[]){"lazyquery", "--help", NULL}) == 0 && strstr(out, "--doc ID") &&
+              strstr(out, "--strict") && strstr(out, "\"no documents\""),
+          "lazyquery --help: --doc, --strict, the no-documents warning");
+    const char *a1[] = {"lazyingest", "-s", store, corpus, "--id-field", NULL};
+    CHECK(run(NULL, a1) == 2 && strstr(errs, "option '--id-field' needs a value") && count_char(errs, '\n') == 1,
+          "--id-field at the end: %s", errs);
+    const char *a2[] = {"lazyingest", "-s", store, "--id-field=", corpus, NULL};
+    CHECK(run(NULL, a2) == 2 && strstr(errs, "--id-field: expected a field name") && count_char(errs, '\n') == 1,
+          "--id-field= (empty): %s", errs);
+    const char *a3[] = {"lazyquery", "-s", store, "-m", model, "--doc", NULL};
+    CHECK(run(NULL, a3) == 2 && strstr(errs, "option '--doc' needs a value"), "--doc at the end: %s", errs);
+    const char *a4[] = {"lazyquery", "-s", store, "-m", model, "--doc=", "q?", NULL};
+    CHECK(run(NULL, a4) == 2 && strstr(errs, "--doc: expected a document id") && count_char(errs, '\n') == 1,
+          "--doc= (empty): %s", errs);
+    const char *a5[] = {"lazyquery", "-s", store, "-m", model, "--strict=1", "q?", NULL};
+    CHECK(run(NULL, a5) == 2 && strstr(errs, "option '--strict' takes no value"), "--strict=1: %s", errs);
+    const char *a6[] = {"lazyquery", "-s", store, "-m", model, "-n", "2", "--json", "--doc=doc1", "--doc", "doc2",
+                        "river?", NULL};
+    CHECK(run(NULL, a6) == 0 && strstr(out, "\"id\":\"doc1\"") && strstr(out, "\"id\":\"doc2\"") &&
+              strstr(out, "\"id\":\"doc1\"") < strstr(out, "\"id\":\"doc2\""),
+          "--doc=ID and --doc ID, in order: %s %s", out, errs);
+}
+
 int main(void)
 {
     const char *b = getenv("LZ_BIN");
@@ -656,6 +688,7 @@ int main(void)
     }
     test_version_help();
     test_options();
+    test_issue31_options();
     test_question_args();
     test_missing_store();
     test_busy_store();

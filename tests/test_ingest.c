@@ -2,7 +2,10 @@
  * payloads decode to the computed KV bit for bit (and match a joint forward
  * pass over prefix + document), passage splitting, incremental runs
  * (unchanged, changed, pruned, duplicate content), every bad-input case,
- * --strict, CSV and stdin input, wrong-model refusal, --check/--repair/--gc,
+ * --strict, CSV and stdin input, a JSON array corpus (bad records named by
+ * line and index, a broken array refused whole), --id-field, HotpotQA context
+ * records (and the ../shared/fixtures/qa files, SKIP when absent),
+ * wrong-model refusal, --check/--repair/--gc,
  * documents encoded in parallel storing the same bytes as one at a time,
  * a full disk (file size capped: the run stops naming the store, which stays
  * consistent and is completed by the next run), and a crash test: SIGKILL
@@ -23,6 +26,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "ingest/corpus.h"
 #include "ingest/encode.h"
 #include "formats/gguf.h"
 #include "base/half.h"
@@ -1117,6 +1121,305 @@ static void test_parallel(void)
     free(c0);
 }
 
+/* ---- JSON arrays, --id-field, HotpotQA context records (issue #31) ---- */
+
+/* The text (or title) of row ext_id of a store, copied into buf ("" when absent). */
+typedef struct {
+    const char *id;
+    char *buf;
+    size_t n;
+    int title, found;
+} text_of;
+
+static int take_text(const lz_meta_doc *d, void *p)
+{
+    text_of *t = p;
+    if (strcmp(d->ext_id, t->id)) return 0;
+    const char *s = t->title ? d->title : d->text;
+    snprintf(t->buf, t->n, "%s", s ? s : "");
+    t->found = 1;
+    return 1;
+}
+
+static int row_text(const char *store, const char *id, int title, char *buf, size_t n)
+{
+    text_of t = { id, buf, n, title, 0 };
+    buf[0] = 0;
+    lz_store *s;
+    char err[512];
+    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) return 0;
+    lz_meta_doc_foreach(test_store_meta(s), take_text, &t, err, sizeof err);
+    lz_store_close(s);
+    return t.found;
+}
+
+/* Every record of path through the corpus reader: ids (joined by '|'), warnings and bad
+ * messages (joined by '\n'), counts; the reader's format. */
+typedef struct {
+    int n_ok, n_bad, n_warn, status;
+    lz_corpus_format fmt;
+    char ids[8192], msgs[16384];
+    long first_line, first_index;
+} corpus_read;
+
+static void read_corpus(const char *path, const char *id_field, corpus_read *r)
+{
+    memset(r, 0, sizeof *r);
+    lz_corpus *c;
+    char err[2048];
+    if ((r->status = lz_corpus_open(path, LZ_CORPUS_AUTO, &c, err, sizeof err))) {
+        snprintf(r->msgs, sizeof r->msgs, "%s", err);
+        return;
+    }
+    if (id_field) lz_corpus_set_id_field(c, id_field);
+    r->fmt = lz_corpus_get_format(c);
+    lz_corpus_record rec;
+    int rc;
+    size_t oi = 0, om = 0;
+    while ((rc = lz_corpus_next(c, &rec, err, sizeof err)) != LZ_CORPUS_EOF) {
+        if (rc == LZ_CORPUS_BAD) {
+            r->n_bad++;
+            if (om < sizeof r->msgs) om += (size_t)snprintf(r->msgs + om, sizeof r->msgs - om, "%s\n", err);
+            continue;
+        }
+        if (rc) {
+            r->status = rc;
+            if (om < sizeof r->msgs) om += (size_t)snprintf(r->msgs + om, sizeof r->msgs - om, "%s\n", err);
+            break;
+        }
+        if (!r->n_ok) r->first_line = rec.line, r->first_index = rec.index;
+        r->n_ok++;
+        if (rec.warning) {
+            r->n_warn++;
+            if (om < sizeof r->msgs) om += (size_t)snprintf(r->msgs + om, sizeof r->msgs - om, "%s\n", rec.warning);
+        }
+        if (oi < sizeof r->ids) oi += (size_t)snprintf(r->ids + oi, sizeof r->ids - oi, "%s|", rec.id);
+    }
+    lz_corpus_close(c);
+}
+
+/* A corpus that is one JSON array: detected from its first byte (whatever the name, from
+ * standard input too), its format said in the text summary, bad records named by file, line
+ * and index and skipped, a broken array refused before anything is stored, a rerun unchanged. */
+static void test_json_array(void)
+{
+    char store[300];
+    snprintf(store, sizeof store, "%s/array", dir);
+    const char *p = lz_test_write_file(dir, "arr.json",
+                                       "\xEF\xBB\xBF  [\n"
+                                       "  {\"id\": \"a1\", \"title\": \"First\",\n"
+                                       "   \"text\": \"The first record of the array.\"},\n"
+                                       "  {\"id\": \"a2\"},\n"                                    /* line 4 */
+                                       "  {\"id\": \"a3\", \"text\": \"bad \xff byte\"},\n"       /* line 5 */
+                                       "  {\"id\": \"a4\",\n    \"text\": \"x\" \"y\"},\n"        /* line 6, error on 7 */
+                                       "  17,\n"                                                 /* line 8 */
+                                       "  {\"id\": 5, \"text\": \"An integer id, last.\"}\n"
+                                       "]\n");
+    corpus_read cr;
+    read_corpus(p, NULL, &cr);
+    CHECK(cr.fmt == LZ_CORPUS_JSON_ARRAY && !strcmp(lz_corpus_format_name(cr.fmt), "json-array"),
+          "a '[' after a BOM and spaces: a JSON array (%d)", cr.fmt);
+    CHECK(cr.n_ok == 2 && cr.n_bad == 4 && !strcmp(cr.ids, "a1|5|") && cr.first_line == 2 && cr.first_index == 0,
+          "array records: %d ok (%s), %d bad, first at line %ld index %ld", cr.n_ok, cr.ids, cr.n_bad, cr.first_line,
+          cr.first_index);
+    static const char *want[] = { "arr.json:4: record [1]: id 'a2': missing \"text\"",
+                                  "arr.json:5: record [2]: invalid UTF-8 at line 5",
+                                  "arr.json:6: record [3]: invalid JSON at line 7",
+                                  "arr.json:8: record [4]: expected a JSON object, found a scalar" };
+    for (int i = 0; i < 4; i++) CHECK(strstr(cr.msgs, want[i]) != NULL, "message '%s' in: %s", want[i], cr.msgs);
+
+    const char *a[] = { "-m", model_a, "-s", store, p, NULL };
+    int rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+    rows r;
+    read_rows(store, &r);
+    CHECK(rc == 2 && r.n == 2 && find_row(&r, "a1") >= 0 && find_row(&r, "5") >= 0, "array ingest: exit %d, %d rows: %s",
+          rc, r.n, errs);
+    CHECK(strstr(out, "read as json-array") != NULL, "the summary says the format: %s", out);
+    for (int i = 0; i < 4; i++) CHECK(strstr(errs, want[i]) != NULL, "lazyingest names '%s': %s", want[i], errs);
+    CHECK(!strstr(errs, "invalid JSON at column"), "no JSONL-style line errors for an array: %s", errs);
+    const char *aj[] = { "-m", model_a, "-s", store, "--json", p, NULL };
+    rc = run_tool(aj, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 2 && jget(out, "unchanged") == 2 && jget(out, "added") == 0 && jget(out, "skipped") == 4,
+          "array rerun unchanged: %s", out);
+    CHECK(strstr(out, "\"corpus_format\":\"json-array\"") != NULL, "--json names the format: %s", out);
+
+    /* standard input, no name to go by; JSONL still read as JSONL */
+    char store2[300];
+    snprintf(store2, sizeof store2, "%s/array-stdin", dir);
+    const char *ps = lz_test_write_file(dir, "arr.txt", "[{\"id\": \"s1\", \"text\": \"From standard input.\"}]");
+    const char *as[] = { "-m", model_a, "-s", store2, "-", NULL };
+    rc = run_tool(as, ps, 0, out, sizeof out, errs, sizeof errs);
+    read_rows(store2, &r);
+    CHECK(rc == 0 && r.n == 1 && find_row(&r, "s1") == 0 && strstr(out, "<stdin>: read as json-array"),
+          "array on stdin: exit %d, %d rows: %s %s", rc, r.n, out, errs);
+    const char *pl = lz_test_write_file(dir, "one.jsonl", "{\"id\": \"j1\", \"text\": \"A JSONL line.\"}\n");
+    const char *al[] = { "-m", model_a, "-s", store2, pl, NULL };
+    rc = run_tool(al, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && strstr(out, "read as jsonl"), "JSONL says so: %s", out);
+    read_corpus(pl, NULL, &cr);
+    CHECK(cr.fmt == LZ_CORPUS_JSONL && cr.n_ok == 1 && cr.first_index == -1, "JSONL records have no index");
+
+    /* a broken array: refused as a whole, nothing stored */
+    static const struct { const char *text, *msg; } broken[] = {
+        { "[{\"id\": \"b1\", \"text\": \"ok\"},\n {\"id\": \"b2\", \"text\": \"open\"\n", "arr-bad.json:2: record [1]: not closed" },
+        { "[{\"id\": \"b1\", \"text\": \"ok\"}\n {\"id\": \"b2\", \"text\": \"no comma\"}]", "',' or ']' expected after record [0]" },
+        { "[{\"id\": \"b1\", \"text\": \"ok\"},]", "a record expected in the JSON array, found ']'" },
+        { "[{\"id\": \"b1\", \"text\": \"ok\"}] {}", "text after the closing ']'" },
+        { "[{\"id\": \"b1\", \"text\": \"ok\"}", "the JSON array is not closed" },
+    };
+    for (int i = 0; i < 5; i++) {
+        char sb[300];
+        snprintf(sb, sizeof sb, "%s/array-bad%d", dir, i);
+        const char *pb = lz_test_write_file(dir, "arr-bad.json", broken[i].text);
+        const char *ab[] = { "-m", model_a, "-s", sb, pb, NULL };
+        rc = run_tool(ab, NULL, 0, out, sizeof out, errs, sizeof errs);
+        read_rows(sb, &r);
+        CHECK(rc == 1 && r.n == 0 && strstr(errs, broken[i].msg), "broken array %d: exit %d, %d rows: %s", i, rc, r.n,
+              errs);
+    }
+    read_corpus(lz_test_write_file(dir, "empty.json", " [ ] \n"), NULL, &cr);
+    CHECK(cr.status == 0 && cr.n_ok == 0 && cr.n_bad == 0, "an empty array: no records (%d)", cr.status);
+    read_corpus(lz_test_write_file(dir, "notarr.json", "   "), NULL, &cr);
+    CHECK(cr.fmt == LZ_CORPUS_JSONL && cr.n_ok == 0, "blank JSON input: JSONL, no records");
+}
+
+/* --id-field: records without "id" ({"title", "text"}, as 2WikiMultihopQA's passages) are
+ * ingested with their titles as ids, commas and all; without it each is named and skipped. */
+static void test_id_field(void)
+{
+    char store[300];
+    snprintf(store, sizeof store, "%s/idfield", dir);
+    const char *p = lz_test_write_file(dir, "titles.json",
+                                       "[{\"title\": \"Ackworth, Yorkshire\", \"text\": \"A village in Yorkshire.\"},\n"
+                                       " {\"title\": \"Teutberga\", \"text\": \"A queen of Lotharingia.\"},\n"
+                                       " {\"text\": \"No title at all.\"}]\n");
+    const char *a0[] = { "-m", model_a, "-s", store, "--json", p, NULL };
+    int rc = run_tool(a0, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 2 && jget(out, "added") == 0 && jget(out, "skipped") == 3 &&
+              strstr(errs, "titles.json:1: record [0]: missing \"id\"") && strstr(errs, "titles.json:2: record [1]: missing \"id\""),
+          "no id field: every record named and skipped: exit %d %s", rc, errs);
+    const char *a[] = { "-m", model_a, "-s", store, "--json", "--id-field", "title", p, NULL };
+    rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+    rows r;
+    read_rows(store, &r);
+    CHECK(rc == 2 && jget(out, "added") == 2 && r.n == 2 && find_row(&r, "Ackworth, Yorkshire") >= 0 &&
+              find_row(&r, "Teutberga") >= 0,
+          "--id-field title: exit %d, %d rows: %s %s", rc, r.n, out, errs);
+    CHECK(strstr(errs, "titles.json:3: record [2]: missing \"title\"") != NULL, "a record without the id field: %s", errs);
+    char t[256];
+    CHECK(row_text(store, "Teutberga", 1, t, sizeof t) && !strcmp(t, "Teutberga"), "the title stays the title: '%s'", t);
+    /* JSONL and CSV alike; an integer field works as an id */
+    char store2[300];
+    snprintf(store2, sizeof store2, "%s/idfield2", dir);
+    const char *pj = lz_test_write_file(dir, "ids.jsonl", "{\"key\": \"k-one\", \"text\": \"One.\"}\n"
+                                                         "{\"key\": 2, \"text\": \"Two.\"}\n");
+    const char *aj[] = { "-m", model_a, "-s", store2, "--id-field=key", pj, NULL };
+    rc = run_tool(aj, NULL, 0, out, sizeof out, errs, sizeof errs);
+    read_rows(store2, &r);
+    CHECK(rc == 0 && r.n == 2 && find_row(&r, "k-one") >= 0 && find_row(&r, "2") >= 0, "JSONL --id-field key: %d %s",
+          rc, errs);
+    const char *pc = lz_test_write_file(dir, "ids.csv", "Title,text\n\"Comma, Town\",A town with a comma.\n");
+    const char *ac[] = { "-m", model_a, "-s", store2, "--id-field", "title", pc, NULL };
+    rc = run_tool(ac, NULL, 0, out, sizeof out, errs, sizeof errs);
+    read_rows(store2, &r);
+    CHECK(rc == 0 && find_row(&r, "Comma, Town") >= 0, "CSV --id-field title: %d %s", rc, errs);
+    CHECK(row_text(store2, "Comma, Town", 1, t, sizeof t) && !strcmp(t, "Comma, Town"), "CSV title kept: '%s'", t);
+    const char *pn = lz_test_write_file(dir, "noid.csv", "name,text\nx,y\n");
+    const char *an[] = { "-m", model_a, "-s", store2, "--id-field", "key", pn, NULL };
+    rc = run_tool(an, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "must name the columns key and text"), "CSV header without the id field: %s", errs);
+    const char *ae[] = { "-m", model_a, "-s", store2, "--id-field", "", pj, NULL };
+    rc = run_tool(ae, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 2 && strstr(errs, "--id-field"), "an empty --id-field refused: %d %s", rc, errs);
+}
+
+/* HotpotQA's records ("context": [[title, [sentences...]], ...], no "text"): one document per
+ * pair, sentences joined with single spaces, a repeated pair once, a title with other text
+ * "title (2)" with a warning (the same in both passes over the corpus). */
+static void test_context_records(void)
+{
+    char store[300];
+    snprintf(store, sizeof store, "%s/context", dir);
+    const char *p = lz_test_write_file(dir, "hotpot.json",
+        "[{\"_id\": \"q1\", \"question\": \"Who?\", \"answer\": \"x\",\n"
+        "  \"context\": [[\"Alpha\", [\"Alpha is a river.\", \" It is long.\"]],\n"
+        "               [\"Beta, Town\", [\"Beta is a town.\", \"It has a mill.\"]]]},\n"
+        " {\"_id\": \"q2\", \"question\": \"What?\",\n"
+        "  \"context\": [[\"Alpha\", [\"Alpha is a river.\", \" It is long.\"]],\n"
+        "               [\"Beta, Town\", [\"Beta is another town.\"]],\n"
+        "               [\"Gamma\", \"not a list\"],\n"
+        "               [\"Delta\", [\"Delta.\"]]]}]\n");
+    corpus_read cr;
+    read_corpus(p, NULL, &cr);
+    CHECK(cr.n_ok == 4 && cr.n_bad == 1 && cr.n_warn == 1 && !strcmp(cr.ids, "Alpha|Beta, Town|Beta, Town (2)|Delta|"),
+          "context pairs: %d ok (%s), %d bad, %d warnings: %s", cr.n_ok, cr.ids, cr.n_bad, cr.n_warn, cr.msgs);
+    CHECK(strstr(cr.msgs, "hotpot.json:4: record [1]: \"context\" [2]: expected [title, [sentences...]]") &&
+              strstr(cr.msgs, "'Beta, Town' was seen before with other text; this one is stored as 'Beta, Town (2)'"),
+          "context messages: %s", cr.msgs);
+    const char *a[] = { "-m", model_a, "-s", store, "--json", p, NULL };
+    int rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+    rows r;
+    read_rows(store, &r);
+    CHECK(rc == 2 && r.n == 4 && jget(out, "added") == 4 && jget(out, "skipped") == 1 && jget(out, "duplicates") == 0,
+          "context ingest: exit %d, %d rows: %s %s", rc, r.n, out, errs);
+    char t[256];
+    CHECK(row_text(store, "Alpha", 0, t, sizeof t) && !strcmp(t, "Alpha is a river. It is long."), "Alpha: '%s'", t);
+    CHECK(row_text(store, "Beta, Town", 0, t, sizeof t) && !strcmp(t, "Beta is a town. It has a mill."), "Beta: '%s'", t);
+    CHECK(row_text(store, "Beta, Town (2)", 0, t, sizeof t) && !strcmp(t, "Beta is another town."), "Beta (2): '%s'", t);
+    CHECK(row_text(store, "Beta, Town (2)", 1, t, sizeof t) && !strcmp(t, "Beta, Town"), "Beta (2)'s title: '%s'", t);
+    const char *warn = strstr(errs, "stored as 'Beta, Town (2)'");
+    CHECK(warn && !strstr(warn + 1, "stored as 'Beta, Town (2)'"), "the warning once per run: %s", errs);
+    rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 2 && jget(out, "unchanged") == 4 && jget(out, "added") == 0, "context rerun unchanged: %s", out);
+}
+
+/* The fixtures of issue #31 (../shared/fixtures/qa; SKIP when absent): the official HotpotQA
+ * sample (a JSON array, 11,127 lines, read line by line before) and 2WikiMultihopQA's passages
+ * (an array of {"title", "text"}, no ids). */
+static void test_qa_fixtures(void)
+{
+    char fb[600], fw[600];
+    const char *hp = lz_test_fixture("qa/hotpotqa_sample100.json", fb, sizeof fb);
+    if (hp) {
+        corpus_read cr;
+        read_corpus(hp, NULL, &cr);
+        CHECK(cr.status == 0 && cr.fmt == LZ_CORPUS_JSON_ARRAY && cr.n_ok == 994 && cr.n_bad == 0 && cr.n_warn == 0,
+              "HotpotQA sample: %d documents, %d bad, %d warnings: %.500s", cr.n_ok, cr.n_bad, cr.n_warn, cr.msgs);
+        /* lazyingest on its first two questions (the whole sample: bench/) */
+        size_t len;
+        char *s = lz_test_read_file(hp, &len);
+        json_error_t je;
+        json_t *all = s ? json_loads(s, 0, &je) : NULL, *two = json_array();
+        for (size_t i = 0; i < 2 && i < json_array_size(all); i++) json_array_append(two, json_array_get(all, i));
+        char *txt = json_dumps(two, JSON_INDENT(2));
+        const char *p = lz_test_write_file(dir, "hotpot2.json", txt ? txt : "");
+        char store[300];
+        snprintf(store, sizeof store, "%s/hotpot2", dir);
+        const char *a[] = { "-m", model_a, "-s", store, "--json", p, NULL };
+        int rc = run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs);
+        CHECK(rc == 0 && jget(out, "added") >= 20 && jget(out, "skipped") == 0, "two HotpotQA questions: exit %d %s %s", rc,
+              out, errs);
+        char t[4096];
+        CHECK(row_text(store, "Demon Dice", 0, t, sizeof t) &&
+                  !strncmp(t, "Demon Dice, originally published as Chaos Progenitus", 40) && strstr(t, "Tim Brown. In it,"),
+              "a HotpotQA paragraph's sentences joined: '%.120s'", t);
+        free(txt);
+        json_decref(two);
+        json_decref(all);
+        free(s);
+    }
+    const char *wp = lz_test_fixture("qa/2wikimqa_corpus.json", fw, sizeof fw);
+    if (wp) {
+        corpus_read cr;
+        read_corpus(wp, NULL, &cr);
+        CHECK(cr.fmt == LZ_CORPUS_JSON_ARRAY && cr.n_ok == 0 && cr.n_bad > 6000 && strstr(cr.msgs, "record [0]: missing \"id\""),
+              "2Wiki without --id-field: %d ok, %d bad", cr.n_ok, cr.n_bad);
+        read_corpus(wp, "title", &cr);
+        CHECK(cr.status == 0 && cr.n_ok > 6000 && cr.n_bad == 0 && strstr(cr.ids, "Lambert, Margrave of Tuscany|"),
+              "2Wiki with --id-field title: %d ok, %d bad: %.300s", cr.n_ok, cr.n_bad, cr.msgs);
+    }
+}
+
 int main(void)
 {
     if (!lz_test_tmpdir(dir, sizeof dir)) return 1;
@@ -1140,6 +1443,10 @@ int main(void)
     test_incremental();
     test_bad_inputs();
     test_split();
+    test_json_array();
+    test_id_field();
+    test_context_records();
+    test_qa_fixtures();
     test_f32_store();
     test_parallel();
     test_disk_full();

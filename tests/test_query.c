@@ -8,8 +8,11 @@
  * payload among cold documents is named. The store
  * is fp32 (--kv-dtype f32) so the 1e-5 comparisons measure the method, not
  * bf16 storage. */
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <sys/wait.h>
 
@@ -904,6 +907,222 @@ static void test_corrupt_cold(const char *store_copy)
     lz_llama_free(m);
 }
 
+/* ---- --doc, source ids standing for their passages, no documents, --json into a pipe (issue #31) ---- */
+
+/* The ids of "sources" of the first JSON line in path, joined by '|' into buf; the line's
+ * "warning" (or "") into warn. 0 when there is no such line. */
+static int json_sources(const char *path, char *buf, size_t n, char *warn, size_t wn)
+{
+    size_t len;
+    char *txt = lz_test_read_file(path, &len);
+    json_error_t je;
+    json_t *o = txt ? json_loads(txt, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    free(txt);
+    buf[0] = 0;
+    if (warn) snprintf(warn, wn, "%s", o ? (json_string_value(json_object_get(o, "warning")) ?: "") : "");
+    if (!o) return 0;
+    json_t *src = json_object_get(o, "sources");
+    size_t k = 0;
+    for (size_t i = 0; i < json_array_size(src) && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s|", json_string_value(json_object_get(json_array_get(src, i), "id")));
+    json_decref(o);
+    return 1;
+}
+
+typedef struct {
+    char ids[16][64];
+    int n;
+} passage_ids;
+
+static int take_passage(const lz_meta_doc *d, void *p)
+{
+    passage_ids *v = p;
+    if (v->n < 16) snprintf(v->ids[v->n++], 64, "%s", d->ext_id);
+    return 0;
+}
+
+/* A store with a comma inside an id and a record split into passages: --doc takes one id
+ * whole, beside --docs and in order with it; a --questions "docs" list too; the id of a split
+ * record stands for its passages in passage order (lz_retrieve_resolve_ids), while
+ * lz_retrieve_ids keeps exact ids. */
+static void test_doc_ids(void)
+{
+    char corpus[700], st[700], o[700], e[700], q[700];
+    snprintf(corpus, sizeof corpus, "%s/split.jsonl", dir);
+    snprintf(st, sizeof st, "%s/store-split", dir);
+    snprintf(o, sizeof o, "%s/doc-out.txt", dir);
+    snprintf(e, sizeof e, "%s/doc-err.txt", dir);
+    snprintf(q, sizeof q, "%s/doc-q.jsonl", dir);
+    FILE *f = fopen(corpus, "w");
+    fprintf(f, "{\"id\": \"Ackworth, Yorkshire\", \"text\": \"A village with a castle.\"}\n"
+               "{\"id\": \"long\", \"title\": \"Long\", \"text\": \"The river runs north. The castle stands on a "
+               "hill. The market opens in winter. The garden has a copper lantern. The falcon flies over the "
+               "meadow.\"}\n"
+               "{\"id\": \"short\", \"text\": \"A short apple.\"}\n");
+    fclose(f);
+    if (lz_test_sh("%s/lazyingest --quiet --model %s --store %s --max-doc-tokens 80 %s", bin, model, st, corpus)) {
+        CHECK(0, "the split store");
+        return;
+    }
+    char err[1024];
+    lz_store *s;
+    passage_ids pv = {0};
+    if (lz_store_open(st, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); return; }
+    lz_store_source_rows(s, "long", take_passage, &pv, err, sizeof err);
+    CHECK(pv.n >= 2 && !strcmp(pv.ids[0], "long#0") && !strcmp(pv.ids[1], "long#1"), "'long' split into %d passages", pv.n);
+    char want[1024] = "";
+    size_t k = 0;
+    for (int i = 0; i < pv.n; i++) k += (size_t)snprintf(want + k, sizeof want - k, "%s|", pv.ids[i]);
+    /* in-process: the source id expands, exact ids stay exact, unknown ids are named */
+    const char *ids[3] = {"short", "long", "Ackworth, Yorkshire"};
+    lz_query_doc *docs = NULL;
+    int n = 0;
+    CHECK(lz_retrieve_resolve_ids(s, ids, 3, &docs, &n, err, sizeof err) == 0 && n == pv.n + 2 &&
+              !strcmp(docs[0].ext_id, "short") && !strcmp(docs[1].ext_id, "long#0") &&
+              !strcmp(docs[n - 1].ext_id, "Ackworth, Yorkshire") && !strcmp(docs[1].title, "Long") && docs[1].n_tokens > 0,
+          "resolve: %d documents (%s)", n, err);
+    free(docs);
+    const char *one[1] = {"long#1"}, *none[1] = {"lon"};
+    CHECK(lz_retrieve_resolve_ids(s, one, 1, &docs, &n, err, sizeof err) == 0 && n == 1 && !strcmp(docs[0].ext_id, "long#1"),
+          "a passage by its own id");
+    free(docs);
+    CHECK(lz_retrieve_resolve_ids(s, none, 1, &docs, &n, err, sizeof err) != 0 && strstr(err, "document 'lon' is not in the store"),
+          "an id that is neither a document nor a source: %s", err);
+    CHECK(lz_retrieve_resolve_ids(s, NULL, 0, &docs, &n, err, sizeof err) == 0 && n == 0 && docs, "no ids: no documents");
+    free(docs);
+    const char *exact[1] = {"long"};
+    CHECK(lz_retrieve_ids(s, exact, 1, &docs, err, sizeof err) != 0 && strstr(err, "'long'"), "lz_retrieve_ids: exact ids only");
+    lz_store_close(s);
+
+    /* the command line */
+    char got[1024];
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --json --doc 'Ackworth, Yorkshire' --doc long 'castle?' > %s 2> %s",
+                     bin, model, st, o, e) == 0 && json_sources(o, got, sizeof got, NULL, 0),
+          "--doc twice: exit 0");
+    char w2[1100];
+    snprintf(w2, sizeof w2, "Ackworth, Yorkshire|%s", want);
+    CHECK(!strcmp(got, w2), "--doc with a comma, and a split record's passages: '%s' (want '%s')", got, w2);
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --json --docs short --doc 'Ackworth, Yorkshire' --docs long#1,short 'x?' > %s 2> %s",
+                     bin, model, st, o, e) == 0 && json_sources(o, got, sizeof got, NULL, 0) &&
+              !strcmp(got, "short|Ackworth, Yorkshire|long#1|short|"),
+          "--docs and --doc in the order given: '%s'", got);
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --json --docs 'Ackworth, Yorkshire' 'x?' > %s 2> %s", bin, model,
+                     st, o, e) == 2 && lz_test_sh("grep -q \"document 'Ackworth' is not in the store\" %s", e) == 0,
+          "--docs still splits at commas (exit 2, the piece named)");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s --doc '' 'x?' > %s 2> %s", bin, model, st, o, e) == 2 &&
+              lz_test_sh("grep -q -- '--doc' %s", e) == 0, "an empty --doc refused (exit 2)");
+    f = fopen(q, "w");
+    fprintf(f, "{\"id\": \"c1\", \"question\": \"castle?\", \"docs\": [\"Ackworth, Yorkshire\", \"long\"]}\n");
+    fclose(f);
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --questions %s > %s 2> %s", bin, model, st, q, o, e) == 0 &&
+              json_sources(o, got, sizeof got, NULL, 0) && !strcmp(got, w2),
+          "--questions docs: a comma inside an id, a source id: '%s'", got);
+}
+
+/* A question answered from no documents: a warning naming it on standard error and "warning":
+ * "no documents" in its JSON line; --strict makes it a failed question (exit 2); answers with
+ * documents carry no warning. */
+static void test_no_documents(void)
+{
+    char o[700], e[700], q[700], w[64], got[1024];
+    snprintf(o, sizeof o, "%s/nodoc-out.txt", dir);
+    snprintf(e, sizeof e, "%s/nodoc-err.txt", dir);
+    snprintf(q, sizeof q, "%s/nodoc-q.jsonl", dir);
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --json 'zyzzyva qwxq?' > %s 2> %s", bin, model, store, o, e) == 0 &&
+              json_sources(o, got, sizeof got, w, sizeof w) && !got[0] && !strcmp(w, "no documents"),
+          "retrieval found nothing: answered, \"warning\": '%s'", w);
+    CHECK(lz_test_sh("grep -q \"warning: no documents for question 'zyzzyva qwxq?': retrieval found none\" %s", e) == 0,
+          "the warning names the question");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 'zyzzyva qwxq?' > %s 2> %s", bin, model, store, o, e) == 0 &&
+              lz_test_sh("grep -q '^Answer: ' %s && grep -q 'warning: no documents' %s", o, e) == 0,
+          "text mode: answered with the warning");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --json --strict 'zyzzyva qwxq?' > %s 2> %s", bin, model, store, o,
+                     e) == 2 &&
+              lz_test_sh("grep -q '\"error\":\"no documents for question' %s && ! grep -q '\"answer\"' %s", o, o) == 0 &&
+              lz_test_sh("grep -q 'no documents for question' %s", e) == 0,
+          "--strict: the question fails (exit 2), its error line");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --json --strict --docs , 'river?' > %s 2> %s", bin, model, store,
+                     o, e) == 2 && lz_test_sh("grep -q 'the given ids name none' %s", e) == 0,
+          "--docs naming none, --strict: fails");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --json --strict 'castle river?' > %s 2> %s", bin, model, store, o,
+                     e) == 0 && json_sources(o, got, sizeof got, w, sizeof w) && got[0] && !w[0] &&
+              lz_test_sh("! grep -q warning %s", e) == 0,
+          "--strict with documents: answered, no warning");
+    FILE *f = fopen(q, "w");
+    fprintf(f, "{\"id\": \"e1\", \"question\": \"river?\", \"docs\": []}\n{\"id\": \"e2\", \"question\": \"river?\", \"docs\": [\"doc1\"]}\n");
+    fclose(f);
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --questions %s > %s 2> %s", bin, model, store, q, o, e) == 0 &&
+              lz_test_sh("test $(grep -c '\"warning\":\"no documents\"' %s) -eq 1 && grep -q '\"id\":\"e1\"' %s", o, o) == 0 &&
+              lz_test_sh("grep -q 'no documents for question e1 ' %s", e) == 0,
+          "--questions with \"docs\": [] warned about, by its id");
+    CHECK(lz_test_sh("%s/lazyquery --model %s --store %s -n 2 --strict --questions %s > %s 2> %s", bin, model, store, q, o, e) == 2 &&
+              lz_test_sh("grep -q '\"id\":\"e2\"' %s && grep '\"id\":\"e1\"' %s | grep -q '\"error\"'", o, o) == 0,
+          "--strict --questions: that question fails, the next is answered, exit 2");
+}
+
+/* One line from fd within timeout_ms (poll per byte): its length, or -1 on a timeout or EOF. */
+static int read_line_within(int fd, char *buf, size_t n, int timeout_ms)
+{
+    size_t k = 0;
+    while (k + 1 < n) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, timeout_ms) <= 0) return -1;
+        if (read(fd, buf + k, 1) != 1) return -1;
+        if (buf[k++] == '\n') break;
+    }
+    buf[k] = 0;
+    return (int)k;
+}
+
+/* lazyquery --json --questions - through pipes: each answer line (and an error line) can be
+ * read before the next question is written, so a program reading the pipe sees every answer
+ * as it is made (30 s a line at most: a missing flush fails here, never hangs). */
+static void test_json_pipe(void)
+{
+    int to[2], from[2];
+    char path[700], e[700];
+    snprintf(path, sizeof path, "%s/lazyquery", bin);
+    snprintf(e, sizeof e, "%s/pipe-err.txt", dir);
+    if (pipe(to) || pipe(from)) { CHECK(0, "pipe"); return; }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(to[0], 0);
+        dup2(from[1], 1);
+        dup2(fe, 2);
+        close(to[1]);
+        close(from[0]);
+        execl(path, path, "--model", model, "--store", store, "-n", "2", "--json", "--questions", "-", (char *)NULL);
+        _exit(127);
+    }
+    close(to[0]);
+    close(from[1]);
+    void (*old)(int) = signal(SIGPIPE, SIG_IGN);
+    static const char *const qs[3] = {"{\"id\": \"p1\", \"question\": \"river?\"}\n",
+                                      "{\"id\": \"p2\", \"question\": \"castle?\", \"docs\": [\"no-such-doc\"]}\n",
+                                      "{\"id\": \"p3\", \"question\": \"apple?\", \"docs\": [\"doc2\"]}\n"};
+    static const char *const want[3] = {"\"answer\"", "\"error\"", "\"answer\""};
+    int ok = 1;
+    for (int i = 0; i < 3 && ok; i++) {
+        char line[1 << 15], id[32];
+        ok = write(to[1], qs[i], strlen(qs[i])) == (ssize_t)strlen(qs[i]);
+        CHECK(ok, "question %d written", i + 1);
+        int n = ok ? read_line_within(from[0], line, sizeof line, 30000) : -1;
+        snprintf(id, sizeof id, "\"id\":\"p%d\"", i + 1);
+        ok = n > 0 && strstr(line, id) && strstr(line, want[i]);
+        CHECK(ok, "line %d read before question %d is written (%s): '%.200s'", i + 1, i + 2, n < 0 ? "timed out" : "read",
+              n > 0 ? line : "");
+    }
+    close(to[1]);
+    if (!ok) kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(from[0]);
+    signal(SIGPIPE, old);
+    CHECK(!ok || (WIFEXITED(status) && WEXITSTATUS(status) == 2), "exit 2 after the failed question (status %d)", status);
+}
+
 int main(void)
 {
     test_final_answer();
@@ -939,6 +1158,9 @@ int main(void)
     if (lz_test_sh("%s/lazyingest --quiet --model %s --store %s %s", bin, model, store16, corpus)) CHECK(0, "bf16 store");
     else test_bf16_cache(store16);
     test_cli();
+    test_doc_ids();
+    test_no_documents();
+    test_json_pipe();
     lz_test_sh("rm -rf %s", dir);
     return lz_test_done();
 }
