@@ -1,6 +1,6 @@
-/* kv_layout.h - the layout a cached document's K and V take in every tier
- * of the document cache (pinned host memory and HBM alike, so a miss moves
- * one contiguous block): per layer l, its KV heads of cap[l] rows each, cap[l]
+/* kv_layout.h - the layout a cached document's K and V take in HBM (the
+ * host tier keeps the same bytes for a document stored whole, so its miss is
+ * one contiguous copy; Ada-KV documents stay packed there): per layer l, its KV heads of cap[l] rows each, cap[l]
  * the longest head the layer keeps (Ada-KV keeps unequal counts per head; a
  * document stored whole keeps n everywhere and has no padding), head (l, h)
  * from row first[l] + h * cap[l]; all of K's rows, then all of V's. A row is

@@ -274,8 +274,7 @@ extern "C" int lz_llama_gpu_preload(lz_llama_gpu *g, const lz_kv_segment *sg, co
     if (ensure_policy(g, err, errlen)) return -1;
     if (hits > 0) lz_doc_cache_prior(g->pol, key, 32, hits);
     if (!sg) return 0;
-    if (doc_find(g, key) >= 0) return 1;
-    if (lz_doc_cache_contains(g->pol, key, 32)) return 1;
+    if (doc_find(g, key) >= 0) return 1; /* every key the policy holds is a doc here */
     GpuDoc x;
     if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, 0, err, errlen)) return -1;
     const size_t bytes = doc_bytes(g, &x);

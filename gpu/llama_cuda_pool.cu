@@ -113,12 +113,18 @@ void upload_account(lz_llama_gpu *g)
     g->up_open = 0;
 }
 
+/* The events that time a question's copies, made at the first copy. 0 or -1. */
+static int up_events(lz_llama_gpu *g, char *err, size_t errlen)
+{
+    if (g->up_ev[0]) return 0;
+    CUDA_OK(cudaEventCreate(&g->up_ev[0]), "events");
+    CUDA_OK(cudaEventCreate(&g->up_ev[1]), "events");
+    return 0;
+}
+
 int upload_async(lz_llama_gpu *g, void *dst, const void *src, size_t bytes, char *err, size_t errlen)
 {
-    if (!g->up_ev[0]) {
-        CUDA_OK(cudaEventCreate(&g->up_ev[0]), "events");
-        CUDA_OK(cudaEventCreate(&g->up_ev[1]), "events");
-    }
+    if (up_events(g, err, errlen)) return -1;
     if (!g->up_open) {
         CUDA_OK(cudaEventRecord(g->up_ev[0], g->st), "events");
         g->up_open = 1;
@@ -153,10 +159,7 @@ int upload_layers(lz_llama_gpu *g, char *err, size_t errlen)
         if (!(g->lev = (cudaEvent_t *)calloc((size_t)L, sizeof *g->lev))) { snprintf(err, errlen, "out of memory"); return -1; }
         for (int l = 0; l < L; l++) CUDA_OK(cudaEventCreateWithFlags(&g->lev[l], cudaEventDisableTiming), "events");
     }
-    if (!g->up_ev[0]) {
-        CUDA_OK(cudaEventCreate(&g->up_ev[0]), "events");
-        CUDA_OK(cudaEventCreate(&g->up_ev[1]), "events");
-    }
+    if (up_events(g, err, errlen)) return -1;
     /* after what the question's stream did before (its docs' extents may have held others) */
     CUDA_OK(cudaEventRecord(g->lev[0], g->st), "events");
     CUDA_OK(cudaStreamWaitEvent(g->cp, g->lev[0], 0), "events");

@@ -219,7 +219,7 @@ int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen)
  * fragmented; the pool grows when its docs outgrow it). 0, or -1 (the device is full). */
 int pool_take(lz_llama_gpu *g, size_t bytes, bf16 **at, char *err, size_t errlen);
 void pool_give(lz_llama_gpu *g, bf16 *at, size_t bytes);
-void pool_free_all(lz_llama_gpu *g); /* both pools' regions, at lz_llama_gpu_free */
+void pool_free_all(lz_llama_gpu *g); /* both pools' regions, the copy stream and its events, at lz_llama_gpu_free */
 /* bytes from host src to device dst on g->st, asynchronously (pinned src: a DMA at PCIe
  * speed; src must live until the stream reaches it), timed with the question's copies */
 int upload_async(lz_llama_gpu *g, void *dst, const void *src, size_t bytes, char *err, size_t errlen);

@@ -556,7 +556,9 @@ int main(int argc, char **argv)
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.qo.on_piece = print_piece;
 #ifdef LZ_CUDA
     lz_llama_gpu *gpu = NULL;
-    lz_query_backend backend = {NULL, gpu_begin, gpu_step, gpu_resident, gpu_encode, gpu_host_alloc, gpu_host_free, gpu_preload, gpu_begin_block, gpu_keep_own, gpu_settle};
+    lz_query_backend backend = {.begin = gpu_begin, .step = gpu_step, .resident = gpu_resident, .encode = gpu_encode,
+                                .host_alloc = gpu_host_alloc, .host_free = gpu_host_free, .preload = gpu_preload,
+                                .begin_block = gpu_begin_block, .keep_own = gpu_keep_own, .settle = gpu_settle};
     if (o.gpu) {
         /* own tokens a question may step: the question and the answer (4,096), or in full and
          * prefix modes the prompt's documents too (16,384) */

@@ -500,6 +500,21 @@ static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_
     }
 }
 
+/* PREFIX's chain keys: the key of the prompt prefix alone, then chain_next folds in each
+ * document in order (a document's key names it after exactly these predecessors). */
+static void chain_start(const lz_query_session *q, uint8_t chain[32])
+{
+    lz_sha256(q->prefix, (size_t)q->n_prefix * sizeof(int), chain);
+}
+
+static void chain_next(uint8_t chain[32], const lz_query_doc *d)
+{
+    uint8_t buf[32 + LZ_META_KEY_LEN];
+    memcpy(buf, chain, 32);
+    memcpy(buf + 32, d->payload_key, LZ_META_KEY_LEN);
+    lz_sha256(buf, sizeof buf, chain);
+}
+
 /* FULL and PREFIX on a backend: after begin (none, or the prefix and the reused chain), every
  * token the prompt still needs in one step: FULL the prefix, the documents and the question;
  * PREFIX the documents from local_from and the question; then PREFIX keeps each document it
@@ -529,12 +544,9 @@ static int backend_prompt(lz_query_session *q, const lz_query_backend *be, const
     r->n_computed += (int)n_all;
     if (!full) {
         uint8_t chain[32];
-        lz_sha256(q->prefix, (size_t)s * sizeof(int), chain);
+        chain_start(q, chain);
         for (int i = 0; i < n_docs; i++) {
-            uint8_t buf[32 + LZ_META_KEY_LEN];
-            memcpy(buf, chain, 32);
-            memcpy(buf + 32, docs[i].payload_key, LZ_META_KEY_LEN);
-            lz_sha256(buf, sizeof buf, chain);
+            chain_next(chain, &docs[i]);
             if (i >= local_from && docs[i].n_tokens > 0 &&
                 be->keep_own(be->ctx, t0s[i], docs[i].n_tokens, chain, err, errlen) < 0)
                 goto done;
@@ -637,12 +649,9 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
             local_from = n_docs;
         } else { /* PREFIX: the longest chain of documents computed after exactly these predecessors */
             uint8_t chain[32];
-            lz_sha256(q->prefix, (size_t)s * sizeof(int), chain);
+            chain_start(q, chain);
             for (local_from = 0; local_from < n_docs; local_from++) {
-                uint8_t buf[32 + LZ_META_KEY_LEN];
-                memcpy(buf, chain, 32);
-                memcpy(buf + 32, docs[local_from].payload_key, LZ_META_KEY_LEN);
-                lz_sha256(buf, sizeof buf, chain);
+                chain_next(chain, &docs[local_from]);
                 if (gpu_prefix) { /* the chains live in the backend's memory, as vLLM's */
                     if (!q->o.backend->resident(q->o.backend->ctx, chain)) { r->misses++; break; }
                     r->hits++;
@@ -686,13 +695,8 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
     if (mode == LZ_MODE_FULL && !be) r->n_computed += s;
     uint8_t chain[32];
     if (mode == LZ_MODE_PREFIX) { /* recompute the chain key up to local_from */
-        lz_sha256(q->prefix, (size_t)s * sizeof(int), chain);
-        for (int i = 0; i < local_from; i++) {
-            uint8_t buf[32 + LZ_META_KEY_LEN];
-            memcpy(buf, chain, 32);
-            memcpy(buf + 32, docs[i].payload_key, LZ_META_KEY_LEN);
-            lz_sha256(buf, sizeof buf, chain);
-        }
+        chain_start(q, chain);
+        for (int i = 0; i < local_from; i++) chain_next(chain, &docs[i]);
     }
     for (int i = be ? n_docs : local_from; i < n_docs; i++) { /* on the CPU */
         int *ids, n;
@@ -703,10 +707,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
         if (frc) { snprintf(err, errlen, "forward pass failed on document '%s'", docs[i].ext_id); goto done; }
         r->n_computed += n;
         if (mode == LZ_MODE_PREFIX) {
-            uint8_t buf[32 + LZ_META_KEY_LEN];
-            memcpy(buf, chain, 32);
-            memcpy(buf + 32, docs[i].payload_key, LZ_META_KEY_LEN);
-            lz_sha256(buf, sizeof buf, chain);
+            chain_next(chain, &docs[i]);
             kv_entry *e = slice_cache(q, &lc, start, n, q->kv16);
             if (e && !lz_doc_cache_put(q->cache, chain, 32, e, e->bytes)) entry_free(q, e);
         }

@@ -26,6 +26,20 @@
 
 static char dir[256], bin[512], model[600], store[600];
 
+/* The test model and the shared store (read-only), or 0 after a failed check. */
+static int open_model_store(lz_llama **m, lz_store **s)
+{
+    char err[1024];
+    if (lz_llama_load(model, m, err, sizeof err)) { CHECK(0, "load: %s", err); return 0; }
+    if (lz_store_open(store, LZ_STORE_RDONLY, s, err, sizeof err)) {
+        CHECK(0, "store: %s", err);
+        lz_llama_free(*m);
+        return 0;
+    }
+    return 1;
+}
+
+
 
 static unsigned long long rng = 0x1234567;
 static int irand(int n) { return lz_test_irand(&rng, n); }
@@ -116,8 +130,7 @@ static void test_modes(void)
     char err[1024];
     lz_llama *m;
     lz_store *s;
-    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
-    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    if (!open_model_store(&m, &s)) return;
     lz_query_session *lazy = session(m, s, LZ_MODE_LAZY, 1 << 20), *block = session(m, s, LZ_MODE_BLOCK, 1 << 20);
     lz_query_session *prefix = session(m, s, LZ_MODE_PREFIX, 1 << 20), *full = session(m, s, LZ_MODE_FULL, 0);
     if (!lazy || !block || !prefix || !full) goto out;
@@ -451,7 +464,8 @@ static int fake_preload(void *ctx, const lz_kv_segment *seg, const uint8_t key[3
 static lz_query_session *fake_session(lz_llama *m, lz_store *s, lz_query_backend *be, fake_backend *f, int cold,
                                       size_t cache_bytes, char *err, size_t errlen)
 {
-    *be = (lz_query_backend){f, fake_begin, fake_step, fake_resident, fake_encode, NULL, NULL, NULL, NULL, NULL, NULL};
+    *be = (lz_query_backend){.ctx = f, .begin = fake_begin, .step = fake_step, .resident = fake_resident,
+                             .encode = fake_encode};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
@@ -473,8 +487,7 @@ static void test_backend_recompute(void)
     char err[1024];
     lz_llama *m;
     lz_store *s;
-    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
-    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    if (!open_model_store(&m, &s)) return;
     const char *three[3] = {"doc1", "doc2", "doc3"};
     lz_query_doc *d3 = NULL;
     if (lz_retrieve_ids(s, three, 3, &d3, err, sizeof err)) { CHECK(0, "ids: %s", err); goto out; }
@@ -563,8 +576,7 @@ static void test_backend_auto(void)
     char err[1024];
     lz_llama *m;
     lz_store *s;
-    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
-    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    if (!open_model_store(&m, &s)) return;
     const char *three[3] = {"doc1", "doc2", "doc3"};
     lz_query_doc *d3 = NULL;
     if (lz_retrieve_ids(s, three, 3, &d3, err, sizeof err)) CHECK(0, "ids: %s", err);
@@ -619,7 +631,8 @@ static void test_preload_tiers(const char *store_copy)
             for (int i = 0; i < 3; i++)
                 for (int k = 0; k < 100 * (3 - i); k++) lz_store_hit(s, d[i].id, err, sizeof err);
         fake_backend f = {.V = m->cfg.vocab, .keep_cap = 2};
-        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, fake_preload, NULL, NULL, NULL};
+        lz_query_backend be = {.ctx = &f, .begin = fake_begin, .step = fake_step, .resident = fake_resident,
+                               .preload = fake_preload};
         lz_query_opts o;
         lz_query_opts_default(&o);
         o.mode = LZ_MODE_LAZY;
@@ -687,14 +700,14 @@ static void test_backend_full_prefix(void)
     char err[1024];
     lz_llama *m;
     lz_store *s;
-    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
-    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    if (!open_model_store(&m, &s)) return;
     const char *ab[2] = {"doc1", "doc2"};
     lz_query_doc *d = NULL;
     if (lz_retrieve_ids(s, ab, 2, &d, err, sizeof err)) { CHECK(0, "ids: %s", err); goto out; }
     for (int mode = LZ_MODE_PREFIX; mode <= LZ_MODE_FULL; mode++) {
         fake_backend f = {.V = m->cfg.vocab};
-        lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, NULL, NULL, NULL, NULL, fake_keep_own, NULL};
+        lz_query_backend be = {.ctx = &f, .begin = fake_begin, .step = fake_step, .resident = fake_resident,
+                               .keep_own = fake_keep_own};
         lz_query_opts o;
         lz_query_opts_default(&o);
         o.mode = mode;
@@ -742,12 +755,11 @@ static void test_backend_settle(void)
     char err[1024];
     lz_llama *m;
     lz_store *s;
-    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
-    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    if (!open_model_store(&m, &s)) return;
     const char *ab[2] = {"doc1", "doc2"};
     lz_query_doc *d = NULL;
     fake_backend f = {.V = m->cfg.vocab};
-    lz_query_backend be = {&f, fake_begin, fake_step, NULL, NULL, NULL, NULL, NULL, NULL, NULL, fake_settle};
+    lz_query_backend be = {.ctx = &f, .begin = fake_begin, .step = fake_step, .settle = fake_settle};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.max_new_tokens = 2;
@@ -775,12 +787,11 @@ static void test_backend_block(void)
     char err[1024];
     lz_llama *m;
     lz_store *s;
-    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
-    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    if (!open_model_store(&m, &s)) return;
     const char *ab[2] = {"doc1", "doc2"}, *ba[2] = {"doc2", "doc1"};
     lz_query_doc *d1 = NULL, *d2 = NULL;
     fake_backend f = {.V = m->cfg.vocab};
-    lz_query_backend be = {&f, fake_begin, fake_step, NULL, NULL, NULL, NULL, NULL, fake_begin_block, NULL, NULL};
+    lz_query_backend be = {.ctx = &f, .begin = fake_begin, .step = fake_step, .begin_block = fake_begin_block};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_BLOCK;
@@ -819,11 +830,11 @@ static void test_backend_resident(void)
     char err[1024];
     lz_llama *m;
     lz_store *s;
-    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
-    if (lz_store_open(store, LZ_STORE_RDONLY, &s, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    if (!open_model_store(&m, &s)) return;
     fake_backend f = {.V = m->cfg.vocab, .L = m->cfg.n_layers, .KV = m->cfg.n_kv_heads, .d = m->cfg.head_dim};
     /* with the backend's host memory: every segment handed with data is one block of it */
-    lz_query_backend be = {&f, fake_begin, fake_step, fake_resident, NULL, fake_host_alloc, fake_host_free, NULL, NULL, NULL, NULL};
+    lz_query_backend be = {.ctx = &f, .begin = fake_begin, .step = fake_step, .resident = fake_resident,
+                           .host_alloc = fake_host_alloc, .host_free = fake_host_free};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = LZ_MODE_LAZY;
