@@ -5,7 +5,6 @@
  * differs, and that is all a mode is. */
 #include "query/session.h"
 
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,26 +16,7 @@
 #include "base/sha256.h"
 #include "store/payload.h"
 #include "ingest/model_desc.h"
-
-/* A cached KV block: one document, per-head kept counts, in the store's
- * element type: a bf16 store's payloads stay bf16 (the values the store
- * holds, half the memory of fp32), an fp32 store's fp32. Head (l, h) holds
- * n_kept rows of d values from row head_row[l * KV + h]: packed, so a
- * document compressed at ingest (Ada-KV) takes only its kept rows; K and V
- * lie in one block, V's rows after K's. A document stored whole is then in
- * exactly the layout the GPU reads (cache/kv_layout.h), and with a backend
- * that offers it the block is its pinned host memory: uploading it is one DMA
- * copy. bytes (what the cache accounts) is the block's size. */
-typedef struct {
-    float *k, *v;        /* (rows, d) fp32, or NULL */
-    uint16_t *k16, *v16; /* (rows, d) bf16, or NULL */
-    void *block;         /* K then V */
-    int pinned;          /* block from the backend's host_alloc (else malloc) */
-    int *n_kept;     /* (L, KV) */
-    int64_t *head_row; /* (L, KV) */
-    int n;           /* tokens of the document (positions it occupies) */
-    size_t bytes;
-} kv_entry;
+#include "query/kv_entry.h"
 
 struct lz_query_session {
     lz_llama *m;
@@ -44,6 +24,7 @@ struct lz_query_session {
     lz_query_opts o;
     lz_doc_cache *cache;
     lz_payload_codec *codec;
+    kv_entry_env env;    /* how the host tier's entries are made (query/kv_entry.h) */
     lz_llama_scratch *scratch;
     lz_sampler sampler;
     int *prefix;         /* prompt prefix tokens (s) */
@@ -112,54 +93,9 @@ void lz_query_result_free(lz_query_result *r)
     memset(r, 0, sizeof *r);
 }
 
-static void entry_clear(lz_query_session *q, kv_entry *e)
-{
-    const lz_query_backend *be = q->o.backend;
-    if (e->pinned) be->host_free(be->ctx, e->block, e->bytes);
-    else free(e->block);
-    free(e->n_kept);
-    free(e->head_row);
-}
-
-static void entry_free(lz_query_session *q, kv_entry *e)
-{
-    if (!e) return;
-    entry_clear(q, e);
-    free(e);
-}
+static void entry_free(lz_query_session *q, kv_entry *e) { kv_entry_free(&q->env, e); }
 
 static void cache_free_value(void *v, void *ctx) { entry_free(ctx, v); }
-
-/* An entry of n tokens whose heads keep kept[l * KV + h] rows (NULL: n
- * each), packed, bf16 or fp32; n_kept and head_row filled. */
-static kv_entry *entry_alloc(lz_query_session *q, int n, const int *kept, int bf16)
-{
-    const lz_llama_config *c = &q->m->cfg;
-    const size_t nh = (size_t)c->n_layers * c->n_kv_heads, es = bf16 ? sizeof(uint16_t) : sizeof(float);
-    kv_entry *e = calloc(1, sizeof *e);
-    if (!e) return NULL;
-    e->n = n;
-    e->n_kept = malloc(nh * sizeof(int));
-    e->head_row = malloc(nh * sizeof(int64_t));
-    if (!e->n_kept || !e->head_row) { entry_free(q, e); return NULL; }
-    size_t rows = 0;
-    for (size_t i = 0; i < nh; i++) {
-        e->n_kept[i] = kept ? kept[i] : n;
-        e->head_row[i] = (int64_t)rows;
-        rows += (size_t)e->n_kept[i];
-    }
-    const size_t per = (rows ? rows : 1) * c->head_dim;
-    e->bytes = 2 * per * es;
-    const lz_query_backend *be = q->o.backend;
-    if (be && be->host_alloc && be->host_free) e->pinned = (e->block = be->host_alloc(be->ctx, e->bytes)) != NULL;
-    if (!e->block && !(e->block = malloc(e->bytes))) { entry_free(q, e); return NULL; }
-    if (bf16) { e->k16 = e->block; e->v16 = e->k16 + per; }
-    else { e->k = e->block; e->v = e->k + per; }
-    return e;
-}
-
-static kv_entry *decode_payload(lz_query_session *q, lz_payload_codec *codec, const void *blob, size_t len,
-                                const char *what, char *err, size_t errlen);
 
 typedef struct {
     lz_query_session *q;
@@ -172,7 +108,7 @@ typedef struct {
 static int decode_in_place(const void *blob, size_t len, void *ctx)
 {
     load_ctx *l = ctx;
-    l->e = decode_payload(l->q, l->q->codec, blob, len, l->what, l->err, l->errlen);
+    l->e = kv_entry_decode(&l->q->env, blob, len, l->what, l->err, l->errlen);
     return l->e ? 0 : -1;
 }
 
@@ -186,46 +122,6 @@ static kv_entry *load_payload(lz_query_session *q, const uint8_t *key, const cha
     if (rc > 0) /* the store's status: nothing was decoded */
         snprintf(err, errlen, "%s: KV payload missing from the store (%s); run lazyingest --check --repair", what, e2);
     return rc ? NULL : l.e;
-}
-
-/* Decodes a payload blob (not modified, not freed) into a packed entry with
- * codec (not shared between threads). */
-static kv_entry *decode_payload(lz_query_session *q, lz_payload_codec *codec, const void *blob, size_t len,
-                                const char *what, char *err, size_t errlen)
-{
-    const lz_llama_config *c = &q->m->cfg;
-    char e2[384] = "";
-    lz_payload_info info;
-    if (lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) {
-        snprintf(err, errlen, "%s: corrupt KV payload: %s", what, e2);
-        return NULL;
-    }
-    if (memcmp(info.model, q->m->fingerprint, 32) || info.n_layers != c->n_layers ||
-        info.n_kv_heads != c->n_kv_heads || info.head_dim != c->head_dim) {
-        snprintf(err, errlen, "%s: KV payload was built by another model (%d layers, %d kv heads, head_dim %d)",
-                 what, info.n_layers, info.n_kv_heads, info.head_dim);
-        return NULL;
-    }
-    const int bf16 = info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !q->o.cache_f32;
-    int *kept = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *kept);
-    if (kept) lz_payload_kept(blob, &info, kept);
-    kv_entry *e = kept ? entry_alloc(q, info.n_tokens, kept, bf16) : NULL;
-    free(kept);
-    if (!e) { snprintf(err, errlen, "%s: out of memory for %d tokens of KV", what, info.n_tokens); return NULL; }
-    if (bf16 ? lz_payload_decode_bf16_packed(codec, blob, len, e->k16, e->v16, e->n_kept, &info, e2, sizeof e2)
-             : lz_payload_decode_f32_packed(codec, blob, len, e->k, e->v, e->n_kept, &info, e2, sizeof e2)) {
-        snprintf(err, errlen, "%s: corrupt KV payload: %s", what, e2);
-        entry_free(q, e);
-        return NULL;
-    }
-    return e;
-}
-
-static lz_kv_segment seg_of(const kv_entry *e, int64_t rot)
-{
-    lz_kv_segment s = {.k = e->k, .v = e->v, .n_kept = e->n_kept, .n = e->n, .stride = e->n > 0 ? e->n : 1, .rot = rot,
-                       .head_row = e->head_row, .k16 = e->k16, .v16 = e->v16};
-    return s;
 }
 
 int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_query_session **out, char *err,
@@ -248,6 +144,9 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
     q->cache = lz_doc_cache_new(o->cache_bytes, cache_free_value, q);
     if (q->cache) lz_doc_cache_set_policy(q->cache, (lz_cache_policy)o->cache_policy);
     q->codec = lz_payload_codec_new();
+    q->env = (kv_entry_env){.cfg = &m->cfg, .fingerprint = m->fingerprint, .f32 = o->cache_f32,
+                            .backend = o->backend && o->backend->host_alloc && o->backend->host_free ? o->backend : NULL,
+                            .codec = q->codec};
     q->scratch = lz_llama_scratch_new(m, q->o.batch);
     q->logits = malloc((size_t)m->cfg.vocab * sizeof(float));
     if (!q->cache || !q->codec || !q->scratch || !q->logits ||
@@ -292,7 +191,7 @@ void lz_query_session_free(lz_query_session *q)
     lz_llama_scratch_free(q->scratch);
     lz_sampler_free(&q->sampler);
     free(q->prefix);
-    entry_clear(q, &q->prefix_kv);
+    kv_entry_clear(&q->env, &q->prefix_kv);
     free(q->logits);
     free(q);
 }
@@ -358,7 +257,7 @@ static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, c
 static kv_entry *slice_cache(lz_query_session *q, const lz_kv_cache *lc, int t0, int n, int bf16)
 {
     const lz_llama_config *c = &q->m->cfg;
-    kv_entry *e = entry_alloc(q, n, NULL, bf16);
+    kv_entry *e = kv_entry_alloc(&q->env, n, NULL, bf16);
     if (!e) return NULL;
     const size_t cnt = (size_t)n * c->head_dim;
     for (int l = 0; l < c->n_layers; l++)
@@ -386,27 +285,6 @@ static int doc_tokens(lz_query_session *q, const lz_query_doc *d, int **ids, int
         return -1;
     }
     return 0;
-}
-
-/* Codecs for the threads of a parallel decode (a codec per document costs its
- * allocations each time, more than a small document's decoding). */
-static lz_payload_codec **thread_codecs(int *n)
-{
-    *n = omp_get_max_threads() > 0 ? omp_get_max_threads() : 1;
-    lz_payload_codec **c = calloc((size_t)*n, sizeof *c);
-    for (int i = 0; c && i < *n; i++)
-        if (!(c[i] = lz_payload_codec_new())) {
-            while (i-- > 0) lz_payload_codec_free(c[i]);
-            free(c);
-            return NULL;
-        }
-    return c;
-}
-
-static void thread_codecs_free(lz_payload_codec **c, int n)
-{
-    for (int i = 0; c && i < n; i++) lz_payload_codec_free(c[i]);
-    free(c);
 }
 
 /* Cache key of docs[i] placed at offset p: the payload key, plus the offset
@@ -472,32 +350,61 @@ done:
     return rc;
 }
 
-/* pre[i] = the decoded payload of docs[i] when its cache key misses (else
- * NULL), decoded ahead of the prompt's assembly: one document at a time, each
- * read in place from LMDB's map and decoded on every thread (its 1 MiB frames
- * decompress in parallel; a question's few misses would leave most threads
- * idle one a thread). held[i]: the backend has it (not loaded at all). A
- * failure leaves pre[i] NULL; fetch then loads that document itself and
- * reports the error in order. */
+/* The question's documents that no tier above the store holds, read in one snapshot and
+ * decoded together on all threads into pre[i] (store-to-host: one batch, not one payload at a
+ * time). A document that fails is left NULL: fetch loads it alone and reports why. */
+typedef struct {
+    lz_query_session *q;
+    const int *which; /* docs of the batch */
+    int n;
+    kv_entry **pre;
+} misses_ctx;
+
+static int decode_misses(const void *const *blobs, const size_t *lens, void *ctx)
+{
+    misses_ctx *m = ctx;
+    kv_entry **out = calloc((size_t)m->n, sizeof *out);
+    if (!out) return 0;
+    kv_entry_decode_many(&m->q->env, blobs, lens, m->n, out, NULL);
+    for (int i = 0; i < m->n; i++) m->pre[m->which[i]] = out[i];
+    free(out);
+    return 0;
+}
+
 static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_docs, int mode, int64_t p0,
                            const uint8_t *held, kv_entry **pre)
 {
     int64_t p = p0;
+    int *which = malloc((size_t)(n_docs > 0 ? n_docs : 1) * sizeof *which), n = 0;
+    uint8_t(*keys)[LZ_META_KEY_LEN] = malloc((size_t)(n_docs > 0 ? n_docs : 1) * LZ_META_KEY_LEN);
+    if (!which || !keys) { free(which); free(keys); return; } /* fetch loads them one at a time */
     for (int i = 0; i < n_docs; p += docs[i].n_tokens, i++) {
         uint8_t key[LZ_META_KEY_LEN + 8];
         size_t klen = cache_key(mode, &docs[i], p, key);
         int dup = 0; /* the same payload earlier in the list: fetch finds it cached (or loads it) */
         for (int j = 0; j < i && !dup; j++) dup = !memcmp(docs[j].payload_key, docs[i].payload_key, LZ_META_KEY_LEN);
         if (dup || held[i] || lz_doc_cache_contains(q->cache, key, klen)) continue;
-        char e2[512];
-        const double t0 = lz_now_s();
-        pre[i] = load_payload(q, docs[i].payload_key, "document", e2, sizeof e2);
-        if (pre[i]) rate_update(&q->decode_bps, (double)pre[i]->bytes, lz_now_s() - t0);
-        if (pre[i] && pre[i]->n != docs[i].n_tokens) { /* fetch reports it */
-            entry_free(q, pre[i]);
-            pre[i] = NULL;
-        }
+        memcpy(keys[n], docs[i].payload_key, LZ_META_KEY_LEN);
+        which[n++] = i;
     }
+    if (n) {
+        misses_ctx m = {q, which, n, pre};
+        char e2[256];
+        const double t0 = lz_now_s();
+        lz_store_read_payloads(q->store, (const uint8_t(*)[LZ_META_KEY_LEN])keys, n, decode_misses, &m, e2, sizeof e2);
+        double bytes = 0;
+        for (int i = 0; i < n; i++) {
+            kv_entry **e = &pre[which[i]];
+            if (*e) bytes += (double)(*e)->bytes;
+            if (*e && (*e)->n != docs[which[i]].n_tokens) { /* fetch reports it */
+                entry_free(q, *e);
+                *e = NULL;
+            }
+        }
+        if (bytes > 0) rate_update(&q->decode_bps, bytes, lz_now_s() - t0);
+    }
+    free(which);
+    free(keys);
 }
 
 /* PREFIX's chain keys: the key of the prompt prefix alone, then chain_next folds in each
@@ -605,7 +512,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
         local_from = 0;
     } else {
         memcpy(digest[n_segs], q->prefix_digest, 32);
-        segs[n_segs++] = seg_of(&q->prefix_kv, 0);
+        segs[n_segs++] = kv_entry_segment(&q->prefix_kv, 0);
         if (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) {
             /* block on a backend that rotates its own copies: the host tier keyed as lazy's */
             const int hmode = mat ? LZ_MODE_LAZY : mode;
@@ -643,7 +550,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
                 pre[i] = NULL; /* fetch took it */
                 if (!e) goto done;
                 if (own) owned[n_owned++] = e;
-                segs[n_segs++] = seg_of(e, mode == LZ_MODE_LAZY || mat ? p - s : 0);
+                segs[n_segs++] = kv_entry_segment(e, mode == LZ_MODE_LAZY || mat ? p - s : 0);
                 p += docs[i].n_tokens;
             }
             local_from = n_docs;
@@ -664,7 +571,7 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
                 kv_entry *e = lz_doc_cache_get(q->cache, chain, 32);
                 if (!e) { r->misses++; break; }
                 r->hits++;
-                segs[n_segs++] = seg_of(e, 0);
+                segs[n_segs++] = kv_entry_segment(e, 0);
                 p += docs[local_from].n_tokens;
             }
         }
@@ -781,16 +688,16 @@ done:
     return rc;
 }
 
-/* Start-up preload: the most accessed documents, read in popularity order
- * and decoded PRELOAD_BATCH at a time in parallel (one document a thread),
- * then inserted in that order: the same documents a one-by-one preload
- * takes (room is planned with the entries' exact sizes). */
+/* Start-up preload: the most accessed documents, in popularity order,
+ * PRELOAD_BATCH at a time read in one snapshot and decoded together on all
+ * threads (kv_entry_decode_many), then inserted in that order: the same
+ * documents a one-by-one preload takes (room is planned with the entries'
+ * exact sizes). */
 #define PRELOAD_BATCH 64
 typedef struct {
     uint8_t key[LZ_META_KEY_LEN];
-    void *blob;
-    size_t len;
     int64_t hits;
+    int n_tokens;
     kv_entry *e;
 } preload_item;
 
@@ -802,7 +709,6 @@ typedef struct {
     size_t errlen;
     preload_item items[PRELOAD_BATCH];
     int n;
-    int64_t planned; /* bytes of the batch's entries, not inserted yet */
 } preload_ctx;
 
 /* The backend's hook, when it has one and still takes documents. */
@@ -812,29 +718,50 @@ static const lz_query_backend *preload_backend(const preload_ctx *P)
     return be && be->preload && !P->gpu_done ? be : NULL;
 }
 
+/* In the batch's snapshot: which documents a tier has room for (in order), decoded at once. */
+static int preload_decode(const void *const *blobs, const size_t *lens, void *ctx)
+{
+    preload_ctx *P = ctx;
+    lz_query_session *q = P->q;
+    lz_doc_cache_stats st;
+    lz_doc_cache_get_stats(q->cache, &st);
+    const void *take[PRELOAD_BATCH];
+    int64_t planned = 0;
+    for (int i = 0; i < P->n; i++) {
+        take[i] = NULL;
+        if (!blobs[i]) { P->res->failed++; continue; }
+        const size_t need = kv_entry_bytes_of(&q->env, blobs[i], lens[i], P->items[i].n_tokens);
+        const int host_room = (int64_t)need <= st.bytes_budget - st.bytes_used - planned;
+        if (!host_room && !(P->items[i].hits > 0 && preload_backend(P))) continue; /* smaller ones may fit */
+        if (host_room) planned += (int64_t)need;
+        take[i] = blobs[i];
+    }
+    kv_entry *out[PRELOAD_BATCH];
+    kv_entry_decode_many(&q->env, take, lens, P->n, out, NULL);
+    for (int i = 0; i < P->n; i++) {
+        P->items[i].e = out[i];
+        if (take[i] && !out[i]) P->res->failed++;
+    }
+    return 0;
+}
+
 static void preload_batch(preload_ctx *P)
 {
     lz_query_session *q = P->q;
-    int nc;
-    lz_payload_codec **codecs = P->n > 1 ? thread_codecs(&nc) : NULL;
-#pragma omp parallel for schedule(dynamic, 1) if (codecs)
-    for (int i = 0; i < P->n; i++) {
-        char e2[512];
-        lz_payload_codec *codec = codecs ? codecs[omp_get_thread_num()] : q->codec;
-        P->items[i].e = decode_payload(q, codec, P->items[i].blob, P->items[i].len, "preloaded document", e2,
-                                       sizeof e2);
-        free(P->items[i].blob);
-        P->items[i].blob = NULL;
-    }
-    thread_codecs_free(codecs, nc);
+    uint8_t keys[PRELOAD_BATCH][LZ_META_KEY_LEN];
+    for (int i = 0; i < P->n; i++) memcpy(keys[i], P->items[i].key, LZ_META_KEY_LEN), P->items[i].e = NULL;
+    char e2[256];
+    if (P->n && lz_store_read_payloads(q->store, (const uint8_t(*)[LZ_META_KEY_LEN])keys, P->n, preload_decode, P, e2,
+                                       sizeof e2))
+        P->res->failed += P->n;
     for (int i = 0; i < P->n; i++) {
         kv_entry *e = P->items[i].e;
-        if (!e) { P->res->failed++; continue; }
+        if (!e) continue;
         const lz_query_backend *be = preload_backend(P);
         if (be && P->items[i].hits > 0) { /* the hottest into the backend's cache first, while it has room */
             uint8_t digest[32];
             lz_sha256(P->items[i].key, LZ_META_KEY_LEN, digest); /* the content key lz_query_answer hands it */
-            const lz_kv_segment sg = seg_of(e, 0);
+            const lz_kv_segment sg = kv_entry_segment(e, 0);
             const int kept = be->preload(be->ctx, &sg, digest, 0, P->err, P->errlen);
             if (kept > 0) { P->res->gpu++; P->res->gpu_bytes += (int64_t)e->bytes; }
             else P->gpu_done = 1; /* full, or failed (its message in err) */
@@ -847,26 +774,9 @@ static void preload_batch(preload_ctx *P)
         }
     }
     P->n = 0;
-    P->planned = 0;
 }
 
-/* The bytes entry_alloc takes for a payload blob of a document of n tokens
- * (an unreadable blob: as if stored whole, in fp32; decoding then fails). */
-static size_t entry_bytes_of(lz_query_session *q, const void *blob, size_t len, int n)
-{
-    const lz_llama_config *c = &q->m->cfg;
-    lz_payload_info info;
-    char e2[256];
-    size_t rows = (size_t)c->n_layers * c->n_kv_heads * (n > 0 ? n : 1), es = sizeof(float);
-    if (!lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) {
-        rows = info.n_kept_sum;
-        if (info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !q->o.cache_f32) es = sizeof(uint16_t);
-    }
-    return 2 * (rows ? rows : 1) * c->head_dim * es;
-}
-
-/* One popular document: seed its frequencies, queue it while the host tier has room (or the
- * backend's cache may take it). */
+/* One popular document: seed its frequencies, queue it for a batch. */
 static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_tokens, void *ctx)
 {
     preload_ctx *P = ctx;
@@ -879,22 +789,11 @@ static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_t
         lz_sha256(key, LZ_META_KEY_LEN, digest);
         if (be->preload(be->ctx, NULL, digest, (double)hits, P->err, P->errlen) < 0) P->gpu_done = 1;
     }
-    lz_doc_cache_stats st;
-    lz_doc_cache_get_stats(q->cache, &st);
-    void *blob = NULL;
-    size_t len = 0;
-    char e2[256];
-    if (lz_store_get_payload(q->store, key, &blob, &len, e2, sizeof e2)) { P->res->failed++; return 0; }
-    const size_t need = entry_bytes_of(q, blob, len, n_tokens); /* room planned with the entry's exact size */
-    const int host_room = (int64_t)need <= st.bytes_budget - st.bytes_used - P->planned;
-    if (!host_room && !(hits > 0 && preload_backend(P))) { free(blob); return 0; } /* smaller ones may fit */
     preload_item *it = &P->items[P->n++];
     memcpy(it->key, key, LZ_META_KEY_LEN);
-    it->blob = blob;
-    it->len = len;
     it->hits = hits;
+    it->n_tokens = n_tokens;
     it->e = NULL;
-    if (host_room) P->planned += (int64_t)need;
     if (P->n == PRELOAD_BATCH) preload_batch(P);
     return 0;
 }

@@ -19,28 +19,7 @@
 
 #include "base/half.h"
 #include "base/error.h"
-
-struct lz_payload_codec {
-    ZSTD_CCtx *cctx;
-    ZSTD_DCtx *dctx;
-    uint8_t *scratch;  /* raw body bytes (bf16) */
-    size_t cap;
-    uint8_t *scratch2; /* shuffled body */
-    size_t cap2;
-    int workers;       /* lz_payload_codec_set_threads: 0 = one frame, this thread; else frames of
-                          LZ_PAYLOAD_FRAME_BYTES compressed by this many threads */
-    ZSTD_CCtx **wctx;  /* one compression context a thread */
-    ZSTD_DCtx **wdctx; /* one decompression context a thread, made at the first parallel decode */
-    int n_wdctx;
-    uint8_t *zbuf;     /* the frames before they are joined */
-    size_t zcap;
-};
-
-/* Body bytes per zstd frame when a codec compresses on threads: frames are
- * independent, so they compress in parallel, and concatenated frames are one
- * valid zstd stream (ZSTD_decompress reads them in order). 1 MiB loses ~0.1%
- * of ratio on KV (no match crosses a frame). */
-#define LZ_PAYLOAD_FRAME_BYTES ((size_t)1 << 20)
+#include "store/payload_impl.h"
 
 /* ---- little-endian field access (blobs may sit unaligned in an LMDB map) ---- */
 
@@ -48,16 +27,8 @@ static void put16(uint8_t *p, uint16_t x) { p[0] = (uint8_t)x; p[1] = (uint8_t)(
 static void put32(uint8_t *p, uint32_t x) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(x >> (8 * i)); }
 static void put64(uint8_t *p, uint64_t x) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(x >> (8 * i)); }
 static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
+#define get32 lz_payload_get32
 static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) | ((uint64_t)get32(p + 4) << 32); }
-
-/* Header offsets (schema/PAYLOAD.md). */
-enum { OFF_MAGIC = 0, OFF_VERSION = 4, OFF_DTYPE = 6, OFF_CODEC = 7, OFF_LAYERS = 8,
-       OFF_KVHEADS = 12, OFF_HEADDIM = 16, OFF_NTOKENS = 20, OFF_POSBASE = 24, OFF_FLAGS = 28,
-       OFF_RAW = 32, OFF_BODY = 40, OFF_MODEL = 48, OFF_CRC = 80 };
 
 /* ---- CRC32C ---- */
 
@@ -210,7 +181,6 @@ static size_t zstd_frame(ZSTD_CCtx *cctx, uint8_t *dst, size_t cap, const uint8_
     return r;
 }
 
-static int reserve(uint8_t **buf, size_t *cap, size_t need);
 
 /* src[n] as frames of LZ_PAYLOAD_FRAME_BYTES compressed on c's threads,
  * joined at dst (cap bytes) into *out bytes. The bytes do not depend on the
@@ -220,7 +190,7 @@ static int zstd_frames(lz_payload_codec *c, uint8_t *dst, size_t cap, const uint
 {
     const size_t F = LZ_PAYLOAD_FRAME_BYTES, nf = n ? (n + F - 1) / F : 1, fb = ZSTD_compressBound(F);
     size_t *len = malloc(nf * sizeof *len);
-    if (!len || reserve(&c->zbuf, &c->zcap, nf * fb)) {
+    if (!len || lz_payload_reserve(&c->zbuf, &c->zcap, nf * fb)) {
         free(len);
         *why = "out of memory";
         return -1;
@@ -252,10 +222,11 @@ void lz_payload_codec_free(lz_payload_codec *c)
     free(c->zbuf);
     free(c->scratch);
     free(c->scratch2);
+    free(c->planes);
     free(c);
 }
 
-static int reserve(uint8_t **buf, size_t *cap, size_t need)
+int lz_payload_reserve(uint8_t **buf, size_t *cap, size_t need)
 {
     if (*cap >= need) return 0;
     size_t n = need < 4096 ? 4096 : need;
@@ -308,7 +279,7 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
     if (!es) return lz_fail(err, errlen, LZ_EINVAL, "payload encode: unknown dtype %d", dtype);
     const size_t n_elem = (size_t)(2 * kept_sum * (uint64_t)d); /* K and V */
     const size_t raw_size = n_elem * es;
-    if (reserve(&c->scratch, &c->cap, raw_size ? raw_size : 1))
+    if (lz_payload_reserve(&c->scratch, &c->cap, raw_size ? raw_size : 1))
         return lz_fail(err, errlen, LZ_ENOMEM, "payload encode: out of memory (%zu bytes)", raw_size);
 
     /* body: K of every (l, h) in order, then V; bf16, or fp32 as is (little-endian hosts) */
@@ -337,7 +308,7 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
         memcpy(blob + hdr, stored, raw_size);
     } else {
         if (codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
-            if (reserve(&c->scratch2, &c->cap2, raw_size ? raw_size : 1))
+            if (lz_payload_reserve(&c->scratch2, &c->cap2, raw_size ? raw_size : 1))
                 return lz_fail(err, errlen, LZ_ENOMEM, "payload encode: out of memory");
             if (T > 1 && es == 2 && raw_size >= LZ_PAYLOAD_FRAME_BYTES) { /* element ranges in parallel */
                 const size_t per = (n_elem + (size_t)T - 1) / (size_t)T;
@@ -482,6 +453,17 @@ void lz_payload_kept(const void *buf, const lz_payload_info *info, int *n_kept)
 
 /* ---- decode ---- */
 
+int lz_payload_thread_dctx(lz_payload_codec *c, int n)
+{
+    if (c->n_wdctx >= n) return 0;
+    ZSTD_DCtx **w = realloc(c->wdctx, (size_t)n * sizeof *w);
+    if (!w) return -1;
+    c->wdctx = w;
+    for (; c->n_wdctx < n; c->n_wdctx++)
+        if (!(c->wdctx[c->n_wdctx] = ZSTD_createDCtx())) return -1;
+    return 0;
+}
+
 /* The frames of a body written on threads, decompressed on threads: the frames are found
  * in order (their compressed sizes), each knows its content size, and every thread
  * decompresses whole frames into its place in dst. 0 when done, 1 when the body is not made
@@ -504,13 +486,7 @@ static int decompress_frames(lz_payload_codec *c, uint8_t *dst, size_t raw, cons
         nf++, off += fs, out += (size_t)cs;
     }
     if (off != n || out != raw || nf < 2) { free(at); return 1; }
-    if (c->n_wdctx < T) {
-        ZSTD_DCtx **w = realloc(c->wdctx, (size_t)T * sizeof *w);
-        if (!w) { free(at); return 1; }
-        c->wdctx = w;
-        for (; c->n_wdctx < T; c->n_wdctx++)
-            if (!(c->wdctx[c->n_wdctx] = ZSTD_createDCtx())) { free(at); return 1; }
-    }
+    if (lz_payload_thread_dctx(c, T)) { free(at); return 1; }
     int bad = 0;
 #pragma omp parallel for num_threads(T) schedule(dynamic, 1) reduction(|| : bad)
     for (size_t f = 0; f < nf; f++) {
@@ -542,13 +518,10 @@ static int decompress_body(lz_payload_codec *c, uint8_t *dst, size_t raw, const 
     return LZ_OK;
 }
 
-/* Parses, verifies and leaves the body (bf16 or fp32 elements) in c->scratch. With planes
- * not NULL, a shuffled body is left as its byte planes (*planes = 1, *body the planes) for
- * the caller to unshuffle straight into its destination. */
-static int decode_body_planes(lz_payload_codec *c, const void *buf, size_t len, int stride,
-                              lz_payload_info *info, const uint8_t **body, int *planes, char *err, size_t errlen)
+/* Parses, verifies and leaves the body (bf16 or fp32 elements) in c->scratch. */
+static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int stride,
+                       lz_payload_info *info, const uint8_t **body, char *err, size_t errlen)
 {
-    if (planes) *planes = 0;
     int rc = lz_payload_parse(buf, len, 1, info, err, errlen);
     if (rc) return rc;
     if (stride < info->n_tokens)
@@ -557,37 +530,25 @@ static int decode_body_planes(lz_payload_codec *c, const void *buf, size_t len, 
     const uint8_t *src = (const uint8_t *)buf + LZ_PAYLOAD_HEADER_SIZE +
                          4 * (size_t)info->n_layers * info->n_kv_heads;
     size_t es = dtype_size(info->dtype), raw = (size_t)info->raw_size, n_elem = raw / es;
-    if (reserve(&c->scratch, &c->cap, raw ? raw : 1))
+    if (lz_payload_reserve(&c->scratch, &c->cap, raw ? raw : 1))
         return lz_fail(err, errlen, LZ_ENOMEM, "payload decode: out of memory (%zu bytes)", raw);
     if (info->codec == LZ_PAYLOAD_CODEC_RAW) {
         memcpy(c->scratch, src, raw);
     } else {
         uint8_t *dst = c->scratch;
         if (info->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
-            if (reserve(&c->scratch2, &c->cap2, raw ? raw : 1))
+            if (lz_payload_reserve(&c->scratch2, &c->cap2, raw ? raw : 1))
                 return lz_fail(err, errlen, LZ_ENOMEM, "payload decode: out of memory");
             dst = c->scratch2;
         }
         rc = decompress_body(c, dst, raw, src, (size_t)info->body_size, err, errlen);
         if (rc) return rc;
-        if (info->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
-            if (planes) {
-                *planes = 1;
-                *body = c->scratch2;
-                return LZ_OK;
-            }
-            unshuffle_planes(c->scratch, c->scratch2, n_elem, es);
-        }
+        if (info->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) unshuffle_planes(c->scratch, c->scratch2, n_elem, es);
     }
     *body = c->scratch;
     return LZ_OK;
 }
 
-static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int stride,
-                       lz_payload_info *info, const uint8_t **body, char *err, size_t errlen)
-{
-    return decode_body_planes(c, buf, len, stride, info, body, NULL, err, errlen);
-}
 
 /* Element e of a body of dtype as fp32 / as bf16 bits. */
 static inline float elem_f32(const uint8_t *body, int dtype, size_t e)
@@ -656,20 +617,6 @@ int lz_payload_decode_f32_packed(lz_payload_codec *c, const void *buf, size_t le
     DECODE_PACKED_IMPL(elem_f32)
 }
 
-/* bf16 elements e0..e1 of a 16-bit shuffled body (planes of n elements) into dst, on threads. */
-static void unshuffle16_to(uint16_t *dst, const uint8_t *planes, size_t n, size_t e0, size_t e1)
-{
-    const int T = omp_in_parallel() ? 1 : omp_get_max_threads();
-    const size_t chunk = (size_t)1 << 18;
-#pragma omp parallel for num_threads(T) schedule(static) if (T > 1 && e1 - e0 >= 2 * chunk)
-    for (size_t a = e0; a < e1; a += chunk) {
-        const size_t b = a + chunk < e1 ? a + chunk : e1;
-        const uint8_t *lo = planes + a, *hi = planes + n + a; /* the low bytes' plane, then the high bytes' */
-        uint16_t *o = dst + (a - e0);
-        for (size_t i = 0; i < b - a; i++) o[i] = (uint16_t)(lo[i] | (hi[i] << 8));
-    }
-}
-
 int lz_payload_decode_bf16_packed(lz_payload_codec *c, const void *buf, size_t len, uint16_t *k, uint16_t *v,
                                   int *n_kept, lz_payload_info *info, char *err, size_t errlen)
 {
@@ -680,19 +627,9 @@ int lz_payload_decode_bf16_packed(lz_payload_codec *c, const void *buf, size_t l
     if (info->dtype != LZ_PAYLOAD_DTYPE_BF16 || info->codec != LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
         DECODE_PACKED_IMPL(elem_bf16)
     }
-    /* a bf16 body from its byte planes straight into k and v: no intermediate copy */
-    const uint8_t *planes;
-    int is_planes;
-    rc = decode_body_planes(c, buf, len, info->n_tokens, info, &planes, &is_planes, err, errlen);
-    if (rc) return rc;
-    const size_t half = (size_t)info->n_kept_sum * info->head_dim, n = 2 * half;
-    if (n_kept) lz_payload_kept(buf, info, n_kept);
-    if (!is_planes) { /* (raw and zstd bodies come back unshuffled) */
-        memcpy(k, planes, half * 2);
-        memcpy(v, planes + half * 2, half * 2);
-        return LZ_OK;
-    }
-    unshuffle16_to(k, planes, n, 0, half);
-    unshuffle16_to(v, planes, n, half, n);
+    /* a bf16 body from its byte planes straight into k and v, checksum and frames on threads */
+    lz_payload_job job = {.blob = buf, .len = len, .k = k, .v = v, .n_kept = n_kept};
+    if (lz_payload_decode_batch(c, &job, 1)) return lz_fail(err, errlen, job.status, "%s", job.err);
+    *info = job.info;
     return LZ_OK;
 }

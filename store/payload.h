@@ -119,6 +119,23 @@ int lz_payload_decode_f32_packed(lz_payload_codec *c, const void *buf, size_t le
 int lz_payload_decode_bf16_packed(lz_payload_codec *c, const void *buf, size_t len, uint16_t *k, uint16_t *v,
                                   int *n_kept, lz_payload_info *info, char *err, size_t errlen);
 
+/* One payload of a batch (lz_payload_decode_batch). The caller sizes k and v from
+ * lz_payload_parse's n_kept_sum (as for lz_payload_decode_bf16_packed). */
+typedef struct {
+    const void *blob;      /* in: the payload (not modified; may sit in an LMDB map) */
+    size_t len;
+    uint16_t *k, *v;       /* out: sum(kept) rows of d bf16 values each, packed */
+    int *n_kept;           /* out when not NULL: the kept table (L * KV) */
+    lz_payload_info info;  /* out */
+    int status;            /* out: LZ_OK or the error lz_payload_decode_bf16_packed would give */
+    char err[192];         /* out: its message */
+} lz_payload_job;
+/* Decodes n payloads as lz_payload_decode_bf16_packed decodes each (checksum verified, the
+ * same bits), with every payload's zstd frames, checksum pieces and byte planes spread
+ * over all OpenMP threads together (one thread when called inside a parallel region).
+ * Holds up to 256 MiB of planes in c at a time (larger batches go in waves). Returns the
+ * number of jobs that failed (their status and err say why). */
+int lz_payload_decode_batch(lz_payload_codec *c, lz_payload_job *jobs, int n);
 /* Byte shuffle of n 16-bit elements: dst = [low bytes][high bytes], and back. */
 void lz_payload_shuffle16(uint8_t *dst, const uint16_t *src, size_t n);
 void lz_payload_unshuffle16(uint16_t *dst, const uint8_t *src, size_t n);
@@ -126,6 +143,8 @@ void lz_payload_unshuffle16(uint16_t *dst, const uint8_t *src, size_t n);
 /* CRC32C (Castagnoli), continuing from crc (start with 0). SSE4.2 when built
  * for it, else a table. */
 uint32_t lz_crc32c(uint32_t crc, const void *data, size_t n);
+/* The CRC32C of A followed by B from crc1 = CRC(A), crc2 = CRC(B) and len2 = |B|. */
+uint32_t lz_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 
 const char *lz_payload_codec_name(int codec); /* "raw", "zstd", "shuffle+zstd", "?" */
 

@@ -423,6 +423,37 @@ int lz_store_read_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN],
     return rc;
 }
 
+int lz_store_read_payloads(lz_store *s, const uint8_t (*keys)[LZ_META_KEY_LEN], int n,
+                           int (*fn)(const void *const *blobs, const size_t *lens, void *ctx), void *ctx, char *err,
+                           size_t errlen)
+{
+    const void **blobs = calloc((size_t)(n > 0 ? n : 1), sizeof *blobs);
+    size_t *lens = calloc((size_t)(n > 0 ? n : 1), sizeof *lens);
+    if (!blobs || !lens) {
+        free(blobs);
+        free(lens);
+        return lz_fail(err, errlen, LZ_ENOMEM, "out of memory for %d payload reads", n);
+    }
+    lz_kvdb_reader *r;
+    int rc = lz_kvdb_reader_begin(s->kv, &r, err, errlen);
+    if (!rc) {
+        for (int i = 0; i < n; i++) {
+            char e2[256];
+            if (lz_kvdb_reader_get(r, keys[i], LZ_META_KEY_LEN, &blobs[i], &lens[i], e2, sizeof e2)) {
+                blobs[i] = NULL;
+                lens[i] = 0;
+            }
+        }
+        rc = fn((const void *const *)blobs, lens, ctx);
+        lz_kvdb_reader_end(r);
+    } else {
+        rc = lz_store_from_kvdb(rc);
+    }
+    free(blobs);
+    free(lens);
+    return rc;
+}
+
 int lz_store_get_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], void **blob, size_t *len,
                          char *err, size_t errlen)
 {

@@ -185,6 +185,12 @@ int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t
  * err) when the payload cannot be read. */
 int lz_store_read_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN],
                           int (*fn)(const void *blob, size_t len, void *ctx), void *ctx, char *err, size_t errlen);
+/* Zero-copy reads of n payloads in one read snapshot: fn(blobs, lens, ctx) sees them all at
+ * once (blobs[i] NULL and lens[i] 0 where keys[i] is not stored), valid during the call only.
+ * Returns fn's return value, or EIO / ENOMEM (message in err) when nothing could be read. */
+int lz_store_read_payloads(lz_store *s, const uint8_t (*keys)[LZ_META_KEY_LEN], int n,
+                           int (*fn)(const void *const *blobs, const size_t *lens, void *ctx), void *ctx, char *err,
+                           size_t errlen);
 /* Copies payload key into a malloc'd buffer. Errors: ENOTFOUND, EIO. */
 int lz_store_get_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], void **blob, size_t *len,
                          char *err, size_t errlen);

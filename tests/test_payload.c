@@ -1,7 +1,7 @@
 /* test_payload.c - KV payload codec: round trips bit for bit (bf16 of the
  * fp32 input) for every codec, unequal per-head kept counts, shuffle,
  * CRC32C vectors, rejection of every kind of corruption, compression on
- * zstd workers. */
+ * zstd workers, many payloads decoded as one batch on threads. */
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,6 +42,19 @@ static void test_crc(void)
     CHECK(lz_crc32c(0, "123456789", 9) == 0xe3069283, "check value");
     /* streaming equals one shot */
     CHECK(lz_crc32c(lz_crc32c(0, inc, 13), inc + 13, 19) == 0x46dd794e, "streaming");
+    /* the CRC of two pieces joined from their CRCs equals the one-shot CRC, at random splits */
+    enum { N = 5000 };
+    uint8_t *buf = malloc(N);
+    for (int i = 0; i < N; i++) buf[i] = (uint8_t)(lz_test_u01(&rng) * 256);
+    int ok = 1;
+    for (int t = 0; t < 200 && ok; t++) {
+        size_t a = (size_t)(lz_test_u01(&rng) * N), b = a + (size_t)(lz_test_u01(&rng) * (N - a));
+        uint32_t whole = lz_crc32c(0, buf, b);
+        ok = lz_crc32c_combine(lz_crc32c(0, buf, a), lz_crc32c(0, buf + a, b - a), b - a) == whole;
+    }
+    CHECK(ok, "lz_crc32c_combine equals the one-shot CRC at 200 random splits");
+    CHECK(lz_crc32c_combine(lz_crc32c(0, inc, 32), lz_crc32c(0, inc, 0), 0) == 0x46dd794e, "an empty second piece");
+    free(buf);
 }
 
 static void test_shuffle(void)
@@ -342,6 +355,90 @@ out:
     free(v1);
 }
 
+/* A batch (lz_payload_decode_batch): payloads of several shapes and codecs in one call (many
+ * frames written by workers, one frame, the zstd and raw codecs, fp32, unequal kept counts,
+ * an empty document) decode to exactly the bits each gives alone through the unpacked
+ * decoder, on 1 and 4 threads and in waves; a damaged body (checksum), a damaged header and a
+ * truncated blob fail alone with their own message while the rest of the batch decodes. */
+static void test_batch(void)
+{
+    enum { NJ = 9 };
+    const int L = 2, KV = 2, d = 64;
+    const int ntok[NJ] = { 2500, 40, 3000, 300, 1, 0, 700, 2200, 600 };
+    const int codec[NJ] = { 2, 2, 2, 1, 0, 2, 2, 2, 2 };
+    const int dtype[NJ] = { 1, 1, 1, 1, 1, 1, 2, 1, 1 };
+    const int workers[NJ] = { 2, 0, 3, 0, 0, 0, 0, 2, 2 };
+    const int damage[NJ] = { 0, 0, 0, 0, 0, 0, 0, 1, 2 }; /* 1: a body byte, 2: the header's shape */
+    uint8_t fp[32] = { 4 };
+    char err[256];
+    void *blob[NJ + 1] = { 0 };
+    size_t len[NJ + 1] = { 0 };
+    int kept[NJ][4];
+    uint16_t *want_k[NJ], *want_v[NJ], *got_k[NJ], *got_v[NJ];
+    lz_payload_codec *enc = lz_payload_codec_new(), *c = lz_payload_codec_new();
+    for (int j = 0; j < NJ; j++) {
+        const int n = ntok[j], T = n > 0 ? n : 1;
+        const size_t N = (size_t)L * KV * T * d;
+        float *k = malloc(N * 4), *v = malloc(N * 4);
+        random_kv(k, v, N);
+        for (int h = 0; h < L * KV; h++) kept[j][h] = j == 2 ? n - (h * n) / 5 : n; /* Ada-KV-like lengths */
+        lz_payload_src src = { k, v, T, 0, L, KV, d, n, kept[j], 0, fp, dtype[j] };
+        lz_payload_codec_set_threads(enc, workers[j]);
+        CHECK(lz_payload_encode(enc, &src, codec[j], 1, &blob[j], &len[j], err, sizeof err) == 0, "encode %d: %s", j, err);
+        lz_payload_info info;
+        lz_payload_parse(blob[j], len[j], 0, &info, err, sizeof err);
+        const size_t half = (size_t)info.n_kept_sum * d + 1;
+        want_k[j] = calloc(half, 2), want_v[j] = calloc(half, 2), got_k[j] = calloc(half, 2), got_v[j] = calloc(half, 2);
+        /* the reference: the unpacked decoder (one thread), its rows packed head after head */
+        uint16_t *ku = calloc(N, 2), *vu = calloc(N, 2);
+        CHECK(lz_payload_decode_bf16(c, blob[j], len[j], ku, vu, T, NULL, NULL, err, sizeof err) == 0, "ref %d: %s", j, err);
+        size_t o = 0;
+        for (int h = 0; h < L * KV; h++) {
+            memcpy(want_k[j] + o, ku + (size_t)h * T * d, (size_t)kept[j][h] * d * 2);
+            memcpy(want_v[j] + o, vu + (size_t)h * T * d, (size_t)kept[j][h] * d * 2);
+            o += (size_t)kept[j][h] * d;
+        }
+        free(ku);
+        free(vu);
+        free(k);
+        free(v);
+        uint8_t *b = blob[j];
+        if (damage[j] == 1) b[len[j] - len[j] / 3] ^= 0x21;
+        if (damage[j] == 2) b[16] ^= 0x40; /* head_dim */
+    }
+    blob[NJ] = blob[0], len[NJ] = len[0] / 2; /* truncated */
+    const int threads[2] = { 1, 4 };
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(threads[t]);
+        lz_payload_job jobs[NJ + 1];
+        int kt[NJ + 1][4];
+        uint16_t dummy[8];
+        for (int j = 0; j <= NJ; j++) {
+            jobs[j] = (lz_payload_job){.blob = blob[j], .len = len[j], .k = j < NJ ? got_k[j] : dummy,
+                                       .v = j < NJ ? got_v[j] : dummy, .n_kept = kt[j]};
+            if (j < NJ) memset(got_k[j], 0, 2), memset(got_v[j], 0, 2);
+        }
+        int failed = lz_payload_decode_batch(c, jobs, NJ + 1);
+        CHECK(failed == 3, "%d threads: 3 of %d payloads fail (%d)", threads[t], NJ + 1, failed);
+        CHECK(jobs[7].status == LZ_ECHECKSUM && strstr(jobs[7].err, "CRC32C"), "a damaged body: %d %s",
+              jobs[7].status, jobs[7].err);
+        CHECK(jobs[8].status == LZ_ECORRUPT || jobs[8].status == LZ_ECHECKSUM, "a damaged header: %d %s",
+              jobs[8].status, jobs[8].err);
+        CHECK(jobs[NJ].status == LZ_ECORRUPT, "a truncated blob: %d %s", jobs[NJ].status, jobs[NJ].err);
+        for (int j = 0; j < 7; j++) {
+            const size_t half = (size_t)jobs[j].info.n_kept_sum * d;
+            CHECK(jobs[j].status == 0 && !memcmp(got_k[j], want_k[j], half * 2) && !memcmp(got_v[j], want_v[j], half * 2) &&
+                      !memcmp(kt[j], kept[j], sizeof kept[j]),
+                  "%d threads: payload %d (%d tokens, codec %d, dtype %d) decodes to the reference bits: %s",
+                  threads[t], j, ntok[j], codec[j], dtype[j], jobs[j].err);
+        }
+    }
+    omp_set_num_threads(1);
+    for (int j = 0; j < NJ; j++) free(blob[j]), free(want_k[j]), free(want_v[j]), free(got_k[j]), free(got_v[j]);
+    lz_payload_codec_free(enc);
+    lz_payload_codec_free(c);
+}
+
 /* The tuned levels (<= LZ_PAYLOAD_TUNED_LEVEL: only matches of 7+ bytes):
  * a body of normally distributed bf16 keys and values (per-column scales,
  * as rotary keys have) decodes to the same bits at levels 1 and 3, and level
@@ -392,6 +489,7 @@ int main(void)
     test_f32();
     test_threads();
     test_parallel_decode();
+    test_batch();
     test_tuned_level();
     return lz_test_done();
 }

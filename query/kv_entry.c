@@ -1,0 +1,144 @@
+/* kv_entry.c - the session's host-tier entries (kv_entry.h): allocation in the
+ * backend's pinned memory or the heap, and their making from store payloads, one
+ * at a time or many at once on all threads. */
+#include "query/kv_entry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+kv_entry *kv_entry_alloc(const kv_entry_env *env, int n, const int *kept, int bf16)
+{
+    const lz_llama_config *c = env->cfg;
+    const size_t nh = (size_t)c->n_layers * c->n_kv_heads, es = bf16 ? sizeof(uint16_t) : sizeof(float);
+    kv_entry *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->n = n;
+    e->n_kept = malloc(nh * sizeof(int));
+    e->head_row = malloc(nh * sizeof(int64_t));
+    if (!e->n_kept || !e->head_row) { kv_entry_free(env, e); return NULL; }
+    size_t rows = 0;
+    for (size_t i = 0; i < nh; i++) {
+        e->n_kept[i] = kept ? kept[i] : n;
+        e->head_row[i] = (int64_t)rows;
+        rows += (size_t)e->n_kept[i];
+    }
+    const size_t per = (rows ? rows : 1) * c->head_dim;
+    e->bytes = 2 * per * es;
+    const lz_query_backend *be = env->backend;
+    if (be && be->host_alloc && be->host_free) e->pinned = (e->block = be->host_alloc(be->ctx, e->bytes)) != NULL;
+    if (!e->block && !(e->block = malloc(e->bytes))) { kv_entry_free(env, e); return NULL; }
+    if (bf16) { e->k16 = e->block; e->v16 = e->k16 + per; }
+    else { e->k = e->block; e->v = e->k + per; }
+    return e;
+}
+
+void kv_entry_clear(const kv_entry_env *env, kv_entry *e)
+{
+    const lz_query_backend *be = env->backend;
+    if (e->pinned) be->host_free(be->ctx, e->block, e->bytes);
+    else free(e->block);
+    free(e->n_kept);
+    free(e->head_row);
+}
+
+void kv_entry_free(const kv_entry_env *env, kv_entry *e)
+{
+    if (!e) return;
+    kv_entry_clear(env, e);
+    free(e);
+}
+
+lz_kv_segment kv_entry_segment(const kv_entry *e, int64_t rot)
+{
+    lz_kv_segment s = {.k = e->k, .v = e->v, .n_kept = e->n_kept, .n = e->n, .stride = e->n > 0 ? e->n : 1, .rot = rot,
+                       .head_row = e->head_row, .k16 = e->k16, .v16 = e->v16};
+    return s;
+}
+
+/* An undecoded entry sized for blob, after its header's checks; *bf16 says which decoder. */
+static kv_entry *entry_for(const kv_entry_env *env, const void *blob, size_t len, int *bf16, char *err, size_t errlen)
+{
+    const lz_llama_config *c = env->cfg;
+    char e2[200] = "";
+    lz_payload_info info;
+    if (lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) {
+        snprintf(err, errlen, "corrupt KV payload: %s", e2);
+        return NULL;
+    }
+    if (memcmp(info.model, env->fingerprint, 32) || info.n_layers != c->n_layers ||
+        info.n_kv_heads != c->n_kv_heads || info.head_dim != c->head_dim) {
+        snprintf(err, errlen, "KV payload was built by another model (%d layers, %d kv heads, head_dim %d)",
+                 info.n_layers, info.n_kv_heads, info.head_dim);
+        return NULL;
+    }
+    *bf16 = info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !env->f32;
+    int *kept = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *kept);
+    if (kept) lz_payload_kept(blob, &info, kept);
+    kv_entry *e = kept ? kv_entry_alloc(env, info.n_tokens, kept, *bf16) : NULL;
+    free(kept);
+    if (!e) snprintf(err, errlen, "out of memory for %d tokens of KV", info.n_tokens);
+    return e;
+}
+
+int kv_entry_decode_many(const kv_entry_env *env, const void *const *blobs, const size_t *lens, int n,
+                         kv_entry **out, char (*errs)[256])
+{
+    lz_payload_job *jobs = calloc((size_t)(n > 0 ? n : 1), sizeof *jobs);
+    int *job_of = malloc((size_t)(n > 0 ? n : 1) * sizeof *job_of), nj = 0, made = 0;
+    for (int i = 0; i < n; i++) {
+        char e2[256] = "";
+        out[i] = NULL;
+        if (job_of) job_of[i] = -1;
+        if (!blobs[i]) { if (errs) errs[i][0] = 0; continue; }
+        int bf16 = 0;
+        if (!jobs || !job_of) snprintf(e2, sizeof e2, "out of memory");
+        else if ((out[i] = entry_for(env, blobs[i], lens[i], &bf16, e2, sizeof e2)) && bf16) {
+            jobs[nj] = (lz_payload_job){.blob = blobs[i], .len = lens[i], .k = out[i]->k16, .v = out[i]->v16};
+            job_of[i] = nj++;
+        } else if (out[i] && lz_payload_decode_f32_packed(env->codec, blobs[i], lens[i], out[i]->k, out[i]->v, NULL, NULL,
+                                                          e2, sizeof e2)) {
+            char m[256];
+            snprintf(m, sizeof m, "corrupt KV payload: %s", e2);
+            memcpy(e2, m, sizeof e2);
+            kv_entry_free(env, out[i]);
+            out[i] = NULL;
+        }
+        if (errs) memcpy(errs[i], e2, sizeof errs[i]);
+    }
+    if (nj) lz_payload_decode_batch(env->codec, jobs, nj);
+    for (int i = 0; i < n; i++) {
+        const int j = job_of ? job_of[i] : -1;
+        if (j >= 0 && jobs[j].status) {
+            if (errs) snprintf(errs[i], sizeof errs[i], "corrupt KV payload: %s", jobs[j].err);
+            kv_entry_free(env, out[i]);
+            out[i] = NULL;
+        }
+        made += out[i] != NULL;
+    }
+    free(jobs);
+    free(job_of);
+    return made;
+}
+
+kv_entry *kv_entry_decode(const kv_entry_env *env, const void *blob, size_t len, const char *what, char *err,
+                          size_t errlen)
+{
+    kv_entry *e;
+    char e2[1][256];
+    if (kv_entry_decode_many(env, &blob, &len, 1, &e, e2) != 1) snprintf(err, errlen, "%s: %s", what, e2[0]);
+    return e;
+}
+
+size_t kv_entry_bytes_of(const kv_entry_env *env, const void *blob, size_t len, int n)
+{
+    const lz_llama_config *c = env->cfg;
+    lz_payload_info info;
+    char e2[256];
+    size_t rows = (size_t)c->n_layers * c->n_kv_heads * (n > 0 ? n : 1), es = sizeof(float);
+    if (!lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) {
+        rows = info.n_kept_sum;
+        if (info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !env->f32) es = sizeof(uint16_t);
+    }
+    return 2 * (rows ? rows : 1) * c->head_dim * es;
+}

@@ -1,0 +1,245 @@
+/* payload_batch.c - many bf16 payloads decoded at once (lz_payload_decode_batch):
+ * the zstd frames of every payload in the batch go to one pool of threads, each
+ * frame's CRC32C is taken by the thread that decompresses it (its bytes are read
+ * once) and the pieces are joined by lz_crc32c_combine, then the byte planes of
+ * every payload are unshuffled into the callers' buffers on the same threads. A
+ * question's misses, or a preload, then decode at the rate of all cores, where
+ * one payload alone has too few frames to keep them busy.
+ *
+ * Legend: half = sum(kept) * d, the bf16 elements of K (and of V) of a payload.
+ */
+#include "store/payload.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+
+#include "base/error.h"
+#include "store/payload_impl.h"
+
+/* ---- CRC32C of joined pieces (the method of zlib's crc32_combine) ---- */
+
+#define CRC32C_POLY 0x82f63b78u /* reflected */
+
+/* a * b modulo the polynomial, bit-reflected */
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0) break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+    }
+    return p;
+}
+
+/* x^(2^k) modulo the polynomial, k = 0..31 */
+static uint32_t x2n_table[32];
+static int x2n_ready;
+
+static void x2n_init(void)
+{
+    uint32_t p = 1u << 30; /* x^1 */
+    x2n_table[0] = p;
+    for (int n = 1; n < 32; n++) x2n_table[n] = p = multmodp(p, p);
+    __atomic_store_n(&x2n_ready, 1, __ATOMIC_RELEASE);
+}
+
+/* x^(n * 2^k) modulo the polynomial */
+static uint32_t x2nmodp(uint64_t n, unsigned k)
+{
+    if (!__atomic_load_n(&x2n_ready, __ATOMIC_ACQUIRE)) x2n_init();
+    uint32_t p = 1u << 31; /* x^0 */
+    for (; n; n >>= 1, k++)
+        if (n & 1) p = multmodp(x2n_table[k & 31], p);
+    return p;
+}
+
+/* The CRC of a piece followed by len2 more bytes, without those bytes' own CRC: the CRC of
+ * the whole is the XOR of every piece's shifted CRC (the combine is linear). */
+static uint32_t crc_shift(uint32_t crc1, uint64_t len2) { return multmodp(x2nmodp(len2, 3), crc1); }
+
+uint32_t lz_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2) { return crc_shift(crc1, len2) ^ crc2; }
+
+/* ---- the batch ---- */
+
+/* Planes of a wave of payloads held at once (the codec keeps the buffer): a batch larger
+ * than this is decoded in waves, at least one payload a wave. */
+#define WAVE_BYTES ((size_t)256 << 20)
+/* a job's status while the batch runs: decoded already, by lz_payload_decode_bf16_packed */
+#define DONE_ALONE (-1)
+/* bf16 elements a thread unshuffles at a time */
+#define UNSHUFFLE_CHUNK ((size_t)1 << 18)
+
+typedef struct {
+    int job;
+    size_t src, n;   /* compressed bytes: blob + src, n of them (a frame, or the whole body) */
+    size_t dst, m;   /* decompressed into the job's planes at dst, m bytes */
+    uint32_t crc;    /* the piece's CRC shifted to the blob's end */
+    int bad;
+} piece;
+
+typedef struct {
+    size_t planes;   /* offset of the job's planes in the wave's buffer */
+    size_t body;     /* offset of the body in the blob */
+    int first, count; /* its pieces */
+} job_plan;
+
+static int job_fail(lz_payload_job *j, int status, const char *msg)
+{
+    j->status = status;
+    snprintf(j->err, sizeof j->err, "%s", msg);
+    return status;
+}
+
+/* The pieces of job j's body (frames when it was compressed as frames, else the whole
+ * body as one piece) appended to *ps; 0, or -1 out of memory. */
+static int plan_pieces(const lz_payload_job *j, int job, size_t body_off, piece **ps, int *n, int *cap)
+{
+    const uint8_t *src = (const uint8_t *)j->blob + body_off;
+    const size_t len = (size_t)j->info.body_size, raw = (size_t)j->info.raw_size;
+    const int n0 = *n;
+    size_t off = 0, out = 0;
+    int frames = 1;
+    while (off < len) {
+        size_t fs = ZSTD_findFrameCompressedSize(src + off, len - off);
+        unsigned long long cs = ZSTD_isError(fs) ? ZSTD_CONTENTSIZE_ERROR : ZSTD_getFrameContentSize(src + off, fs);
+        if (cs == ZSTD_CONTENTSIZE_ERROR || cs == ZSTD_CONTENTSIZE_UNKNOWN || out + cs > raw) { frames = 0; break; }
+        if (*n == *cap) {
+            int nc = *cap ? 2 * *cap : 256;
+            piece *p = realloc(*ps, (size_t)nc * sizeof *p);
+            if (!p) return -1;
+            *ps = p, *cap = nc;
+        }
+        (*ps)[(*n)++] = (piece){.job = job, .src = body_off + off, .n = fs, .dst = out, .m = (size_t)cs};
+        off += fs, out += (size_t)cs;
+    }
+    if (frames && off == len && out == raw && *n > n0) return 0;
+    *n = n0; /* one piece: zstd reads whatever the body holds, and says when it is wrong */
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 256;
+        piece *p = realloc(*ps, (size_t)nc * sizeof *p);
+        if (!p) return -1;
+        *ps = p, *cap = nc;
+    }
+    (*ps)[(*n)++] = (piece){.job = job, .src = body_off, .n = len, .dst = 0, .m = raw};
+    return 0;
+}
+
+/* bf16 elements [a, b) of job j from its planes (2 * half elements: low bytes, then high) */
+static void unshuffle_range(const lz_payload_job *j, const uint8_t *planes, size_t a, size_t b)
+{
+    const size_t half = (size_t)j->info.n_kept_sum * j->info.head_dim, n = 2 * half;
+    const uint8_t *lo = planes, *hi = planes + n;
+    uint16_t *dst = a < half ? j->k + a : j->v + (a - half);
+    for (size_t i = a; i < b; i++) *dst++ = (uint16_t)(lo[i] | (hi[i] << 8));
+}
+
+/* One wave: jobs [j0, j1), every one parsed, bf16, shuffled, with planes room in c->planes. */
+static void decode_wave(lz_payload_codec *c, lz_payload_job *jobs, job_plan *plan, int j0, int j1, piece *ps,
+                        int n_ps, int T)
+{
+    uint8_t *buf = c->planes;
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1) if (T > 1 && n_ps > 1)
+    for (int t = 0; t < n_ps; t++) {
+        piece *p = &ps[t];
+        const lz_payload_job *j = &jobs[p->job];
+        const uint8_t *src = (const uint8_t *)j->blob + p->src;
+        ZSTD_DCtx *d = T > 1 ? c->wdctx[omp_get_thread_num()] : c->dctx;
+        size_t r = ZSTD_decompressDCtx(d, buf + plan[p->job].planes + p->dst, p->m, src, p->n);
+        p->bad = ZSTD_isError(r) || r != p->m;
+        p->crc = crc_shift(lz_crc32c(0, src, p->n), (uint64_t)(j->len - p->src - p->n));
+    }
+    /* the checksums: header and kept table, then the body's pieces (XOR of shifted CRCs) */
+    for (int i = j0; i < j1; i++) {
+        lz_payload_job *j = &jobs[i];
+        if (j->status) continue;
+        static const uint8_t zero[4];
+        const uint8_t *b = j->blob;
+        uint32_t h = lz_crc32c(0, b, OFF_CRC);
+        h = lz_crc32c(h, zero, 4);
+        h = lz_crc32c(h, b + OFF_CRC + 4, plan[i].body - OFF_CRC - 4);
+        uint32_t crc = crc_shift(h, (uint64_t)(j->len - plan[i].body));
+        int bad = 0;
+        for (int t = plan[i].first; t < plan[i].first + plan[i].count; t++) crc ^= ps[t].crc, bad |= ps[t].bad;
+        if (crc != j->info.checksum) {
+            char m[160];
+            snprintf(m, sizeof m, "payload: CRC32C mismatch (stored %08x, computed %08x)", j->info.checksum, crc);
+            job_fail(j, LZ_ECHECKSUM, m);
+        } else if (bad) {
+            job_fail(j, LZ_ECODEC, "payload decode: zstd: a frame did not decompress");
+        }
+    }
+    /* the planes into the callers' K and V, in chunks over every good job */
+#pragma omp parallel num_threads(T) if (T > 1)
+    for (int i = j0; i < j1; i++) {
+        const lz_payload_job *j = &jobs[i];
+        if (j->status) continue;
+        const size_t half = (size_t)j->info.n_kept_sum * j->info.head_dim;
+        const long long nk = (long long)((half + UNSHUFFLE_CHUNK - 1) / UNSHUFFLE_CHUNK);
+#pragma omp for schedule(dynamic, 1) nowait
+        for (long long ch = 0; ch < 2 * nk; ch++) { /* K's chunks, then V's: none crosses K's end */
+            const size_t base = ch < nk ? 0 : half, a = base + (size_t)(ch % nk) * UNSHUFFLE_CHUNK;
+            const size_t b = a + UNSHUFFLE_CHUNK < base + half ? a + UNSHUFFLE_CHUNK : base + half;
+            unshuffle_range(j, buf + plan[i].planes, a, b);
+        }
+    }
+}
+
+int lz_payload_decode_batch(lz_payload_codec *c, lz_payload_job *jobs, int n)
+{
+    const int T = omp_in_parallel() ? 1 : omp_get_max_threads();
+    job_plan *plan = calloc((size_t)(n > 0 ? n : 1), sizeof *plan);
+    piece *ps = NULL;
+    int n_ps = 0, cap = 0, failed = 0;
+    if (!plan || (T > 1 && lz_payload_thread_dctx(c, T))) {
+        for (int i = 0; i < n; i++) job_fail(&jobs[i], LZ_ENOMEM, "payload decode: out of memory");
+        free(plan);
+        return n;
+    }
+    for (int i = 0; i < n; i++) { /* the batch's own format: the rest one at a time */
+        lz_payload_job *j = &jobs[i];
+        j->status = lz_payload_parse(j->blob, j->len, 0, &j->info, j->err, sizeof j->err);
+        if (j->status) continue;
+        if (j->n_kept) lz_payload_kept(j->blob, &j->info, j->n_kept);
+        if (j->info.dtype != LZ_PAYLOAD_DTYPE_BF16 || j->info.codec != LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
+            j->status = lz_payload_decode_bf16_packed(c, j->blob, j->len, j->k, j->v, NULL, &j->info, j->err,
+                                                      sizeof j->err);
+            if (!j->status) j->status = DONE_ALONE;
+        }
+    }
+    for (int j0 = 0; j0 < n;) { /* waves of at most WAVE_BYTES of planes */
+        size_t room = 0;
+        int j1 = j0;
+        n_ps = 0;
+        for (; j1 < n; j1++) {
+            lz_payload_job *j = &jobs[j1];
+            if (j->status) continue;
+            if (room && room + (size_t)j->info.raw_size > WAVE_BYTES) break;
+            plan[j1].planes = room;
+            plan[j1].body = LZ_PAYLOAD_HEADER_SIZE + 4 * (size_t)j->info.n_layers * j->info.n_kv_heads;
+            plan[j1].first = n_ps;
+            if (plan_pieces(j, j1, plan[j1].body, &ps, &n_ps, &cap)) { job_fail(j, LZ_ENOMEM, "payload decode: out of memory"); continue; }
+            plan[j1].count = n_ps - plan[j1].first;
+            room += (size_t)j->info.raw_size;
+        }
+        if (room && lz_payload_reserve(&c->planes, &c->planes_cap, room)) {
+            for (int i = j0; i < j1; i++)
+                if (!jobs[i].status) job_fail(&jobs[i], LZ_ENOMEM, "payload decode: out of memory for the planes");
+        } else if (room) {
+            decode_wave(c, jobs, plan, j0, j1, ps, n_ps, T);
+        }
+        j0 = j1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (jobs[i].status == DONE_ALONE) jobs[i].status = LZ_OK;
+        failed += jobs[i].status != LZ_OK;
+    }
+    free(ps);
+    free(plan);
+    return failed;
+}
