@@ -11,8 +11,13 @@
  *      bf16 K/V: the strided decode on one thread (one zstd call, the planes
  *      unshuffled into a scratch copy, then copied element by element) against
  *      the packed decode (frames on every thread, the planes unshuffled straight
- *      into K and V), one thread and all (OMP_NUM_THREADS): MB/s of bf16 K+V.
- * usage: bench_codec [--reps N]   (bench/RESULTS.md, "Store and codec")
+ *      into K and V), one thread and all (OMP_NUM_THREADS): MB/s of bf16 K+V;
+ *   5. the store tier: 10 such payloads (each its own values) decoded as one batch
+ *      (lz_payload_decode_batch) from memory, and read from an LMDB environment
+ *      in one snapshot then decoded (the path of a question's misses), on 1, 4, 8
+ *      and all threads: MB/s of decoded bf16 K+V into buffers touched before.
+ * usage: bench_codec [--reps N] [--lmdb DIR]   (bench/RESULTS.md, "Store and codec")
+ *   DIR: where the LMDB environment of part 5 is made and removed (default /tmp)
  */
 #include <math.h>
 #include <omp.h>
@@ -20,10 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include "base/clock.h"
 #include "base/half.h"
+#include "store/kvdb.h"
 #include "store/payload.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -60,9 +67,92 @@ static void plane(const char *name, const uint8_t *src, size_t n, int level, int
     ZSTD_freeCCtx(c);
 }
 
+/* Part 5: nb payloads of the body's shape, each its own values, decoded as one batch
+ * from memory and from an LMDB environment in dir (one snapshot, zero-copy). */
+static int batch_rows(const lz_payload_src *src0, size_t N, int reps, const char *dir, char *rows, size_t cap)
+{
+    enum { NB = 10 };
+    lz_payload_codec *enc = lz_payload_codec_new(), *c = lz_payload_codec_new();
+    char err[256];
+    void *blob[NB];
+    size_t len[NB];
+    uint16_t *dk[NB], *dv[NB];
+    float *k = malloc(N * 4), *v = malloc(N * 4);
+    if (!enc || !c || !k || !v || lz_payload_codec_set_threads(enc, omp_get_max_threads())) return 1;
+    for (int b = 0; b < NB; b++) {
+        for (size_t i = 0; i < N; i++) k[i] = src0->k[i] * (1.0f + 0.01f * gauss()), v[i] = src0->v[i] + 0.01f * gauss();
+        lz_payload_src s = *src0;
+        s.k = k, s.v = v;
+        if (lz_payload_encode(enc, &s, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 1, &blob[b], &len[b], err, sizeof err)) {
+            fprintf(stderr, "encode: %s\n", err);
+            return 1;
+        }
+        dk[b] = malloc(N * 2), dv[b] = malloc(N * 2);
+        memset(dk[b], 1, N * 2), memset(dv[b], 1, N * 2); /* touched, as the host tier's pinned blocks are */
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/bench_codec_lmdb.%d", dir, (int)getpid());
+    lz_kvdb *db = NULL;
+    lz_kvdb_item items[NB];
+    uint8_t keys[NB][32];
+    for (int b = 0; b < NB; b++) {
+        memset(keys[b], b + 1, 32);
+        items[b] = (lz_kvdb_item){keys[b], 32, blob[b], len[b]};
+    }
+    if (lz_kvdb_open(path, 0, &db, err, sizeof err) || lz_kvdb_put_batch(db, items, NB, err, sizeof err)) {
+        fprintf(stderr, "lmdb %s: %s\n", path, err);
+        return 1;
+    }
+    const int all = omp_get_max_threads(), tcount[4] = { 1, 4, 8, all };
+    size_t o = 0;
+    o += (size_t)snprintf(rows + o, cap - o, "| %d payloads of %.1f MB | from | threads | MB/s of bf16 K+V |\n|---|---|---|---|\n",
+                          NB, 2.0 * N * 2 / 1e6);
+    for (int way = 0; way < 2; way++)
+        for (int t = 0; t < 4; t++) {
+            if (t > 0 && tcount[t] <= tcount[t - 1]) continue;
+            omp_set_num_threads(tcount[t]);
+            double best = 1e30;
+            for (int r = 0; r < reps; r++) {
+                lz_payload_job jobs[NB];
+                lz_kvdb_reader *rd = NULL;
+                const double t0 = lz_now_s();
+                if (way == 1 && lz_kvdb_reader_begin(db, &rd, err, sizeof err)) return 1;
+                for (int b = 0; b < NB; b++) {
+                    const void *p = blob[b];
+                    size_t n = len[b];
+                    if (way == 1 && lz_kvdb_reader_get(rd, keys[b], 32, &p, &n, err, sizeof err)) return 1;
+                    jobs[b] = (lz_payload_job){.blob = p, .len = n, .k = dk[b], .v = dv[b]};
+                }
+                if (lz_payload_decode_batch(c, jobs, NB)) { fprintf(stderr, "batch: %s\n", jobs[0].err); return 1; }
+                lz_kvdb_reader_end(rd);
+                const double dt = lz_now_s() - t0;
+                if (dt < best) best = dt;
+            }
+            o += (size_t)snprintf(rows + o, cap - o, "| one batch | %s | %d | %.0f |\n", way ? "LMDB (one snapshot)" : "memory",
+                                  tcount[t], NB * 2.0 * N * 2 / 1e6 / best);
+        }
+    omp_set_num_threads(all);
+    lz_kvdb_close(db);
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", path);
+    for (int b = 0; b < NB; b++) free(blob[b]), free(dk[b]), free(dv[b]);
+    free(k);
+    free(v);
+    lz_payload_codec_free(enc);
+    lz_payload_codec_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int reps = argc > 2 && !strcmp(argv[1], "--reps") ? atoi(argv[2]) : 5;
+    int reps = 5;
+    const char *lmdb_dir = "/tmp";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--lmdb")) lmdb_dir = argv[i + 1];
+        else { fprintf(stderr, "usage: bench_codec [--reps N] [--lmdb DIR]\n"); return 2; }
+    }
     if (reps < 1) reps = 1;
     const int L = 32, KV = 8, d = 128, n = 175;
     const size_t N = (size_t)L * KV * n * d;
@@ -165,11 +255,15 @@ int main(int argc, char **argv)
         free(a);
         free(b);
     }
+    /* 5 */
+    static char batch[2048];
+    if (batch_rows(&src, N, reps, lmdb_dir, batch, sizeof batch)) return 1;
     free(k);
     free(v);
     free(h);
     free(sh);
     printf("\n| decode of a %.1f MB payload (1 MiB frames, level 1) | threads | MB/s of bf16 K+V |\n|---|---|---|\n%s",
            2.0 * N * 2 / 1e6, dec_rows);
+    printf("\n%s", batch);
     return 0;
 }

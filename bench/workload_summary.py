@@ -4,7 +4,7 @@ run, named q-POLICY-COLD-GPUBUDGET-HOSTBUDGET.jsonl by bench/gpu_workload.sh) to
 run: questions answered and failed, TTFT mean / p50 / p99 (the first question, which loads
 the GPU's kernels and the store's pages, reported apart), and the hit rates of the cache
 tiers over the stream and the bytes copied into HBM with their device-timed rate (the last
-line's cumulative tier counts; the GPU tier's without its
+line's cumulative tier counts; the start-up preload's seconds; the GPU tier's without its
 lookups of the prompt prefix; the host tier sees only what the GPU tier missed).
 Usage: python3 bench/workload_summary.py FILE.jsonl ...   (markdown on standard output)"""
 import json
@@ -29,8 +29,8 @@ def rate(t, prefix_lookups=0):
 
 
 def main(paths):
-    print("| run | questions | failed | first question TTFT ms | TTFT mean ms | p50 | p99 | GPU tier hit rate | host tier hit rate | into HBM GB | GB/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| run | questions | failed | first question TTFT ms | TTFT mean ms | p50 | p99 | GPU tier hit rate | host tier hit rate | into HBM GB | GB/s | preload s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for p in paths:
         rows, bad = [], 0
         with open(p) as f:
@@ -47,7 +47,7 @@ def main(paths):
                 else:
                     rows.append(j)
         if not rows:
-            print("| %s | 0 | %d | - | - | - | - | - | - | - | - |" % (os.path.basename(p), bad))
+            print("| %s | 0 | %d | - | - | - | - | - | - | - | - | - |" % (os.path.basename(p), bad))
             continue
         first = 1e3 * rows[0]["timings"]["ttft_s"]
         t = sorted(1e3 * r["timings"]["ttft_s"] for r in rows[1:]) or [first]
@@ -57,8 +57,11 @@ def main(paths):
         gt = tiers.get("gpu", {})
         moved = "%.2f" % (gt["bytes_in"] / 1e9) if "bytes_in" in gt else "-"
         gbps = "%.1f" % gt["copy_gbps"] if gt.get("copy_gbps") else "-"
-        print("| %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %s | %s | %s | %s |" % (
-            os.path.basename(p)[2:-6], len(rows), bad, first, sum(t) / len(t), pct(t, 0.5), pct(t, 0.99), g, h, moved, gbps))
+        pre = tiers.get("host", {}).get("preload_s")
+        pre = "%.1f" % pre if pre else "-"
+        print("| %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %s | %s | %s | %s | %s |" % (
+            os.path.basename(p)[2:-6], len(rows), bad, first, sum(t) / len(t), pct(t, 0.5), pct(t, 0.99), g, h, moved,
+            gbps, pre))
 
 
 if __name__ == "__main__":

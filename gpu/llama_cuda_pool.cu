@@ -10,11 +10,15 @@
  *   pinned   host memory in the same layout (the host tier's entries and the
  *            documents decoded from the store), so a miss is one DMA copy at
  *            PCIe speed; regions of LZ_GPU_HOST_REGION bytes, thread-safe
- *            (the store tier decodes on many threads).
+ *            (the store tier decodes on many threads), each mapped with
+ *            transparent huge pages, touched on every thread, then registered
+ *            with the driver: 11x faster than cudaHostAlloc on the H200 host
+ *            (16.8 against 1.5 GB/s, dev/cuda/pin_rate.cu), the same copy speed.
  * And the copies between them: asynchronous on the question's stream, timed
  * with events (lz_llama_gpu_tier_stats). State: llama_gpu.cuh. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cache/kv_pool.h"
 #include "gpu/llama_gpu.cuh"
@@ -24,6 +28,33 @@
 #define LZ_GPU_HOST_REGION ((size_t)1 << 30)
 
 namespace lzgpu {
+
+/* bytes of pinned host memory (a multiple of the page size), or NULL */
+static void *host_region_new(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    madvise(p, bytes, MADV_HUGEPAGE); /* a hint: registering 2 MiB pages is what is fast */
+    const size_t chunk = (size_t)2 << 20;
+    const long n = (long)((bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) {
+        const size_t at = (size_t)i * chunk;
+        memset((char *)p + at, 0, bytes - at < chunk ? bytes - at : chunk);
+    }
+    if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+        cudaGetLastError();
+        munmap(p, bytes);
+        return NULL;
+    }
+    return p;
+}
+
+static void host_region_free(void *p, size_t bytes)
+{
+    cudaHostUnregister(p);
+    munmap(p, bytes);
+}
 
 /* A new HBM region of at least bytes (first: the budget and the working room). 0 or -1. */
 static int pool_grow(lz_llama_gpu *g, size_t bytes, char *err, size_t errlen)
@@ -89,7 +120,7 @@ void pool_free_all(lz_llama_gpu *g)
     for (int i = 0; g->hbm && !lz_kv_pool_region(g->hbm, i, &base, &bytes); i++) cudaFree((void *)base);
     lz_kv_pool_free(g->hbm);
     g->hbm = NULL;
-    for (int i = 0; g->hostp && !lz_kv_pool_region(g->hostp, i, &base, &bytes); i++) cudaFreeHost((void *)base);
+    for (int i = 0; g->hostp && !lz_kv_pool_region(g->hostp, i, &base, &bytes); i++) host_region_free((void *)base, bytes);
     lz_kv_pool_free(g->hostp);
     g->hostp = NULL;
     if (g->host_lock_made) pthread_mutex_destroy(&g->host_lock);
@@ -202,15 +233,12 @@ extern "C" void *lz_llama_gpu_host_alloc(lz_llama_gpu *g, size_t bytes)
     uintptr_t a;
     if (g->hostp && !lz_kv_pool_alloc(g->hostp, bytes, &a)) out = (void *)a;
     if (g->hostp && !out) { /* a new pinned region */
+        const size_t huge = (size_t)2 << 20;
         size_t want = bytes > LZ_GPU_HOST_REGION ? bytes : LZ_GPU_HOST_REGION;
-        want = (want + LZ_GPU_POOL_ALIGN - 1) / LZ_GPU_POOL_ALIGN * LZ_GPU_POOL_ALIGN;
-        void *p = NULL;
-        if (cudaHostAlloc(&p, want, cudaHostAllocPortable) == cudaSuccess) {
-            if (lz_kv_pool_add_region(g->hostp, (uintptr_t)p, want)) cudaFreeHost(p);
-            else if (!lz_kv_pool_alloc(g->hostp, bytes, &a)) out = (void *)a;
-        } else {
-            cudaGetLastError(); /* no more pinned memory: the caller uses pageable memory */
-        }
+        want = (want + huge - 1) / huge * huge;
+        void *p = host_region_new(want); /* NULL: no more pinned memory; the caller uses pageable */
+        if (p && lz_kv_pool_add_region(g->hostp, (uintptr_t)p, want)) host_region_free(p, want);
+        else if (p && !lz_kv_pool_alloc(g->hostp, bytes, &a)) out = (void *)a;
     }
     pthread_mutex_unlock(&g->host_lock);
     return out;
