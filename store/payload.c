@@ -17,6 +17,7 @@
 #include <nmmintrin.h>
 #endif
 
+#include "base/fp8.h"
 #include "base/half.h"
 #include "base/error.h"
 #include "store/payload_impl.h"
@@ -124,7 +125,16 @@ static void unshuffle_planes(uint8_t *dst, const uint8_t *src, size_t n, size_t 
         for (size_t b = 0; b < es; b++) dst[i * es + b] = src[b * n + i];
 }
 
-static size_t dtype_size(int dtype) { return dtype == LZ_PAYLOAD_DTYPE_F32 ? 4 : dtype == LZ_PAYLOAD_DTYPE_BF16 ? 2 : 0; }
+static size_t dtype_size(int dtype)
+{
+    return dtype == LZ_PAYLOAD_DTYPE_F32 ? 4 : dtype == LZ_PAYLOAD_DTYPE_BF16 ? 2 : dtype == LZ_PAYLOAD_DTYPE_FP8 ? 1 : 0;
+}
+
+/* Bytes of the body's scale table (fp8: a float for K and for V of each (layer, kv head)). */
+static size_t scales_size(int dtype, size_t nh) { return dtype == LZ_PAYLOAD_DTYPE_FP8 ? 8 * nh : 0; }
+
+/* The version a payload of dtype is written with (fp8 is version 2's). */
+static int version_of(int dtype) { return dtype == LZ_PAYLOAD_DTYPE_FP8 ? 2 : 1; }
 
 /* ---- codec state ---- */
 
@@ -278,13 +288,16 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
     const size_t es = dtype_size(dtype);
     if (!es) return lz_fail(err, errlen, LZ_EINVAL, "payload encode: unknown dtype %d", dtype);
     const size_t n_elem = (size_t)(2 * kept_sum * (uint64_t)d); /* K and V */
-    const size_t raw_size = n_elem * es;
+    const size_t sc_bytes = scales_size(dtype, nh), raw_size = sc_bytes + n_elem * es;
+    if (es == 1 && codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) codec = LZ_PAYLOAD_CODEC_ZSTD; /* one byte: one plane */
     if (lz_payload_reserve(&c->scratch, &c->cap, raw_size ? raw_size : 1))
         return lz_fail(err, errlen, LZ_ENOMEM, "payload encode: out of memory (%zu bytes)", raw_size);
 
-    /* body: K of every (l, h) in order, then V; bf16, or fp32 as is (little-endian hosts) */
+    /* body: K of every (l, h) in order, then V; bf16, fp32 as is (little-endian hosts), or fp8
+     * after the scale table (each (part, head) divided by its absolute maximum over 448) */
     uint16_t *body = (uint16_t *)(void *)c->scratch;
     float *body32 = (float *)(void *)c->scratch;
+    uint8_t *body8 = c->scratch + sc_bytes;
     /* (kv, head) slices at their offsets, on c's threads when it has them */
     const int T = c->workers > 1 ? c->workers : 1;
 #pragma omp parallel for num_threads(T) schedule(dynamic, 4) if (T > 1 && raw_size >= LZ_PAYLOAD_FRAME_BYTES)
@@ -294,8 +307,17 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
         for (size_t h = 0; h < i; h++) o += (size_t)(s->n_kept ? s->n_kept[h] : n) * d;
         const int kept = s->n_kept ? s->n_kept[i] : n;
         const float *row = (j < nh ? s->k : s->v) + (i * (size_t)s->stride + (size_t)s->t0) * (size_t)d;
-        if (es == 4) memcpy(body32 + o, row, (size_t)kept * d * 4);
-        else lz_f32_to_bf16_n(body + o, row, (size_t)kept * d);
+        if (es == 4) {
+            memcpy(body32 + o, row, (size_t)kept * d * 4);
+        } else if (es == 2) {
+            lz_f32_to_bf16_n(body + o, row, (size_t)kept * d);
+        } else {
+            float amax = 0;
+            for (size_t e = 0; e < (size_t)kept * d; e++) amax = fmaxf(amax, fabsf(row[e]));
+            const float scale = amax > 0 && isfinite(amax) ? amax / LZ_E4M3_MAX : 1.0f, inv = 1.0f / scale;
+            put32(c->scratch + 4 * j, lz_f32_to_bits(scale)); /* K's heads, then V's */
+            for (size_t e = 0; e < (size_t)kept * d; e++) body8[o + e] = lz_f32_to_e4m3(row[e] * inv);
+        }
     }
 
     const uint8_t *stored = c->scratch;
@@ -345,7 +367,7 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
 
     memset(blob, 0, LZ_PAYLOAD_HEADER_SIZE);
     memcpy(blob + OFF_MAGIC, LZ_PAYLOAD_MAGIC, 4);
-    put16(blob + OFF_VERSION, LZ_PAYLOAD_VERSION);
+    put16(blob + OFF_VERSION, (uint16_t)version_of(dtype));
     blob[OFF_DTYPE] = (uint8_t)dtype;
     blob[OFF_CODEC] = (uint8_t)codec;
     put32(blob + OFF_LAYERS, (uint32_t)L);
@@ -380,8 +402,8 @@ int lz_payload_parse(const void *buf, size_t len, int verify_checksum, lz_payloa
     if (memcmp(b + OFF_MAGIC, LZ_PAYLOAD_MAGIC, 4) != 0)
         return lz_fail(err, errlen, LZ_ECORRUPT, "payload: bad magic (expected \"LZKV\")");
     info->version = get16(b + OFF_VERSION);
-    if (info->version != LZ_PAYLOAD_VERSION)
-        return lz_fail(err, errlen, LZ_EVERSION, "payload: version %d, this build reads %d",
+    if (info->version < 1 || info->version > LZ_PAYLOAD_VERSION)
+        return lz_fail(err, errlen, LZ_EVERSION, "payload: version %d, this build reads 1 to %d",
                     info->version, LZ_PAYLOAD_VERSION);
     info->dtype = b[OFF_DTYPE];
     info->codec = b[OFF_CODEC];
@@ -396,6 +418,9 @@ int lz_payload_parse(const void *buf, size_t len, int verify_checksum, lz_payloa
     info->checksum = get32(b + OFF_CRC);
     if (!dtype_size(info->dtype))
         return lz_fail(err, errlen, LZ_ECORRUPT, "payload: unknown dtype %d", info->dtype);
+    if (info->version != version_of(info->dtype))
+        return lz_fail(err, errlen, LZ_ECORRUPT, "payload: dtype %d in a version %d payload", info->dtype,
+                       info->version);
     if (info->codec > LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD)
         return lz_fail(err, errlen, LZ_ECORRUPT, "payload: unknown codec %d", info->codec);
     if (get32(b + OFF_FLAGS) != 0)
@@ -422,7 +447,7 @@ int lz_payload_parse(const void *buf, size_t len, int verify_checksum, lz_payloa
         sum += kept;
     }
     info->n_kept_sum = sum;
-    uint64_t want_raw = 2 * dtype_size(info->dtype) * sum * (uint64_t)info->head_dim;
+    uint64_t want_raw = scales_size(info->dtype, nh) + 2 * dtype_size(info->dtype) * sum * (uint64_t)info->head_dim;
     if (info->raw_size != want_raw)
         return lz_fail(err, errlen, LZ_ECORRUPT,
                     "payload: raw size %llu does not match the kept table (%llu)",
@@ -550,17 +575,34 @@ static int decode_body(lz_payload_codec *c, const void *buf, size_t len, int str
 }
 
 
-/* Element e of a body of dtype as fp32 / as bf16 bits. */
-static inline float elem_f32(const uint8_t *body, int dtype, size_t e)
+/* Element e of a body's elements of dtype as fp32 / as bf16 bits; sc: the fp8 scale of its head. */
+static inline float elem_f32(const uint8_t *body, int dtype, size_t e, float sc)
 {
     if (dtype == LZ_PAYLOAD_DTYPE_F32) { float f; memcpy(&f, body + 4 * e, 4); return f; }
+    if (dtype == LZ_PAYLOAD_DTYPE_FP8) return lz_e4m3_to_f32(body[e]) * sc;
     uint16_t h; memcpy(&h, body + 2 * e, 2); return lz_bf16_to_f32(h);
 }
-static inline uint16_t elem_bf16(const uint8_t *body, int dtype, size_t e)
+static inline uint16_t elem_bf16(const uint8_t *body, int dtype, size_t e, float sc)
 {
-    if (dtype == LZ_PAYLOAD_DTYPE_F32) { float f; memcpy(&f, body + 4 * e, 4); return lz_f32_to_bf16(f); }
-    uint16_t h; memcpy(&h, body + 2 * e, 2); return h;
+    if (dtype == LZ_PAYLOAD_DTYPE_BF16) { uint16_t h; memcpy(&h, body + 2 * e, 2); return h; }
+    return lz_f32_to_bf16(elem_f32(body, dtype, e, sc));
 }
+
+/* Every (part, head) of a decoded body in order: its kept rows from element o of the
+ * elements (after an fp8 body's scale table), its scale. */
+#define FOR_EACH_HEAD(buf, info, body, BODY_OF_HEAD)                                             \
+    const size_t nh = (size_t)(info)->n_layers * (info)->n_kv_heads, d = (size_t)(info)->head_dim; \
+    const int dtype = (info)->dtype;                                                             \
+    const uint8_t *elems = (body) + scales_size(dtype, nh);                                      \
+    size_t o = 0;                                                                                \
+    for (int kv = 0; kv < 2; kv++)                                                               \
+        for (size_t i = 0; i < nh; i++) {                                                        \
+            const size_t kept = get32((const uint8_t *)(buf) + LZ_PAYLOAD_HEADER_SIZE + 4 * i);  \
+            const float sc = dtype == LZ_PAYLOAD_DTYPE_FP8                                       \
+                                 ? lz_bits_to_f32(get32((body) + 4 * ((size_t)kv * nh + i))) : 1.0f; \
+            BODY_OF_HEAD                                                                         \
+            o += kept * d;                                                                       \
+        }
 
 #define DECODE_IMPL(T, CONV)                                                                     \
     lz_payload_info local;                                                                       \
@@ -568,19 +610,11 @@ static inline uint16_t elem_bf16(const uint8_t *body, int dtype, size_t e)
     const uint8_t *body;                                                                         \
     int rc = decode_body(c, buf, len, stride, info, &body, err, errlen);                         \
     if (rc) return rc;                                                                           \
-    const size_t nh = (size_t)info->n_layers * info->n_kv_heads, d = (size_t)info->head_dim;     \
-    const int dtype = info->dtype;                                                               \
-    size_t o = 0;                                                                                \
-    for (int kv = 0; kv < 2; kv++) {                                                             \
-        T *dst = kv ? v : k;                                                                     \
-        for (size_t i = 0; i < nh; i++) {                                                        \
-            size_t kept = get32((const uint8_t *)buf + LZ_PAYLOAD_HEADER_SIZE + 4 * i);          \
-            if (n_kept && kv == 0) n_kept[i] = (int)kept;                                        \
-            T *row = dst + i * (size_t)stride * d;                                               \
-            for (size_t e = 0; e < kept * d; e++) row[e] = CONV(body, dtype, o + e);             \
-            o += kept * d;                                                                       \
-        }                                                                                        \
-    }                                                                                            \
+    FOR_EACH_HEAD(buf, info, body, {                                                             \
+        if (n_kept && kv == 0) n_kept[i] = (int)kept;                                            \
+        T *row = (kv ? v : k) + i * (size_t)stride * d;                                          \
+        for (size_t e = 0; e < kept * d; e++) row[e] = CONV(elems, dtype, o + e, sc);            \
+    })                                                                                           \
     return LZ_OK;
 
 int lz_payload_decode_f32(lz_payload_codec *c, const void *buf, size_t len, float *k, float *v,
@@ -605,10 +639,12 @@ int lz_payload_decode_bf16(lz_payload_codec *c, const void *buf, size_t len, uin
     int rc = lz_payload_parse(buf, len, 0, info, err, errlen);                                   \
     if (!rc) rc = decode_body(c, buf, len, info->n_tokens, info, &body, err, errlen);            \
     if (rc) return rc;                                                                           \
-    const size_t half = (size_t)info->n_kept_sum * info->head_dim;                               \
     if (n_kept) lz_payload_kept(buf, info, n_kept);                                              \
-    for (size_t e = 0; e < half; e++) k[e] = CONV(body, info->dtype, e);                         \
-    for (size_t e = 0; e < half; e++) v[e] = CONV(body, info->dtype, half + e);                  \
+    const size_t half = (size_t)info->n_kept_sum * info->head_dim;                               \
+    FOR_EACH_HEAD(buf, info, body, {                                                             \
+        const size_t at = kv ? o - half : o;                                                     \
+        for (size_t e = 0; e < kept * d; e++) (kv ? v : k)[at + e] = CONV(elems, dtype, o + e, sc); \
+    })                                                                                           \
     return LZ_OK;
 
 int lz_payload_decode_f32_packed(lz_payload_codec *c, const void *buf, size_t len, float *k, float *v,

@@ -17,12 +17,14 @@
 #include "base/status.h"
 
 #define LZ_PAYLOAD_MAGIC "LZKV"
-#define LZ_PAYLOAD_VERSION 1
+#define LZ_PAYLOAD_VERSION 2 /* the newest this build reads: 1 (bf16, fp32), 2 (fp8) */
 #define LZ_PAYLOAD_HEADER_SIZE 96 /* fixed part; the kept table (4 * L * KV bytes) follows */
 
 enum {
     LZ_PAYLOAD_DTYPE_BF16 = 1, /* default: half the bytes, the GPU's format */
-    LZ_PAYLOAD_DTYPE_F32 = 2   /* exact fp32 (CPU-only deployments, exactness tests) */
+    LZ_PAYLOAD_DTYPE_F32 = 2,  /* exact fp32 (CPU-only deployments, exactness tests) */
+    LZ_PAYLOAD_DTYPE_FP8 = 3   /* fp8 e4m3 (base/fp8.h) with a scale per (K or V, layer, kv head):
+                                  a quarter of fp32's bytes; payload version 2 */
 };
 
 typedef enum {

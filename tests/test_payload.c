@@ -1,12 +1,15 @@
 /* test_payload.c - KV payload codec: round trips bit for bit (bf16 of the
  * fp32 input) for every codec, unequal per-head kept counts, shuffle,
  * CRC32C vectors, rejection of every kind of corruption, compression on
- * zstd workers, many payloads decoded as one batch on threads. */
+ * zstd workers, many payloads decoded as one batch on threads, fp8 e4m3
+ * payloads (the conversions, the scales, the error bound, version 2). */
+#include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fp8.h"
 #include "base/half.h"
 #include "store/payload.h"
 #include "tests/test.h"
@@ -439,6 +442,106 @@ static void test_batch(void)
     lz_payload_codec_free(c);
 }
 
+/* e4m3 (base/fp8.h): every finite code decodes and encodes back to itself, midpoints round
+ * to even, out of range saturates at 448, NaN stays NaN, subnormals are exact. */
+static void test_e4m3(void)
+{
+    int ok = 1;
+    for (int b = 0; b < 256; b++) {
+        const float f = lz_e4m3_to_f32((uint8_t)b);
+        if ((b & 0x7f) == 0x7f) { ok &= isnan(f); continue; }
+        ok &= lz_f32_to_e4m3(f) == b || (f == 0 && (lz_f32_to_e4m3(f) & 0x7f) == 0);
+    }
+    CHECK(ok, "every e4m3 code round-trips");
+    ok = 1;
+    for (int b = 0; b < 0x7e; b++) {
+        const float lo = lz_e4m3_to_f32((uint8_t)b), hi = lz_e4m3_to_f32((uint8_t)(b + 1));
+        ok &= lz_f32_to_e4m3((lo + hi) / 2) == ((b & 1) ? b + 1 : b);
+        ok &= lz_f32_to_e4m3(lo + (hi - lo) * 0.3f) == b && lz_f32_to_e4m3(lo + (hi - lo) * 0.7f) == b + 1;
+    }
+    CHECK(ok, "midpoints round to even, other values to the nearest code");
+    CHECK(lz_e4m3_to_f32(0x7e) == 448.0f && lz_f32_to_e4m3(1e9f) == 0x7e && lz_f32_to_e4m3(-500.0f) == 0xfe,
+          "448 is the largest; beyond it saturates");
+    CHECK(lz_e4m3_to_f32(0x01) == 0.001953125f && lz_e4m3_to_f32(0x08) == 0.015625f, "subnormal and first normal");
+    CHECK((lz_f32_to_e4m3(NAN) & 0x7f) == 0x7f, "NaN stays NaN");
+}
+
+/* An fp8 payload: version 2, a scale per (part, layer, kv head) = its absolute maximum / 448,
+ * every value decoded (fp32 strided and packed, bf16 packed, a batch) as exactly
+ * e4m3(x / scale) * scale, within e4m3's bound of x; Ada-KV kept counts; raw and zstd codecs
+ * (shuffle asked for: stored as zstd, one byte is one plane); a version-1 header claiming fp8
+ * is refused. */
+static void test_fp8(void)
+{
+    const int L = 3, KV = 2, T = 50, d = 32, n = 41, nh = L * KV;
+    const size_t N = (size_t)nh * T * d;
+    float *k = malloc(N * 4), *v = malloc(N * 4), *kf = calloc(N, 4), *vf = calloc(N, 4);
+    int kept[6];
+    for (int h = 0; h < nh; h++) kept[h] = n - 7 * h;
+    for (size_t i = 0; i < N; i++) k[i] = frand() * (1 + (float)(i % d)), v[i] = frand() * 0.05f;
+    k[5] = 0;
+    uint8_t fp[32] = { 8 };
+    char err[256];
+    lz_payload_src src = { k, v, T, 2, L, KV, d, n, kept, 7, fp, LZ_PAYLOAD_DTYPE_FP8 };
+    lz_payload_codec *c = lz_payload_codec_new();
+    const int codecs[3] = { LZ_PAYLOAD_CODEC_RAW, LZ_PAYLOAD_CODEC_ZSTD, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD };
+    for (int ci = 0; ci < 3; ci++) {
+        void *blob = NULL;
+        size_t len = 0;
+        CHECK(lz_payload_encode(c, &src, codecs[ci], 1, &blob, &len, err, sizeof err) == 0, "fp8 encode: %s", err);
+        lz_payload_info info;
+        CHECK(lz_payload_parse(blob, len, 1, &info, err, sizeof err) == 0 && info.version == 2 &&
+                  info.dtype == LZ_PAYLOAD_DTYPE_FP8 && info.codec == (ci ? LZ_PAYLOAD_CODEC_ZSTD : LZ_PAYLOAD_CODEC_RAW),
+              "fp8 header: version %d dtype %d codec %d (%s)", info.version, info.dtype, info.codec, err);
+        uint64_t sum = 0;
+        for (int h = 0; h < nh; h++) sum += (uint64_t)kept[h];
+        CHECK(info.raw_size == 8 * (uint64_t)nh + 2 * sum * d, "fp8 raw size: scales + a byte a value (%llu)",
+              (unsigned long long)info.raw_size);
+        CHECK(lz_payload_decode_f32(c, blob, len, kf, vf, T, NULL, NULL, err, sizeof err) == 0, "fp8 decode: %s", err);
+        const size_t half = sum * d;
+        float *kp = malloc(half * 4), *vp = malloc(half * 4);
+        uint16_t *kb = malloc(half * 2), *vb = malloc(half * 2), *kb2 = malloc(half * 2), *vb2 = malloc(half * 2);
+        CHECK(lz_payload_decode_f32_packed(c, blob, len, kp, vp, NULL, NULL, err, sizeof err) == 0 &&
+                  lz_payload_decode_bf16_packed(c, blob, len, kb, vb, NULL, NULL, err, sizeof err) == 0,
+              "fp8 packed decodes: %s", err);
+        lz_payload_job job = {.blob = blob, .len = len, .k = kb2, .v = vb2};
+        CHECK(lz_payload_decode_batch(c, &job, 1) == 0 && !memcmp(kb, kb2, half * 2) && !memcmp(vb, vb2, half * 2),
+              "an fp8 payload in a batch decodes as alone: %s", job.err);
+        int exact = 1, bound = 1, packed = 1;
+        size_t o = 0;
+        for (int part = 0; part < 2; part++)
+            for (int h = 0; h < nh; h++) {
+                const float *x = (part ? v : k) + ((size_t)h * T + 2) * d;
+                float amax = 0;
+                for (size_t e = 0; e < (size_t)kept[h] * d; e++) amax = fmaxf(amax, fabsf(x[e]));
+                const float sc = amax > 0 ? amax / 448.0f : 1.0f;
+                const float *got = (part ? vf : kf) + (size_t)h * T * d;
+                for (size_t e = 0; e < (size_t)kept[h] * d; e++) {
+                    const float want = lz_e4m3_to_f32(lz_f32_to_e4m3(x[e] * (1.0f / sc))) * sc;
+                    exact &= got[e] == want;
+                    bound &= fabsf(got[e] - x[e]) <= fmaxf(fabsf(x[e]) * 0.0625f, sc * 0.0009765625f) * 1.0001f;
+                    const size_t at = (part ? o - half : o) + e;
+                    packed &= (part ? vp : kp)[at] == want && (part ? vb : kb)[at] == lz_f32_to_bf16(want);
+                }
+                o += (size_t)kept[h] * d;
+            }
+        CHECK(exact, "codec %d: every value is e4m3(x / scale) * scale, scale = max |x| / 448", codecs[ci]);
+        CHECK(bound, "codec %d: within 2^-4 of |x| (2^-10 scale for subnormals)", codecs[ci]);
+        CHECK(packed, "codec %d: the packed fp32 and bf16 decodes hold the same values", codecs[ci]);
+        if (ci == 0) {
+            uint8_t *bad = malloc(len);
+            memcpy(bad, blob, len);
+            bad[4] = 1; /* version 1 with dtype fp8 */
+            CHECK(lz_payload_parse(bad, len, 0, &info, err, sizeof err) != 0, "fp8 under version 1 is refused");
+            free(bad);
+        }
+        free(kp), free(vp), free(kb), free(vb), free(kb2), free(vb2);
+        free(blob);
+    }
+    lz_payload_codec_free(c);
+    free(k), free(v), free(kf), free(vf);
+}
+
 /* The tuned levels (<= LZ_PAYLOAD_TUNED_LEVEL: only matches of 7+ bytes):
  * a body of normally distributed bf16 keys and values (per-column scales,
  * as rotary keys have) decodes to the same bits at levels 1 and 3, and level
@@ -490,6 +593,8 @@ int main(void)
     test_threads();
     test_parallel_decode();
     test_batch();
+    test_e4m3();
+    test_fp8();
     test_tuned_level();
     return lz_test_done();
 }
