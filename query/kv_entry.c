@@ -72,7 +72,7 @@ static kv_entry *entry_for(const kv_entry_env *env, const void *blob, size_t len
                  info.n_layers, info.n_kv_heads, info.head_dim);
         return NULL;
     }
-    *bf16 = info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !env->f32;
+    *bf16 = (info.dtype == LZ_PAYLOAD_DTYPE_BF16 || info.dtype == LZ_PAYLOAD_DTYPE_FP8) && !env->f32; /* fp8: dequantised */
     int *kept = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *kept);
     if (kept) lz_payload_kept(blob, &info, kept);
     kv_entry *e = kept ? kv_entry_alloc(env, info.n_tokens, kept, *bf16) : NULL;
@@ -138,7 +138,7 @@ size_t kv_entry_bytes_of(const kv_entry_env *env, const void *blob, size_t len, 
     size_t rows = (size_t)c->n_layers * c->n_kv_heads * (n > 0 ? n : 1), es = sizeof(float);
     if (!lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) {
         rows = info.n_kept_sum;
-        if (info.dtype == LZ_PAYLOAD_DTYPE_BF16 && !env->f32) es = sizeof(uint16_t);
+        if ((info.dtype == LZ_PAYLOAD_DTYPE_BF16 || info.dtype == LZ_PAYLOAD_DTYPE_FP8) && !env->f32) es = sizeof(uint16_t);
     }
     return 2 * (rows ? rows : 1) * c->head_dim * es;
 }
