@@ -261,7 +261,8 @@ void ingest_progress(ingest *g, int force)
 /* Uncompressed payload body bytes of n tokens: K and V, every layer and head. */
 int64_t ingest_raw_bytes(const ingest *g, int n)
 {
-    int64_t es = lz_store_kv_dtype(g->s) == LZ_PAYLOAD_DTYPE_F32 ? 4 : 2;
+    const int dt = lz_store_kv_dtype(g->s);
+    int64_t es = dt == LZ_PAYLOAD_DTYPE_F32 ? 4 : dt == LZ_PAYLOAD_DTYPE_FP8 ? 1 : 2;
     return 2 * es * g->m->cfg.n_layers * g->m->cfg.n_kv_heads * (int64_t)n * g->m->cfg.head_dim;
 }
 

@@ -51,8 +51,10 @@ static void usage(FILE *f)
             "                         at sentence or line boundaries (default 1024)\n"
             "      --level N          zstd level of the payloads, 1..19 (default %d); 1 and 2 look\n"
             "                         only for matches of 7+ bytes (K/V's gain is in the entropy coding)\n"
-            "      --kv-dtype bf16|f32  element type of a new store's KV payloads (default bf16;\n"
-            "                         fixed per store: f32 is exact, twice the size)\n"
+            "      --kv-dtype bf16|f32|fp8  element type of a new store's KV payloads (default bf16;\n"
+            "                         fixed per store: f32 is exact, twice the size; fp8 is e4m3 with a\n"
+            "                         scale per (K or V, layer, kv head), half the size, answers close\n"
+            "                         to bf16's: schema/PAYLOAD.md)\n"
             "      --kv-policy P      KV eviction at ingest: none (default), snapkv, ada-snapkv,\n"
             "                         pyramidkv, ada-pyramidkv; only the kept keys and values are stored\n"
             "      --kv-budget B      kept tokens per kv head: a fraction of the document (0.2) or an\n"
@@ -462,7 +464,7 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
 #endif
         { NULL, 0, NULL, 0 }
     };
-    static const char *const dtypes[] = { "bf16", "f32", NULL }, *const scopes[] = { "layer", "model", NULL },
+    static const char *const dtypes[] = { "bf16", "f32", "fp8", NULL }, *const scopes[] = { "layer", "model", NULL },
                              *const aggs[] = { "mean", "max", NULL }, *const formats[] = { "jsonl", "csv", NULL };
     /* getopt permutes its argv: a copy, so the run's recorded command line keeps the order given */
     char **av = malloc((size_t)(argc + 1) * sizeof *av);
@@ -485,7 +487,7 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
         case O_LEVEL: if (lz_cli_int("--level", optarg, 1, 19, &o->level)) rc = LZ_EXIT_USAGE; break;
         case O_DTYPE:
             if (lz_cli_choice("--kv-dtype", optarg, dtypes, &k)) rc = LZ_EXIT_USAGE;
-            else o->kv_dtype = k ? LZ_PAYLOAD_DTYPE_F32 : LZ_PAYLOAD_DTYPE_BF16;
+            else o->kv_dtype = k == 2 ? LZ_PAYLOAD_DTYPE_FP8 : k ? LZ_PAYLOAD_DTYPE_F32 : LZ_PAYLOAD_DTYPE_BF16;
             break;
         case O_POLICY:
             if ((k = lz_kvpolicy_parse_name(optarg)) < 0)

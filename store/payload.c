@@ -247,6 +247,11 @@ int lz_payload_reserve(uint8_t **buf, size_t *cap, size_t need)
     return 0;
 }
 
+const char *lz_payload_dtype_name(int dtype)
+{
+    return dtype == LZ_PAYLOAD_DTYPE_BF16 ? "bf16" : dtype == LZ_PAYLOAD_DTYPE_F32 ? "fp32" : dtype == LZ_PAYLOAD_DTYPE_FP8 ? "fp8" : "?";
+}
+
 const char *lz_payload_codec_name(int codec)
 {
     switch (codec) {

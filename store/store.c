@@ -221,8 +221,7 @@ static int compare_model(lz_store *s, const lz_meta_model *have, const lz_meta_m
         return lz_fail(err, errlen, LZ_EMODEL,
                     "store %s holds %s KV payloads; refusing %s: a store has one KV dtype. "
                     "Use another --store.",
-                    s->dir, have->kv_dtype == LZ_PAYLOAD_DTYPE_F32 ? "fp32" : "bf16",
-                    want->kv_dtype == LZ_PAYLOAD_DTYPE_F32 ? "fp32" : "bf16");
+                    s->dir, lz_payload_dtype_name(have->kv_dtype), lz_payload_dtype_name(want->kv_dtype));
     if (!what) return LZ_OK;
     return lz_fail(err, errlen, LZ_EMODEL,
                 "store %s was built with model %.16s (%s, %d layers, %s rotary, theta %g, %s) from '%s'; "

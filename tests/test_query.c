@@ -125,6 +125,73 @@ static void test_bf16_cache(const char *store16)
     lz_llama_free(m);
 }
 
+/* An fp8 store (lazyingest --kv-dtype fp8) of the same corpus: half the KV bytes of the bf16
+ * store on disk and in the host tier's dequantised bf16 entries the same bytes as bf16's; lazy
+ * logits within a stated distance of the bf16 store's (e4m3 keeps 3 mantissa bits, 2^-4
+ * relative error a value), the same greedy answers on most questions. */
+static void test_fp8_store(const char *store16, const char *store8)
+{
+    char err[1024];
+    lz_llama *m;
+    lz_store *s16, *s8;
+    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    if (lz_store_open(store16, LZ_STORE_RDONLY, &s16, err, sizeof err)) { CHECK(0, "store: %s", err); lz_llama_free(m); return; }
+    if (lz_store_open(store8, LZ_STORE_RDONLY, &s8, err, sizeof err)) {
+        CHECK(0, "fp8 store: %s", err);
+        lz_store_close(s16);
+        lz_llama_free(m);
+        return;
+    }
+    size_t bytes[2] = { 0, 0 };
+    for (int st = 0; st < 2; st++)
+        for (int i = 0; i < 40; i++) {
+            char id[16];
+            const char *pick[1] = { id };
+            snprintf(id, sizeof id, "doc%d", i);
+            lz_query_doc *d;
+            size_t len = 0;
+            if (lz_retrieve_ids(st ? s8 : s16, pick, 1, &d, err, sizeof err)) continue;
+            if (lz_store_has_payload(st ? s8 : s16, d[0].payload_key, &len, err, sizeof err) == 1) bytes[st] += len;
+            free(d);
+        }
+    CHECK(bytes[1] > 0 && bytes[1] * 10 < bytes[0] * 7, "fp8 payloads %zu bytes, bf16 %zu", bytes[1], bytes[0]);
+    const int V = m->cfg.vocab;
+    lz_query_session *q16 = session_f32(m, s16, LZ_MODE_LAZY, 1 << 22, 0), *q8 = session_f32(m, s8, LZ_MODE_LAZY, 1 << 22, 0);
+    CHECK(lz_store_kv_dtype(s8) == LZ_PAYLOAD_DTYPE_FP8, "the store records fp8 (%d)", lz_store_kv_dtype(s8));
+    double worst = 0;
+    int same = 0, total = 0;
+    for (int t = 0; q16 && q8 && t < 8; t++) {
+        const char *pick[5];
+        char buf[5][16];
+        const int n = 1 + t % 5;
+        for (int i = 0; i < n; i++) { snprintf(buf[i], 16, "doc%d", (t * 7 + i * 5) % 40); pick[i] = buf[i]; }
+        lz_query_doc *d16, *d8;
+        if (lz_retrieve_ids(s16, pick, n, &d16, err, sizeof err)) { CHECK(0, "ids: %s", err); continue; }
+        if (lz_retrieve_ids(s8, pick, n, &d8, err, sizeof err)) { CHECK(0, "ids: %s", err); free(d16); continue; }
+        lz_query_result r16, r8;
+        int ok = !lz_query_answer(q16, "castle river", d16, n, &r16, err, sizeof err) &&
+                 !lz_query_answer(q8, "castle river", d8, n, &r8, err, sizeof err);
+        CHECK(ok, "fp8 answer: %s", err);
+        if (ok) {
+            worst = fmax(worst, lz_test_rel_diff(r8.logits, r16.logits, V));
+            same += r8.n_answer == r16.n_answer && !memcmp(r8.answer_ids, r16.answer_ids, (size_t)r8.n_answer * sizeof(int));
+            total++;
+            lz_query_result_free(&r16);
+            lz_query_result_free(&r8);
+        }
+        free(d16);
+        free(d8);
+    }
+    CHECK(total == 8 && worst <= 0.05, "fp8 store: lazy logits within 0.05 of the bf16 store's (rel diff %g)", worst);
+    CHECK(same * 2 >= total, "fp8 store: the same greedy answer on %d of %d questions", same, total);
+    printf("fp8 store vs bf16 store, lazy: logits rel diff %.3g, %d of %d answers identical\n", worst, same, total);
+    lz_query_session_free(q16);
+    lz_query_session_free(q8);
+    lz_store_close(s16);
+    lz_store_close(s8);
+    lz_llama_free(m);
+}
+
 static void test_modes(void)
 {
     char err[1024];
@@ -1168,6 +1235,10 @@ int main(void)
     snprintf(store16, sizeof store16, "%s/store16", dir);
     if (lz_test_sh("%s/lazyingest --quiet --model %s --store %s %s", bin, model, store16, corpus)) CHECK(0, "bf16 store");
     else test_bf16_cache(store16);
+    char store8[700];
+    snprintf(store8, sizeof store8, "%s/store8", dir);
+    if (lz_test_sh("%s/lazyingest --quiet --kv-dtype fp8 --model %s --store %s %s", bin, model, store8, corpus)) CHECK(0, "fp8 store");
+    else test_fp8_store(store16, store8);
     test_cli();
     test_doc_ids();
     test_no_documents();
