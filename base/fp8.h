@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define LZ_E4M3_MAX 448.0f
 
@@ -23,20 +24,20 @@ static inline float lz_e4m3_to_f32(uint8_t b)
 
 static inline uint8_t lz_f32_to_e4m3(float x)
 {
-    const uint8_t sign = signbit(x) ? 0x80 : 0;
-    if (isnan(x)) return sign | 0x7f;
-    const float a = fabsf(x);
-    if (a >= LZ_E4M3_MAX) return sign | 0x7e;          /* saturate */
-    if (a < 0.015625f) {                               /* below 2^-6: steps of 2^-9 (rint: to even) */
-        const int m = (int)rintf(a * 512.0f);          /* 8 is 2^-6, the first normal: same bits */
-        return sign | (uint8_t)m;
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7f;        /* NaN */
+    if (a >= 0x43e00000u) return sign | 0x7e;       /* 448 and beyond: saturate */
+    if (a < 0x3c800000u) {                          /* below 2^-6: steps of 2^-9 (rint: to even; 8 is 2^-6) */
+        float f;
+        memcpy(&f, &a, 4);
+        return sign | (uint8_t)(int)rintf(f * 512.0f);
     }
-    int e;
-    frexpf(a, &e);                                     /* a = f * 2^e, f in [0.5, 1) */
-    int m = (int)rintf((ldexpf(a, 1 - e) - 1.0f) * 8.0f), E = e - 1 + 7;
-    if (m == 8) m = 0, E++;
-    if (E > 15 || (E == 15 && m == 7)) return sign | 0x7e;
-    return sign | (uint8_t)(E << 3 | m);
+    /* exponent and the top 3 mantissa bits, rounded to nearest even (a carry moves the exponent) */
+    const uint32_t r = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3);
+    return sign | (uint8_t)(r > 0x7e ? 0x7e : r);
 }
 
 #endif /* LZ_FP8_H */

@@ -15,7 +15,10 @@
  *   5. the store tier: 10 such payloads (each its own values) decoded as one batch
  *      (lz_payload_decode_batch) from memory, and read from an LMDB environment
  *      in one snapshot then decoded (the path of a question's misses), on 1, 4, 8
- *      and all threads: MB/s of decoded bf16 K+V into buffers touched before.
+ *      and all threads: MB/s of decoded bf16 K+V into buffers touched before;
+ *   6. fp8 (e4m3, a scale a head): bytes a token raw and with zstd level 1 (does an
+ *      entropy stage pay?), encode MB/s on one thread, and ten payloads decoded as
+ *      one batch to bf16 on all threads.
  * usage: bench_codec [--reps N] [--lmdb DIR]   (bench/RESULTS.md, "Store and codec")
  *   DIR: where the LMDB environment of part 5 is made and removed (default /tmp)
  */
@@ -144,6 +147,50 @@ static int batch_rows(const lz_payload_src *src0, size_t N, int reps, const char
     return 0;
 }
 
+/* Part 6: fp8 payloads of the body's shape, raw and zstd. */
+static int fp8_rows(const lz_payload_src *src0, size_t N, int n_tok, int reps, char *rows, size_t cap)
+{
+    enum { NB = 10 };
+    lz_payload_codec *c = lz_payload_codec_new();
+    char err[256];
+    lz_payload_src s = *src0;
+    s.dtype = LZ_PAYLOAD_DTYPE_FP8;
+    uint16_t *dk = malloc(N * 2 * NB), *dv = malloc(N * 2 * NB);
+    if (!c || !dk || !dv) return 1;
+    memset(dk, 1, N * 2 * NB), memset(dv, 1, N * 2 * NB);
+    size_t o = (size_t)snprintf(rows, cap, "| fp8 e4m3 codec | bytes a token | of raw fp8 | encode MB/s (1 thread) | batch decode to bf16, %d threads, MB/s of bf16 K+V |\n|---|---|---|---|---|\n",
+                                omp_get_max_threads());
+    const int codecs[2] = { LZ_PAYLOAD_CODEC_RAW, LZ_PAYLOAD_CODEC_ZSTD };
+    for (int ci = 0; ci < 2; ci++) {
+        void *blob = NULL;
+        size_t len = 0;
+        omp_set_num_threads(1);
+        double t0 = lz_now_s();
+        for (int r = 0; r < reps; r++) {
+            free(blob);
+            if (lz_payload_encode(c, &s, codecs[ci], 1, &blob, &len, err, sizeof err)) { fprintf(stderr, "fp8: %s\n", err); return 1; }
+        }
+        const double enc = reps * 2.0 * N * 2 / 1e6 / (lz_now_s() - t0);
+        omp_set_num_threads(omp_get_num_procs());
+        lz_payload_job jobs[NB];
+        double best = 1e30;
+        for (int r = 0; r < reps; r++) {
+            for (int b = 0; b < NB; b++) jobs[b] = (lz_payload_job){.blob = blob, .len = len, .k = dk + b * N, .v = dv + b * N};
+            t0 = lz_now_s();
+            if (lz_payload_decode_batch(c, jobs, NB)) { fprintf(stderr, "fp8 batch: %s\n", jobs[0].err); return 1; }
+            const double dt = lz_now_s() - t0;
+            if (dt < best) best = dt;
+        }
+        o += (size_t)snprintf(rows + o, cap - o, "| %s | %.0f | %.3f | %.0f | %.0f |\n", codecs[ci] ? "zstd level 1" : "raw",
+                              (double)len / n_tok, (double)len / (2.0 * N + 8.0 * 32 * 8), enc, NB * 2.0 * N * 2 / 1e6 / best);
+        free(blob);
+    }
+    free(dk);
+    free(dv);
+    lz_payload_codec_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int reps = 5;
@@ -255,15 +302,16 @@ int main(int argc, char **argv)
         free(a);
         free(b);
     }
-    /* 5 */
-    static char batch[2048];
+    /* 5, 6 */
+    static char batch[2048], fp8[1024];
     if (batch_rows(&src, N, reps, lmdb_dir, batch, sizeof batch)) return 1;
+    if (fp8_rows(&src, N, n, reps, fp8, sizeof fp8)) return 1;
     free(k);
     free(v);
     free(h);
     free(sh);
     printf("\n| decode of a %.1f MB payload (1 MiB frames, level 1) | threads | MB/s of bf16 K+V |\n|---|---|---|\n%s",
            2.0 * N * 2 / 1e6, dec_rows);
-    printf("\n%s", batch);
+    printf("\n%s\n%s", batch, fp8);
     return 0;
 }

@@ -359,7 +359,7 @@ out:
 }
 
 /* A batch (lz_payload_decode_batch): payloads of several shapes and codecs in one call (many
- * frames written by workers, one frame, the zstd and raw codecs, fp32, unequal kept counts,
+ * frames written by workers, one frame, the zstd and raw codecs, fp32, fp8 (zstd and raw), unequal kept counts,
  * an empty document) decode to exactly the bits each gives alone through the unpacked
  * decoder, on 1 and 4 threads and in waves; a damaged body (checksum), a damaged header and a
  * truncated blob fail alone with their own message while the rest of the batch decodes. */
@@ -369,7 +369,7 @@ static void test_batch(void)
     const int L = 2, KV = 2, d = 64;
     const int ntok[NJ] = { 2500, 40, 3000, 300, 1, 0, 700, 2200, 600 };
     const int codec[NJ] = { 2, 2, 2, 1, 0, 2, 2, 2, 2 };
-    const int dtype[NJ] = { 1, 1, 1, 1, 1, 1, 2, 1, 1 };
+    const int dtype[NJ] = { 1, 1, 1, 3, 3, 1, 2, 1, 1 }; /* 3: fp8, zstd and raw */
     const int workers[NJ] = { 2, 0, 3, 0, 0, 0, 0, 2, 2 };
     const int damage[NJ] = { 0, 0, 0, 0, 0, 0, 0, 1, 2 }; /* 1: a body byte, 2: the header's shape */
     uint8_t fp[32] = { 4 };
