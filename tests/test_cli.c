@@ -295,7 +295,7 @@ static void test_options(void)
     const char *a9[] = {"lazyingest", "-s", store, "--level=20", corpus, NULL};
     CHECK(run(NULL, a9) == 2 && strstr(errs, "--level: expected an integer in [1, 19], got '20'"), "--level=20: %s", errs);
     const char *a10[] = {"lazyingest", "-s", store, "--kv-dtype", "f64", corpus, NULL};
-    CHECK(run(NULL, a10) == 2 && strstr(errs, "--kv-dtype: expected bf16 or f32, got 'f64'"), "--kv-dtype f64: %s", errs);
+    CHECK(run(NULL, a10) == 2 && strstr(errs, "--kv-dtype: expected bf16, f32 or fp8, got 'f64'"), "--kv-dtype f64: %s", errs);
     const char *a11[] = {"lazy-mkmodel", "-o", "/dev/null", "--type", "q4", NULL};
     CHECK(run(NULL, a11) == 2 && strstr(errs, "--type: expected f32, f16, bf16 or q8_0, got 'q4'"), "--type q4: %s", errs);
     const char *a12[] = {"lazy-logits", "-m", model, "--pos0", "-1", "--ids", "1", NULL};
