@@ -17,7 +17,7 @@ NVFLAGS  := -O3 -std=c++17 -I. -lineinfo -Xptxas -v \
             -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 
 # The library's folders, lowest layer first (ARCHITECTURE.md).
-LIB_DIRS  := base formats tokenizer model kernels cache store ingest query
+LIB_DIRS  := base formats tokenizer model kernels cache store ingest query eval
 # Programs: files with a main(). Everything else under the module folders is library code.
 BIN_SRCS  := $(wildcard tools/*.c) $(wildcard ingest/lazyingest.c) $(wildcard query/lazyquery.c)
 LIB_SRCS  := $(filter-out $(BIN_SRCS), $(foreach m,$(LIB_DIRS),$(wildcard $(m)/*.c)))
@@ -165,7 +165,12 @@ $(LZK_DIR)/obj/lazyquery.o: query/lazyquery.c $(HEADERS) gpu/llama_cuda.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
 
-$(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery: $(LZK_DIR)/%: $(LZK_DIR)/obj/%.o $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
+# lazyeval with --gpu (tools/lazyeval.c: the GPU backend of eval/gpu_backend.h)
+$(LZK_DIR)/obj/lazyeval.o: tools/lazyeval.c $(HEADERS) gpu/llama_cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
+
+$(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/lazyeval: $(LZK_DIR)/%: $(LZK_DIR)/obj/%.o $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp $< $(LZK_LINK) -o $@
 
 $(LZK_DIR)/test_ops: tests/cuda/test_ops.cu $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
@@ -190,5 +195,6 @@ cuda:
 	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: no CUDA build"; exit 1; fi
 	@$(MAKE) --no-print-directory $(BUILD)/liblazy.a
 	@$(MAKE) --no-print-directory $(LZK_DIR)/kernels_check $(LZK_DIR)/ptxas.txt \
-	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/test_ops $(LZK_DIR)/test_gemv \
+	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/lazyeval $(LZK_DIR)/test_ops \
+	  $(LZK_DIR)/test_gemv \
 	  $(LZK_DIR)/cublas_shapes

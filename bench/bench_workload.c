@@ -5,7 +5,8 @@
  *
  * A question retrieves K distinct documents drawn by Zipf(alpha) popularity
  * over a random permutation of the corpus (alpha 0: uniform), placed in the
- * prompt in the order drawn. A document's cached size is its tokens x the KV
+ * prompt in the order drawn (eval/zipf.h: the generator lazyeval's workload
+ * mode replays too). A document's cached size is its tokens x the KV
  * bytes a token (default Llama-3.1-8B bf16: 131,072). Keys: lazy mode, the
  * document (one copy whatever its position); block mode, (document, offset)
  * with the offset = tokens of the documents before it in the prompt.
@@ -28,7 +29,7 @@
 #include <unistd.h>
 
 #include "base/cli.h"
-#include "bench/zipf.h"
+#include "eval/zipf.h"
 #include "cache/belady.h"
 #include "cache/doc_cache.h"
 #include "formats/gguf.h"
@@ -78,17 +79,6 @@ static void usage(FILE *f)
             "                         product replays exactly the stream simulated here\n"
             "  -h, --help\n");
 }
-
-/* ---- random numbers ---- */
-static uint64_t rng_s;
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double u01(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
 
 /* ---- lists ---- */
 static int split_list(const char *s, char out[MAXL][64])
@@ -200,21 +190,10 @@ static int load_corpus(const char *spec, const char *vocab, int max_docs, corpus
 
 /* ---- streams ---- */
 /* Q x K distinct documents a question, drawn by Zipf(alpha) over a random permutation of the corpus
- * (the permutation from seed, the draws from draw_seed). */
+ * (the permutation from seed, the draws from draw_seed): the shared generator, eval/zipf.h. */
 static int *make_stream(int n_docs, int Q, int K, double alpha, uint64_t seed, uint64_t draw_seed)
 {
-    rng_s = seed * 0x2545F4914F6CDD1Dull + 7;
-    int *perm = malloc((size_t)n_docs * sizeof(int));
-    double *cdf = malloc((size_t)n_docs * sizeof(double)), z = 0;
-    int *s = malloc((size_t)Q * K * sizeof(int));
-    for (int i = 0; i < n_docs; i++) perm[i] = i;
-    for (int i = n_docs - 1; i > 0; i--) { int j = (int)(rnd() % (uint64_t)(i + 1)), t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
-    z = lz_zipf_cdf(cdf, n_docs, alpha);
-    rng_s = draw_seed * 0x2545F4914F6CDD1Dull + 11;
-    for (int q = 0; q < Q; q++) lz_zipf_question(s + (size_t)q * K, K, cdf, n_docs, z, perm, u01);
-    free(perm);
-    free(cdf);
-    return s;
+    return lz_eval_zipf_stream(n_docs, Q, K, alpha, seed, draw_seed);
 }
 
 /* The keys of one mode: dense ids, their sizes, the request stream over them. */

@@ -2,7 +2,7 @@
 # deps.sh - installs the Debian packages the build needs with apt-get, only
 # those missing; prints nothing when everything is present.
 set -e
-PKGS="build-essential pkg-config liblmdb-dev libsqlite3-dev libzstd-dev libcsv-dev libjansson-dev libpcre2-dev libopenblas-dev"
+PKGS="build-essential pkg-config liblmdb-dev libsqlite3-dev libzstd-dev libcsv-dev libjansson-dev libpcre2-dev libopenblas-dev gnuplot-nox"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,0 +1,73 @@
+/* gpu_backend.h - the GPU engine (gpu/llama_cuda.h) as the query session's
+ * backend (lz_query_backend), for CUDA builds of lazyeval: the same wiring
+ * as lazyquery's, every hook the engine has. Compiled only with LZ_CUDA
+ * (the Makefile's CUDA section); the CPU build sees nothing here. */
+#ifndef LZ_EVAL_GPU_BACKEND_H
+#define LZ_EVAL_GPU_BACKEND_H
+
+#ifdef LZ_CUDA
+#include "gpu/llama_cuda.h"
+#include "query/session.h"
+
+static int lz_eval_gpu_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
+                             int64_t pos0, char *err, size_t errlen)
+{
+    return lz_llama_gpu_begin((lz_llama_gpu *)ctx, segs, keys, n_segs, pos0, err, errlen);
+}
+static int lz_eval_gpu_begin_block(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
+                                   int64_t pos0, char *err, size_t errlen)
+{
+    return lz_llama_gpu_begin_block((lz_llama_gpu *)ctx, segs, keys, n_segs, pos0, err, errlen);
+}
+static void lz_eval_gpu_settle(void *ctx) { lz_llama_gpu_settle((lz_llama_gpu *)ctx); }
+static int lz_eval_gpu_keep_own(void *ctx, int t0, int n, const uint8_t key[32], char *err, size_t errlen)
+{
+    return lz_llama_gpu_keep_own((lz_llama_gpu *)ctx, t0, n, key, err, errlen);
+}
+static int lz_eval_gpu_step(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen)
+{
+    return lz_llama_gpu_step((lz_llama_gpu *)ctx, ids, n, logits, err, errlen);
+}
+static int lz_eval_gpu_resident(void *ctx, const uint8_t key[32])
+{
+    return lz_llama_gpu_resident((lz_llama_gpu *)ctx, key);
+}
+static void *lz_eval_gpu_host_alloc(void *ctx, size_t bytes)
+{
+    return lz_llama_gpu_host_alloc((lz_llama_gpu *)ctx, bytes);
+}
+static void lz_eval_gpu_host_free(void *ctx, void *p, size_t bytes)
+{
+    lz_llama_gpu_host_free((lz_llama_gpu *)ctx, p, bytes);
+}
+static int lz_eval_gpu_preload(void *ctx, const lz_kv_segment *seg, const uint8_t key[32], double hits, char *err,
+                               size_t errlen)
+{
+    return lz_llama_gpu_preload((lz_llama_gpu *)ctx, seg, key, hits, err, errlen);
+}
+static int lz_eval_gpu_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *prefix_key,
+                              const int *const *ids, const int *n, const uint8_t *const *keys, int n_docs, char *err,
+                              size_t errlen)
+{
+    return lz_llama_gpu_encode_keep((lz_llama_gpu *)ctx, prefix, prefix_key, ids, n, keys, n_docs, err, errlen);
+}
+
+/* The backend of engine g (every hook set). */
+static inline lz_query_backend lz_eval_gpu_backend(lz_llama_gpu *g)
+{
+    lz_query_backend b = {.ctx = g, .begin = lz_eval_gpu_begin, .step = lz_eval_gpu_step,
+                          .resident = lz_eval_gpu_resident, .encode = lz_eval_gpu_encode,
+                          .host_alloc = lz_eval_gpu_host_alloc, .host_free = lz_eval_gpu_host_free,
+                          .preload = lz_eval_gpu_preload, .begin_block = lz_eval_gpu_begin_block,
+                          .keep_own = lz_eval_gpu_keep_own, .settle = lz_eval_gpu_settle};
+    return b;
+}
+
+/* The engine's cache tier counters, as lz_eval_run_opts.gpu_tier wants them. */
+static void lz_eval_gpu_tier(void *ctx, lz_doc_cache_stats *st)
+{
+    lz_llama_gpu_cache_policy_stats((const lz_llama_gpu *)ctx, st);
+}
+#endif /* LZ_CUDA */
+
+#endif /* LZ_EVAL_GPU_BACKEND_H */
