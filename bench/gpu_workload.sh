@@ -15,7 +15,8 @@
 #   leaves it to fill on misses; mode: lazy (default), block, prefix, full. PEER=1: then
 #   transformers recomputing a prompt of the stream's mean length (bench/hf_peer_8b.py). Needs 17 GB under TMPDIR.
 #   Q=FILE replays another stream over the same corpus (default $W/questions.jsonl); KEEP=1 keeps
-#   the store for a later call with the same W (one ingest for several streams).
+#   the store for a later call with the same W (one ingest for several streams). INGEST_ARGS: more
+#   lazyingest options (e.g. --kv-dtype fp8).
 set -u
 OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
@@ -30,7 +31,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.t
 [ -f "$T/m8b.gguf" ] || make_8b "$T/m8b.gguf" || exit 1
 if [ ! -f "$S.ingested" ]; then
     rm -rf "$S" "$S.ingested"
-    "$B/lazyingest" --gpu --quiet --json --max-doc-tokens 4096 --model "$T/m8b.gguf" --store "$S" "$W/corpus.jsonl" > "$OUT/ingest.json" || exit 1
+    "$B/lazyingest" --gpu --quiet --json --max-doc-tokens 4096 ${INGEST_ARGS:-} --model "$T/m8b.gguf" --store "$S" "$W/corpus.jsonl" > "$OUT/ingest.json" || exit 1
     touch "$S.ingested"
 fi
 st=0
