@@ -629,9 +629,19 @@ int main(int argc, char **argv)
                 n_runs++;
                 lz_eval_print_run(stdout, r);
                 json_array_append_new(runs_j, lz_eval_run_json(&ds, r, !o.no_rows));
+                /* what is measured so far, on disk: a later run cut short (a time limit) keeps it */
+                json_object_set(report, "runs", runs_j);
+                json_object_set_new(report, "complete", json_false());
+                snprintf(path, sizeof path, "%s/report.json", o.out_dir);
+                if (json_dump_file(report, path, JSON_INDENT(1) | JSON_ENSURE_ASCII))
+                    fprintf(stderr, "lazyeval: %s: cannot write\n", path);
+                char csv_so_far[4200];
+                snprintf(csv_so_far, sizeof csv_so_far, "%s/questions.csv", o.out_dir);
+                if (lz_eval_write_csv(csv_so_far, &ds, runs, n_runs, err, sizeof err)) fprintf(stderr, "lazyeval: %s\n", err);
             }
 write_report:
     json_object_set_new(report, "runs", runs_j);
+    json_object_set_new(report, "complete", json_true());
     /* the plots */
     if (n_runs && !o.no_plots) {
         char plots[4200], gp[4096], made[256];
