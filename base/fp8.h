@@ -40,4 +40,30 @@ static inline uint8_t lz_f32_to_e4m3(float x)
     return sign | (uint8_t)(r > 0x7e ? 0x7e : r);
 }
 
+/* dst[i] = lz_f32_to_e4m3(src[i] * mul) for n values, the same bits, branch-free so that the
+ * compiler vectorizes it (the payload encoder's loop). */
+static inline void lz_f32_to_e4m3_n(uint8_t *dst, const float *src, size_t n, float mul)
+{
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+    for (size_t i = 0; i < n; i++) {
+        const float x = src[i] * mul;
+        uint32_t u;
+        memcpy(&u, &x, 4);
+        const uint32_t a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
+        float f;
+        memcpy(&f, &a, 4);
+        /* below 2^-6: f * 512 rounded to nearest even by the 1.5 * 2^23 trick (|f * 512| < 8) */
+        const uint32_t sub = (uint32_t)(int)((f * 512.0f + 12582912.0f) - 12582912.0f);
+        const uint32_t nrm = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3);
+        const uint32_t is_sub = 0u - (uint32_t)(a < 0x3c800000u), big = 0u - (uint32_t)(a >= 0x43e00000u);
+        const uint32_t nan = 0u - (uint32_t)(a > 0x7f800000u);
+        uint32_t r = (sub & is_sub) | (nrm & ~is_sub);
+        r = (0x7eu & big) | (r & ~big);        /* saturate (a normal below 448 never rounds past 0x7e) */
+        r = (0x7fu & nan) | (r & ~nan);
+        dst[i] = (uint8_t)(sign | r);
+    }
+}
+
 #endif /* LZ_FP8_H */

@@ -321,7 +321,7 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
             for (size_t e = 0; e < (size_t)kept * d; e++) amax = fmaxf(amax, fabsf(row[e]));
             const float scale = amax > 0 && isfinite(amax) ? amax / LZ_E4M3_MAX : 1.0f, inv = 1.0f / scale;
             put32(c->scratch + 4 * j, lz_f32_to_bits(scale)); /* K's heads, then V's */
-            for (size_t e = 0; e < (size_t)kept * d; e++) body8[o + e] = lz_f32_to_e4m3(row[e] * inv);
+            lz_f32_to_e4m3_n(body8 + o, row, (size_t)kept * d, inv);
         }
     }
 

@@ -464,6 +464,21 @@ static void test_e4m3(void)
           "448 is the largest; beyond it saturates");
     CHECK(lz_e4m3_to_f32(0x01) == 0.001953125f && lz_e4m3_to_f32(0x08) == 0.015625f, "subnormal and first normal");
     CHECK((lz_f32_to_e4m3(NAN) & 0x7f) == 0x7f, "NaN stays NaN");
+    /* the vectorized encoder gives the scalar one's bits, over every magnitude and the specials */
+    enum { M = 200000 };
+    float *x = malloc(M * sizeof *x);
+    uint8_t *a = malloc(M), *b = malloc(M);
+    for (int i = 0; i < M; i++) x[i] = (float)((lz_test_u01(&rng) - 0.5) * ldexp(1.0, (int)(lz_test_u01(&rng) * 40) - 20));
+    x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY, x[3] = 0.0f, x[4] = -0.0f, x[5] = 448.0f, x[6] = 464.0f, x[7] = 0.0078125f;
+    const float mul = 1.7f;
+    lz_f32_to_e4m3_n(a, x, M, mul);
+    ok = 1;
+    for (int i = 0; i < M; i++) {
+        b[i] = lz_f32_to_e4m3(x[i] * mul);
+        ok &= a[i] == b[i] || (isnan(x[i]) && (a[i] & 0x7f) == 0x7f);
+    }
+    CHECK(ok, "lz_f32_to_e4m3_n equals lz_f32_to_e4m3 on %d values", M);
+    free(x), free(a), free(b);
 }
 
 /* An fp8 payload: version 2, a scale per (part, layer, kv head) = its absolute maximum / 448,
