@@ -193,12 +193,19 @@ static int rd_value(cursor *c, uint32_t type, lz_gguf_value *v, int depth)
 size_t lz_ggml_nbytes(uint32_t type, int64_t n)
 {
     if (n < 0) return 0;
+    /* n * size must not wrap: a shape of 2^62 + 1 F32 elements would give 4 */
     switch (type) {
-    case LZ_GGML_F32: return (size_t)n * 4;
-    case LZ_GGML_F16: case LZ_GGML_BF16: return (size_t)n * 2;
-    case LZ_GGML_Q8_0: return n % 32 ? 0 : (size_t)(n / 32) * 34;
+    case LZ_GGML_F32: return (uint64_t)n > SIZE_MAX / 4 ? 0 : (size_t)n * 4;
+    case LZ_GGML_F16: case LZ_GGML_BF16: return (uint64_t)n > SIZE_MAX / 2 ? 0 : (size_t)n * 2;
+    case LZ_GGML_Q8_0: return n % 32 || (uint64_t)(n / 32) > SIZE_MAX / 34 ? 0 : (size_t)(n / 32) * 34;
     default: return 0;
     }
+}
+
+/* Whether type is one lz_ggml_nbytes knows (so that its 0 means overflow or a partial block). */
+static int ggml_type_known(uint32_t type)
+{
+    return type == LZ_GGML_F32 || type == LZ_GGML_F16 || type == LZ_GGML_BF16 || type == LZ_GGML_Q8_0;
 }
 
 const char *lz_ggml_type_name(uint32_t type)
@@ -283,7 +290,11 @@ static int parse(lz_gguf *g, const char *name, char *err, size_t errlen)
         if ((rc = rd_u32(&c, &t->type)) || (rc = rd_u64(&c, &t->offset))) return rc;
         t->nbytes = lz_ggml_nbytes(t->type, ne);
         if (t->nbytes == 0) {
-            if (t->type == LZ_GGML_Q8_0) return fail(&c, LZ_ECORRUPT, "Q8_0 element count %lld not a multiple of 32", (long long)ne);
+            if (t->type == LZ_GGML_Q8_0 && ne % 32)
+                return fail(&c, LZ_ECORRUPT, "Q8_0 element count %lld not a multiple of 32", (long long)ne);
+            if (ggml_type_known(t->type))
+                return fail(&c, LZ_ECORRUPT, "%lld %s elements: byte size overflows", (long long)ne,
+                            lz_ggml_type_name(t->type));
             return fail(&c, LZ_EUNSUPPORTED, "tensor type %u (%s) not supported (F32, F16, BF16, Q8_0 are)",
                         t->type, lz_ggml_type_name(t->type));
         }

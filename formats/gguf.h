@@ -93,8 +93,8 @@ const lz_gguf_tensor *lz_gguf_find_tensor(const lz_gguf *g, const char *name);
  * other types. */
 int lz_gguf_tensor_to_f32(const lz_gguf_tensor *t, float *out);
 const char *lz_ggml_type_name(uint32_t type);
-/* Bytes of n elements of a (supported) type; 0 if unsupported or n not a
- * multiple of the block size. */
+/* Bytes of n elements of a (supported) type; 0 if unsupported, n not a
+ * multiple of the block size, or the byte count past SIZE_MAX. */
 size_t lz_ggml_nbytes(uint32_t type, int64_t n);
 /* Bytes of one scalar metadata value of type t (lz_gguf_type); 0 for
  * STRING, ARRAY and unknown types. */

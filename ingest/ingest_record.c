@@ -2,7 +2,8 @@
  * 1's map of ids (each id's last occurrence, so a duplicate's earlier copies
  * are skipped), and one record into the batch: unchanged, changed or new
  * (content hash and payload key under this run's model, prefix and KV
- * policy), split into passages past --max-doc-tokens, bad ones reported with
+ * policy; unchanged only while the store holds its payload: one lost is
+ * encoded again), split into passages past --max-doc-tokens, bad ones reported with
  * their file and line. */
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,14 @@ static int count_tokens(void *p, const char *s, size_t n)
     return k;
 }
 
+/* Whether the store holds the payload of key: what a re-run checks of an unchanged
+ * document (one B-tree lookup, no read of the payload), so that one whose payload was lost
+ * (a damaged or edited store) is encoded again. 1, 0, or -1 on error (g->err). */
+static int payload_present(ingest *g, const uint8_t key[LZ_META_KEY_LEN])
+{
+    return lz_store_has_payload(g->s, key, NULL, g->err, sizeof g->err);
+}
+
 /* The split fast path: rows of a source, checked in passage order. */
 typedef struct {
     ingest *g;
@@ -111,8 +120,8 @@ static int split_visit(const lz_meta_doc *d, void *p)
         return 1;
     }
     doc_key(g, d->token_ids, d->n_tokens, key);
-    if (memcmp(key, d->payload_key, LZ_META_KEY_LEN) != 0) {
-        c->ok = 0;
+    if (memcmp(key, d->payload_key, LZ_META_KEY_LEN) != 0 || payload_present(g, key) != 1) {
+        c->ok = 0; /* (a payload missing: the slow path encodes that passage again) */
         return 1;
     }
     if (c->n == c->cap) {
@@ -162,6 +171,9 @@ int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
             same = memcmp(key, row.payload_key, LZ_META_KEY_LEN) == 0;
         }
         free(old);
+        int have = same ? payload_present(g, row.payload_key) : 1;
+        if (have < 0) return -1;
+        same = same && have; /* its payload lost: the slow path below encodes it again */
     }
     if (same) {
         pend_doc *d = new_pending(g);
@@ -279,7 +291,13 @@ int ingest_do_record(ingest *g, const lz_corpus_record *r, const id_map *ids_see
             free(spans);
             return 1;
         }
+        int present = 1;
         if (!rc && row.passage == d->passage && memcmp(row.content_hash, d->content_hash, 32) == 0 &&
+            memcmp(row.payload_key, d->key, LZ_META_KEY_LEN) == 0 && row.model_id == g->model_id &&
+            (present = payload_present(g, d->key)) < 0)
+            return -1;
+        if (!present) g->n_restored++; /* unchanged, but its payload is gone: encoded again (an update) */
+        if (!rc && present && row.passage == d->passage && memcmp(row.content_hash, d->content_hash, 32) == 0 &&
             memcmp(row.payload_key, d->key, LZ_META_KEY_LEN) == 0 && row.model_id == g->model_id) {
             int hash_same = row.has_source_hash == d->has_source_hash &&
                             (!split || memcmp(row.source_hash, d->source_hash, 32) == 0);

@@ -1,8 +1,9 @@
 /* ingest_report.c - lazyingest's reports (ingest/ingest_run.h): the issues
  * --check finds (printed, and copied for --repair, which re-encodes each
  * affected document from its stored token ids the way it was encoded, or
- * removes the row when that cannot be done), and the run's summary (text
- * lines or one JSON object). */
+ * removes the row when that cannot be done; damaged LMDB pages are
+ * lazyingest.c's to rebuild first), and the run's summary (text lines or one
+ * JSON object). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ static const char *issue_name(int kind)
     case LZ_STORE_ISSUE_WRONG_MODEL: return "wrong model";
     case LZ_STORE_ISSUE_MISMATCH: return "payload does not match the row";
     case LZ_STORE_ISSUE_BAD_ROW: return "unusable row";
+    case LZ_STORE_ISSUE_KV_DAMAGED: return "damaged LMDB pages";
     default: return "?";
     }
 }
@@ -24,7 +26,7 @@ static const char *issue_name(int kind)
 int ingest_on_issue(const lz_store_issue *is, void *ctx)
 {
     issue_list *l = ctx;
-    if (!l->g->o.quiet || !l->g->o.repair)
+    if (!l->silent && (!l->g->o.quiet || !l->g->o.repair))
         ingest_warnf(l->g, "check: document '%s' (row %lld): %s: %s", is->ext_id, (long long)is->doc_id,
               issue_name(is->kind), is->message);
     if (l->n == l->cap) {
@@ -66,6 +68,7 @@ int ingest_repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
     *n_fixed = *n_removed = 0;
     for (int i = 0; i < l->n; i++) {
         issue_copy *c = &l->v[i];
+        if (c->kind == LZ_STORE_ISSUE_KV_DAMAGED) continue; /* the database itself: lazyingest.c rebuilds it first */
         if (c->doc_id == 0) { /* the prefix */
             lz_store_payload p;
             lz_store_prefix_key(g->m->fingerprint, g->prefix, g->n_prefix, p.key);
@@ -198,7 +201,11 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
             json_object_set_new(j, "check_issues", json_integer(cs->n_issues));
             json_object_set_new(j, "repaired", json_integer(fixed));
             json_object_set_new(j, "removed_by_repair", json_integer(removed_by_repair));
+            json_object_set_new(j, "unreferenced_payloads", json_integer(cs->n_unreferenced));
+            json_object_set_new(j, "kv_damaged", json_boolean(cs->kv_damaged));
         }
+        if (did_ingest) json_object_set_new(j, "payloads_restored", json_integer(g->n_restored));
+        json_object_set_new(j, "payloads_rebuilt", json_boolean(g->rebuilt || (gc && gc->rebuilt)));
         json_object_set_new(j, "documents", json_integer(n_docs_total));
         json_object_set_new(j, "payloads_collected", json_integer(gc ? gc->n_removed : 0));
         json_object_set_new(j, "bytes_collected", json_integer(gc ? gc->bytes_removed : 0));
@@ -234,6 +241,10 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
                g->kv_full ? 100.0 * g->kv_kept / g->kv_full : 100.0, tp,
                g->t_encode > tp ? 100.0 * tp / (g->t_encode - tp) : 0.0);
     }
+    if (did_ingest && g->n_restored)
+        printf("  restored: %lld unchanged documents had lost their payload: encoded again\n", (long long)g->n_restored);
+    if (g->rebuilt || (gc && gc->rebuilt))
+        printf("  the payload database was damaged: rebuilt from its intact pages\n");
     if (did_check)
         printf("  check: %lld documents, %lld ok, %lld problems; %lld repaired, %lld removed; "
                "%lld unreferenced payloads\n",

@@ -148,6 +148,9 @@ typedef struct {
     double t_load, t_setup, t_forward, t_pack, t_commit; /* model load (and GPU upload), + store and prefix,
                                                             forward passes, payload packing, commits */
     int64_t kv_kept, kv_full;  /* keys stored / keys before eviction, of the documents this run encoded */
+    int64_t n_restored;        /* unchanged documents whose payload was missing, encoded again */
+    int rebuilt;               /* the payload database was damaged and rebuilt before the run */
+    int64_t rebuild_dropped, rebuild_bytes; /* the entries the rebuild left out (unreferenced or failing) */
     int progress;
     lz_llama_gpu *gpu;          /* --gpu (a CUDA build; NULL otherwise) */
     lz_encode_backend backend;
@@ -172,6 +175,7 @@ typedef struct {
     ingest *g;
     issue_copy *v;
     int n, cap;
+    int silent; /* copy the issues without printing them */
 } issue_list;
 
 /* ingest_record.c */

@@ -95,8 +95,10 @@ static void usage(FILE *f)
             "                         id); --id-field title makes the titles the ids\n"
             "      --prune            remove documents absent from this corpus\n"
             "      --strict           stop at the first bad record (all before it is committed)\n"
-            "      --check            verify every document's payload (presence, checksum, model)\n"
-            "      --repair           re-encode or remove what --check finds broken\n"
+            "      --check            verify LMDB's pages and every document's payload (presence,\n"
+            "                         checksum, model)\n"
+            "      --repair           re-encode or remove what --check finds broken, in one pass (damaged\n"
+            "                         LMDB pages: the database is rebuilt from its intact pages first)\n"
             "      --gc               remove payloads no document references (runs also do this)\n"
             "      --serial           encode one document at a time whatever the model (the same bytes)\n"
             "      --sync-commit      write a batch's payloads before the next batch is encoded (by\n"
@@ -588,6 +590,28 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
     return -1;
 }
 
+/* The payload database checked (tree pages) and, when damaged, rebuilt from its intact pages
+ * under the store's recorded model. 0, or -1 with g->err. */
+static int rebuild_if_damaged(ingest *g)
+{
+    char what[1024];
+    int d = lz_store_payloads_damaged(g->s, 1, what, sizeof what, g->err, sizeof g->err);
+    if (d <= 0) return d;
+    ingest_warnf(g, "lazyingest: the payload database of store %s is damaged: %s; rebuilding it from its intact pages",
+                 g->o.store, what);
+    int rc = lz_store_bind_recorded(g->s, g->err, sizeof g->err);
+    if (rc == LZ_ENOTFOUND) return 0; /* no model recorded: no row, nothing to keep (the run writes anew) */
+    lz_store_rebuild_stats rs;
+    if (rc || lz_store_rebuild_payloads(g->s, &rs, g->err, sizeof g->err)) return -1;
+    g->rebuilt = 1;
+    g->rebuild_dropped += rs.n_dropped;
+    g->rebuild_bytes += rs.bytes_dropped;
+    ingest_warnf(g, "lazyingest: rebuilt: %lld payloads kept, %lld dropped, about %lld lost (their documents are "
+                 "encoded again by this run, or by --repair)", (long long)rs.n_kept, (long long)rs.n_dropped,
+                 (long long)rs.n_lost);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     lz_runtime_init(argc, argv);
@@ -652,6 +676,14 @@ int main(int argc, char **argv)
         run_opts.busy = open_rc == LZ_EBUSY;
         goto out;
     }
+    /* a writer first checks LMDB's tree (cheap: branch and leaf pages, what every lookup below reads;
+     * LMDB trusts its pages, and a damaged one can crash it or hide what is written): a damaged
+     * database is rebuilt from its intact pages, and this run (or --repair) encodes what was lost */
+    if (!read_only && rebuild_if_damaged(g)) {
+        fprintf(stderr, "lazyingest: %s\n", g->err);
+        status = EXIT_ERR;
+        goto out;
+    }
     int setup_rc = need_model ? setup_model(g, o->model) : lz_store_bind_recorded(g->s, g->err, sizeof g->err);
     g->t_setup = lz_now_s() - t_setup; /* model load, GPU upload, store binding, the prefix's forward pass */
     if (setup_rc) {
@@ -684,12 +716,39 @@ int main(int argc, char **argv)
         }
     }
     if (status != EXIT_ERR && o->check) {
-        issue_list l = { g, NULL, 0, 0 };
+        issue_list l = { g, NULL, 0, 0, 0 };
         if (lz_store_check(g->s, ingest_on_issue, &l, &cs, g->err, sizeof g->err)) {
             fprintf(stderr, "lazyingest: check: %s\n", g->err);
             status = EXIT_ERR;
         } else if (o->repair && l.n) {
-            if (ingest_repair(g, &l, &fixed, &removed_by_repair)) {
+            /* damaged LMDB pages first: the database rebuilt from its intact pages, then checked
+             * again, so that what was lost with them is re-encoded into a sound tree (one pass) */
+            int rebuild_rc = 0;
+            if (cs.kv_damaged) {
+                lz_store_rebuild_stats rs;
+                ingest_issues_free(&l);
+                if ((rebuild_rc = lz_store_rebuild_payloads(g->s, &rs, g->err, sizeof g->err))) {
+                    fprintf(stderr, "lazyingest: repair: %s\n", g->err);
+                    status = EXIT_ERR;
+                } else {
+                    g->rebuilt = 1;
+                    g->rebuild_dropped += rs.n_dropped;
+                    g->rebuild_bytes += rs.bytes_dropped;
+                    ingest_warnf(g, "repair: rebuilt the payload database of %s from its intact pages: %lld payloads "
+                                 "kept, %lld dropped (unreferenced or failing their checks), about %lld lost",
+                                 o->store, (long long)rs.n_kept, (long long)rs.n_dropped, (long long)rs.n_lost);
+                    lz_store_check_stats after;
+                    l.silent = 1; /* the documents were named by the first check */
+                    if ((rebuild_rc = lz_store_check(g->s, ingest_on_issue, &l, &after, g->err, sizeof g->err))) {
+                        fprintf(stderr, "lazyingest: check after the rebuild: %s\n", g->err);
+                        status = EXIT_ERR;
+                    }
+                    l.silent = 0;
+                }
+            }
+            if (rebuild_rc) {
+                /* said above */
+            } else if (ingest_repair(g, &l, &fixed, &removed_by_repair)) {
                 fprintf(stderr, "lazyingest: repair: %s\n", g->err);
                 status = EXIT_ERR;
             } else {
@@ -712,6 +771,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "lazyingest: gc: %s\n", g->err);
             status = EXIT_ERR;
         }
+        gs.n_removed += g->rebuild_dropped; /* what a rebuild left out was garbage too */
+        gs.bytes_removed += g->rebuild_bytes;
         g->c.n_garbage = gs.n_removed;
     }
     if (cp && g->run) {

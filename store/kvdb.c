@@ -1,6 +1,8 @@
 /* kvdb.c - LMDB environment for KV payloads: batched durable writes with
  * map growth on MDB_MAP_FULL, snapshot reads, iteration for garbage
- * collection. Every LMDB return value is checked and reported with the path.
+ * collection; the check of its pages and the rebuild of a damaged one
+ * (store/kvdb_pages.c reads them). Every LMDB return value is checked and
+ * reported with the path; a full file system is named as such.
  */
 #include "store/kvdb.h"
 
@@ -11,8 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "base/error.h"
+#include "store/kvdb_pages.h"
 
 struct lz_kvdb {
     MDB_env *env;
@@ -32,30 +37,37 @@ static int lmdb_fail(lz_kvdb *db, char *err, size_t errlen, const char *what, in
                 db ? db->path : "?", what, mdb_strerror(rc));
 }
 
-int lz_kvdb_open(const char *dir, int flags, lz_kvdb **out, char *err, size_t errlen)
+/* A failed write's message: when the file system of the store is (nearly) full, say so,
+ * whatever LMDB made of it (a short write is EIO, a refused one ENOSPC); need is the bytes
+ * the write wanted (0: unknown; then less than 1 MiB free counts as full). */
+static int write_fail(lz_kvdb *db, char *err, size_t errlen, const char *what, int rc, uint64_t need)
 {
-    *out = NULL;
-    lz_kvdb *db = calloc(1, sizeof *db);
-    if (!db) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
-    snprintf(db->path, sizeof db->path, "%s", dir);
-    db->rdonly = (flags & LZ_KVDB_RDONLY) != 0;
-    if (!db->rdonly && mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        int e = errno;
-        free(db);
-        return lz_fail(err, errlen, LZ_EIO, "cannot create %s: %s", dir, strerror(e));
+    struct statvfs vs;
+    if ((rc == EIO || rc == ENOSPC || rc == EDQUOT) && statvfs(db->path, &vs) == 0) {
+        const uint64_t avail = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
+        const uint64_t want = need + (1u << 20);
+        if (rc == ENOSPC || rc == EDQUOT || avail < want)
+            return lz_fail(err, errlen, LZ_EIO,
+                           "LMDB %s: %s: no space left on device (%.1f MB free on the store's file system, the "
+                           "write needed %.1f MB; LMDB said: %s). Free some space and run again: what was "
+                           "committed is kept",
+                           db->path, what, avail / 1e6, need / 1e6, mdb_strerror(rc));
     }
+    return lmdb_fail(db, err, errlen, what, rc);
+}
+
+/* Opens db->env on db->path (the folder exists). */
+static int env_open(lz_kvdb *db, char *err, size_t errlen)
+{
     int rc = mdb_env_create(&db->env);
-    if (rc) {
-        free(db);
-        return lz_fail(err, errlen, LZ_EIO, "LMDB %s: mdb_env_create: %s", dir, mdb_strerror(rc));
-    }
+    if (rc) return lz_fail(err, errlen, LZ_EIO, "LMDB %s: mdb_env_create: %s", db->path, mdb_strerror(rc));
     unsigned envflags = MDB_NOTLS | (db->rdonly ? MDB_RDONLY : 0);
     rc = mdb_env_set_maxreaders(db->env, 256);
-    if (!rc) rc = mdb_env_open(db->env, dir, envflags, 0666);
+    if (!rc) rc = mdb_env_open(db->env, db->path, envflags, 0666);
     if (rc) {
         int st = lmdb_fail(db, err, errlen, "mdb_env_open", rc);
         mdb_env_close(db->env);
-        free(db);
+        db->env = NULL;
         return st;
     }
     int dead = 0;
@@ -75,6 +87,53 @@ int lz_kvdb_open(const char *dir, int flags, lz_kvdb **out, char *err, size_t er
         int st = lmdb_fail(db, err, errlen, "open database", rc);
         if (txn) mdb_txn_abort(txn);
         mdb_env_close(db->env);
+        db->env = NULL;
+        return st;
+    }
+    return LZ_OK;
+}
+
+/* Removes folder dir and the files in it (LMDB's two); a missing one is fine. */
+static void remove_env_dir(const char *dir)
+{
+    char p[4300];
+    static const char *const files[] = { "data.mdb", "lock.mdb" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+/* A rebuild (lz_kvdb_rebuild) stopped between its two renames leaves no dir but a complete
+ * dir.rebuilt: finished here; what it left behind otherwise is removed. */
+static void finish_rebuild(const char *dir)
+{
+    char built[4200], old[4200];
+    snprintf(built, sizeof built, "%s.rebuilt", dir);
+    snprintf(old, sizeof old, "%s.old", dir);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 && errno == ENOENT && stat(built, &sb) == 0) {
+        if (rename(built, dir) != 0) return;
+    }
+    remove_env_dir(old);
+}
+
+int lz_kvdb_open(const char *dir, int flags, lz_kvdb **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    lz_kvdb *db = calloc(1, sizeof *db);
+    if (!db) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
+    snprintf(db->path, sizeof db->path, "%s", dir);
+    db->rdonly = (flags & LZ_KVDB_RDONLY) != 0;
+    if (!db->rdonly) finish_rebuild(dir);
+    if (!db->rdonly && mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        int e = errno;
+        free(db);
+        return lz_fail(err, errlen, LZ_EIO, "cannot create %s: %s", dir, strerror(e));
+    }
+    int st = env_open(db, err, errlen);
+    if (st) {
         free(db);
         return st;
     }
@@ -85,13 +144,14 @@ int lz_kvdb_open(const char *dir, int flags, lz_kvdb **out, char *err, size_t er
 void lz_kvdb_close(lz_kvdb *db)
 {
     if (!db) return;
-    mdb_env_close(db->env);
+    if (db->env) mdb_env_close(db->env);
     free(db);
 }
 
 /* Begins a transaction, adopting a map another process grew. */
 static int begin(lz_kvdb *db, unsigned flags, MDB_txn **txn)
 {
+    if (!db->env) return EBADF; /* a rebuild could not open the new file */
     int rc = mdb_txn_begin(db->env, NULL, flags, txn);
     if (rc == MDB_MAP_RESIZED) {
         rc = mdb_env_set_mapsize(db->env, 0);
@@ -122,8 +182,11 @@ static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, i
                        char *err, size_t errlen)
 {
     if (db->rdonly) return lz_fail(err, errlen, LZ_EREADONLY, "LMDB %s: opened read-only", db->path);
-    for (int i = 0; i < n; i++)
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; i++) {
         if (check_key(&items[i], err, errlen)) return LZ_EINVAL;
+        bytes += del ? 0 : items[i].key_len + items[i].val_len;
+    }
     for (int attempt = 0; attempt < 40; attempt++) {
         MDB_txn *txn;
         int rc = begin(db, 0, &txn);
@@ -149,7 +212,7 @@ static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, i
                 return LZ_OK;
             }
         }
-        if (rc != MDB_MAP_FULL) return lmdb_fail(db, err, errlen, del ? "delete" : "put", rc);
+        if (rc != MDB_MAP_FULL) return write_fail(db, err, errlen, del ? "delete" : "put", rc, bytes);
         if (fixed) return lz_fail(err, errlen, LZ_EFULL, "LMDB %s: map full", db->path);
         rc = grow(db);
         if (rc) return lmdb_fail(db, err, errlen, "grow map", rc);
@@ -299,4 +362,159 @@ int lz_kvdb_stat(lz_kvdb *db, lz_kvdb_stats *st, char *err, size_t errlen)
     st->map_size = info.me_mapsize;
     st->used_bytes = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
     return LZ_OK;
+}
+
+/* ---- damage: the data file checked without LMDB, and rebuilt from what is intact ---- */
+
+int lz_kvdb_verify(lz_kvdb *db, int tree_only, lz_kvdb_damage *d, char *err, size_t errlen)
+{
+    memset(d, 0, sizeof *d);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/data.mdb", db->path);
+    lz_kvdb_pages *p;
+    /* a read snapshot meanwhile: a writer in another process reuses none of the pages read */
+    MDB_txn *txn = NULL;
+    int mrc = begin(db, MDB_RDONLY, &txn);
+    if (mrc) return lmdb_fail(db, err, errlen, "read transaction", mrc);
+    int rc = lz_kvdb_pages_open(path, tree_only ? LZ_KVDB_PAGES_TREE_ONLY : 0, &p, err, errlen);
+    mdb_txn_abort(txn);
+    if (rc == LZ_ECORRUPT) { /* not even a meta page: everything is lost */
+        d->damaged = 1;
+        snprintf(d->what, sizeof d->what, "%.600s", err);
+        return LZ_OK;
+    }
+    if (rc) return rc;
+    const lz_kvdb_pages_stats *st = lz_kvdb_pages_get_stats(p);
+    d->damaged = lz_kvdb_pages_damaged(p);
+    d->pages_damaged = st->damaged;
+    d->entries_intact = st->entries;
+    d->entries_recorded = st->meta_entries;
+    if (d->damaged)
+        snprintf(d->what, sizeof d->what, "%.280s: %.300s (%lld damaged pages; %lld of the %lld entries on intact pages)",
+                 path, st->first, (long long)st->damaged, (long long)st->entries, (long long)st->meta_entries);
+    lz_kvdb_pages_close(p);
+    return LZ_OK;
+}
+
+typedef struct {
+    MDB_env *env;
+    MDB_dbi dbi;
+    const char *dir;
+    int (*keep)(const void *key, size_t key_len, const void *val, size_t val_len, void *ctx);
+    void *ctx;
+    lz_kvdb_item *batch;  /* entries waiting for the next transaction */
+    int n, cap;
+    uint64_t batch_bytes;
+    lz_kvdb_rebuild_stats *st;
+    int rc;               /* first LMDB error */
+    char *err;
+    size_t errlen;
+} rebuild_ctx;
+
+/* Writes the batch in one transaction of the new environment, growing its map when full. */
+static int rebuild_flush(rebuild_ctx *r)
+{
+    for (int attempt = 0; r->n && attempt < 40; attempt++) {
+        MDB_txn *txn;
+        int rc = mdb_txn_begin(r->env, NULL, 0, &txn);
+        for (int i = 0; !rc && i < r->n; i++) {
+            MDB_val k = { r->batch[i].key_len, (void *)r->batch[i].key }, v = { r->batch[i].val_len, (void *)r->batch[i].val };
+            rc = mdb_put(txn, r->dbi, &k, &v, 0);
+        }
+        if (rc) mdb_txn_abort(txn);
+        else rc = mdb_txn_commit(txn);
+        if (!rc) break;
+        if (rc != MDB_MAP_FULL) {
+            r->rc = lz_fail(r->err, r->errlen, LZ_EIO, "LMDB %s: writing the rebuilt payloads: %s", r->dir, mdb_strerror(rc));
+            return -1;
+        }
+        MDB_envinfo info;
+        if ((rc = mdb_env_info(r->env, &info)) || (rc = mdb_env_set_mapsize(r->env, info.me_mapsize * 2))) {
+            r->rc = lz_fail(r->err, r->errlen, LZ_EIO, "LMDB %s: growing the map: %s", r->dir, mdb_strerror(rc));
+            return -1;
+        }
+    }
+    r->n = 0;
+    r->batch_bytes = 0;
+    return 0;
+}
+
+static int rebuild_visit(const void *key, size_t key_len, const void *val, size_t val_len, void *p)
+{
+    rebuild_ctx *r = p;
+    r->st->n_seen++;
+    if (key_len == 0 || key_len > LZ_KVDB_MAX_KEY || !r->keep(key, key_len, val, val_len, r->ctx)) {
+        r->st->n_dropped++;
+        r->st->bytes_dropped += (int64_t)val_len;
+        return 0;
+    }
+    if (r->n == r->cap) {
+        int cap = r->cap ? r->cap * 2 : 256;
+        lz_kvdb_item *b = realloc(r->batch, sizeof *b * (size_t)cap);
+        if (!b) return r->rc = lz_fail(r->err, r->errlen, LZ_ENOMEM, "out of memory"), 1;
+        r->batch = b;
+        r->cap = cap;
+    }
+    r->batch[r->n++] = (lz_kvdb_item){ key, key_len, val, val_len };
+    r->batch_bytes += val_len;
+    r->st->n_kept++;
+    if ((r->batch_bytes >= (64u << 20) || r->n >= 4096) && rebuild_flush(r)) return 1;
+    return 0;
+}
+
+int lz_kvdb_rebuild(lz_kvdb *db, int (*keep)(const void *key, size_t key_len, const void *val, size_t val_len, void *ctx),
+                    void *ctx, lz_kvdb_rebuild_stats *st, char *err, size_t errlen)
+{
+    memset(st, 0, sizeof *st);
+    if (db->rdonly) return lz_fail(err, errlen, LZ_EREADONLY, "LMDB %s: opened read-only", db->path);
+    char data[4200], tmp[4200], built[4200], old[4200];
+    snprintf(data, sizeof data, "%s/data.mdb", db->path);
+    snprintf(tmp, sizeof tmp, "%s.rebuild", db->path);
+    snprintf(built, sizeof built, "%s.rebuilt", db->path);
+    snprintf(old, sizeof old, "%s.old", db->path);
+    remove_env_dir(tmp);
+    remove_env_dir(built);
+    if (mkdir(tmp, 0777) != 0) return lz_fail(err, errlen, LZ_EIO, "cannot create %s: %s", tmp, strerror(errno));
+    lz_kvdb_pages *p = NULL;
+    int rc = lz_kvdb_pages_open(data, 0, &p, err, errlen);
+    if (rc && rc != LZ_ECORRUPT) { remove_env_dir(tmp); return rc; }
+    /* the new environment: as large a map as the old file, grown when needed */
+    struct stat sb;
+    uint64_t map = stat(data, &sb) == 0 ? (uint64_t)sb.st_size + (uint64_t)sb.st_size / 4 : 0;
+    if (map < LZ_KVDB_INITIAL_MAP) map = LZ_KVDB_INITIAL_MAP;
+    rebuild_ctx r = { .dir = tmp, .keep = keep, .ctx = ctx, .st = st, .err = err, .errlen = errlen };
+    MDB_txn *txn = NULL;
+    int mrc = mdb_env_create(&r.env);
+    if (!mrc) mrc = mdb_env_set_mapsize(r.env, map);
+    if (!mrc) mrc = mdb_env_open(r.env, tmp, MDB_NOTLS, 0666);
+    if (!mrc) mrc = mdb_txn_begin(r.env, NULL, 0, &txn);
+    if (!mrc) mrc = mdb_dbi_open(txn, NULL, 0, &r.dbi);
+    if (!mrc) { mrc = mdb_txn_commit(txn); txn = NULL; }
+    if (mrc) {
+        if (txn) mdb_txn_abort(txn);
+        r.rc = lz_fail(err, errlen, LZ_EIO, "LMDB %s: a new environment: %s", tmp, mdb_strerror(mrc));
+    }
+    if (!r.rc && p) lz_kvdb_pages_foreach(p, rebuild_visit, &r);
+    if (!r.rc) rebuild_flush(&r);
+    if (!r.rc && (mrc = mdb_env_sync(r.env, 1)))
+        r.rc = lz_fail(err, errlen, LZ_EIO, "LMDB %s: sync: %s", tmp, mdb_strerror(mrc));
+    if (r.env) mdb_env_close(r.env);
+    free(r.batch);
+    lz_kvdb_pages_close(p);
+    if (r.rc) {
+        remove_env_dir(tmp);
+        return r.rc;
+    }
+    /* the swap: tmp complete as .rebuilt, the damaged folder out as .old, .rebuilt in
+     * (lz_kvdb_open finishes one stopped between the two renames) */
+    mdb_env_close(db->env);
+    db->env = NULL;
+    if (rename(tmp, built) != 0 || rename(db->path, old) != 0 || rename(built, db->path) != 0) {
+        int e = errno;
+        finish_rebuild(db->path);
+        env_open(db, err, errlen);
+        return lz_fail(err, errlen, LZ_EIO, "LMDB %s: replacing it with the rebuilt payloads: %s", db->path, strerror(e));
+    }
+    remove_env_dir(old);
+    return env_open(db, err, errlen);
 }

@@ -5,6 +5,9 @@
  * map doubles and the batch is retried on MDB_MAP_FULL. Readers in other
  * processes see a batch entirely or not at all, and never block the writer.
  * What lives in the payloads is store/payload.h's business, not this file's.
+ * LMDB trusts its own pages; lz_kvdb_verify checks them without it and
+ * lz_kvdb_rebuild rewrites a damaged environment from its intact pages. A
+ * write that fails for a full file system says "no space left on device".
  */
 #ifndef LZ_KVDB_H
 #define LZ_KVDB_H
@@ -76,6 +79,36 @@ typedef struct {
     uint64_t used_bytes; /* pages in use * page size */
 } lz_kvdb_stats;
 int lz_kvdb_stat(lz_kvdb *db, lz_kvdb_stats *st, char *err, size_t errlen);
+
+/* ---- damage (store/kvdb_pages.h reads the data file without LMDB) ---- */
+typedef struct {
+    int damaged;              /* 1 when a page (or a meta page, or the entry count) failed */
+    int64_t pages_damaged;
+    int64_t entries_intact;   /* entries on intact pages */
+    int64_t entries_recorded; /* the entry count of the meta page */
+    char what[640];           /* the data file, the first damage and the counts ("" when intact) */
+} lz_kvdb_damage;
+/* Checks every page of the data file LMDB would read (tree_only: not the
+ * first page of each value, which key lookups and cursor walks never read).
+ * Damage is no error: it is reported in d. Errors: EIO, ENOMEM. Call it before
+ * any LMDB read of a store that may be damaged: LMDB trusts its pages. */
+int lz_kvdb_verify(lz_kvdb *db, int tree_only, lz_kvdb_damage *d, char *err, size_t errlen);
+
+typedef struct {
+    int64_t n_seen;          /* entries found on intact pages */
+    int64_t n_kept;          /* of which keep() kept */
+    int64_t n_dropped;
+    int64_t bytes_dropped;
+} lz_kvdb_rebuild_stats;
+/* Rewrites the environment into a new data file holding every entry of the
+ * intact pages that keep(key, key_len, val, val_len, ctx) returns non-zero
+ * for, then puts it in place of the old one (folder DIR.rebuild, renamed
+ * DIR.rebuilt, swapped with DIR; a run stopped in between is completed by the
+ * next lz_kvdb_open). No transaction of this process may be open; a reader in
+ * another process keeps the old file until it reopens. Errors: EIO, ENOMEM,
+ * EREADONLY. */
+int lz_kvdb_rebuild(lz_kvdb *db, int (*keep)(const void *key, size_t key_len, const void *val, size_t val_len, void *ctx),
+                    void *ctx, lz_kvdb_rebuild_stats *st, char *err, size_t errlen);
 
 
 #endif /* LZ_KVDB_H */

@@ -4,6 +4,7 @@
  */
 #include "store/meta.h"
 
+#include <sys/statvfs.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -100,6 +101,16 @@ static int sql_status(int rc)
 
 static int sql_fail(lz_meta *m, char *err, size_t errlen, int which, int rc)
 {
+    /* a full file system: said in those words (SQLite's "database or disk is full", or an I/O
+     * error from a short write), with what is free there */
+    struct statvfs vs;
+    if (((rc & 0xff) == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR) && statvfs(m->path, &vs) == 0 &&
+        ((rc & 0xff) == SQLITE_FULL || (uint64_t)vs.f_bavail * vs.f_frsize < (1u << 20)))
+        return lz_fail(err, errlen, sql_status(rc),
+                       "SQLite %s: no space left on device (%.1f MB free on its file system; SQLite said: %s, in: "
+                       "%.60s). Free some space and run again: what was committed is kept",
+                       m->path, (double)vs.f_bavail * vs.f_frsize / 1e6,
+                       m->db ? sqlite3_errmsg(m->db) : sqlite3_errstr(rc), which >= 0 ? SQL[which] : "open");
     return lz_fail(err, errlen, sql_status(rc), "SQLite %s: %s (in: %.80s)", m->path,
                 m->db ? sqlite3_errmsg(m->db) : sqlite3_errstr(rc), which >= 0 ? SQL[which] : "open");
 }

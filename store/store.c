@@ -17,6 +17,7 @@
 
 #include "base/sha256.h"
 #include "base/error.h"
+#include "store/kvdb_pages.h"
 
 int lz_store_from_meta(int st)
 {
@@ -512,23 +513,91 @@ static int gc_scan(lz_store *s, gc_ctx *g, char *err, size_t errlen)
     return lz_store_from_kvdb(rc);
 }
 
+/* ---- rebuild: the payload database rewritten from its intact pages ---- */
+
+typedef struct {
+    lz_store *s;
+    int error;
+    char *err;
+    size_t errlen;
+} keep_ctx;
+
+/* Keeps a payload a row (or the model's prefix) references and that passes its checks
+ * (header, CRC32C, this store's model): a damaged one is as good as lost. */
+static int keep_payload(const void *key, size_t key_len, const void *val, size_t val_len, void *p)
+{
+    keep_ctx *k = p;
+    if (k->error) return 0;
+    int ref = lz_meta_key_referenced(k->s->meta, key, key_len, k->err, k->errlen);
+    if (ref < 0) {
+        k->error = LZ_EIO;
+        return 0;
+    }
+    if (!ref || key_len != LZ_META_KEY_LEN || memcmp(key, k->s->fingerprint, 32) != 0) return 0;
+    lz_payload_info info;
+    char e[256];
+    return lz_payload_parse(val, val_len, 1, &info, e, sizeof e) == 0 && memcmp(info.model, k->s->fingerprint, 32) == 0;
+}
+
+int lz_store_rebuild_payloads(lz_store *s, lz_store_rebuild_stats *st, char *err, size_t errlen)
+{
+    memset(st, 0, sizeof *st);
+    if (!s->bound) return lz_fail(err, errlen, LZ_EINVAL, "store %s: rebuild before binding a model", s->dir);
+    lz_kvdb_damage d;
+    int rc = lz_store_from_kvdb(lz_kvdb_verify(s->kv, 0, &d, err, errlen));
+    if (rc) return rc;
+    keep_ctx k = { s, 0, err, errlen };
+    lz_kvdb_rebuild_stats rs;
+    rc = lz_store_from_kvdb(lz_kvdb_rebuild(s->kv, keep_payload, &k, &rs, err, errlen));
+    if (!rc && k.error) rc = k.error;
+    st->n_kept = rs.n_kept;
+    st->n_dropped = rs.n_dropped;
+    st->bytes_dropped = rs.bytes_dropped;
+    st->n_lost = d.damaged && d.entries_recorded > d.entries_intact ? d.entries_recorded - d.entries_intact : 0;
+    return rc;
+}
+
+int lz_store_payloads_damaged(lz_store *s, int tree_only, char *what, size_t whatlen, char *err, size_t errlen)
+{
+    lz_kvdb_damage d;
+    if (lz_kvdb_verify(s->kv, tree_only, &d, err, errlen)) return -1;
+    if (what && whatlen) snprintf(what, whatlen, "%s", d.what);
+    return d.damaged;
+}
+
 int lz_store_gc(lz_store *s, lz_store_gc_stats *st, char *err, size_t errlen)
 {
     memset(st, 0, sizeof *st);
-    gc_ctx g;
-    int rc = gc_scan(s, &g, err, errlen);
-    st->n_payloads = g.n_seen;
-    enum { BATCH = 1024 };
-    lz_kvdb_item items[BATCH];
-    for (int64_t i = 0; !rc && i < g.n; i += BATCH) {
-        int n = (int)(g.n - i < BATCH ? g.n - i : BATCH), del = 0;
-        for (int j = 0; j < n; j++) items[j] = (lz_kvdb_item){ g.keys[i + j], g.lens[i + j], NULL, 0 };
-        rc = lz_store_from_kvdb(lz_kvdb_del_batch(s->kv, items, n, &del, err, errlen));
-        st->n_removed += del;
+    /* LMDB trusts its pages: a damaged tree is rebuilt from what is intact instead (deleting through
+     * it could miss what a cursor lists, or write a damaged free list further) */
+    lz_kvdb_damage d;
+    int rc = lz_store_from_kvdb(lz_kvdb_verify(s->kv, 0, &d, err, errlen));
+    if (rc) return rc;
+    if (!d.damaged) {
+        gc_ctx g;
+        rc = gc_scan(s, &g, err, errlen);
+        st->n_payloads = g.n_seen;
+        enum { BATCH = 1024 };
+        lz_kvdb_item items[BATCH];
+        for (int64_t i = 0; !rc && i < g.n; i += BATCH) {
+            int n = (int)(g.n - i < BATCH ? g.n - i : BATCH), del = 0;
+            for (int j = 0; j < n; j++) items[j] = (lz_kvdb_item){ g.keys[i + j], g.lens[i + j], NULL, 0 };
+            rc = lz_store_from_kvdb(lz_kvdb_del_batch(s->kv, items, n, &del, err, errlen));
+            st->n_removed += del;
+        }
+        if (!rc) st->bytes_removed = g.bytes;
+        const int missed = !rc && st->n_removed < g.n; /* listed by the cursor, not found by key: the tree lies */
+        free(g.keys);
+        free(g.lens);
+        if (!missed || !s->bound) return rc;
     }
-    if (!rc) st->bytes_removed = g.bytes;
-    free(g.keys);
-    free(g.lens);
+    if (!s->bound) return lz_fail(err, errlen, LZ_EINVAL, "store %s: gc of a damaged store before binding a model", s->dir);
+    lz_store_rebuild_stats rs;
+    rc = lz_store_rebuild_payloads(s, &rs, err, errlen);
+    st->rebuilt = 1;
+    st->n_payloads = rs.n_kept + rs.n_dropped;
+    st->n_removed += rs.n_dropped;
+    st->bytes_removed += rs.bytes_dropped;
     return rc;
 }
 
@@ -537,6 +606,8 @@ int lz_store_gc(lz_store *s, lz_store_gc_stats *st, char *err, size_t errlen)
 typedef struct {
     lz_store *s;
     lz_kvdb_reader *rd;
+    lz_kvdb_pages *pages; /* a damaged data file: payloads read from its intact pages, not through LMDB */
+    int damaged;
     int (*fn)(const lz_store_issue *is, void *ctx);
     void *ctx;
     lz_store_check_stats *st;
@@ -573,9 +644,12 @@ static int check_one(check_ctx *c, int64_t id, const char *ext_id, const uint8_t
     const void *blob;
     size_t len;
     char e[256];
-    int rc = lz_kvdb_reader_get(c->rd, key, LZ_META_KEY_LEN, &blob, &len, e, sizeof e);
+    int rc = c->damaged ? (c->pages && lz_kvdb_pages_find(c->pages, key, LZ_META_KEY_LEN, &blob, &len) ? LZ_OK
+                                                                                                    : LZ_ENOTFOUND)
+                        : lz_kvdb_reader_get(c->rd, key, LZ_META_KEY_LEN, &blob, &len, e, sizeof e);
     if (rc == LZ_ENOTFOUND)
-        return report(c, LZ_STORE_ISSUE_MISSING, id, ext_id, ids, n, "payload missing from LMDB");
+        return report(c, LZ_STORE_ISSUE_MISSING, id, ext_id, ids, n, c->damaged ? "payload lost with a damaged LMDB page"
+                                                                               : "payload missing from LMDB");
     if (rc) return report(c, LZ_STORE_ISSUE_MISSING, id, ext_id, ids, n, "payload unreadable: %s", e);
     lz_payload_info info;
     rc = lz_payload_parse(blob, len, 1, &info, e, sizeof e);
@@ -620,14 +694,56 @@ static int check_doc(const lz_meta_doc *d, void *p)
     return r;
 }
 
+/* Counts the intact entries no row references (a damaged store's garbage). */
+static int count_unreferenced(const void *key, size_t key_len, const void *val, size_t val_len, void *p)
+{
+    gc_ctx *g = p;
+    g->n_seen++;
+    int ref = lz_meta_key_referenced(g->s->meta, key, key_len, g->err, g->errlen);
+    if (ref < 0) return g->error = LZ_EIO, 1;
+    g->n += !ref;
+    return 0;
+}
+
 int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), void *ctx,
                    lz_store_check_stats *st, char *err, size_t errlen)
 {
     memset(st, 0, sizeof *st);
     if (!s->bound) return lz_fail(err, errlen, LZ_EINVAL, "store %s: check before binding a model", s->dir);
-    check_ctx c = { s, NULL, fn, ctx, st, 0, "", NULL };
+    check_ctx c = { s, NULL, NULL, 0, fn, ctx, st, 0, "", NULL };
+    /* an LMDB read snapshot first: a writer running beside this check reuses no page of it (the
+     * pages read below without LMDB included) */
     int rc = lz_store_from_kvdb(lz_kvdb_reader_begin(s->kv, &c.rd, err, errlen));
     if (rc) return rc;
+    /* then LMDB's own pages, without LMDB (it trusts them: a damaged leaf can crash it) */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/kv/data.mdb", s->dir);
+    rc = lz_store_from_kvdb(lz_kvdb_pages_open(path, 0, &c.pages, err, errlen));
+    if (rc == LZ_ECORRUPT) { /* no valid meta page: nothing is readable, every payload is lost */
+        st->kv_damaged = c.damaged = 1;
+        rc = LZ_OK;
+        if (report(&c, LZ_STORE_ISSUE_KV_DAMAGED, -1, "(payload database)", NULL, 0, "%s", err)) {
+            lz_kvdb_reader_end(c.rd);
+            return LZ_OK;
+        }
+    } else if (rc) {
+        lz_kvdb_reader_end(c.rd);
+        return rc;
+    } else if (lz_kvdb_pages_damaged(c.pages)) {
+        const lz_kvdb_pages_stats *ps = lz_kvdb_pages_get_stats(c.pages);
+        st->kv_damaged = c.damaged = 1;
+        if (report(&c, LZ_STORE_ISSUE_KV_DAMAGED, -1, "(payload database)", NULL, 0,
+                   "LMDB %s: %s: %lld damaged pages; %lld of the %lld payloads are on intact pages (lazyingest "
+                   "--repair rebuilds it)", path, ps->first, (long long)ps->damaged, (long long)ps->entries,
+                   (long long)ps->meta_entries)) {
+            lz_kvdb_pages_close(c.pages);
+            lz_kvdb_reader_end(c.rd);
+            return LZ_OK;
+        }
+    } else {
+        lz_kvdb_pages_close(c.pages);
+        c.pages = NULL;
+    }
     uint8_t want[LZ_META_KEY_LEN];
     lz_store_prefix_key(s->fingerprint, s->prefix, s->n_prefix, want);
     lz_meta_model mm;
@@ -641,9 +757,22 @@ int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), 
         int r = lz_meta_doc_foreach(s->meta, check_doc, &c, err, errlen);
         if (!c.stopped) rc = lz_store_from_meta(r);
     }
+    gc_ctx g;
+    if (c.damaged) { /* garbage among the intact pages (LMDB's cursor is not to be trusted here) */
+        memset(&g, 0, sizeof g);
+        g.s = s;
+        g.err = err;
+        g.errlen = errlen;
+        if (!rc && !c.stopped && c.pages) lz_kvdb_pages_foreach(c.pages, count_unreferenced, &g);
+        if (!rc) rc = g.error;
+        st->n_payloads = g.n_seen;
+        st->n_unreferenced = g.n;
+        lz_kvdb_pages_close(c.pages);
+        lz_kvdb_reader_end(c.rd);
+        return rc;
+    }
     lz_kvdb_reader_end(c.rd);
     if (rc || c.stopped) return rc;
-    gc_ctx g;
     rc = gc_scan(s, &g, err, errlen);
     st->n_payloads = g.n_seen;
     st->n_unreferenced = g.n;

@@ -4,7 +4,8 @@
  * rules: payload first, row second (enforced here: a row whose payload is
  * not in LMDB is refused, see "rows" below); SQLite is the truth; gc
  * removes unreferenced payloads; check finds rows whose payload is missing,
- * corrupt or of another model.
+ * corrupt or of another model, and damaged LMDB pages (store/kvdb_pages.h),
+ * which a rebuild of the payload database from its intact pages removes.
  *
  * Folder layout:  <dir>/kv/data.mdb, lock.mdb   LMDB environment
  *                 <dir>/meta.sqlite (+ -wal, -shm)   SQLite, WAL mode
@@ -200,17 +201,41 @@ typedef struct {
     int64_t n_payloads;   /* payloads examined */
     int64_t n_removed;    /* unreferenced ones deleted */
     int64_t bytes_removed;
+    int rebuilt;          /* the payload database was damaged: rebuilt (lz_store_rebuild_payloads) */
 } lz_store_gc_stats;
 /* Deletes every payload no row references. Call with the writer lock and no
- * payload written whose row is not committed yet. */
+ * payload written whose row is not committed yet. LMDB's pages are checked
+ * first (store/kvdb_pages.h); a damaged database (or one whose cursor lists
+ * what no lookup finds) is rebuilt instead, which keeps only the referenced
+ * payloads that pass their checks (needs a bound store). */
 int lz_store_gc(lz_store *s, lz_store_gc_stats *st, char *err, size_t errlen);
+
+typedef struct {
+    int64_t n_kept;        /* payloads copied into the new data file */
+    int64_t n_dropped;     /* intact entries left out: unreferenced, or failing their checks */
+    int64_t bytes_dropped;
+    int64_t n_lost;        /* entries the damaged pages held (the meta page's count less the intact) */
+} lz_store_rebuild_stats;
+/* Rewrites the payload database (kv/) from the intact pages of its data file
+ * (read without LMDB), keeping every payload a row or the model's prefix
+ * references whose header, CRC32C and model pass; whatever LMDB damage there
+ * was is gone after it, and a row whose payload was lost is then MISSING for
+ * lz_store_check (lazyingest --repair re-encodes it). Writer lock, a bound
+ * store, no read open. Errors: EIO, ENOMEM. */
+int lz_store_rebuild_payloads(lz_store *s, lz_store_rebuild_stats *st, char *err, size_t errlen);
+/* 1 when LMDB's pages fail their check (what: the data file, the first
+ * damage, counts), 0 when intact, -1 when the check cannot run (err).
+ * tree_only: branch and leaf pages only, what key lookups read (cheap: about
+ * a page per 30 payloads); else the first page of every value too. */
+int lz_store_payloads_damaged(lz_store *s, int tree_only, char *what, size_t whatlen, char *err, size_t errlen);
 
 typedef enum {
     LZ_STORE_ISSUE_MISSING = 1,    /* row without payload */
     LZ_STORE_ISSUE_CORRUPT = 2,    /* payload fails header or checksum validation */
     LZ_STORE_ISSUE_WRONG_MODEL = 3,/* payload of another model, or key of another model */
     LZ_STORE_ISSUE_MISMATCH = 4,   /* payload shape/tokens or key disagree with the row */
-    LZ_STORE_ISSUE_BAD_ROW = 5     /* row itself unusable (token ids blob malformed) */
+    LZ_STORE_ISSUE_BAD_ROW = 5,    /* row itself unusable (token ids blob malformed) */
+    LZ_STORE_ISSUE_KV_DAMAGED = 6  /* LMDB's own pages are damaged (doc_id -1): rebuild with lz_store_rebuild_payloads */
 } lz_store_issue_kind;
 
 typedef struct {
@@ -226,8 +251,11 @@ typedef struct {
 typedef struct {
     int64_t n_docs, n_ok, n_issues;
     int64_t n_payloads, n_unreferenced; /* LMDB entries, of which garbage */
+    int kv_damaged;                     /* LMDB's pages failed their check: payloads were read from the intact ones */
 } lz_store_check_stats;
-/* Verifies every row (and the model's prefix payload): payload present,
+/* Verifies LMDB's own pages first (store/kvdb_pages.h: without LMDB; damage
+ * is one KV_DAMAGED issue, and the payloads are then read from the intact
+ * pages), then every row (and the model's prefix payload): payload present,
  * header and CRC32C valid, model fingerprint, shape, token count and key
  * match. Calls fn per issue (may be NULL). Counts unreferenced payloads
  * without deleting them. Errors only when the check itself cannot run. */

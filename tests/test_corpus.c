@@ -1,6 +1,7 @@
 /* test_corpus.c - JSONL and CSV corpus readers: valid records with their
  * lines, every bad-input case (one message each, naming file:line and the id
- * when known), quoting, embedded newlines, CRLF, BOM, stdin spooling, rewind. */
+ * when known), quoting, embedded newlines, CRLF, BOM, stdin spooling, rewind,
+ * and a bad line after a context record whose pairs were all seen (no stale id). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,6 +270,30 @@ static void test_split(void)
     free(sp);
 }
 
+/* fuzz/fuzz_corpus.c's first find: a context record whose pairs were all seen
+ * before, then a line that is no JSON. The bad line's record came back with
+ * the id of the last pair, pointing into the context record already freed
+ * (a use after free that lazyingest reads to keep a bad record's old rows). */
+static void test_context_then_bad_line(void)
+{
+    const char *data =
+        "{\"_id\": \"q1\", \"context\": [[\"Foxaria\", [\"The capital is Oriasville.\"]]]}\n"
+        "{\"_id\": \"q2\", \"context\": [[\"Foxaria\", [\"The capital is Oriasville.\"]]]}\n"
+        "{broken\n";
+    const char *path = write_file("ctxbad.jsonl", data, strlen(data));
+    lz_corpus *c;
+    char err[512];
+    CHECK(lz_corpus_open(path, LZ_CORPUS_AUTO, &c, err, sizeof err) == 0, "open: %s", err);
+    lz_corpus_record rec;
+    int st = lz_corpus_next(c, &rec, err, sizeof err);
+    CHECK(st == LZ_CORPUS_OK && strcmp(rec.id, "Foxaria") == 0, "the pair once: %d", st);
+    st = lz_corpus_next(c, &rec, err, sizeof err); /* q2: its pair seen, then the broken line */
+    CHECK(st == LZ_CORPUS_BAD && strstr(err, "ctxbad.jsonl:3"), "the broken line is bad: %d '%s'", st, err);
+    CHECK(rec.id == NULL && rec.title == NULL && rec.warning == NULL, "the bad line has no id (got a stale one)");
+    CHECK(lz_corpus_next(c, &rec, err, sizeof err) == LZ_CORPUS_EOF, "then the end");
+    lz_corpus_close(c);
+}
+
 int main(void)
 {
     if (!lz_test_tmpdir(dir, sizeof dir)) {
@@ -280,6 +305,7 @@ int main(void)
     test_jsonl();
     test_csv();
     test_stdin_and_rewind();
+    test_context_then_bad_line();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", dir);

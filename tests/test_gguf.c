@@ -1,12 +1,14 @@
 /* test_gguf.c - GGUF reader and writer: round trip of every metadata type
  * (nested arrays too) and tensor type, and corrupt files (truncations at every
  * 1/16, bad magic/version, offsets past the end, unknown types, overflowing
- * dims, string lengths past the end) rejected with a message, never a crash. */
+ * dims, byte sizes that wrap, string lengths past the end, a model's
+ * block_count past its tensors) rejected with a message, never a crash. */
 #include <stdint.h>
 
 #include "formats/gguf.h"
 #include "formats/gguf_write.h"
 #include "base/half.h"
+#include "model/llama.h"
 #include "model/mkmodel.h"
 #include "tests/test.h"
 
@@ -136,6 +138,62 @@ static void test_nested(void)
 #undef PUT
 }
 
+/* Issue #32: an F32 tensor of shape [2^62 + 1] with 4 bytes of data. Its
+ * byte size, n * 4, wraps to 4 in 64 bits; the reader must refuse the shape. */
+static void test_nbytes_overflow(void)
+{
+    uint8_t b[128];
+    size_t n = 0;
+#define PUT(v, sz) do { uint64_t x_ = (uint64_t)(v); memcpy(b + n, &x_, sz); n += sz; } while (0)
+    PUT(0x46554747u, 4); PUT(3, 4); PUT(1, 8); PUT(0, 8); /* 1 tensor, 0 keys */
+    PUT(1, 8); b[n++] = 'w';                               /* name "w" */
+    PUT(1, 4); PUT(((uint64_t)1 << 62) + 1, 8);            /* 1 dim: 2^62 + 1 */
+    PUT(LZ_GGML_F32, 4); PUT(0, 8);                        /* F32 at offset 0 */
+    while (n % 32) b[n++] = 0;                             /* data section, aligned */
+    PUT(0x3f800000u, 4);                                   /* 4 bytes of data */
+#undef PUT
+    CHECK(lz_ggml_nbytes(LZ_GGML_F32, ((int64_t)1 << 62) + 1) == 0, "nbytes of 2^62+1 F32 does not wrap");
+    CHECK(lz_ggml_nbytes(LZ_GGML_F32, INT64_MAX) == 0, "nbytes of INT64_MAX F32 does not wrap");
+    CHECK(lz_ggml_nbytes(LZ_GGML_F32, 8) == 32, "nbytes of 8 F32");
+    expect_reject(b, n, "overflows", "F32 shape [2^62 + 1] with 4 bytes of data");
+}
+
+/* fuzz/fuzz_model.c's find: a tiny model whose block_count says 2^26 + 1
+ * layers made the loader allocate 8.6 GB for their table before looking
+ * for their tensors; it must be refused at once, naming the key and file. */
+static void test_block_count_bomb(const char *dir)
+{
+    char path[512], err[1024] = "";
+    snprintf(path, sizeof path, "%s/bomb.gguf", dir);
+    lz_mkmodel_opts o;
+    lz_mkmodel_defaults(&o);
+    CHECK(lz_mkmodel_write(&o, path, err, sizeof err) == 0, "mkmodel: %s", err);
+    size_t n;
+    uint8_t *buf = read_file(path, &n);
+    CHECK(buf != NULL, "read back");
+    if (!buf) return;
+    static const char key[] = "llama.block_count";
+    size_t at = 0;
+    for (size_t i = 0; i + sizeof key + 4 < n && !at; i++)
+        if (!memcmp(buf + i, key, sizeof key - 1)) at = i + sizeof key - 1;
+    uint32_t type = 0;
+    if (at) memcpy(&type, buf + at, 4);
+    CHECK(at && type == LZ_GGUF_UINT32, "block_count found as a u32");
+    if (at && type == LZ_GGUF_UINT32) {
+        uint32_t layers = (1u << 26) + 1;
+        memcpy(buf + at + 4, &layers, 4);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(buf, 1, n, f) == n, "write %s", path);
+        if (f) fclose(f);
+        lz_llama *m = NULL;
+        int rc = lz_llama_load_gguf(path, &m, err, sizeof err);
+        CHECK(rc == LZ_ECORRUPT && !m, "2^26 + 1 layers refused (rc %d)", rc);
+        CHECK(strstr(err, "block_count") && strstr(err, "bomb.gguf"), "the refusal names the key and file: %s", err);
+        lz_llama_free(m);
+    }
+    free(buf);
+}
+
 static void test_corrupt(const char *dir)
 {
     char path[512], err[512];
@@ -215,6 +273,8 @@ int main(void)
     if (!lz_test_tmpdir(dir, sizeof dir)) { printf("cannot make temp dir\n"); return 1; }
     test_roundtrip(dir);
     test_nested();
+    test_nbytes_overflow();
+    test_block_count_bomb(dir);
     test_corrupt(dir);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

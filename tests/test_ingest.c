@@ -8,7 +8,9 @@
  * wrong-model refusal, --check/--repair/--gc,
  * documents encoded in parallel storing the same bytes as one at a time,
  * a full disk (file size capped: the run stops naming the store, which stays
- * consistent and is completed by the next run), and a crash test: SIGKILL
+ * consistent and is completed by the next run; and a real 4 MB tmpfs, where
+ * it says "no space left on device"), lazyquery on a store with no documents
+ * (a warning; an error under --strict), and a crash test: SIGKILL
  * at random moments (25 kills), rerun, and the store must equal the corpus
  * with no committed document lost or duplicated.
  * Runs $LZ_BIN/lazyingest (default build/bin). */
@@ -865,6 +867,81 @@ static void test_disk_full(void)
     free(cv);
 }
 
+/* A really full disk: a 4 MB tmpfs mounted in a private mount namespace
+ * (unshare -rm, which needs no root where user namespaces are allowed; SKIP
+ * where they are not), the shipped model's payloads (24 MB for the demo
+ * corpus) written to it in small batches. The run must stop with exit 1 and
+ * "no space left on device" naming the store (LMDB's short write is EIO, the
+ * refused one ENOSPC, SQLite's "database or disk is full": each said as
+ * such), and what it committed must pass --check. */
+static void test_disk_full_tmpfs(void)
+{
+    if (access("models/default.gguf", R_OK) != 0 || access("datasets/demo/corpus.jsonl", R_OK) != 0) {
+        printf("SKIP disk full on a tmpfs: models/default.gguf or the demo corpus not found\n");
+        return;
+    }
+    char mnt[300], store[400];
+    snprintf(mnt, sizeof mnt, "%s/tmpfs", dir);
+    snprintf(store, sizeof store, "%s/store", mnt);
+    mkdir(mnt, 0777);
+    if (lz_test_sh("unshare -rm sh -c 'mount -t tmpfs -o size=4m tmpfs %s' > /dev/null 2>&1", mnt) != 0) {
+        printf("SKIP disk full on a tmpfs: no private mount namespace here (unshare -rm, mount -t tmpfs)\n");
+        return;
+    }
+    int rc = lz_test_sh("unshare -rm sh -c 'mount -t tmpfs -o size=4m tmpfs %s && "
+                        "%s -m models/default.gguf -s %s --quiet --batch-tokens 1024 datasets/demo/corpus.jsonl "
+                        "2> %s/full.err; echo $? > %s/full.rc; %s -s %s --check --json > %s/full.check 2>&1; "
+                        "echo $? >> %s/full.rc'",
+                        mnt, bin, store, dir, dir, bin, store, dir, dir);
+    char path[400], e[8192] = "", rcs[64] = "", chk[8192] = "";
+    FILE *f;
+    snprintf(path, sizeof path, "%s/full.err", dir);
+    if ((f = fopen(path, "rb"))) { e[fread(e, 1, sizeof e - 1, f)] = 0; fclose(f); }
+    snprintf(path, sizeof path, "%s/full.rc", dir);
+    if ((f = fopen(path, "rb"))) { rcs[fread(rcs, 1, sizeof rcs - 1, f)] = 0; fclose(f); }
+    snprintf(path, sizeof path, "%s/full.check", dir);
+    if ((f = fopen(path, "rb"))) { chk[fread(chk, 1, sizeof chk - 1, f)] = 0; fclose(f); }
+    int run_rc = -1, check_rc = -1;
+    sscanf(rcs, "%d %d", &run_rc, &check_rc);
+    CHECK(rc == 0 && run_rc == 1, "disk full on a tmpfs: the run exits 1 (got %d, shell %d): %.400s", run_rc, rc, e);
+    CHECK(strstr(e, "no space left on device") && strstr(e, store), "disk full on a tmpfs: says so, naming the store: %.600s", e);
+    CHECK(check_rc == 0 && jget(chk, "check_issues") == 0, "disk full on a tmpfs: what was committed passes --check "
+          "(exit %d): %.400s", check_rc, chk);
+    printf("disk full on a 4 MB tmpfs: %.200s\n", e);
+}
+
+/* A store with no documents (an empty corpus ingested): lazyquery says so once, naming the
+ * store, answers from the question alone (exit 0, "warning": "no documents" in --json), and
+ * refuses under --strict (exit 2) before answering anything. */
+static void test_empty_store(void)
+{
+    char store[300], q[700], cmd[2400];
+    snprintf(store, sizeof store, "%s/empty-store", dir);
+    const char *pe = lz_test_write_file(dir, "empty.jsonl", "");
+    const char *a[] = { "-m", model_a, "-s", store, "--quiet", pe, NULL };
+    CHECK(run_tool(a, NULL, 0, out, sizeof out, errs, sizeof errs) == 0, "empty corpus ingested: %s", errs);
+    snprintf(q, sizeof q, "%.280s/lazyquery", getenv("LZ_BIN") ? getenv("LZ_BIN") : "build/bin");
+    snprintf(cmd, sizeof cmd, "%s -m %s -s %s --json 'What is the capital of Foxaria?' > %s/eq.out 2> %s/eq.err", q, model_a,
+             store, dir, dir);
+    int rc = lz_test_sh("%s", cmd);
+    char p[400], o[8192] = "", e[8192] = "";
+    FILE *f;
+    snprintf(p, sizeof p, "%s/eq.out", dir);
+    if ((f = fopen(p, "rb"))) { o[fread(o, 1, sizeof o - 1, f)] = 0; fclose(f); }
+    snprintf(p, sizeof p, "%s/eq.err", dir);
+    if ((f = fopen(p, "rb"))) { e[fread(e, 1, sizeof e - 1, f)] = 0; fclose(f); }
+    CHECK(rc == 0 && strstr(o, "\"warning\":\"no documents\""), "empty store: answered with a warning (exit %d): %.300s", rc, o);
+    CHECK(strstr(e, "holds no documents") && strstr(e, store), "empty store: the warning names the store: %.400s", e);
+    snprintf(cmd, sizeof cmd, "%s -m %s -s %s --strict 'What is the capital of Foxaria?' > %s/eq.out 2> %s/eq.err", q,
+             model_a, store, dir, dir);
+    rc = lz_test_sh("%s", cmd);
+    snprintf(p, sizeof p, "%s/eq.err", dir);
+    e[0] = 0;
+    if ((f = fopen(p, "rb"))) { e[fread(e, 1, sizeof e - 1, f)] = 0; fclose(f); }
+    CHECK(rc == 2 && strstr(e, "holds no documents") && strstr(e, "--strict") && strstr(e, store),
+          "empty store under --strict: exit 2 naming the store (got %d): %.400s", rc, e);
+}
+
 static char *decode(const lz_tokenizer *t, const int *ids, int n)
 {
     char *s = NULL;
@@ -1450,6 +1527,8 @@ int main(void)
     test_f32_store();
     test_parallel();
     test_disk_full();
+    test_disk_full_tmpfs();
+    test_empty_store();
     printf("functional tests: %.1f s\n", lz_now_s() - t0);
     test_crash();
     printf("total: %.1f s\n", lz_now_s() - t0);

@@ -202,6 +202,47 @@ static unsigned byte_cp(unsigned b)
     return 256 + k;
 }
 
+/* Issue #32: a Split pre-tokenizer whose pattern is {"String": ...} (a
+ * literal, not a regex) loads and splits on that string only: PCRE2 refused
+ * PCRE2_LITERAL with PCRE2_UCP, so such a tokenizer.json never loaded. The
+ * vocabulary is test_tiny_vocab's (260 tokens, 5 merges), written to path. */
+static void test_split_string(const char *path, const char *const *toks, const char *const *merges)
+{
+    static const struct { const char *split, *text; int n, ids[4]; } cases[] = {
+        {" ", " abc", 2, {' ', 258}},       /* " " isolated, then a+b, ab+c */
+        {" ", "a bc", 3, {'a', ' ', 257}},
+        {".", "ab.c", 3, {256, '.', 'c'}},  /* "." is a dot, not any character */
+        {"b|c", "abc|b", 3, {258, '|', 'b'}}, /* no "b|c" in it: one piece, not five */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *vocab = json_object(), *jm = json_array();
+        for (int k = 0; k < 260; k++) json_object_set_new(vocab, toks[k], json_integer(k));
+        for (int k = 0; k < 5; k++) {
+            const char *sp = strchr(merges[k], ' ');
+            json_array_append_new(jm, json_pack("[s#s]", merges[k], (int)(sp - merges[k]), sp + 1));
+        }
+        json_t *pre = json_pack("{sss[{sss{ss}ss}{sssb}]}", "type", "Sequence", "pretokenizers", "type", "Split",
+                                "pattern", "String", cases[i].split, "behavior", "Isolated", "type", "ByteLevel",
+                                "use_regex", 0);
+        json_t *root = json_pack("{s{sssoso}so}", "model", "type", "BPE", "vocab", vocab, "merges", jm,
+                                 "pre_tokenizer", pre);
+        CHECK(root && json_dump_file(root, path, 0) == 0, "write %s", path);
+        json_decref(root);
+        lz_tokenizer *t = NULL;
+        char err[512] = "";
+        int rc = lz_tokenizer_from_hf(path, NULL, &t, err, sizeof err);
+        CHECK(rc == 0 && t, "Split {\"String\": \"%s\"} loads: %s", cases[i].split, err);
+        if (!t) continue;
+        int *ids = NULL, n = 0;
+        lz_tokenizer_encode(t, cases[i].text, strlen(cases[i].text), 0, &ids, &n);
+        CHECK(same_ids(ids, n, cases[i].ids, cases[i].n), "split '%s' of '%s'", cases[i].split, cases[i].text);
+        if (!same_ids(ids, n, cases[i].ids, cases[i].n)) print_ids("got", ids, n);
+        free(ids);
+        check_round_trip(t, cases[i].text, strlen(cases[i].text), 0, "split string");
+        lz_tokenizer_free(t);
+    }
+}
+
 /* A hand-made byte-level vocabulary (no fixture needed): rank order, the
  * GPT-2 pre-tokenizer, byte tokens for invalid UTF-8, error paths. */
 static void test_tiny_vocab(void)
@@ -306,6 +347,7 @@ static void test_tiny_vocab(void)
               "user-defined piece is its text");
         lz_tokenizer_free(t);
     }
+    test_split_string(path, toks, merges);
     unlink(path);
     rmdir(dir);
 }

@@ -68,13 +68,43 @@ int lz_bpe_prepare(lz_tokenizer *t, char *err, size_t errlen)
     return rc;
 }
 
+/* A literal string as a regex matching exactly it: every ASCII punctuation
+ * byte behind a backslash (always a literal in PCRE2), the rest as is.
+ * PCRE2_LITERAL itself cannot be used: it refuses PCRE2_UCP ("invalid option
+ * bits with PCRE2_LITERAL" in 10.42), which the regex path needs. Returns a
+ * malloc'd string of *out_len bytes, or NULL when out of memory. */
+static char *escape_literal(const char *s, size_t len, size_t *out_len)
+{
+    char *r = malloc(2 * len + 1);
+    if (!r) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80 && ((c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
+                         (c >= 0x7B && c <= 0x7E)))
+            r[k++] = '\\';
+        r[k++] = (char)c;
+    }
+    r[k] = 0;
+    *out_len = k;
+    return r;
+}
+
 int lz_bpe_set_regex(lz_tokenizer *t, const char *pattern, size_t len, int literal, char *err,
                      size_t errlen)
 {
     int ec;
     PCRE2_SIZE eo;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len,
-                                   PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &ec, &eo, NULL);
+    char *escaped = NULL;
+    if (literal) {
+        if (!(escaped = escape_literal(pattern, len, &len))) {
+            lz_tok_err(err, errlen, "out of memory for the pre-tokenizer pattern");
+            return LZ_ENOMEM;
+        }
+        pattern = escaped;
+    }
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    free(escaped);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);

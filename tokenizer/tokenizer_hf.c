@@ -317,6 +317,13 @@ int lz_tokenizer_from_hf(const char *tokenizer_json, const char *config_json, lz
     }
     rc = json_is_object(root) ? hf_build(tokenizer_json, root, cfg, out, err, errlen) : LZ_ECORRUPT;
     if (rc == LZ_ECORRUPT && err && !err[0]) lz_tok_err(err, errlen, "%s: not a JSON object", tokenizer_json);
+    if (rc && err && err[0] && !strstr(err, tokenizer_json) && (!config_json || !strstr(err, config_json))) {
+        /* a message from a part that does not know the file (tokenizer_bpe.c: byte tokens, the
+         * pre-tokenizer regex): named here (fuzz/fuzz_tokenizer_json.c checks every refusal) */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", err);
+        lz_tok_err(err, errlen, "%s: %s", tokenizer_json, msg);
+    }
     json_decref(cfg);
     json_decref(root);
     return rc;
