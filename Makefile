@@ -11,15 +11,15 @@ CSTD     := -std=gnu11
 OPT      ?= -O2 -march=x86-64-v2
 CFLAGS   := $(CSTD) $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -I. \
             $(shell pkg-config --cflags openblas 2>/dev/null) $(EXTRA_CFLAGS)
-LIBS     := $(shell pkg-config --libs lmdb sqlite3 libzstd jansson libpcre2-8 openblas 2>/dev/null) \
+LIBS     := $(shell pkg-config --libs lmdb sqlite3 libzstd jansson libpcre2-8 openblas libmicrohttpd 2>/dev/null) \
             -lcsv -lm -lpthread -fopenmp $(EXTRA_LDFLAGS)
 NVFLAGS  := -O3 -std=c++17 -I. -lineinfo -Xptxas -v \
             -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 
 # The library's folders, lowest layer first (ARCHITECTURE.md).
-LIB_DIRS  := base formats tokenizer model kernels cache store ingest query eval
+LIB_DIRS  := base formats tokenizer model kernels cache store ingest query eval serve
 # Programs: files with a main(). Everything else under the module folders is library code.
-BIN_SRCS  := $(wildcard tools/*.c) $(wildcard ingest/lazyingest.c) $(wildcard query/lazyquery.c)
+BIN_SRCS  := $(wildcard tools/*.c) $(wildcard ingest/lazyingest.c) $(wildcard query/lazyquery.c) $(wildcard serve/lazyserve.c)
 LIB_SRCS  := $(filter-out $(BIN_SRCS), $(foreach m,$(LIB_DIRS),$(wildcard $(m)/*.c)))
 TEST_SRCS := $(wildcard tests/test_*.c)
 BENCH_SRCS:= $(wildcard bench/bench_*.c)
@@ -57,6 +57,11 @@ $(BUILD)/bin/lazyingest: ingest/lazyingest.c $(BUILD)/liblazy.a
 	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
 
 $(BUILD)/bin/lazyquery: query/lazyquery.c $(BUILD)/liblazy.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
+
+# the HTTP server (serve/: scheduler, OpenAI API on libmicrohttpd)
+$(BUILD)/bin/lazyserve: serve/lazyserve.c $(BUILD)/liblazy.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
 
@@ -173,6 +178,15 @@ $(LZK_DIR)/obj/lazyeval.o: tools/lazyeval.c $(HEADERS) gpu/llama_cuda.h
 $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/lazyeval: $(LZK_DIR)/%: $(LZK_DIR)/obj/%.o $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp $< $(LZK_LINK) -o $@
 
+# lazyserve with --gpu (one request at a time on the GPU engine); libmicrohttpd linked
+# dynamically (its static archive needs GnuTLS's): the GPU machine needs libmicrohttpd12
+$(LZK_DIR)/obj/lazyserve.o: serve/lazyserve.c $(HEADERS) gpu/llama_cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
+
+$(LZK_DIR)/lazyserve: $(LZK_DIR)/obj/lazyserve.o $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
+	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp $< $(LZK_LINK) -lmicrohttpd -o $@
+
 $(LZK_DIR)/test_ops: tests/cuda/test_ops.cu $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -lm -o $@
 
@@ -195,6 +209,64 @@ cuda:
 	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: no CUDA build"; exit 1; fi
 	@$(MAKE) --no-print-directory $(BUILD)/liblazy.a
 	@$(MAKE) --no-print-directory $(LZK_DIR)/kernels_check $(LZK_DIR)/ptxas.txt \
-	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/lazyeval $(LZK_DIR)/test_ops \
+	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/lazyserve $(LZK_DIR)/lazyeval $(LZK_DIR)/test_ops \
 	  $(LZK_DIR)/test_gemv \
 	  $(LZK_DIR)/cublas_shapes
+
+# ---- fuzzing: 'make fuzz' runs every libFuzzer target of fuzz/ for FUZZ_SECONDS, 'make fuzz-ci' briefly ----
+# The library is compiled again with clang, ASan + UBSan and libFuzzer's coverage into build/fuzz;
+# the seed corpora are generated there by fuzz/make_seeds.c (nothing committed). fuzz/run.sh runs
+# the targets FUZZ_JOBS at a time and fails on a crash; without clang's libFuzzer (tools/deps.sh
+# installs it) both targets print SKIP and succeed. What each target checks: fuzz/FUZZING.md.
+FUZZ_CC         ?= clang
+FUZZ_DIR        := build/fuzz
+FUZZ_SECONDS    ?= 60
+FUZZ_CI_SECONDS ?= 20
+FUZZ_JOBS       ?= 2
+FUZZ_SAN        := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+# (-Wno-pass-failed: clang notes each "omp simd" loop it leaves scalar at -O1)
+FUZZ_CFLAGS     := -std=gnu11 -O1 -g -I. -include fuzz/clang_compat.h -fopenmp -Wno-pass-failed $(FUZZ_SAN) $(shell pkg-config --cflags openblas 2>/dev/null)
+FUZZ_TARGETS    := $(patsubst fuzz/fuzz_%.c,%,$(wildcard fuzz/fuzz_*.c))
+FUZZ_BINS       := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
+FUZZ_OBJS       := $(LIB_SRCS:%.c=$(FUZZ_DIR)/obj/%.o)
+# whether $(FUZZ_CC) links a libFuzzer target with OpenMP (evaluated only by the fuzz targets' recipes)
+FUZZ_PROBE       = printf '\#include <omp.h>\nint LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return omp_get_max_threads() < 0; }\n' | \
+                   $(FUZZ_CC) -x c -fopenmp -fsanitize=fuzzer,address,undefined - -o $(FUZZ_DIR)/probe 2>$(FUZZ_DIR)/probe.log
+
+$(FUZZ_DIR)/obj/%.o: %.c $(HEADERS) fuzz/clang_compat.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/liblazy.a: $(FUZZ_OBJS)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(FUZZ_DIR)/liblazy.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_DIR)/liblazy.a $(LIBS) -o $@
+
+# the seed generator: the project's own writers, built as the tools are
+$(FUZZ_DIR)/make_seeds: fuzz/make_seeds.c fuzz/fuzz_common.h $(BUILD)/liblazy.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/liblazy.a $(LIBS) -o $@
+
+$(FUZZ_DIR)/seeds/.done: $(FUZZ_DIR)/make_seeds datasets/demo/corpus.jsonl datasets/demo/questions.json \
+                         datasets/tokenizer/tokenizer.json datasets/tokenizer/tokenizer_config.json
+	rm -rf $(FUZZ_DIR)/seeds
+	$(FUZZ_DIR)/make_seeds $(FUZZ_DIR)/seeds
+	@touch $@
+
+# Build the fuzz targets and their seeds (SKIP without libFuzzer).
+fuzz-build:
+	@mkdir -p $(FUZZ_DIR) && rm -f $(FUZZ_DIR)/probe
+	@if $(FUZZ_PROBE); then $(MAKE) --no-print-directory $(FUZZ_BINS) $(FUZZ_DIR)/seeds/.done; \
+	else echo "SKIP fuzz: $(FUZZ_CC) cannot link -fsanitize=fuzzer with OpenMP (clang, libclang-rt-dev, libomp-dev: make deps)"; \
+	  sed 's/^/  /' $(FUZZ_DIR)/probe.log | head -n 3; fi
+
+# Run every fuzz target for FUZZ_SECONDS (FUZZ_JOBS at a time); fails on a crash.
+fuzz: fuzz-build
+	@if [ -x $(FUZZ_DIR)/probe ]; then sh fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS); fi
+
+# CI's run: every target for FUZZ_CI_SECONDS.
+fuzz-ci: fuzz-build
+	@if [ -x $(FUZZ_DIR)/probe ]; then sh fuzz/run.sh $(FUZZ_DIR) $(FUZZ_CI_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS); fi
+
+.PHONY: fuzz fuzz-build fuzz-ci

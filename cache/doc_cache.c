@@ -55,6 +55,7 @@ typedef struct {
     uint8_t key_len;
     uint64_t last;     /* access clock of the last access */
     uint64_t epoch;    /* last request that used it: pinned while that request runs */
+    uint32_t holds;    /* running requests that hold it (lz_doc_cache_hold): never evicted while > 0 */
     void *value;
     size_t bytes;
 } entry;
@@ -284,7 +285,7 @@ static int64_t choose_victims(lz_doc_cache *c, size_t need, double fnew)
     const int lru = c->policy == LZ_CACHE_LRU;
     size_t nv = 0;
     for (size_t e = 0; e < c->n_ents; e++) {
-        if (c->ents[e].epoch == c->epoch) continue; /* pinned by the request in flight */
+        if (c->ents[e].epoch == c->epoch || c->ents[e].holds) continue; /* pinned or held */
         const double f = lru ? 0 : freq_of(c, c->ents[e].key, c->ents[e].key_len);
         c->vic[nv] = e;
         c->vfreq[nv] = f;
@@ -362,7 +363,7 @@ int64_t lz_doc_cache_trim(lz_doc_cache *c)
     if (nv < 0) { /* not enough unpinned: every unpinned one */
         size_t unpinned = 0;
         for (size_t e = 0; e < c->n_ents; e++)
-            if (c->ents[e].epoch != c->epoch) unpinned += c->ents[e].bytes;
+            if (c->ents[e].epoch != c->epoch && !c->ents[e].holds) unpinned += c->ents[e].bytes;
         if (!unpinned) return 0;
         nv = choose_victims(c, unpinned, -1);
         if (nv < 0) return 0;
@@ -381,6 +382,7 @@ int lz_doc_cache_remove(lz_doc_cache *c, const void *key, size_t key_len)
 {
     int64_t i = lookup(c, key, clamp_len(key_len));
     if (i < 0) return 0;
+    if (c->ents[c->index[i]].holds) return -1; /* a running request still reads it */
     remove_entry(c, i, 1);
     c->st.evicted--; /* removed, not evicted by the policy */
     return 1;
@@ -392,6 +394,31 @@ int lz_doc_cache_preload(lz_doc_cache *c, const void *key, size_t key_len, void 
     const size_t used = (size_t)c->st.bytes_used;
     if (used > c->budget || bytes > c->budget - used || lookup(c, key, n) >= 0) return 0;
     return add_entry(c, key, n, value, bytes) == 0;
+}
+
+int lz_doc_cache_hold(lz_doc_cache *c, const void *key, size_t key_len)
+{
+    int64_t i = lookup(c, key, clamp_len(key_len));
+    if (i < 0) return 0;
+    entry *e = &c->ents[c->index[i]];
+    if (!e->holds++) {
+        c->st.n_held++;
+        c->st.bytes_held += (int64_t)e->bytes;
+    }
+    return 1;
+}
+
+int lz_doc_cache_release(lz_doc_cache *c, const void *key, size_t key_len)
+{
+    int64_t i = lookup(c, key, clamp_len(key_len));
+    if (i < 0) return 0;
+    entry *e = &c->ents[c->index[i]];
+    if (!e->holds) return 0;
+    if (!--e->holds) {
+        c->st.n_held--;
+        c->st.bytes_held -= (int64_t)e->bytes;
+    }
+    return 1;
 }
 
 void lz_doc_cache_get_stats(const lz_doc_cache *c, lz_doc_cache_stats *st) { *st = c->st; }

@@ -7,7 +7,7 @@
  * a document proves its popularity before it displaces others); priors come
  * from the persisted hit counts in SQLite. The policy is size-aware: an
  * entry's value is its frequency per byte (expected hits per byte of budget).
- * Eviction takes the least valuable unpinned entries first (ties: least
+ * Eviction takes the least valuable unpinned, unheld entries first (ties: least
  * recent), as many as a newcomer needs; admission (TinyLFU style): the
  * newcomer enters only if its frequency is at least the sum of those
  * victims' frequencies. Frequencies halve every aging period (8 x 64 Ki
@@ -47,6 +47,7 @@ typedef struct {
     int64_t bytes_loaded;       /* bytes brought in on misses (admitted or not) */
     int64_t bytes_used, bytes_budget;
     int64_t n_entries;
+    int64_t n_held, bytes_held; /* entries (and their bytes) held by running requests (lz_doc_cache_hold) */
 } lz_doc_cache_stats;
 
 /* budget in bytes (0: nothing is ever cached); free_value releases evicted
@@ -72,13 +73,23 @@ void lz_doc_cache_set_aging(lz_doc_cache *c, uint64_t period);
 /* The frequency estimate of key (the sketch's count-min), without an access. */
 double lz_doc_cache_freq(const lz_doc_cache *c, const void *key, size_t key_len);
 /* Removes key and frees its value; 1 when it was cached (e.g. its bytes
- * turned out bad), 0 when not. Pinned entries are removed too. */
+ * turned out bad), 0 when not. Pinned entries are removed too; a held one
+ * (lz_doc_cache_hold) is not: -1, nothing done. */
 int lz_doc_cache_remove(lz_doc_cache *c, const void *key, size_t key_len);
 
 /* Starts a request: entries it gets or puts from now on are pinned (never
  * evicted) until the next lz_doc_cache_begin, so a request can use several
  * cached values at once while admitting others. */
 void lz_doc_cache_begin(lz_doc_cache *c);
+
+/* Holds key's entry for a request that runs beside others (continuous batching: several
+ * requests decode at once, each reading its documents at every step, while a newcomer's
+ * puts need room): a held entry is never evicted (by put, trim or evict_one) nor removed
+ * until each of its holds is released, whatever lz_doc_cache_begin does later. Holds count:
+ * a request that places a document twice holds it twice. 1 held, 0 when key is not cached. */
+int lz_doc_cache_hold(lz_doc_cache *c, const void *key, size_t key_len);
+/* Releases one hold of key: 1, or 0 when key is not cached or not held. */
+int lz_doc_cache_release(lz_doc_cache *c, const void *key, size_t key_len);
 
 /* Adds prior frequency to key (e.g. persisted hit counts) without an access. */
 void lz_doc_cache_prior(lz_doc_cache *c, const void *key, size_t key_len, double freq);

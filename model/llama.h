@@ -167,6 +167,27 @@ int lz_llama_forward(const lz_llama *m, lz_llama_scratch *s, lz_kv_cache *cache,
                      const lz_kv_segment *segs, int n_segs,
                      const int *tokens, int n, float *logits, int logits_mode);
 
+/* One sequence of a batched forward call: n tokens at positions cache->pos0 + cache->n + i,
+ * appended to its own cache, attending to its own segments (as lz_llama_forward). */
+typedef struct {
+    lz_kv_cache *cache;        /* its cache: one entry a cache in a call */
+    const lz_kv_segment *segs; /* (n_segs) */
+    int n_segs;
+    const int *tokens;         /* (n) */
+    int n;
+    float *logits;             /* (V) the last token's logits, or NULL: none */
+} lz_llama_seq;
+
+/* Runs every sequence of seqs[0..n_seqs) through the model in one pass (continuous
+ * batching: B decode tokens, or question prefills of several requests): the projections
+ * run over all their rows at once, so the weights are read once per max_batch rows however
+ * many sequences there are; rope, the cache append and attention run per sequence. The
+ * results equal lz_llama_forward's per sequence to fp32 rounding (the products sum in
+ * another order; one sequence alone gives the same bits). 0, or -1 when a cache is full, a
+ * cache appears twice, a token is out of range or memory runs out (the caches may then
+ * hold some of the tokens: start those sequences again). */
+int lz_llama_forward_batch(const lz_llama *m, lz_llama_scratch *s, const lz_llama_seq *seqs, int n_seqs);
+
 #ifdef __cplusplus
 }
 #endif

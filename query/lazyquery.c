@@ -19,6 +19,7 @@
 #include "base/unicode.h"
 #include "query/retrieve.h"
 #include "query/session.h"
+#include "query/session_cli.h"
 #include "store/store.h"
 #include "base/cli.h"
 #include "base/env.h"
@@ -26,7 +27,7 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fputs(
         "usage: lazyquery [options] \"question\"\n"
         "       lazyquery [options] -                          (questions from standard input, one a line)\n"
         "       lazyquery [options] --questions FILE.jsonl     (one JSON result per line; '-': standard input)\n"
@@ -37,11 +38,6 @@ static void usage(FILE *f)
         "Options take their value as '--opt value' or '--opt=value'; '--' ends the options\n"
         "(lazyquery -- \"-1 or 1?\").\n"
         "\n"
-        "  -s, --store DIR        store folder built by lazyingest (default ./lazystore); it must\n"
-        "                         exist: lazyquery never creates one\n"
-        "  -m, --model PATH       model (default: $%s, else <repo>/%s);\n"
-        "                         must be the model the store was built with\n"
-        "  -k, --top-k K          documents to retrieve with BM25 (default 5)\n"
         "      --docs ID,ID,...   use these documents (external ids) instead of retrieval\n"
         "      --doc ID           one more such document, the whole argument one id (commas allowed);\n"
         "                         repeatable, in order with --docs. The id of a record lazyingest\n"
@@ -50,46 +46,9 @@ static void usage(FILE *f)
         "                         the given ids named none) fails instead of a warning\n"
         "      --questions FILE   JSONL questions, one result a line (implies --json)\n"
         "      --order ORDER      best-last (default: best document nearest the question) or best-first\n"
-        "      --mode MODE        lazy (default): one cached copy per document, rotation in the kernel\n"
-        "                         block: a re-rotated copy per (document, position) (Block-Attention)\n"
-        "                         prefix: reuse only exact prefixes (vLLM automatic prefix caching)\n"
-        "                         full: recompute the whole prompt\n"
-        "      --host-cache-bytes N  host memory the documents' KV may keep, e.g. 512M, 2G (default 1G;\n"
-        "                         --cache-bytes is the same option)\n"
-        "      --cache-policy P   lfu (default): documents admitted and evicted by access frequency\n"
-        "                         (TinyLFU, seeded with the store's access counts); lru: least\n"
-        "                         recently used out first; for the host and the GPU caches alike\n"
-        "      --preload WHAT     at start, fill the host tier with documents' KV: hot (default):\n"
-        "                         the most accessed (the store's counts, which also seed the policy's\n"
-        "                         frequencies); all: those, then every other document while there is\n"
-        "                         room (a host tier that holds the corpus); none. Its time and size\n"
-        "                         are printed (standard error) unless --quiet\n"
-        "      --no-preload       --preload none\n"
-        "      --gpu              every mode on the GPU (CUDA builds: 'make cuda' makes\n"
-        "                         build/cuda/lazyquery), bf16 activations, over the same tiers: lazy\n"
-        "                         places documents by the lazy attention kernels; block rotates a copy\n"
-        "                         per placement on the GPU; prefix keeps the documents it computes in\n"
-        "                         GPU memory by chain; full recomputes the prompt there. Documents stay\n"
-        "                         in GPU memory and are not read again while they are there\n"
-        "      --gpu-cache-bytes N  GPU memory documents may keep (default: half of what is free)\n"
-        "      --cold WHAT        a cold document (in neither the host nor the GPU tier) in lazy mode\n"
-        "                         with --gpu: auto (default) takes, per document, whichever costs less,\n"
-        "                         its KV bytes over the store's decode rate or its tokens over the\n"
-        "                         GPU's recompute rate (both measured as the session runs, from priors\n"
-        "                         of 4 GB/s and 20,000 tokens/s); recompute runs its stored token ids\n"
-        "                         through the model on the GPU, as lazyingest did; load reads and\n"
-        "                         decodes its KV from the store. Documents stored with KV eviction\n"
-        "                         (--kv-policy) or longer than 4,096 tokens are always loaded\n"
-        "      --cache-f32        cache a bf16 store's KV widened to fp32 (twice the memory; by default\n"
-        "                         it stays bf16: lazy results are the same, block / prefix copies rounded)\n"
-        "  -n, --max-tokens N     answer length limit (default 64; alias --max-new-tokens)\n"
-        "      --temp T           sampling temperature, 0 = greedy (default 0)\n"
-        "      --top-p P          nucleus sampling mass, (0, 1] (used when --temp > 0)\n"
-        "      --seed S           sampling seed (default 42)\n"
-        "  -t, --threads N        CPU threads (default: all cores)\n"
         "      --json             one JSON object per question: answer, generated, sources, timings, cache\n"
-        "      --no-stats         do not write access counts back to the store (opens it read-only)\n"
         "  -q, --quiet            only the answer (text mode)\n"
+        LZ_SESSION_CLI_HELP
         LZ_CLI_COMMON_HELP
         "\n"
         "--questions FILE: JSONL objects with \"question\" and optionally \"id\" and \"docs\"\n"
@@ -103,7 +62,7 @@ static void usage(FILE *f)
         "\n" LZ_ENV_HELP
         "\nlazyquery also exits 2 when a question could not be answered (each one named on\n"
         "standard error; the others are answered).\n" LZ_CLI_EXIT_HELP,
-        LZ_DEFAULT_MODEL_ENV, LZ_DEFAULT_MODEL);
+        f);
 }
 
 #ifdef LZ_CUDA
@@ -141,15 +100,13 @@ static int gpu_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *pre
 #endif
 
 typedef struct {
-    const char *store_dir, *model_path, *questions_path;
+    lz_session_cli sc;       /* the store, the model and the session (query/session_cli.h) */
+    const char *questions_path;
     char **doc_ids;          /* --docs and --doc, in order (copies) */
     int n_doc_ids, cap_doc_ids, docs_given; /* docs_given: --docs or --doc was given (even naming none) */
     int strict;              /* --strict: a question without documents fails */
-    int top_k, best_first, json, quiet, preload, stats, threads, gpu;
-    size_t gpu_cache;        /* --gpu-cache-bytes; 0 = the default */
+    int best_first, json, quiet;
     void *gpu_engine;        /* the lz_llama_gpu of --gpu (CUDA builds), for its cache tier's counts */
-    int cold;                /* --cold: LZ_COLD_*; -1 = the default (auto with --gpu) */
-    lz_query_opts qo;
     lz_query_preload_result pre; /* what the start-up preload did */
 } options;
 
@@ -166,7 +123,7 @@ static json_t *tier(const lz_doc_cache_stats *c, int policy)
 static json_t *tiers_json(const options *o, const lz_doc_cache_stats *host)
 {
     json_t *t = json_object();
-    json_t *ht = tier(host, o->qo.cache_policy);
+    json_t *ht = tier(host, o->sc.qo.cache_policy);
     json_object_set_new(ht, "preloaded", json_integer(o->pre.host));
     json_object_set_new(ht, "preload_s", json_real(o->pre.seconds));
     json_object_set_new(t, "host", ht);
@@ -174,7 +131,7 @@ static json_t *tiers_json(const options *o, const lz_doc_cache_stats *host)
     if (o->gpu_engine) {
         lz_doc_cache_stats g;
         lz_llama_gpu_cache_policy_stats((const lz_llama_gpu *)o->gpu_engine, &g);
-        json_t *gt = tier(&g, o->qo.cache_policy);
+        json_t *gt = tier(&g, o->sc.qo.cache_policy);
         json_object_set_new(gt, "preloaded", json_integer(o->pre.gpu));
         lz_llama_gpu_tiers ft; /* its memory and the copies into it */
         lz_llama_gpu_tier_stats((lz_llama_gpu *)o->gpu_engine, &ft);
@@ -264,7 +221,7 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
     } else if (o->docs_given) {
         if (lz_retrieve_resolve_ids(st, (const char *const *)o->doc_ids, o->n_doc_ids, &docs, &n_docs, err, sizeof err))
             goto fail;
-    } else if (lz_retrieve_search(st, question, o->top_k, &docs, &n_docs, err, sizeof err)) {
+    } else if (lz_retrieve_search(st, question, o->sc.top_k, &docs, &n_docs, err, sizeof err)) {
         goto fail;
     }
     const int explicit_docs = o->docs_given || docs_json, n_found = n_docs;
@@ -303,14 +260,14 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
     for (int i = 0; i < n_docs; i++)
         placed[i] = docs[explicit_order || o->best_first ? i : n_docs - 1 - i];
     int stream = !o->json && isatty(STDOUT_FILENO);
-    lz_query_opts qo = o->qo;
+    lz_query_opts qo = o->sc.qo;
     lz_query_result r;
     (void)qo;
     if (stream && !o->quiet) { fputs("Answer: ", stdout); fflush(stdout); }
     int arc = lz_query_answer(q, question, placed, n_docs, &r, err, sizeof err);
     free(placed);
     if (arc) goto fail;
-    if (o->stats)
+    if (o->sc.stats)
         for (int i = 0; i < n_docs; i++) {
             char e2[256];
             if (lz_store_hit(st, docs[i].id, e2, sizeof e2))
@@ -338,7 +295,7 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
         free(final);
         json_t *out = json_pack(
             "{s:s, s:s, s:o, s:s, s:{s:f, s:f, s:f, s:f, s:f, s:f}, s:{s:i, s:i, s:i}, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
-            "question", q_clean ? q_clean : "", "answer", a_clean ? a_clean : "", "sources", src, "mode", lz_query_mode_name(o->qo.mode),
+            "question", q_clean ? q_clean : "", "answer", a_clean ? a_clean : "", "sources", src, "mode", lz_query_mode_name(o->sc.qo.mode),
             "timings", "retrieval_s", t_retrieve, "kv_load_s", r.t_load, "recompute_s", r.t_recompute, "ttft_s", r.t_ttft,
             "decode_s", r.t_decode, "decode_tok_s", tps,
             "tokens", "prompt", r.n_prompt, "computed", r.n_computed, "answer", r.n_answer,
@@ -383,7 +340,7 @@ static int answer_one(lz_query_session *q, lz_store *st, const options *o, const
             printf("Timings: retrieval %.1f ms, KV load %.1f ms%s, first token %.1f ms, %s "
                    "(%d prompt tokens, %d computed, mode %s)\n",
                    1e3 * t_retrieve, 1e3 * r.t_load, rec, 1e3 * r.t_ttft, dec, r.n_prompt, r.n_computed,
-                   lz_query_mode_name(o->qo.mode));
+                   lz_query_mode_name(o->sc.qo.mode));
             printf("Cache: this question %lld hits / %lld misses; session %lld hits / %lld misses, %.1f of %.1f MiB used\n",
                    (long long)r.hits, (long long)r.misses, (long long)cs.hits, (long long)cs.misses,
                    cs.bytes_used / 1048576.0, cs.bytes_budget / 1048576.0);
@@ -416,37 +373,21 @@ done:
  * status (--help, --version: 0; a bad option or value: LZ_EXIT_USAGE). */
 static int parse_options(int argc, char **argv, options *o, const char **question)
 {
-    enum { O_DOCS = 256, O_QUESTIONS, O_ORDER, O_MODE, O_CACHE, O_HOST_CACHE, O_POLICY, O_GPU_CACHE, O_COLD, O_TEMP, O_TOP_P, O_SEED, O_JSON,
-           O_NO_PRELOAD, O_PRELOAD, O_CACHE_F32, O_GPU, O_NO_STATS, O_DOC, O_STRICT };
+    enum { O_DOCS = 256, O_QUESTIONS, O_ORDER, O_JSON, O_DOC, O_STRICT };
     static const struct option longopts[] = {
-        LZ_CLI_OPT_HELP, LZ_CLI_OPT_STORE, LZ_CLI_OPT_MODEL,
-        LZ_OPT_ARG("top-k", 'k'),
-        LZ_CLI_OPT_MAX_TOKENS,
-        {"max-new-tokens", required_argument, NULL, 'n'}, /* the earlier name */
-        LZ_CLI_OPT_THREADS, LZ_CLI_OPT_QUIET,
+        LZ_CLI_OPT_HELP, LZ_SESSION_CLI_LONGOPTS, LZ_CLI_OPT_QUIET,
         LZ_OPT_ARG("docs", O_DOCS), LZ_OPT_ARG("questions", O_QUESTIONS), LZ_OPT_ARG("order", O_ORDER),
-        LZ_OPT_ARG("mode", O_MODE), LZ_OPT_ARG("cache-bytes", O_CACHE), LZ_OPT_ARG("host-cache-bytes", O_HOST_CACHE),
-        LZ_OPT_ARG("cache-policy", O_POLICY),
-        LZ_OPT_ARG("gpu-cache-bytes", O_GPU_CACHE), LZ_OPT_ARG("cold", O_COLD), LZ_OPT_ARG("temp", O_TEMP),
-        LZ_OPT_ARG("top-p", O_TOP_P), LZ_OPT_ARG("seed", O_SEED), LZ_OPT_FLAG("json", O_JSON),
-        LZ_OPT_FLAG("no-preload", O_NO_PRELOAD), LZ_OPT_ARG("preload", O_PRELOAD), LZ_OPT_FLAG("cache-f32", O_CACHE_F32),
-        LZ_OPT_FLAG("gpu", O_GPU), LZ_OPT_FLAG("no-stats", O_NO_STATS), LZ_OPT_ARG("doc", O_DOC),
-        LZ_OPT_FLAG("strict", O_STRICT),
+        LZ_OPT_FLAG("json", O_JSON), LZ_OPT_ARG("doc", O_DOC), LZ_OPT_FLAG("strict", O_STRICT),
         {NULL, 0, NULL, 0}};
-    static const char *const policies[] = {"lfu", "lru", NULL}; /* in lz_cache_policy's order */
-    static const char *const orders[] = {"best-last", "best-first", NULL}, *const colds[] = {"recompute", "load", "auto", NULL};
-    int c, k;
-    long x;
-    double d;
-    while ((c = lz_cli_getopt(argc, argv, "hVs:m:k:n:t:q", longopts)) != -1) {
+    static const char *const orders[] = {"best-last", "best-first", NULL};
+    int c;
+    while ((c = lz_cli_getopt(argc, argv, "hV" LZ_SESSION_CLI_SHORT "q", longopts)) != -1) {
+        const int shared = lz_session_cli_parse(&o->sc, c, optarg);
+        if (shared == 1) continue;
+        if (shared) return shared;
         switch (c) {
         case 'h': usage(stdout); return LZ_EXIT_OK;
         case 'V': lz_cli_version(); return LZ_EXIT_OK;
-        case 's': o->store_dir = optarg; break;
-        case 'm': o->model_path = optarg; break;
-        case 'k': if (lz_cli_int("--top-k", optarg, 1, 1000, &o->top_k)) return LZ_EXIT_USAGE; break;
-        case 'n': if (lz_cli_int("--max-tokens", optarg, 1, 1 << 16, &o->qo.max_new_tokens)) return LZ_EXIT_USAGE; break;
-        case 't': if (lz_cli_int("--threads", optarg, 1, 4096, &o->threads)) return LZ_EXIT_USAGE; break;
         case 'q': o->quiet = 1; break;
         case O_DOCS: if (add_doc_ids(o, optarg, 1)) return lz_cli_fail("out of memory"); break;
         case O_DOC:
@@ -456,47 +397,7 @@ static int parse_options(int argc, char **argv, options *o, const char **questio
         case O_STRICT: o->strict = 1; break;
         case O_QUESTIONS: o->questions_path = optarg; break;
         case O_ORDER: if (lz_cli_choice("--order", optarg, orders, &o->best_first)) return LZ_EXIT_USAGE; break;
-        case O_MODE:
-            if ((o->qo.mode = lz_query_mode_parse(optarg)) < 0)
-                return lz_cli_usage("--mode: expected lazy, block, prefix or full, got '%s'", optarg);
-            break;
-        case O_CACHE: /* the earlier name of --host-cache-bytes */
-        case O_HOST_CACHE:
-            if (lz_cli_size(c == O_CACHE ? "--cache-bytes" : "--host-cache-bytes", optarg, &o->qo.cache_bytes))
-                return LZ_EXIT_USAGE;
-            break;
-        case O_POLICY: if (lz_cli_choice("--cache-policy", optarg, policies, &o->qo.cache_policy)) return LZ_EXIT_USAGE; break;
-        case O_GPU_CACHE:
-            if (lz_cli_size("--gpu-cache-bytes", optarg, &o->gpu_cache)) return LZ_EXIT_USAGE;
-            if (!o->gpu_cache) return lz_cli_usage("--gpu-cache-bytes: expected a size above 0, got '%s'", optarg);
-            break;
-        case O_COLD:
-            if (lz_cli_choice("--cold", optarg, colds, &k)) return LZ_EXIT_USAGE;
-            o->cold = k == 2 ? LZ_COLD_AUTO : k ? LZ_COLD_LOAD : LZ_COLD_RECOMPUTE;
-            break;
-        case O_TEMP: if (lz_cli_double("--temp", optarg, 0, 100, &d)) return LZ_EXIT_USAGE; o->qo.temperature = (float)d; break;
-        case O_TOP_P:
-            if (lz_cli_double("--top-p", optarg, 0, 1, &d)) return LZ_EXIT_USAGE;
-            if (!(d > 0)) return lz_cli_usage("--top-p: expected a number in (0, 1], got '%s'", optarg);
-            o->qo.top_p = (float)d;
-            break;
-        case O_SEED: if (lz_cli_long("--seed", optarg, 0, 0x7fffffffL, &x)) return LZ_EXIT_USAGE; o->qo.seed = (uint64_t)x; break;
         case O_JSON: o->json = 1; break;
-        case O_NO_PRELOAD: o->preload = 0; break;
-        case O_PRELOAD: {
-            static const char *const preloads[] = {"none", "hot", "all", NULL};
-            if (lz_cli_choice("--preload", optarg, preloads, &k)) return LZ_EXIT_USAGE;
-            o->preload = k; /* 0 none, 1 hot, 2 all */
-            break;
-        }
-        case O_CACHE_F32: o->qo.cache_f32 = 1; break;
-        case O_GPU:
-#ifndef LZ_CUDA
-            return lz_cli_usage("--gpu: this build has no CUDA support ('make cuda' builds build/cuda/lazyquery)");
-#endif
-            o->gpu = 1;
-            break;
-        case O_NO_STATS: o->stats = 0; break;
         default: return LZ_EXIT_USAGE; /* '?': lz_cli_getopt named it */
         }
     }
@@ -514,84 +415,78 @@ int main(int argc, char **argv)
     lz_runtime_init(argc, argv);
     lz_cli_init("lazyquery");
     /* static: the --doc copies it holds stay reachable on every early return */
-    static options o = {.store_dir = "lazystore", .top_k = 5, .preload = 1, .stats = 1, .cold = -1};
-    lz_query_opts_default(&o.qo);
+    static options o;
+#ifdef LZ_CUDA
+    lz_session_cli_default(&o.sc, 1);
+#else
+    lz_session_cli_default(&o.sc, 0);
+#endif
     const char *question = NULL;
     const int prc = parse_options(argc, argv, &o, &question);
     if (prc >= 0) return prc;
-    /* a host budget past the machine's memory is clamped to 90% of it, with a note */
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    const size_t phys = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0, host_max = phys / 10 * 9;
-    if (phys && o.qo.cache_bytes > host_max) {
-        fprintf(stderr, "lazyquery: note: --host-cache-bytes %.2f GiB is more than this machine's %.2f GiB of memory; "
-                "using %.2f GiB\n", o.qo.cache_bytes / 1073741824.0, phys / 1073741824.0, host_max / 1073741824.0);
-        o.qo.cache_bytes = host_max;
-    }
-    /* a store that is not there is refused before anything is opened: lazyquery creates nothing */
-    char meta_path[4200];
-    snprintf(meta_path, sizeof meta_path, "%s/meta.sqlite", o.store_dir);
-    if (access(meta_path, F_OK) != 0)
-        return lz_cli_usage("no store at %s (%s not found); build one with lazyingest or give --store", o.store_dir,
-                            meta_path);
     if (o.questions_path) o.json = 1; /* one JSON result per line */
-    lz_llama_set_threads(o.threads);
-    char err[1024] = "", model_buf[4096];
-    if (!o.model_path) {
-        if (lz_prompt_default_model(model_buf, sizeof model_buf, err, sizeof err)) { fprintf(stderr, "lazyquery: %s\n", err); return 1; }
-        o.model_path = model_buf;
-    }
+    char err[1024] = "";
     lz_store *st = NULL;
-    const int open_rc = lz_store_open(o.store_dir, o.stats ? 0 : LZ_STORE_RDONLY, &st, err, sizeof err);
-    if (open_rc) {
-        fprintf(stderr, "lazyquery: %s\n", err);
-        return open_rc == LZ_ENOTFOUND || open_rc == LZ_ESCHEMA ? LZ_EXIT_USAGE : LZ_EXIT_RUNTIME;
+    const int orc = lz_session_cli_open_store(&o.sc, &st);
+    if (orc) return orc;
+    /* a store with no documents answers every question from the question alone: said once, and
+     * refused under --strict (before the model loads) */
+    int64_t n_stored = -1;
+    if (lz_store_doc_count(st, &n_stored, err, sizeof err) == 0 && n_stored == 0) {
+        if (o.strict) {
+            fprintf(stderr, "lazyquery: store %s holds no documents: no question can be answered from documents "
+                    "(--strict); ingest a corpus into it first\n", o.sc.store_dir);
+            lz_store_close(st);
+            return LZ_EXIT_USAGE;
+        }
+        fprintf(stderr, "lazyquery: warning: store %s holds no documents (ingest a corpus into it first): every "
+                "question is answered from the question alone\n", o.sc.store_dir);
     }
     lz_llama *m = NULL;
-    if (lz_llama_load(o.model_path, &m, err, sizeof err)) {
-        fprintf(stderr, "lazyquery: %s\n", err);
+    const int mrc = lz_session_cli_load_model(&o.sc, &m);
+    if (mrc) {
         lz_store_close(st);
-        return 1;
+        return mrc;
     }
-    o.qo.max_positions = m->cfg.ctx;
-    if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.qo.on_piece = print_piece;
+    if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.sc.qo.on_piece = print_piece;
 #ifdef LZ_CUDA
     lz_llama_gpu *gpu = NULL;
     lz_query_backend backend = {.begin = gpu_begin, .step = gpu_step, .resident = gpu_resident, .encode = gpu_encode,
                                 .host_alloc = gpu_host_alloc, .host_free = gpu_host_free, .preload = gpu_preload,
                                 .begin_block = gpu_begin_block, .keep_own = gpu_keep_own, .settle = gpu_settle};
-    if (o.gpu) {
+    if (o.sc.gpu) {
         /* own tokens a question may step: the question and the answer (4,096), or in full and
          * prefix modes the prompt's documents too (16,384) */
-        const int own = o.qo.mode == LZ_MODE_FULL || o.qo.mode == LZ_MODE_PREFIX ? 16384 : 4096;
+        const int own = o.sc.qo.mode == LZ_MODE_FULL || o.sc.qo.mode == LZ_MODE_PREFIX ? 16384 : 4096;
         if (lz_llama_gpu_new(m, own, &gpu, err, sizeof err)) {
             fprintf(stderr, "lazyquery: %s\n", err);
             lz_llama_free(m);
             lz_store_close(st);
             return 1;
         }
-        if (o.gpu_cache) {
-            const size_t got = lz_llama_gpu_set_cache(gpu, o.gpu_cache);
-            if (got < o.gpu_cache)
+        if (o.sc.gpu_cache) {
+            const size_t got = lz_llama_gpu_set_cache(gpu, o.sc.gpu_cache);
+            if (got < o.sc.gpu_cache)
                 fprintf(stderr, "lazyquery: note: --gpu-cache-bytes %.2f GiB is more than the GPU has free; using %.2f GiB\n",
-                        o.gpu_cache / 1073741824.0, got / 1073741824.0);
+                        o.sc.gpu_cache / 1073741824.0, got / 1073741824.0);
         }
-        lz_llama_gpu_set_cache_policy(gpu, o.qo.cache_policy);
+        lz_llama_gpu_set_cache_policy(gpu, o.sc.qo.cache_policy);
         backend.ctx = gpu;
         o.gpu_engine = gpu;
-        o.qo.backend = &backend;
-        o.qo.cold = o.cold < 0 ? LZ_COLD_AUTO : o.cold;
+        o.sc.qo.backend = &backend;
+        o.sc.qo.cold = o.sc.cold < 0 ? LZ_COLD_AUTO : o.sc.cold;
     }
 #endif
     lz_query_session *q = NULL;
-    if (lz_query_session_new(m, st, &o.qo, &q, err, sizeof err)) {
+    if (lz_query_session_new(m, st, &o.sc.qo, &q, err, sizeof err)) {
         fprintf(stderr, "lazyquery: %s\n", err);
         lz_llama_free(m);
         lz_store_close(st);
         return 1;
     }
-    if (o.preload) {
+    if (o.sc.preload) {
         lz_query_preload_result pr;
-        const int rc = lz_query_preload(q, o.preload == 2, &pr, err, sizeof err);
+        const int rc = lz_query_preload(q, o.sc.preload == 2, &pr, err, sizeof err);
         o.pre = pr;
         if (rc) fprintf(stderr, "lazyquery: warning: preload: %s\n", err);
         if (!o.quiet && !o.json && pr.gpu + pr.host > 0) /* --json: in every answer's tiers */

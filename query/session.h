@@ -178,6 +178,8 @@ int lz_query_preload(lz_query_session *q, int all, lz_query_preload_result *res,
 int64_t lz_query_doc_budget(const lz_query_session *q, const char *question);
 
 void lz_query_cache_stats(const lz_query_session *q, lz_doc_cache_stats *st);
+/* The options the session was opened with (max_new_tokens, max_positions, mode, backend, ...). */
+const lz_query_opts *lz_query_session_opts(const lz_query_session *q);
 /* The rates LZ_COLD_AUTO weighs: decoded KV bytes a second from the store, tokens a second
  * recomputed on the backend (moving averages of what this session measured, or the priors). */
 void lz_query_cold_rates(const lz_query_session *q, double *decode_bps, double *recompute_tps);

@@ -10,28 +10,32 @@ set -u
 if [ "${1:-}" = "--selftest" ]; then
     here=$(cd "$(dirname "$0")/.." && pwd)
     tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-    mkdir -p "$tmp/kernels" "$tmp/store" "$tmp/base" "$tmp/model" "$tmp/query" "$tmp/eval"
+    mkdir -p "$tmp/kernels" "$tmp/store" "$tmp/base" "$tmp/model" "$tmp/query" "$tmp/eval" "$tmp/serve"
     cp "$here/ARCHITECTURE.md" "$tmp/"
     printf '#include "base/rope.h"\n' > "$tmp/kernels/ok.cu"
     printf '#include "model/llama.h"\n' > "$tmp/model/ok.c"
     printf '#include <lmdb.h>\n#include "base/error.h"\n' > "$tmp/store/ok.c"
     printf '#include "query/session.h"\n#include "eval/run.h"\n' > "$tmp/eval/ok.c"
+    printf '#include <microhttpd.h>\n#include "query/answer_run.h"\n' > "$tmp/serve/ok.c"
     good=$(sh "$0" "$tmp" 2>&1 | tail -n 1)
     printf '#include "store/store.h"\n' > "$tmp/kernels/bad.cu"
     printf '/* a comment */\n#include "query/session.h"\n' > "$tmp/model/bad.c"
     printf '#include <sqlite3.h>\n' > "$tmp/query/bad.c"
     printf '#  include "model/llama.h"\n' > "$tmp/base/bad.h"
     printf '#include "eval/metrics.h"\n' > "$tmp/query/bad_eval.c"
+    printf '#include "serve/sched.h"\n#include <microhttpd.h>\n' > "$tmp/query/bad_serve.c"
     out=$(sh "$0" "$tmp" 2>&1)
     p=0; f=0
     check() { if eval "$1"; then p=$((p + 1)); else f=$((f + 1)); echo "FAIL selftest: $2"; fi; }
-    check '[ "$good" = "4 passed, 0 failed" ]' "clean tree passes ($good)"
+    check '[ "$good" = "5 passed, 0 failed" ]' "clean tree passes ($good)"
     check 'printf "%s" "$out" | grep -q "kernels/bad.cu:1: includes store/"' "kernels -> store found"
     check 'printf "%s" "$out" | grep -q "model/bad.c:2: includes query/"' "model -> query found, with its line"
     check 'printf "%s" "$out" | grep -q "query/bad.c:1: includes <sqlite3.h>"' "sqlite3.h outside store found"
     check 'printf "%s" "$out" | grep -q "base/bad.h:1: includes model/"' "indented include found"
     check 'printf "%s" "$out" | grep -q "query/bad_eval.c:1: includes eval/"' "query -> eval found (eval is above query)"
-    check 'printf "%s" "$out" | tail -n 1 | grep -q " 5 failed"' "five files fail"
+    check 'printf "%s" "$out" | grep -q "query/bad_serve.c:1: includes serve/"' "query -> serve found (serve is above query)"
+    check 'printf "%s" "$out" | grep -q "query/bad_serve.c:2: includes <microhttpd.h>"' "microhttpd.h outside serve found"
+    check 'printf "%s" "$out" | tail -n 1 | grep -q " 6 failed"' "six files fail"
     echo "$p passed, $f failed"
     [ "$f" -eq 0 ]; exit $?
 fi

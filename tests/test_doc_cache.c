@@ -92,6 +92,57 @@ static void test_pinning(void)
     lz_doc_cache_free(c);
 }
 
+/* Holds (several requests running at once): an entry a running request holds is never
+ * evicted by another request's put, trim or evict_one, nor removed, across begins, until its
+ * last hold is released; holds count; the stats say what is held. */
+static void test_holds(void)
+{
+    lz_doc_cache *c = lz_doc_cache_new(100, free_value, NULL);
+    lz_doc_cache_stats st;
+    lz_doc_cache_begin(c); /* request A */
+    CHECK(lz_doc_cache_put(c, "a", 1, val(), 60) == 1, "a in");
+    CHECK(lz_doc_cache_hold(c, "a", 1) == 1, "A holds a");
+    CHECK(lz_doc_cache_hold(c, "zz", 2) == 0, "nothing to hold for a key not cached");
+    lz_doc_cache_get_stats(c, &st);
+    CHECK(st.n_held == 1 && st.bytes_held == 60, "one entry of 60 bytes held (%lld, %lld)", (long long)st.n_held,
+          (long long)st.bytes_held);
+    lz_doc_cache_begin(c); /* request B starts while A still decodes */
+    for (int i = 0; i < 9; i++) lz_doc_cache_get(c, "b", 1);
+    void *b = val();
+    CHECK(lz_doc_cache_put(c, "b", 1, b, 60) == 0, "a held by A: popular b not admitted over it");
+    free(b);
+    lz_doc_cache_begin(c);
+    CHECK(lz_doc_cache_hold(c, "a", 1) == 1, "a second request holds a too");
+    lz_doc_cache_set_budget(c, 10);
+    CHECK(lz_doc_cache_trim(c) == 0 && lz_doc_cache_evict_one(c) == 0, "trim and evict_one leave a held entry");
+    CHECK(lz_doc_cache_remove(c, "a", 1) == -1, "a held entry is not removed");
+    CHECK(lz_doc_cache_release(c, "a", 1) == 1, "first release");
+    lz_doc_cache_begin(c);
+    CHECK(lz_doc_cache_trim(c) == 0, "still held once: kept");
+    lz_doc_cache_get_stats(c, &st);
+    CHECK(st.n_held == 1 && st.n_entries == 1, "a still held and cached");
+    CHECK(lz_doc_cache_release(c, "a", 1) == 1, "last release");
+    CHECK(lz_doc_cache_release(c, "a", 1) == 0, "a release without a hold is refused");
+    lz_doc_cache_get_stats(c, &st);
+    CHECK(st.n_held == 0 && st.bytes_held == 0, "nothing held");
+    const int n0 = n_freed;
+    CHECK(lz_doc_cache_trim(c) == 1 && n_freed == n0 + 1, "released: trimmed away and freed");
+    lz_doc_cache_set_budget(c, 100);
+    CHECK(lz_doc_cache_put(c, "c", 1, val(), 50) == 1 && lz_doc_cache_hold(c, "c", 1), "c in, held");
+    lz_doc_cache_begin(c);
+    CHECK(lz_doc_cache_put(c, "d", 1, val(), 50) == 1 && lz_doc_cache_hold(c, "d", 1), "d in, held");
+    lz_doc_cache_begin(c);
+    for (int i = 0; i < 20; i++) lz_doc_cache_get(c, "e", 1);
+    void *e = val();
+    CHECK(lz_doc_cache_put(c, "e", 1, e, 40) == 0, "full of held entries: e rejected");
+    free(e);
+    lz_doc_cache_release(c, "c", 1);
+    e = val();
+    CHECK(lz_doc_cache_put(c, "e", 1, e, 40) == 1 && !lz_doc_cache_contains(c, "c", 1) && lz_doc_cache_contains(c, "d", 1),
+          "c released: e takes its room, held d stays");
+    lz_doc_cache_free(c); /* a cache freed with holds left frees every value */
+}
+
 static void test_zipf(void)
 {
     const int N = 1000, K = 50, Q = 100000;
@@ -126,6 +177,7 @@ int main(void)
 {
     test_basic();
     test_pinning();
+    test_holds();
     test_zipf();
     return lz_test_done();
 }

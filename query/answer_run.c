@@ -1,0 +1,762 @@
+/* answer_run.c - one answer in progress (answer_run.h): begin places the
+ * documents as the mode makes its segments (the four modes differ only
+ * there), prefill runs the questions of several answers in one batched pass,
+ * next samples, step runs the sampled tokens of several answers in one
+ * batched pass. The documents an answer reads stay held in the host tier
+ * until it is freed, so answers can run side by side. What it leaves out:
+ * which answers run together and when (serve/). */
+#include "query/answer_run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/half.h"
+#include "base/sha256.h"
+#include "model/prompt.h"
+#include "query/session_priv.h"
+
+struct lz_query_run {
+    lz_query_session *q;
+    lz_query_result r;          /* the answer so far */
+    size_t cap, len;            /* bytes of r.answer allocated, used */
+    int max_new;
+    lz_sampler own;             /* the answer's sampler (opts given), */
+    lz_sampler *sampler;        /* or the session's */
+    float *logits;              /* (V) the next token's */
+    int *qids, n_q;             /* the question's tokens */
+    int prev;                   /* the last token (its piece depends on it) */
+    int pending;                /* the token sampled and not yet stepped, -1 none */
+    int ready;                  /* logits ready for next */
+    int done, failed, settled;
+    int plain;                  /* plain prompt: the answer ends at its first line break */
+    int *eog, n_eog;            /* ignore_eos: the end-of-generation ids, masked before sampling */
+    const lz_query_backend *be; /* runs the question and the answer, or NULL: the CPU */
+    lz_kv_segment *segs;        /* (n_segs) prefix, documents */
+    int n_segs;
+    kv_entry **owned;           /* entries the tier did not take: freed with the run */
+    int n_owned;
+    uint8_t (*held)[LZ_DOC_CACHE_KEY_MAX]; /* keys held in the host tier (n_held, lengths held_len) */
+    uint8_t *held_len;
+    int n_held;
+    lz_kv_cache lc;             /* own tokens: documents computed here (PREFIX, FULL), question, answer */
+    size_t bytes;               /* lz_query_run_bytes */
+    double t0, t_first;         /* begin; the first answer token's logits */
+    char piece[256];
+};
+
+/* Entry for a document from the cache or the store; *owned = 1 when the
+ * cache did not take it (the caller frees it after the query). */
+static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, const lz_query_doc *d, int64_t rotate,
+                       kv_entry *pre, int *owned, lz_query_result *r, char *err, size_t errlen)
+{
+    *owned = 0;
+    kv_entry *e = lz_doc_cache_get(q->cache, ckey, ckey_len);
+    if (e) {
+        session_entry_free(q, pre);
+        r->hits++;
+        return e;
+    }
+    r->misses++;
+    char what[320];
+    snprintf(what, sizeof what, "document '%s'", d->ext_id);
+    e = pre ? pre : session_load_payload(q, d->payload_key, what, err, errlen);
+    if (!e) return NULL;
+    if (e->n != d->n_tokens) {
+        snprintf(err, errlen, "%s: payload has %d tokens, the store row says %d", what, e->n, d->n_tokens);
+        session_entry_free(q, e);
+        return NULL;
+    }
+    r->bytes_loaded += (int64_t)e->bytes;
+    if (rotate) { /* BLOCK: materialise the keys rotated to their final positions (bf16: rounded back) */
+        const lz_llama_config *c = &q->m->cfg;
+        const int d = c->head_dim;
+        float row[LZ_MAX_HEAD_DIM];
+        for (int l = 0; l < c->n_layers; l++)
+            for (int h = 0; h < c->n_kv_heads; h++) {
+                const int kept = e->n_kept[l * c->n_kv_heads + h];
+                const size_t r0 = (size_t)e->head_row[l * c->n_kv_heads + h];
+                for (int j = 0; j < kept; j++) {
+                    float *kr = e->k ? e->k + (r0 + j) * d : row;
+                    uint16_t *k16 = e->k16 ? e->k16 + (r0 + j) * d : NULL;
+                    if (k16) for (int i = 0; i < d; i++) row[i] = lz_bf16_to_f32(k16[i]);
+                    lz_rope_apply(kr, d, rotate, c->rope_layout, q->m->inv_freq);
+                    if (k16) for (int i = 0; i < d; i++) k16[i] = lz_f32_to_bf16(row[i]);
+                }
+            }
+    }
+    if (!lz_doc_cache_put(q->cache, ckey, ckey_len, e, e->bytes)) *owned = 1;
+    return e;
+}
+
+/* Copies tokens [t0, t0 + n) of a local cache into a new entry (PREFIX
+ * mode), bf16 (rounded, as the store's entries) or fp32. */
+static kv_entry *slice_cache(lz_query_session *q, const lz_kv_cache *lc, int t0, int n, int bf16)
+{
+    const lz_llama_config *c = &q->m->cfg;
+    kv_entry *e = kv_entry_alloc(&q->env, n, NULL, bf16);
+    if (!e) return NULL;
+    const size_t cnt = (size_t)n * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int h = 0; h < c->n_kv_heads; h++) {
+            size_t src = (((size_t)l * c->n_kv_heads + h) * lc->cap + t0) * c->head_dim;
+            size_t dst = ((size_t)l * c->n_kv_heads + h) * cnt;
+            if (bf16) {
+                lz_f32_to_bf16_n(e->k16 + dst, lc->k + src, cnt);
+                lz_f32_to_bf16_n(e->v16 + dst, lc->v + src, cnt);
+            } else {
+                memcpy(e->k + dst, lc->k + src, cnt * sizeof(float));
+                memcpy(e->v + dst, lc->v + src, cnt * sizeof(float));
+            }
+        }
+    return e;
+}
+
+/* Reads a document's token ids (PREFIX and FULL recompute them). */
+static int doc_tokens(lz_query_session *q, const lz_query_doc *d, int **ids, int *n, char *err, size_t errlen)
+{
+    if (lz_store_doc_tokens(q->store, d->id, ids, n, err, errlen)) return -1;
+    if (*n != d->n_tokens) {
+        snprintf(err, errlen, "document '%s': %d token ids stored, row says %d", d->ext_id, *n, d->n_tokens);
+        free(*ids);
+        return -1;
+    }
+    return 0;
+}
+
+/* Cache key of docs[i] placed at offset p: the payload key, plus the offset
+ * in BLOCK mode (one rotated copy per position). Returns its length. */
+static size_t cache_key(int mode, const lz_query_doc *d, int64_t p, uint8_t key[LZ_META_KEY_LEN + 8])
+{
+    memcpy(key, d->payload_key, LZ_META_KEY_LEN);
+    if (mode != LZ_MODE_BLOCK) return LZ_META_KEY_LEN;
+    memcpy(key + LZ_META_KEY_LEN, &p, 8);
+    return LZ_META_KEY_LEN + 8;
+}
+
+/* Lazy mode with opts.cold = LZ_COLD_RECOMPUTE: the documents at offsets p..
+ * that neither the backend nor the CPU cache holds and that are stored whole
+ * (with LZ_COLD_AUTO: and whose recompute costs less than their load) are
+ * recomputed on the backend from their token ids (one call, batched
+ * there) instead of loaded; those the backend then holds are marked 2 in
+ * held (a miss, not loaded). 0 or -1. */
+static int recompute_cold(lz_query_session *q, const lz_query_backend *be, const lz_query_doc *docs, int n_docs,
+                          int64_t p, uint8_t *held, const lz_kv_segment *prefix, uint8_t (*digest)[32],
+                          lz_query_result *r, char *err, size_t errlen)
+{
+    const double t0 = lz_now_s();
+    const size_t nd = n_docs > 0 ? (size_t)n_docs : 1;
+    int *ns = malloc(nd * sizeof *ns), **ids = calloc(nd, sizeof *ids);
+    const uint8_t **keys = malloc(nd * sizeof *keys);
+    int m = 0, rc = -1;
+    if (!ns || !ids || !keys) { snprintf(err, errlen, "out of memory"); goto done; }
+    for (int i = 0; i < n_docs; p += docs[i].n_tokens, i++) {
+        if (held[i] || !docs[i].whole || docs[i].n_tokens <= 0) continue;
+        uint8_t key[LZ_META_KEY_LEN + 8];
+        size_t klen = cache_key(LZ_MODE_LAZY, &docs[i], p, key);
+        if (lz_doc_cache_contains(q->cache, key, klen)) continue; /* cached on the CPU: uploaded from there */
+        if (q->o.cold == LZ_COLD_AUTO) { /* whichever costs less, at the rates measured so far */
+            const lz_llama_config *c = &q->m->cfg;
+            const double bytes = 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * docs[i].n_tokens * (q->kv16 ? 2 : 4);
+            if (bytes / q->decode_bps <= docs[i].n_tokens / q->recompute_tps) continue;
+        }
+        int again = 0; /* the same document twice in one prompt: computed once */
+        for (int j = 0; j < m && !again; j++) again = !memcmp(keys[j], digest[1 + i], 32);
+        if (again) continue;
+        if (doc_tokens(q, &docs[i], &ids[m], &ns[m], err, errlen)) goto done;
+        keys[m++] = digest[1 + i];
+    }
+    if (m && be->encode(be->ctx, prefix, q->prefix_digest, (const int *const *)ids, ns, keys, m, err, errlen)) goto done;
+    int64_t made = 0;
+    for (int j = 0; j < m; j++) /* those it could not take (too long for it) are loaded as usual */
+        if (be->resident(be->ctx, keys[j])) {
+            r->n_recomputed++;
+            r->n_computed += ns[j];
+            made += ns[j];
+            for (int i = 0; i < n_docs; i++) /* with its repeats */
+                if (!held[i] && !memcmp(digest[1 + i], keys[j], 32)) held[i] = 2;
+        }
+    session_rate_update(&q->recompute_tps, (double)made, lz_now_s() - t0);
+    rc = 0;
+done:
+    for (int j = 0; ids && j < m; j++) free(ids[j]);
+    free(ns);
+    free(ids);
+    free(keys);
+    r->t_recompute += lz_now_s() - t0;
+    return rc;
+}
+
+/* The question's documents that no tier above the store holds, read in one snapshot and
+ * decoded together on all threads into pre[i] (store-to-host: one batch, not one payload at a
+ * time). A document that fails is left NULL: fetch loads it alone and reports why. */
+typedef struct {
+    lz_query_session *q;
+    const int *which; /* docs of the batch */
+    int n;
+    kv_entry **pre;
+} misses_ctx;
+
+static int decode_misses(const void *const *blobs, const size_t *lens, void *ctx)
+{
+    misses_ctx *m = ctx;
+    kv_entry **out = calloc((size_t)m->n, sizeof *out);
+    if (!out) return 0;
+    kv_entry_decode_many(&m->q->env, blobs, lens, m->n, out, NULL);
+    for (int i = 0; i < m->n; i++) m->pre[m->which[i]] = out[i];
+    free(out);
+    return 0;
+}
+
+static void preload_misses(lz_query_session *q, const lz_query_doc *docs, int n_docs, int mode, int64_t p0,
+                           const uint8_t *held, kv_entry **pre)
+{
+    int64_t p = p0;
+    int *which = malloc((size_t)(n_docs > 0 ? n_docs : 1) * sizeof *which), n = 0;
+    uint8_t(*keys)[LZ_META_KEY_LEN] = malloc((size_t)(n_docs > 0 ? n_docs : 1) * LZ_META_KEY_LEN);
+    if (!which || !keys) { free(which); free(keys); return; } /* fetch loads them one at a time */
+    for (int i = 0; i < n_docs; p += docs[i].n_tokens, i++) {
+        uint8_t key[LZ_META_KEY_LEN + 8];
+        size_t klen = cache_key(mode, &docs[i], p, key);
+        int dup = 0; /* the same payload earlier in the list: fetch finds it cached (or loads it) */
+        for (int j = 0; j < i && !dup; j++) dup = !memcmp(docs[j].payload_key, docs[i].payload_key, LZ_META_KEY_LEN);
+        if (dup || held[i] || lz_doc_cache_contains(q->cache, key, klen)) continue;
+        memcpy(keys[n], docs[i].payload_key, LZ_META_KEY_LEN);
+        which[n++] = i;
+    }
+    if (n) {
+        misses_ctx m = {q, which, n, pre};
+        char e2[256];
+        const double t0 = lz_now_s();
+        lz_store_read_payloads(q->store, (const uint8_t(*)[LZ_META_KEY_LEN])keys, n, decode_misses, &m, e2, sizeof e2);
+        double bytes = 0;
+        for (int i = 0; i < n; i++) {
+            kv_entry **e = &pre[which[i]];
+            if (*e) bytes += (double)(*e)->bytes;
+            if (*e && (*e)->n != docs[which[i]].n_tokens) { /* fetch reports it */
+                session_entry_free(q, *e);
+                *e = NULL;
+            }
+        }
+        if (bytes > 0) session_rate_update(&q->decode_bps, bytes, lz_now_s() - t0);
+    }
+    free(which);
+    free(keys);
+}
+
+/* PREFIX's chain keys: the key of the prompt prefix alone, then chain_next folds in each
+ * document in order (a document's key names it after exactly these predecessors). */
+static void chain_start(const lz_query_session *q, uint8_t chain[32])
+{
+    lz_sha256(q->prefix, (size_t)q->n_prefix * sizeof(int), chain);
+}
+
+static void chain_next(uint8_t chain[32], const lz_query_doc *d)
+{
+    uint8_t buf[32 + LZ_META_KEY_LEN];
+    memcpy(buf, chain, 32);
+    memcpy(buf + 32, d->payload_key, LZ_META_KEY_LEN);
+    lz_sha256(buf, sizeof buf, chain);
+}
+
+/* FULL and PREFIX on a backend: after begin (none, or the prefix and the reused chain), every
+ * token the prompt still needs in one step: FULL the prefix, the documents and the question;
+ * PREFIX the documents from local_from and the question; then PREFIX keeps each document it
+ * computed under its chain key (backend->keep_own), as vLLM's prefix cache keeps its blocks.
+ * The first answer token's logits in logits (V). 0 or -1. */
+static int backend_prompt(lz_query_session *q, const lz_query_backend *be, const lz_query_doc *docs, int n_docs,
+                          int local_from, const int *qids, int n_q, float *logits, lz_query_result *r, char *err,
+                          size_t errlen)
+{
+    const int s = q->n_prefix, full = q->o.mode == LZ_MODE_FULL;
+    size_t n_all = (size_t)n_q + (full ? (size_t)s : 0);
+    for (int i = local_from; i < n_docs; i++) n_all += (size_t)docs[i].n_tokens;
+    int *all = malloc(n_all * sizeof *all), *t0s = malloc(((size_t)n_docs + 1) * sizeof *t0s);
+    int rc = -1;
+    size_t at = 0;
+    if (!all || !t0s) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (full) { memcpy(all, q->prefix, (size_t)s * sizeof *all); at = (size_t)s; }
+    for (int i = local_from; i < n_docs; i++) {
+        int *ids, n;
+        if (doc_tokens(q, &docs[i], &ids, &n, err, errlen)) goto done;
+        t0s[i] = (int)at;
+        memcpy(all + at, ids, (size_t)n * sizeof *ids);
+        at += (size_t)n;
+        free(ids);
+    }
+    memcpy(all + at, qids, (size_t)n_q * sizeof *qids);
+    if (be->step(be->ctx, all, (int)n_all, logits, err, errlen)) goto done;
+    r->n_computed += (int)n_all;
+    if (!full) {
+        uint8_t chain[32];
+        chain_start(q, chain);
+        for (int i = 0; i < n_docs; i++) {
+            chain_next(chain, &docs[i]);
+            if (i >= local_from && docs[i].n_tokens > 0 &&
+                be->keep_own(be->ctx, t0s[i], docs[i].n_tokens, chain, err, errlen) < 0)
+                goto done;
+        }
+    }
+    rc = 0;
+done:
+    free(all);
+    free(t0s);
+    return rc;
+}
+
+/* ---- the run ---- */
+
+void lz_query_run_opts_default(const lz_query_session *q, lz_query_run_opts *o)
+{
+    *o = (lz_query_run_opts){.max_new_tokens = q->o.max_new_tokens, .temperature = q->o.temperature,
+                             .top_p = q->o.top_p, .seed = q->o.seed};
+}
+
+/* Holds a host-tier entry for the run's lifetime (released by lz_query_run_free). */
+static void run_hold(lz_query_run *run, const uint8_t *key, size_t klen, size_t bytes)
+{
+    if (!lz_doc_cache_hold(run->q->cache, key, klen)) return;
+    memcpy(run->held[run->n_held], key, klen);
+    run->held_len[run->n_held++] = (uint8_t)klen;
+    run->bytes += bytes;
+}
+
+/* A failure after the backend may have been handed memory: it settles before that memory goes. */
+static void run_settle(lz_query_run *run)
+{
+    const lz_query_backend *b = run->q->o.backend;
+    if (b && b->settle && !run->settled) b->settle(b->ctx);
+    run->settled = 1;
+}
+
+void lz_query_run_free(lz_query_run *run)
+{
+    if (!run) return;
+    lz_query_session *q = run->q;
+    if (!run->done && !run->failed) run_settle(run); /* stopped mid-answer: copies may be in flight */
+    for (int i = 0; i < run->n_held; i++) lz_doc_cache_release(q->cache, run->held[i], run->held_len[i]);
+    for (int i = 0; i < run->n_owned; i++) session_entry_free(q, run->owned[i]);
+    if (run->sampler == &run->own) lz_sampler_free(&run->own);
+    lz_kv_cache_free(&run->lc);
+    lz_query_result_free(&run->r);
+    free(run->logits);
+    free(run->qids);
+    free(run->segs);
+    free(run->owned);
+    free(run->held);
+    free(run->held_len);
+    free(run->eog);
+    free(run);
+}
+
+/* KV bytes of one token of the model's local cache (fp32, K and V). */
+static size_t token_kv_bytes(const lz_llama_config *c) { return 2 * sizeof(float) * (size_t)c->n_layers * c->n_kv_heads * c->head_dim; }
+
+int64_t lz_query_run_estimate(const lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
+                              int max_new_tokens)
+{
+    const lz_llama_config *c = &q->m->cfg;
+    int *ids, n_q;
+    if (lz_prompt_question_tokens(q->m->tok, question ? question : "", &ids, &n_q)) return -1;
+    free(ids);
+    int64_t doc_tokens = 0;
+    for (int i = 0; i < n_docs; i++) doc_tokens += docs[i].n_tokens;
+    const int elem = q->kv16 && !q->o.cache_f32 ? 2 : 4; /* the host tier's element */
+    const int64_t per_doc_token = (int64_t)token_kv_bytes(c) / 4 * elem;
+    int64_t local = (int64_t)n_q + max_new_tokens;                    /* question and answer */
+    if (q->o.mode == LZ_MODE_PREFIX || q->o.mode == LZ_MODE_FULL) local += doc_tokens + q->n_prefix;
+    if (q->o.backend) local = 1;                                      /* its own tokens live there */
+    return local * (int64_t)token_kv_bytes(c) + doc_tokens * per_doc_token + (int64_t)c->vocab * 4;
+}
+
+/* The first token's logits are there: the answer's TTFT, the logits kept when asked. */
+static void run_first_token(lz_query_run *run)
+{
+    lz_query_session *q = run->q;
+    run->r.t_ttft = lz_now_s() - run->t0;
+    run->t_first = lz_now_s();
+    run->ready = 1;
+    if (q->o.keep_logits && !run->r.logits) {
+        const size_t V = (size_t)q->m->cfg.vocab;
+        run->r.logits = malloc(V * sizeof(float));
+        if (run->r.logits) memcpy(run->r.logits, run->logits, V * sizeof(float));
+    }
+}
+
+int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
+                       const lz_query_run_opts *ro, lz_query_run **out, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &q->m->cfg;
+    const int s = q->n_prefix, mode = q->o.mode;
+    *out = NULL;
+    if (!question || !*question) { snprintf(err, errlen, "the question is empty"); return -1; }
+    lz_query_run *run = calloc(1, sizeof *run);
+    if (!run) { snprintf(err, errlen, "out of memory"); return -1; }
+    run->q = q;
+    run->pending = -1;
+    lz_query_result *r = &run->r;
+    run->max_new = ro ? ro->max_new_tokens : q->o.max_new_tokens;
+    if (run->max_new < 0) run->max_new = 0;
+    run->sampler = &q->sampler;
+    if (ro && lz_sampler_init(&run->own, c->vocab, ro->temperature, ro->top_p, ro->seed) == 0)
+        run->sampler = &run->own;
+    else if (ro) { free(run); snprintf(err, errlen, "out of memory"); return -1; }
+    if (lz_prompt_question_tokens(q->m->tok, question, &run->qids, &run->n_q)) {
+        snprintf(err, errlen, "out of memory");
+        lz_query_run_free(run);
+        return -1;
+    }
+    if (ro && ro->ignore_eos) { /* the ids sampling must skip */
+        const int V = c->vocab;
+        for (int i = 0; i < V; i++) run->n_eog += lz_tokenizer_is_eog(q->m->tok, i);
+        run->eog = malloc((size_t)(run->n_eog > 0 ? run->n_eog : 1) * sizeof *run->eog);
+        if (!run->eog) { snprintf(err, errlen, "out of memory"); lz_query_run_free(run); return -1; }
+        run->n_eog = 0;
+        for (int i = 0; i < V; i++)
+            if (lz_tokenizer_is_eog(q->m->tok, i)) run->eog[run->n_eog++] = i;
+    }
+    const int *qids = run->qids, n_q = run->n_q;
+    int64_t total = s + (int64_t)n_q + run->max_new;
+    for (int i = 0; i < n_docs; i++) total += docs[i].n_tokens;
+    if (q->o.max_positions > 0 && total > q->o.max_positions) {
+        snprintf(err, errlen, "the prompt needs %lld positions (prefix %d, %d documents, question %d, answer %d) "
+                 "but the model's context is %d", (long long)total, s, n_docs, n_q, run->max_new, q->o.max_positions);
+        run->failed = 1;
+        lz_query_run_free(run);
+        return -1;
+    }
+    if (total > (int64_t)1 << 24) {
+        snprintf(err, errlen, "the prompt would need %lld positions (question %d tokens, %d documents); too long",
+                 (long long)total, n_q, n_docs);
+        run->failed = 1;
+        lz_query_run_free(run);
+        return -1;
+    }
+    r->n_prompt = (int)(total - run->max_new);
+    const int mat = mode == LZ_MODE_BLOCK && q->o.backend && q->o.backend->begin_block; /* see lz_query_backend */
+    const int gpu_prefix = mode == LZ_MODE_PREFIX && q->o.backend && q->o.backend->keep_own && q->o.backend->resident;
+    run->t0 = lz_now_s();
+    int rc = -1;
+    lz_doc_cache_begin(q->cache);
+    run->segs = calloc((size_t)n_docs + 1, sizeof *run->segs);
+    run->owned = calloc((size_t)n_docs + 1, sizeof *run->owned);
+    run->held = calloc((size_t)n_docs + 1, sizeof *run->held);
+    run->held_len = calloc((size_t)n_docs + 1, 1);
+    run->logits = malloc((size_t)c->vocab * sizeof(float));
+    uint8_t(*digest)[32] = calloc((size_t)n_docs + 1, 32); /* content keys of the segments (backend) */
+    const uint8_t **digests = calloc((size_t)n_docs + 1, sizeof *digests);
+    kv_entry **pre = calloc((size_t)n_docs + 1, sizeof *pre); /* decoded ahead (preload_misses) */
+    uint8_t *held = calloc((size_t)n_docs + 1, 1);            /* resident on the backend: never loaded */
+    lz_kv_segment *segs = run->segs;
+    int n_segs = 0;
+    lz_kv_cache *lc = &run->lc;
+    if (!segs || !run->owned || !run->held || !run->held_len || !run->logits || !digest || !digests || !pre || !held) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    run->bytes = (size_t)c->vocab * sizeof(float);
+
+    int64_t p = s;      /* offset of the next document */
+    int local_from = 0; /* first document computed into the local cache (PREFIX, FULL) */
+    if (mode == LZ_MODE_FULL) {
+        local_from = 0;
+    } else {
+        memcpy(digest[n_segs], q->prefix_digest, 32);
+        segs[n_segs++] = kv_entry_segment(&q->prefix_kv, 0);
+        if (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK) {
+            /* block on a backend that rotates its own copies: the host tier keyed as lazy's */
+            const int hmode = mat ? LZ_MODE_LAZY : mode;
+            /* the documents an accelerator still holds (and the CPU cache does not) are neither
+             * loaded nor decoded: its cache is the larger (GPU memory), the CPU's the smaller */
+            const lz_query_backend *rb = q->o.backend && q->o.backend->resident ? q->o.backend : NULL;
+            int64_t pp = p;
+            for (int i = 0; i < n_docs; pp += docs[i].n_tokens, i++) {
+                uint8_t key[LZ_META_KEY_LEN + 8];
+                size_t klen = cache_key(mode, &docs[i], pp, key);
+                lz_sha256(key, klen, digest[1 + i]); /* block: the copy at this offset */
+                klen = cache_key(hmode, &docs[i], pp, key);
+                held[i] = rb && !lz_doc_cache_contains(q->cache, key, klen) && rb->resident(rb->ctx, digest[1 + i]);
+            }
+            const lz_query_backend *eb = q->o.backend;
+            if (mode == LZ_MODE_LAZY && (q->o.cold == LZ_COLD_RECOMPUTE || q->o.cold == LZ_COLD_AUTO) && eb &&
+                eb->encode && eb->resident &&
+                recompute_cold(q, eb, docs, n_docs, p, held, &segs[0], digest, r, err, errlen))
+                goto done;
+            preload_misses(q, docs, n_docs, hmode, p, held, pre);
+            for (int i = 0; i < n_docs; i++) {
+                if (held[i]) { /* a segment without data: the backend reads only its placement */
+                    if (held[i] == 2) r->misses++; /* recomputed just now */
+                    else r->hits++;
+                    segs[n_segs++] = (lz_kv_segment){.n = docs[i].n_tokens, .stride = docs[i].n_tokens > 0 ? docs[i].n_tokens : 1,
+                                                     .rot = mode == LZ_MODE_LAZY || mat ? p - s : 0};
+                    p += docs[i].n_tokens;
+                    continue;
+                }
+                uint8_t key[LZ_META_KEY_LEN + 8];
+                size_t klen = cache_key(hmode, &docs[i], p, key);
+                int own;
+                kv_entry *e = fetch(q, key, klen, &docs[i], mode == LZ_MODE_BLOCK && !mat ? p - s : 0, pre[i], &own, r, err,
+                                    errlen);
+                pre[i] = NULL; /* fetch took it */
+                if (!e) goto done;
+                if (own) {
+                    run->owned[run->n_owned++] = e;
+                    run->bytes += e->bytes;
+                } else {
+                    run_hold(run, key, klen, e->bytes);
+                }
+                segs[n_segs++] = kv_entry_segment(e, mode == LZ_MODE_LAZY || mat ? p - s : 0);
+                p += docs[i].n_tokens;
+            }
+            local_from = n_docs;
+        } else { /* PREFIX: the longest chain of documents computed after exactly these predecessors */
+            uint8_t chain[32];
+            chain_start(q, chain);
+            for (local_from = 0; local_from < n_docs; local_from++) {
+                chain_next(chain, &docs[local_from]);
+                if (gpu_prefix) { /* the chains live in the backend's memory, as vLLM's */
+                    if (!q->o.backend->resident(q->o.backend->ctx, chain)) { r->misses++; break; }
+                    r->hits++;
+                    memcpy(digest[n_segs], chain, 32);
+                    segs[n_segs++] = (lz_kv_segment){.n = docs[local_from].n_tokens,
+                                                     .stride = docs[local_from].n_tokens > 0 ? docs[local_from].n_tokens : 1};
+                    p += docs[local_from].n_tokens;
+                    continue;
+                }
+                kv_entry *e = lz_doc_cache_get(q->cache, chain, 32);
+                if (!e) { r->misses++; break; }
+                r->hits++;
+                run_hold(run, chain, 32, e->bytes);
+                segs[n_segs++] = kv_entry_segment(e, 0);
+                p += docs[local_from].n_tokens;
+            }
+        }
+    }
+    run->n_segs = n_segs;
+    r->t_load = lz_now_s() - run->t0;
+
+    /* lazy, block, full, prefix (with keep_own): the prompt's rest, the question and the answer
+     * on the accelerator when there is one */
+    const lz_query_backend *be = mode != LZ_MODE_PREFIX || gpu_prefix ? q->o.backend : NULL;
+    run->be = be;
+    for (int i = 0; be && i < n_segs; i++) digests[i] = digest[i];
+    if (be && (mat ? be->begin_block : be->begin)(be->ctx, segs, digests, n_segs, mode == LZ_MODE_FULL ? 0 : p, err,
+                                                  errlen))
+        goto done;
+    if (be && (mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX)) { /* every token after the reused ones, one step */
+        if (backend_prompt(q, be, docs, n_docs, local_from, qids, n_q, run->logits, r, err, errlen)) goto done;
+        run_first_token(run);
+    }
+    /* the local cache: documents still to compute (PREFIX/FULL), question, answer */
+    int64_t pos0 = mode == LZ_MODE_FULL ? 0 : p;
+    int64_t n_local = be ? 1 : total - pos0;
+    if (lz_kv_cache_init(lc, c, (int)n_local)) {
+        snprintf(err, errlen, "out of memory for %lld tokens of KV", (long long)n_local);
+        goto done;
+    }
+    run->bytes += (size_t)n_local * token_kv_bytes(c);
+    lz_kv_cache_reset(lc, pos0);
+    if (mode == LZ_MODE_FULL && !be &&
+        lz_llama_forward(q->m, q->scratch, lc, NULL, 0, q->prefix, s, NULL, LZ_LOGITS_NONE)) {
+        snprintf(err, errlen, "forward pass failed on the prefix");
+        goto done;
+    }
+    if (mode == LZ_MODE_FULL && !be) r->n_computed += s;
+    uint8_t chain[32];
+    if (mode == LZ_MODE_PREFIX) { /* recompute the chain key up to local_from */
+        chain_start(q, chain);
+        for (int i = 0; i < local_from; i++) chain_next(chain, &docs[i]);
+    }
+    for (int i = be ? n_docs : local_from; i < n_docs; i++) { /* on the CPU */
+        int *ids, n;
+        if (doc_tokens(q, &docs[i], &ids, &n, err, errlen)) goto done;
+        int start = lc->n;
+        int frc = n ? lz_llama_forward(q->m, q->scratch, lc, segs, n_segs, ids, n, NULL, LZ_LOGITS_NONE) : 0;
+        free(ids);
+        if (frc) { snprintf(err, errlen, "forward pass failed on document '%s'", docs[i].ext_id); goto done; }
+        r->n_computed += n;
+        if (mode == LZ_MODE_PREFIX) {
+            chain_next(chain, &docs[i]);
+            kv_entry *e = slice_cache(q, lc, start, n, q->kv16);
+            if (e && !lz_doc_cache_put(q->cache, chain, 32, e, e->bytes)) session_entry_free(q, e);
+        }
+    }
+    run->prev = qids[n_q - 1];
+    run->plain = lz_prompt_style_of(q->m->tok) == LZ_PROMPT_PLAIN;
+    run->cap = 256;
+    r->answer = malloc(run->cap);
+    r->answer_ids = malloc((size_t)(run->max_new > 0 ? run->max_new : 1) * sizeof(int));
+    if (!r->answer || !r->answer_ids) { snprintf(err, errlen, "out of memory"); goto done; }
+    r->answer[0] = 0;
+    rc = 0;
+done:
+    for (int i = 0; pre && i < n_docs; i++) session_entry_free(q, pre[i]); /* left by an error */
+    free(pre);
+    free(held);
+    free(digest);
+    free(digests);
+    if (rc) {
+        run_settle(run); /* before memory goes */
+        run->failed = 1;
+        lz_query_run_free(run);
+        return -1;
+    }
+    *out = run;
+    return 0;
+}
+
+/* Marks every run of a failed batched call. */
+static int runs_failed(lz_query_run *const *runs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        run_settle(runs[i]);
+        runs[i]->failed = 1;
+    }
+    return -1;
+}
+
+int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, char *err, size_t errlen)
+{
+    lz_llama_seq *seqs = malloc((size_t)(n > 0 ? n : 1) * sizeof *seqs);
+    lz_query_run **who = malloc((size_t)(n > 0 ? n : 1) * sizeof *who);
+    int m = 0, rc = -1;
+    if (!seqs || !who) { snprintf(err, errlen, "out of memory"); goto done; }
+    for (int i = 0; i < n; i++) {
+        lz_query_run *run = runs[i];
+        if (run->ready || run->done || run->failed) continue; /* FULL / PREFIX on a backend: prefilled by begin */
+        if (run->be) {
+            if (n != 1) { snprintf(err, errlen, "a backend prefills one answer at a time (got %d)", n); goto done; }
+            if (run->be->step(run->be->ctx, run->qids, run->n_q, run->logits, err, errlen)) goto done;
+            run->r.n_computed += run->n_q;
+            run_first_token(run);
+            continue;
+        }
+        seqs[m] = (lz_llama_seq){.cache = &run->lc, .segs = run->segs, .n_segs = run->n_segs, .tokens = run->qids,
+                                 .n = run->n_q, .logits = run->logits};
+        who[m++] = run;
+    }
+    if (m && (m == 1 ? lz_llama_forward(q->m, q->scratch, seqs[0].cache, seqs[0].segs, seqs[0].n_segs, seqs[0].tokens,
+                                        seqs[0].n, seqs[0].logits, LZ_LOGITS_LAST)
+                     : lz_llama_forward_batch(q->m, q->scratch, seqs, m))) {
+        snprintf(err, errlen, "forward pass failed on the question");
+        goto done;
+    }
+    for (int i = 0; i < m; i++) {
+        who[i]->r.n_computed += who[i]->n_q;
+        run_first_token(who[i]);
+    }
+    rc = 0;
+done:
+    free(seqs);
+    free(who);
+    return rc ? runs_failed(runs, n) : 0;
+}
+
+int lz_query_run_start(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
+                       const lz_query_run_opts *o, lz_query_run **out, char *err, size_t errlen)
+{
+    if (lz_query_run_begin(q, question, docs, n_docs, o, out, err, errlen)) return -1;
+    if (lz_query_run_prefill(q, out, 1, err, errlen)) {
+        lz_query_run_free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int lz_query_run_next(lz_query_run *run, const char **piece, int *len)
+{
+    *piece = run->piece;
+    *len = 0;
+    if (run->done || run->failed || !run->ready) return 0;
+    lz_query_session *q = run->q;
+    lz_query_result *r = &run->r;
+    run->ready = 0;
+    if (r->n_answer >= run->max_new) { run->done = 1; return 0; }
+    for (int i = 0; i < run->n_eog; i++) run->logits[run->eog[i]] = -INFINITY; /* ignore_eos */
+    const int next = lz_sample(run->sampler, run->logits);
+    if (lz_tokenizer_is_eog(q->m->tok, next)) { run->done = 1; return 0; }
+    int pl = lz_tokenizer_piece(q->m->tok, run->prev, next, run->piece, sizeof run->piece);
+    if (pl > (int)sizeof run->piece) pl = (int)sizeof run->piece;
+    if (pl < 0) pl = 0;
+    /* plain prompts end the answer at its first line break */
+    if (run->plain && !run->eog && run->len > 0 && memchr(run->piece, '\n', (size_t)pl)) { run->done = 1; return 0; }
+    if (run->len + (size_t)pl + 1 > run->cap) {
+        size_t cap = run->cap;
+        while (run->len + (size_t)pl + 1 > cap) cap *= 2;
+        char *a = realloc(r->answer, cap);
+        if (!a) { run->done = 1; return 0; } /* out of memory: the answer ends here */
+        r->answer = a;
+        run->cap = cap;
+    }
+    r->answer_ids[r->n_answer++] = next;
+    memcpy(r->answer + run->len, run->piece, (size_t)pl);
+    run->len += (size_t)pl;
+    r->answer[run->len] = 0;
+    run->prev = next;
+    r->t_decode = lz_now_s() - run->t_first;
+    if (r->n_answer == run->max_new) run->done = 1; /* the last one: not stepped */
+    else run->pending = next;
+    *len = pl;
+    return 1;
+}
+
+int lz_query_run_done(const lz_query_run *run) { return run->done || run->failed; }
+
+void lz_query_run_stop(lz_query_run *run)
+{
+    if (run->done || run->failed) return;
+    run_settle(run); /* mid-answer on a backend: its copies may still read the documents */
+    run->done = 1;
+}
+
+int lz_query_run_step(lz_query_session *q, lz_query_run *const *runs, int n, char *err, size_t errlen)
+{
+    if (n <= 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (runs[i]->pending < 0 || runs[i]->done || runs[i]->failed) {
+            snprintf(err, errlen, "an answer with no token to step (ended, or not sampled)");
+            return -1;
+        }
+    if (runs[0]->be) {
+        lz_query_run *run = runs[0];
+        if (n != 1) { snprintf(err, errlen, "a backend steps one answer at a time (got %d)", n); return runs_failed(runs, n); }
+        if (run->be->step(run->be->ctx, &run->pending, 1, run->logits, err, errlen)) return runs_failed(runs, n);
+    } else if (n == 1) {
+        lz_query_run *run = runs[0];
+        if (lz_llama_forward(q->m, q->scratch, &run->lc, run->segs, run->n_segs, &run->pending, 1, run->logits,
+                             LZ_LOGITS_LAST)) {
+            snprintf(err, errlen, "forward pass failed while decoding");
+            return runs_failed(runs, n);
+        }
+    } else {
+        lz_llama_seq *seqs = malloc((size_t)n * sizeof *seqs);
+        if (!seqs) { snprintf(err, errlen, "out of memory"); return runs_failed(runs, n); }
+        for (int i = 0; i < n; i++)
+            seqs[i] = (lz_llama_seq){.cache = &runs[i]->lc, .segs = runs[i]->segs, .n_segs = runs[i]->n_segs,
+                                     .tokens = &runs[i]->pending, .n = 1, .logits = runs[i]->logits};
+        const int frc = lz_llama_forward_batch(q->m, q->scratch, seqs, n);
+        free(seqs);
+        if (frc) { snprintf(err, errlen, "forward pass failed while decoding"); return runs_failed(runs, n); }
+    }
+    for (int i = 0; i < n; i++) {
+        runs[i]->pending = -1;
+        runs[i]->ready = 1;
+        runs[i]->r.t_decode = lz_now_s() - runs[i]->t_first;
+    }
+    return 0;
+}
+
+const lz_query_result *lz_query_run_result(const lz_query_run *run) { return &run->r; }
+
+size_t lz_query_run_bytes(const lz_query_run *run) { return run->bytes; }
+
+void lz_query_run_finish(lz_query_run *run, lz_query_result *out)
+{
+    *out = run->r;
+    memset(&run->r, 0, sizeof run->r);
+    run->done = 1;
+    lz_query_run_free(run);
+}
