@@ -456,6 +456,35 @@ static void seeds_questions(void)
     }
 }
 
+/* ---- lazyserve's request bodies ---- */
+
+static void seeds_openai(void)
+{
+    target_dir("openai");
+    static const char *const completions[] = {
+        "{\"prompt\": \"Who founded Foxaria?\", \"max_tokens\": 8}",
+        "{\"prompt\": \"q\", \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"stop\": [\"\\n\", \"END\"]}",
+        "{\"prompt\": \"q\", \"documents\": [\"doc1\", \"Ackworth, West Yorkshire\"], \"temperature\": 0.7, \"top_p\": 0.9, \"seed\": 7}",
+        "{\"prompt\": \"q\", \"retrieve\": {\"k\": 10}, \"unknown\": {\"x\": [1, 2]}, \"stop\": \"a\"}",
+        "{\"prompt\": [\"a\", \"b\"], \"max_tokens\": -1, \"retrieve\": false}",
+    };
+    static const char *const chats[] = {
+        "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": \"Who?\"}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"caf\\u00e9\"}]}], \"stream\": true}",
+        "{\"messages\": [], \"max_tokens\": 1e9}",
+    };
+    for (size_t k = 0; k < sizeof completions / sizeof completions[0]; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "completions-%zu", k);
+        seed_str("openai", name, 0, completions[k]);
+    }
+    for (size_t k = 0; k < sizeof chats / sizeof chats[0]; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "chat-%zu", k);
+        seed_str("openai", name, 1, chats[k]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -470,6 +499,7 @@ int main(int argc, char **argv)
     seeds_payload();
     seeds_corpus();
     seeds_questions();
+    seeds_openai();
     printf("make_seeds: %d seeds in %s\n", n_written, out_dir);
     return 0;
 }
