@@ -665,10 +665,10 @@ int lz_payload_decode_bf16_packed(lz_payload_codec *c, const void *buf, size_t l
     if (!info) info = &local;
     int rc = lz_payload_parse(buf, len, 0, info, err, errlen);
     if (rc) return rc;
-    if (info->dtype != LZ_PAYLOAD_DTYPE_BF16 || info->codec != LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD) {
+    if (!lz_payload_batch_format(info)) {
         DECODE_PACKED_IMPL(elem_bf16)
     }
-    /* a bf16 body from its byte planes straight into k and v, checksum and frames on threads */
+    /* bf16 planes (or fp8 bytes) straight into k and v, checksum and frames on threads */
     lz_payload_job job = {.blob = buf, .len = len, .k = k, .v = v, .n_kept = n_kept};
     if (lz_payload_decode_batch(c, &job, 1)) return lz_fail(err, errlen, job.status, "%s", job.err);
     *info = job.info;

@@ -96,8 +96,7 @@ typedef struct {
     size_t *head_at; /* fp8: element offset of each (part, head), 2 * L * KV + 1 */
 } job_plan;
 
-/* Whether the batch decodes job j itself (else lz_payload_decode_bf16_packed does, alone). */
-static int batch_format(const lz_payload_info *in)
+int lz_payload_batch_format(const lz_payload_info *in)
 {
     if (in->dtype == LZ_PAYLOAD_DTYPE_BF16) return in->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD;
     return in->dtype == LZ_PAYLOAD_DTYPE_FP8 && in->codec != LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD;
@@ -110,6 +109,17 @@ static int job_fail(lz_payload_job *j, int status, const char *msg)
     return status;
 }
 
+/* Room in *ps for one more piece after n (doubling *cap); 0, or -1 out of memory. */
+static int room_for_piece(piece **ps, int n, int *cap)
+{
+    if (n < *cap) return 0;
+    const int nc = *cap ? 2 * *cap : 256;
+    piece *p = realloc(*ps, (size_t)nc * sizeof *p);
+    if (!p) return -1;
+    *ps = p, *cap = nc;
+    return 0;
+}
+
 /* The pieces of job j's body (frames when it was compressed as frames, else the whole
  * body as one piece) appended to *ps; 0, or -1 out of memory. */
 static int plan_pieces(const lz_payload_job *j, int job, size_t body_off, piece **ps, int *n, int *cap)
@@ -119,12 +129,7 @@ static int plan_pieces(const lz_payload_job *j, int job, size_t body_off, piece 
     const int n0 = *n;
     if (j->info.codec == LZ_PAYLOAD_CODEC_RAW) { /* checksummed in place, a megabyte a piece */
         for (size_t off = 0; off < len || off == 0; off += LZ_PAYLOAD_FRAME_BYTES) {
-            if (*n == *cap) {
-                int nc = *cap ? 2 * *cap : 256;
-                piece *p = realloc(*ps, (size_t)nc * sizeof *p);
-                if (!p) return -1;
-                *ps = p, *cap = nc;
-            }
+            if (room_for_piece(ps, *n, cap)) return -1;
             const size_t m = len - off < LZ_PAYLOAD_FRAME_BYTES ? len - off : LZ_PAYLOAD_FRAME_BYTES;
             (*ps)[(*n)++] = (piece){.job = job, .src = body_off + off, .n = m, .dst = 0, .m = 0};
             if (!len) break;
@@ -137,23 +142,13 @@ static int plan_pieces(const lz_payload_job *j, int job, size_t body_off, piece 
         size_t fs = ZSTD_findFrameCompressedSize(src + off, len - off);
         unsigned long long cs = ZSTD_isError(fs) ? ZSTD_CONTENTSIZE_ERROR : ZSTD_getFrameContentSize(src + off, fs);
         if (cs == ZSTD_CONTENTSIZE_ERROR || cs == ZSTD_CONTENTSIZE_UNKNOWN || out + cs > raw) { frames = 0; break; }
-        if (*n == *cap) {
-            int nc = *cap ? 2 * *cap : 256;
-            piece *p = realloc(*ps, (size_t)nc * sizeof *p);
-            if (!p) return -1;
-            *ps = p, *cap = nc;
-        }
+        if (room_for_piece(ps, *n, cap)) return -1;
         (*ps)[(*n)++] = (piece){.job = job, .src = body_off + off, .n = fs, .dst = out, .m = (size_t)cs};
         off += fs, out += (size_t)cs;
     }
     if (frames && off == len && out == raw && *n > n0) return 0;
     *n = n0; /* one piece: zstd reads whatever the body holds, and says when it is wrong */
-    if (*n == *cap) {
-        int nc = *cap ? 2 * *cap : 256;
-        piece *p = realloc(*ps, (size_t)nc * sizeof *p);
-        if (!p) return -1;
-        *ps = p, *cap = nc;
-    }
+    if (room_for_piece(ps, *n, cap)) return -1;
     (*ps)[(*n)++] = (piece){.job = job, .src = body_off, .n = len, .dst = 0, .m = raw};
     return 0;
 }
@@ -285,7 +280,7 @@ int lz_payload_decode_batch(lz_payload_codec *c, lz_payload_job *jobs, int n)
         j->status = lz_payload_parse(j->blob, j->len, 0, &j->info, j->err, sizeof j->err);
         if (j->status) continue;
         if (j->n_kept) lz_payload_kept(j->blob, &j->info, j->n_kept);
-        if (!batch_format(&j->info)) {
+        if (!lz_payload_batch_format(&j->info)) {
             j->status = lz_payload_decode_bf16_packed(c, j->blob, j->len, j->k, j->v, NULL, &j->info, j->err,
                                                       sizeof j->err);
             if (!j->status) j->status = DONE_ALONE;
