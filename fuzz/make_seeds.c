@@ -461,27 +461,23 @@ static void seeds_questions(void)
 static void seeds_openai(void)
 {
     target_dir("openai");
-    static const char *const completions[] = {
-        "{\"prompt\": \"Who founded Foxaria?\", \"max_tokens\": 8}",
-        "{\"prompt\": \"q\", \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"stop\": [\"\\n\", \"END\"]}",
-        "{\"prompt\": \"q\", \"documents\": [\"doc1\", \"Ackworth, West Yorkshire\"], \"temperature\": 0.7, \"top_p\": 0.9, \"seed\": 7}",
-        "{\"prompt\": \"q\", \"retrieve\": {\"k\": 10}, \"unknown\": {\"x\": [1, 2]}, \"stop\": \"a\"}",
-        "{\"prompt\": [\"a\", \"b\"], \"max_tokens\": -1, \"retrieve\": false}",
+    static const struct {
+        int chat; /* the selector byte: 0 completions, 1 chat */
+        const char *body;
+    } bodies[] = {
+        {0, "{\"prompt\": \"Who founded Foxaria?\", \"max_tokens\": 8}"},
+        {0, "{\"prompt\": \"q\", \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"stop\": [\"\\n\", \"END\"]}"},
+        {0, "{\"prompt\": \"q\", \"documents\": [\"doc1\", \"Ackworth, West Yorkshire\"], \"temperature\": 0.7, \"top_p\": 0.9, \"seed\": 7}"},
+        {0, "{\"prompt\": \"q\", \"retrieve\": {\"k\": 10}, \"unknown\": {\"x\": [1, 2]}, \"stop\": \"a\"}"},
+        {0, "{\"prompt\": [\"a\", \"b\"], \"max_tokens\": -1, \"retrieve\": false}"},
+        {1, "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": \"Who?\"}]}"},
+        {1, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"caf\\u00e9\"}]}], \"stream\": true}"},
+        {1, "{\"messages\": [], \"max_tokens\": 1e9}"},
     };
-    static const char *const chats[] = {
-        "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": \"Who?\"}]}",
-        "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"caf\\u00e9\"}]}], \"stream\": true}",
-        "{\"messages\": [], \"max_tokens\": 1e9}",
-    };
-    for (size_t k = 0; k < sizeof completions / sizeof completions[0]; k++) {
+    for (size_t k = 0; k < sizeof bodies / sizeof bodies[0]; k++) {
         char name[32];
-        snprintf(name, sizeof name, "completions-%zu", k);
-        seed_str("openai", name, 0, completions[k]);
-    }
-    for (size_t k = 0; k < sizeof chats / sizeof chats[0]; k++) {
-        char name[32];
-        snprintf(name, sizeof name, "chat-%zu", k);
-        seed_str("openai", name, 1, chats[k]);
+        snprintf(name, sizeof name, "%s-%zu", bodies[k].chat ? "chat" : "completions", k);
+        seed_str("openai", name, bodies[k].chat, bodies[k].body);
     }
 }
 
