@@ -34,6 +34,7 @@ int lz_env_parse(lz_env *e, const char *(*get)(const char *name, void *ctx), voi
     memset(e, 0, sizeof *e);
     e->ingest_gpu_pass = 2048;
     e->ingest_gpu_mass = 1;
+    e->ingest_planes = 1;
     int rc = 0;
     const char *v;
     long x;
@@ -71,6 +72,10 @@ int lz_env_parse(lz_env *e, const char *(*get)(const char *name, void *ctx), voi
     if ((v = get("LAZY_INGEST_GPU_MASS", ctx)) && *v) {
         if (whole_int(v, 0, 1, &x)) rc = bad(e, "LAZY_INGEST_GPU_MASS", v, "0 (masses on the CPU) or 1");
         else e->ingest_gpu_mass = (int)x;
+    }
+    if ((v = get("LAZY_INGEST_PLANES", ctx)) && *v) {
+        if (whole_int(v, 0, 1, &x)) rc = bad(e, "LAZY_INGEST_PLANES", v, "0 (widened on the host) or 1");
+        else e->ingest_planes = (int)x;
     }
     if ((v = get("LAZY_INGEST_REF_PASSES", ctx)) && *v) {
         if (whole_int(v, 0, 1 << 20, &x)) rc = bad(e, "LAZY_INGEST_REF_PASSES", v, "tokens a pass, 0 (off) to 1048576");

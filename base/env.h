@@ -39,6 +39,9 @@ typedef struct {
     /* LAZY_INGEST_GPU_MASS=0: --gpu's KV eviction scored from attention masses made on the
      * CPU (default 1: on the GPU) */
     int ingest_gpu_mass;
+    /* LAZY_INGEST_PLANES=0: --gpu's documents widened to fp32 on the host before packing, as
+     * the CPU's (default 1: packed from the device's bf16 or fp8 planes as they are) */
+    int ingest_planes;
     /* LAZY_INGEST_REF_PASSES=N: lazyingest runs --gpu's pipeline of passes of N tokens on the
      * CPU reference backend, ingest/pass_ref.h (0: off) */
     int ingest_ref_passes;
@@ -71,6 +74,8 @@ void lz_env_reload(void);
     "  LAZY_INGEST_GPU_PASS=N    lazyingest --gpu: tokens a multi-document pass (default 2048;\n"         \
     "                            0: one document a pass)\n"                                               \
     "  LAZY_INGEST_GPU_MASS=0    lazyingest --gpu: KV eviction's attention masses made on the CPU\n"      \
+    "  LAZY_INGEST_PLANES=0      lazyingest --gpu: documents widened to fp32 on the host before packing\n"\
+    "                            (default: packed from the device's bf16 / fp8 bytes; the same payloads)\n"\
     "  LAZY_INGEST_REF_PASSES=N  lazyingest: --gpu's pipeline of N-token passes, on the CPU reference\n"  \
     "                            backend (no GPU; the same bytes as the CPU)\n"                            \
     "  LAZY_GPU_DECODE=prefill|N lazyquery --gpu: decode attention by the one-row prefill kernel, or\n"   \

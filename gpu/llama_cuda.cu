@@ -139,6 +139,7 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     cudaFree(g->wq);
     if (g->hwq) cudaFreeHost(g->hwq);
     free(g->enc);
+    lzgpu::enc_fp8_free(g->fp8);
     free(g->pend);
     cudaFree(g->dmass);
     if (g->hmass) cudaFreeHost(g->hmass);

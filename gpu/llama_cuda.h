@@ -66,6 +66,17 @@ int lz_llama_gpu_encoded(const lz_llama_gpu *g, int i, lz_kv_cache *out, float *
  * when its window was its last cw rows (c0 + cw = n) and the shape suits
  * the kernel (G <= 8, head_dim 64 or 128): 1 and mass written, else 0. */
 int lz_llama_gpu_encoded_mass(const lz_llama_gpu *g, int i, float *mass);
+/* Passes finished from now on also quantise their documents to fp8 e4m3 on the device
+ * (kernels/lz_fp8_quant.h: a scale a (K or V, layer, kv head), the store's fp8 payload), so
+ * that encoded_planes can hand fp8 bytes; on (1) or off (0, the default). */
+void lz_llama_gpu_set_encode_fp8(lz_llama_gpu *g, int on);
+/* Document i (of n tokens) of the last finished pass as planes of payload dtype (store/payload.h's
+ * LZ_PAYLOAD_DTYPE_BF16, or _FP8 after set_encode_fp8), in g's pinned memory until the next
+ * finish: *k, *v (L, KV, n, d) back to back; fp8: *k_scales, *v_scales (L, KV). 1 with the
+ * pointers set, 0 when g has none of that dtype, -1 with err (i out of range, another length; fp8: a NaN or
+ * Inf in the document's K or V, named by part, layer and kv head). Only reads g. */
+int lz_llama_gpu_encoded_planes(const lz_llama_gpu *g, int i, int n, int dtype, const void **k, const void **v,
+                                const float **k_scales, const float **v_scales, char *err, size_t errlen);
 
 /* Query side (lazy placement): begin takes a prompt's segments (the prefix
  * and cached documents as lz_kv_segment, bf16 or fp32, packed per-head kept

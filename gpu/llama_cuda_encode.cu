@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/lz_fp8_quant.h"
 #include "kernels/lz_kvmass.h"
 #include "kernels/lz_ops.h"
 #include "base/half.h"
@@ -216,6 +217,94 @@ done:
     return rc;
 }
 
+void enc_fp8_free(EncFp8 *f)
+{
+    if (!f) return;
+    cudaFree(f->d8), cudaFree(f->dsc), cudaFree(f->dbad);
+    cudaFreeHost(f->h8), cudaFreeHost(f->hsc), cudaFreeHost(f->hbad);
+    free(f);
+}
+
+/* The pending pass's documents quantised to fp8 on the stream (each (part, layer, kv head) a
+ * group of n * d values) and queued for the read-back into the pinned buffers. 0 or -1. */
+static int quantise_pass(lz_llama_gpu *g, int n_docs, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const size_t L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, KVd = KV * d;
+    const size_t far = L * g->max_tokens * KVd, per = L * g->pend_rows * KVd;
+    EncFp8 *f = g->fp8;
+    cudaStream_t st = g->st;
+    if (!f->d8) {
+        CUDA_OK(cudaMalloc((void **)&f->d8, 2 * far), "fp8 planes");
+        CUDA_OK(cudaMallocHost((void **)&f->h8, 2 * far), "fp8 planes");
+    }
+    if (n_docs > f->cap_docs) {
+        cudaFree(f->dsc), cudaFree(f->dbad), cudaFreeHost(f->hsc), cudaFreeHost(f->hbad);
+        f->dsc = f->hsc = NULL, f->dbad = f->hbad = NULL, f->cap_docs = 0;
+        CUDA_OK(cudaMalloc((void **)&f->dsc, (size_t)n_docs * 2 * L * KV * sizeof(float)), "fp8 scales");
+        CUDA_OK(cudaMallocHost((void **)&f->hsc, (size_t)n_docs * 2 * L * KV * sizeof(float)), "fp8 scales");
+        CUDA_OK(cudaMalloc((void **)&f->dbad, (size_t)n_docs * 2 * sizeof(int)), "fp8 checks");
+        CUDA_OK(cudaMallocHost((void **)&f->hbad, (size_t)n_docs * 2 * sizeof(int)), "fp8 checks");
+        f->cap_docs = n_docs;
+    }
+    CUDA_OK(cudaMemsetAsync(f->dbad, 0, (size_t)n_docs * 2 * sizeof(int), st), "fp8 checks");
+    for (int i = 0; i < n_docs; i++) {
+        const EncDoc &x = g->pend[i];
+        const size_t at = (size_t)x.off * L * KVd;
+        for (int part = 0; part < 2; part++) {
+            const lz_fp8_quant_params q = {f->d8 + part * far + at, f->dsc + ((size_t)i * 2 + part) * L * KV,
+                                           f->dbad + i * 2 + part, (const lz_bf16 *)((part ? g->vall : g->kall) + at),
+                                           (int64_t)x.n * (int64_t)d, (int)(L * KV)};
+            const int rc = lz_fp8_quant(&q, st);
+            if (rc) { snprintf(err, errlen, "GPU: fp8 quantisation failed (%d)", rc); return -1; }
+        }
+    }
+    CUDA_OK(cudaMemcpyAsync(f->h8, f->d8, per, cudaMemcpyDeviceToHost, st), "fp8 K read-back");
+    CUDA_OK(cudaMemcpyAsync(f->h8 + far, f->d8 + far, per, cudaMemcpyDeviceToHost, st), "fp8 V read-back");
+    CUDA_OK(cudaMemcpyAsync(f->hsc, f->dsc, (size_t)n_docs * 2 * L * KV * sizeof(float), cudaMemcpyDeviceToHost, st), "fp8 scales");
+    CUDA_OK(cudaMemcpyAsync(f->hbad, f->dbad, (size_t)n_docs * 2 * sizeof(int), cudaMemcpyDeviceToHost, st), "fp8 checks");
+    return 0;
+}
+
+extern "C" void lz_llama_gpu_set_encode_fp8(lz_llama_gpu *g, int on)
+{
+    if (!g->fp8 && on) g->fp8 = (lzgpu::EncFp8 *)calloc(1, sizeof *g->fp8);
+    if (g->fp8) g->fp8->on = on;
+}
+
+extern "C" int lz_llama_gpu_encoded_planes(const lz_llama_gpu *g, int i, int n, int dtype, const void **k, const void **v,
+                                           const float **k_scales, const float **v_scales, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const size_t L = c->n_layers, KV = c->n_kv_heads, KVd = KV * c->head_dim, far = L * g->max_tokens * KVd;
+    if (i < 0 || i >= g->enc_docs) {
+        snprintf(err, errlen, "GPU: document %d of a pass of %d", i, g->enc_docs);
+        return -1;
+    }
+    if (g->enc[i].n != n) {
+        snprintf(err, errlen, "GPU: document %d of the pass has %d rows, not %d", i, g->enc[i].n, n);
+        return -1;
+    }
+    const size_t at = (size_t)g->enc[i].off * L * KVd;
+    *k_scales = *v_scales = NULL;
+    if (dtype == 1 /* LZ_PAYLOAD_DTYPE_BF16 */) {
+        *k = (const uint16_t *)g->host16 + at, *v = (const uint16_t *)g->host16 + far + at;
+        return 1;
+    }
+    if (dtype != 3 /* LZ_PAYLOAD_DTYPE_FP8 */ || !g->fp8 || !g->fp8->on || !g->fp8->h8) return 0;
+    const lzgpu::EncFp8 *f = g->fp8;
+    for (int part = 0; part < 2; part++)
+        if (f->hbad[i * 2 + part]) {
+            const int grp = f->hbad[i * 2 + part] - 1;
+            snprintf(err, errlen, "a NaN or Inf in %s of layer %d, kv head %d (fp8 would saturate it)", part ? "V" : "K",
+                     grp / (int)KV, grp % (int)KV);
+            return -1;
+        }
+    *k = f->h8 + at, *v = f->h8 + far + at;
+    *k_scales = f->hsc + (size_t)i * 2 * L * KV, *v_scales = *k_scales + L * KV;
+    return 1;
+}
+
 extern "C" int lz_llama_gpu_encode_finish(lz_llama_gpu *g, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
@@ -230,6 +319,7 @@ extern "C" int lz_llama_gpu_encode_finish(lz_llama_gpu *g, char *err, size_t err
     }
     const size_t per = L * g->pend_rows * KVd, far = L * g->max_tokens * KVd;
     cudaStream_t st = g->st;
+    if (g->fp8 && g->fp8->on && quantise_pass(g, n_docs, err, errlen)) return -1;
     CUDA_OK(cudaMemcpyAsync(g->host16, g->kall, per * 2, cudaMemcpyDeviceToHost, st), "K read-back");
     CUDA_OK(cudaMemcpyAsync(g->host16 + far, g->vall, per * 2, cudaMemcpyDeviceToHost, st), "V read-back");
     if (g->pend_wq) CUDA_OK(cudaMemcpyAsync(g->hwq, g->wq, g->pend_wq * sizeof(float), cudaMemcpyDeviceToHost, st), "window queries");

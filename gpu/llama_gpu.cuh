@@ -76,6 +76,18 @@ struct EncDoc {
     size_t mo; /* their (L, KV, G, m) from dmass / hmass + mo */
 };
 
+/* Ingest in fp8 (llama_cuda_encode.cu): the passes' K / V quantised on the device, (2, L, KV,
+ * max_tokens, d) bytes laid out as kall / vall, read back into pinned h8; the scales (2, docs,
+ * L, KV) and each document's first non-finite group + 1 (0: none). */
+struct EncFp8 {
+    int on;
+    uint8_t *d8, *h8;
+    float *dsc, *hsc;
+    int *dbad, *hbad;
+    int cap_docs;
+};
+void enc_fp8_free(EncFp8 *f);
+
 } /* namespace lzgpu */
 
 #define LZ_GPU_STAGE ((size_t)64 << 20)
@@ -141,6 +153,7 @@ struct lz_llama_gpu {
     /* ingest: the documents of the last finished multi-document pass (fetchable) and of the one
      * started after it (pending: rows and window floats in pend_rows, pend_wq) */
     lzgpu::EncDoc *enc, *pend;
+    lzgpu::EncFp8 *fp8; /* ingest: the passes' fp8 quantisation (llama_cuda_encode.cu), or NULL */
     cudaEvent_t enc_ev; /* a pass read back; waited on asleep (the host's cores pack meanwhile) */
     float *dmass, *hmass;  /* the pass's attention masses, device / pinned */
     size_t dmass_n, hmass_n, pend_mass;

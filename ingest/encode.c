@@ -37,6 +37,11 @@ struct lz_encoder {
     long mass_docs;           /* documents scored from the backend's masses */
     const lz_encode_backend *backend; /* documents on an accelerator (not owned), or NULL */
     long backend_docs;
+    /* the last document as the backend's planes of e->dtype (fetch_planes), packed as they are */
+    int planes;
+    const void *pk, *pv;
+    const float *pks, *pvs;
+    long plane_docs;
 };
 
 static int grow(void **p, size_t *cap, size_t need)
@@ -266,6 +271,7 @@ static int run_doc(lz_encoder *e, const int *ids, int n, int fetched, char *err,
     lz_kv_cache_reset(&e->doc, e->seg.n);
     e->compressed = 0;
     e->have_mass = 0;
+    e->planes = 0;
     int V = e->m->cfg.vocab;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) return fail(err, errlen, "token id %d at %d outside the vocabulary (%d)", ids[i], i, V);
@@ -282,6 +288,18 @@ static int run_doc(lz_encoder *e, const int *ids, int n, int fetched, char *err,
     int frc;
     if (r.backend) {
         char berr[256] = "";
+        const int dtype = e->dtype ? e->dtype : LZ_PAYLOAD_DTYPE_BF16;
+        if (fetched >= 0 && !r.evict && !r.probe && b->fetch_planes) { /* stored whole: the backend's own bytes */
+            const int prc = b->fetch_planes(b->ctx, fetched, n, dtype, &e->pk, &e->pv, &e->pks, &e->pvs, berr, sizeof berr);
+            if (prc < 0) return fail(err, errlen, "accelerated forward pass over %d tokens: %s", n, berr);
+            if (prc == 1) {
+                e->planes = 1;
+                e->doc.n = n;
+                e->backend_docs++;
+                e->plane_docs++;
+                return 0;
+            }
+        }
         frc = fetched >= 0 ? b->fetch(b->ctx, fetched, &e->doc, e->qwin, berr, sizeof berr)
                            : b->encode(b->ctx, ids, n, &e->doc, e->qwin, r.c0, r.cw, berr, sizeof berr);
         if (!frc && e->doc.n != n) snprintf(berr, sizeof berr, "%d rows returned", e->doc.n), frc = -1;
@@ -325,6 +343,7 @@ void lz_encoder_set_dtype(lz_encoder *e, int dtype) { e->dtype = dtype; }
 void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b) { e->backend = b; }
 long lz_encoder_backend_docs(const lz_encoder *e) { return e->backend_docs; }
 long lz_encoder_mass_docs(const lz_encoder *e) { return e->mass_docs; }
+long lz_encoder_plane_docs(const lz_encoder *e) { return e->plane_docs; }
 
 const lz_kv_cache *lz_encoder_doc_cache(const lz_encoder *e) { return &e->doc; }
 const lz_kv_cache *lz_encoder_prefix_cache(const lz_encoder *e) { return &e->prefix; }
@@ -334,7 +353,10 @@ int lz_encoder_pack(lz_encoder *e, int doc, lz_payload_codec *c, int codec, int 
 {
     const lz_kv_cache *kc = doc ? &e->doc : &e->prefix;
     const lz_llama_config *cfg = &e->m->cfg;
-    lz_payload_src src = { kc->k, kc->v, kc->cap, 0, cfg->n_layers, cfg->n_kv_heads, cfg->head_dim, kc->n,
-                           doc && e->compressed ? e->kept : NULL, doc ? e->seg.n : 0, e->m->fingerprint, e->dtype };
+    lz_payload_src src = {.k = kc->k, .v = kc->v, .stride = kc->cap, .n_layers = cfg->n_layers,
+                          .n_kv_heads = cfg->n_kv_heads, .head_dim = cfg->head_dim, .n_tokens = kc->n,
+                          .n_kept = doc && e->compressed ? e->kept : NULL, .pos_base = doc ? e->seg.n : 0,
+                          .model = e->m->fingerprint, .dtype = e->dtype};
+    if (doc && e->planes) src.k = src.v = NULL, src.k_planes = e->pk, src.v_planes = e->pv, src.k_scales = e->pks, src.v_scales = e->pvs;
     return lz_payload_encode(c, &src, codec, level, blob, len, err, errlen) ? -1 : 0;
 }

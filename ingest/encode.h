@@ -71,6 +71,14 @@ typedef struct {
      * encoder then only finishes the scoring (lz_kvpolicy_finish). */
     int (*fetch_mass)(void *ctx, int i, float *mass);
     int pass_tokens;
+    /* Optional: document i of the finished pass as planes already of payload dtype
+     * (lz_payload_src's k_planes ...: (L, KV, n, d) back to back; fp8 with its (L, KV)
+     * scales), valid until the next finish, for a document of n tokens stored whole (no KV
+     * eviction): 1 and the pointers set, 0 when the backend has none of that dtype, -1 on
+     * error (err; document i has other than n rows, a NaN or Inf in its K or V). The encoder then packs them as they are,
+     * nothing widened or narrowed on the host; the payload's bytes are those of fetch's path. */
+    int (*fetch_planes)(void *ctx, int i, int n, int dtype, const void **k, const void **v, const float **k_scales,
+                        const float **v_scales, char *err, size_t errlen);
 } lz_encode_backend;
 void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b);
 /* 1 when lz_encoder_run would hand a document of n tokens to the backend,
@@ -96,8 +104,10 @@ int lz_encoder_new_like(const lz_encoder *src, lz_encoder **out, char *err, size
  * scored from the backend's attention masses (fetch_mass). */
 long lz_encoder_backend_docs(const lz_encoder *e);
 long lz_encoder_mass_docs(const lz_encoder *e);
+/* ... of them packed from the backend's planes (fetch_planes). */
+long lz_encoder_plane_docs(const lz_encoder *e);
 
-/* Element type of packed payloads: LZ_PAYLOAD_DTYPE_BF16 (default) or _F32. */
+/* Element type of packed payloads: LZ_PAYLOAD_DTYPE_BF16 (default), _F32 or _FP8. */
 void lz_encoder_set_dtype(lz_encoder *e, int dtype);
 
 /* KV eviction applied by lz_encoder_run from now on (copied; NULL or kind

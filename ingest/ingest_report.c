@@ -131,14 +131,14 @@ int ingest_repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
 /* ---- summary ---- */
 
 /* Scoring and selection time of every encoder (par: the thread's own; summed, so CPU time). */
-/* Documents the encoders handed to the backend (--gpu; the reference), or
- * (masses) those scored from the backend's attention masses. */
-static long backend_docs_of(const ingest *g, int masses)
+/* Documents the encoders handed to the backend (--gpu; the reference: what 0), those scored
+ * from the backend's attention masses (1), or packed from its planes (2). */
+static long backend_docs_of(const ingest *g, int what)
 {
     long n = 0;
     for (int i = 0; i < (g->n_pool > 0 ? g->n_pool : 1); i++) {
         const lz_encoder *e = i ? g->pool[i] : g->enc;
-        if (e) n += masses ? lz_encoder_mass_docs(e) : lz_encoder_backend_docs(e);
+        if (e) n += what == 1 ? lz_encoder_mass_docs(e) : what == 2 ? lz_encoder_plane_docs(e) : lz_encoder_backend_docs(e);
     }
     return n;
 }
@@ -189,6 +189,7 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
             json_object_set_new(j, "passes", json_integer(g->n_passes));
             json_object_set_new(j, "pass_docs", json_integer(g->n_pass_docs));
             json_object_set_new(j, "backend_masses", json_integer(backend_docs_of(g, 1)));
+            json_object_set_new(j, "backend_planes", json_integer(backend_docs_of(g, 2)));
             json_object_set_new(j, "setup_s", json_real(g->t_setup));
             json_object_set_new(j, "forward_s", json_real(g->t_forward));
             json_object_set_new(j, "pack_s", json_real(g->t_pack));

@@ -204,6 +204,11 @@ static int gpu_fetch(void *ctx, int i, lz_kv_cache *out, float *qwin, char *err,
     return lz_llama_gpu_encoded((const lz_llama_gpu *)ctx, i, out, qwin, err, errlen);
 }
 static int gpu_fetch_mass(void *ctx, int i, float *mass) { return lz_llama_gpu_encoded_mass((const lz_llama_gpu *)ctx, i, mass); }
+static int gpu_fetch_planes(void *ctx, int i, int n, int dtype, const void **k, const void **v, const float **ks,
+                            const float **vs, char *err, size_t errlen)
+{
+    return lz_llama_gpu_encoded_planes((const lz_llama_gpu *)ctx, i, n, dtype, k, v, ks, vs, err, errlen);
+}
 #endif
 
 /* Binds the loaded model to the opened store, sets up the encoder, computes
@@ -227,6 +232,10 @@ static int setup_model(ingest *g, const char *model_path)
             g->backend.start = gpu_start, g->backend.finish = gpu_finish, g->backend.fetch = gpu_fetch,
             g->backend.fetch_mass = gpu_fetch_mass, g->backend.pass_tokens = g->gpu_pass;
         if (!lz_env_get()->ingest_gpu_mass) g->backend.fetch_mass = NULL; /* KV eviction scored on the CPU (A/B) */
+        if (g->gpu_pass > 0 && lz_env_get()->ingest_planes) { /* packed from the device's own bytes */
+            g->backend.fetch_planes = gpu_fetch_planes;
+            lz_llama_gpu_set_encode_fp8(g->gpu, g->o.kv_dtype == LZ_PAYLOAD_DTYPE_FP8);
+        }
         pb = &g->backend;
     }
 #endif
@@ -258,6 +267,7 @@ static int setup_model(ingest *g, const char *model_path)
             return -1;
         }
         g->backend = lz_pass_ref_backend(g->pass_ref, g->o.max_doc_tokens, ref);
+        if (!lz_env_get()->ingest_planes) g->backend.fetch_planes = NULL;
 #ifdef LZ_INGEST_TEST_HOOKS
         if (run_opts.test_fail_pass >= 0) lz_pass_ref_fail_at(g->pass_ref, run_opts.test_fail_pass); /* tests */
 #endif

@@ -5,7 +5,11 @@
 #include "ingest/pass_ref.h"
 
 #include "ingest/kvpolicy.h"
+#include "base/fp8.h"
+#include "base/half.h"
+#include "store/payload.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +20,8 @@ typedef struct {
     float *q;      /* (L, cw, H, d) window queries */
     size_t cap_q;  /* floats */
     int c0, cw;
+    uint8_t *planes; /* fetch_planes: (2, L, KV, n, d) of a dtype, then fp8's (2, L, KV) scales */
+    size_t cap_p;
 } ref_doc;
 
 struct lz_pass_ref {
@@ -51,6 +57,7 @@ void lz_pass_ref_free(lz_pass_ref *r)
         for (int i = 0; i < r->cap[h]; i++) {
             lz_kv_cache_free(&r->docs[h][i].kv);
             free(r->docs[h][i].q);
+            free(r->docs[h][i].planes);
         }
         free(r->docs[h]);
     }
@@ -145,6 +152,52 @@ static int ref_fetch(void *ctx, int i, lz_kv_cache *out, float *qwin, char *err,
     return 0;
 }
 
+/* Document i as planes of dtype, made from its fp32 caches by the payload encoder's rules
+ * (bf16: nearest even; fp8: a scale a (part, layer, kv head), its absolute maximum over 448),
+ * as the GPU hands its own bf16 or fp8 bytes: the payloads equal fetch's. */
+static int ref_fetch_planes(void *ctx, int i, int n, int dtype, const void **k, const void **v, const float **ks,
+                            const float **vs, char *err, size_t errlen)
+{
+    lz_pass_ref *r = ctx;
+    if (i < 0 || i >= r->n[0]) return snprintf(err, errlen, "document %d of a pass of %d", i, r->n[0]), -1;
+    ref_doc *x = &r->docs[0][i];
+    if (x->kv.n != n) return snprintf(err, errlen, "document %d has %d rows, not %d", i, x->kv.n, n), -1;
+    const lz_llama_config *c = &r->m->cfg;
+    const size_t nh = (size_t)c->n_layers * c->n_kv_heads, row = (size_t)x->kv.n * c->head_dim;
+    const size_t es = dtype == LZ_PAYLOAD_DTYPE_F32 ? 4 : dtype == LZ_PAYLOAD_DTYPE_BF16 ? 2 : dtype == LZ_PAYLOAD_DTYPE_FP8 ? 1 : 0;
+    if (!es) return 0;
+    const size_t part = nh * row * es, need = 2 * part + 2 * nh * sizeof(float);
+    if (need > x->cap_p) {
+        uint8_t *p = realloc(x->planes, need);
+        if (!p) return snprintf(err, errlen, "out of memory"), -1;
+        x->planes = p, x->cap_p = need;
+    }
+    float *sc = (float *)(void *)(x->planes + 2 * part);
+    for (size_t j = 0; j < 2 * nh; j++) {
+        const float *src = (j < nh ? x->kv.k : x->kv.v) + (j % nh) * (size_t)x->kv.cap * c->head_dim;
+        uint8_t *dst = x->planes + (j < nh ? 0 : part) + (j % nh) * row * es;
+        if (es == 4) {
+            memcpy(dst, src, row * 4);
+        } else if (es == 2) {
+            for (size_t e = 0; e < row; e++) ((uint16_t *)(void *)dst)[e] = lz_f32_to_bf16(src[e]);
+        } else {
+            float amax = 0;
+            for (size_t e = 0; e < row; e++) {
+                if (!isfinite(src[e]))
+                    return snprintf(err, errlen, "a NaN or Inf in %s of layer %zu, kv head %zu", j < nh ? "K" : "V",
+                                    (j % nh) / c->n_kv_heads, (j % nh) % c->n_kv_heads),
+                           -1;
+                amax = fmaxf(amax, fabsf(src[e]));
+            }
+            sc[j] = amax > 0 ? amax / LZ_E4M3_MAX : 1.0f;
+            lz_f32_to_e4m3_n(dst, src, row, 1.0f / sc[j]);
+        }
+    }
+    *k = x->planes, *v = x->planes + part;
+    *ks = es == 1 ? sc : NULL, *vs = es == 1 ? sc + nh : NULL;
+    return 1;
+}
+
 /* The masses as the encoder would make them (lz_kvpolicy_mass on the same
  * caches and window), for a window of the document's last rows. */
 static int ref_fetch_mass(void *ctx, int i, float *mass)
@@ -181,5 +234,5 @@ lz_encode_backend lz_pass_ref_backend(lz_pass_ref *r, int max_tokens, int pass_t
     r->pass_tokens = pass_tokens;
     return (lz_encode_backend){.ctx = r, .encode = ref_encode, .max_tokens = max_tokens, .start = ref_start,
                                .finish = ref_finish, .fetch = ref_fetch, .fetch_mass = ref_fetch_mass,
-                               .pass_tokens = pass_tokens};
+                               .pass_tokens = pass_tokens, .fetch_planes = ref_fetch_planes};
 }

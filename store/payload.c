@@ -269,9 +269,10 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
 {
     *out = NULL;
     *out_len = 0;
-    if (!c || !s || !s->k || !s->v || !s->model || s->n_layers <= 0 || s->n_kv_heads <= 0 ||
+    const int by_planes = s && s->k_planes;
+    if (!c || !s || (!by_planes && (!s->k || !s->v)) || !s->model || s->n_layers <= 0 || s->n_kv_heads <= 0 ||
         s->head_dim <= 0 || s->n_tokens < 0 || s->t0 < 0 || s->pos_base < 0 ||
-        (int64_t)s->t0 + s->n_tokens > s->stride)
+        (!by_planes && (int64_t)s->t0 + s->n_tokens > s->stride))
         return lz_fail(err, errlen, LZ_EINVAL,
                     "payload encode: bad shape (L=%d KV=%d d=%d n=%d t0=%d stride=%d)",
                     s ? s->n_layers : 0, s ? s->n_kv_heads : 0, s ? s->head_dim : 0,
@@ -303,6 +304,11 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
     uint16_t *body = (uint16_t *)(void *)c->scratch;
     float *body32 = (float *)(void *)c->scratch;
     uint8_t *body8 = c->scratch + sc_bytes;
+    const int planes = s->k_planes != NULL;
+    if (planes && (!s->v_planes || s->n_kept || (es == 1 && (!s->k_scales || !s->v_scales))))
+        return lz_fail(err, errlen, LZ_EINVAL, "payload encode: planes need both parts%s and no kept table",
+                       es == 1 ? ", their scales" : "");
+    long nonfinite = -1; /* fp8: the first (part, head) holding a NaN or Inf */
     /* (kv, head) slices at their offsets, on c's threads when it has them */
     const int T = c->workers > 1 ? c->workers : 1;
 #pragma omp parallel for num_threads(T) schedule(dynamic, 4) if (T > 1 && raw_size >= LZ_PAYLOAD_FRAME_BYTES)
@@ -311,6 +317,13 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
         size_t o = j < nh ? 0 : n_elem / 2; /* K of every head, then V */
         for (size_t h = 0; h < i; h++) o += (size_t)(s->n_kept ? s->n_kept[h] : n) * d;
         const int kept = s->n_kept ? s->n_kept[i] : n;
+        if (planes) { /* already of dtype: copied as they are */
+            const size_t at = i * (size_t)n * d * es;
+            memcpy((uint8_t *)c->scratch + sc_bytes + o * es, (const uint8_t *)(j < nh ? s->k_planes : s->v_planes) + at,
+                   (size_t)n * d * es);
+            if (es == 1) put32(c->scratch + 4 * j, lz_f32_to_bits((j < nh ? s->k_scales : s->v_scales)[i]));
+            continue;
+        }
         const float *row = (j < nh ? s->k : s->v) + (i * (size_t)s->stride + (size_t)s->t0) * (size_t)d;
         if (es == 4) {
             memcpy(body32 + o, row, (size_t)kept * d * 4);
@@ -318,13 +331,26 @@ int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *s, int codec, i
             lz_f32_to_bf16_n(body + o, row, (size_t)kept * d);
         } else {
             float amax = 0;
-            for (size_t e = 0; e < (size_t)kept * d; e++) amax = fmaxf(amax, fabsf(row[e]));
+            int finite = 1;
+            for (size_t e = 0; e < (size_t)kept * d; e++) {
+                finite &= isfinite(row[e]) != 0;
+                amax = fmaxf(amax, fabsf(row[e]));
+            }
+            if (!finite) {
+#ifdef _OPENMP
+#pragma omp critical(lz_payload_nonfinite)
+#endif
+                if (nonfinite < 0 || (long)j < nonfinite) nonfinite = (long)j;
+            }
             const float scale = amax > 0 && isfinite(amax) ? amax / LZ_E4M3_MAX : 1.0f, inv = 1.0f / scale;
             put32(c->scratch + 4 * j, lz_f32_to_bits(scale)); /* K's heads, then V's */
             lz_f32_to_e4m3_n(body8 + o, row, (size_t)kept * d, inv);
         }
     }
 
+    if (nonfinite >= 0)
+        return lz_fail(err, errlen, LZ_EINVAL, "payload encode: a NaN or Inf in %s of layer %ld, kv head %ld (fp8 would saturate it)",
+                       nonfinite < (long)nh ? "K" : "V", (nonfinite % (long)nh) / KV, (nonfinite % (long)nh) % KV);
     const uint8_t *stored = c->scratch;
     size_t body_size = raw_size;
     size_t hdr = LZ_PAYLOAD_HEADER_SIZE + 4 * nh;

@@ -55,6 +55,12 @@ typedef struct {
     int pos_base;          /* rotary position of token 0 (the prompt prefix length s) */
     const uint8_t *model;  /* 32-byte model fingerprint, recorded in the header */
     int dtype;             /* LZ_PAYLOAD_DTYPE_*; 0 means BF16 */
+    /* Optional, instead of k and v (then NULL): the document already in dtype, (L, KV, n, d)
+     * back to back (fp32, bf16 bits, or fp8 bytes with k_scales / v_scales: (L, KV) each),
+     * every head keeping n (n_kept NULL; stride and t0 unused), packed as they are (ingest on
+     * the GPU: nothing widened or narrowed on the host) */
+    const void *k_planes, *v_planes;
+    const float *k_scales, *v_scales;
 } lz_payload_src;
 
 /* A parsed header. Fields are copied out of the blob (which may be unaligned
@@ -84,7 +90,9 @@ int lz_payload_codec_set_threads(lz_payload_codec *c, int n);
 
 /* Encodes src with codec (lz_payload_codec_id) at zstd level (ignored for
  * RAW) into a malloc'd blob *out of *out_len bytes.
- * Errors: EINVAL (shapes, kept counts out of range, unknown codec),
+ * Errors: EINVAL (shapes, kept counts out of range, unknown codec, a NaN or
+ * Inf in an fp8 payload's values (named by part, layer and kv head): fp8
+ * would saturate it silently),
  * ENOMEM, ECODEC (zstd failure). */
 int lz_payload_encode(lz_payload_codec *c, const lz_payload_src *src, int codec, int level,
                       void **out, size_t *out_len, char *err, size_t errlen);

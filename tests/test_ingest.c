@@ -1128,6 +1128,38 @@ static void test_parallel(void)
           "in passes: exit %d, %ld added, %ld stored bytes (%ld), %ld documents in %ld passes: %s", rc, jget(out, "added"),
           jget(out, "stored_bytes"), stored_s, pass_docs, passes, errs);
     CHECK(same_payloads(ser, pas, 42), "every document's payload identical through the pipeline of passes");
+    CHECK(jget(out, "backend_planes") == pass_docs, "packed from the backend's bf16 planes: %ld of %ld",
+          jget(out, "backend_planes"), pass_docs);
+    /* fp8 through the passes from the backend's fp8 planes (the GPU quantises on the device),
+     * and widened on the host (LAZY_INGEST_PLANES=0): the bytes of one-at-a-time fp8 encoding */
+    {
+        char f_ser[300], f_pas[300], f_wid[300];
+        snprintf(f_ser, sizeof f_ser, "%s/f8ser", dir);
+        snprintf(f_pas, sizeof f_pas, "%s/f8pas", dir);
+        snprintf(f_wid, sizeof f_wid, "%s/f8wid", dir);
+        const char *fs[] = { "-m", model_a, "-s", f_ser, "--json", "--kv-dtype", "fp8", "--batch-tokens", "300", "--serial", p0, NULL };
+        const char *fp[] = { "-m", model_a, "-s", f_pas, "--json", "--kv-dtype", "fp8", "--threads", "3", "--batch-tokens", "300", p0, NULL };
+        const char *fw[] = { "-m", model_a, "-s", f_wid, "--json", "--kv-dtype", "fp8", "--threads", "3", "--batch-tokens", "300", p0, NULL };
+        rc = run_tool(fs, NULL, 0, out, sizeof out, errs, sizeof errs);
+        const long f_stored = jget(out, "stored_bytes");
+        CHECK(rc == 0 && jget(out, "added") == 42 && f_stored < stored_s, "fp8 one at a time: exit %d, %ld bytes (bf16 %ld): %s",
+              rc, f_stored, stored_s, errs);
+        setenv("LAZY_INGEST_REF_PASSES", "250", 1);
+        rc = run_tool(fp, NULL, 0, out, sizeof out, errs, sizeof errs);
+        CHECK(rc == 0 && jget(out, "stored_bytes") == f_stored && jget(out, "backend_planes") == jget(out, "pass_docs") &&
+                  jget(out, "pass_docs") > 0,
+              "fp8 in passes from fp8 planes: exit %d, %ld bytes (%ld), %ld of %ld documents from planes: %s", rc,
+              jget(out, "stored_bytes"), f_stored, jget(out, "backend_planes"), jget(out, "pass_docs"), errs);
+        setenv("LAZY_INGEST_PLANES", "0", 1);
+        rc = run_tool(fw, NULL, 0, out, sizeof out, errs, sizeof errs);
+        unsetenv("LAZY_INGEST_PLANES");
+        unsetenv("LAZY_INGEST_REF_PASSES");
+        CHECK(rc == 0 && jget(out, "stored_bytes") == f_stored && jget(out, "backend_planes") == 0,
+              "fp8 in passes widened on the host: exit %d, %ld bytes (%ld), %ld from planes: %s", rc,
+              jget(out, "stored_bytes"), f_stored, jget(out, "backend_planes"), errs);
+        CHECK(same_payloads(f_ser, f_pas, 42) && same_payloads(f_ser, f_wid, 42),
+              "fp8: every payload identical from planes, widened, and one at a time");
+    }
     /* the same passes when the OpenMP runtime gives the pipeline one thread (OMP_THREAD_LIMIT=1
      * with --threads 3): each pass finished, its documents encoded, the next started, on one
      * thread; then a failing pass on that path */

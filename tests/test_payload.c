@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/fp8.h"
+#include "kernels/lz_fp8_quant.h"
 #include "base/half.h"
 #include "store/payload.h"
 #include "tests/test.h"
@@ -90,7 +91,7 @@ static void test_roundtrip(void)
         for (int variant = 0; variant < 2; variant++) {
             int kept[6] = { 29, 0, 7, 29, 1, 13 }; /* Ada-KV-like unequal counts */
             const int *kp = variant ? kept : NULL;
-            lz_payload_src src = { k, v, T, t0, L, KV, d, n, kp, 11, fp, LZ_PAYLOAD_DTYPE_BF16 };
+            lz_payload_src src = { k, v, T, t0, L, KV, d, n, kp, 11, fp, LZ_PAYLOAD_DTYPE_BF16, NULL, NULL, NULL, NULL };
             void *blob;
             size_t len;
             int rc = lz_payload_encode(c, &src, codec, 3, &blob, &len, err, sizeof err);
@@ -158,7 +159,7 @@ static void test_roundtrip(void)
     }
     /* invalid inputs */
     int bad[6] = { 30, 0, 0, 0, 0, 0 };
-    lz_payload_src src = { k, v, T, t0, L, KV, d, n, bad, 0, fp, LZ_PAYLOAD_DTYPE_BF16 };
+    lz_payload_src src = { k, v, T, t0, L, KV, d, n, bad, 0, fp, LZ_PAYLOAD_DTYPE_BF16, NULL, NULL, NULL, NULL };
     void *blob;
     size_t len;
     CHECK(lz_payload_encode(c, &src, 2, 3, &blob, &len, err, sizeof err) == LZ_EINVAL,
@@ -202,7 +203,7 @@ static void test_f32(void)
     char err[256];
     int kept[6] = { 17, 3, 0, 17, 9, 1 };
     for (int codec = 0; codec <= 2; codec++) {
-        lz_payload_src src = { k, v, T, 2, L, KV, d, n, kept, 5, fp, LZ_PAYLOAD_DTYPE_F32 };
+        lz_payload_src src = { k, v, T, 2, L, KV, d, n, kept, 5, fp, LZ_PAYLOAD_DTYPE_F32, NULL, NULL, NULL, NULL };
         void *blob;
         size_t len;
         CHECK(lz_payload_encode(c, &src, codec, 3, &blob, &len, err, sizeof err) == 0, "f32 encode: %s", err);
@@ -251,7 +252,7 @@ static void test_threads(void)
     random_kv(k, v, N);
     uint8_t fp[32] = { 7 };
     char err[256];
-    lz_payload_src src = { k, v, T, 0, L, KV, d, n, NULL, 3, fp, LZ_PAYLOAD_DTYPE_BF16 };
+    lz_payload_src src = { k, v, T, 0, L, KV, d, n, NULL, 3, fp, LZ_PAYLOAD_DTYPE_BF16, NULL, NULL, NULL, NULL };
     void *blob[3] = { NULL, NULL, NULL };
     size_t len[3] = { 0, 0, 0 };
     const int workers[3] = { 0, 1, 3 };
@@ -299,7 +300,7 @@ static void test_parallel_decode(void)
     random_kv(k, v, N);
     uint8_t fp[32] = { 9 };
     char err[256];
-    lz_payload_src src = { k, v, T, 0, L, KV, d, n, NULL, 3, fp, LZ_PAYLOAD_DTYPE_BF16 };
+    lz_payload_src src = { k, v, T, 0, L, KV, d, n, NULL, 3, fp, LZ_PAYLOAD_DTYPE_BF16, NULL, NULL, NULL, NULL };
     lz_payload_codec *c = lz_payload_codec_new();
     void *blob = NULL;
     size_t len = 0;
@@ -385,7 +386,7 @@ static void test_batch(void)
         float *k = malloc(N * 4), *v = malloc(N * 4);
         random_kv(k, v, N);
         for (int h = 0; h < L * KV; h++) kept[j][h] = j == 2 ? n - (h * n) / 5 : n; /* Ada-KV-like lengths */
-        lz_payload_src src = { k, v, T, 0, L, KV, d, n, kept[j], 0, fp, dtype[j] };
+        lz_payload_src src = { k, v, T, 0, L, KV, d, n, kept[j], 0, fp, dtype[j], NULL, NULL, NULL, NULL };
         lz_payload_codec_set_threads(enc, workers[j]);
         CHECK(lz_payload_encode(enc, &src, codec[j], 1, &blob[j], &len[j], err, sizeof err) == 0, "encode %d: %s", j, err);
         lz_payload_info info;
@@ -497,7 +498,7 @@ static void test_fp8(void)
     k[5] = 0;
     uint8_t fp[32] = { 8 };
     char err[256];
-    lz_payload_src src = { k, v, T, 2, L, KV, d, n, kept, 7, fp, LZ_PAYLOAD_DTYPE_FP8 };
+    lz_payload_src src = { k, v, T, 2, L, KV, d, n, kept, 7, fp, LZ_PAYLOAD_DTYPE_FP8, NULL, NULL, NULL, NULL };
     lz_payload_codec *c = lz_payload_codec_new();
     const int codecs[3] = { LZ_PAYLOAD_CODEC_RAW, LZ_PAYLOAD_CODEC_ZSTD, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD };
     for (int ci = 0; ci < 3; ci++) {
@@ -557,6 +558,73 @@ static void test_fp8(void)
     free(k), free(v), free(kf), free(vf);
 }
 
+/* Planes already of the payload's dtype (the GPU ingest's bf16 bytes, or fp8 bytes quantised
+ * on the device by kernels/lz_fp8_quant.h, here by its CPU reference) pack to the very bytes
+ * of the fp32 path for values a bf16 holds; a NaN or Inf in an fp8 payload's values is an
+ * error naming the part, layer and kv head (never a saturated value); planes with a kept
+ * table or without fp8's scales are refused. */
+static void test_planes(void)
+{
+    const int L = 2, KV = 3, d = 16, n = 37, nh = L * KV;
+    const size_t N = (size_t)nh * n * d;
+    float *k = malloc(N * 4), *v = malloc(N * 4);
+    uint16_t *kb = malloc(N * 2), *vb = malloc(N * 2);
+    for (size_t i = 0; i < N; i++) {
+        kb[i] = lz_f32_to_bf16(frand() * (1 + (float)(i % 7))), vb[i] = lz_f32_to_bf16(frand() * 0.01f);
+        k[i] = lz_bf16_to_f32(kb[i]), v[i] = lz_bf16_to_f32(vb[i]);
+    }
+    uint8_t *k8 = malloc(N), *v8 = malloc(N), fp[32] = { 3 };
+    float ks[6], vs[6];
+    int bad = 0;
+    lz_fp8_quant_params q = {k8, ks, &bad, kb, (int64_t)n * d, nh};
+    CHECK(lz_fp8_quant_ref(&q, NULL) == 0 && bad == 0, "fp8 quantisation reference");
+    q = (lz_fp8_quant_params){v8, vs, &bad, vb, (int64_t)n * d, nh};
+    CHECK(lz_fp8_quant_ref(&q, NULL) == 0 && bad == 0, "fp8 quantisation reference (V)");
+    char err[256];
+    lz_payload_codec *c = lz_payload_codec_new();
+    const int dtypes[3] = { LZ_PAYLOAD_DTYPE_BF16, LZ_PAYLOAD_DTYPE_FP8, LZ_PAYLOAD_DTYPE_F32 };
+    for (int t = 0; t < 3; t++) {
+        const lz_payload_src a = {.k = k, .v = v, .stride = n, .n_layers = L, .n_kv_heads = KV, .head_dim = d,
+                                  .n_tokens = n, .pos_base = 5, .model = fp, .dtype = dtypes[t]};
+        lz_payload_src b = a;
+        b.k = b.v = NULL;
+        b.k_planes = t == 0 ? (const void *)kb : t == 1 ? (const void *)k8 : (const void *)k;
+        b.v_planes = t == 0 ? (const void *)vb : t == 1 ? (const void *)v8 : (const void *)v;
+        if (t == 1) b.k_scales = ks, b.v_scales = vs;
+        void *ba = NULL, *bb = NULL;
+        size_t la = 0, lb = 0;
+        CHECK(lz_payload_encode(c, &a, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 1, &ba, &la, err, sizeof err) == 0 &&
+                  lz_payload_encode(c, &b, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 1, &bb, &lb, err, sizeof err) == 0,
+              "%s planes encode: %s", lz_payload_dtype_name(dtypes[t]), err);
+        CHECK(la == lb && !memcmp(ba, bb, la), "%s: planes pack to the fp32 path's bytes (%zu and %zu)",
+              lz_payload_dtype_name(dtypes[t]), la, lb);
+        free(ba), free(bb);
+        if (t == 1) {
+            lz_payload_src r = b;
+            r.k_scales = NULL;
+            CHECK(lz_payload_encode(c, &r, LZ_PAYLOAD_CODEC_RAW, 1, &bb, &lb, err, sizeof err) != 0 && strstr(err, "scales"),
+                  "fp8 planes without scales refused: %s", err);
+            int kept[6] = { 1, 2, 3, 4, 5, 6 };
+            r = b, r.n_kept = kept;
+            CHECK(lz_payload_encode(c, &r, LZ_PAYLOAD_CODEC_RAW, 1, &bb, &lb, err, sizeof err) != 0,
+                  "planes with a kept table refused");
+            lz_payload_src nanv = a;
+            v[(size_t)(1 * KV + 2) * n * d + 5] = NAN; /* V of layer 1, kv head 2 */
+            k[(size_t)(1 * KV + 0) * n * d + 9] = INFINITY; /* and K of layer 1, kv head 0: K is named first */
+            CHECK(lz_payload_encode(c, &nanv, LZ_PAYLOAD_CODEC_RAW, 1, &bb, &lb, err, sizeof err) != 0 &&
+                      strstr(err, "NaN or Inf in K of layer 1, kv head 0"),
+                  "fp8: a non-finite value is an error naming it: %s", err);
+            k[(size_t)(1 * KV + 0) * n * d + 9] = 0;
+            CHECK(lz_payload_encode(c, &nanv, LZ_PAYLOAD_CODEC_RAW, 1, &bb, &lb, err, sizeof err) != 0 &&
+                      strstr(err, "NaN or Inf in V of layer 1, kv head 2"),
+                  "fp8: a NaN in V named: %s", err);
+            v[(size_t)(1 * KV + 2) * n * d + 5] = 0;
+        }
+    }
+    lz_payload_codec_free(c);
+    free(k), free(v), free(kb), free(vb), free(k8), free(v8);
+}
+
 /* The tuned levels (<= LZ_PAYLOAD_TUNED_LEVEL: only matches of 7+ bytes):
  * a body of normally distributed bf16 keys and values (per-column scales,
  * as rotary keys have) decodes to the same bits at levels 1 and 3, and level
@@ -575,7 +643,7 @@ static void test_tuned_level(void)
     }
     uint8_t fp[32] = { 9 };
     char err[256];
-    lz_payload_src src = { k, v, T, 0, L, KV, d, n, NULL, 3, fp, LZ_PAYLOAD_DTYPE_BF16 };
+    lz_payload_src src = { k, v, T, 0, L, KV, d, n, NULL, 3, fp, LZ_PAYLOAD_DTYPE_BF16, NULL, NULL, NULL, NULL };
     lz_payload_codec *c = lz_payload_codec_new();
     CHECK(c && lz_payload_codec_set_threads(c, 1) == 0, "codec");
     size_t len[2] = { 0, 0 };
@@ -610,6 +678,7 @@ int main(void)
     test_batch();
     test_e4m3();
     test_fp8();
+    test_planes();
     test_tuned_level();
     return lz_test_done();
 }

@@ -183,7 +183,7 @@ static int make_payload(lz_payload_codec *codec, const lz_store_model_desc *m, c
         v[i] = -k[i];
     }
     lz_payload_src src = { k, v, n ? n : 1, 0, m->n_layers, m->n_kv_heads, m->head_dim, n, NULL, 3,
-                           m->fingerprint, LZ_PAYLOAD_DTYPE_BF16 };
+                           m->fingerprint, LZ_PAYLOAD_DTYPE_BF16, NULL, NULL, NULL, NULL };
     char err[256];
     int rc = lz_payload_encode(codec, &src, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 3, &p->blob, &p->len, err, sizeof err);
     lz_store_doc_key(m->fingerprint, PREFIX, 3, ids, n, p->key);
@@ -327,7 +327,7 @@ static void test_store(void)
     {
         size_t N = 2 * 2 * 3 * 8;
         float *k = calloc(N, 4);
-        lz_payload_src src = { k, k, 3, 0, 2, 2, 8, 3, NULL, 0, ma.fingerprint, LZ_PAYLOAD_DTYPE_BF16 };
+        lz_payload_src src = { k, k, 3, 0, 2, 2, 8, 3, NULL, 0, ma.fingerprint, LZ_PAYLOAD_DTYPE_BF16, NULL, NULL, NULL, NULL };
         lz_payload_encode(codec, &src, 2, 3, &pp.blob, &pp.len, err, sizeof err);
         free(k);
     }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/lz_decode.h"
+#include "kernels/lz_fp8_quant.h"
 #include "kernels/lz_kvmass.h"
 #include "kernels/lz_ops.h"
 #include "base/half.h"
@@ -289,8 +290,64 @@ static void test_kvmass(int L, int H, int KV, int d, int s, int n, int w, int m)
     cudaFree(qd), cudaFree(md), cudaFree(kd), cudaFree(pkd);
 }
 
+/* lz_fp8_quant against lz_fp8_quant_ref: fp8 quantisation of G groups of len
+ * bf16 values (spanning e4m3's subnormals, values that round to 448, and
+ * groups of zeros), the same scales and bytes bit for bit; a group holding
+ * NaN or Inf named by its index (the lowest of several); the scalar path
+ * (len not a multiple of 8) too. */
+static void test_fp8_quant(int G, int64_t len)
+{
+    const size_t n = (size_t)G * len;
+    lz_bf16 *x = (lz_bf16 *)malloc(n * 2);
+    for (int g = 0; g < G; g++) {
+        const float mag = g % 5 == 0 ? 1e-3f : g % 5 == 1 ? 40.f : 1.f; /* the scale varies by group */
+        for (int64_t e = 0; e < len; e++)
+            x[(size_t)g * len + e] = lz_f32_to_bf16(g % 7 == 3 ? 0.f : (urand() * 2.f - 1.f) * mag * (urand() < 0.01f ? 30.f : 1.f));
+    }
+    uint8_t *y_ref = (uint8_t *)malloc(n + 1);
+    float *s_ref = (float *)malloc((size_t)G * 4 + 4);
+    int bad_ref = 0, bad_g = 0;
+    lz_fp8_quant_params p = {y_ref, s_ref, &bad_ref, x, len, G};
+    CHECK(lz_fp8_quant_ref(&p, NULL) == 0 && bad_ref == 0, "fp8 quant ref G=%d len=%lld", G, (long long)len);
+    lz_bf16 *xd = dev(x, n);
+    uint8_t *yd = dev<uint8_t>(NULL, n);
+    float *sd = dev<float>(NULL, (size_t)G);
+    int *bd = dev(&bad_g, 1);
+    p = (lz_fp8_quant_params){yd, sd, bd, xd, len, G};
+    CHECK(lz_fp8_quant(&p, NULL) == 0, "fp8 quant launch G=%d len=%lld", G, (long long)len);
+    uint8_t *y = back(yd, n);
+    float *s = back(sd, (size_t)G);
+    int *b = back(bd, 1);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += y[i] != y_ref[i];
+    CHECK(diff == 0 && !memcmp(s, s_ref, (size_t)G * 4) && *b == 0,
+          "fp8 quant G=%d len=%lld: %zu bytes differ from the reference, scales %s, bad %d", G, (long long)len, diff,
+          memcmp(s, s_ref, (size_t)G * 4) ? "differ" : "equal", *b);
+    if (G >= 4) { /* NaN in group G-1, Inf in group 2: the lowest is named, by both */
+        x[(size_t)(G - 1) * len + len / 2] = 0x7fc0;
+        x[(size_t)2 * len + len - 1] = 0xff80;
+        bad_ref = 0;
+        p = (lz_fp8_quant_params){y_ref, s_ref, &bad_ref, x, len, G};
+        lz_fp8_quant_ref(&p, NULL);
+        CK(cudaMemcpy(xd, x, n * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemset(bd, 0, 4));
+        p = (lz_fp8_quant_params){yd, sd, bd, xd, len, G};
+        CHECK(lz_fp8_quant(&p, NULL) == 0, "fp8 quant launch (non-finite)");
+        int *b2 = back(bd, 1);
+        CHECK(bad_ref == 3 && *b2 == 3, "fp8 quant: a non-finite group named (ref %d, GPU %d, want 3)", bad_ref, *b2);
+        free(b2);
+    }
+    printf("fp8 quant G=%4d len=%7lld: %zu bytes, bit for bit\n", G, (long long)len, n);
+    free(x), free(y_ref), free(s_ref), free(y), free(s), free(b);
+    cudaFree(xd), cudaFree(yd), cudaFree(sd), cudaFree(bd);
+}
+
 int main(void)
 {
+    test_fp8_quant(256, 160 * 128); /* an 8B model's 160-token document: (layer, kv head) groups */
+    test_fp8_quant(7, 1001);        /* the scalar path */
+    test_fp8_quant(64, 8);
+    test_fp8_quant(1, 4096 * 128);
     test_shapes(1, 64, 4, 4, 64, LZ_ROPE_ADJACENT);
     test_shapes(37, 256, 8, 2, 128, LZ_ROPE_HALF);
     test_shapes(300, 1536, 12, 4, 128, LZ_ROPE_ADJACENT);
