@@ -37,10 +37,12 @@ struct lz_encoder {
     long mass_docs;           /* documents scored from the backend's masses */
     const lz_encode_backend *backend; /* documents on an accelerator (not owned), or NULL */
     long backend_docs;
-    /* the last document as the backend's planes of e->dtype (fetch_planes), packed as they are */
+    /* the last document as the backend's planes of e->dtype (fetch_planes), copied out of the
+     * backend's buffers at the fetch (the next pass's read-back may overwrite those while this
+     * document is packed) and packed as they are: K, V, then fp8's K and V scales */
     int planes;
-    const void *pk, *pv;
-    const float *pks, *pvs;
+    uint8_t *pbuf;
+    size_t cap_p;
     long plane_docs;
 };
 
@@ -134,6 +136,7 @@ void lz_encoder_free(lz_encoder *e)
     lz_kv_cache_free(&e->doc);
     free(e->kept);
     free(e->qwin);
+    free(e->pbuf);
     free(e->scores);
     free(e->raw);
     free(e->rows);
@@ -290,9 +293,18 @@ static int run_doc(lz_encoder *e, const int *ids, int n, int fetched, char *err,
         char berr[256] = "";
         const int dtype = e->dtype ? e->dtype : LZ_PAYLOAD_DTYPE_BF16;
         if (fetched >= 0 && !r.evict && !r.probe && b->fetch_planes) { /* stored whole: the backend's own bytes */
-            const int prc = b->fetch_planes(b->ctx, fetched, n, dtype, &e->pk, &e->pv, &e->pks, &e->pvs, berr, sizeof berr);
+            const void *pk, *pv;
+            const float *pks, *pvs;
+            const int prc = b->fetch_planes(b->ctx, fetched, n, dtype, &pk, &pv, &pks, &pvs, berr, sizeof berr);
             if (prc < 0) return fail(err, errlen, "accelerated forward pass over %d tokens: %s", n, berr);
             if (prc == 1) {
+                const size_t es = dtype == LZ_PAYLOAD_DTYPE_F32 ? 4 : dtype == LZ_PAYLOAD_DTYPE_FP8 ? 1 : 2;
+                const size_t nh = (size_t)c->n_layers * c->n_kv_heads, part = nh * n * c->head_dim * es;
+                const size_t sc = es == 1 ? nh * sizeof(float) : 0;
+                if (grow((void **)&e->pbuf, &e->cap_p, 2 * part + 2 * sc)) return fail(err, errlen, "out of memory");
+                if (sc) memcpy(e->pbuf, pks, sc), memcpy(e->pbuf + sc, pvs, sc); /* scales first: aligned */
+                memcpy(e->pbuf + 2 * sc, pk, part);
+                memcpy(e->pbuf + 2 * sc + part, pv, part);
                 e->planes = 1;
                 e->doc.n = n;
                 e->backend_docs++;
@@ -357,6 +369,14 @@ int lz_encoder_pack(lz_encoder *e, int doc, lz_payload_codec *c, int codec, int 
                           .n_kv_heads = cfg->n_kv_heads, .head_dim = cfg->head_dim, .n_tokens = kc->n,
                           .n_kept = doc && e->compressed ? e->kept : NULL, .pos_base = doc ? e->seg.n : 0,
                           .model = e->m->fingerprint, .dtype = e->dtype};
-    if (doc && e->planes) src.k = src.v = NULL, src.k_planes = e->pk, src.v_planes = e->pv, src.k_scales = e->pks, src.v_scales = e->pvs;
+    if (doc && e->planes) {
+        const int dt = e->dtype ? e->dtype : LZ_PAYLOAD_DTYPE_BF16;
+        const size_t es = dt == LZ_PAYLOAD_DTYPE_F32 ? 4 : dt == LZ_PAYLOAD_DTYPE_FP8 ? 1 : 2;
+        const size_t nh = (size_t)cfg->n_layers * cfg->n_kv_heads, part = nh * kc->n * cfg->head_dim * es;
+        const size_t sc = es == 1 ? nh * sizeof(float) : 0;
+        src.k = src.v = NULL;
+        src.k_planes = e->pbuf + 2 * sc, src.v_planes = e->pbuf + 2 * sc + part;
+        if (sc) src.k_scales = (const float *)(void *)e->pbuf, src.v_scales = src.k_scales + nh;
+    }
     return lz_payload_encode(c, &src, codec, level, blob, len, err, errlen) ? -1 : 0;
 }

@@ -75,8 +75,10 @@ typedef struct {
      * (lz_payload_src's k_planes ...: (L, KV, n, d) back to back; fp8 with its (L, KV)
      * scales), valid until the next finish, for a document of n tokens stored whole (no KV
      * eviction): 1 and the pointers set, 0 when the backend has none of that dtype, -1 on
-     * error (err; document i has other than n rows, a NaN or Inf in its K or V). The encoder then packs them as they are,
-     * nothing widened or narrowed on the host; the payload's bytes are those of fetch's path. */
+     * error (err; document i has other than n rows, a NaN or Inf in its K or V). The
+     * encoder copies them out at once (the next finish may overwrite them while it packs)
+     * and packs them as they are, nothing widened or narrowed on the host: the payload's
+     * bytes are those of fetch's path. */
     int (*fetch_planes)(void *ctx, int i, int n, int dtype, const void **k, const void **v, const float **k_scales,
                         const float **v_scales, char *err, size_t errlen);
 } lz_encode_backend;

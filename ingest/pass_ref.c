@@ -98,6 +98,11 @@ static int ref_start(void *ctx, const int *const *ids, const int *n, const int *
 {
     lz_pass_ref *r = ctx;
     r->n[1] = 0;
+    /* the half this pass overwrites held the pass before the fetchable one: its planes are
+     * poisoned at once, as the GPU's read-back overwrites its buffer, so that an encoder still
+     * reading them (instead of its copy) packs garbage and the tests see it */
+    for (int i = 0; i < r->cap[1]; i++)
+        if (r->docs[1][i].planes) memset(r->docs[1][i].planes, 0xa5, r->docs[1][i].cap_p);
     if (r->started++ == r->fail_at) return snprintf(err, errlen, "pass %ld failed (injected)", r->fail_at), -1;
     int rows = 0;
     for (int i = 0; i < n_docs; i++) {

@@ -58,7 +58,14 @@ __global__ void __launch_bounds__(THREADS) quant_kernel(const __grid_constant__ 
     const float scale = amax > 0.f && isfinite(amax) ? __fdiv_rn(amax, 448.0f) : 1.0f, inv = __frcp_rn(scale);
     if (t == 0) {
         p.scales[g] = scale;
-        if (bad) atomicMin(p.bad, g + 1);
+        if (bad) { /* *bad = min over the bad groups of g + 1, where 0 means none yet */
+            int seen = *(volatile int *)p.bad;
+            while (seen == 0 || g + 1 < seen) {
+                const int was = atomicCAS(p.bad, seen, g + 1);
+                if (was == seen) break;
+                seen = was;
+            }
+        }
     }
     if (vec) {
         const uint4 *x4 = reinterpret_cast<const uint4 *>(x);

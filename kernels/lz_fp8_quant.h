@@ -22,7 +22,7 @@ typedef struct {
     uint8_t *y;          /* (G, len) e4m3 out */
     float *scales;       /* (G) out */
     int *bad;            /* (1) in/out: 0 before the call; after, 0 or the first non-finite group + 1
-                            (the CUDA kernel lowers it atomically; may be shared by several calls,
+                            (the CUDA kernel lowers it by compare-and-swap; may be shared by several calls,
                             then it names the first bad group of the call that found one) */
     const lz_bf16 *x;    /* (G, len) in */
     int64_t len;         /* elements a group, >= 1 */
