@@ -12,7 +12,8 @@
 #   with ${G:-build/gpuenc}/{lazyeval,lazyingest,lazy-mkmodel}.gz ('make cuda', 'make', gzip) and
 #   ${W:-build/gpuenc}/hotpotqa_sample100.json (../shared/fixtures/qa's HotpotQA sample).
 #   LIMIT (default 100) questions of the first report, N (default 16) answer tokens, REQ
-#   (default 300) requests and ALPHA (default 1.0) of the replay, BUDGETS (default 1G,4G).
+#   (default 300) requests and ALPHA (default 1.0) of the replay, BUDGETS (default 1G,4G), ZMODES
+#   (default lazy,block) its modes.
 set -u
 OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
@@ -28,7 +29,7 @@ st=0
 LZ_BIN=$B "$B/lazyeval" --gpu -q -m "$T/m8b.gguf" --store "$S" -o "$OUT/hotpot" --mode lazy,block,full \
     --limit "${LIMIT:-100}" -n "${N:-16}" --ingest-arg --max-doc-tokens --ingest-arg 4096 \
     "$W/hotpotqa_sample100.json" > "$OUT/hotpot.txt" 2>&1 || st=1
-LZ_BIN=$B "$B/lazyeval" --gpu -q -m "$T/m8b.gguf" --store "$S" --no-ingest -o "$OUT/zipf" --mode lazy,block \
+LZ_BIN=$B "$B/lazyeval" --gpu -q -m "$T/m8b.gguf" --store "$S" --no-ingest -o "$OUT/zipf" --mode "${ZMODES:-lazy,block}" \
     --gpu-cache-bytes "${BUDGETS:-1G,4G}" --workload zipf --popularity documents --alpha "${ALPHA:-1.0}" \
     --requests "${REQ:-300}" -n "${N:-16}" "$W/hotpotqa_sample100.json" > "$OUT/zipf.txt" 2>&1 || st=1
 rm -rf "$S"

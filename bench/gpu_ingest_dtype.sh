@@ -10,7 +10,8 @@
 # Usage (repo root, GPU machine): sh bench/gpu_ingest_dtype.sh OUTDIR
 #   with ${G:-build/gpuenc}/{lazyingest,lazy-mkmodel}.gz and ${W:-build/gpuenc}/corpus.jsonl
 #   (bench_workload --emit-corpus) and big.jsonl (python3 bench/synthetic_corpus.py VOCAB 250
-#   2048 big.jsonl); RUNS (default "bf16-widened bf16 fp8 fp8-big") picks the runs.
+#   2048 big.jsonl); RUNS (default "bf16-widened bf16 fp8 fp8-big") picks the runs; fp8-pass8k is
+#   fp8 in passes of 8,192 tokens (LAZY_INGEST_GPU_PASS; the default is 2,048).
 set -u
 OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
@@ -23,14 +24,15 @@ dd if=/dev/zero of="$T/dd.bin" bs=16M count=256 conv=fdatasync 2>&1 | tail -n 1 
 rm -f "$T/dd.bin"
 st=0
 for run in ${RUNS:-bf16-widened bf16 fp8 fp8-big}; do
-    corpus=$W/corpus.jsonl planes=1 dtype=bf16
+    corpus=$W/corpus.jsonl planes=1 dtype=bf16 pass=2048
     case $run in
+        fp8-pass8k) dtype=fp8 pass=8192 ;;
         bf16-widened) planes=0 ;;
         fp8) dtype=fp8 ;;
         fp8-big) dtype=fp8 corpus=$W/big.jsonl ;;
     esac
     rm -rf "$T/s-dtype"
-    LAZY_INGEST_PLANES=$planes "$B/lazyingest" --gpu --quiet --json --max-doc-tokens 4096 --kv-dtype "$dtype" \
+    LAZY_INGEST_PLANES=$planes LAZY_INGEST_GPU_PASS=$pass "$B/lazyingest" --gpu --quiet --json --max-doc-tokens 4096 --kv-dtype "$dtype" \
         --model "$T/m8b.gguf" --store "$T/s-dtype" "$corpus" > "$OUT/$run.json" 2> "$OUT/$run.err" || st=1
     python3 -c "
 import json, sys
