@@ -187,6 +187,28 @@ $(LZK_DIR)/obj/lazyserve.o: serve/lazyserve.c $(HEADERS) gpu/llama_cuda.h
 $(LZK_DIR)/lazyserve: $(LZK_DIR)/obj/lazyserve.o $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp $< $(LZK_LINK) -lmicrohttpd -o $@
 
+# lazyserve's shared libraries a GPU machine may lack (libmicrohttpd and everything it loads but the
+# C runtime and CUDA), copied beside it for LD_LIBRARY_PATH=$(LZK_DIR)/lib
+$(LZK_DIR)/lib/.done: $(LZK_DIR)/lazyserve
+	@mkdir -p $(dir $@)
+	ldd $< | awk '/=> \// {print $$3}' | \
+	  grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcublas|libcublasLt|libcudart)\.so' | \
+	  xargs -r -I{} cp -L {} $(dir $@)
+	@touch $@
+
+# bench_serve in-process on the GPU engine (bench/gpu_serve.sh) and lazy-mkmodel, for the GPU machine
+# (the same static recipe: no HTTP, no third-party shared libraries)
+$(LZK_DIR)/obj/bench_serve.o: bench/bench_serve.c $(HEADERS) gpu/llama_cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
+
+$(LZK_DIR)/obj/lazy-mkmodel.o: tools/lazy-mkmodel.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LZK_DIR)/bench_serve $(LZK_DIR)/lazy-mkmodel: $(LZK_DIR)/%: $(LZK_DIR)/obj/%.o $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
+	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp $< $(LZK_LINK) -o $@
+
 $(LZK_DIR)/test_ops: tests/cuda/test_ops.cu $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -lm -o $@
 
@@ -210,7 +232,7 @@ cuda:
 	@$(MAKE) --no-print-directory $(BUILD)/liblazy.a
 	@$(MAKE) --no-print-directory $(LZK_DIR)/kernels_check $(LZK_DIR)/ptxas.txt \
 	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/lazyserve $(LZK_DIR)/lazyeval $(LZK_DIR)/test_ops \
-	  $(LZK_DIR)/test_gemv \
+	  $(LZK_DIR)/test_gemv $(LZK_DIR)/bench_serve $(LZK_DIR)/lazy-mkmodel $(LZK_DIR)/lib/.done \
 	  $(LZK_DIR)/cublas_shapes
 
 # ---- fuzzing: 'make fuzz' runs every libFuzzer target of fuzz/ for FUZZ_SECONDS, 'make fuzz-ci' briefly ----

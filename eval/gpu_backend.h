@@ -1,7 +1,9 @@
 /* gpu_backend.h - the GPU engine (gpu/llama_cuda.h) as the query session's
- * backend (lz_query_backend), for CUDA builds of lazyeval: the same wiring
- * as lazyquery's, every hook the engine has. Compiled only with LZ_CUDA
- * (the Makefile's CUDA section); the CPU build sees nothing here. */
+ * backend (lz_query_backend), for CUDA builds of lazyeval and lazyserve: the
+ * same wiring as lazyquery's, every hook the engine has, its slots (several
+ * sequences at once, when lz_llama_gpu_set_slots made more than one) among
+ * them. Compiled only with LZ_CUDA (the Makefile's CUDA section); the CPU
+ * build sees nothing here. */
 #ifndef LZ_EVAL_GPU_BACKEND_H
 #define LZ_EVAL_GPU_BACKEND_H
 
@@ -52,14 +54,49 @@ static int lz_eval_gpu_encode(void *ctx, const lz_kv_segment *prefix, const uint
     return lz_llama_gpu_encode_keep((lz_llama_gpu *)ctx, prefix, prefix_key, ids, n, keys, n_docs, err, errlen);
 }
 
-/* The backend of engine g (every hook set). */
+/* the slots: several sequences at once */
+static int lz_eval_gpu_idle_slot(void *ctx) { return lz_llama_gpu_idle_slot((const lz_llama_gpu *)ctx); }
+static int lz_eval_gpu_begin_in(void *ctx, int slot, int block, const lz_kv_segment *segs, const uint8_t *const *keys,
+                                int n_segs, int64_t pos0, char *err, size_t errlen)
+{
+    return (block ? lz_llama_gpu_begin_block_slot : lz_llama_gpu_begin_slot)((lz_llama_gpu *)ctx, slot, segs, keys,
+                                                                              n_segs, pos0, err, errlen);
+}
+static int lz_eval_gpu_step_in(void *ctx, int slot, const int *ids, int n, float *logits, char *err, size_t errlen)
+{
+    return lz_llama_gpu_step_slot((lz_llama_gpu *)ctx, slot, ids, n, logits, err, errlen);
+}
+static int lz_eval_gpu_keep_own_in(void *ctx, int slot, int t0, int n, const uint8_t key[32], char *err, size_t errlen)
+{
+    return lz_llama_gpu_keep_own_slot((lz_llama_gpu *)ctx, slot, t0, n, key, err, errlen);
+}
+static void lz_eval_gpu_release(void *ctx, int slot) { lz_llama_gpu_release((lz_llama_gpu *)ctx, slot); }
+static int lz_eval_gpu_prefill_many(void *ctx, const int *slots, const int *const *ids, const int *n, int n_seqs,
+                                    float *const *logits, char *err, size_t errlen)
+{
+    return lz_llama_gpu_prefill_many((lz_llama_gpu *)ctx, slots, ids, n, n_seqs, logits, err, errlen);
+}
+static int lz_eval_gpu_decode_many(void *ctx, const int *slots, const int *ids, int n, float *const *logits, char *err,
+                                   size_t errlen)
+{
+    return lz_llama_gpu_decode_many_rows((lz_llama_gpu *)ctx, slots, ids, n, logits, err, errlen);
+}
+static int lz_eval_gpu_fits(void *ctx, int64_t doc_tokens) { return lz_llama_gpu_fits((const lz_llama_gpu *)ctx, doc_tokens); }
+
+/* The backend of engine g (every hook set; its slots as lz_llama_gpu_set_slots made them: one
+ * sequence at a time unless it made several). */
 static inline lz_query_backend lz_eval_gpu_backend(lz_llama_gpu *g)
 {
     lz_query_backend b = {.ctx = g, .begin = lz_eval_gpu_begin, .step = lz_eval_gpu_step,
                           .resident = lz_eval_gpu_resident, .encode = lz_eval_gpu_encode,
                           .host_alloc = lz_eval_gpu_host_alloc, .host_free = lz_eval_gpu_host_free,
                           .preload = lz_eval_gpu_preload, .begin_block = lz_eval_gpu_begin_block,
-                          .keep_own = lz_eval_gpu_keep_own, .settle = lz_eval_gpu_settle};
+                          .keep_own = lz_eval_gpu_keep_own, .settle = lz_eval_gpu_settle,
+                          .n_slots = lz_llama_gpu_slots(g), .seq_tokens = lz_llama_gpu_slot_tokens(g),
+                          .idle_slot = lz_eval_gpu_idle_slot, .begin_in = lz_eval_gpu_begin_in,
+                          .step_in = lz_eval_gpu_step_in, .keep_own_in = lz_eval_gpu_keep_own_in,
+                          .release = lz_eval_gpu_release, .prefill_many = lz_eval_gpu_prefill_many,
+                          .decode_many = lz_eval_gpu_decode_many, .fits = lz_eval_gpu_fits};
     return b;
 }
 

@@ -126,15 +126,11 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     if (g->host16) cudaFreeHost(g->host16);
     if (g->hlogits) cudaFreeHost(g->hlogits);
     if (g->hids) cudaFreeHost(g->hids);
-    if (g->decode) cudaGraphExecDestroy(g->decode);
+    slots_free(g);
     lz_doc_cache_free(g->pol); /* drops the admitted docs through doc_evicted */
     for (int i = 0; i < g->n_docs; i++) doc_free(g, &g->docs[i]);
     free(g->docs);
     pool_free_all(g);
-    cudaFree(g->qsegs);
-    cudaFree(g->qlen);
-    cudaFree(g->qcs);
-    free(g->hqlen);
     cudaFree(g->work);
     cudaFree(g->wq);
     if (g->hwq) cudaFreeHost(g->hwq);
@@ -145,8 +141,6 @@ extern "C" void lz_llama_gpu_free(lz_llama_gpu *g)
     if (g->hmass) cudaFreeHost(g->hmass);
     cudaFree(g->esegs);
     cudaFree(g->elen);
-    cudaFree(g->dwords);
-    if (g->hdw) cudaFreeHost(g->hdw);
     cudaFree(g->dwork);
     for (int i = 0; i < LZ_GPU_SIDE; i++) {
         if (g->side[i]) cudaStreamDestroy(g->side[i]);
@@ -228,22 +222,22 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
     return 0;
 }
 
-/* The query side's buffers (the output head, logits, the own sequence), at the first question. */
+/* The query side's buffers (the output head, logits, a step's own rows), at the first question;
+ * the slots (the sequences' own rows) are gpu/llama_cuda_slots.cu's. */
 int ensure_query(lz_llama_gpu *g, char *err, size_t errlen)
 {
-    if (g->own_k) return 0;
+    if (g->hids) return ensure_slots(g, err, errlen);
     const lz_llama_config *c = &g->cfg;
-    const size_t D = c->dim, L = c->n_layers, N = g->max_tokens, KVd = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t D = c->dim, N = g->max_tokens, KVd = (size_t)c->n_kv_heads * c->head_dim;
     if ((g->out_w = c->tied_output ? g->tok_embd : upload_mat(g, g->m->output, (size_t)c->vocab * D)) &&
         (g->out_norm = upload_f32(g, g->m->out_norm, D)) && (g->logits = dalloc<float>(g, (size_t)c->vocab)) &&
         cudaMallocHost((void **)&g->hlogits, (size_t)c->vocab * sizeof(float)) == cudaSuccess &&
-        (g->tk = dalloc<bf16>(g, N * KVd)) && (g->tv = dalloc<bf16>(g, N * KVd)) && (g->dn_own = dalloc<int>(g, 1)) &&
-        cudaMallocHost((void **)&g->hids, N * sizeof(int)) == cudaSuccess && (g->own_v = dalloc<bf16>(g, L * N * KVd)) &&
-        (g->own_k = dalloc<bf16>(g, L * N * KVd))) {
+        (g->tk = dalloc<bf16>(g, N * KVd)) && (g->tv = dalloc<bf16>(g, N * KVd)) &&
+        cudaMallocHost((void **)&g->hids, N * sizeof(int)) == cudaSuccess) {
         stage_free(g); /* the output head is up */
-        return 0;
+        return ensure_slots(g, err, errlen);
     }
-    g->own_k = NULL;
+    g->hids = NULL;
     snprintf(err, errlen, "GPU: out of memory for the output head and %d tokens of a question and its answer",
              g->max_tokens);
     return -1;
@@ -256,7 +250,7 @@ int ensure_query(lz_llama_gpu *g, char *err, size_t errlen)
  * of recomputed documents of every length would each pay it. The extra rows
  * of x hold stale values (possibly not even numbers): a product's output row
  * depends on its own input row only, and nothing reads the extra output rows. */
-static int gemm_rows(const lz_llama_gpu *g, int n)
+int gemm_rows(const lz_llama_gpu *g, int n)
 {
     if (n <= 1) return n;
     const int r = (n + 63) / 64 * 64;
@@ -335,15 +329,19 @@ int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const P
         cudaStream_t ps = n_side ? g->side[i % n_side] : st;
         const size_t qo = (size_t)pt.off * Hd;
         const float *row = g->q + (size_t)pt.off * (Hd + 2 * KVd);
+        /* a sequence of its own (a slot among several): its position, length and attention */
+        const int64_t ppos = pt.attn ? pt.pos0 : pos0;
+        const int *pcount = pt.attn ? pt.count : count;
         if (pt.own_k)
             rc = lz_op_heads_own((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, (lz_bf16 *)pt.own_k,
-                                 (lz_bf16 *)pt.own_v, g->max_tokens, row, row + Hd, row + Hd + KVd, Hd + 2 * KVd, pt.n, H,
-                                 KV, d, pos0, count, c->rope_layout, g->inv_freq, ps);
+                                 (lz_bf16 *)pt.own_v, pt.N ? pt.N : g->max_tokens, row, row + Hd, row + Hd + KVd,
+                                 Hd + 2 * KVd, pt.n, H, KV, d, ppos, pcount, c->rope_layout, g->inv_freq, ps);
         else
             rc = lz_op_heads((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, row, row + Hd, row + Hd + KVd,
-                             Hd + 2 * KVd, pt.n, H, KV, d, pos0, count, c->rope_layout, g->inv_freq, pt.qcap, pt.c0, pt.cw, ps);
+                             Hd + 2 * KVd, pt.n, H, KV, d, ppos, pcount, c->rope_layout, g->inv_freq, pt.qcap, pt.c0, pt.cw,
+                             ps);
         if (rc) return fail(err, errlen, "rotary", rc);
-        lz_prefill_params pp = *p;
+        lz_prefill_params pp = pt.attn ? *pt.attn : *p;
         if (n_side) { /* this stream's slot of the workspace */
             pp.work = (float *)((char *)g->work + (size_t)(i % n_side) * g->work_slot);
             pp.work_bytes = g->work_slot;
@@ -362,17 +360,25 @@ int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const P
         CUDA_OK(cudaEventRecord(g->join[j], g->side[j]), "join");
         CUDA_OK(cudaStreamWaitEvent(st, g->join[j], 0), "join");
     }
-    if ((rc = gemm(g, g->x, one ? g->oh : g->ot, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "o projection", rc);
-    if (one) {
-        const lz_gemv_mat m[2] = {{(const lz_bf16 *)w->wg, g->gate, F}, {(const lz_bf16 *)w->wu, g->gate + F, F}};
-        const lz_gemv_mat md = {(const lz_bf16 *)w->wd, g->x, D};
-        if ((rc = lz_gemv_rmsnorm(m, 2, g->x, w->ffn_norm, c->norm_eps, D, 0.f, st))) return fail(err, errlen, "gate/up", rc);
-        if ((rc = lz_gemv_silu(&md, 1, g->gate, g->gate + F, F, 1.f, st))) return fail(err, errlen, "down projection", rc);
-        return 0;
-    }
-    lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->ffn_norm, n, D, c->norm_eps, st);
+    if (!one) return layer_out(g, l, n, g->ot, err, errlen);
+    if ((rc = gemm(g, g->x, g->oh, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "o projection", rc);
+    const lz_gemv_mat m[2] = {{(const lz_bf16 *)w->wg, g->gate, F}, {(const lz_bf16 *)w->wu, g->gate + F, F}};
+    const lz_gemv_mat md = {(const lz_bf16 *)w->wd, g->x, D};
+    if ((rc = lz_gemv_rmsnorm(m, 2, g->x, w->ffn_norm, c->norm_eps, D, 0.f, st))) return fail(err, errlen, "gate/up", rc);
+    if ((rc = lz_gemv_silu(&md, 1, g->gate, g->gate + F, F, 1.f, st))) return fail(err, errlen, "down projection", rc);
+    return 0;
+}
+
+int layer_out(lz_llama_gpu *g, int l, int n, const bf16 *o, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int D = c->dim, F = c->ffn_dim, Hd = c->n_heads * c->head_dim;
+    const Layer *w = &g->layers[l];
+    int rc;
+    if ((rc = gemm(g, g->x, o, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "o projection", rc);
+    lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->ffn_norm, n, D, c->norm_eps, g->st);
     if ((rc = gemm(g, g->gate, g->xb, w->wg, n, D, 2 * F, 0.f))) return fail(err, errlen, "cuBLAS gate/up", rc); /* rows gate | up */
-    lz_op_swiglu((lz_bf16 *)g->hb, g->gate, n, F, st);
+    lz_op_swiglu((lz_bf16 *)g->hb, g->gate, n, F, g->st);
     if ((rc = gemm(g, g->x, g->hb, w->wd, n, F, D, 1.f))) return fail(err, errlen, "down projection", rc);
     return 0;
 }
@@ -390,8 +396,7 @@ int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen)
         need = g->work_slot * LZ_GPU_SIDE;
     }
     if (need > g->work_bytes) {
-        if (g->decode) cudaGraphExecDestroy(g->decode); /* it points at the old workspace */
-        g->decode = NULL;
+        graphs_drop(g); /* they point at the old workspace */
         cudaFree(g->work);
         g->work = NULL;
         g->work_bytes = 0;

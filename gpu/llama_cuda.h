@@ -160,6 +160,68 @@ void lz_llama_gpu_tier_stats(lz_llama_gpu *g, lz_llama_gpu_tiers *t);
  * its first step, which would have waited for them): the memory may then be freed. */
 void lz_llama_gpu_settle(lz_llama_gpu *g);
 
+/* Several sequences at once (continuous batching: lazyserve --gpu). The engine holds slots, each
+ * one question and its answer (its segments, own K/V rows, position, decode words, the documents
+ * it pins); the single-question calls above are slot 0's. Without set_slots there is one slot
+ * of max_tokens own rows, made at the first question.
+ *
+ * set_slots makes n slots of max_seq_tokens own rows each (question and answer; the whole prompt
+ * in full and prefix modes), replacing the old ones (none may be live), sized against the device
+ * memory free now less 1 GiB of working room (the document budget then lowered to what is left):
+ * -1 with a message saying how many fit when they do not. slots: how many there are; slot_tokens:
+ * their own rows; idle_slot: the lowest one not live (never begun, or released), -1 when every
+ * one is.
+ *
+ * begin_slot / begin_block_slot / step_slot / keep_own_slot are begin / begin_block / step /
+ * keep_own in slot `slot` (0 .. slots - 1): a begin makes the slot live and pins every document
+ * it uses (held in the device cache's policy: never evicted nor moved while the slot lives; one
+ * the policy turned away is the slot's own) until release (or the slot's next begin); a begin
+ * that finds no device memory because every resident document is pinned fails with a message
+ * saying so (and leaves the slot released). release is a no-op on a slot not live.
+ *
+ * prefill_many runs the rows ids[i][0..n[i]) of slots[i] (distinct, begun) for i < n_seqs in
+ * passes over the weights of up to max_tokens rows (the questions concatenated for the products,
+ * each one's attention over its own segments); logits[i] (V floats; logits or logits[i] NULL:
+ * none) receives the last row's of each. decode_many runs one token ids[i] for each slots[i] in
+ * one pass: the products as GEMMs over the n rows, each row's rotary at its own position and its
+ * K/V appended to its slot, lz_decode_lazy with batch n over the slots' block words; logits is
+ * (n, V) (decode_many_rows: one row pointer each, NULL rows skipped). A pass of one sequence is
+ * the slot's step_slot exactly (its decode graph); slots whose decode runs by lz_prefill_lazy
+ * (LAZY_GPU_DECODE=prefill, offsets past the words) or whose rows share no base are stepped one
+ * by one. The batched results equal each sequence's alone to the products' summation order
+ * (bf16 products: logits within the engine's tolerance). 0, or -1 with a message (a bad slot,
+ * one twice, too many tokens, an id out of range: nothing run).
+ *
+ * fits: 1 when a new sequence whose documents hold doc_tokens tokens (counted as if none were
+ * resident) can pin them now: the device's free memory less the working room, the pool's free
+ * extents and the resident documents no live slot holds; else 0 (admission then waits for a
+ * slot to leave). slot_stats: what the slots hold. */
+int lz_llama_gpu_set_slots(lz_llama_gpu *g, int n, int max_seq_tokens, char *err, size_t errlen);
+int lz_llama_gpu_slots(const lz_llama_gpu *g);
+int lz_llama_gpu_slot_tokens(const lz_llama_gpu *g);
+int lz_llama_gpu_idle_slot(const lz_llama_gpu *g);
+int lz_llama_gpu_begin_slot(lz_llama_gpu *g, int slot, const lz_kv_segment *segs, const uint8_t *const *keys,
+                            int n_segs, int64_t pos0, char *err, size_t errlen);
+int lz_llama_gpu_begin_block_slot(lz_llama_gpu *g, int slot, const lz_kv_segment *segs, const uint8_t *const *keys,
+                                  int n_segs, int64_t pos0, char *err, size_t errlen);
+int lz_llama_gpu_step_slot(lz_llama_gpu *g, int slot, const int *ids, int n, float *logits, char *err, size_t errlen);
+int lz_llama_gpu_keep_own_slot(lz_llama_gpu *g, int slot, int t0, int n, const uint8_t key[32], char *err,
+                               size_t errlen);
+void lz_llama_gpu_release(lz_llama_gpu *g, int slot);
+int lz_llama_gpu_prefill_many(lz_llama_gpu *g, const int *slots, const int *const *ids, const int *n, int n_seqs,
+                              float *const *logits, char *err, size_t errlen);
+int lz_llama_gpu_decode_many(lz_llama_gpu *g, const int *slots, const int *ids, int n, float *logits, char *err,
+                             size_t errlen);
+int lz_llama_gpu_decode_many_rows(lz_llama_gpu *g, const int *slots, const int *ids, int n, float *const *logits,
+                                  char *err, size_t errlen);
+int lz_llama_gpu_fits(const lz_llama_gpu *g, int64_t doc_tokens);
+typedef struct {
+    int slots, slot_tokens, live; /* slots, their own rows, those live now */
+    int pins;                     /* documents the live slots use (one used by two counted twice) */
+    size_t pinned_bytes;          /* and their K/V bytes */
+} lz_llama_gpu_slot_info;
+void lz_llama_gpu_slot_stats(const lz_llama_gpu *g, lz_llama_gpu_slot_info *st);
+
 /* Pinned host memory for the host tier's documents (held in the layout the
  * device reads, cache/kv_layout.h, so that uploading one is a DMA copy),
  * from regions pinned once; thread-safe. NULL when no more can be pinned

@@ -5,7 +5,9 @@
  * whole documents, each with its own causal attention over the prefix on a
  * side stream); keyed by their payload and kept within the cache budget by
  * cache/'s policy (frequency-aware admission and eviction, or LRU), the
- * question's own documents pinned while it runs. State: llama_gpu.cuh. */
+ * documents of every live slot's question pinned (held in the policy; those
+ * it turned away owned by the slot) until the slot is released or begins
+ * again. State: llama_gpu.cuh. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -290,12 +292,12 @@ extern "C" int lz_llama_gpu_preload(lz_llama_gpu *g, const lz_kv_segment *sg, co
     return 1;
 }
 
-extern "C" int lz_llama_gpu_keep_own(lz_llama_gpu *g, int t0, int n, const uint8_t key[32], char *err, size_t errlen)
+int doc_keep_own(lz_llama_gpu *g, Slot *s, int t0, int n, const uint8_t key[32], char *err, size_t errlen)
 {
     const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
-    const size_t N = (size_t)g->max_tokens, w = (size_t)n * d * sizeof(bf16);
-    if (!g->ready || t0 < 0 || n <= 0 || t0 + n > g->n_own) {
-        snprintf(err, errlen, "GPU: keeping own tokens %d..%d of %d", t0, t0 + n, g->n_own);
+    const size_t N = (size_t)s->N, w = (size_t)n * d * sizeof(bf16);
+    if (!s->ready || t0 < 0 || n <= 0 || t0 + n > s->n_own) {
+        snprintf(err, errlen, "GPU: keeping own tokens %d..%d of %d", t0, t0 + n, s->n_own);
         return -1;
     }
     if (ensure_policy(g, err, errlen)) return -1;
@@ -304,10 +306,10 @@ extern "C" int lz_llama_gpu_keep_own(lz_llama_gpu *g, int t0, int n, const uint8
     if (doc_room(g, err, errlen) || doc_alloc(g, NULL, n, &x, err, errlen)) return -1;
     for (int l = 0; l < L; l++) { /* a layer's heads: (KV, N, d) rows from t0 into (KV, n, d) */
         const size_t src = ((size_t)l * KV * N + t0) * d;
-        cudaError_t ce = cudaMemcpy2DAsync(x.k + x.first[l] * d, w, g->own_k + src, N * d * sizeof(bf16), w, KV,
+        cudaError_t ce = cudaMemcpy2DAsync(x.k + x.first[l] * d, w, s->own_k + src, N * d * sizeof(bf16), w, KV,
                                            cudaMemcpyDeviceToDevice, g->st);
         if (ce == cudaSuccess)
-            ce = cudaMemcpy2DAsync(x.v + x.first[l] * d, w, g->own_v + src, N * d * sizeof(bf16), w, KV,
+            ce = cudaMemcpy2DAsync(x.v + x.first[l] * d, w, s->own_v + src, N * d * sizeof(bf16), w, KV,
                                    cudaMemcpyDeviceToDevice, g->st);
         if (ce != cudaSuccess) {
             doc_free(g, &x);
@@ -318,7 +320,28 @@ extern "C" int lz_llama_gpu_keep_own(lz_llama_gpu *g, int t0, int n, const uint8
     doc_add(g, &x, key, 0);
     const uint64_t id = g->docs[g->n_docs - 1].id;
     doc_offer(g, g->n_docs - 1);
+    if (doc_use(g, s, id, err, errlen)) return -1; /* held while s lives (turned away: s's own) */
     return g->docs[doc_by_id(g, id)].keyed;
+}
+
+int doc_use(lz_llama_gpu *g, Slot *s, uint64_t id, char *err, size_t errlen)
+{
+    const int i = doc_by_id(g, id);
+    if (i < 0) return 0;
+    if (s->n_pins == s->cap_pins) {
+        const int cap = s->cap_pins ? 2 * s->cap_pins : 16;
+        Slot::Pin *p = (Slot::Pin *)realloc(s->pins, (size_t)cap * sizeof *p);
+        if (!p) {
+            if (!g->docs[i].keyed && !g->docs[i].pending) doc_drop(g, i); /* nobody else can find it */
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        s->pins = p;
+        s->cap_pins = cap;
+    }
+    const int held = g->docs[i].keyed && lz_doc_cache_hold(g->pol, g->docs[i].key, 32);
+    s->pins[s->n_pins++] = (Slot::Pin){id, held};
+    return 0;
 }
 
 void doc_trim(lz_llama_gpu *g)
@@ -326,12 +349,11 @@ void doc_trim(lz_llama_gpu *g)
     if (g->pol) lz_doc_cache_trim(g->pol);
 }
 
-int doc_question(lz_llama_gpu *g, char *err, size_t errlen)
+int doc_question(lz_llama_gpu *g, Slot *s, char *err, size_t errlen)
 {
     if (ensure_policy(g, err, errlen)) return -1;
     upload_account(g);
-    for (int i = g->n_docs - 1; i >= 0; i--) /* the previous question's unkeyed segments (not those made for this one) */
-        if (!g->docs[i].keyed && !g->docs[i].pending) doc_drop(g, i);
+    slot_unpin(g, s); /* its last question's documents: unkeyed ones out, keyed ones free to leave */
     lz_doc_cache_begin(g->pol);
     return 0;
 }

@@ -103,6 +103,13 @@ int pool_take(lz_llama_gpu *g, size_t bytes, bf16 **at, char *err, size_t errlen
         if (fragmented && !g->no_evict && g->pol && lz_doc_cache_evict_one(g->pol)) { g->pool_evictions++; continue; }
         if (pool_grow(g, bytes, err, errlen)) {
             if (!g->no_evict && g->pol && lz_doc_cache_evict_one(g->pol)) { g->pool_evictions++; continue; } /* device full */
+            int live = 0;
+            for (int i = 0; i < g->n_slots; i++) live += g->slots[i].live;
+            if (live > 1) { /* every resident document pinned by the sequences running: fewer at once */
+                const size_t at = strlen(err);
+                snprintf(err + at, errlen > at ? errlen - at : 0,
+                         "; every resident document is in use by the %d live sequences (admit fewer at once)", live);
+            }
             return -1;
         }
     }

@@ -1,9 +1,14 @@
-/* llama_cuda_query.cu - a question on the GPU (llama_cuda.h): begin (its
- * documents resident, the attention's segment descriptors, and lz_decode's
- * block words over them and the own rows) and its steps: the question's rows
- * over the placed documents (lz_prefill_lazy), then one captured CUDA graph
- * a decode token (products by lz_gemv, attention by lz_decode_lazy). State:
- * llama_gpu.cuh. */
+/* llama_cuda_query.cu - a question on the GPU in one slot (llama_cuda.h):
+ * begin (its documents resident and pinned, the attention's segment
+ * descriptors, and lz_decode's block words over them and the own rows) and
+ * its steps: the question's rows over the placed documents (lz_prefill_lazy),
+ * then one captured CUDA graph a decode token (products by lz_gemv, attention
+ * by lz_decode_lazy). Several slots in one pass: llama_cuda_batch.cu. State:
+ * llama_gpu.cuh.
+ *
+ * Legend: L = layers, KV = kv heads, d = head_dim, N = a slot's own rows, S =
+ * segments, W = S + 1, V = vocabulary.
+ */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,22 +19,22 @@
 
 namespace lzgpu {
 
-/* A decode step's lz_decode_params for layer l (g->dec set). */
-static lz_decode_params decode_params(const lz_llama_gpu *g, int l)
+/* A decode step's lz_decode_params for layer l of slot s (s->dec set). */
+static lz_decode_params decode_params(const lz_llama_gpu *g, const Slot *s, int l)
 {
     const lz_llama_config *c = &g->cfg;
-    const size_t at = (size_t)l * c->n_kv_heads * g->dNB;
+    const size_t at = (size_t)l * c->n_kv_heads * s->dNB;
     lz_decode_params p;
     memset(&p, 0, sizeof p);
     p.o = (lz_bf16 *)g->oh;
     p.q = (const lz_bf16 *)g->qh;
-    p.k_pool = (const lz_bf16 *)g->dk0;
-    p.v_pool = (const lz_bf16 *)g->dv0;
-    p.blocks = g->dwords ? g->dwords + at : NULL;
-    p.v_rows = g->dvrows ? g->dvrows + at : NULL;
-    p.n_blocks = g->dnb ? g->dnb + (size_t)l * c->n_kv_heads : NULL;
+    p.k_pool = (const lz_bf16 *)s->dk0;
+    p.v_pool = (const lz_bf16 *)s->dv0;
+    p.blocks = s->dwords ? s->dwords + at : NULL;
+    p.v_rows = s->dwords ? s->dvrows + at : NULL;
+    p.n_blocks = s->dwords ? s->dnb + (size_t)l * c->n_kv_heads : NULL;
     p.inv_freq = g->inv_freq;
-    p.max_blocks = g->dNB;
+    p.max_blocks = s->dNB;
     p.batch = 1;
     p.n_heads = c->n_heads;
     p.n_kv_heads = c->n_kv_heads;
@@ -38,32 +43,49 @@ static lz_decode_params decode_params(const lz_llama_gpu *g, int l)
     p.scale = 1.0f / sqrtf((float)c->head_dim);
     p.work = g->dwork;
     p.work_bytes = g->dwork_bytes;
-    p.n_split = g->dsplit;
+    p.n_split = s->dsplit;
     return p;
 }
 
-/* The block words of a question whose segments hs (L, S + 1; the last the own rows) were just
+int ensure_dwork(lz_llama_gpu *g, const lz_decode_params *p, char *err, size_t errlen)
+{
+    int n_sm = 0, dev = 0;
+    CUDA_OK(cudaGetDevice(&dev), "device");
+    CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev), "device");
+    const size_t wbytes = lz_decode_workspace(p, lz_decode_splits(p, n_sm));
+    if (wbytes <= g->dwork_bytes) return 0;
+    graphs_drop(g); /* they point at the old one */
+    CUDA_OK(cudaStreamSynchronize(g->st), "decode workspace");
+    cudaFree(g->dwork);
+    g->dwork = NULL, g->dwork_bytes = 0;
+    CUDA_OK(cudaMalloc((void **)&g->dwork, wbytes), "decode workspace");
+    CUDA_OK(cudaMemset(g->dwork, 0, wbytes), "decode workspace"); /* the kernel leaves its counters at zero */
+    g->dwork_bytes = wbytes;
+    return 0;
+}
+
+/* The block words of slot s whose segments hs (L, S + 1; the last the own rows) were just
  * set: per (layer, kv head), each segment's kept rows at its offset, then the own rows in full
- * 64-key blocks (each step counts those in use: lz_op_own_words). Leaves g->dec = 0 (decode by
+ * 64-key blocks (each step counts those in use: lz_op_own_words). Leaves s->dec = 0 (decode by
  * lz_prefill_lazy) where rows or offsets exceed the words' fields, or with LAZY_GPU_DECODE=prefill
  * (A/B). */
-static int decode_words(lz_llama_gpu *g, const lz_attn_segment *hs, int S, char *err, size_t errlen)
+static int decode_words(lz_llama_gpu *g, Slot *s, const lz_attn_segment *hs, int S, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
-    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, N = g->max_tokens, W = S + 1;
-    g->dec = 0;
+    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, N = s->N, W = S + 1;
+    s->dec = 0;
     if (g->env_dec_prefill) return 0; /* A/B: LAZY_GPU_DECODE=prefill, taken at lz_llama_gpu_new */
-    g->dsplit = g->env_dsplit;        /* A/B: LAZY_GPU_DECODE=<parts> */
-    const bf16 *k0 = g->own_k, *v0 = g->own_v;
+    s->dsplit = g->env_dsplit;        /* A/B: LAZY_GPU_DECODE=<parts> */
+    const bf16 *k0 = s->own_k, *v0 = s->own_v;
     int NB = 0;
     for (int l = 0; l < L; l++)
         for (int h = 0; h < KV; h++) {
             int n = (N + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
-            for (int s = 0; s < S; s++) {
-                const lz_attn_segment *sg = &hs[l * W + s];
+            for (int i = 0; i < S; i++) {
+                const lz_attn_segment *sg = &hs[l * W + i];
                 k0 = (const bf16 *)sg->k < k0 ? (const bf16 *)sg->k : k0;
                 v0 = (const bf16 *)sg->v < v0 ? (const bf16 *)sg->v : v0;
-                n += (g->hqlen[((size_t)l * W + s) * KV + h] + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
+                n += (s->hqlen[((size_t)l * W + i) * KV + h] + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
             }
             NB = n > NB ? n : NB;
         }
@@ -71,225 +93,225 @@ static int decode_words(lz_llama_gpu *g, const lz_attn_segment *hs, int S, char 
      * (ordered before the question's step; the previous question's copy is done by now) */
     const size_t nw = (size_t)L * KV * NB, bytes = nw * 16 + (size_t)L * KV * 8;
     CUDA_OK(cudaStreamSynchronize(g->st), "decode block words");
-    if (bytes > g->dcap) {
-        cudaFree(g->dwords);
-        if (g->hdw) cudaFreeHost(g->hdw);
-        g->dwords = g->hdw = NULL, g->dcap = 0;
-        CUDA_OK(cudaMalloc((void **)&g->dwords, bytes), "decode block words");
-        CUDA_OK(cudaMallocHost((void **)&g->hdw, bytes), "decode block words");
-        g->dcap = bytes;
+    if (bytes > s->dcap) {
+        cudaFree(s->dwords);
+        if (s->hdw) cudaFreeHost(s->hdw);
+        s->dwords = s->hdw = NULL, s->dcap = 0;
+        CUDA_OK(cudaMalloc((void **)&s->dwords, bytes), "decode block words");
+        CUDA_OK(cudaMallocHost((void **)&s->hdw, bytes), "decode block words");
+        s->dcap = bytes;
     }
-    g->dvrows = g->dwords + nw;
-    g->dnf = (int32_t *)(g->dvrows + nw);
-    g->dnb = g->dnf + L * KV;
-    uint64_t *w = g->hdw, *vr = w + nw;
+    s->dvrows = s->dwords + nw;
+    s->dnf = (int32_t *)(s->dvrows + nw);
+    s->dnb = s->dnf + L * KV;
+    uint64_t *w = s->hdw, *vr = w + nw;
     int32_t *nf = (int32_t *)(vr + nw);
     memset(w, 0, nw * 16);
+    uint64_t kspan = 0, vspan = 0;
     int fits = 1;
     for (int lh = 0; fits && lh < L * KV; lh++) {
         const int l = lh / KV, h = lh % KV;
         int n = 0;
-        for (int s = 0; fits && s <= S; s++) { /* s == S: the own rows, every block full */
-            const lz_attn_segment *sg = &hs[l * W + s];
+        for (int i = 0; fits && i <= S; i++) { /* i == S: the own rows, every block full */
+            const lz_attn_segment *sg = &hs[l * W + i];
             const ptrdiff_t dk = (const bf16 *)sg->k - k0, dv = (const bf16 *)sg->v - v0;
-            const int64_t len = s < S ? g->hqlen[((size_t)l * W + s) * KV + h] : N;
+            const int64_t len = i < S ? s->hqlen[((size_t)l * W + i) * KV + h] : N;
             fits = dk % d == 0 && dv % d == 0;
-            if (s == S) nf[lh] = n;
-            fits = fits && !lz_decode_add_segment_kv(w + (size_t)lh * NB, vr + (size_t)lh * NB, &n, NB,
-                                                     (uint64_t)(dk / d) + (uint64_t)h * sg->cap,
-                                                     (uint64_t)(dv / d) + (uint64_t)h * sg->cap, len, sg->offset);
+            if (i == S) nf[lh] = n;
+            const uint64_t kr = (uint64_t)(dk / d) + (uint64_t)h * sg->cap, vrw = (uint64_t)(dv / d) + (uint64_t)h * sg->cap;
+            fits = fits && !lz_decode_add_segment_kv(w + (size_t)lh * NB, vr + (size_t)lh * NB, &n, NB, kr, vrw, len,
+                                                     sg->offset);
+            kspan = kr + len > kspan ? kr + len : kspan;
+            vspan = vrw + len > vspan ? vrw + len : vspan;
         }
     }
     if (!fits) return 0;
-    CUDA_OK(cudaMemcpyAsync(g->dwords, w, nw * 16 + (size_t)L * KV * 4, cudaMemcpyHostToDevice, g->st),
+    CUDA_OK(cudaMemcpyAsync(s->dwords, w, nw * 16 + (size_t)L * KV * 4, cudaMemcpyHostToDevice, g->st),
             "decode block words");
-    g->dNB = NB;
-    g->dk0 = k0;
-    g->dv0 = v0;
-    /* the split-KV workspace, zeroed once (the kernel leaves its counters at zero) */
-    int n_sm = 0, dev = 0;
-    CUDA_OK(cudaGetDevice(&dev), "device");
-    CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev), "device");
-    lz_decode_params p = decode_params(g, 0);
-    const size_t wbytes = lz_decode_workspace(&p, lz_decode_splits(&p, n_sm));
-    if (wbytes > g->dwork_bytes) {
-        cudaFree(g->dwork);
-        g->dwork = NULL, g->dwork_bytes = 0;
-        CUDA_OK(cudaMalloc((void **)&g->dwork, wbytes), "decode workspace");
-        CUDA_OK(cudaMemset(g->dwork, 0, wbytes), "decode workspace");
-        g->dwork_bytes = wbytes;
-    }
-    g->dec = 1;
+    s->dNB = NB;
+    s->dk0 = k0;
+    s->dv0 = v0;
+    s->kspan = kspan;
+    s->vspan = vspan;
+    /* the split-KV workspace for one sequence (a batch sizes its own) */
+    const lz_decode_params p = decode_params(g, s, 0);
+    if (ensure_dwork(g, &p, err, errlen)) return -1;
+    s->dec = 1;
     return 0;
 }
 
-static int begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
-                 char *err, size_t errlen);
-
-extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
-                                  int64_t pos0, char *err, size_t errlen)
+/* Slot s's descriptor arrays for S segments (grown, never shrunk). 0 or -1. */
+static int slot_descriptors(lz_llama_gpu *g, Slot *s, int S, char *err, size_t errlen)
 {
-    g->materialise = 0;
-    return begin(g, segs, keys, n_segs, pos0, err, errlen);
+    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
+    if (S + 1 <= s->qcap) return 0;
+    cudaFree(s->qsegs);
+    cudaFree(s->qlen);
+    cudaFree(s->qcs);
+    free(s->hqlen);
+    s->qsegs = NULL, s->qlen = NULL, s->qcs = NULL, s->hqlen = NULL, s->qcap = 0;
+    CUDA_OK(cudaMalloc((void **)&s->qsegs, (size_t)L * (S + 1) * sizeof(lz_attn_segment)), "descriptors");
+    CUDA_OK(cudaMalloc((void **)&s->qlen, (size_t)L * (S + 1) * KV * sizeof(int32_t)), "descriptors");
+    CUDA_OK(cudaMalloc((void **)&s->qcs, (size_t)(S + 2) * d * sizeof(float)), "descriptors");
+    if (!(s->hqlen = (int32_t *)malloc((size_t)L * (S + 1) * KV * sizeof(int32_t)))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    s->qcap = S + 1;
+    return 0;
 }
 
-extern "C" int lz_llama_gpu_begin_block(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys,
-                                        int n_segs, int64_t pos0, char *err, size_t errlen)
+/* A question's begin in slot s; block: Block-Attention (every segment attended at offset 0, a
+ * copy rotated to its placement made where it is not resident). On failure s is released. */
+int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
+               int64_t pos0, int block, char *err, size_t errlen)
 {
-    g->materialise = 1;
-    const int rc = begin(g, segs, keys, n_segs, pos0, err, errlen);
-    g->materialise = 0;
-    return rc;
-}
-
-/* A question's begin; g->materialise: block mode (every segment attended at offset 0, a copy
- * rotated to its placement made where it is not resident). */
-static int begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
-                 char *err, size_t errlen)
-{
-    g->ready = 0; /* until this question is set up */
     const lz_llama_config *c = &g->cfg;
-    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, N = g->max_tokens;
+    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, N = s->N;
     if (n_segs < 0 || n_segs + 1 > LZ_PREFILL_MAX_SEG) {
+        slot_unpin(g, s); /* a failed begin leaves the slot released */
         snprintf(err, errlen, "GPU: %d segments (at most %d)", n_segs, LZ_PREFILL_MAX_SEG - 1);
         return -1;
     }
-    if (ensure_query(g, err, errlen)) return -1;
-    if (g->layer_wait) { /* the last question's copies, never waited for by a step */
-        CUDA_OK(cudaStreamSynchronize(g->cp), "the last question's copies");
-        g->layer_wait = 0;
-    }
-    if (doc_question(g, err, errlen)) return -1;
-    if (n_segs + 1 > g->qcap) {
-        cudaFree(g->qsegs);
-        cudaFree(g->qlen);
-        cudaFree(g->qcs);
-        free(g->hqlen);
-        g->qsegs = NULL, g->qlen = NULL, g->qcs = NULL, g->hqlen = NULL, g->qcap = 0;
-        CUDA_OK(cudaMalloc((void **)&g->qsegs, (size_t)L * (n_segs + 1) * sizeof(lz_attn_segment)), "descriptors");
-        CUDA_OK(cudaMalloc((void **)&g->qlen, (size_t)L * (n_segs + 1) * KV * sizeof(int32_t)), "descriptors");
-        CUDA_OK(cudaMalloc((void **)&g->qcs, (size_t)(n_segs + 2) * d * sizeof(float)), "descriptors");
-        if (!(g->hqlen = (int32_t *)malloc((size_t)L * (n_segs + 1) * KV * sizeof(int32_t)))) {
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
-        g->qcap = n_segs + 1;
-    }
+    /* what s held before released (copies still in flight into its own docs finished first) */
+    if (doc_question(g, s, err, errlen)) return -1;
+    s->live = 1; /* from here its documents are pinned (a failure releases them) */
     const int S = n_segs, W = S + 1;
-    lz_attn_segment *hs = (lz_attn_segment *)malloc((size_t)L * W * sizeof *hs);
-    uint64_t *ids = (uint64_t *)malloc((size_t)(S ? S : 1) * sizeof *ids);
-    if (!hs || !ids) { free(hs); free(ids); snprintf(err, errlen, "out of memory"); return -1; }
+    lz_attn_segment *hs = NULL;
+    uint64_t *ids = NULL;
+    uint8_t *cached = NULL;
+    int64_t *offs = NULL;
+    float *cs = NULL;
     int64_t keys_hint = 0;
+    int rc = -1, copies = 0;
+    cudaError_t ce = cudaSuccess;
+    if (slot_descriptors(g, s, S, err, errlen)) goto fail;
+    hs = (lz_attn_segment *)malloc((size_t)L * W * sizeof *hs);
+    ids = (uint64_t *)malloc((size_t)(S ? S : 1) * sizeof *ids);
+    cached = (uint8_t *)calloc((size_t)(S ? S : 1), 1);
+    if (!hs || !ids || !cached) { snprintf(err, errlen, "out of memory"); goto fail; }
     /* every key pinned first (an upload's evictions must not take a document this question uses
      * and that came without its data), then every doc found or uploaded: entries move */
-    uint8_t *cached = (uint8_t *)calloc((size_t)(S ? S : 1), 1);
-    if (!cached) { free(hs); free(ids); snprintf(err, errlen, "out of memory"); return -1; }
     for (int i = 0; i < S; i++) cached[i] = (uint8_t)doc_pin(g, keys ? keys[i] : NULL);
+    g->materialise = block;
+    copies = 1;
     for (int i = 0; i < S; i++)
-        if (doc_for(g, &segs[i], keys ? keys[i] : NULL, cached[i], &ids[i], err, errlen)) {
-            g->n_upq = 0; /* the queued copies dropped with the question */
-            cudaStreamSynchronize(g->st); /* the copies begun read the caller's memory: done before it goes */
-            free(cached);
-            free(hs);
-            free(ids);
-            return -1;
+        if (doc_for(g, &segs[i], keys ? keys[i] : NULL, cached[i], &ids[i], err, errlen) ||
+            doc_use(g, s, ids[i], err, errlen)) {
+            g->materialise = 0;
+            goto fail;
         }
-    free(cached);
-    doc_trim(g); /* a lowered budget: what this question does not use leaves */
+    g->materialise = 0;
+    doc_trim(g); /* a lowered budget: what no live question uses leaves */
     for (int i = 0; i < S; i++) {
-        const GpuDoc *x = &g->docs[doc_by_id(g, ids[i])]; /* present: this question's docs are pinned or its own */
+        const GpuDoc *x = &g->docs[doc_by_id(g, ids[i])]; /* present: pinned by s, or its own */
         keys_hint += x->keys;
         for (int l = 0; l < L; l++) {
             hs[l * W + i] = (lz_attn_segment){(const lz_bf16 *)(x->k + x->first[l] * d),
-                                              (const lz_bf16 *)(x->v + x->first[l] * d),
-                                              g->materialise ? 0 : segs[i].rot, x->cap[l]};
-            for (int h = 0; h < KV; h++) g->hqlen[((size_t)l * W + i) * KV + h] = x->kept[l * KV + h];
+                                              (const lz_bf16 *)(x->v + x->first[l] * d), block ? 0 : segs[i].rot,
+                                              x->cap[l]};
+            for (int h = 0; h < KV; h++) s->hqlen[((size_t)l * W + i) * KV + h] = x->kept[l * KV + h];
         }
     }
-    free(ids);
     for (int l = 0; l < L; l++) { /* the own sequence: (KV, N, d) a layer, empty so far */
-        hs[l * W + S] = (lz_attn_segment){(const lz_bf16 *)(g->own_k + (size_t)l * KV * N * d),
-                                          (const lz_bf16 *)(g->own_v + (size_t)l * KV * N * d), 0, N};
-        for (int h = 0; h < KV; h++) g->hqlen[((size_t)l * W + S) * KV + h] = 0;
+        hs[l * W + S] = (lz_attn_segment){(const lz_bf16 *)(s->own_k + (size_t)l * KV * N * d),
+                                          (const lz_bf16 *)(s->own_v + (size_t)l * KV * N * d), 0, N};
+        for (int h = 0; h < KV; h++) s->hqlen[((size_t)l * W + S) * KV + h] = 0;
     }
-    /* the prefill's cos/sin of every slot (the documents', then the own sequence and the
-     * step's own keys at 0), the same for every layer: the kernel need not compute them */
-    int64_t *offs = (int64_t *)malloc((size_t)W * sizeof *offs);
-    float *cs = (float *)malloc((size_t)(W + 1) * d * sizeof *cs);
-    cudaError_t ce = offs && cs ? cudaSuccess : cudaErrorMemoryAllocation;
+    /* the prefill's cos/sin of every slot of the table (the documents', then the own sequence
+     * and the step's own keys at 0), the same for every layer: the kernel need not compute them */
+    offs = (int64_t *)malloc((size_t)W * sizeof *offs);
+    cs = (float *)malloc((size_t)(W + 1) * d * sizeof *cs);
+    ce = offs && cs ? cudaSuccess : cudaErrorMemoryAllocation;
     if (ce == cudaSuccess) {
-        for (int i = 0; i < W; i++) offs[i] = i < S && !g->materialise ? segs[i].rot : 0;
+        for (int i = 0; i < W; i++) offs[i] = i < S && !block ? segs[i].rot : 0;
         lz_prefill_rope_table(cs, offs, W, 0, g->m->inv_freq, d);
-        ce = cudaMemcpy(g->qcs, cs, (size_t)(W + 1) * d * sizeof *cs, cudaMemcpyHostToDevice);
+        ce = cudaMemcpy(s->qcs, cs, (size_t)(W + 1) * d * sizeof *cs, cudaMemcpyHostToDevice);
     }
-    free(offs);
-    free(cs);
-    if (ce == cudaSuccess) ce = cudaMemcpy(g->qsegs, hs, (size_t)L * W * sizeof *hs, cudaMemcpyHostToDevice);
+    if (ce == cudaSuccess) ce = cudaMemcpy(s->qsegs, hs, (size_t)L * W * sizeof *hs, cudaMemcpyHostToDevice);
     if (ce == cudaSuccess) /* the kept lengths; the own sequence's are set by each step on the device */
-        ce = cudaMemcpy(g->qlen, g->hqlen, (size_t)L * W * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
-    const int rc = ce == cudaSuccess ? decode_words(g, hs, S, err, errlen) : 0;
-    free(hs);
-    if (ce != cudaSuccess || rc) g->n_upq = 0; /* no copy begun */
-    CUDA_OK(ce, "uploading the descriptors");
-    if (rc) return -1;
+        ce = cudaMemcpy(s->qlen, s->hqlen, (size_t)L * W * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "GPU: uploading the descriptors: %s", cudaGetErrorString(ce));
+        goto fail;
+    }
+    if (decode_words(g, s, hs, S, err, errlen)) goto fail;
     /* the documents' copies last: every other host-to-device copy of the question is done (they
      * would queue behind these on the copy engine), and its steps read their token ids from
      * pinned host memory, not by a copy */
-    if (upload_layers(g, err, errlen)) {
-        g->n_upq = 0;
-        if (g->cp) cudaStreamSynchronize(g->cp); /* those begun read the caller's memory */
-        g->layer_wait = 0;
-        return -1;
+    if (upload_layers(g, err, errlen)) goto fail;
+    s->S = S;
+    s->n_own = 0;
+    s->pos0 = pos0;
+    s->seg_keys = keys_hint + N; /* with the longest own sequence: one split plan for every step */
+    if (s->decode) cudaGraphExecDestroy(s->decode);
+    s->decode = NULL;
+    ce = cudaMemsetAsync(s->dn_own, 0, sizeof(int), g->st);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "GPU: reset: %s", cudaGetErrorString(ce));
+        goto fail;
     }
-    g->S = S;
-    g->n_own = 0;
-    g->pos0 = pos0;
-    g->seg_keys = keys_hint + N; /* with the longest own sequence: one split plan for every step */
-    if (g->decode) cudaGraphExecDestroy(g->decode);
-    g->decode = NULL;
-    CUDA_OK(cudaMemsetAsync(g->dn_own, 0, sizeof(int), g->st), "reset");
-    g->ready = 1;
-    return 0;
+    s->ready = 1;
+    rc = 0;
+fail:
+    if (rc && copies) {
+        g->n_upq = 0; /* the queued copies dropped with the question */
+        cudaStreamSynchronize(g->st); /* the copies begun read the caller's memory: done before it goes */
+        if (g->cp) cudaStreamSynchronize(g->cp);
+        g->layer_wait = 0;
+    }
+    if (rc) slot_unpin(g, s);
+    free(hs);
+    free(ids);
+    free(cached);
+    free(offs);
+    free(cs);
+    return rc;
 }
 
-/* The attention parameters of a query step of n rows. */
-static lz_prefill_params step_params(const lz_llama_gpu *g, int n)
+lz_prefill_params step_params(const lz_llama_gpu *g, const Slot *s, int n)
 {
     lz_prefill_params p = attn_params(g, n);
     p.self_offset = 0; /* own keys are rotated at their final positions */
-    p.n_seg = g->S + 1;
-    p.rope_cs = g->qcs;
-    p.seg_keys = g->seg_keys;
+    p.n_seg = s->S + 1;
+    p.rope_cs = s->qcs;
+    p.seg_keys = s->seg_keys;
     return p;
 }
 
-/* Enqueues one query step of n rows whose ids are in g->hids: every position
- * and length it needs is read from g->dn_own on the device, so the same work
- * replays as a graph. want: the last row's logits into g->hlogits. */
-static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
+/* Enqueues one query step of n rows of slot s whose ids are in g->hids: every position and
+ * length it needs is read from s->dn_own on the device, so the same work replays as a graph.
+ * want: the last row's logits into g->hlogits. */
+static int step_body(lz_llama_gpu *g, Slot *s, int n, int want, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int D = c->dim, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, V = c->vocab;
-    const int N = g->max_tokens, W = g->S + 1;
+    const int N = s->N, W = s->S + 1;
     cudaStream_t st = g->st;
-    lz_op_own_len(g->qlen, L, W, g->S, KV, g->dn_own, st); /* the tokens so far: a segment at offset 0 */
+    lz_op_own_len(s->qlen, L, W, s->S, KV, s->dn_own, st); /* the tokens so far: a segment at offset 0 */
     /* the ids read where they are, in pinned host memory (a copy would queue behind the
      * documents' copies on the copy engine) */
     lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->hids, n, D, st);
-    lz_prefill_params p = step_params(g, n);
+    lz_prefill_params p = step_params(g, s, n);
     p.work = g->work;
     p.work_bytes = g->work_bytes;
-    const bool dec = n == 1 && g->dec; /* the attention by lz_decode_lazy over the block words */
-    if (dec) lz_op_own_words(g->dwords, g->dnb, g->dnf, L * KV, g->dNB, g->dn_own, n, st);
+    const bool dec = n == 1 && s->dec; /* the attention by lz_decode_lazy over the block words */
+    if (dec) lz_op_own_words(s->dwords, s->dnb, s->dnf, L * KV, s->dNB, s->dn_own, n, st);
     for (int l = 0; l < L; l++) {
-        p.segs = g->qsegs + (size_t)l * W;
-        p.seg_len = g->qlen + (size_t)l * W * KV;
+        p.segs = s->qsegs + (size_t)l * W;
+        p.seg_len = s->qlen + (size_t)l * W * KV;
         const size_t own = (size_t)l * KV * N * d; /* this step's keys and values join the sequence there */
-        const lz_decode_params dp = decode_params(g, l);
-        const Part part = {0, n, g->tk, g->tv, g->own_k + own, g->own_v + own, dec ? &dp : NULL};
-        if (upload_wait(g, l, err, errlen) || layer(g, l, n, g->pos0, g->dn_own, &part, 1, &p, 1, err, errlen)) return -1;
+        const lz_decode_params dp = decode_params(g, s, l);
+        Part part;
+        memset(&part, 0, sizeof part);
+        part.n = n;
+        part.kh = g->tk, part.vh = g->tv;
+        part.own_k = s->own_k + own, part.own_v = s->own_v + own;
+        part.dec = dec ? &dp : NULL;
+        part.N = N;
+        if (upload_wait(g, l, err, errlen) || layer(g, l, n, s->pos0, s->dn_own, &part, 1, &p, 1, err, errlen)) return -1;
     }
-    lz_op_count_add(g->dn_own, n, st);
+    lz_op_count_add(s->dn_own, n, st);
     if (want) { /* the last row: final norm, output head */
         const float *last = g->x + (size_t)(n - 1) * D;
         int rc;
@@ -306,13 +328,14 @@ static int step_body(lz_llama_gpu *g, int n, int want, char *err, size_t errlen)
     return 0;
 }
 
-extern "C" int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *logits, char *err, size_t errlen)
+int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
-    const int V = c->vocab, N = g->max_tokens;
-    if (!g->ready) { snprintf(err, errlen, "GPU: a step without a successful lz_llama_gpu_begin"); return -1; }
-    if (n <= 0 || n > N || g->n_own + n > N) {
-        snprintf(err, errlen, "GPU: %d more tokens after %d (at most %d)", n, g->n_own, N);
+    const int V = c->vocab;
+    if (!s->ready) { snprintf(err, errlen, "GPU: a step without a successful lz_llama_gpu_begin"); return -1; }
+    if (n <= 0 || n > g->max_tokens || s->n_own + n > s->N) {
+        snprintf(err, errlen, "GPU: %d more tokens after %d (at most %d a sequence, %d a step)", n, s->n_own, s->N,
+                 g->max_tokens);
         return -1;
     }
     for (int i = 0; i < n; i++)
@@ -321,34 +344,78 @@ extern "C" int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *
     CUDA_OK(cudaStreamSynchronize(st), "forward pass"); /* g->hids is free again */
     lz_gemv_tune(g->gemv_bps, g->gemv_silu_bps); /* this engine's grids (LAZY_GPU_GEMV; 0, 0: the defaults) */
     memcpy(g->hids, ids, (size_t)n * sizeof(int));
-    lz_prefill_params p = step_params(g, n);
+    lz_prefill_params p = step_params(g, s, n);
     if (ensure_work(g, &p, err, errlen)) return -1;
     if (n == 1 && logits && g->layer_wait) { /* the copies done before a capture (whose waits they are not) */
         CUDA_OK(cudaStreamWaitEvent(st, g->lev[c->n_layers - 1], 0), "waiting for the copies");
         g->layer_wait = 0;
     }
     if (n == 1 && logits) { /* decode: one captured graph, replayed for every token of the answer */
-        if (!g->decode) {
+        if (!s->decode) {
             cudaGraph_t graph;
             CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed), "graph capture");
-            const int rc = step_body(g, 1, 1, err, errlen);
+            const int rc = step_body(g, s, 1, 1, err, errlen);
             const cudaError_t ce = cudaStreamEndCapture(st, &graph);
             if (rc) { if (ce == cudaSuccess) cudaGraphDestroy(graph); return -1; }
             CUDA_OK(ce, "graph capture");
-            const cudaError_t ie = cudaGraphInstantiate(&g->decode, graph, 0);
+            const cudaError_t ie = cudaGraphInstantiate(&s->decode, graph, 0);
             cudaGraphDestroy(graph);
             CUDA_OK(ie, "graph instantiation");
         }
-        CUDA_OK(cudaGraphLaunch(g->decode, st), "graph launch");
-    } else if (step_body(g, n, logits != NULL, err, errlen)) {
+        CUDA_OK(cudaGraphLaunch(s->decode, st), "graph launch");
+    } else if (step_body(g, s, n, logits != NULL, err, errlen)) {
         return -1;
     }
     g->layer_wait = 0; /* the step waited for every layer's copies */
     CUDA_OK(cudaGetLastError(), "kernel launch");
     CUDA_OK(cudaStreamSynchronize(st), "forward pass");
-    g->n_own += n;
+    s->n_own += n;
     if (logits) memcpy(logits, g->hlogits, (size_t)V * sizeof(float));
     return 0;
 }
 
 } /* namespace lzgpu */
+
+using namespace lzgpu;
+
+extern "C" int lz_llama_gpu_begin_slot(lz_llama_gpu *g, int slot, const lz_kv_segment *segs,
+                                       const uint8_t *const *keys, int n_segs, int64_t pos0, char *err, size_t errlen)
+{
+    if (ensure_query(g, err, errlen)) return -1;
+    Slot *s = slot_get(g, slot, err, errlen);
+    return s ? slot_begin(g, s, segs, keys, n_segs, pos0, 0, err, errlen) : -1;
+}
+
+extern "C" int lz_llama_gpu_begin_block_slot(lz_llama_gpu *g, int slot, const lz_kv_segment *segs,
+                                             const uint8_t *const *keys, int n_segs, int64_t pos0, char *err,
+                                             size_t errlen)
+{
+    if (ensure_query(g, err, errlen)) return -1;
+    Slot *s = slot_get(g, slot, err, errlen);
+    return s ? slot_begin(g, s, segs, keys, n_segs, pos0, 1, err, errlen) : -1;
+}
+
+extern "C" int lz_llama_gpu_step_slot(lz_llama_gpu *g, int slot, const int *ids, int n, float *logits, char *err,
+                                      size_t errlen)
+{
+    Slot *s = slot_get(g, slot, err, errlen);
+    return s ? slot_step(g, s, ids, n, logits, err, errlen) : -1;
+}
+
+extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
+                                  int64_t pos0, char *err, size_t errlen)
+{
+    return lz_llama_gpu_begin_slot(g, 0, segs, keys, n_segs, pos0, err, errlen);
+}
+
+extern "C" int lz_llama_gpu_begin_block(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys,
+                                        int n_segs, int64_t pos0, char *err, size_t errlen)
+{
+    return lz_llama_gpu_begin_block_slot(g, 0, segs, keys, n_segs, pos0, err, errlen);
+}
+
+extern "C" int lz_llama_gpu_step(lz_llama_gpu *g, const int *ids, int n, float *logits, char *err, size_t errlen)
+{
+    if (!g->slots) { snprintf(err, errlen, "GPU: a step without a successful lz_llama_gpu_begin"); return -1; }
+    return lz_llama_gpu_step_slot(g, 0, ids, n, logits, err, errlen);
+}

@@ -3,7 +3,9 @@
  *   gpu/llama_cuda.cu        the weights on the device, the forward layer
  *   gpu/llama_cuda_encode.cu ingest: the prefix, documents in multi-document passes
  *   gpu/llama_cuda_docs.cu   documents resident on the device; cold ones recomputed there
- *   gpu/llama_cuda_query.cu  a question's begin and its steps (decode: one graph a token)
+ *   gpu/llama_cuda_query.cu  a question's begin and its steps in a slot (decode: one graph a token)
+ *   gpu/llama_cuda_slots.cu  the slots: sequences held at once, their memory, pins and release
+ *   gpu/llama_cuda_batch.cu  several slots in one pass: batched prefill and decode
  *   gpu/llama_cuda_pool.cu   the tiers' memory: the HBM pool, pinned host memory, the copies
  * Everything but the lz_llama_gpu struct (llama_cuda.h's opaque type) lives
  * in namespace lzgpu. CUDA C++ only.
@@ -56,7 +58,8 @@ struct GpuDoc {
 
 /* One sequence among a layer's n rows: rows off..off+n-1 at positions pos0..,
  * its keys and values written (KV, n, d) to kh, vh (its own keys in the
- * attention). Several documents recomputed together are several parts. */
+ * attention). Several documents recomputed together are several parts; so
+ * are the questions of several slots prefilled together (attn set). */
 struct Part {
     int off, n;
     bf16 *kh, *vh;
@@ -64,6 +67,55 @@ struct Part {
     const lz_decode_params *dec; /* a decode step: its attention by lz_decode_lazy (own rows appended first) */
     float *qcap;   /* ingest: the rotated queries of rows c0..c0+cw-1 written here (cw, H, d) when cw > 0 */
     int c0, cw;
+    int N;         /* own_k's rows per kv head (0: max_tokens) */
+    /* a sequence of its own (a slot among several in one pass): its attention parameters (segments
+     * and lengths of this layer), its position pos0 (+ *count) instead of the layer's; NULL: the layer's */
+    const lz_prefill_params *attn;
+    int64_t pos0;
+    const int *count;
+};
+
+/* A sequence the engine holds (llama_cuda.h's slots): one question and its answer. Its own rows,
+ * the attention's descriptors over its segments (the documents it placed, then its own rows), the
+ * decode block words over them, its decode graph, and the documents it pins. */
+struct Slot {
+    int live;            /* begun and not released: its documents are pinned */
+    int ready;           /* its last begin succeeded (a failed one leaves nothing to step) */
+    int N;               /* own rows it holds per (layer, kv head) */
+    bf16 *own_k, *own_v; /* (L, KV, N, d) its tokens so far (inside g->own_all) */
+    int *dn_own;         /* device: its own length (g->dcount + index; read by the kernels, so graphs replay) */
+    lz_attn_segment *qsegs; /* (L, S + 1) device: the segments then the own sequence */
+    int32_t *qlen, *hqlen;  /* (L, S + 1, KV) device / host */
+    float *qcs;             /* (S + 2, d) device: the slots' cos/sin (lz_prefill_rope_table), every layer's */
+    int S, n_own, qcap;     /* qcap: S + 1 the descriptor arrays hold */
+    int64_t pos0, seg_keys;
+    /* a decode step's attention by lz_decode_lazy: block words (L, KV, dNB) over its segments then
+     * the own rows, the values' rows beside them, the blocks in use (L, KV) and the segments'
+     * share of them; rows counted from dk0 / dv0 (spans: the rows past them the words reach).
+     * dec = 0 when its rows or offsets do not fit the words (decode by lz_prefill_lazy) */
+    uint64_t *dwords, *dvrows; /* one allocation: words, values' rows, dnf, dnb */
+    int32_t *dnb, *dnf;
+    size_t dcap;               /* its bytes, and those of the pinned staging hdw */
+    uint64_t *hdw;
+    int dNB, dec, dsplit;      /* dsplit: lz_decode's split-KV parts (0: its choice) */
+    const bf16 *dk0, *dv0;
+    uint64_t kspan, vspan;
+    cudaGraphExec_t decode;    /* one decode step of this question, captured at its first one */
+    /* the documents it uses (ids): held in the policy (keyed) or its own (unkeyed, dropped with it) */
+    struct Pin { uint64_t id; int held; } *pins;
+    int n_pins, cap_pins;
+};
+
+/* One slot of a batched decode step, as its kernels read it (device memory, g->bseq). */
+struct BatchSeq {
+    const uint64_t *words, *vrows; /* its (L, KV, nb) block words and values' rows (the segments' first) */
+    const int32_t *nf;             /* (L, KV) the segments' words of each list */
+    int nb, N;                     /* its words per list; its own rows per (layer, kv head) */
+    int64_t dk, dv;                /* its words' rows shifted into the batch's k_pool / v_pool rows */
+    int64_t own_k, own_v;          /* its own rows' first row (layer 0, head 0) in the batch's pools */
+    bf16 *ok, *ov;                 /* its own rows (L, KV, N, d) */
+    int64_t pos0;                  /* the position of its first own token */
+    int *count;                    /* its own length (device) */
 };
 
 /* Ingest: a document of the last multi-document pass, read back into the pinned host16: its K
@@ -118,7 +170,17 @@ struct lz_llama_gpu {
     bf16 *out_w;       /* (V, D) output head (the embedding when tied) */
     float *out_norm, *logits, *hlogits; /* (D), (V) device, (V) pinned */
     bf16 *tk, *tv;     /* (KV, max_tokens, d) a step's own keys / values */
-    bf16 *own_k, *own_v; /* (L, KV, max_tokens, d) the sequence's tokens so far */
+    /* the slots (gpu/llama_cuda_slots.cu): n_slots sequences of slot_tokens own rows each, their
+     * rows in one allocation, their lengths side by side on the device; the batched passes'
+     * buffers (gpu/llama_cuda_batch.cu): the slots' table, block words, last rows and logits */
+    lzgpu::Slot *slots;
+    int n_slots, slot_tokens;
+    bf16 *own_all;       /* (n_slots, 2, L, KV, slot_tokens, d) */
+    int *dcount;         /* (n_slots) device */
+    lzgpu::BatchSeq *bseq, *hbseq; /* (n_slots) device / pinned */
+    uint64_t *bwords;    /* (L, B, KV, NB) words, then values' rows, then (L, B, KV) blocks in use */
+    size_t bwords_bytes;
+    float *blast, *blogits, *hblogits; /* (n_slots, D) last rows; (gemm rows of n_slots, V) device, (n_slots, V) pinned */
     lzgpu::GpuDoc *docs;        /* resident segments; the keyed ones are those cache/'s policy admitted */
     int n_docs, cap_docs;
     size_t cache_bytes, used_bytes; /* budget and use of the keyed ones */
@@ -144,9 +206,7 @@ struct lz_llama_gpu {
                      which docs are resident, so none may leave before that begin pins them */
     int64_t uploads, up_bytes, pool_grows, pool_evictions;
     double up_s;
-    int *dn_own;         /* device: the own sequence's length (read by the kernels; a graph replays them) */
     int *hids;           /* pinned: a step's token ids */
-    cudaGraphExec_t decode; /* one decode step of this question, captured at its first one */
     void *blas_ws;       /* cuBLAS workspace (no allocation inside a captured graph) */
     float *wq, *hwq;     /* ingest: the KV-eviction windows' rotated queries, device / pinned (a document's (L, cw, H, d)) */
     size_t wq_n, hwq_n;
@@ -159,12 +219,6 @@ struct lz_llama_gpu {
     size_t dmass_n, hmass_n, pend_mass;
     int enc_docs, enc_cap, pend_docs, pend_cap, pend_rows;
     size_t pend_wq;
-    lz_attn_segment *qsegs;  /* (L, S + 1) device: the segments then the own sequence */
-    int32_t *qlen, *hqlen;   /* (L, S + 1, KV) device / host */
-    float *qcs;              /* (S + 2, d) device: the slots' cos/sin (lz_prefill_rope_table), every layer's */
-    int S, n_own, qcap;      /* qcap: S + 1 the descriptor arrays hold */
-    int ready;               /* a begin succeeded (a failed one leaves no question to step) */
-    int64_t pos0, seg_keys;
     void **owned;
     int n_owned;
     lz_attn_segment *esegs; /* (L) device: the prefix doc, for documents recomputed on the query side */
@@ -177,21 +231,11 @@ struct lz_llama_gpu {
     size_t work_slot;
     unsigned char *stage[2]; /* pinned, LZ_GPU_STAGE bytes each: weights on their way up (upload_bytes) */
     cudaEvent_t stage_ev[2];
-    /* a decode step's attention by lz_decode_lazy: block words (L, KV, dNB) over the question's
-     * segments then the own rows, the values' rows beside them, the blocks in use (L, KV) and the
-     * segments' share of them; rows counted from dk0 / dv0. dec = 0 when a question's rows or
-     * offsets do not fit the words (decode then runs lz_prefill_lazy, as question steps do) */
-    uint64_t *dwords, *dvrows; /* one allocation: words, values' rows, dnf, dnb */
-    int32_t *dnb, *dnf;
-    size_t dcap;               /* its bytes, and those of the pinned staging hdw */
-    uint64_t *hdw;
-    int dNB, dec, dsplit; /* dsplit: lz_decode's split-KV parts (0: its choice) */
     /* the environment's A/B switches (base/env.h), taken at lz_llama_gpu_new: LAZY_GPU_DECODE
      * (prefill: decode attention by lz_prefill_lazy; else split-KV parts) and LAZY_GPU_GEMV
      * (the decode products' blocks a SM, set with lz_gemv_tune before each step) */
     int env_dec_prefill, env_dsplit, gemv_bps, gemv_silu_bps;
-    const bf16 *dk0, *dv0;
-    float *dwork;
+    float *dwork;        /* lz_decode's split-KV workspace, shared by the slots (one call at a time) */
     size_t dwork_bytes;
 };
 
@@ -224,6 +268,11 @@ lz_prefill_params attn_params(const lz_llama_gpu *g, int n); /* ingest's and que
 /* Layer l over the n rows of g->x (its parts' rotary and attention, then o and the FFN). 0 or -1. */
 int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const Part *parts, int n_parts,
           const lz_prefill_params *p, int lazy, char *err, size_t errlen);
+/* Layer l's rest over n rows (n > 1) from the attention's output o (n, H * d) token-major: x += o Wo^T,
+ * then the FFN, every product by cuBLAS. 0 or -1. */
+int layer_out(lz_llama_gpu *g, int l, int n, const bf16 *o, char *err, size_t errlen);
+/* Rows a product of n rows runs (n rounded up to a multiple of 64, at most max_tokens). */
+int gemm_rows(const lz_llama_gpu *g, int n);
 int ensure_side(lz_llama_gpu *g, char *err, size_t errlen); /* the side streams several parts run on */
 int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen); /* p's attention workspace */
 
@@ -258,10 +307,38 @@ int doc_by_id(const lz_llama_gpu *g, uint64_t id);
 /* Counts one access of key and pins it for this question when the policy holds it: 1, else 0.
  * A question pins all its keys before any doc_for, so no upload evicts a document it is about to use. */
 int doc_pin(lz_llama_gpu *g, const uint8_t *key);
-/* A new question: the previous one's unkeyed docs out, the policy's pins moved to this one. */
-int doc_question(lz_llama_gpu *g, char *err, size_t errlen);
+/* A new question in slot s: what s held before released (slot_unpin), the policy's pins of
+ * the request in flight moved to this one. */
+int doc_question(lz_llama_gpu *g, Slot *s, char *err, size_t errlen);
 /* After a question's lookups: unpinned docs out while the keyed ones exceed the budget. */
 void doc_trim(lz_llama_gpu *g);
+/* Slot s uses doc id from now until it is released: a hold in the policy when the doc is keyed,
+ * else the doc is s's own. 0 or -1 (out of memory). */
+int doc_use(lz_llama_gpu *g, Slot *s, uint64_t id, char *err, size_t errlen);
+/* Keeps own rows t0..t0+n-1 of slot s as a document under key (lz_llama_gpu_keep_own). */
+int doc_keep_own(lz_llama_gpu *g, Slot *s, int t0, int n, const uint8_t key[32], char *err, size_t errlen);
+
+/* gpu/llama_cuda_slots.cu */
+/* The slots' memory and bookkeeping: slot i of g (made at the first question: one of max_tokens
+ * rows, unless lz_llama_gpu_set_slots made others), or NULL with err. */
+Slot *slot_get(lz_llama_gpu *g, int i, char *err, size_t errlen);
+int ensure_slots(lz_llama_gpu *g, char *err, size_t errlen);
+/* Everything s pins given back: holds released, its own docs dropped (their copies finished first). */
+void slot_unpin(lz_llama_gpu *g, Slot *s);
+void slots_free(lz_llama_gpu *g); /* at lz_llama_gpu_free and before set_slots makes new ones */
+/* Every slot's decode graph dropped (they point at a workspace about to move). */
+void graphs_drop(lz_llama_gpu *g);
+
+/* gpu/llama_cuda_query.cu */
+/* A question's begin in slot s (block: Block-Attention's copies, lz_llama_gpu_begin_block). 0 or -1. */
+int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
+               int64_t pos0, int block, char *err, size_t errlen);
+/* n rows in slot s (a decode token by its captured graph); logits (V) of the last row, or NULL. 0 or -1. */
+int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, char *err, size_t errlen);
+/* The attention parameters of a query step of n rows in slot s (segments and lengths per layer set by the caller). */
+lz_prefill_params step_params(const lz_llama_gpu *g, const Slot *s, int n);
+/* The split-KV workspace lz_decode needs for p, grown (zero-filled; the slots' graphs dropped when it moves). 0 or -1. */
+int ensure_dwork(lz_llama_gpu *g, const lz_decode_params *p, char *err, size_t errlen);
 
 } /* namespace lzgpu */
 #endif /* LLAMA_GPU_CUH */

@@ -3,8 +3,10 @@
  * there), prefill runs the questions of several answers in one batched pass,
  * next samples, step runs the sampled tokens of several answers in one
  * batched pass. The documents an answer reads stay held in the host tier
- * until it is freed, so answers can run side by side. What it leaves out:
- * which answers run together and when (serve/). */
+ * until it is freed, so answers can run side by side; on a backend with
+ * slots each answer holds one (its sequence there) and the batched passes go
+ * to its prefill_many / decode_many. What it leaves out: which answers run
+ * together and when (serve/). */
 #include "query/answer_run.h"
 
 #include <math.h>
@@ -34,6 +36,7 @@ struct lz_query_run {
     int plain;                  /* plain prompt: the answer ends at its first line break */
     int *eog, n_eog;            /* ignore_eos: the end-of-generation ids, masked before sampling */
     const lz_query_backend *be; /* runs the question and the answer, or NULL: the CPU */
+    int slot;                   /* its sequence on a backend with slots (backend_slots > 1), or -1 */
     lz_kv_segment *segs;        /* (n_segs) prefix, documents */
     int n_segs;
     kv_entry **owned;           /* entries the tier did not take: freed with the run */
@@ -134,6 +137,25 @@ static size_t cache_key(int mode, const lz_query_doc *d, int64_t p, uint8_t key[
     if (mode != LZ_MODE_BLOCK) return LZ_META_KEY_LEN;
     memcpy(key + LZ_META_KEY_LEN, &p, 8);
     return LZ_META_KEY_LEN + 8;
+}
+
+/* Sequences the backend b runs at once through its slot hooks (see lz_query_backend), or 1. */
+static int backend_slots(const lz_query_backend *b)
+{
+    return b && b->n_slots > 1 && b->idle_slot && b->begin_in && b->step_in && b->release && b->decode_many ? b->n_slots
+                                                                                                          : 1;
+}
+
+/* The backend's step, in the run's slot when it has one. */
+static int be_step(const lz_query_backend *be, int slot, const int *ids, int n, float *logits, char *err,
+                   size_t errlen)
+{
+    return slot >= 0 ? be->step_in(be->ctx, slot, ids, n, logits, err, errlen) : be->step(be->ctx, ids, n, logits, err, errlen);
+}
+
+int lz_query_run_parallel(const lz_query_session *q)
+{
+    return q->o.backend ? backend_slots(q->o.backend) : 0;
 }
 
 /* Lazy mode with opts.cold = LZ_COLD_RECOMPUTE: the documents at offsets p..
@@ -266,9 +288,9 @@ static void chain_next(uint8_t chain[32], const lz_query_doc *d)
  * PREFIX the documents from local_from and the question; then PREFIX keeps each document it
  * computed under its chain key (backend->keep_own), as vLLM's prefix cache keeps its blocks.
  * The first answer token's logits in logits (V). 0 or -1. */
-static int backend_prompt(lz_query_session *q, const lz_query_backend *be, const lz_query_doc *docs, int n_docs,
-                          int local_from, const int *qids, int n_q, float *logits, lz_query_result *r, char *err,
-                          size_t errlen)
+static int backend_prompt(lz_query_session *q, const lz_query_backend *be, int slot, const lz_query_doc *docs,
+                          int n_docs, int local_from, const int *qids, int n_q, float *logits, lz_query_result *r,
+                          char *err, size_t errlen)
 {
     const int s = q->n_prefix, full = q->o.mode == LZ_MODE_FULL;
     size_t n_all = (size_t)n_q + (full ? (size_t)s : 0);
@@ -287,7 +309,7 @@ static int backend_prompt(lz_query_session *q, const lz_query_backend *be, const
         free(ids);
     }
     memcpy(all + at, qids, (size_t)n_q * sizeof *qids);
-    if (be->step(be->ctx, all, (int)n_all, logits, err, errlen)) goto done;
+    if (be_step(be, slot, all, (int)n_all, logits, err, errlen)) goto done;
     r->n_computed += (int)n_all;
     if (!full) {
         uint8_t chain[32];
@@ -295,7 +317,8 @@ static int backend_prompt(lz_query_session *q, const lz_query_backend *be, const
         for (int i = 0; i < n_docs; i++) {
             chain_next(chain, &docs[i]);
             if (i >= local_from && docs[i].n_tokens > 0 &&
-                be->keep_own(be->ctx, t0s[i], docs[i].n_tokens, chain, err, errlen) < 0)
+                (slot >= 0 ? be->keep_own_in(be->ctx, slot, t0s[i], docs[i].n_tokens, chain, err, errlen)
+                           : be->keep_own(be->ctx, t0s[i], docs[i].n_tokens, chain, err, errlen)) < 0)
                 goto done;
         }
     }
@@ -336,6 +359,7 @@ void lz_query_run_free(lz_query_run *run)
     if (!run) return;
     lz_query_session *q = run->q;
     if (!run->done && !run->failed) run_settle(run); /* stopped mid-answer: copies may be in flight */
+    if (run->slot >= 0) q->o.backend->release(q->o.backend->ctx, run->slot); /* its sequence there ends */
     for (int i = 0; i < run->n_held; i++) lz_doc_cache_release(q->cache, run->held[i], run->held_len[i]);
     for (int i = 0; i < run->n_owned; i++) session_entry_free(q, run->owned[i]);
     if (run->sampler == &run->own) lz_sampler_free(&run->own);
@@ -396,6 +420,7 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     if (!run) { snprintf(err, errlen, "out of memory"); return -1; }
     run->q = q;
     run->pending = -1;
+    run->slot = -1;
     lz_query_result *r = &run->r;
     run->max_new = ro ? ro->max_new_tokens : q->o.max_new_tokens;
     if (run->max_new < 0) run->max_new = 0;
@@ -436,7 +461,9 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     }
     r->n_prompt = (int)(total - run->max_new);
     const int mat = mode == LZ_MODE_BLOCK && q->o.backend && q->o.backend->begin_block; /* see lz_query_backend */
-    const int gpu_prefix = mode == LZ_MODE_PREFIX && q->o.backend && q->o.backend->keep_own && q->o.backend->resident;
+    const int slotted = backend_slots(q->o.backend) > 1; /* each answer a sequence of its own there */
+    const int gpu_prefix = mode == LZ_MODE_PREFIX && q->o.backend && q->o.backend->keep_own && q->o.backend->resident &&
+                           (!slotted || q->o.backend->keep_own_in);
     run->t0 = lz_now_s();
     int rc = -1;
     lz_doc_cache_begin(q->cache);
@@ -542,11 +569,28 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     const lz_query_backend *be = mode != LZ_MODE_PREFIX || gpu_prefix ? q->o.backend : NULL;
     run->be = be;
     for (int i = 0; be && i < n_segs; i++) digests[i] = digest[i];
-    if (be && (mat ? be->begin_block : be->begin)(be->ctx, segs, digests, n_segs, mode == LZ_MODE_FULL ? 0 : p, err,
-                                                  errlen))
+    if (be && slotted) { /* a sequence of its own on the backend: a free slot, its own tokens within it */
+        int64_t own = (int64_t)n_q + run->max_new + (mode == LZ_MODE_FULL ? s : 0);
+        for (int i = mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX ? local_from : n_docs; i < n_docs; i++)
+            own += docs[i].n_tokens;
+        if (be->seq_tokens > 0 && own > be->seq_tokens) {
+            snprintf(err, errlen, "the answer needs %lld own tokens on the GPU (question %d, answer %d%s) but a sequence "
+                     "there holds %d", (long long)own, n_q, run->max_new, mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX ?
+                     ", and the documents computed in the prompt" : "", be->seq_tokens);
+            goto done;
+        }
+        if ((run->slot = be->idle_slot(be->ctx)) < 0) {
+            snprintf(err, errlen, "every one of the backend's %d sequence slots is in use", be->n_slots);
+            goto done;
+        }
+    }
+    if (be && (run->slot >= 0 ? be->begin_in(be->ctx, run->slot, mat, segs, digests, n_segs, mode == LZ_MODE_FULL ? 0 : p,
+                                             err, errlen)
+                              : (mat ? be->begin_block : be->begin)(be->ctx, segs, digests, n_segs,
+                                                                    mode == LZ_MODE_FULL ? 0 : p, err, errlen)))
         goto done;
     if (be && (mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX)) { /* every token after the reused ones, one step */
-        if (backend_prompt(q, be, docs, n_docs, local_from, qids, n_q, run->logits, r, err, errlen)) goto done;
+        if (backend_prompt(q, be, run->slot, docs, n_docs, local_from, qids, n_q, run->logits, r, err, errlen)) goto done;
         run_first_token(run);
     }
     /* the local cache: documents still to compute (PREFIX/FULL), question, answer */
@@ -617,6 +661,25 @@ static int runs_failed(lz_query_run *const *runs, int n)
     return -1;
 }
 
+/* The questions of the backend runs who[0..m) (each in its slot) in one batched pass. 0 or -1. */
+static int backend_prefill(lz_query_run *const *who, int m, char *err, size_t errlen)
+{
+    const lz_query_backend *be = who[0]->be;
+    int *slots = malloc((size_t)m * sizeof *slots), *ns = malloc((size_t)m * sizeof *ns);
+    const int **ids = malloc((size_t)m * sizeof *ids);
+    float **logits = malloc((size_t)m * sizeof *logits);
+    int rc = -1;
+    if (!slots || !ns || !ids || !logits) { snprintf(err, errlen, "out of memory"); goto done; }
+    for (int i = 0; i < m; i++) slots[i] = who[i]->slot, ids[i] = who[i]->qids, ns[i] = who[i]->n_q, logits[i] = who[i]->logits;
+    rc = be->prefill_many(be->ctx, slots, ids, ns, m, logits, err, errlen);
+done:
+    free(slots);
+    free(ns);
+    free(ids);
+    free(logits);
+    return rc;
+}
+
 int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, char *err, size_t errlen)
 {
     lz_llama_seq *seqs = malloc((size_t)(n > 0 ? n : 1) * sizeof *seqs);
@@ -626,9 +689,16 @@ int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, 
     for (int i = 0; i < n; i++) {
         lz_query_run *run = runs[i];
         if (run->ready || run->done || run->failed) continue; /* FULL / PREFIX on a backend: prefilled by begin */
+        if (run->be && run->slot >= 0 && run->be->prefill_many) { /* in one batched pass below */
+            who[m++] = run;
+            continue;
+        }
         if (run->be) {
-            if (n != 1) { snprintf(err, errlen, "a backend prefills one answer at a time (got %d)", n); goto done; }
-            if (run->be->step(run->be->ctx, run->qids, run->n_q, run->logits, err, errlen)) goto done;
+            if (n != 1 && run->slot < 0) {
+                snprintf(err, errlen, "a backend prefills one answer at a time (got %d)", n);
+                goto done;
+            }
+            if (be_step(run->be, run->slot, run->qids, run->n_q, run->logits, err, errlen)) goto done;
             run->r.n_computed += run->n_q;
             run_first_token(run);
             continue;
@@ -637,9 +707,11 @@ int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, 
                                  .n = run->n_q, .logits = run->logits};
         who[m++] = run;
     }
-    if (m && (m == 1 ? lz_llama_forward(q->m, q->scratch, seqs[0].cache, seqs[0].segs, seqs[0].n_segs, seqs[0].tokens,
-                                        seqs[0].n, seqs[0].logits, LZ_LOGITS_LAST)
-                     : lz_llama_forward_batch(q->m, q->scratch, seqs, m))) {
+    if (m && who[0]->be) {
+        if (backend_prefill(who, m, err, errlen)) goto done;
+    } else if (m && (m == 1 ? lz_llama_forward(q->m, q->scratch, seqs[0].cache, seqs[0].segs, seqs[0].n_segs,
+                                               seqs[0].tokens, seqs[0].n, seqs[0].logits, LZ_LOGITS_LAST)
+                            : lz_llama_forward_batch(q->m, q->scratch, seqs, m))) {
         snprintf(err, errlen, "forward pass failed on the question");
         goto done;
     }
@@ -720,7 +792,21 @@ int lz_query_run_step(lz_query_session *q, lz_query_run *const *runs, int n, cha
             snprintf(err, errlen, "an answer with no token to step (ended, or not sampled)");
             return -1;
         }
-    if (runs[0]->be) {
+    if (runs[0]->be && runs[0]->slot >= 0) { /* every run a sequence of its own there: one batched pass */
+        const lz_query_backend *be = runs[0]->be;
+        int *slots = malloc((size_t)n * sizeof *slots), *ids = malloc((size_t)n * sizeof *ids);
+        float **logits = malloc((size_t)n * sizeof *logits);
+        int brc = -1;
+        if (!slots || !ids || !logits) snprintf(err, errlen, "out of memory");
+        else {
+            for (int i = 0; i < n; i++) slots[i] = runs[i]->slot, ids[i] = runs[i]->pending, logits[i] = runs[i]->logits;
+            brc = be->decode_many(be->ctx, slots, ids, n, logits, err, errlen);
+        }
+        free(slots);
+        free(ids);
+        free(logits);
+        if (brc) return runs_failed(runs, n);
+    } else if (runs[0]->be) {
         lz_query_run *run = runs[0];
         if (n != 1) { snprintf(err, errlen, "a backend steps one answer at a time (got %d)", n); return runs_failed(runs, n); }
         if (run->be->step(run->be->ctx, &run->pending, 1, run->logits, err, errlen)) return runs_failed(runs, n);

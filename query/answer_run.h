@@ -16,11 +16,12 @@
  * logits, its sampler and the documents it uses: entries of the session's
  * host tier are held (lz_doc_cache_hold) until the answer is freed, so one
  * answer's loads never evict what another running answer reads; entries
- * the tier did not admit are its own. With a backend (opts.backend, the GPU:
- * one sequence at a time) one answer runs at a time: begin + prefill of an
- * answer must follow each other, and prefill / step take one answer; on the
- * CPU any number. Every call runs on one thread (the session is not
- * thread-safe).
+ * the tier did not admit are its own. With a backend (opts.backend, the GPU)
+ * that holds one sequence, one answer runs at a time: begin + prefill of an
+ * answer must follow each other, and prefill / step take one answer; with a
+ * backend of slots (lz_query_backend.n_slots) up to that many, each answer in
+ * a slot from begin to free, prefill and step batched there; on the CPU any
+ * number. Every call runs on one thread (the session is not thread-safe).
  */
 #ifndef LZ_QUERY_ANSWER_RUN_H
 #define LZ_QUERY_ANSWER_RUN_H
@@ -55,9 +56,13 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
                        const lz_query_run_opts *o, lz_query_run **out, char *err, size_t errlen);
 
 /* The questions of runs[0..n) that begin left without logits, in one forward pass (on a
- * backend: n == 1, right after its begin). 0, or -1 with a message: then every run of the
- * call has failed (free them). */
+ * backend of one sequence: n == 1, right after its begin). 0, or -1 with a message: then
+ * every run of the call has failed (free them). */
 int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, char *err, size_t errlen);
+
+/* Answers that can run at once over q: 0 on the CPU (any number), else the backend's
+ * sequences (1, or its slots: lz_query_backend.n_slots). */
+int lz_query_run_parallel(const lz_query_session *q);
 
 /* begin + prefill of one answer. */
 int lz_query_run_start(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
@@ -79,8 +84,8 @@ int lz_query_run_done(const lz_query_run *r);
 void lz_query_run_stop(lz_query_run *r);
 
 /* Runs the token that next sampled for each of runs[0..n) (none done), all in one batched
- * forward pass (on a backend: n == 1); their logits are then ready for next. 0, or -1 with
- * a message: then every run of the call has failed (free them). */
+ * forward pass (on a backend of one sequence: n == 1); their logits are then ready for next.
+ * 0, or -1 with a message: then every run of the call has failed (free them). */
 int lz_query_run_step(lz_query_session *q, lz_query_run *const *runs, int n, char *err, size_t errlen);
 
 /* The answer so far: text, token ids, timings (t_ttft from begin; t_decode since the first

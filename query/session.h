@@ -90,6 +90,30 @@ typedef struct {
     /* optional: a question failed after begin: returns once the backend no longer reads the
      * segments' memory it was handed (copies in flight), before the session frees it */
     void (*settle)(void *ctx);
+    /* optional (n_slots > 1 with idle_slot, begin_in, step_in, release and decode_many): several
+     * sequences at once (continuous batching, serve/). The backend holds n_slots sequences, each
+     * of up to seq_tokens own tokens (question and answer; the whole prompt in full mode, the
+     * documents not reused and the question in prefix mode; 0: no bound). idle_slot: one no
+     * sequence holds, or -1; begin_in / step_in / keep_own_in: begin (begin_block when block) /
+     * step / keep_own in that slot; release: the slot's sequence ends (its documents unpinned;
+     * a no-op on a slot not begun). prefill_many (optional: else step_in one by one) runs the
+     * rows ids[i][0..n[i]) of slots[i] for i < n_seqs in one batched pass, logits[i] (V floats,
+     * NULL: none) the last row's of each; decode_many runs one token ids[i] for each slots[i] in
+     * one pass, logits[i] each one's. fits (optional): 1 when a new sequence whose documents
+     * hold doc_tokens tokens can be begun now, 0 when it should wait for one to end. With
+     * n_slots <= 1 the hooks above serve one sequence at a time. */
+    int n_slots, seq_tokens;
+    int (*idle_slot)(void *ctx);
+    int (*begin_in)(void *ctx, int slot, int block, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
+                    int64_t pos0, char *err, size_t errlen);
+    int (*step_in)(void *ctx, int slot, const int *ids, int n, float *logits, char *err, size_t errlen);
+    int (*keep_own_in)(void *ctx, int slot, int t0, int n, const uint8_t key[32], char *err, size_t errlen);
+    void (*release)(void *ctx, int slot);
+    int (*prefill_many)(void *ctx, const int *slots, const int *const *ids, const int *n, int n_seqs,
+                        float *const *logits, char *err, size_t errlen);
+    int (*decode_many)(void *ctx, const int *slots, const int *ids, int n, float *const *logits, char *err,
+                       size_t errlen);
+    int (*fits)(void *ctx, int64_t doc_tokens);
 } lz_query_backend;
 
 /* What lazy mode does with a cold document (in neither the CPU's nor the backend's cache). */

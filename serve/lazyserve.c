@@ -25,10 +25,10 @@ static void usage(FILE *f)
         "usage: lazyserve [options]\n"
         "\n"
         "Serves the documents of a store built by lazyingest over HTTP, with an API that\n"
-        "OpenAI's clients speak. Many requests are answered at once: on the CPU their decode\n"
-        "steps run together in one batched pass (continuous batching: a request joins the\n"
-        "running batch between two steps and leaves it at its end); with --gpu one request\n"
-        "runs at a time (the GPU engine holds one sequence), the others wait in the queue.\n"
+        "OpenAI's clients speak. Many requests are answered at once: their decode steps run\n"
+        "together in one batched pass, on the CPU or with --gpu on the GPU (continuous\n"
+        "batching: a request joins the running batch between two steps and leaves it at its\n"
+        "end; with --gpu the engine holds --max-running sequences, sized against its memory).\n"
         "Stop it with Ctrl-C (SIGINT) or SIGTERM: running requests end, then it exits.\n"
         "\n"
         "Server:\n"
@@ -36,7 +36,12 @@ static void usage(FILE *f)
         "                         0.0.0.0 or :: for every interface)\n"
         "      --port N           port (default 8080; 0: any free port, printed at start)\n"
         "      --port-file FILE   write the port bound to FILE once listening (scripts, tests)\n"
-        "      --max-running N    requests decoding at once, the batch (default 64; 1 with --gpu)\n"
+        "      --max-running N    requests decoding at once, the batch (default 64); with --gpu the\n"
+        "                         GPU engine's sequences (fewer when they do not fit its memory; 1:\n"
+        "                         one request runs at a time, as in lazyquery --gpu)\n"
+        "      --gpu-seq-tokens N own tokens a request may hold on the GPU: its question and answer\n"
+        "                         (the whole prompt in full and prefix modes); default 2048 (16384\n"
+        "                         in full and prefix modes); longer requests fail\n"
         "      --max-queue N      requests waiting beyond which new ones get 429 (default 256)\n"
         "      --mem-budget N     memory the running requests may hold: each one's own KV (question\n"
         "                         and answer) plus the KV of the documents it places, e.g. 2G\n"
@@ -93,7 +98,7 @@ static void usage(FILE *f)
 typedef struct {
     lz_session_cli sc;
     const char *host, *port_file, *model_name;
-    int port, quiet, max_connections, retry_after;
+    int port, quiet, max_connections, retry_after, gpu_seq_tokens;
     size_t max_body;
     lz_serve_sched_opts so;
 } options;
@@ -101,13 +106,14 @@ typedef struct {
 static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_MAX_RUNNING, O_MAX_QUEUE, O_MEM, O_PREFILL, O_BODY, O_CONN, O_RETRY,
-           O_NAME, O_ORDER };
+           O_NAME, O_ORDER, O_GPU_SEQ };
     static const struct option longopts[] = {
         LZ_CLI_OPT_HELP, LZ_SESSION_CLI_LONGOPTS, LZ_CLI_OPT_QUIET,
         LZ_OPT_ARG("host", O_HOST), LZ_OPT_ARG("port", O_PORT), LZ_OPT_ARG("port-file", O_PORT_FILE),
         LZ_OPT_ARG("max-running", O_MAX_RUNNING), LZ_OPT_ARG("max-queue", O_MAX_QUEUE), LZ_OPT_ARG("mem-budget", O_MEM),
         LZ_OPT_ARG("max-prefill", O_PREFILL), LZ_OPT_ARG("max-body", O_BODY), LZ_OPT_ARG("max-connections", O_CONN),
         LZ_OPT_ARG("retry-after", O_RETRY), LZ_OPT_ARG("model-name", O_NAME), LZ_OPT_ARG("order", O_ORDER),
+        LZ_OPT_ARG("gpu-seq-tokens", O_GPU_SEQ),
         {NULL, 0, NULL, 0}};
     static const char *const orders[] = {"best-last", "best-first", NULL};
     int c;
@@ -136,6 +142,9 @@ static int parse_options(int argc, char **argv, options *o)
         case O_CONN: if (lz_cli_int("--max-connections", optarg, 1, 65536, &o->max_connections)) return LZ_EXIT_USAGE; break;
         case O_RETRY: if (lz_cli_int("--retry-after", optarg, 0, 3600, &o->retry_after)) return LZ_EXIT_USAGE; break;
         case O_NAME: o->model_name = optarg; break;
+        case O_GPU_SEQ:
+            if (lz_cli_int("--gpu-seq-tokens", optarg, 1, 1 << 20, &o->gpu_seq_tokens)) return LZ_EXIT_USAGE;
+            break;
         case O_ORDER: if (lz_cli_choice("--order", optarg, orders, &o->so.best_first)) return LZ_EXIT_USAGE; break;
         default: return LZ_EXIT_USAGE;
         }
@@ -208,12 +217,20 @@ int main(int argc, char **argv)
         }
         if (o.sc.gpu_cache) lz_llama_gpu_set_cache(gpu, o.sc.gpu_cache);
         lz_llama_gpu_set_cache_policy(gpu, o.sc.qo.cache_policy);
+        /* the batch's sequences on the GPU: as many as asked while they fit its memory (a batch
+         * of one keeps the single sequence of max_tokens rows, lazyquery's) */
+        const int seq = o.gpu_seq_tokens ? o.gpu_seq_tokens : own == 4096 ? 2048 : own;
+        for (int n = o.so.max_running; n > 1; n /= 2) {
+            char e2[512];
+            if (!lz_llama_gpu_set_slots(gpu, n, seq, e2, sizeof e2)) break;
+            fprintf(stderr, "lazyserve: %s\n", e2);
+        }
         backend = lz_eval_gpu_backend(gpu);
+        if (backend.n_slots < o.so.max_running) o.so.max_running = backend.n_slots;
         o.sc.qo.backend = &backend;
         o.sc.qo.cold = o.sc.cold < 0 ? LZ_COLD_AUTO : o.sc.cold;
         o.so.tier_stats = lz_eval_gpu_tier;
         o.so.tier_ctx = gpu;
-        o.so.max_running = 1; /* the engine holds one sequence */
     }
 #endif
     lz_query_session *q = NULL;

@@ -452,10 +452,11 @@ static void resolve_pending(lz_serve_sched *s)
     }
 }
 
-/* Begins and prefills the admitted tickets fresh[0..n) (engine thread, no lock). */
+/* Begins and prefills the admitted tickets fresh[0..n) (engine thread, no lock): on a backend
+ * of one sequence each one's begin and prefill together, else every begin, then one prefill. */
 static void admit(lz_serve_sched *s, lz_serve_ticket **fresh, int n)
 {
-    const int be = lz_query_session_opts(s->q)->backend != NULL;
+    const int be = lz_query_run_parallel(s->q) == 1;
     lz_query_run **runs = malloc((size_t)(n > 0 ? n : 1) * sizeof *runs);
     int m = 0;
     char err[1024];
@@ -504,29 +505,51 @@ static void admit(lz_serve_sched *s, lz_serve_ticket **fresh, int n)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Samples the next token of every running request at once (a backend of slots: the decode
+ * step is short and a vocabulary's argmax per request is not), when each one's sampler may run
+ * beside the others (greedy, or no top-p cut); appended[i] as lz_query_run_next says. 1 when
+ * done, 0 when they are to be sampled one by one. */
+static int sample_all(lz_serve_sched *s, int n, int *appended)
+{
+    if (lz_query_run_parallel(s->q) <= 1 || n < 2) return 0;
+    for (int i = 0; i < n; i++)
+        if (s->running[i]->ro.temperature != 0 && s->running[i]->ro.top_p < 1.0f) return 0;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) {
+        const char *piece;
+        int pl;
+        appended[i] = lz_query_run_next(s->running[i]->run, &piece, &pl);
+    }
+    return 1;
+}
+
 /* One decode step for every running request (engine thread, no lock). */
 static void decode_step(lz_serve_sched *s)
 {
     const int n = s->n_running;
     if (!n) return;
     lz_query_run **runs = malloc((size_t)n * sizeof *runs);
-    if (!runs) return;
+    int *appended = malloc((size_t)n * sizeof *appended);
+    if (!runs || !appended) { free(runs); free(appended); return; }
     for (int i = 0; i < n; i++) runs[i] = s->running[i]->run;
     char err[1024];
     const double t0 = lz_now_s();
     const int rc = lz_query_run_step(s->q, runs, n, err, sizeof err);
     free(runs);
     if (rc) {
+        free(appended);
         while (s->n_running) leave(s, s->n_running - 1, LZ_SERVE_FAILED, 500, err);
         return;
     }
+    const int all = sample_all(s, n, appended);
     for (int i = n - 1; i >= 0; i--) {
         lz_serve_ticket *t = s->running[i];
         const char *piece;
         int pl;
-        sampled(s, t, lz_query_run_next(t->run, &piece, &pl));
+        sampled(s, t, all ? appended[i] : lz_query_run_next(t->run, &piece, &pl));
         if (lz_query_run_done(t->run)) leave(s, i, LZ_SERVE_DONE, 0, NULL);
     }
+    free(appended);
     lz_doc_cache_stats hs, gs = {0};
     lz_query_cache_stats(s->q, &hs);
     if (s->o.tier_stats) s->o.tier_stats(s->o.tier_ctx, &gs);
@@ -561,14 +584,23 @@ static void *engine(void *arg)
         sweep(s, &s->pending, &s->pending_tail, &s->n_pending);
         sweep(s, &s->waiting, &s->waiting_tail, &s->n_waiting);
         if (s->pending) resolve_pending(s);
-        /* admission: in order, while the batch has room and the memory budget allows (the
-         * head waits for memory rather than being overtaken) */
-        const int room = lz_query_session_opts(s->q)->backend ? 1 : s->o.max_running;
+        /* admission: in order, while the batch has room (on a backend: its sequences), the
+         * memory budget allows and the backend's memory takes the documents (the head waits
+         * for memory rather than being overtaken) */
+        const lz_query_backend *qb = lz_query_session_opts(s->q)->backend;
+        const int par = lz_query_run_parallel(s->q);
+        const int room = par && par < s->o.max_running ? par : s->o.max_running;
         int n = 0;
-        int64_t reserved = s->reserved;
+        int64_t reserved = s->reserved, doc_tokens = 0;
         while (fresh && s->waiting && s->n_running + n < room && n < s->o.max_prefill) {
             lz_serve_ticket *t = s->waiting;
             if (reserved + t->reserved > (int64_t)s->o.mem_budget && s->n_running + n > 0) break;
+            if (par > 1 && qb->fits) { /* the documents it will pin on the device (as if none were resident) */
+                int64_t dt = 0;
+                for (int k = 0; k < t->n_docs; k++) dt += t->docs[k].n_tokens;
+                if (s->n_running + n > 0 && !qb->fits(qb->ctx, doc_tokens + dt)) break;
+                doc_tokens += dt;
+            }
             s->waiting = t->next;
             if (!s->waiting) s->waiting_tail = NULL;
             t->next = NULL;

@@ -19,8 +19,10 @@
  * text grows or its state changes (the per-request queue of what it streams);
  * lz_serve_release hands it back, cancelling it if it is still running (a
  * client that disconnected): the engine frees its slot, its KV and its holds
- * on the documents before the next step. With a backend (the GPU, one
- * sequence at a time) the batch is one request.
+ * on the documents before the next step. With a backend (the GPU) the batch
+ * is at most the sequences it holds (lz_query_run_parallel: one, or its
+ * slots), and a request is admitted only when the backend says the documents
+ * it will pin fit its memory now (lz_query_backend.fits).
  */
 #ifndef LZ_SERVE_SCHED_H
 #define LZ_SERVE_SCHED_H
@@ -52,7 +54,7 @@ void lz_serve_sched_opts_default(lz_serve_sched_opts *o);
 
 /* Starts the engine thread over session q and its store st (both borrowed; from now on only
  * the engine thread uses them until lz_serve_sched_free). With a backend in the session's
- * options max_running is 1. 0, or -1 with a message. */
+ * options max_running is at most the sequences it holds. 0, or -1 with a message. */
 int lz_serve_sched_new(lz_query_session *q, lz_store *st, const lz_serve_sched_opts *o, lz_serve_sched **out,
                        char *err, size_t errlen);
 /* Stops the engine (running and queued requests end CANCELLED), joins it, frees it. Tickets

@@ -13,6 +13,9 @@
  * The document cache's fast tiers (test_tiers): the same logits bit for bit from pinned host
  * memory, pageable memory or HBM; block (copies rotated on the device) and prefix (own rows
  * kept and reused) against lazy; churn with device memory stable; the start-up preload.
+ * Several sequences at once (test_slots, test_slot_pins): batched prefill and decode over
+ * slots joining and leaving against each sequence alone, pins under a budget that forces
+ * eviction, churn of slots with device memory stable.
  * Then, with --bench, tokens/s of one document of 1024 tokens on a ~0.35B
  * model, and a question over 10 documents: GPU against the CPU engine.
  *
@@ -900,6 +903,400 @@ static void test_tiers(const char *dir)
     remove(path);
 }
 
+/* ---- several sequences at once (lz_llama_gpu_set_slots, _prefill_many, _decode_many) ---- */
+
+/* Random bf16 documents (K then V, pageable) and the keys they go by, for the slot tests. */
+typedef struct {
+    int n, lens[12];
+    uint16_t *kv[12];
+    uint8_t keys[12][32];
+} rand_docs;
+
+static void rand_docs_make(rand_docs *r, const lz_llama_config *c, int n, const int *lens, uint64_t seed)
+{
+    memset(r, 0, sizeof *r);
+    r->n = n;
+    for (int i = 0; i < n; i++) {
+        r->lens[i] = lens[i];
+        const size_t e = (size_t)c->n_layers * c->n_kv_heads * lens[i] * c->head_dim;
+        r->kv[i] = (uint16_t *)malloc(2 * e * 2);
+        for (size_t j = 0; j < 2 * e; j++) {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            r->kv[i][j] = lz_f32_to_bf16(((int)(seed % 2001) - 1000) / 1000.0f);
+        }
+        memset(r->keys[i], 0, 32);
+        r->keys[i][0] = (uint8_t)(i + 1);
+        r->keys[i][1] = 0x5a;
+    }
+}
+
+static void rand_docs_free(rand_docs *r)
+{
+    for (int i = 0; i < r->n; i++) free(r->kv[i]);
+}
+
+/* A question's segments over documents pick[0..nd) placed from position p0: segs, keys; the
+ * position after them. */
+static int64_t place(const rand_docs *r, const lz_llama_config *c, const int *pick, int nd, int64_t p0,
+                     lz_kv_segment *segs, const uint8_t **keys)
+{
+    int64_t p = p0;
+    for (int j = 0; j < nd; j++) {
+        const int i = pick[j];
+        const size_t e = (size_t)c->n_layers * c->n_kv_heads * r->lens[i] * c->head_dim;
+        segs[j] = (lz_kv_segment){.n = r->lens[i], .stride = r->lens[i], .rot = p};
+        segs[j].k16 = r->kv[i];
+        segs[j].v16 = r->kv[i] + e;
+        keys[j] = r->keys[i];
+        p += r->lens[i];
+    }
+    return p;
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* The largest |a - b| over n, and the gap between the two largest of b. */
+static double max_abs(const float *a, const float *b, int n)
+{
+    double m = 0;
+    for (int i = 0; i < n; i++) m = fabs((double)a[i] - b[i]) > m ? fabs((double)a[i] - b[i]) : m;
+    return m;
+}
+
+static double top_gap(const float *x, int n)
+{
+    const int b = argmax(x, n);
+    double second = -1e30;
+    for (int i = 0; i < n; i++) if (i != b && x[i] > second) second = x[i];
+    return (double)x[b] - second;
+}
+
+/* Batched decode over several slots against each sequence decoded alone: six questions over
+ * different documents (2 to 4 of 8, 7 to 130 tokens, placed at other offsets), question lengths
+ * and answer lengths, four slots: the first four join together (one prefill_many), the others
+ * join as slots are released (a slot reused), every step one decode_many over the slots live
+ * then, each fed the tokens its serial run chose greedily. Logits within the engine's tolerance
+ * (normalised error <= 3e-2 at every step, as GPU against CPU), and each step's greedy token the
+ * serial one except where the serial logits' top two are closer than twice the largest logit
+ * difference (a tie the products' order can break; counted, reported). A pass of one sequence
+ * (prefill or decode) is the serial path: the same bits. Bad calls fail. */
+static void test_slots(const char *dir)
+{
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/slots.gguf", dir);
+    const int layers = 3, vocab = 512, N = 128, NS = 6;
+    lz_llama *m = make_model(path, 256, layers, 8, 2, 128, 512, vocab, 1);
+    if (!m) return;
+    const lz_llama_config *c = &m->cfg;
+    const int lens[8] = {41, 7, 66, 130, 12, 90, 33, 70};
+    rand_docs rd;
+    rand_docs_make(&rd, c, 8, lens, 0x1234567ull);
+    const int nd[NS] = {3, 2, 4, 2, 3, 2}, pick[NS][4] = {{0, 1, 2}, {3, 4}, {5, 6, 7, 1}, {2, 5}, {7, 0, 3}, {6, 4}};
+    const int64_t p0[NS] = {17, 17, 300, 5000, 17, 40};
+    const int nq[NS] = {9, 1, 20, 5, 13, 3}, steps[NS] = {60, 5, 33, 70, 12, 45};
+    int qids[NS][20];
+    for (int i = 0; i < NS; i++)
+        for (int j = 0; j < nq[i]; j++) qids[i][j] = 3 + (j * 37 + 11 * i) % (vocab - 3);
+    lz_kv_segment segs[NS][4];
+    const uint8_t *keys[NS][4];
+    int64_t pos[NS];
+    for (int i = 0; i < NS; i++) pos[i] = place(&rd, c, pick[i], nd[i], p0[i], segs[i], keys[i]);
+    /* each alone: the serial engine (slot 0, lz_llama_gpu_begin / _step) */
+    float *ref[NS];
+    int tok[NS][70];
+    lz_llama_gpu *gr = NULL, *gb = NULL;
+    CHECK(lz_llama_gpu_new(m, N, &gr, err, sizeof err) == 0 && lz_llama_gpu_new(m, N, &gb, err, sizeof err) == 0, "gpu: %s",
+          err);
+    for (int i = 0; i < NS; i++) {
+        ref[i] = (float *)malloc((size_t)(steps[i] + 1) * vocab * 4);
+        CHECK(gr && lz_llama_gpu_begin(gr, segs[i], keys[i], nd[i], pos[i], err, sizeof err) == 0 &&
+                  lz_llama_gpu_step(gr, qids[i], nq[i], ref[i], err, sizeof err) == 0,
+              "serial %d: %s", i, err);
+        for (int t = 0; gr && t < steps[i]; t++) {
+            tok[i][t] = argmax(ref[i] + (size_t)t * vocab, vocab);
+            CHECK(lz_llama_gpu_step(gr, &tok[i][t], 1, ref[i] + (size_t)(t + 1) * vocab, err, sizeof err) == 0,
+                  "serial %d step %d: %s", i, t, err);
+        }
+    }
+    if (!gr || !gb) { lz_llama_gpu_free(gr); lz_llama_gpu_free(gb); lz_llama_free(m); return; }
+    CHECK(lz_llama_gpu_slots(gb) == 1 && lz_llama_gpu_set_slots(gb, 1 << 20, N, err, sizeof err) != 0 &&
+              strstr(err, "fit"),
+          "a million slots accepted: %s", err);
+    CHECK(lz_llama_gpu_set_slots(gb, 4, N, err, sizeof err) == 0 && lz_llama_gpu_slots(gb) == 4 &&
+              lz_llama_gpu_slot_tokens(gb) == N,
+          "set_slots: %s", err);
+    /* batched: slots join and leave; each step one decode_many over the live ones */
+    int slot_of[NS], at[NS], next = 0, live = 0, done = 0, flips = 0, ties = 0, exact1 = 0, passes = 0, multi = 0;
+    for (int i = 0; i < NS; i++) slot_of[i] = -1, at[i] = 0;
+    double worst = 0;
+    float *lg = (float *)malloc((size_t)4 * vocab * 4);
+    for (int round = 0; round < 400 && done < NS; round++) {
+        /* joins: every free slot takes the next question; their questions in one prefill_many */
+        int js[4], jslot[4], jn[4], nj = 0;
+        const int *jids[4];
+        float *jl[4];
+        while (next < NS && lz_llama_gpu_idle_slot(gb) >= 0) {
+            const int i = next++, sl = lz_llama_gpu_idle_slot(gb);
+            CHECK(lz_llama_gpu_begin_slot(gb, sl, segs[i], keys[i], nd[i], pos[i], err, sizeof err) == 0, "begin %d: %s",
+                  i, err);
+            slot_of[i] = sl;
+            js[nj] = i, jslot[nj] = sl, jn[nj] = nq[i], jids[nj] = qids[i], jl[nj] = lg + (size_t)nj * vocab;
+            nj++;
+            live++;
+        }
+        if (next < NS) CHECK(lz_llama_gpu_idle_slot(gb) == -1, "idle_slot with every slot live");
+        if (nj) {
+            CHECK(lz_llama_gpu_prefill_many(gb, jslot, jids, jn, nj, jl, err, sizeof err) == 0, "prefill_many: %s", err);
+            for (int j = 0; j < nj; j++) {
+                const double e = vec_err(jl[j], ref[js[j]], vocab);
+                worst = e > worst ? e : worst;
+                if (nj == 1) exact1 += !memcmp(jl[j], ref[js[j]], (size_t)vocab * 4);
+                CHECK(nj > 1 || !memcmp(jl[j], ref[js[j]], (size_t)vocab * 4), "a prefill of one is not the serial one");
+            }
+        }
+        /* one decode step for every live sequence, fed its serial token */
+        int ds[4], dslot[4], dtok[4], n = 0;
+        for (int i = 0; i < NS; i++)
+            if (slot_of[i] >= 0 && at[i] < steps[i]) ds[n] = i, dslot[n] = slot_of[i], dtok[n] = tok[i][at[i]], n++;
+        if (n) {
+            CHECK(lz_llama_gpu_decode_many(gb, dslot, dtok, n, lg, err, sizeof err) == 0, "decode_many (%d): %s", n, err);
+            passes++;
+            multi += n > 1;
+            for (int j = 0; j < n; j++) {
+                const int i = ds[j];
+                const float *want = ref[i] + (size_t)(at[i] + 1) * vocab, *got = lg + (size_t)j * vocab;
+                const double e = vec_err(got, want, vocab);
+                worst = e > worst ? e : worst;
+                if (n == 1) {
+                    exact1 += !memcmp(got, want, (size_t)vocab * 4);
+                    CHECK(!memcmp(got, want, (size_t)vocab * 4), "a decode pass of one is not the serial step");
+                }
+                if (argmax(got, vocab) != argmax(want, vocab)) {
+                    if (top_gap(want, vocab) <= 2 * max_abs(got, want, vocab)) ties++;
+                    else flips++;
+                }
+                at[i]++;
+            }
+        }
+        /* leaves: the sequences at their end give their slots back */
+        for (int i = 0; i < NS; i++)
+            if (slot_of[i] >= 0 && at[i] == steps[i]) {
+                lz_llama_gpu_release(gb, slot_of[i]);
+                slot_of[i] = -1;
+                live--;
+                done++;
+            }
+    }
+    CHECK(done == NS, "%d of %d sequences finished", done, NS);
+    CHECK(worst <= 3e-2, "batched against alone: logits normalised error %.3g", worst);
+    CHECK(flips == 0, "batched greedy tokens: %d differ from the serial ones outside near-ties", flips);
+    CHECK(multi > 0 && exact1 > 0, "passes of several (%d) and of one (%d bit for bit)", multi, exact1);
+    printf("slots: %d questions over 4 slots (joining, leaving, a slot reused), %d decode passes (%d batched): logits "
+           "normalised error against each alone %.2e, greedy tokens equal (%d near-ties), %d passes of one bit for bit\n",
+           NS, passes, multi, worst, ties, exact1);
+    /* bad calls: a slot twice, a released slot, set_slots with one live, a slot out of range */
+    {
+        const int two[2] = {0, 0}, t2[2] = {5, 5}, gone[1] = {1}, out[1] = {9};
+        CHECK(lz_llama_gpu_begin_slot(gb, 0, segs[0], keys[0], nd[0], pos[0], err, sizeof err) == 0 &&
+                  lz_llama_gpu_step_slot(gb, 0, qids[0], nq[0], NULL, err, sizeof err) == 0,
+              "begin: %s", err);
+        CHECK(lz_llama_gpu_decode_many(gb, two, t2, 2, lg, err, sizeof err) != 0 && strstr(err, "twice"), "a slot twice: %s",
+              err);
+        CHECK(lz_llama_gpu_decode_many(gb, gone, t2, 1, lg, err, sizeof err) != 0, "a released slot stepped");
+        CHECK(lz_llama_gpu_decode_many(gb, out, t2, 1, lg, err, sizeof err) != 0, "slot 9 of 4 stepped");
+        CHECK(lz_llama_gpu_set_slots(gb, 2, N, err, sizeof err) != 0 && strstr(err, "release"), "set_slots while live: %s",
+              err);
+        lz_llama_gpu_release(gb, 0);
+        lz_llama_gpu_release(gb, 0); /* twice: a no-op */
+        lz_llama_gpu_slot_info si;
+        lz_llama_gpu_slot_stats(gb, &si);
+        CHECK(si.live == 0 && si.pins == 0 && si.slots == 4, "released: %d live, %d pins", si.live, si.pins);
+    }
+    free(lg);
+    for (int i = 0; i < NS; i++) free(ref[i]);
+    lz_llama_gpu_free(gr);
+    lz_llama_gpu_free(gb);
+    rand_docs_free(&rd);
+    lz_llama_free(m);
+    remove(path);
+}
+
+/* Pins: a document a live slot uses survives a budget that forces eviction (budget 0, another
+ * slot's begin trimming the cache), its question's steps the same bits as alone; the policy
+ * counts its holds; once the slot is released the next begin may evict it. Then churn: 600
+ * rounds of questions joining free slots (4 documents of 12 each, prefilled together) and
+ * leaving at random lengths, every live one decoded together each round, with device memory and
+ * the pool's regions unchanged after a warm-up that reached the largest shapes. */
+static void test_slot_pins(const char *dir)
+{
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/pins.gguf", dir);
+    const int layers = 2, vocab = 512, N = 64;
+    lz_llama *m = make_model(path, 128, layers, 4, 2, 64, 256, vocab, 0);
+    if (!m) return;
+    const lz_llama_config *c = &m->cfg;
+    int lens[12];
+    uint64_t rs = 0x9e3779b97f4a7c15ull;
+    auto rnd = [&rs]() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; };
+    for (int i = 0; i < 12; i++) lens[i] = 5 + (int)(rnd() % 40);
+    rand_docs rd;
+    rand_docs_make(&rd, c, 12, lens, 0xabcdefull);
+    size_t bytes[12], all = 0;
+    for (int i = 0; i < 12; i++) all += bytes[i] = (size_t)layers * c->n_kv_heads * lens[i] * c->head_dim * 4;
+    lz_llama_gpu *g = NULL, *gr = NULL;
+    CHECK(lz_llama_gpu_new(m, N, &g, err, sizeof err) == 0 && lz_llama_gpu_new(m, N, &gr, err, sizeof err) == 0, "gpu: %s",
+          err);
+    if (!g || !gr || lz_llama_gpu_set_slots(g, 4, N, err, sizeof err)) {
+        CHECK(0, "slots: %s", err);
+        lz_llama_gpu_free(g); lz_llama_gpu_free(gr); rand_docs_free(&rd); lz_llama_free(m);
+        return;
+    }
+    int qids[8];
+    for (int i = 0; i < 8; i++) qids[i] = 3 + (i * 29) % (vocab - 3);
+    lz_kv_segment sa[4], sb[4];
+    const uint8_t *ka[4], *kb[4];
+    const int pa[2] = {0, 1}, pb[2] = {2, 3}, pc[1] = {4};
+    const int64_t posa = place(&rd, c, pa, 2, 0, sa, ka), posb = place(&rd, c, pb, 2, 0, sb, kb);
+    float *la = (float *)malloc(vocab * 4), *lr = (float *)malloc(vocab * 4);
+    lz_llama_gpu_set_cache(g, bytes[0] + bytes[1]);
+    CHECK(lz_llama_gpu_begin_slot(g, 0, sa, ka, 2, posa, err, sizeof err) == 0, "begin a: %s", err);
+    CHECK(lz_llama_gpu_resident(g, rd.keys[0]) && lz_llama_gpu_resident(g, rd.keys[1]), "a's documents resident");
+    lz_llama_gpu_set_cache(g, 0); /* everything must leave that may */
+    CHECK(lz_llama_gpu_begin_slot(g, 1, sb, kb, 2, posb, err, sizeof err) == 0, "begin b: %s", err);
+    lz_doc_cache_stats ps;
+    lz_llama_gpu_cache_policy_stats(g, &ps);
+    CHECK(lz_llama_gpu_resident(g, rd.keys[0]) && lz_llama_gpu_resident(g, rd.keys[1]) && ps.n_held == 2,
+          "a live slot's documents evicted under budget 0 (%lld held)", (long long)ps.n_held);
+    CHECK(lz_llama_gpu_step_slot(g, 0, qids, 8, la, err, sizeof err) == 0 &&
+              lz_llama_gpu_begin(gr, sa, ka, 2, posa, err, sizeof err) == 0 &&
+              lz_llama_gpu_step(gr, qids, 8, lr, err, sizeof err) == 0 && !memcmp(la, lr, vocab * 4),
+          "a pinned slot's question changed: %s", err);
+    lz_llama_gpu_slot_info si;
+    lz_llama_gpu_slot_stats(g, &si);
+    CHECK(si.live == 2 && si.pins == 4, "slot stats: %d live, %d pins", si.live, si.pins);
+    lz_llama_gpu_release(g, 0);
+    lz_kv_segment sc1[1];
+    const uint8_t *kc[1];
+    place(&rd, c, pc, 1, 0, sc1, kc);
+    CHECK(lz_llama_gpu_begin_slot(g, 2, sc1, kc, 1, 100, err, sizeof err) == 0, "begin c: %s", err);
+    long h, mi;
+    size_t used;
+    lz_llama_gpu_cache_stats(g, &h, &mi, &used);
+    CHECK(!lz_llama_gpu_resident(g, rd.keys[0]) && used == 0, "released documents left under budget 0 (%zu bytes)", used);
+    lz_llama_gpu_release(g, 1);
+    lz_llama_gpu_release(g, 2);
+    printf("slots: a live slot's documents survive a budget of 0 (held %lld), the same logits; gone once released\n",
+           (long long)ps.n_held);
+    /* churn: room for every document (the pool's first region holds them), four slots */
+    lz_llama_gpu_set_cache(g, all);
+    int live_tok[4] = {0}, end_tok[4] = {0}, slot_live[4] = {0};
+    float *lg = (float *)malloc((size_t)4 * vocab * 4);
+    auto join = [&](int sl, const int *pk, int nq) {
+        lz_kv_segment sg[4];
+        const uint8_t *kk[4];
+        const int64_t p = place(&rd, c, pk, 4, 3, sg, kk);
+        return lz_llama_gpu_begin_slot(g, sl, sg, kk, 4, p, err, sizeof err) == 0 &&
+               (slot_live[sl] = 1, live_tok[sl] = nq, 1);
+    };
+    /* warm-up: every slot count and question length with the four longest documents (the
+     * workspaces' and block words' largest shapes) */
+    int longest[12];
+    for (int i = 0; i < 12; i++) longest[i] = i;
+    for (int i = 0; i < 12; i++)
+        for (int j = i + 1; j < 12; j++)
+            if (lens[longest[j]] > lens[longest[i]]) { const int x = longest[i]; longest[i] = longest[j]; longest[j] = x; }
+    int ok = 1;
+    for (int B = 1; B <= 4 && ok; B++)
+        for (int nq = 1; nq <= 8 && ok; nq++) {
+            int sl[4], nqs[4], tk[4];
+            const int *ids[4];
+            float *rows[4];
+            for (int b = 0; b < B; b++) {
+                ok = ok && join(b, longest, nq);
+                sl[b] = b, nqs[b] = nq, ids[b] = qids, rows[b] = lg + (size_t)b * vocab, tk[b] = 7;
+            }
+            ok = ok && lz_llama_gpu_prefill_many(g, sl, ids, nqs, B, rows, err, sizeof err) == 0;
+            for (int t = 0; t < (nq == 8 ? N - 8 : 2) && ok; t++)
+                ok = lz_llama_gpu_decode_many(g, sl, tk, B, lg, err, sizeof err) == 0;
+            for (int b = 0; b < B; b++) lz_llama_gpu_release(g, b), slot_live[b] = 0;
+        }
+    CHECK(ok, "warm-up: %s", err);
+    size_t free0 = 0, free1 = 0, tot = 0;
+    lz_llama_gpu_tiers t0, t1;
+    int rounds = 0, passes = 0, joins = 0;
+    for (int it = 0; it < 600 && ok; it++, rounds++) {
+        int sl[4], nqs[4], n = 0;
+        const int *ids[4];
+        float *rows[4];
+        for (int s = 0; s < 4; s++)
+            if (!slot_live[s] && rnd() % 3 == 0) { /* a question joins */
+                int pk[4];
+                for (int j = 0; j < 4; j++) {
+                    int i;
+                    do {
+                        i = (int)(rnd() % 12);
+                        for (int k = 0; k < j; k++) if (pk[k] == i) i = -1;
+                    } while (i < 0);
+                    pk[j] = i;
+                }
+                const int nq = 1 + (int)(rnd() % 8);
+                ok = ok && join(s, pk, nq);
+                end_tok[s] = nq + 1 + (int)(rnd() % (N - nq - 1));
+                sl[n] = s, nqs[n] = nq, ids[n] = qids, rows[n] = lg + (size_t)n * vocab, n++;
+                joins++;
+            }
+        if (n && ok) ok = lz_llama_gpu_prefill_many(g, sl, ids, nqs, n, rows, err, sizeof err) == 0;
+        int ds[4], tk[4], nd = 0;
+        for (int s = 0; s < 4; s++)
+            if (slot_live[s] && live_tok[s] < end_tok[s]) ds[nd] = s, tk[nd] = 3 + (int)(rnd() % (vocab - 3)), nd++;
+        if (nd && ok) {
+            ok = lz_llama_gpu_decode_many(g, ds, tk, nd, lg, err, sizeof err) == 0;
+            passes++;
+            for (int j = 0; j < nd && ok; j++) ok = isfinite(lg[(size_t)j * vocab]) && isfinite(lg[(size_t)j * vocab + 7]);
+            for (int j = 0; j < nd; j++) live_tok[ds[j]]++;
+        }
+        for (int s = 0; s < 4; s++)
+            if (slot_live[s] && (live_tok[s] >= end_tok[s] || rnd() % 17 == 0)) { /* ends, or is cancelled */
+                lz_llama_gpu_release(g, s);
+                slot_live[s] = 0;
+            }
+        if (it == 99) {
+            cudaMemGetInfo(&free0, &tot);
+            lz_llama_gpu_tier_stats(g, &t0);
+        }
+    }
+    CHECK(ok, "churn: %s", err);
+    for (int s = 0; s < 4; s++) lz_llama_gpu_release(g, s);
+    cudaMemGetInfo(&free1, &tot);
+    lz_llama_gpu_tier_stats(g, &t1);
+    lz_llama_gpu_slot_stats(g, &si);
+    lz_llama_gpu_cache_stats(g, &h, &mi, &used);
+    lz_llama_gpu_cache_policy_stats(g, &ps);
+    /* the pool exactly as it was (every document resident, nothing else left in it); the device's
+     * free memory within what decode graphs made and dropped by the driver may take */
+    const double drift = ((double)free0 - (double)free1) / 1048576.0;
+    CHECK(t1.pool_regions == t0.pool_regions && t1.pool_used == t0.pool_used && fabs(drift) <= 8.0,
+          "churn: device memory %zu -> %zu free (%.2f MiB), pool regions %d -> %d, %zu -> %zu bytes in documents", free0,
+          free1, drift, t0.pool_regions, t1.pool_regions, t0.pool_used, t1.pool_used);
+    CHECK(si.live == 0 && si.pins == 0 && ps.n_held == 0 && used <= all, "churn: %d live, %d pins, %lld held, %zu bytes",
+          si.live, si.pins, (long long)ps.n_held, used);
+    printf("slots: churn of %d rounds over 4 slots (%d questions joined, %d decode passes): the pool unchanged, device "
+           "memory %+.2f MiB, nothing left pinned; %ld hits, %ld misses\n", rounds, joins, passes, -drift, h, mi);
+    free(lg);
+    free(la);
+    free(lr);
+    lz_llama_gpu_free(g);
+    lz_llama_gpu_free(gr);
+    rand_docs_free(&rd);
+    lz_llama_free(m);
+    remove(path);
+}
+
 int main(int argc, char **argv)
 {
     char dir[256];
@@ -915,6 +1312,8 @@ int main(int argc, char **argv)
     test_many(dir);
     test_big_upload(dir);
     test_tiers(dir);
+    test_slots(dir);
+    test_slot_pins(dir);
     if (argc > 1 && !strcmp(argv[1], "--bench")) bench(dir);
     rmdir(dir);
     return lz_test_done();

@@ -1,0 +1,475 @@
+/* test_slots.c - a backend of slots (lz_query_backend.n_slots: several
+ * sequences at once, the GPU engine's shape) behind the query session and the
+ * scheduler, with the CPU engine standing in for the GPU: each slot a local
+ * KV cache over the segments its begin was handed, prefill_many and
+ * decode_many one lz_llama_forward_batch over the slots. Checks: batched
+ * greedy answers through the scheduler equal each one answered alone (the
+ * backend of one sequence, answer by answer); requests join and leave the
+ * running batch and the passes run several slots at once (prefill and decode
+ * calls of more than one row); no more live than the backend's slots; a
+ * slot is reused after release and every slot is released at the end
+ * (cancelled and failed requests too); the backend's fits holds admission
+ * back (one runs at a time when nothing more fits) without failing anyone; a
+ * request past seq_tokens fails with its message; the slots' bookkeeping
+ * across a fake backend failing a decode pass. */
+#include <jansson.h>
+#include <time.h>
+
+#include "query/answer_run.h"
+#include "query/retrieve.h"
+#include "query/session.h"
+#include "serve/sched.h"
+#include "tests/test.h"
+
+#define NQ 12
+#define SLOTS 5
+static char dir[256], store_dir[600];
+static char *questions[NQ];
+static char *ctx_ids[NQ][10];
+static int n_ctx[NQ];
+static lz_llama *model;
+static lz_store *store;
+
+/* The stand-in: SLOTS sequences on the CPU engine. */
+typedef struct {
+    lz_llama *m;
+    lz_llama_scratch *sc;
+    struct {
+        int live;
+        lz_kv_segment segs[16]; /* the begin's (pointers into the run's memory, alive until release) */
+        int n_segs;
+        lz_kv_cache cache;
+        int64_t doc_tokens; /* its documents' (the prefix aside) */
+    } slot[SLOTS];
+    int n_slots, seq_tokens;
+    int live, peak_live, begins, releases, bad;
+    int prefill_calls, prefill_multi, decode_calls, decode_multi, decode_rows, single_calls;
+    int64_t fits_cap, live_tokens; /* documents' tokens the live sequences may pin (0: any), and pin */
+    int fail_at;                   /* the decode_many call of that number fails (0: none) */
+} slots_backend;
+
+static int sb_idle(void *ctx)
+{
+    slots_backend *f = ctx;
+    for (int i = 0; i < f->n_slots; i++)
+        if (!f->slot[i].live) return i;
+    return -1;
+}
+
+static int sb_begin_in(void *ctx, int slot, int block, const lz_kv_segment *segs, const uint8_t *const *keys,
+                       int n_segs, int64_t pos0, char *err, size_t errlen)
+{
+    (void)keys;
+    slots_backend *f = ctx;
+    if (slot < 0 || slot >= f->n_slots || f->slot[slot].live || block || n_segs > 16) {
+        f->bad++;
+        snprintf(err, errlen, "fake: bad begin (slot %d)", slot);
+        return -1;
+    }
+    for (int i = 0; i < n_segs; i++)
+        if (!segs[i].k && !segs[i].k16) f->bad++; /* no resident hook: every segment comes with its data */
+    memcpy(f->slot[slot].segs, segs, (size_t)n_segs * sizeof *segs);
+    f->slot[slot].n_segs = n_segs;
+    f->slot[slot].doc_tokens = 0;
+    for (int i = 1; i < n_segs; i++) f->slot[slot].doc_tokens += segs[i].n; /* segment 0: the prompt prefix */
+    f->live_tokens += f->slot[slot].doc_tokens;
+    lz_kv_cache_reset(&f->slot[slot].cache, pos0);
+    f->slot[slot].live = 1;
+    f->begins++;
+    if (++f->live > f->peak_live) f->peak_live = f->live;
+    return 0;
+}
+
+static int sb_step_in(void *ctx, int slot, const int *ids, int n, float *logits, char *err, size_t errlen)
+{
+    slots_backend *f = ctx;
+    if (slot < 0 || slot >= f->n_slots || !f->slot[slot].live) { f->bad++; snprintf(err, errlen, "fake: slot"); return -1; }
+    f->single_calls++;
+    if (lz_llama_forward(f->m, f->sc, &f->slot[slot].cache, f->slot[slot].segs, f->slot[slot].n_segs, ids, n, logits,
+                         logits ? LZ_LOGITS_LAST : LZ_LOGITS_NONE)) {
+        snprintf(err, errlen, "fake: forward pass failed");
+        return -1;
+    }
+    return 0;
+}
+
+static void sb_release(void *ctx, int slot)
+{
+    slots_backend *f = ctx;
+    if (slot < 0 || slot >= f->n_slots || !f->slot[slot].live) return;
+    f->slot[slot].live = 0;
+    f->live_tokens -= f->slot[slot].doc_tokens;
+    f->live--;
+    f->releases++;
+}
+
+/* n sequences of ns[i] rows in one lz_llama_forward_batch. */
+static int sb_batch(slots_backend *f, const int *slots, const int *const *ids, const int *ns, int n,
+                    float *const *logits, char *err, size_t errlen)
+{
+    lz_llama_seq seqs[SLOTS];
+    if (n < 1 || n > f->n_slots) { f->bad++; snprintf(err, errlen, "fake: %d sequences", n); return -1; }
+    for (int i = 0; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= f->n_slots || !f->slot[slots[i]].live) { f->bad++; return -1; }
+        seqs[i] = (lz_llama_seq){.cache = &f->slot[slots[i]].cache, .segs = f->slot[slots[i]].segs,
+                                 .n_segs = f->slot[slots[i]].n_segs, .tokens = ids[i], .n = ns[i], .logits = logits[i]};
+    }
+    if (lz_llama_forward_batch(f->m, f->sc, seqs, n)) { snprintf(err, errlen, "fake: forward pass failed"); return -1; }
+    return 0;
+}
+
+static int sb_prefill_many(void *ctx, const int *slots, const int *const *ids, const int *n, int n_seqs,
+                           float *const *logits, char *err, size_t errlen)
+{
+    slots_backend *f = ctx;
+    f->prefill_calls++;
+    f->prefill_multi += n_seqs > 1;
+    return sb_batch(f, slots, ids, n, n_seqs, logits, err, errlen);
+}
+
+static int sb_decode_many(void *ctx, const int *slots, const int *ids, int n, float *const *logits, char *err,
+                          size_t errlen)
+{
+    slots_backend *f = ctx;
+    const int *rows[SLOTS];
+    int ones[SLOTS];
+    for (int i = 0; i < n && i < SLOTS; i++) rows[i] = &ids[i], ones[i] = 1;
+    if (++f->decode_calls == f->fail_at) {
+        snprintf(err, errlen, "fake: the device fell over");
+        return -1;
+    }
+    f->decode_multi += n > 1;
+    f->decode_rows += n;
+    return sb_batch(f, slots, rows, ones, n, logits, err, errlen);
+}
+
+static int sb_fits(void *ctx, int64_t doc_tokens)
+{
+    slots_backend *f = ctx;
+    return !f->fits_cap || f->live_tokens + doc_tokens <= f->fits_cap;
+}
+
+/* The one-sequence hooks (a backend of one slot: slot 0), for the serial answers. */
+static int sb_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
+                    char *err, size_t errlen)
+{
+    slots_backend *f = ctx;
+    sb_release(f, 0);
+    return sb_begin_in(f, 0, 0, segs, keys, n_segs, pos0, err, errlen);
+}
+
+static int sb_step(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen)
+{
+    return sb_step_in(ctx, 0, ids, n, logits, err, errlen);
+}
+
+static int sb_init(slots_backend *f, int seq_tokens)
+{
+    memset(f, 0, sizeof *f);
+    f->m = model;
+    f->n_slots = SLOTS;
+    f->seq_tokens = seq_tokens;
+    if (!(f->sc = lz_llama_scratch_new(model, 64))) return -1;
+    for (int i = 0; i < SLOTS; i++)
+        if (lz_kv_cache_init(&f->slot[i].cache, &model->cfg, seq_tokens)) return -1;
+    return 0;
+}
+
+static void sb_free(slots_backend *f)
+{
+    for (int i = 0; i < SLOTS; i++) lz_kv_cache_free(&f->slot[i].cache);
+    lz_llama_scratch_free(f->sc);
+}
+
+static lz_query_backend sb_backend(slots_backend *f, int slotted)
+{
+    lz_query_backend b = {.ctx = f, .begin = sb_begin, .step = sb_step};
+    if (slotted)
+        b = (lz_query_backend){.ctx = f, .begin = sb_begin, .step = sb_step, .n_slots = f->n_slots,
+                               .seq_tokens = f->seq_tokens, .idle_slot = sb_idle, .begin_in = sb_begin_in,
+                               .step_in = sb_step_in, .release = sb_release, .prefill_many = sb_prefill_many,
+                               .decode_many = sb_decode_many, .fits = sb_fits};
+    return b;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int load_questions(void)
+{
+    json_error_t je;
+    json_t *a = json_load_file("datasets/demo/questions.json", 0, &je);
+    if (!a || json_array_size(a) < NQ) { json_decref(a); return 0; }
+    for (int i = 0; i < NQ; i++) {
+        json_t *q = json_array_get(a, (size_t)i), *ids = json_object_get(q, "context_ids");
+        questions[i] = strdup(json_string_value(json_object_get(q, "question")));
+        n_ctx[i] = (int)json_array_size(ids) < 10 ? (int)json_array_size(ids) : 10;
+        for (int j = 0; j < n_ctx[i]; j++) ctx_ids[i][j] = strdup(json_string_value(json_array_get(ids, (size_t)j)));
+    }
+    json_decref(a);
+    return 1;
+}
+
+static lz_query_session *open_session(const lz_query_backend *be)
+{
+    lz_query_opts o;
+    lz_query_opts_default(&o);
+    o.max_new_tokens = 48;
+    o.max_positions = model->cfg.ctx;
+    o.backend = be;
+    lz_query_session *q = NULL;
+    char err[512];
+    if (lz_query_session_new(model, store, &o, &q, err, sizeof err)) CHECK(0, "session: %s", err);
+    return q;
+}
+
+/* The stream of t to its end: text (malloc'd) and the last update. */
+static char *drain(lz_serve_ticket *t, lz_serve_update *last)
+{
+    size_t len = 0;
+    char *text = calloc(1, 1);
+    int state = LZ_SERVE_PENDING;
+    for (int guard = 0; guard < 100000; guard++) {
+        lz_serve_update u;
+        lz_serve_wait(t, len, state, 5.0, &u);
+        char *x = realloc(text, len + u.len + 1);
+        if (x) {
+            text = x;
+            memcpy(text + len, u.text, u.len);
+            len += u.len;
+            text[len] = 0;
+        }
+        free(u.text);
+        state = u.state;
+        *last = u;
+        if (state >= LZ_SERVE_DONE) break;
+    }
+    return text;
+}
+
+/* Question i's greedy answer of max_new tokens alone, on the backend of one sequence. */
+static char *serial_answer(lz_query_session *q, int i, int max_new)
+{
+    lz_query_doc *docs;
+    int n;
+    char err[512];
+    if (lz_retrieve_resolve_ids(store, (const char *const *)ctx_ids[i], n_ctx[i], &docs, &n, err, sizeof err)) {
+        CHECK(0, "ids %d: %s", i, err);
+        return strdup("");
+    }
+    lz_query_run_opts ro = {.max_new_tokens = max_new, .top_p = 1.0f, .seed = 7};
+    lz_query_run *r;
+    char *a = NULL;
+    if (lz_query_run_start(q, questions[i], docs, n, &ro, &r, err, sizeof err)) {
+        CHECK(0, "serial %d: %s", i, err);
+    } else {
+        for (;;) {
+            const char *p;
+            int pl;
+            lz_query_run_next(r, &p, &pl);
+            if (lz_query_run_done(r)) break;
+            if (lz_query_run_step(q, &r, 1, err, sizeof err)) { CHECK(0, "serial step: %s", err); break; }
+        }
+        lz_query_result res;
+        lz_query_run_finish(r, &res);
+        a = strdup(res.answer ? res.answer : "");
+        lz_query_result_free(&res);
+    }
+    free(docs);
+    return a ? a : strdup("");
+}
+
+static lz_serve_req greedy_req(int i, int max_tokens)
+{
+    return (lz_serve_req){.question = questions[i], .doc_ids = (const char *const *)ctx_ids[i], .n_doc_ids = n_ctx[i],
+                          .max_tokens = max_tokens, .top_p = 1.0f, .seed = 7};
+}
+
+static void settle(lz_serve_sched *s, lz_serve_stats *st)
+{
+    for (int i = 0; i < 2000; i++) {
+        lz_serve_sched_stats(s, st);
+        if (!st->running && !st->queued) return;
+        sleep_ms(5);
+    }
+}
+
+/* Requests of mixed lengths in two waves through the scheduler on the backend of slots: each
+ * equals its answer alone; the passes ran several slots; at most SLOTS live; all released. */
+static void test_batched_equals_serial(void)
+{
+    enum { N = 16 };
+    const int lens[4] = {2, 7, 19, 40};
+    slots_backend f1, fs;
+    if (sb_init(&f1, 1024) || sb_init(&fs, 1024)) { CHECK(0, "backends"); return; }
+    const lz_query_backend b1 = sb_backend(&f1, 0), bs = sb_backend(&fs, 1);
+    lz_query_session *q1 = open_session(&b1), *qs = open_session(&bs);
+    if (!q1 || !qs) return;
+    CHECK(lz_query_run_parallel(q1) == 1 && lz_query_run_parallel(qs) == SLOTS, "parallel: %d, %d",
+          lz_query_run_parallel(q1), lz_query_run_parallel(qs));
+    char *want[N];
+    for (int i = 0; i < N; i++) want[i] = serial_answer(q1, i % NQ, lens[i % 4]);
+    CHECK(f1.bad == 0 && f1.peak_live == 1, "one sequence at a time (%d bad calls)", f1.bad);
+    lz_serve_sched_opts so;
+    lz_serve_sched_opts_default(&so);
+    so.max_prefill = 3;
+    lz_serve_sched *s;
+    char err[512];
+    if (lz_serve_sched_new(qs, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); return; }
+    lz_serve_ticket *t[N] = {0};
+    for (int i = 0; i < N; i++) {
+        if (i == N / 2) sleep_ms(40); /* the second wave joins a running batch */
+        lz_serve_req rq = greedy_req(i % NQ, lens[i % 4]);
+        CHECK(lz_serve_submit(s, &rq, &t[i], err, sizeof err) == LZ_SERVE_OK, "submit %d: %s", i, err);
+    }
+    int same = 0;
+    for (int i = 0; i < N; i++) {
+        if (!t[i]) continue;
+        lz_serve_update u;
+        char *got = drain(t[i], &u);
+        CHECK(u.state == LZ_SERVE_DONE, "request %d: state %d (%s)", i, u.state, u.error);
+        const int eq = !strcmp(got, want[i]);
+        same += eq;
+        CHECK(eq, "request %d (max %d): batched '%s' vs alone '%s'", i, lens[i % 4], got, want[i]);
+        free(got);
+        lz_serve_release(t[i]);
+    }
+    lz_serve_stats st;
+    settle(s, &st);
+    printf("slots: %d of %d batched greedy answers equal their answers alone; %d prefill passes (%d of several), %d "
+           "decode passes (%d of several, mean %.1f rows), peak %d live of %d slots\n", same, N, fs.prefill_calls,
+           fs.prefill_multi, fs.decode_calls, fs.decode_multi, fs.decode_calls ? (double)fs.decode_rows / fs.decode_calls : 0,
+           fs.peak_live, SLOTS);
+    CHECK(fs.decode_multi > 0 && fs.prefill_multi > 0, "passes of several slots (%d decode, %d prefill)", fs.decode_multi,
+          fs.prefill_multi);
+    CHECK(fs.peak_live > 1 && fs.peak_live <= SLOTS && st.peak_running <= SLOTS, "live %d, running %d, at most %d",
+          fs.peak_live, st.peak_running, SLOTS);
+    CHECK(fs.live == 0 && fs.begins == N && fs.releases == N && fs.bad == 0,
+          "every slot released (%d live, %d begins, %d releases, %d bad calls)", fs.live, fs.begins, fs.releases, fs.bad);
+    CHECK(fs.begins > SLOTS, "slots reused after release");
+    CHECK(fs.single_calls == 0, "no one-by-one step on a backend of slots (%d)", fs.single_calls);
+    lz_serve_sched_free(s);
+    for (int i = 0; i < N; i++) free(want[i]);
+    lz_query_session_free(q1);
+    lz_query_session_free(qs);
+    sb_free(&f1);
+    sb_free(&fs);
+}
+
+/* Admission by the backend's memory: with room for one request's documents at a time, requests
+ * run one after another, none fails; seq_tokens: a request past it fails with the bound in its
+ * message; a cancelled request and a failed decode pass release their slots. */
+static void test_admission_and_release(void)
+{
+    slots_backend fs;
+    if (sb_init(&fs, 96)) { CHECK(0, "backend"); return; }
+    const lz_query_backend bs = sb_backend(&fs, 1);
+    lz_query_session *q = open_session(&bs);
+    if (!q) return;
+    lz_serve_sched_opts so;
+    lz_serve_sched_opts_default(&so);
+    lz_serve_sched *s;
+    char err[512];
+    /* fits: room for the documents of one request at a time (six of the same question) */
+    lz_query_doc *docs;
+    int nd;
+    if (lz_retrieve_resolve_ids(store, (const char *const *)ctx_ids[0], n_ctx[0], &docs, &nd, err, sizeof err)) {
+        CHECK(0, "ids: %s", err);
+        return;
+    }
+    for (int k = 0; k < nd; k++) fs.fits_cap += docs[k].n_tokens;
+    free(docs);
+    if (lz_serve_sched_new(q, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); return; }
+    lz_serve_ticket *t[6] = {0};
+    for (int i = 0; i < 6; i++) {
+        lz_serve_req rq = greedy_req(0, 6);
+        CHECK(lz_serve_submit(s, &rq, &t[i], err, sizeof err) == LZ_SERVE_OK, "submit %d: %s", i, err);
+    }
+    int done = 0;
+    for (int i = 0; i < 6; i++) {
+        lz_serve_update u;
+        free(drain(t[i], &u));
+        done += u.state == LZ_SERVE_DONE;
+        lz_serve_release(t[i]);
+    }
+    lz_serve_stats st;
+    settle(s, &st);
+    CHECK(done == 6 && fs.peak_live == 1 && st.peak_running == 1,
+          "fits held admission back: %d done, peak %d live, %d running", done, fs.peak_live, st.peak_running);
+    fs.fits_cap = 0;
+    /* past seq_tokens (96 own tokens: the question and 90 answer tokens do not fit) */
+    lz_serve_ticket *big;
+    lz_serve_req rq = greedy_req(0, 90);
+    CHECK(lz_serve_submit(s, &rq, &big, err, sizeof err) == LZ_SERVE_OK, "submit: %s", err);
+    lz_serve_update u;
+    free(drain(big, &u));
+    CHECK(u.state == LZ_SERVE_FAILED && strstr(u.error, "holds 96"), "past seq_tokens: state %d (%s)", u.state, u.error);
+    lz_serve_release(big);
+    /* a failed decode pass: every running request fails, their slots released */
+    fs.fail_at = fs.decode_calls + 3;
+    lz_serve_ticket *two[2];
+    for (int i = 0; i < 2; i++) {
+        lz_serve_req r2 = greedy_req(i, 40);
+        r2.ignore_eos = 1;
+        CHECK(lz_serve_submit(s, &r2, &two[i], err, sizeof err) == LZ_SERVE_OK, "submit: %s", err);
+    }
+    int failed = 0;
+    for (int i = 0; i < 2; i++) {
+        free(drain(two[i], &u));
+        failed += u.state == LZ_SERVE_FAILED && strstr(u.error, "fell over") != NULL;
+        lz_serve_release(two[i]);
+    }
+    settle(s, &st);
+    CHECK(failed >= 1, "a failed pass fails its requests (%d)", failed);
+    /* a cancelled running request frees its slot */
+    lz_serve_ticket *c;
+    lz_serve_req r3 = greedy_req(3, 40);
+    r3.ignore_eos = 1;
+    CHECK(lz_serve_submit(s, &r3, &c, err, sizeof err) == LZ_SERVE_OK, "submit: %s", err);
+    for (int i = 0; i < 200 && fs.live == 0; i++) sleep_ms(2);
+    lz_serve_release(c);
+    settle(s, &st);
+    for (int i = 0; i < 200 && fs.live; i++) sleep_ms(2);
+    CHECK(fs.live == 0 && fs.begins == fs.releases && fs.bad == 0,
+          "every slot released after failures and a cancellation (%d live, %d begins, %d releases, %d bad)", fs.live,
+          fs.begins, fs.releases, fs.bad);
+    printf("slots: admission by the backend's memory (one at a time when one fits), seq_tokens, a failed pass and a "
+           "cancellation: %d begins, %d releases\n", fs.begins, fs.releases);
+    lz_serve_sched_free(s);
+    lz_query_session_free(q);
+    sb_free(&fs);
+}
+
+int main(void)
+{
+    const char *b = getenv("LZ_BIN");
+    if (!b) { printf("SKIP LZ_BIN not set (run through make test)\n"); return lz_test_done(); }
+    if (access("models/default.gguf", R_OK) || access("datasets/demo/corpus.jsonl", R_OK)) {
+        printf("SKIP models/default.gguf or the demo corpus not found (run from the repository)\n");
+        return lz_test_done();
+    }
+    if (!lz_test_tmpdir(dir, sizeof dir) || !load_questions()) { CHECK(0, "setup"); return lz_test_done(); }
+    snprintf(store_dir, sizeof store_dir, "%s/store", dir);
+    lz_llama_set_threads(2);
+    char err[512];
+    if (lz_test_sh("%s/lazyingest --quiet --model models/default.gguf --store %s datasets/demo/corpus.jsonl", b,
+                   store_dir) ||
+        lz_llama_load("models/default.gguf", &model, err, sizeof err) ||
+        lz_store_open(store_dir, LZ_STORE_RDONLY, &store, err, sizeof err)) {
+        CHECK(0, "could not build the test store: %s", err);
+        return lz_test_done();
+    }
+    test_batched_equals_serial();
+    test_admission_and_release();
+    lz_store_close(store);
+    lz_llama_free(model);
+    for (int i = 0; i < NQ; i++) {
+        free(questions[i]);
+        for (int j = 0; j < n_ctx[i]; j++) free(ctx_ids[i][j]);
+    }
+    lz_test_sh("rm -rf %s", dir);
+    return lz_test_done();
+}
