@@ -38,12 +38,23 @@ const char *lz_attn_strerror(int status);
 
 /* One cached document placed in the prompt. Its keys are stored rotated at
  * local positions 0..len-1 (Ada-KV: len differs per kv head); placing it at
- * offset p means key j belongs at p + j, i.e. R(p) * K_j. */
+ * offset p means key j belongs at p + j, i.e. R(p) * K_j.
+ *
+ * fp8 segments (schema/PAYLOAD.md's e4m3 payload): k8 / v8 hold e4m3 bytes in
+ * the layout of k / v, with one fp32 scale per kv head: key element =
+ * lz_e4m3_to_f32(byte) * k_scale[h] (base/fp8.h), value likewise with v_scale.
+ * A segment is fp8 when k8 != NULL and the call allows fp8 segments
+ * (lz_prefill_params.seg_fp8); k and v are not read then. Zero-initialised
+ * fields (positional or designated initialisers, memset) give a bf16 segment. */
 typedef struct {
     const lz_bf16 *k; /* (KV, T, d): head h, token j at k[(h*T + j)*d] */
     const lz_bf16 *v; /* (KV, T, d): same layout as k */
     int64_t offset;   /* placement offset p (any non-negative int64) */
     int64_t cap;      /* T: token stride between kv heads, >= every len of this segment */
+    const uint8_t *k8;    /* optional (KV, T, d) e4m3 keys, head h, token j at k8[(h*T + j)*d]; 16-byte aligned */
+    const uint8_t *v8;    /* (KV, T, d) e4m3 values when k8 is set */
+    const float *k_scale; /* (KV) scales of the fp8 keys (device memory for the CUDA kernels) */
+    const float *v_scale; /* (KV) scales of the fp8 values */
 } lz_attn_segment;
 
 #ifdef __cplusplus

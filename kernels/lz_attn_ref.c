@@ -60,10 +60,12 @@ int lz_decode_check(const lz_decode_params *p)
     int rc = check_common(p->head_dim, p->n_heads, p->n_kv_heads, p->rope_layout);
     if (rc) return rc;
     if (p->n_heads / p->n_kv_heads > 16) return LZ_ATTN_EGQA;
-    if (!p->o || !p->q || !p->k_pool || !p->v_pool || !p->blocks || !p->n_blocks ||
-        !p->inv_freq || p->batch < 0 || p->max_blocks < 0 || p->n_split < 0 ||
-        p->n_split > LZ_DECODE_MAX_SPLIT)
+    if (!p->o || !p->q || !p->blocks || !p->n_blocks || !p->inv_freq || p->batch < 0 ||
+        p->max_blocks < 0 || p->n_split < 0 || p->n_split > LZ_DECODE_MAX_SPLIT)
         return LZ_ATTN_EARG;
+    /* bf16 pools, unless fp8 blocks are possible (then a bf16 block needs them; not checkable here) */
+    if (!p->k_scales && (!p->k_pool || !p->v_pool)) return LZ_ATTN_EARG;
+    if (p->k_scales && (!p->v_scales || !p->k_pool8 || !p->v_pool8)) return LZ_ATTN_EARG;
     return LZ_ATTN_OK;
 }
 
@@ -167,4 +169,28 @@ int lz_decode_add_segment_kv(uint64_t *words, uint64_t *v_rows, int *n, int cap,
 int lz_decode_add_segment(uint64_t *words, int *n, int cap, uint64_t row, int64_t len, int64_t offset)
 {
     return lz_decode_add_segment_kv(words, NULL, n, cap, row, 0, len, offset);
+}
+
+int lz_decode_add_segment_fp8(uint64_t *words, uint64_t *v_rows, float *k_scales, float *v_scales, int *n, int cap,
+                              uint64_t row, uint64_t v_row, int64_t len, int64_t offset, float k_scale,
+                              float v_scale)
+{
+    if (!k_scales || !v_scales || !n || !(k_scale > 0.0f)) return LZ_ATTN_EARG;
+    const int n0 = *n;
+    int rc = lz_decode_add_segment_kv(words, v_rows, n, cap, row, v_row, len, offset);
+    for (int i = n0; i < *n; i++) {
+        k_scales[i] = k_scale;
+        v_scales[i] = v_scale;
+    }
+    return rc;
+}
+
+int lz_rerotate_check(const lz_rerotate_params *p)
+{
+    if (!p || !p->inv_freq || p->n_rows < 0 || p->n_scales < 0) return LZ_ATTN_EARG;
+    if (p->src8 ? !p->dst8 : (!p->dst || !p->src)) return LZ_ATTN_EARG;
+    if (p->n_scales > 0 && (!p->scale8_in || !p->scale8_out)) return LZ_ATTN_EARG;
+    if (p->head_dim <= 0 || p->head_dim > 256 || p->head_dim % 2) return LZ_ATTN_EHEADDIM;
+    if (p->rope_layout != LZ_ROPE_ADJACENT && p->rope_layout != LZ_ROPE_HALF) return LZ_ATTN_ELAYOUT;
+    return LZ_ATTN_OK;
 }

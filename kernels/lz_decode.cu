@@ -10,6 +10,7 @@
  * between runs (published by the next block's barrier); keys are never
  * touched and memory traffic equals the twin's. Values at the keys' rows of
  * v_pool, or (VROWS) at rows of their own (p.v_rows, one more word a block).
+ * Calls with fp8 blocks (p.k_scales set) go to kernels/lz_decode_fp8.cu.
  *
  * Legend: B = sequences, KV = kv heads, G = query heads per kv head, H =
  * KV*G, d = head_dim, NB = block words per (b, h), NS = split-KV parts.
@@ -19,6 +20,7 @@
 #include <math.h>
 
 #include "kernels/lz_decode.h"
+#include "kernels/lz_decode_fp8.cuh"
 #include "kernels/lz_mma.cuh"
 #include "base/rope.h"
 
@@ -313,6 +315,10 @@ int launch(const lz_decode_params *p, cudaStream_t st)
 
 template <bool LAZY> int dispatch(const lz_decode_params *p, void *stream)
 {
+    if (p && p->k_scales) { /* fp8 blocks possible: kernels/lz_decode_fp8.cu */
+        const int rc = lz_decode_check(p);
+        return rc ? rc : lz_decode_fp8_launch(p, LAZY, stream);
+    }
     return lz::checked_with_shape(lz_decode_check(p), p, [&](auto d, auto layout) {
         return launch<decltype(d)::value, decltype(layout)::value, LAZY>(p, (cudaStream_t)stream);
     });

@@ -26,6 +26,22 @@
  * occupies (KV, T, d) consecutive pool rows, as the CPU engine stores a layer
  * (L, KV, T, d), so a block is up to 64 consecutive d-element rows (16 KiB of
  * K and 16 KiB of V at d = 128) read with coalesced 16-byte loads.
+ *
+ * fp8 blocks (documents stored as e4m3, schema/PAYLOAD.md): with k_scales set,
+ * block i of (b, h) is fp8 when k_scales[i] > 0: its rows are rows of k_pool8
+ * / v_pool8 (d bytes each; v_rows applies to them as to v_pool), a key element
+ * is lz_e4m3_to_f32(byte) * k_scales[i] and a value element byte * v_scales[i]
+ * (base/fp8.h); a block with k_scales[i] <= 0 is bf16, rows of k_pool / v_pool
+ * as without scales. One call mixes both: the question's own keys and the
+ * generated tokens stay bf16 while documents are fp8. The CUDA kernels
+ * (kernels/lz_decode_fp8.cu, chosen when k_scales != NULL; the bf16 kernels
+ * are untouched otherwise) read an fp8 block with the same 16-byte loads, half
+ * the bytes, and dequantise in registers: the e4m3 bytes become fp16 (exact)
+ * for fp16 tensor-core products with an fp16 copy of the query; k_scales[i]
+ * multiplies the block's scores and v_scales[i] its share of the output. So
+ * with fp8 blocks the query must be below 65,504 in magnitude, and an e4m3 NaN
+ * byte (S.1111.111) reads as +-480, not NaN (the references keep NaN; the
+ * payload encoder writes NaN only for NaN inputs).
  */
 #ifndef LZ_DECODE_H
 #define LZ_DECODE_H
@@ -60,8 +76,9 @@ LZ_DEC_HD int lz_decode_word_keys(uint64_t w) { return (int)((w >> 57) & 63) + 1
 typedef struct {
     lz_bf16 *o;               /* (B, H, d) output */
     const lz_bf16 *q;         /* (B, H, d) query, rotated at its position n */
-    const lz_bf16 *k_pool;    /* (R, d) key rows, each rotated at its local position */
-    const lz_bf16 *v_pool;    /* (R, d) value rows */
+    const lz_bf16 *k_pool;    /* (R, d) key rows, each rotated at its local position (may be NULL
+                                 when k_scales is set and every block is fp8) */
+    const lz_bf16 *v_pool;    /* (R, d) value rows (NULL as k_pool) */
     const uint64_t *blocks;   /* (B, KV, NB) block words, see above */
     const uint64_t *v_rows;   /* optional (B, KV, NB): block i's values start at v_pool row v_rows[i]
                                  (K and V kept apart, as an engine's per-document allocations are);
@@ -80,6 +97,11 @@ typedef struct {
                                  first use (per-(b, h) counters; the kernels leave them zero);
                                  unused when 1 part. One call at a time per workspace. */
     size_t work_bytes;
+    /* fp8 blocks (optional; all four set together, or k_scales NULL = every block bf16): */
+    const uint8_t *k_pool8;   /* (R8, d) e4m3 key rows, row r at k_pool8[r*d]; 16-byte aligned */
+    const uint8_t *v_pool8;   /* (R8, d) e4m3 value rows */
+    const float *k_scales;    /* (B, KV, NB) beside the block words: > 0 = block i is fp8 with this key scale */
+    const float *v_scales;    /* (B, KV, NB) value scale of each fp8 block */
 } lz_decode_params;
 
 int lz_decode_splits(const lz_decode_params *p, int n_sm);
@@ -95,7 +117,15 @@ int lz_decode_add_segment(uint64_t *words, int *n, int cap, uint64_t row, int64_
 int lz_decode_add_segment_kv(uint64_t *words, uint64_t *v_rows, int *n, int cap, uint64_t row, uint64_t v_row,
                              int64_t len, int64_t offset);
 
-/* CUDA kernels (kernels/lz_decode.cu), asynchronous on stream. */
+/* The same for an fp8 segment (rows of k_pool8 / v_pool8): its blocks' scales
+ * go to k_scales[*n ..] and v_scales[*n ..] (k_scale must be > 0). The other
+ * blocks of an fp8 call need k_scales <= 0: zero-fill the array first. */
+int lz_decode_add_segment_fp8(uint64_t *words, uint64_t *v_rows, float *k_scales, float *v_scales, int *n, int cap,
+                              uint64_t row, uint64_t v_row, int64_t len, int64_t offset, float k_scale,
+                              float v_scale);
+
+/* CUDA kernels (kernels/lz_decode.cu; with k_scales, kernels/lz_decode_fp8.cu),
+ * asynchronous on stream. */
 int lz_decode_lazy(const lz_decode_params *p, void *stream);
 int lz_decode(const lz_decode_params *p, void *stream);
 /* CPU references (kernels/lz_decode_ref.c), host memory, same parameters. */

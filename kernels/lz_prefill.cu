@@ -20,7 +20,11 @@
  * only those tiles run. (Rotating every K tile in shared memory after it
  * landed instead was 10-17% slower than the twin.) Split-KV over the tile
  * list plus a combine kernel when the rows alone cannot fill the GPU
- * (question prefill).
+ * (question prefill). Calls that allow fp8 segments (p.seg_fp8) run the F8
+ * copy of each kernel: an fp8 tile is copied as e4m3 bytes into its bf16
+ * slots and turned into bf16 in place by the threads that copied it, right
+ * before the tile's barrier (lz_fp8_tile.cuh); the tile's key scale
+ * multiplies its scores, its value scale its probabilities.
  *
  * Legend: S = segments, KV = kv heads, G = H/KV, M = rows, R = G*M packed
  * rows per kv head (row r = head g = r / M, position m = r % M), d =
@@ -28,6 +32,7 @@
  */
 #include <math.h>
 
+#include "kernels/lz_fp8_tile.cuh"
 #include "kernels/lz_mma.cuh"
 #include "kernels/lz_wgmma.cuh"
 #include "kernels/lz_prefill.h"
@@ -162,7 +167,7 @@ __device__ __noinline__ void rotate_q_tile(unsigned char *qsm, const __nv_bfloat
  * MT = 2: 4 warps x 32 rows, K/V fragments reused by both 16-row halves (half
  * the shared-memory traffic per mma), Q read from shared memory each k-step
  * (lazy: the shared tile is rewritten from global, rotated, on a segment change). */
-template <int D, int LAYOUT, bool LAZY, int MT, int WARPS, bool WG>
+template <int D, int LAYOUT, bool LAZY, int MT, int WARPS, bool WG, bool F8>
 __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::MIN_CTAS)
     prefill_kernel(const __grid_constant__ lz_prefill_params p, int n_split)
 {
@@ -203,7 +208,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
      * need no second read */
     int c_nt[Cursor::CH];
     Cursor::Descs dsc;
-    Cursor::read_descs(p, h, lane, dsc);
+    Cursor::read_descs<F8>(p, h, lane, dsc);
     Cursor::read_tiles(p, h, lane, c_nt);
     /* Q tile (zero rows past R); MT = 2 lazy writes it rotated instead */
     if (!(LAZY && MT == 2)) {
@@ -242,8 +247,19 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     /* Q's group (the twin's too) closes before the first tiles, so Q's fragments can be ready first */
     lz::cp_async_commit();
 
+    /* F8: bit s set = stage s holds an fp8 tile, to be converted once it landed */
+    [[maybe_unused]] uint32_t f8_stages = 0;
     auto load_tile = [&](const Tile &x, int stage) {
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
+        if constexpr (F8) {
+            if (x.f8) {
+                lz::copy_tile_f8<D, BN, THREADS, WG>(kd, reinterpret_cast<const uint8_t *>(x.k), x.n, tid);
+                lz::copy_tile_f8<D, BN, THREADS, WG>(vd, reinterpret_cast<const uint8_t *>(x.v), x.n, tid);
+                f8_stages |= 1u << stage;
+                return;
+            }
+            f8_stages &= ~(1u << stage);
+        }
         if constexpr (MT == 1) {
             lz::copy_tile<D, BN, THREADS, WG>(kd, x.k, x.n, tid);
             lz::copy_tile<D, BN, THREADS, WG>(vd, x.v, x.n, tid);
@@ -267,7 +283,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (t0 + s < t1) {
-            pend = ld.tile_pre(p, h, D, dsc);
+            pend = ld.tile_pre<F8>(p, h, D, dsc);
             load_tile(pend, s);
             ld.next(p, h, self_tiles);
         }
@@ -340,18 +356,25 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     for (int t = t0; t < t1; t++) {
         const int stage = (t - t0) % STAGES;
         lz::cp_async_wait<STAGES - 2>();
+        if constexpr (F8) { /* this thread's fp8 chunks of the tile, landed: to bf16 before the barrier */
+            if ((f8_stages >> stage) & 1) {
+                const uint32_t kd = ring_u + stage * (2 * BN * D * 2);
+                lz::convert_tile_f8<D, BN, THREADS, WG>(kd, tid);
+                lz::convert_tile_f8<D, BN, THREADS, WG>(kd + BN * D * 2, tid);
+            }
+        }
         if (WG) lz::fence_proxy_async(); /* this thread's copies, before wgmma reads them */
         __syncthreads();
         Tile x;
         if constexpr (PEND) x = pend;
         if (t + STAGES - 1 < t1) {
-            pend = ld.tile(p, h, D);
+            pend = ld.tile<F8>(p, h, D);
             load_tile(pend, (t - t0 + STAGES - 1) % STAGES);
             ld.next(p, h, self_tiles);
         }
         lz::cp_async_commit();
         if constexpr (!PEND) {
-            x = cur.tile(p, h, D);
+            x = cur.tile<F8>(p, h, D);
             cur.next(p, h, self_tiles);
         }
         if (LAZY && !WG && x.slot != q_slot) { /* segment change (wgmma: done during the previous P V) */
@@ -417,6 +440,8 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
         }
         const bool need_mask = x.n < NB || (is_self && x.j0 + NB - 1 > m_lo);
+        /* F8: the tile's key scale in the scores' factor (1 for bf16 tiles) */
+        const float sl2t = F8 ? sl2 * x.ks : sl2;
         uint32_t pa[MT][NB / 16][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
@@ -449,7 +474,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             for (int r = 0; r < 2; r++) {
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                mx[r] *= sl2;
+                mx[r] *= sl2t;
                 grow |= mx[r] > mrow[mt][r] + RESCALE_TAU;
             }
             if (__any_sync(0xffffffffu, grow)) {
@@ -476,10 +501,13 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
             for (int nt = 0; nt < NB / 8; nt++) {
                 /* scale and subtract in one FFMA, 2^x without exp2f's subnormal fix-up (lz::ex2):
                  * 2.5-4.5% faster, twin and lazy */
-                float p0 = lz::ex2(fmaf(s[mt][nt][0], sl2, -mu[0])), p1 = lz::ex2(fmaf(s[mt][nt][1], sl2, -mu[0]));
-                float p2 = lz::ex2(fmaf(s[mt][nt][2], sl2, -mu[1])), p3 = lz::ex2(fmaf(s[mt][nt][3], sl2, -mu[1]));
+                float p0 = lz::ex2(fmaf(s[mt][nt][0], sl2t, -mu[0])), p1 = lz::ex2(fmaf(s[mt][nt][1], sl2t, -mu[0]));
+                float p2 = lz::ex2(fmaf(s[mt][nt][2], sl2t, -mu[1])), p3 = lz::ex2(fmaf(s[mt][nt][3], sl2t, -mu[1]));
                 rs[0] += p0 + p1;
                 rs[1] += p2 + p3;
+                if constexpr (F8) { /* the value scale in P (bf16 keeps its relative precision) */
+                    p0 *= x.vs; p1 *= x.vs; p2 *= x.vs; p3 *= x.vs;
+                }
                 pa[mt][nt >> 1][(nt & 1) * 2] = lz::pack_bf16(p0, p1);
                 pa[mt][nt >> 1][(nt & 1) * 2 + 1] = lz::pack_bf16(p2, p3);
             }
@@ -581,11 +609,11 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
 }
 
-template <int D, int LAYOUT, bool LAZY, int MT, int WARPS, bool WG = false>
+template <int D, int LAYOUT, bool LAZY, int MT, int WARPS, bool WG, bool F8>
 int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
 {
     using SH = Shape<MT, WARPS>;
-    auto kern = prefill_kernel<D, LAYOUT, LAZY, MT, WARPS, WG>;
+    auto kern = prefill_kernel<D, LAYOUT, LAZY, MT, WARPS, WG, F8>;
     const size_t base = pf_smem_base<D, MT, WARPS>() + (WG ? 1024 : 0);
     const size_t smem_max = base + (size_t)(LZ_PREFILL_MAX_SEG + 1) * ((D / 2) * sizeof(float2) + sizeof(int64_t));
     const size_t smem = base + (LAZY ? (size_t)(p->n_seg + 1) * ((D / 2) * sizeof(float2) + sizeof(int64_t)) : 0);
@@ -611,6 +639,15 @@ int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
 }
 
 /* Kernel shape and split-KV parts: lz_prefill_plan (kernels/lz_attn_ref.c). */
+template <int D, int LAYOUT, bool LAZY, bool F8>
+int launch(const lz_prefill_params *p, int ns, int bm, int rpw, int wg, cudaStream_t st)
+{
+    if (wg) return launch<D, LAYOUT, LAZY, 1, 4, true, F8>(p, ns, st);
+    if (rpw == 32 && bm == 128) return launch<D, LAYOUT, LAZY, 2, 4, false, F8>(p, ns, st);
+    if (rpw == 16 && bm == 128) return launch<D, LAYOUT, LAZY, 1, 8, false, F8>(p, ns, st);
+    if (rpw == 16 && bm == 64) return launch<D, LAYOUT, LAZY, 1, 4, false, F8>(p, ns, st);
+    return LZ_ATTN_EARG;
+}
 template <int D, int LAYOUT, bool LAZY>
 int launch(const lz_prefill_params *p, cudaStream_t st)
 {
@@ -619,11 +656,8 @@ int launch(const lz_prefill_params *p, cudaStream_t st)
     int bm, rpw, ns, wg;
     lz_prefill_plan(p, n_sm, &bm, &rpw, &ns, &wg);
     if (ns > 1 && (!p->work || p->work_bytes < lz_prefill_workspace(p, ns))) return LZ_ATTN_EWORK;
-    if (wg) return launch<D, LAYOUT, LAZY, 1, 4, true>(p, ns, st);
-    if (rpw == 32 && bm == 128) return launch<D, LAYOUT, LAZY, 2, 4>(p, ns, st);
-    if (rpw == 16 && bm == 128) return launch<D, LAYOUT, LAZY, 1, 8>(p, ns, st);
-    if (rpw == 16 && bm == 64) return launch<D, LAYOUT, LAZY, 1, 4>(p, ns, st);
-    return LZ_ATTN_EARG;
+    if (p->seg_fp8 && p->n_seg > 0) return launch<D, LAYOUT, LAZY, true>(p, ns, bm, rpw, wg, st);
+    return launch<D, LAYOUT, LAZY, false>(p, ns, bm, rpw, wg, st);
 }
 
 template <bool LAZY> int dispatch(const lz_prefill_params *p, void *stream)

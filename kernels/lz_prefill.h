@@ -14,6 +14,16 @@
  * at final positions (self_offset = 0) or, for the lazy kernel, at local
  * positions and placed at self_offset. An (h, m) with no visible key cannot
  * occur (the diagonal is always visible).
+ *
+ * fp8 segments (seg_fp8 = 1 and the descriptor's k8 set; lz_attn.h): the CUDA
+ * kernels copy the e4m3 tile (half the bytes) into the lower half of the
+ * shared slots its bf16 tile takes, and each thread turns the bytes it copied
+ * into bf16 in place before the tile's barrier, so the tensor-core loop (wgmma
+ * or mma.sync) reads the same bf16 tiles as for a bf16 segment. The values are
+ * exact (e4m3 fits bf16); the segment's k_scale[h] multiplies the tile's
+ * scores and v_scale[h] its probabilities (bf16 P keeps its relative precision
+ * at any scale). The own keys (k_self, v_self) stay bf16. An e4m3 NaN byte
+ * (S.1111.111) reads as +-480 in the CUDA kernels (NaN in the references).
  */
 #ifndef LZ_PREFILL_H
 #define LZ_PREFILL_H
@@ -56,6 +66,10 @@ typedef struct {
                                     programmatic dependent of the split kernel (A/B; results equal) */
     float *work;                 /* split-KV scratch, lz_prefill_workspace() bytes; unused when 1 part */
     size_t work_bytes;
+    int seg_fp8;                 /* 1: segments may be fp8 (lz_attn_segment.k8 set; the descriptors are
+                                    device memory, so the host is told): the CUDA kernels built for fp8
+                                    segments run, reading each descriptor's k8; 0: every segment is bf16
+                                    and k8 is ignored (the kernels and the references alike) */
 } lz_prefill_params;
 
 /* Kernel shape (rows per CTA, rows per warp), split-KV parts and tile loop

@@ -2,7 +2,9 @@
  * inside its anonymous namespace): a Tile (keys and values of up to BN keys
  * of one segment, or of the question's own keys) and the Cursor that walks
  * kv head h's tiles in order, placed on a split-KV part's first tile from
- * one parallel read of the segments' lengths.
+ * one parallel read of the segments' lengths. With F8 (the kernels built for
+ * fp8 segments) a segment whose descriptor has k8 gives fp8 tiles: k and v
+ * point at e4m3 bytes, with the kv head's scales.
  */
 #pragma once
 
@@ -16,10 +18,12 @@ namespace lz_pf {
 constexpr int BN = LZ_PREFILL_BN; /* keys per tile */
 
 struct Tile {
-    const __nv_bfloat16 *k, *v; /* first row of the tile */
+    const __nv_bfloat16 *k, *v; /* first row of the tile (fp8 tiles: of e4m3 bytes, cast) */
     int n;                      /* valid keys (1..BN) */
     int slot;                   /* segment index, n_seg for own keys (causal) */
     int j0;                     /* own keys: index of the first key */
+    float ks, vs;               /* fp8 tiles: the kv head's key and value scales; bf16: 1, 1 */
+    bool f8;                    /* an fp8 tile (F8 kernels only) */
 };
 
 /* Walks kv head h's tile list: segment tiles in order (empty segments have
@@ -111,55 +115,91 @@ struct Cursor {
      * holding segment l's, read with the lengths: the part's first tiles
      * (tile_pre) need no second global latency. */
     struct Descs {
-        const __nv_bfloat16 *k, *v;
+        const __nv_bfloat16 *k, *v; /* fp8 segments: their e4m3 bytes */
         int64_t cap;
         int len;
+        float ks, vs; /* Tile's */
+        int f8;
     };
+    template <bool F8>
     __device__ __forceinline__ static void read_descs(const lz_prefill_params &p, int h, int lane, Descs &d)
     {
         d.k = d.v = nullptr;
         d.cap = 0;
         d.len = 0;
+        d.ks = d.vs = 1.f;
+        d.f8 = 0;
         if (lane < p.n_seg) {
             const lz_attn_segment sg = p.segs[lane];
             d.k = reinterpret_cast<const __nv_bfloat16 *>(sg.k);
             d.v = reinterpret_cast<const __nv_bfloat16 *>(sg.v);
             d.cap = sg.cap;
             d.len = p.seg_len[(size_t)lane * p.n_kv_heads + h];
+            if (F8 && sg.k8) {
+                d.k = reinterpret_cast<const __nv_bfloat16 *>(sg.k8);
+                d.v = reinterpret_cast<const __nv_bfloat16 *>(sg.v8);
+                d.ks = sg.k_scale[h];
+                d.vs = sg.v_scale[h];
+                d.f8 = 1;
+            }
         }
     }
     /* segment s's tile k of kv head h, from the segment's K / V bases, token
      * stride cap and kept length len (tile and tile_pre) */
     __device__ __forceinline__ void seg_tile(Tile &x, const __nv_bfloat16 *kb, const __nv_bfloat16 *vb, int64_t cap,
-                                             int len, int h, int D) const
+                                             int len, int h, int D, bool f8 = false) const
     {
         size_t r = ((size_t)h * cap + (size_t)k * BN) * D;
-        x.k = kb + r;
-        x.v = vb + r;
+        if (f8) { /* e4m3 rows: r bytes */
+            x.k = reinterpret_cast<const __nv_bfloat16 *>(reinterpret_cast<const uint8_t *>(kb) + r);
+            x.v = reinterpret_cast<const __nv_bfloat16 *>(reinterpret_cast<const uint8_t *>(vb) + r);
+        } else {
+            x.k = kb + r;
+            x.v = vb + r;
+        }
         x.n = min(BN, len - k * BN);
         x.j0 = 0;
     }
     /* tile() from read_descs' registers (s is the same in every lane) */
+    template <bool F8>
     __device__ __forceinline__ Tile tile_pre(const lz_prefill_params &p, int h, int D, const Descs &d) const
     {
-        if (s >= p.n_seg || s >= 32) return tile(p, h, D);
+        if (s >= p.n_seg || s >= 32) return tile<F8>(p, h, D);
         Tile x;
         x.slot = s;
         const __nv_bfloat16 *kb = reinterpret_cast<const __nv_bfloat16 *>(__shfl_sync(0xffffffffu, (unsigned long long)d.k, s));
         const __nv_bfloat16 *vb = reinterpret_cast<const __nv_bfloat16 *>(__shfl_sync(0xffffffffu, (unsigned long long)d.v, s));
         const int64_t cap = __shfl_sync(0xffffffffu, (long long)d.cap, s);
         const int len = __shfl_sync(0xffffffffu, d.len, s);
-        seg_tile(x, kb, vb, cap, len, h, D);
+        x.ks = x.vs = 1.f;
+        x.f8 = false;
+        if (F8) {
+            x.ks = __shfl_sync(0xffffffffu, d.ks, s);
+            x.vs = __shfl_sync(0xffffffffu, d.vs, s);
+            x.f8 = __shfl_sync(0xffffffffu, d.f8, s) != 0;
+        }
+        seg_tile(x, kb, vb, cap, len, h, D, x.f8);
         return x;
     }
-    __device__ __forceinline__ Tile tile(const lz_prefill_params &p, int h, int D) const
+    template <bool F8> __device__ __forceinline__ Tile tile(const lz_prefill_params &p, int h, int D) const
     {
         Tile x;
         x.slot = s;
+        x.ks = x.vs = 1.f;
+        x.f8 = false;
         if (s < p.n_seg) {
             const lz_attn_segment sg = p.segs[s];
-            seg_tile(x, reinterpret_cast<const __nv_bfloat16 *>(sg.k), reinterpret_cast<const __nv_bfloat16 *>(sg.v),
-                     sg.cap, p.seg_len[(size_t)s * p.n_kv_heads + h], h, D);
+            const int len = p.seg_len[(size_t)s * p.n_kv_heads + h];
+            if (F8 && sg.k8) {
+                x.ks = sg.k_scale[h];
+                x.vs = sg.v_scale[h];
+                x.f8 = true;
+                seg_tile(x, reinterpret_cast<const __nv_bfloat16 *>(sg.k8), reinterpret_cast<const __nv_bfloat16 *>(sg.v8),
+                         sg.cap, len, h, D, true);
+            } else {
+                seg_tile(x, reinterpret_cast<const __nv_bfloat16 *>(sg.k), reinterpret_cast<const __nv_bfloat16 *>(sg.v),
+                         sg.cap, len, h, D);
+            }
         } else {
             size_t r = ((size_t)h * p.n_rows + (size_t)k * BN) * D;
             x.k = reinterpret_cast<const __nv_bfloat16 *>(p.k_self) + r;

@@ -1,5 +1,6 @@
 /* lz_prefill_ref.c - CPU references of the prefill kernels (lz_prefill.h):
- * plain C, fp32 math from bf16 inputs, bf16 output. The lazy twin rotates
+ * plain C, fp32 math from bf16 inputs (fp8 segments: e4m3 decoded by
+ * base/fp8.h times the kv head's scale), bf16 output. The lazy twin rotates
  * every stored key by its segment's offset through base/rope.h, by the
  * definition R(p) * K_j (the kernels do the same per K tile).
  *
@@ -10,12 +11,17 @@
 #include <stdlib.h>
 
 #include "kernels/lz_prefill.h"
+#include "base/fp8.h"
 #include "base/half.h"
 #include "base/rope.h"
 
 static void load_row(float *dst, const lz_bf16 *src, int d)
 {
     for (int i = 0; i < d; i++) dst[i] = lz_bf16_to_f32(src[i]);
+}
+static void load_row8(float *dst, const uint8_t *src, float scale, int d)
+{
+    for (int i = 0; i < d; i++) dst[i] = lz_e4m3_to_f32(src[i]) * scale;
 }
 
 static int prefill_ref(const lz_prefill_params *p, int lazy)
@@ -43,9 +49,16 @@ static int prefill_ref(const lz_prefill_params *p, int lazy)
         for (int s = 0; s < p->n_seg; s++) {
             const lz_attn_segment *sg = &p->segs[s];
             int32_t len = p->seg_len[(size_t)s * KV + h];
+            const int f8 = p->seg_fp8 && sg->k8;
             for (int32_t j = 0; j < len; j++, n++) {
-                load_row(K + n * d, sg->k + ((size_t)h * sg->cap + j) * d, d);
-                load_row(V + n * d, sg->v + ((size_t)h * sg->cap + j) * d, d);
+                const size_t at = ((size_t)h * sg->cap + j) * d;
+                if (f8) {
+                    load_row8(K + n * d, sg->k8 + at, sg->k_scale[h], d);
+                    load_row8(V + n * d, sg->v8 + at, sg->v_scale[h], d);
+                } else {
+                    load_row(K + n * d, sg->k + at, d);
+                    load_row(V + n * d, sg->v + at, d);
+                }
                 if (lazy) lz_rope_apply(K + n * d, d, sg->offset, p->rope_layout, p->inv_freq);
             }
         }

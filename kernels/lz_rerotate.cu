@@ -1,10 +1,14 @@
 /* lz_rerotate.cu - the materialising kernel of `block` mode (lz_rerotate.h):
  * dst = R(offset) * src for every row, bf16 in and out, fp32 math through
- * base/rope.h. Each CTA computes the d/2 cos/sin of the offset once into
- * shared memory and rotates 64 rows with one thread per pair.
+ * base/rope.h; or e4m3 in and out (p.src8): the rotated values times
+ * LZ_REROTATE_FP8_SHRINK rounded back to e4m3 (round to nearest even,
+ * saturating), the scales, when given, times LZ_REROTATE_FP8_GROWTH. Each CTA
+ * computes the d/2 cos/sin of the offset once into shared memory and rotates
+ * 64 rows with one thread per pair.
  *
  * Legend: N = rows, d = head_dim (even, <= 256).
  */
+#include "kernels/lz_fp8_tile.cuh"
 #include "kernels/lz_mma.cuh"
 #include "kernels/lz_rerotate.h"
 #include "base/rope.h"
@@ -13,6 +17,7 @@ namespace {
 
 constexpr int RR_ROWS = 64;
 
+template <bool FP8>
 __global__ void __launch_bounds__(256)
     rerotate_kernel(const __grid_constant__ lz_rerotate_params p)
 {
@@ -23,6 +28,8 @@ __global__ void __launch_bounds__(256)
         cs[i] = cosf(ang);
         sn[i] = sinf(ang);
     }
+    if (FP8 && blockIdx.x == 0)
+        for (int i = threadIdx.x; i < p.n_scales; i += blockDim.x) p.scale8_out[i] = p.scale8_in[i] * LZ_REROTATE_FP8_GROWTH;
     __syncthreads();
     const __nv_bfloat16 *src = reinterpret_cast<const __nv_bfloat16 *>(p.src);
     __nv_bfloat16 *dst = reinterpret_cast<__nv_bfloat16 *>(p.dst);
@@ -33,10 +40,18 @@ __global__ void __launch_bounds__(256)
         if (r >= p.n_rows) break;
         int a, b;
         lz_rope_pair(p.rope_layout, d, i, &a, &b);
-        float x0 = __bfloat162float(src[r * d + a]), x1 = __bfloat162float(src[r * d + b]);
-        lz_rope_rotate_pair(&x0, &x1, cs[i], sn[i]);
-        dst[r * d + a] = __float2bfloat16_rn(x0);
-        dst[r * d + b] = __float2bfloat16_rn(x1);
+        if constexpr (FP8) {
+            float x0 = lz::e4m3_f32(p.src8[r * d + a]), x1 = lz::e4m3_f32(p.src8[r * d + b]);
+            lz_rope_rotate_pair(&x0, &x1, cs[i], sn[i]);
+            const uint16_t y = lz::f32x2_e4m3(x0 * LZ_REROTATE_FP8_SHRINK, x1 * LZ_REROTATE_FP8_SHRINK);
+            p.dst8[r * d + a] = (uint8_t)(y & 0xff);
+            p.dst8[r * d + b] = (uint8_t)(y >> 8);
+        } else {
+            float x0 = __bfloat162float(src[r * d + a]), x1 = __bfloat162float(src[r * d + b]);
+            lz_rope_rotate_pair(&x0, &x1, cs[i], sn[i]);
+            dst[r * d + a] = __float2bfloat16_rn(x0);
+            dst[r * d + b] = __float2bfloat16_rn(x1);
+        }
     }
 }
 
@@ -44,12 +59,13 @@ __global__ void __launch_bounds__(256)
 
 extern "C" int lz_rerotate(const lz_rerotate_params *p, void *stream)
 {
-    if (!p || !p->dst || !p->src || !p->inv_freq || p->n_rows < 0) return LZ_ATTN_EARG;
-    if (p->head_dim <= 0 || p->head_dim > 256 || p->head_dim % 2) return LZ_ATTN_EHEADDIM;
-    if (p->rope_layout != LZ_ROPE_ADJACENT && p->rope_layout != LZ_ROPE_HALF) return LZ_ATTN_ELAYOUT;
-    if (p->n_rows == 0) return LZ_ATTN_OK;
+    int rc = lz_rerotate_check(p);
+    if (rc) return rc;
     int64_t blocks = (p->n_rows + RR_ROWS - 1) / RR_ROWS;
     if (blocks > 0x7fffffff) return LZ_ATTN_EARG;
-    rerotate_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(*p);
+    if (p->src8 && p->n_scales > 0 && blocks == 0) blocks = 1; /* the scales alone */
+    if (blocks == 0) return LZ_ATTN_OK;
+    if (p->src8) rerotate_kernel<true><<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(*p);
+    else rerotate_kernel<false><<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(*p);
     return (int)cudaGetLastError();
 }

@@ -66,10 +66,11 @@ static void make_case(scase *c, int S, int KV, int G, int M, int d, int layout, 
         size_t n = (size_t)KV * cap * d;
         c->k[s] = malloc(n * 2); c->v[s] = malloc(n * 2); c->kr[s] = malloc(n * 2);
         fill(c->k[s], n); fill(c->v[s], n);
-        c->seg[s] = (lz_attn_segment){c->k[s], c->v[s], pos, cap};
-        lz_rerotate_params rp = {c->kr[s], c->k[s], c->inv_freq, (int64_t)KV * cap, pos, d, layout};
+        c->seg[s] = (lz_attn_segment){.k = c->k[s], .v = c->v[s], .offset = pos, .cap = cap};
+        lz_rerotate_params rp = {.dst = c->kr[s], .src = c->k[s], .inv_freq = c->inv_freq, .n_rows = (int64_t)KV * cap,
+                                 .offset = pos, .head_dim = d, .rope_layout = layout};
         CHECK(lz_rerotate_ref(&rp, NULL) == 0, "rerotate");
-        c->rot[s] = (lz_attn_segment){c->kr[s], c->v[s], 0, cap};
+        c->rot[s] = (lz_attn_segment){.k = c->kr[s], .v = c->v[s], .offset = 0, .cap = cap};
         pos += cap + (int)(urand() * 5000);
     }
 }
@@ -90,7 +91,8 @@ static void test_rerotate_composes(int layout)
     lz_rope_apply(x, d, 17, layout, inv);        /* stored at local 17 */
     lz_rope_apply(y, d, 100017, layout, inv);    /* final position 100000 + 17 */
     for (int i = 0; i < d; i++) { src[i] = lz_f32_to_bf16(x[i]); want[i] = lz_f32_to_bf16(y[i]); }
-    lz_rerotate_params rp = {dst, src, inv, 1, 100000, d, layout};
+    lz_rerotate_params rp = {.dst = dst, .src = src, .inv_freq = inv, .n_rows = 1, .offset = 100000, .head_dim = d,
+                             .rope_layout = layout};
     CHECK(lz_rerotate_ref(&rp, NULL) == 0, "rerotate");
     double e = nerr(dst, want, d);
     CHECK(e < 1e-2, "layout %d: composed rotation error %g", layout, e);
@@ -107,7 +109,8 @@ static void test_prefill_lazy_eq(int d, int layout, int G, int llama3)
     lz_bf16 *o1 = malloc(nq * 2), *o2 = malloc(nq * 2);
     fill(q, nq); fill(ks, nk); fill(vs, nk);
     int64_t self_off = 123456;
-    lz_rerotate_params rp = {ksr, ks, c.inv_freq, (int64_t)c.KV * M, self_off, d, layout};
+    lz_rerotate_params rp = {.dst = ksr, .src = ks, .inv_freq = c.inv_freq, .n_rows = (int64_t)c.KV * M,
+                             .offset = self_off, .head_dim = d, .rope_layout = layout};
     CHECK(lz_rerotate_ref(&rp, NULL) == 0, "rerotate self");
     lz_prefill_params p = {0};
     p.o = o1; p.q = q; p.k_self = ks; p.v_self = vs; p.self_offset = self_off;

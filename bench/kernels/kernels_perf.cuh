@@ -5,7 +5,9 @@
  * (median per call), beside a device-to-device copy for the bandwidth
  * ceiling. Each case appends one or two records to the JSON file that
  * overhead_ci.py and sdpa_peer.py read. Inputs are random; several input sets
- * rotate so that decode reads come from HBM, not L2.
+ * rotate so that decode reads come from HBM, not L2. The fp8 cases (records
+ * of kind decode_fp8 / prefill_fp8, which those scripts and bench/results.py
+ * pass over) time fp8 documents against bf16 on the same shapes.
  * Legend: B = sequences, H = 32 query heads, KV = 8 kv heads, d = 128,
  * N = keys per sequence, M = query rows, S = 10 segments.
  */
@@ -418,6 +420,252 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
         CK(cudaFree(d_cs[set]));
     }
     CK(cudaFree(o)); CK(cudaFree(d_len));
+    if (p.work) CK(cudaFree(p.work));
+}
+
+} /* namespace kc_perf */
+
+/* ---- fp8 (e4m3) documents against bf16 on the same shapes ---- */
+namespace kc_perf {
+
+/* random e4m3 bytes (no NaN) */
+__global__ void fill8_kernel(uint8_t *x, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        z ^= z >> 31; z *= 0xbf58476d1ce4e5b9ull; z ^= z >> 29;
+        uint8_t b = (uint8_t)(z >> 40);
+        if ((b & 0x7f) == 0x7f) b ^= 1;
+        x[i] = b;
+    }
+}
+static uint8_t *rand_dev8(size_t n, uint64_t seed)
+{
+    uint8_t *p;
+    CK(cudaMalloc(&p, n + 16));
+    fill8_kernel<<<1024, 256>>>(p, n, seed);
+    CK(cudaGetLastError());
+    return p;
+}
+static std::string list_json(const std::vector<double> &v)
+{
+    std::string j = "[";
+    char b[32];
+    for (size_t i = 0; i < v.size(); i++) {
+        snprintf(b, sizeof b, "%s%.3f", i ? "," : "", v[i]);
+        j += b;
+    }
+    return j + "]";
+}
+
+/* Decode over B sequences of N keys in 10 segments (bench_decode's layout):
+ * every block fp8 against every block bf16, timed in interleaved pairs (the
+ * speedup of each pair); the fp8 twin; the engine's mix (documents fp8, the
+ * question's segment at offset 0 bf16). Bytes counted as read: K + V rows,
+ * 1 byte an element for fp8. */
+static void bench_decode_fp8(int B, int N, double copy_tbs, int sweep, float *d_inv)
+{
+    const int len = N / NSEG, last = N - len * (NSEG - 1);
+    const size_t rows = (size_t)B * N * KV, qrows = (size_t)B * last * KV;
+    const double bytes16 = 2.0 * rows * D * 2, bytes8 = 2.0 * rows * D;
+    const double bytes_mix = 2.0 * (rows - qrows) * D + 2.0 * qrows * D * 2;
+    const int n_sets = (int)std::max<double>(1.0, ceil(1.2e9 / bytes8));
+    lz_bf16 *kp = rand_dev(rows * D * n_sets, 21), *vp = rand_dev(rows * D * n_sets, 22);
+    uint8_t *kp8 = rand_dev8(rows * D * n_sets, 23), *vp8 = rand_dev8(rows * D * n_sets, 24);
+    lz_bf16 *q = rand_dev((size_t)B * H * D * n_sets, 25), *o;
+    CK(cudaMalloc(&o, (size_t)B * H * D * 2));
+    const int NB = NSEG * ((last + 63) / 64 + 1);
+    const size_t nw = (size_t)n_sets * B * KV * NB;
+    std::vector<uint64_t> w(nw);
+    std::vector<float> s8(nw, 0.f), smix(nw, 0.f), vsc(nw, 0.f);
+    std::vector<int32_t> nb((size_t)n_sets * B * KV);
+    for (int set = 0; set < n_sets; set++) {
+        size_t r = (size_t)set * rows;
+        for (int b = 0; b < B; b++) {
+            int64_t pos = 1000;
+            for (int s = 0; s < NSEG; s++) {
+                const int l = s == NSEG - 1 ? last : len;
+                const int64_t off = s == NSEG - 1 ? 0 : pos;
+                for (int h = 0; h < KV; h++) {
+                    const size_t i = ((size_t)set * B + b) * KV + h;
+                    const int n0 = nb[i];
+                    LZ(lz_decode_add_segment(&w[i * NB], &nb[i], NB, r + (size_t)h * l, l, off));
+                    for (int k = n0; k < nb[i]; k++) {
+                        s8[i * NB + k] = 0.01f; /* every block fp8 */
+                        vsc[i * NB + k] = 0.01f;
+                        smix[i * NB + k] = s == NSEG - 1 ? 0.f : 0.01f; /* the question's segment bf16 */
+                    }
+                }
+                r += (size_t)KV * l;
+                pos += l;
+            }
+        }
+    }
+    uint64_t *d_w;
+    int32_t *d_nb;
+    float *d_s8, *d_smix, *d_vs;
+    CK(cudaMalloc(&d_w, nw * 8));
+    CK(cudaMalloc(&d_nb, nb.size() * 4));
+    CK(cudaMalloc(&d_s8, nw * 4));
+    CK(cudaMalloc(&d_smix, nw * 4));
+    CK(cudaMalloc(&d_vs, nw * 4));
+    CK(cudaMemcpy(d_w, w.data(), nw * 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_nb, nb.data(), nb.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_s8, s8.data(), nw * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_smix, smix.data(), nw * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_vs, vsc.data(), nw * 4, cudaMemcpyHostToDevice));
+    lz_decode_params p;
+    memset(&p, 0, sizeof p);
+    p.o = o; p.k_pool = kp; p.v_pool = vp; p.inv_freq = d_inv; p.max_blocks = NB; p.batch = B;
+    p.n_heads = H; p.n_kv_heads = KV; p.head_dim = D; p.rope_layout = LZ_ROPE_HALF;
+    p.scale = 1.0f / sqrtf((float)D);
+    size_t wb = 0;
+    for (int ns = 1; ns <= 256; ns++) wb = std::max(wb, lz_decode_workspace(&p, ns));
+    CK(cudaMalloc(&p.work, wb));
+    p.work_bytes = wb;
+    /* kind 0: bf16, 1: fp8, 2: the mix */
+    auto run = [&](int kind, int lazy, int ns) {
+        CK(cudaMemset(p.work, 0, wb));
+        return time_us([&](int set, cudaStream_t st) {
+            lz_decode_params x = p;
+            x.n_split = ns;
+            x.q = q + (size_t)set * B * H * D;
+            x.blocks = d_w + (size_t)set * B * KV * NB;
+            x.n_blocks = d_nb + (size_t)set * B * KV;
+            if (kind) {
+                x.k_pool8 = kp8; x.v_pool8 = vp8;
+                x.k_scales = (kind == 1 ? d_s8 : d_smix) + (size_t)set * B * KV * NB;
+                x.v_scales = d_vs + (size_t)set * B * KV * NB;
+            }
+            LZ(lazy ? lz_decode_lazy(&x, st) : lz_decode(&x, st));
+        }, n_sets, 30);
+    };
+    int ns = lz_decode_splits(&p, n_sm);
+    if (opt.decode_split >= 0) ns = opt.decode_split;
+    /* pairs: fp8 lazy ("lazy" of paired) against bf16 lazy ("twin"); speedup = bf16 / fp8 */
+    const Paired pr = paired([&](int f8) { return run(f8 ? 1 : 0, 1, ns); });
+    std::vector<double> sp;
+    for (double ov : pr.ov) sp.push_back(1.0 / (1.0 + ov / 100.0));
+    std::vector<double> sps = sp;
+    std::sort(sps.begin(), sps.end());
+    const double t8 = pr.lazy_us, t16 = pr.twin_us, tw8 = run(1, 0, ns), tmix = run(2, 1, ns);
+    const double tbs = bytes8 / t8 / 1e6;
+    printf("fp8 decode B=%3d N=%5d: split %3d fp8 lazy %8.2f us (%.2f TB/s in fp8 bytes, %.1f%% of copy), bf16 lazy "
+           "%8.2f us: %.2fx (pairs: median %.2fx, %.2fx .. %.2fx)\n",
+           B, N, ns, t8, tbs, 100 * tbs / copy_tbs, t16, t16 / t8, sps[sps.size() / 2], sps.front(), sps.back());
+    printf("  fp8 twin %.2f us; documents fp8 + question bf16 (the engine's mix) %.2f us (%.2f TB/s)\n", tw8, tmix,
+           bytes_mix / tmix / 1e6);
+    jrec("\"kind\":\"decode_fp8\",\"B\":%d,\"N\":%d,\"split\":%d,\"fp8_us\":%.3f,\"bf16_us\":%.3f,\"speedup\":%.4f,"
+         "\"fp8_bytes\":%.0f,\"fp8_tbs\":%.4f,\"fp8_pct_copy\":%.2f,\"twin_fp8_us\":%.3f,\"mixed_us\":%.3f,"
+         "\"mixed_bytes\":%.0f,\"pairs\":%d,\"speedup_pairs\":%s",
+         B, N, ns, t8, t16, t16 / t8, bytes8, tbs, 100 * tbs / copy_tbs, tw8, tmix, bytes_mix, pr.rounds,
+         list_json(sp).c_str());
+    if (sweep) {
+        int cand[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+        printf("  fp8 split sweep (lazy us):");
+        for (int c : cand) {
+            if (c > NB) break;
+            printf(" %d:%.1f", c, run(1, 1, c));
+        }
+        printf("\n");
+    }
+    CK(cudaFree(kp)); CK(cudaFree(vp)); CK(cudaFree(kp8)); CK(cudaFree(vp8)); CK(cudaFree(q)); CK(cudaFree(o));
+    CK(cudaFree(d_w)); CK(cudaFree(d_nb)); CK(cudaFree(d_s8)); CK(cudaFree(d_smix)); CK(cudaFree(d_vs));
+    CK(cudaFree(p.work));
+}
+
+/* Question prefill, M rows over N cached keys in 10 segments (bench_prefill's
+ * layout), the segments fp8 against bf16 (own keys bf16 in both), timed in
+ * interleaved pairs; the fp8 twin. */
+static void bench_prefill_fp8(int M, int N, float *d_inv, const float *inv_host)
+{
+    const int nseg = NSEG, len = N / NSEG;
+    const int n_sets = 8;
+    std::vector<lz_bf16 *> kk(n_sets), vv(n_sets), qq(n_sets);
+    std::vector<uint8_t *> k8(n_sets), v8(n_sets);
+    std::vector<lz_attn_segment *> d_segs(n_sets), d_segs8(n_sets);
+    std::vector<float *> d_cs(n_sets);
+    std::vector<int32_t> lens((size_t)nseg * KV);
+    for (int s = 0; s < nseg; s++)
+        for (int h = 0; h < KV; h++) lens[s * KV + h] = s == nseg - 1 ? N - len * (nseg - 1) : len;
+    int32_t *d_len;
+    float *d_sc;
+    CK(cudaMalloc(&d_len, lens.size() * 4));
+    CK(cudaMemcpy(d_len, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+    std::vector<float> sc(KV, 0.01f);
+    CK(cudaMalloc(&d_sc, KV * 4));
+    CK(cudaMemcpy(d_sc, sc.data(), KV * 4, cudaMemcpyHostToDevice));
+    for (int set = 0; set < n_sets; set++) {
+        kk[set] = rand_dev((size_t)KV * (N + M) * D, 400 + set);
+        vv[set] = rand_dev((size_t)KV * (N + M) * D, 500 + set);
+        qq[set] = rand_dev((size_t)H * M * D, 600 + set);
+        k8[set] = rand_dev8((size_t)KV * N * D, 700 + set);
+        v8[set] = rand_dev8((size_t)KV * N * D, 800 + set);
+        std::vector<lz_attn_segment> sg(nseg), sg8(nseg);
+        size_t r = 0;
+        int64_t pos = 1000;
+        for (int s = 0; s < nseg; s++) {
+            const int l = lens[s * KV];
+            memset(&sg[s], 0, sizeof sg[s]);
+            sg[s].k = kk[set] + r * D; sg[s].v = vv[set] + r * D; sg[s].offset = pos; sg[s].cap = l;
+            sg8[s] = sg[s];
+            sg8[s].k8 = k8[set] + r * D; sg8[s].v8 = v8[set] + r * D; sg8[s].k_scale = d_sc; sg8[s].v_scale = d_sc;
+            r += (size_t)KV * l;
+            pos += l;
+        }
+        CK(cudaMalloc(&d_segs[set], nseg * sizeof(lz_attn_segment)));
+        CK(cudaMalloc(&d_segs8[set], nseg * sizeof(lz_attn_segment)));
+        CK(cudaMemcpy(d_segs[set], sg.data(), nseg * sizeof(lz_attn_segment), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_segs8[set], sg8.data(), nseg * sizeof(lz_attn_segment), cudaMemcpyHostToDevice));
+        std::vector<int64_t> offs(nseg);
+        for (int s = 0; s < nseg; s++) offs[s] = sg[s].offset;
+        std::vector<float> cs((size_t)(nseg + 1) * D);
+        lz_prefill_rope_table(cs.data(), offs.data(), nseg, 0, inv_host, D);
+        CK(cudaMalloc(&d_cs[set], cs.size() * 4));
+        CK(cudaMemcpy(d_cs[set], cs.data(), cs.size() * 4, cudaMemcpyHostToDevice));
+    }
+    lz_bf16 *o;
+    CK(cudaMalloc(&o, (size_t)H * M * D * 2));
+    lz_prefill_params p;
+    memset(&p, 0, sizeof p);
+    p.o = o; p.inv_freq = d_inv; p.seg_len = d_len; p.seg_keys = N; p.n_seg = nseg; p.n_rows = M;
+    p.n_heads = H; p.n_kv_heads = KV; p.head_dim = D; p.rope_layout = LZ_ROPE_HALF;
+    p.scale = 1.0f / sqrtf((float)D);
+    size_t wb = 0;
+    for (int ns = 1; ns <= 64; ns++) wb = std::max(wb, lz_prefill_workspace(&p, ns));
+    if (wb) CK(cudaMalloc(&p.work, wb));
+    p.work_bytes = wb;
+    auto run = [&](int f8, int lazy) {
+        return time_us([&](int set, cudaStream_t st) {
+            lz_prefill_params x = p;
+            x.rope_cs = d_cs[set];
+            x.q = qq[set];
+            x.segs = f8 ? d_segs8[set] : d_segs[set];
+            x.seg_fp8 = f8;
+            x.k_self = kk[set] + (size_t)KV * N * D;
+            x.v_self = vv[set] + (size_t)KV * N * D;
+            LZ(lazy ? lz_prefill_lazy(&x, st) : lz_prefill(&x, st));
+        }, n_sets, 30);
+    };
+    const int ns = lz_prefill_splits(&p, n_sm);
+    const Paired pr = paired([&](int f8) { return run(f8, 1); });
+    std::vector<double> sp;
+    for (double ov : pr.ov) sp.push_back(1.0 / (1.0 + ov / 100.0));
+    std::vector<double> sps = sp;
+    std::sort(sps.begin(), sps.end());
+    const double t8 = pr.lazy_us, t16 = pr.twin_us, tw8 = run(1, 0);
+    const double flops = 4.0 * H * D * ((double)M * N + (double)M * (M + 1) / 2);
+    printf("fp8 prefill M=%4d N=%5d: split %2d fp8 lazy %8.2f us (%.1f TFLOP/s), bf16 lazy %8.2f us: %.2fx "
+           "(pairs: median %.2fx, %.2fx .. %.2fx); fp8 twin %.2f us\n",
+           M, N, ns, t8, flops / t8 / 1e6, t16, t16 / t8, sps[sps.size() / 2], sps.front(), sps.back(), tw8);
+    jrec("\"kind\":\"prefill_fp8\",\"M\":%d,\"N\":%d,\"split\":%d,\"fp8_us\":%.3f,\"bf16_us\":%.3f,\"speedup\":%.4f,"
+         "\"twin_fp8_us\":%.3f,\"flops\":%.0f,\"pairs\":%d,\"speedup_pairs\":%s",
+         M, N, ns, t8, t16, t16 / t8, tw8, flops, pr.rounds, list_json(sp).c_str());
+    for (int set = 0; set < n_sets; set++) {
+        CK(cudaFree(kk[set])); CK(cudaFree(vv[set])); CK(cudaFree(qq[set])); CK(cudaFree(k8[set]));
+        CK(cudaFree(v8[set])); CK(cudaFree(d_segs[set])); CK(cudaFree(d_segs8[set])); CK(cudaFree(d_cs[set]));
+    }
+    CK(cudaFree(o)); CK(cudaFree(d_len)); CK(cudaFree(d_sc));
     if (p.work) CK(cudaFree(p.work));
 }
 

@@ -11,7 +11,8 @@
  *                        in interleaved pairs, the copy bandwidth beside them
  *                        (bodies: bench/kernels/kernels_perf.cuh); writes the
  *                        JSON that bench/kernels/overhead_ci.py and
- *                        sdpa_peer.py read
+ *                        sdpa_peer.py read; the fp8/ cases time fp8 documents
+ *                        against bf16 on the same shapes (--filter fp8)
  *
  * Run with --help for the options and the environment. A test case's inputs
  * come from the seed and the case's name: '--seed N --filter NAME' repeats one
@@ -104,6 +105,37 @@ static const DecodeVariant DECODE_VARIANTS[] = {
     {1, 12, 0, 70000, 1},
     {40, 6, 4, 70000, 1},
 };
+/* fp8 documents (e4m3 with a scale per kv head; mode 1: every document fp8,
+ * 2: each fp8 or bf16 at random; the own keys bf16): every kernel shape the
+ * prefill plan can choose, segment counts 1..128; decode's split counts, B >
+ * 1, both ring shapes, values apart, offsets near 2^21. */
+struct Prefill8Variant {
+    int s_lo, s_span, M, n_split, rpw, bm, wgmma, mode;
+};
+static const Prefill8Variant PREFILL8_VARIANTS[] = {
+    {20, 0, 1, 0, 0, 0, 0, 2},       /* the plan: wgmma, split */
+    {1, 20, 37, 0, 0, 0, 0, 1},
+    {1, 6, 160, 1, 16, 128, 0, 2},   /* 8 warps x 16 rows, 3 stages */
+    {1, 20, 37, 3, 32, 0, 0, 1},     /* 32 rows a warp */
+    {1, 20, 45, 5, 16, 64, 1, 2},    /* 64 rows a CTA on mma.sync */
+    {20, 0, 3, 0, 16, 64, 2, 1},     /* 64 rows a CTA on wgmma */
+    {1, 6, 130, 0, 16, 64, 2, 2},
+    {33, LZ_PREFILL_MAX_SEG - 32, 5, 7, 16, 64, 2, 2},
+    {LZ_PREFILL_MAX_SEG, 0, 3, 0, 16, 64, 1, 1},
+};
+struct Decode8Variant {
+    int B, S_max, n_split;
+    int64_t base;
+    int vsep, mode;
+};
+static const Decode8Variant DECODE8_VARIANTS[] = {
+    {3, 20, 0, 70000, 0, 1},
+    {2, 20, 1, 70000, 0, 2},
+    {2, 5, 13, LZ_DECODE_MAX_OFFSET - 50000 - 6 * 6200, 0, 2},
+    {40, 6, 4, 70000, 0, 2}, /* more CTAs than SMs: two CTAs per SM */
+    {1, 12, 0, 70000, 1, 2},
+    {40, 6, 4, 70000, 1, 1},
+};
 /* Perf cases: the kernels issue's shapes (H = 32, KV = 8, d = 128, 10 segments). */
 struct PerfShape {
     char kind; /* 'd' decode: B sequences of N keys; 'p' prefill: M rows over N cached keys */
@@ -122,7 +154,8 @@ static std::vector<Case> all_cases(void)
     const char *pf_ref = "lz_prefill_lazy_ref (CPU); lz_prefill on keys materialised by lz_rerotate; "
                          "lz_rerotate vs lz_rerotate_ref";
     v.push_back({TEST, "prefill/refusal", "lz_prefill_lazy, lz_prefill",
-                 "65,536 row tiles; a cos/sin table off 16 bytes", "LZ_ATTN_EARG before any launch",
+                 "65,536 row tiles; a cos/sin table off 16 bytes; fp8 decode without v_scales",
+                 "LZ_ATTN_EARG before any launch",
                  [] { kc_test::refusal_cases(); }});
     for (int c = 0; c < 12; c++) {
         const int layout = c / 6, d = (c / 3) % 2 ? 128 : 64, gi = c % 3;
@@ -145,6 +178,43 @@ static std::vector<Case> all_cases(void)
                          pf_ref, [=] {
                              const int S = t.s_lo + (t.s_span ? (int)(kc_test::urand() * t.s_span) : 0);
                              kc_test::prefill_case(layout, d, G, KV, S, t.M, t.n_split, llama3, t.rpw, t.bm, t.wgmma);
+                         }});
+        }
+        i = 0;
+        for (const Prefill8Variant &t : PREFILL8_VARIANTS) {
+            const char *loop = !t.rpw ? "plan" : t.rpw == 32 ? "r32" : t.bm == 128 ? "r16x128"
+                             : t.wgmma == 2 ? "wgmma64" : "mma64";
+            const std::string segs = t.s_span ? fmt("s%d-%d", t.s_lo, t.s_lo + t.s_span - 1) : fmt("s%d", t.s_lo);
+            const std::string split = t.n_split ? fmt("split%d", t.n_split) : std::string("split-plan");
+            v.push_back({TEST, fmt("fp8/prefill/%s/%02d-%s-%s-m%d-%s-%s", grp.c_str(), i++, loop, segs.c_str(), t.M,
+                                   split.c_str(), t.mode == 1 ? "fp8" : "mixed"),
+                         "lz_prefill_lazy, lz_prefill, lz_rerotate (fp8)",
+                         fmt("%s S=%s M=%d split=%s rows/warp=%s rows/cta=%s loop=%s, %s", dims.c_str(), segs.c_str() + 1,
+                             t.M, ask(t.n_split).c_str(), ask(t.rpw).c_str(), ask(t.bm).c_str(),
+                             t.wgmma == 2 ? "wgmma" : t.wgmma == 1 ? "mma.sync" : "plan",
+                             t.mode == 1 ? "fp8 segments" : "fp8 and bf16 segments"),
+                         "lz_prefill_lazy_ref / lz_prefill_ref (CPU); lazy vs lz_prefill on fp8 re-rotated copies",
+                         [=] {
+                             const int S = t.s_lo + (t.s_span ? (int)(kc_test::urand() * t.s_span) : 0);
+                             kc_test::prefill_case_fp8(layout, d, G, KV, S, t.M, t.n_split, llama3, t.rpw, t.bm, t.wgmma,
+                                                       t.mode);
+                         }});
+        }
+        i = 0;
+        for (const Decode8Variant &t : DECODE8_VARIANTS) {
+            v.push_back({TEST,
+                         fmt("fp8/decode/%s/%02d-b%d-s1-%d-%s%s%s-%s", grp.c_str(), i++, t.B, t.S_max,
+                             t.n_split ? fmt("split%d", t.n_split).c_str() : "split-plan",
+                             t.base != 70000 ? "-far" : "", t.vsep ? "-vrows" : "", t.mode == 1 ? "fp8" : "mixed"),
+                         "lz_decode_lazy, lz_decode, lz_rerotate (fp8)",
+                         fmt("%s B=%d S=1-%d (+ own keys, bf16) split=%s offsets from %lld%s, %s", dims.c_str(), t.B,
+                             t.S_max, ask(t.n_split).c_str(), (long long)t.base,
+                             t.vsep ? ", values at rows of their own" : "",
+                             t.mode == 1 ? "fp8 documents" : "fp8 and bf16 documents"),
+                         "lz_decode_lazy_ref / lz_decode_ref (CPU); lazy vs lz_decode on fp8 re-rotated copies",
+                         [=] {
+                             kc_test::decode_case_fp8(layout, d, G, KV, t.B, t.S_max, t.n_split, llama3, t.base, t.vsep,
+                                                      t.mode);
                          }});
         }
         i = 0;
@@ -172,6 +242,19 @@ static std::vector<Case> all_cases(void)
                            : fmt("M=%d own keys only (causal ingest) H=32 KV=8 d=128", a),
                          "the twin (lz_prefill)",
                          [=] { kc_perf::bench_prefill(a, b, b ? kc_perf::opt.sweep : 0, perf_d_inv, perf_inv); }});
+    }
+    for (const PerfShape &sh : PERF_SHAPES) { /* fp8 documents against bf16, after the bf16 cases */
+        const int a = sh.a, b = sh.b;
+        if (sh.kind == 'd')
+            v.push_back({PERF, fmt("fp8/decode/d%dx%d", a, b), "lz_decode_lazy, lz_decode (fp8 blocks)",
+                         fmt("B=%d N=%d H=32 KV=8 d=128 S=10, every block e4m3; then documents e4m3, question bf16", a, b),
+                         "lz_decode_lazy on the same blocks in bf16; the copy bandwidth in fp8 bytes",
+                         [=] { kc_perf::bench_decode_fp8(a, b, perf_copy_tbs, kc_perf::opt.sweep, perf_d_inv); }});
+        else if (b) /* ingest (no documents) has nothing in fp8 */
+            v.push_back({PERF, fmt("fp8/prefill/p%dx%d", a, b), "lz_prefill_lazy, lz_prefill (fp8 segments)",
+                         fmt("M=%d N=%d H=32 KV=8 d=128 S=10 e4m3 segments, own keys bf16", a, b),
+                         "lz_prefill_lazy on the same segments in bf16",
+                         [=] { kc_perf::bench_prefill_fp8(a, b, perf_d_inv, perf_inv); }});
     }
     return v;
 }
