@@ -376,6 +376,7 @@ static int main_inproc(int argc, char **argv)
 #ifdef LZ_CUDA
     if (gpu) { /* slots for the largest level: the engine sized against its memory */
         int slots = max_c;
+        lz_llama_gpu_release(g, 0); /* the serial run's last question (the one-question API holds it until the next) */
         while (slots > 1 && lz_llama_gpu_set_slots(g, slots, seq_tokens, err, sizeof err)) {
             fprintf(stderr, "bench_serve: %s\n", err);
             slots /= 2;

@@ -1032,7 +1032,10 @@ static void test_slots(const char *dir)
           "set_slots: %s", err);
     /* batched: slots join and leave; each step one decode_many over the live ones */
     int slot_of[NS], at[NS], next = 0, live = 0, done = 0, flips = 0, ties = 0, exact1 = 0, passes = 0, multi = 0;
-    for (int i = 0; i < NS; i++) slot_of[i] = -1, at[i] = 0;
+    /* mixed[i]: sequence i ran in a pass of several (its K/V rows then differ from the serial
+     * run's in the last bits, so its later passes of one owe the serial bits no more) */
+    int mixed[NS];
+    for (int i = 0; i < NS; i++) slot_of[i] = -1, at[i] = 0, mixed[i] = 0;
     double worst = 0;
     float *lg = (float *)malloc((size_t)4 * vocab * 4);
     for (int round = 0; round < 400 && done < NS; round++) {
@@ -1057,6 +1060,7 @@ static void test_slots(const char *dir)
                 worst = e > worst ? e : worst;
                 if (nj == 1) exact1 += !memcmp(jl[j], ref[js[j]], (size_t)vocab * 4);
                 CHECK(nj > 1 || !memcmp(jl[j], ref[js[j]], (size_t)vocab * 4), "a prefill of one is not the serial one");
+                mixed[js[j]] |= nj > 1;
             }
         }
         /* one decode step for every live sequence, fed its serial token */
@@ -1072,10 +1076,11 @@ static void test_slots(const char *dir)
                 const float *want = ref[i] + (size_t)(at[i] + 1) * vocab, *got = lg + (size_t)j * vocab;
                 const double e = vec_err(got, want, vocab);
                 worst = e > worst ? e : worst;
-                if (n == 1) {
+                if (n == 1 && !mixed[i]) { /* every pass of it alone so far: the serial path, bit for bit */
                     exact1 += !memcmp(got, want, (size_t)vocab * 4);
-                    CHECK(!memcmp(got, want, (size_t)vocab * 4), "a decode pass of one is not the serial step");
+                    CHECK(!memcmp(got, want, (size_t)vocab * 4), "a decode pass of one (never batched) is not the serial step");
                 }
+                mixed[i] |= n > 1;
                 if (argmax(got, vocab) != argmax(want, vocab)) {
                     if (top_gap(want, vocab) <= 2 * max_abs(got, want, vocab)) ties++;
                     else flips++;
