@@ -217,7 +217,7 @@ int main(int argc, char **argv)
     lz_payload_codec *c = lz_payload_codec_new();
     if (!c || lz_payload_codec_set_threads(c, 1)) return 1;
     uint8_t fp[32] = { 0 };
-    lz_payload_src src = { k, v, n, 0, L, KV, d, n, NULL, 20, fp, LZ_PAYLOAD_DTYPE_BF16 };
+    lz_payload_src src = { k, v, n, 0, L, KV, d, n, NULL, 20, fp, LZ_PAYLOAD_DTYPE_BF16, NULL, NULL, NULL, NULL };
     printf("| lz_payload_encode, shuffle + zstd | level | ratio | MB/s of bf16 K+V |\n|---|---|---|---|\n");
     for (int level = 1; level <= 3; level += 2) {
         char err[256];

@@ -34,7 +34,7 @@ int main(int argc, char **argv)
     if (Q < 2) Q = 2;
     lz_llama_set_threads(threads);
     const char *dir = "build/bench-query";
-    char cmd[1024], path[512], err[1024];
+    char cmd[2560], path[512], err[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
     if (system(cmd)) return 1;
     lz_mkmodel_opts o;
