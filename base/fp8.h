@@ -15,11 +15,16 @@
 
 static inline float lz_e4m3_to_f32(uint8_t b)
 {
-    const int e = (b >> 3) & 15, m = b & 7;
-    const float s = b & 0x80 ? -1.0f : 1.0f;
+    const uint32_t e = (b >> 3) & 15u, m = b & 7u, sign = (uint32_t)(b & 0x80) << 24;
     if (e == 15 && m == 7) return NAN;
-    if (e == 0) return s * ldexpf((float)m, -9);      /* subnormal: m / 8 * 2^-6 */
-    return s * ldexpf((float)(8 + m), e - 10);         /* (1 + m / 8) * 2^(e - 7) */
+    float f;
+    if (e == 0) { /* subnormal: m / 8 * 2^-6, exact */
+        f = (float)m * 0x1p-9f;
+        return sign ? -f : f;
+    }
+    const uint32_t u = sign | ((e + 120u) << 23) | (m << 20); /* (1 + m / 8) * 2^(e - 7): fp32's fields */
+    memcpy(&f, &u, 4);
+    return f;
 }
 
 static inline uint8_t lz_f32_to_e4m3(float x)

@@ -5,7 +5,8 @@
 #   sh datasets/train/eval_c.sh MODEL.gguf OUTDIR [PER_TYPE]
 # Writes OUTDIR/{store/, pred_lazy.jsonl, pred_full.jsonl, metrics.json, times.txt}.
 # The split (build/qa/test-PER_TYPE, seed 3, 40 worlds) is generated when missing.
-# MODES="lazy full" by default; THREADS passes --threads to both tools.
+# MODES="lazy full" by default; THREADS passes --threads to both tools; INGEST_ARGS: more
+# lazyingest options (e.g. "--kv-dtype fp8", "--kv-policy ada-snapkv --kv-budget 0.2").
 set -eu
 MODEL=${1:?usage: eval_c.sh MODEL.gguf OUTDIR [PER_TYPE]}
 OUTD=${2:?usage: eval_c.sh MODEL.gguf OUTDIR [PER_TYPE]}
@@ -23,7 +24,7 @@ T=${THREADS:+--threads $THREADS}
 rm -rf "$OUTD/store"
 : > "$OUTD/times.txt"
 s=$(date +%s.%N)
-"$BIN/lazyingest" --quiet $T -m "$MODEL" -s "$OUTD/store" "$SPLIT/corpus.jsonl"
+"$BIN/lazyingest" --quiet $T ${INGEST_ARGS:-} -m "$MODEL" -s "$OUTD/store" "$SPLIT/corpus.jsonl"
 echo "ingest $(awk "BEGIN{print $(date +%s.%N) - $s}") s" >> "$OUTD/times.txt"
 PREDS=""
 for m in $MODES; do
