@@ -10,9 +10,8 @@
  *            products, each one's rotary and attention (lz_prefill_lazy over
  *            its own segments) a part of the layer, side by side on streams.
  * One sequence alone goes through llama_cuda_query.cu's path (its decode
- * graph), so a batch of one is the serial engine bit for bit. The two small
- * kernels here are the batched twins of kernels/lz_ops.cu's heads_kernel and
- * own_words_kernel (the same rotary math, base/rope.h). State: llama_gpu.cuh.
+ * graph), so a batch of one is the serial engine bit for bit. The small
+ * kernels of a batched step are kernels/lz_batch_ops.h's. State: llama_gpu.cuh.
  *
  * Legend: B = slots in the pass, L = layers, H / KV = heads, d = head_dim,
  * D = width, V = vocabulary, NB = block words a (layer, slot, kv head) list.
@@ -27,74 +26,6 @@
 #include "gpu/llama_gpu.cuh"
 
 namespace lzgpu {
-
-/* The batch's block words (L, B, KV, NB), values' rows beside them and blocks in use (L, B,
- * KV): each list its slot's segment words with rows moved by dk / dv, then its own rows'
- * blocks for *count + 1 keys (this step's row appended first), the first one a segment's
- * start at offset 0 (lz_decode_add_segment_kv's words). One block a list. */
-__global__ void batch_words_kernel(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, const BatchSeq *seq, int B,
-                                   int KV, int NB)
-{
-    const int i = blockIdx.x, l = i / (B * KV), b = (i / KV) % B, h = i % KV, lh = l * KV + h;
-    const BatchSeq &s = seq[b];
-    const uint64_t rows = LZ_DECODE_MAX_ROW; /* the row field of a word */
-    const uint64_t *sw = s.words + (size_t)lh * s.nb, *sv = s.vrows + (size_t)lh * s.nb;
-    uint64_t *w = words + (size_t)i * NB, *vr = vrows + (size_t)i * NB;
-    const int nf = s.nf[lh];
-    for (int j = threadIdx.x; j < nf; j += blockDim.x) {
-        const uint64_t x = sw[j];
-        w[j] = (x & ~rows) | (lz_decode_word_row(x) + (uint64_t)s.dk);
-        vr[j] = sv[j] + (uint64_t)s.dv;
-    }
-    const int len = *s.count + 1, nob = (len + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
-    const uint64_t kr = (uint64_t)s.own_k + (uint64_t)lh * s.N, vrr = (uint64_t)s.own_v + (uint64_t)lh * s.N;
-    for (int j = threadIdx.x; j < nob; j += blockDim.x) {
-        const int keys = len - j * LZ_DECODE_BLOCK < LZ_DECODE_BLOCK ? len - j * LZ_DECODE_BLOCK : LZ_DECODE_BLOCK;
-        w[nf + j] = lz_decode_word(kr + (uint64_t)j * LZ_DECODE_BLOCK, 0, keys) | (j == 0 ? LZ_DECODE_SEG_START : 0);
-        vr[nf + j] = vrr + (uint64_t)j * LZ_DECODE_BLOCK;
-    }
-    if (threadIdx.x == 0) n_blocks[i] = nf + nob;
-}
-
-/* Row b of q (B rows of (H + 2 KV) d floats, ld apart) to qh (B, H, d) bf16, q and k rotated at
- * its slot's position pos0 + *count, k and v appended to layer l of its slot's own rows after
- * *count: lz_op_heads_own's math row by row. Block (b, head), thread t owns pair t. */
-__global__ void batch_heads_kernel(bf16 *qh, const float *q, int ld, int H, int KV, int d, int l, int layout,
-                                   const float *inv_freq, const BatchSeq *seq)
-{
-    const int b = blockIdx.x, hh = blockIdx.y, t = threadIdx.x;
-    const BatchSeq &s = seq[b];
-    const int cnt = *s.count;
-    const float *row = q + (size_t)b * ld;
-    const float *src;
-    bf16 *dst;
-    int rotate = 1;
-    if (hh < H) {
-        src = row + (size_t)hh * d;
-        dst = qh + ((size_t)b * H + hh) * d;
-    } else {
-        const int kvh = hh < H + KV ? hh - H : hh - H - KV;
-        src = row + (size_t)(hh < H + KV ? H : H + KV) * d + (size_t)kvh * d;
-        dst = (hh < H + KV ? s.ok : s.ov) + (((size_t)l * KV + kvh) * s.N + cnt) * d;
-        rotate = hh < H + KV;
-    }
-    int a, bb;
-    lz_rope_pair(layout, d, t, &a, &bb);
-    float x0 = src[a], x1 = src[bb];
-    if (rotate) {
-        const float ang = (float)(s.pos0 + cnt) * inv_freq[t];
-        lz_rope_rotate_pair(&x0, &x1, cosf(ang), sinf(ang));
-    }
-    dst[a] = __float2bfloat16_rn(x0);
-    dst[bb] = __float2bfloat16_rn(x1);
-}
-
-/* Every slot of the batch one token longer. */
-__global__ void batch_count_kernel(const BatchSeq *seq, int B)
-{
-    const int b = blockIdx.x * blockDim.x + threadIdx.x;
-    if (b < B) *seq[b].count += 1;
-}
 
 /* Copies row i of the pinned logits to out[i] (V floats; NULL: not wanted), rows side by side. */
 static void logits_out(const float *h, float *const *out, int n, int V)
@@ -124,7 +55,7 @@ static int batch_table(lz_llama_gpu *g, Slot *const *ss, int B, const bf16 **k0,
         if ((uint64_t)(dk / d) + s->kspan > LZ_DECODE_MAX_ROW + 1 || (uint64_t)(dv / d) + s->vspan > LZ_DECODE_MAX_ROW + 1)
             return 0;
         g->hbseq[b] = (BatchSeq){s->dwords, s->dvrows, s->dnf, s->dNB, s->N, dk / d, dv / d, ok / d, ov / d,
-                                 s->own_k, s->own_v, s->pos0, s->dn_own};
+                                 (lz_bf16 *)s->own_k, (lz_bf16 *)s->own_v, s->pos0, s->dn_own};
     }
     return 1;
 }
@@ -170,17 +101,18 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
     p.work = g->dwork;
     p.work_bytes = g->dwork_bytes;
     memcpy(g->hids, ids, (size_t)B * sizeof(int));
-    CUDA_OK(cudaMemcpyAsync(g->bseq, g->hbseq, (size_t)B * sizeof(BatchSeq), cudaMemcpyHostToDevice, st), "batch table");
-    batch_words_kernel<<<L * B * KV, 64, 0, st>>>(words, vrows, nblocks, g->bseq, B, KV, NB);
-    lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->hids, B, D, st);
     int rc;
+    CUDA_OK(cudaMemcpyAsync(g->bseq, g->hbseq, (size_t)B * sizeof(BatchSeq), cudaMemcpyHostToDevice, st), "batch table");
+    if ((rc = lz_op_batch_words(words, vrows, nblocks, g->bseq, B, L, KV, NB, st))) return fail(err, errlen, "batch block words", rc);
+    lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->hids, B, D, st);
     for (int l = 0; l < L; l++) {
         const Layer *w = &g->layers[l];
         if (upload_wait(g, l, err, errlen)) return -1;
         lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, w->attn_norm, B, D, c->norm_eps, st);
         if ((rc = gemm(g, g->q, g->xb, w->wq, B, D, Hd + 2 * KVd, 0.f))) return fail(err, errlen, "cuBLAS q/k/v", rc);
-        batch_heads_kernel<<<dim3(B, H + 2 * KV), d / 2, 0, st>>>(g->qh, g->q, Hd + 2 * KVd, H, KV, d, l, c->rope_layout,
-                                                                  g->inv_freq, g->bseq);
+        if ((rc = lz_op_batch_heads((lz_bf16 *)g->qh, g->q, Hd + 2 * KVd, H, KV, d, l, c->rope_layout, g->inv_freq, g->bseq,
+                                    B, st)))
+            return fail(err, errlen, "batch rotary", rc);
         const size_t at = (size_t)l * B * KV * NB;
         p.blocks = words + at;
         p.v_rows = vrows + at;
@@ -188,7 +120,7 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
         if ((rc = lz_decode_lazy(&p, st))) return fail(err, errlen, "batched decode attention", rc);
         if (layer_out(g, l, B, g->oh, err, errlen)) return -1; /* (B, H, d): already token-major */
     }
-    batch_count_kernel<<<(B + 127) / 128, 128, 0, st>>>(g->bseq, B);
+    if ((rc = lz_op_batch_count(g->bseq, B, st))) return fail(err, errlen, "batch lengths", rc);
     lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, g->out_norm, B, D, c->norm_eps, st);
     if ((rc = gemm(g, g->blogits, g->xb, g->out_w, B, D, V, 0.f))) return fail(err, errlen, "output head", rc);
     CUDA_OK(cudaMemcpyAsync(g->hblogits, g->blogits, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost, st), "logits");

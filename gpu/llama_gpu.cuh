@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "kernels/lz_batch_ops.h"
 #include "kernels/lz_decode.h"
 #include "kernels/lz_prefill.h"
 #include "gpu/llama_cuda.h"
@@ -107,16 +108,7 @@ struct Slot {
 };
 
 /* One slot of a batched decode step, as its kernels read it (device memory, g->bseq). */
-struct BatchSeq {
-    const uint64_t *words, *vrows; /* its (L, KV, nb) block words and values' rows (the segments' first) */
-    const int32_t *nf;             /* (L, KV) the segments' words of each list */
-    int nb, N;                     /* its words per list; its own rows per (layer, kv head) */
-    int64_t dk, dv;                /* its words' rows shifted into the batch's k_pool / v_pool rows */
-    int64_t own_k, own_v;          /* its own rows' first row (layer 0, head 0) in the batch's pools */
-    bf16 *ok, *ov;                 /* its own rows (L, KV, N, d) */
-    int64_t pos0;                  /* the position of its first own token */
-    int *count;                    /* its own length (device) */
-};
+typedef lz_op_batch_seq BatchSeq; /* kernels/lz_batch_ops.h */
 
 /* Ingest: a document of the last multi-document pass, read back into the pinned host16: its K
  * (L, KV, n, d) from element off * L * KV * d, its V max_tokens * L * KV * d further, its window

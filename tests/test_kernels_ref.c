@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/lz_batch_ops.h"
 #include "kernels/lz_decode.h"
 #include "ingest/kvpolicy.h"
 #include "kernels/lz_gemv.h"
@@ -605,8 +606,67 @@ static void test_kvmass_ref(int L, int H, int KV, int d, int s, int n, int w, in
     free(q), free(kf), free(pkf), free(a), free(b), free(k), free(pk);
 }
 
+/* The batched pass's references (kernels/lz_batch_ops.h) against the one-sequence ones: the
+ * gathered words of each list are the sequence's segment words with their rows shifted, then
+ * exactly the words lz_decode_add_segment_kv makes for its own rows (*count + 1 keys at offset
+ * 0); a row's rotary and appends equal lz_op_heads_own_ref's for that sequence alone; the
+ * lengths grow by one. */
+static void test_batch_ops_ref(int layout)
+{
+    enum { B = 3, L = 2, H = 8, KV = 2, d = 64, nb = 6, N = 200, NB = nb + 4 };
+    uint64_t sw[B][L * KV * nb], sv[B][L * KV * nb];
+    int32_t nf[B][L * KV];
+    int cnt[B] = {0, 63, 130};
+    static lz_bf16 ok[B][L * KV * N * d], ov[B][L * KV * N * d];
+    lz_op_batch_seq seq[B];
+    for (int b = 0; b < B; b++) {
+        for (int i = 0; i < L * KV * nb; i++)
+            sw[b][i] = lz_decode_word(1000 * b + i, 7 * i, 1 + i % 64) | (i % 3 ? 0 : LZ_DECODE_SEG_START), sv[b][i] = 50 * i;
+        for (int i = 0; i < L * KV; i++) nf[b][i] = (b + i) % (nb - 1);
+        seq[b] = (lz_op_batch_seq){sw[b], sv[b], nf[b], nb, N, 100 * b, 200 * b, 10000 * b, 20000 * b, ok[b], ov[b],
+                                   1000 + 17 * b, &cnt[b]};
+    }
+    static uint64_t w[L * B * KV * NB], v[L * B * KV * NB];
+    int32_t n[L * B * KV];
+    CHECK(lz_op_batch_words_ref(w, v, n, seq, B, L, KV, NB, NULL) == 0, "batch words ref");
+    int words_ok = 1;
+    for (int i = 0; i < L * B * KV; i++) {
+        const int l = i / (B * KV), b = (i / KV) % B, h = i % KV, lh = l * KV + h, f = nf[b][lh];
+        for (int j = 0; j < f; j++)
+            words_ok &= lz_decode_word_row(w[(size_t)i * NB + j]) == lz_decode_word_row(sw[b][lh * nb + j]) + 100u * b &&
+                        (w[(size_t)i * NB + j] >> 36) == (sw[b][lh * nb + j] >> 36) && v[(size_t)i * NB + j] == sv[b][lh * nb + j] + 200u * b;
+        uint64_t ew[NB], ev[NB];
+        int m = 0;
+        words_ok &= lz_decode_add_segment_kv(ew, ev, &m, NB, 10000u * b + (uint64_t)lh * N, 20000u * b + (uint64_t)lh * N,
+                                            cnt[b] + 1, 0) == 0 &&
+                    n[i] == f + m && !memcmp(w + (size_t)i * NB + f, ew, (size_t)m * 8) && !memcmp(v + (size_t)i * NB + f, ev, (size_t)m * 8);
+    }
+    CHECK(words_ok, "batch words: segment words shifted, then lz_decode_add_segment_kv's own-row words");
+    const int ld = (H + 2 * KV) * d;
+    float q[B * ld], inv[d / 2];
+    for (int i = 0; i < B * ld; i++) q[i] = sinf(0.37f * i) * 2.f;
+    lz_rope_inv_freqs(inv, d, 500000.f, NULL);
+    static lz_bf16 qh[B * H * d], qa[H * d], ka[KV * d], va[KV * d], ok1[L * KV * N * d], ov1[L * KV * N * d];
+    CHECK(lz_op_batch_heads_ref(qh, q, ld, H, KV, d, 1, layout, inv, seq, B, NULL) == 0, "batch heads ref");
+    int heads_ok = 1;
+    for (int b = 0; b < B; b++) {
+        memset(ok1, 0, sizeof ok1), memset(ov1, 0, sizeof ov1);
+        const float *row = q + (size_t)b * ld;
+        CHECK(lz_op_heads_own_ref(qa, ka, va, ok1 + (size_t)KV * N * d, ov1 + (size_t)KV * N * d, N, row, row + H * d,
+                                  row + (H + KV) * d, 0, 1, H, KV, d, seq[b].pos0, &cnt[b], layout, inv, NULL) == 0,
+              "heads_own ref");
+        heads_ok &= !memcmp(qa, qh + (size_t)b * H * d, sizeof qa) &&
+                    !memcmp(ok1 + (size_t)KV * N * d, ok[b] + (size_t)KV * N * d, (size_t)KV * N * d * 2) &&
+                    !memcmp(ov1 + (size_t)KV * N * d, ov[b] + (size_t)KV * N * d, (size_t)KV * N * d * 2);
+    }
+    CHECK(heads_ok, "batch heads (layout %d): each row as lz_op_heads_own_ref alone, bit for bit", layout);
+    CHECK(lz_op_batch_count_ref(seq, B, NULL) == 0 && cnt[0] == 1 && cnt[1] == 64 && cnt[2] == 131, "batch count");
+}
+
 int main(void)
 {
+    test_batch_ops_ref(LZ_ROPE_ADJACENT);
+    test_batch_ops_ref(LZ_ROPE_HALF);
     test_words_and_checks();
     test_decode_splits();
     test_rope_table();

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/lz_batch_ops.h"
 #include "kernels/lz_decode.h"
 #include "kernels/lz_fp8_quant.h"
 #include "kernels/lz_kvmass.h"
@@ -342,8 +343,98 @@ static void test_fp8_quant(int G, int64_t len)
     cudaFree(xd), cudaFree(yd), cudaFree(sd), cudaFree(bd);
 }
 
+/* kernels/lz_batch_ops.cu against its references: B sequences of different lengths, positions,
+ * pool shifts and segment word counts; the gathered block words exactly, the rotary rows and
+ * appended K/V within two bf16 ulps (device and host cos/sin of one angle differ in the last
+ * bit: an absolute 1e-6 slack), every length one longer. */
+static void test_batch_ops(int B, int L, int H, int KV, int d, int layout)
+{
+    const int nb = 12, N = 300, NB = nb + 6;
+    lz_op_batch_seq *hs = (lz_op_batch_seq *)calloc((size_t)B, sizeof *hs), *ds = (lz_op_batch_seq *)calloc((size_t)B, sizeof *ds);
+    uint64_t **hw = (uint64_t **)calloc((size_t)B, sizeof *hw), **hv = (uint64_t **)calloc((size_t)B, sizeof *hv);
+    int32_t **hnf = (int32_t **)calloc((size_t)B, sizeof *hnf);
+    int *cnt = (int *)calloc((size_t)B, sizeof *cnt);
+    const size_t own = (size_t)L * KV * N * d;
+    lz_bf16 **ok = (lz_bf16 **)calloc((size_t)B, sizeof *ok), **ov = (lz_bf16 **)calloc((size_t)B, sizeof *ov);
+    for (int b = 0; b < B; b++) {
+        const size_t nw = (size_t)L * KV * nb;
+        hw[b] = (uint64_t *)malloc(nw * 8), hv[b] = (uint64_t *)malloc(nw * 8);
+        hnf[b] = (int32_t *)malloc((size_t)L * KV * 4);
+        for (size_t i = 0; i < nw; i++) {
+            hw[b][i] = lz_decode_word((uint64_t)(urand() * 1e6), (int64_t)(urand() * 1e5), 1 + (int)(urand() * 63)) |
+                       (urand() < 0.3f ? LZ_DECODE_SEG_START : 0);
+            hv[b][i] = (uint64_t)(urand() * 1e6);
+        }
+        for (int i = 0; i < L * KV; i++) hnf[b][i] = (int32_t)(urand() * (nb - 5));
+        cnt[b] = b == 0 ? 0 : (int)(urand() * 250); /* a first own token, and up to 4 blocks */
+        ok[b] = (lz_bf16 *)calloc(own, 2), ov[b] = (lz_bf16 *)calloc(own, 2);
+        hs[b] = (lz_op_batch_seq){hw[b], hv[b], hnf[b], nb, N, (int64_t)(urand() * 1e6), (int64_t)(urand() * 1e6),
+                                  (int64_t)(urand() * 1e7), (int64_t)(urand() * 1e7), ok[b], ov[b],
+                                  (int64_t)(urand() * 70000), &cnt[b]};
+        ds[b] = hs[b];
+        ds[b].words = dev(hw[b], nw), ds[b].vrows = dev(hv[b], nw), ds[b].nf = dev(hnf[b], (size_t)L * KV);
+        ds[b].ok = dev(ok[b], own), ds[b].ov = dev(ov[b], own), ds[b].count = dev(&cnt[b], 1);
+    }
+    lz_op_batch_seq *dseq = dev(ds, (size_t)B);
+    const size_t tw = (size_t)L * B * KV * NB;
+    uint64_t *w_ref = (uint64_t *)calloc(tw, 8), *v_ref = (uint64_t *)calloc(tw, 8);
+    int32_t *n_ref = (int32_t *)calloc((size_t)L * B * KV, 4);
+    uint64_t *wd = dev<uint64_t>(NULL, tw), *vd = dev<uint64_t>(NULL, tw);
+    int32_t *nd = dev<int32_t>(NULL, (size_t)L * B * KV);
+    CHECK(lz_op_batch_words_ref(w_ref, v_ref, n_ref, hs, B, L, KV, NB, NULL) == 0 &&
+              lz_op_batch_words(wd, vd, nd, dseq, B, L, KV, NB, NULL) == 0,
+          "batch words launch");
+    uint64_t *w = back(wd, tw), *v = back(vd, tw);
+    int32_t *nn = back(nd, (size_t)L * B * KV);
+    int same = !memcmp(nn, n_ref, (size_t)L * B * KV * 4);
+    for (int i = 0; i < L * B * KV && same; i++)
+        same = !memcmp(w + (size_t)i * NB, w_ref + (size_t)i * NB, (size_t)n_ref[i] * 8) &&
+               !memcmp(v + (size_t)i * NB, v_ref + (size_t)i * NB, (size_t)n_ref[i] * 8);
+    CHECK(same, "batch words B=%d L=%d KV=%d: the reference's words, values' rows and counts", B, L, KV);
+    const int ld = (H + 2 * KV) * d;
+    float *q = frand((size_t)B * ld, 2.f), *inv = (float *)malloc((size_t)d / 2 * 4);
+    lz_rope_inv_freqs(inv, d, 500000.f, NULL);
+    float *qd = dev(q, (size_t)B * ld), *invd = dev(inv, (size_t)d / 2);
+    lz_bf16 *qh_ref = (lz_bf16 *)malloc((size_t)B * H * d * 2), *qhd = dev<lz_bf16>(NULL, (size_t)B * H * d);
+    size_t bad = 0;
+    for (int l = 0; l < L; l++) {
+        CHECK(lz_op_batch_heads_ref(qh_ref, q, ld, H, KV, d, l, layout, inv, hs, B, NULL) == 0 &&
+                  lz_op_batch_heads(qhd, qd, ld, H, KV, d, l, layout, invd, dseq, B, NULL) == 0,
+              "batch heads launch");
+        lz_bf16 *qh = back(qhd, (size_t)B * H * d);
+        bad += bf16_bad(qh, qh_ref, (size_t)B * H * d, 2, 1e-6f);
+        free(qh);
+    }
+    for (int b = 0; b < B; b++) {
+        lz_bf16 *gk = back(ds[b].ok, own), *gv = back(ds[b].ov, own);
+        bad += bf16_bad(gk, ok[b], own, 2, 1e-6f) + bf16_bad(gv, ov[b], own, 0);
+        free(gk), free(gv);
+    }
+    CHECK(bad == 0, "batch heads B=%d H=%d KV=%d d=%d layout=%d: %zu values beyond two bf16 ulps", B, H, KV, d, layout, bad);
+    CHECK(lz_op_batch_count_ref(hs, B, NULL) == 0 && lz_op_batch_count(dseq, B, NULL) == 0, "batch count launch");
+    int lens_ok = 1;
+    for (int b = 0; b < B; b++) {
+        int *c = back(ds[b].count, 1);
+        lens_ok &= *c == cnt[b];
+        free(c);
+    }
+    CHECK(lens_ok, "batch count: every sequence one longer");
+    printf("batch ops B=%d L=%d H=%2d KV=%d d=%3d layout=%d: words exact, rotary and appends within 2 ulps\n", B, L, H, KV,
+           d, layout);
+    for (int b = 0; b < B; b++) {
+        cudaFree((void *)ds[b].words), cudaFree((void *)ds[b].vrows), cudaFree((void *)ds[b].nf), cudaFree(ds[b].ok);
+        cudaFree(ds[b].ov), cudaFree(ds[b].count);
+        free(hw[b]), free(hv[b]), free(hnf[b]), free(ok[b]), free(ov[b]);
+    }
+    cudaFree(dseq), cudaFree(wd), cudaFree(vd), cudaFree(nd), cudaFree(qd), cudaFree(invd), cudaFree(qhd);
+    free(hs), free(ds), free(hw), free(hv), free(hnf), free(cnt), free(ok), free(ov), free(w_ref), free(v_ref), free(n_ref);
+    free(w), free(v), free(nn), free(q), free(inv), free(qh_ref);
+}
+
 int main(void)
 {
+    test_batch_ops(5, 3, 32, 8, 128, LZ_ROPE_HALF);
+    test_batch_ops(2, 2, 8, 8, 64, LZ_ROPE_ADJACENT);
     test_fp8_quant(256, 160 * 128); /* an 8B model's 160-token document: (layer, kv head) groups */
     test_fp8_quant(7, 1001);        /* the scalar path */
     test_fp8_quant(64, 8);
