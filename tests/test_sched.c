@@ -7,13 +7,13 @@
  * holds on documents; a full queue refuses and the scheduler goes on; the
  * memory budget bounds the batch; unknown ids, prompts past the context and
  * requests past the budget fail with their status. */
-#include <jansson.h>
 #include <time.h>
 
 #include "query/answer_run.h"
 #include "query/retrieve.h"
 #include "query/session.h"
 #include "serve/sched.h"
+#include "tests/serve_test.h"
 #include "tests/test.h"
 
 #define NQ 12
@@ -28,58 +28,6 @@ static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-/* The demo questions and the ids of their context passages. */
-static int load_questions(void)
-{
-    json_error_t je;
-    json_t *a = json_load_file("datasets/demo/questions.json", 0, &je);
-    if (!a || json_array_size(a) < NQ) { json_decref(a); return 0; }
-    for (int i = 0; i < NQ; i++) {
-        json_t *q = json_array_get(a, (size_t)i), *ids = json_object_get(q, "context_ids");
-        questions[i] = strdup(json_string_value(json_object_get(q, "question")));
-        n_ctx[i] = (int)json_array_size(ids) < 10 ? (int)json_array_size(ids) : 10;
-        for (int j = 0; j < n_ctx[i]; j++) ctx_ids[i][j] = strdup(json_string_value(json_array_get(ids, (size_t)j)));
-    }
-    json_decref(a);
-    return 1;
-}
-
-static lz_query_session *open_session(int max_new)
-{
-    lz_query_opts o;
-    lz_query_opts_default(&o);
-    o.max_new_tokens = max_new;
-    o.max_positions = model->cfg.ctx;
-    lz_query_session *q = NULL;
-    char err[512];
-    if (lz_query_session_new(model, store, &o, &q, err, sizeof err)) CHECK(0, "session: %s", err);
-    return q;
-}
-
-/* The whole stream of t until its end: text (malloc'd) and the last update. */
-static char *drain(lz_serve_ticket *t, lz_serve_update *last)
-{
-    size_t len = 0;
-    char *text = calloc(1, 1);
-    int state = LZ_SERVE_PENDING;
-    for (int guard = 0; guard < 100000; guard++) {
-        lz_serve_update u;
-        lz_serve_wait(t, len, state, 5.0, &u);
-        char *x = realloc(text, len + u.len + 1);
-        if (x) {
-            text = x;
-            memcpy(text + len, u.text, u.len);
-            len += u.len;
-            text[len] = 0;
-        }
-        free(u.text);
-        state = u.state;
-        *last = u;
-        if (state >= LZ_SERVE_DONE) break;
-    }
-    return text;
 }
 
 /* A serial answer through the run API, one request alone (greedy, max tokens). */
@@ -122,7 +70,7 @@ static void settle(lz_serve_sched *s, lz_serve_stats *st)
 /* Everything submitted at once: the batch answers what lz_query_answer answers alone. */
 static void test_identical(void)
 {
-    lz_query_session *q = open_session(48);
+    lz_query_session *q = lz_test_open_session(model, store, 48, NULL);
     if (!q) return;
     char *want[NQ];
     char err[512];
@@ -153,7 +101,7 @@ static void test_identical(void)
     for (int i = 0; i < NQ; i++) {
         if (!t[i]) continue;
         lz_serve_update u;
-        char *got = drain(t[i], &u);
+        char *got = lz_test_drain(t[i], &u);
         CHECK(u.state == LZ_SERVE_DONE, "request %d ended in state %d (%s)", i, u.state, u.error);
         const int eq = want[i] && !strcmp(got, want[i]);
         same += eq;
@@ -183,7 +131,7 @@ static void test_identical(void)
 static void test_mixed(void)
 {
     enum { N = 24 };
-    lz_query_session *q = open_session(48);
+    lz_query_session *q = lz_test_open_session(model, store, 48, NULL);
     if (!q) return;
     const int lens[4] = {1, 3, 9, 40};
     lz_serve_sched_opts so;
@@ -203,7 +151,7 @@ static void test_mixed(void)
     char *got[N];
     for (int i = 0; i < N; i++) {
         lz_serve_update u;
-        got[i] = t[i] ? drain(t[i], &u) : strdup("");
+        got[i] = t[i] ? lz_test_drain(t[i], &u) : strdup("");
         CHECK(!t[i] || u.state == LZ_SERVE_DONE, "mixed %d: state %d (%s)", i, u.state, u.error);
         if (t[i] && u.state == LZ_SERVE_DONE)
             CHECK(u.timing.n_completion <= lens[(i * 7) % 4], "mixed %d: %d tokens past max_tokens %d", i,
@@ -259,7 +207,7 @@ static void test_stop(lz_query_session *q)
     rq.n_stop = 1;
     CHECK(lz_serve_submit(s, &rq, &t2, err, sizeof err) == 0, "submit: %s", err);
     lz_serve_update u, u2;
-    char *got = drain(t, &u), *got2 = drain(t2, &u2);
+    char *got = lz_test_drain(t, &u), *got2 = lz_test_drain(t2, &u2);
     const char *at = strstr(full, stop);
     CHECK(at && strlen(got) == (size_t)(at - full) && !strncmp(got, full, strlen(got)) && !strcmp(u.finish, "stop"),
           "stop '%s': '%s' of '%s' (finish %s)", stop, got, full, u.finish ? u.finish : "?");
@@ -326,7 +274,7 @@ static void test_cancel(lz_query_session *q)
     lz_serve_ticket *d;
     rc.max_tokens = 4;
     CHECK(lz_serve_submit(s, &rc, &d, err, sizeof err) == 0, "after cancels: %s", err);
-    char *got = drain(d, &u);
+    char *got = lz_test_drain(d, &u);
     CHECK(u.state == LZ_SERVE_DONE && *got, "served after cancellations ('%s')", got);
     free(got);
     lz_serve_release(d);
@@ -356,7 +304,7 @@ static void test_queue_full(lz_query_session *q)
     for (int i = 0; i < N; i++) {
         if (!t[i]) continue;
         lz_serve_update u;
-        free(drain(t[i], &u));
+        free(lz_test_drain(t[i], &u));
         CHECK(u.state == LZ_SERVE_DONE, "taken ones answered (%d: %s)", i, u.error);
         lz_serve_release(t[i]);
     }
@@ -368,7 +316,7 @@ static void test_queue_full(lz_query_session *q)
     lz_serve_req rq = greedy_req(3, 4);
     CHECK(lz_serve_submit(s, &rq, &d, err, sizeof err) == 0, "served again once drained: %s", err);
     lz_serve_update u;
-    free(drain(d, &u));
+    free(lz_test_drain(d, &u));
     lz_serve_release(d);
     lz_serve_sched_free(s);
 }
@@ -394,7 +342,7 @@ static void test_memory(lz_query_session *q)
     }
     for (int i = 0; i < 6; i++) {
         lz_serve_update u;
-        free(drain(t[i], &u));
+        free(lz_test_drain(t[i], &u));
         CHECK(u.state == LZ_SERVE_DONE, "memory %d done (%s)", i, u.error);
         lz_serve_release(t[i]);
     }
@@ -407,7 +355,7 @@ static void test_memory(lz_query_session *q)
     lz_serve_ticket *b;
     lz_serve_update u;
     CHECK(lz_serve_submit(s, &big, &b, err, sizeof err) == 0, "submit big");
-    free(drain(b, &u));
+    free(lz_test_drain(b, &u));
     CHECK(u.state == LZ_SERVE_FAILED && (u.status == 400) && (strstr(u.error, "budget") || strstr(u.error, "context")),
           "past the budget: %d %s", u.status, u.error);
     lz_serve_release(b);
@@ -427,14 +375,14 @@ static void test_errors(lz_query_session *q)
     lz_serve_ticket *t;
     lz_serve_update u;
     CHECK(lz_serve_submit(s, &rq, &t, err, sizeof err) == 0, "submit");
-    free(drain(t, &u));
+    free(lz_test_drain(t, &u));
     CHECK(u.state == LZ_SERVE_FAILED && u.status == 404 && strstr(u.error, "no-such-doc-42"), "unknown id: %d %s",
           u.status, u.error);
     lz_serve_release(t);
     rq.n_doc_ids = 1;
     rq.max_tokens = model->cfg.ctx; /* the answer alone fills the context */
     CHECK(lz_serve_submit(s, &rq, &t, err, sizeof err) == 0, "submit");
-    free(drain(t, &u));
+    free(lz_test_drain(t, &u));
     CHECK(u.state == LZ_SERVE_FAILED && u.status == 400 && strstr(u.error, "context"), "past the context: %d %s",
           u.status, u.error);
     lz_serve_release(t);
@@ -457,7 +405,7 @@ int main(void)
         printf("SKIP models/default.gguf or the demo corpus not found (run from the repository)\n");
         return lz_test_done();
     }
-    if (!lz_test_tmpdir(dir, sizeof dir) || !load_questions()) { CHECK(0, "setup"); return lz_test_done(); }
+    if (!lz_test_tmpdir(dir, sizeof dir) || !lz_test_demo_questions(NQ, questions, ctx_ids, n_ctx)) { CHECK(0, "setup"); return lz_test_done(); }
     snprintf(store_dir, sizeof store_dir, "%s/store", dir);
     lz_llama_set_threads(2);
     char err[512];
@@ -470,7 +418,7 @@ int main(void)
     }
     test_identical();
     test_mixed();
-    lz_query_session *q = open_session(48);
+    lz_query_session *q = lz_test_open_session(model, store, 48, NULL);
     if (q) {
         test_stop(q);
         test_cancel(q);

@@ -12,13 +12,13 @@
  * back (one runs at a time when nothing more fits) without failing anyone; a
  * request past seq_tokens fails with its message; the slots' bookkeeping
  * across a fake backend failing a decode pass. */
-#include <jansson.h>
 #include <time.h>
 
 #include "query/answer_run.h"
 #include "query/retrieve.h"
 #include "query/session.h"
 #include "serve/sched.h"
+#include "tests/serve_test.h"
 #include "tests/test.h"
 
 #define NQ 12
@@ -198,58 +198,6 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static int load_questions(void)
-{
-    json_error_t je;
-    json_t *a = json_load_file("datasets/demo/questions.json", 0, &je);
-    if (!a || json_array_size(a) < NQ) { json_decref(a); return 0; }
-    for (int i = 0; i < NQ; i++) {
-        json_t *q = json_array_get(a, (size_t)i), *ids = json_object_get(q, "context_ids");
-        questions[i] = strdup(json_string_value(json_object_get(q, "question")));
-        n_ctx[i] = (int)json_array_size(ids) < 10 ? (int)json_array_size(ids) : 10;
-        for (int j = 0; j < n_ctx[i]; j++) ctx_ids[i][j] = strdup(json_string_value(json_array_get(ids, (size_t)j)));
-    }
-    json_decref(a);
-    return 1;
-}
-
-static lz_query_session *open_session(const lz_query_backend *be)
-{
-    lz_query_opts o;
-    lz_query_opts_default(&o);
-    o.max_new_tokens = 48;
-    o.max_positions = model->cfg.ctx;
-    o.backend = be;
-    lz_query_session *q = NULL;
-    char err[512];
-    if (lz_query_session_new(model, store, &o, &q, err, sizeof err)) CHECK(0, "session: %s", err);
-    return q;
-}
-
-/* The stream of t to its end: text (malloc'd) and the last update. */
-static char *drain(lz_serve_ticket *t, lz_serve_update *last)
-{
-    size_t len = 0;
-    char *text = calloc(1, 1);
-    int state = LZ_SERVE_PENDING;
-    for (int guard = 0; guard < 100000; guard++) {
-        lz_serve_update u;
-        lz_serve_wait(t, len, state, 5.0, &u);
-        char *x = realloc(text, len + u.len + 1);
-        if (x) {
-            text = x;
-            memcpy(text + len, u.text, u.len);
-            len += u.len;
-            text[len] = 0;
-        }
-        free(u.text);
-        state = u.state;
-        *last = u;
-        if (state >= LZ_SERVE_DONE) break;
-    }
-    return text;
-}
-
 /* Question i's greedy answer of max_new tokens alone, on the backend of one sequence. */
 static char *serial_answer(lz_query_session *q, int i, int max_new)
 {
@@ -306,7 +254,7 @@ static void test_batched_equals_serial(void)
     slots_backend f1, fs;
     if (sb_init(&f1, 1024) || sb_init(&fs, 1024)) { CHECK(0, "backends"); return; }
     const lz_query_backend b1 = sb_backend(&f1, 0), bs = sb_backend(&fs, 1);
-    lz_query_session *q1 = open_session(&b1), *qs = open_session(&bs);
+    lz_query_session *q1 = lz_test_open_session(model, store, 48, &b1), *qs = lz_test_open_session(model, store, 48, &bs);
     if (!q1 || !qs) return;
     CHECK(lz_query_run_parallel(q1) == 1 && lz_query_run_parallel(qs) == SLOTS, "parallel: %d, %d",
           lz_query_run_parallel(q1), lz_query_run_parallel(qs));
@@ -329,7 +277,7 @@ static void test_batched_equals_serial(void)
     for (int i = 0; i < N; i++) {
         if (!t[i]) continue;
         lz_serve_update u;
-        char *got = drain(t[i], &u);
+        char *got = lz_test_drain(t[i], &u);
         CHECK(u.state == LZ_SERVE_DONE, "request %d: state %d (%s)", i, u.state, u.error);
         const int eq = !strcmp(got, want[i]);
         same += eq;
@@ -367,7 +315,7 @@ static void test_admission_and_release(void)
     slots_backend fs;
     if (sb_init(&fs, 96)) { CHECK(0, "backend"); return; }
     const lz_query_backend bs = sb_backend(&fs, 1);
-    lz_query_session *q = open_session(&bs);
+    lz_query_session *q = lz_test_open_session(model, store, 48, &bs);
     if (!q) return;
     lz_serve_sched_opts so;
     lz_serve_sched_opts_default(&so);
@@ -391,7 +339,7 @@ static void test_admission_and_release(void)
     int done = 0;
     for (int i = 0; i < 6; i++) {
         lz_serve_update u;
-        free(drain(t[i], &u));
+        free(lz_test_drain(t[i], &u));
         done += u.state == LZ_SERVE_DONE;
         lz_serve_release(t[i]);
     }
@@ -405,7 +353,7 @@ static void test_admission_and_release(void)
     lz_serve_req rq = greedy_req(0, 90);
     CHECK(lz_serve_submit(s, &rq, &big, err, sizeof err) == LZ_SERVE_OK, "submit: %s", err);
     lz_serve_update u;
-    free(drain(big, &u));
+    free(lz_test_drain(big, &u));
     CHECK(u.state == LZ_SERVE_FAILED && strstr(u.error, "holds 96"), "past seq_tokens: state %d (%s)", u.state, u.error);
     lz_serve_release(big);
     /* a failed decode pass: every running request fails, their slots released */
@@ -418,7 +366,7 @@ static void test_admission_and_release(void)
     }
     int failed = 0;
     for (int i = 0; i < 2; i++) {
-        free(drain(two[i], &u));
+        free(lz_test_drain(two[i], &u));
         failed += u.state == LZ_SERVE_FAILED && strstr(u.error, "fell over") != NULL;
         lz_serve_release(two[i]);
     }
@@ -451,7 +399,7 @@ int main(void)
         printf("SKIP models/default.gguf or the demo corpus not found (run from the repository)\n");
         return lz_test_done();
     }
-    if (!lz_test_tmpdir(dir, sizeof dir) || !load_questions()) { CHECK(0, "setup"); return lz_test_done(); }
+    if (!lz_test_tmpdir(dir, sizeof dir) || !lz_test_demo_questions(NQ, questions, ctx_ids, n_ctx)) { CHECK(0, "setup"); return lz_test_done(); }
     snprintf(store_dir, sizeof store_dir, "%s/store", dir);
     lz_llama_set_threads(2);
     char err[512];

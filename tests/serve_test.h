@@ -1,0 +1,71 @@
+/* serve_test.h - what the scheduler's tests share (tests/test_sched.c,
+ * tests/test_slots.c): the demo's first questions with their context ids, a
+ * query session over the test store, and a ticket's stream read to its end.
+ * Header-only, like tests/test.h. */
+#ifndef LZ_SERVE_TEST_H
+#define LZ_SERVE_TEST_H
+
+#include <jansson.h>
+
+#include "query/session.h"
+#include "serve/sched.h"
+#include "tests/test.h"
+
+/* The first n questions of datasets/demo/questions.json into questions[i] (strdup'd) with up
+ * to 10 of their context ids each (ctx_ids[i][j], n_ctx[i]): 1, or 0 when the file holds
+ * fewer. */
+static inline int lz_test_demo_questions(int n, char **questions, char *(*ctx_ids)[10], int *n_ctx)
+{
+    json_error_t je;
+    json_t *a = json_load_file("datasets/demo/questions.json", 0, &je);
+    if (!a || (int)json_array_size(a) < n) { json_decref(a); return 0; }
+    for (int i = 0; i < n; i++) {
+        json_t *q = json_array_get(a, (size_t)i), *ids = json_object_get(q, "context_ids");
+        questions[i] = strdup(json_string_value(json_object_get(q, "question")));
+        n_ctx[i] = (int)json_array_size(ids) < 10 ? (int)json_array_size(ids) : 10;
+        for (int j = 0; j < n_ctx[i]; j++) ctx_ids[i][j] = strdup(json_string_value(json_array_get(ids, (size_t)j)));
+    }
+    json_decref(a);
+    return 1;
+}
+
+/* A session of m over st answering up to max_new tokens over the model's whole context, on
+ * backend be (NULL: the CPU engine); a failure is a failed check (NULL returned). */
+static inline lz_query_session *lz_test_open_session(lz_llama *m, lz_store *st, int max_new, const lz_query_backend *be)
+{
+    lz_query_opts o;
+    lz_query_opts_default(&o);
+    o.max_new_tokens = max_new;
+    o.max_positions = m->cfg.ctx;
+    o.backend = be;
+    lz_query_session *q = NULL;
+    char err[512];
+    if (lz_query_session_new(m, st, &o, &q, err, sizeof err)) CHECK(0, "session: %s", err);
+    return q;
+}
+
+/* The whole stream of t until its end: text (malloc'd) and the last update. */
+static inline char *lz_test_drain(lz_serve_ticket *t, lz_serve_update *last)
+{
+    size_t len = 0;
+    char *text = calloc(1, 1);
+    int state = LZ_SERVE_PENDING;
+    for (int guard = 0; guard < 100000; guard++) {
+        lz_serve_update u;
+        lz_serve_wait(t, len, state, 5.0, &u);
+        char *x = realloc(text, len + u.len + 1);
+        if (x) {
+            text = x;
+            memcpy(text + len, u.text, u.len);
+            len += u.len;
+            text[len] = 0;
+        }
+        free(u.text);
+        state = u.state;
+        *last = u;
+        if (state >= LZ_SERVE_DONE) break;
+    }
+    return text;
+}
+
+#endif /* LZ_SERVE_TEST_H */
