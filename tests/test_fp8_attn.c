@@ -25,6 +25,7 @@
 #include "base/half.h"
 #include "base/rope.h"
 #include "tests/test.h"
+#include "tests/test_bf16.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static double urand(void) { return lz_test_u01(&rng); }
@@ -39,17 +40,6 @@ static double nerr_ref(const lz_bf16 *a, const double *b, size_t n)
         if (isnan(x)) return INFINITY;
         num += (x - b[i]) * (x - b[i]);
         den += b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-static double nerr(const lz_bf16 *a, const lz_bf16 *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = lz_bf16_to_f32(a[i]), y = lz_bf16_to_f32(b[i]);
-        if (isnan(x) || isnan(y)) return INFINITY;
-        num += (x - y) * (x - y);
-        den += y * y;
     }
     return sqrt(num / (den > 0 ? den : 1));
 }
@@ -261,7 +251,7 @@ static void test_decode(int d, int layout, int G, int KV, int B, int vsep, int l
     lz_decode_params p3 = p;
     p3.o = o3; p3.k_pool = kpr; p3.k_pool8 = kp8r; p3.blocks = wr; p3.n_blocks = nbr; p3.k_scales = ksr;
     CHECK(lz_decode_ref(&p3, NULL) == 0, "decode twin ref over re-rotated copies");
-    double e3 = nerr(o3, o, nq);
+    double e3 = lz_test_bf16_nerr(o3, o, nq);
     CHECK(e3 < LAZY_BLOCK_BOUND, "decode lazy vs block over fp8 d=%d layout=%d G=%d: %g", d, layout, G, e3);
     if (e3 > worst_lazy_block) worst_lazy_block = e3;
     printf("decode d=%3d %-8s G=%d KV=%d B=%d%s keys=%lld (fp8 %lld): ref-vs-direct lazy %.2e twin %.2e, "
@@ -388,7 +378,7 @@ static void test_prefill(int d, int layout, int G, int KV, int S, int M, int lla
     lz_prefill_params p3 = p;
     p3.o = o3; p3.segs = rsegs; p3.k_self = kselfr; p3.self_offset = 0;
     CHECK(lz_prefill_ref(&p3, NULL) == 0, "prefill twin ref over re-rotated copies");
-    double e3 = nerr(o3, o, nq);
+    double e3 = lz_test_bf16_nerr(o3, o, nq);
     CHECK(e3 < LAZY_BLOCK_BOUND, "prefill lazy vs block over fp8 d=%d layout=%d G=%d S=%d: %g", d, layout, G, S, e3);
     if (e3 > worst_lazy_block) worst_lazy_block = e3;
     /* seg_fp8 = 0: k8 is ignored, the bf16 rows are read (the same bits as without k8) */

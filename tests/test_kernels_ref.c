@@ -25,24 +25,13 @@
 #include "base/half.h"
 #include "base/rope.h"
 #include "tests/test.h"
+#include "tests/test_bf16.h"
 
 static uint64_t rng = 88172645463325252ull;
 static double urand(void) { return lz_test_u01(&rng); } /* [0, 1) */
 static void fill(lz_bf16 *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) x[i] = lz_f32_to_bf16((float)(2.0 * urand() - 1.0));
-}
-/* ||a - b|| / ||b|| over n bf16 values; NaN anywhere gives +inf. */
-static double nerr(const lz_bf16 *a, const lz_bf16 *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = lz_bf16_to_f32(a[i]), y = lz_bf16_to_f32(b[i]);
-        if (isnan(x) || isnan(y)) return INFINITY;
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    return sqrt(num / (den > 0 ? den : 1));
 }
 
 typedef struct { /* one random case: S segments with per-head lengths */
@@ -95,7 +84,7 @@ static void test_rerotate_composes(int layout)
     lz_rerotate_params rp = {.dst = dst, .src = src, .inv_freq = inv, .n_rows = 1, .offset = 100000, .head_dim = d,
                              .rope_layout = layout};
     CHECK(lz_rerotate_ref(&rp, NULL) == 0, "rerotate");
-    double e = nerr(dst, want, d);
+    double e = lz_test_bf16_nerr(dst, want, d);
     CHECK(e < 1e-2, "layout %d: composed rotation error %g", layout, e);
 }
 
@@ -122,7 +111,7 @@ static void test_prefill_lazy_eq(int d, int layout, int G, int llama3)
     lz_prefill_params p2 = p;
     p2.o = o2; p2.segs = c.rot; p2.k_self = ksr; p2.self_offset = 0;
     CHECK(lz_prefill_ref(&p2, NULL) == 0, "ref");
-    double e = nerr(o1, o2, nq);
+    double e = lz_test_bf16_nerr(o1, o2, nq);
     CHECK(e < 1e-2, "prefill lazy vs materialised d=%d layout=%d G=%d: %g", d, layout, G, e);
     free(q); free(ks); free(ksr); free(vs); free(o1); free(o2);
     free_case(&c);
@@ -267,7 +256,7 @@ static void test_decode_eq_prefill(int d, int layout, int G)
     p.inv_freq = c.inv_freq; p.n_seg = c.S; p.n_rows = 1; p.n_heads = H; p.n_kv_heads = KV;
     p.head_dim = d; p.rope_layout = layout; p.scale = dp.scale;
     CHECK(lz_prefill_lazy_ref(&p, NULL) == 0, "prefill lazy ref");
-    double e1 = nerr(o1, o2, (size_t)H * d), e2 = nerr(o1, o3, (size_t)H * d);
+    double e1 = lz_test_bf16_nerr(o1, o2, (size_t)H * d), e2 = lz_test_bf16_nerr(o1, o3, (size_t)H * d);
     CHECK(e1 < 1e-2, "decode lazy vs materialised d=%d layout=%d G=%d: %g", d, layout, G, e1);
     CHECK(e2 < 1e-2, "decode vs prefill M=1 d=%d layout=%d G=%d: %g", d, layout, G, e2);
     free(q); free(ks); free(vs); free(kp); free(kpr); free(vp); free(w); free(wr);
