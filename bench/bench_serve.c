@@ -251,6 +251,32 @@ static double run_level(lz_query_session *q, lz_store *st, const char *label, in
     return tps;
 }
 
+/* The ids and titles (the id where none) of a JSONL corpus into malloc'd arrays: their count,
+ * or -1 with a message when the file cannot be read. */
+static int read_corpus(const char *corpus, char ***ids_out, char ***titles_out)
+{
+    FILE *f = fopen(corpus, "r");
+    if (!f) { fprintf(stderr, "bench_serve: cannot read %s\n", corpus); return -1; }
+    char **ids = NULL, **titles = NULL, *line = NULL;
+    size_t lcap = 0;
+    int N = 0;
+    while (getline(&line, &lcap, f) > 0) {
+        json_t *o = json_loads(line, 0, NULL);
+        const char *id = json_string_value(json_object_get(o, "id")), *t = json_string_value(json_object_get(o, "title"));
+        if (id) {
+            ids = realloc(ids, (size_t)(N + 1) * sizeof *ids);
+            titles = realloc(titles, (size_t)(N + 1) * sizeof *titles);
+            ids[N] = strdup(id);
+            titles[N++] = strdup(t ? t : id);
+        }
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    *ids_out = ids, *titles_out = titles;
+    return N;
+}
+
 /* The in-process mode's options and run (see the file's header). */
 static int main_inproc(int argc, char **argv)
 {
@@ -292,24 +318,9 @@ static int main_inproc(int argc, char **argv)
 #endif
     if (!model_path || K < 1 || K > 64 || max_tokens < 1) { fprintf(stderr, "bench_serve: --model, k 1..64, max tokens >= 1\n"); return 2; }
     /* the corpus's ids and titles, and the requests: K documents by Zipf, the last one's title asked about */
-    FILE *f = fopen(corpus, "r");
-    if (!f) { fprintf(stderr, "bench_serve: cannot read %s\n", corpus); return 1; }
-    char **ids = NULL, **titles = NULL, *line = NULL;
-    size_t lcap = 0;
-    int N = 0;
-    while (getline(&line, &lcap, f) > 0) {
-        json_t *o = json_loads(line, 0, NULL);
-        const char *id = json_string_value(json_object_get(o, "id")), *t = json_string_value(json_object_get(o, "title"));
-        if (id) {
-            ids = realloc(ids, (size_t)(N + 1) * sizeof *ids);
-            titles = realloc(titles, (size_t)(N + 1) * sizeof *titles);
-            ids[N] = strdup(id);
-            titles[N++] = strdup(t ? t : id);
-        }
-        json_decref(o);
-    }
-    free(line);
-    fclose(f);
+    char **ids = NULL, **titles = NULL;
+    const int N = read_corpus(corpus, &ids, &titles);
+    if (N < 0) return 1;
     if (N < K) { fprintf(stderr, "bench_serve: %d documents, fewer than k %d\n", N, K); return 1; }
     int levels[16], n_levels = 0, max_c = 1;
     for (const char *p = conc; *p && n_levels < 16;) {
@@ -437,24 +448,9 @@ int main(int argc, char **argv)
         }
     }
     /* the documents: ids and titles of the corpus */
-    FILE *f = fopen(corpus, "r");
-    if (!f) { fprintf(stderr, "bench_serve: cannot read %s\n", corpus); return 1; }
-    char **ids = NULL, **titles = NULL, *line = NULL;
-    size_t lcap = 0;
-    int N = 0;
-    while (getline(&line, &lcap, f) > 0) {
-        json_t *o = json_loads(line, 0, NULL);
-        const char *id = json_string_value(json_object_get(o, "id")), *t = json_string_value(json_object_get(o, "title"));
-        if (id) {
-            ids = realloc(ids, (size_t)(N + 1) * sizeof *ids);
-            titles = realloc(titles, (size_t)(N + 1) * sizeof *titles);
-            ids[N] = strdup(id);
-            titles[N++] = strdup(t ? t : id);
-        }
-        json_decref(o);
-    }
-    free(line);
-    fclose(f);
+    char **ids = NULL, **titles = NULL;
+    const int N = read_corpus(corpus, &ids, &titles);
+    if (N < 0) return 1;
     if (N < K) { fprintf(stderr, "bench_serve: %d documents, fewer than k %d\n", N, K); return 1; }
     double *cdf = malloc((size_t)N * sizeof *cdf);
     const double z = lz_eval_zipf_cdf(cdf, N, alpha);
