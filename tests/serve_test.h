@@ -1,6 +1,7 @@
 /* serve_test.h - what the scheduler's tests share (tests/test_sched.c,
- * tests/test_slots.c): the demo's first questions with their context ids, a
- * query session over the test store, and a ticket's stream read to its end.
+ * tests/test_slots.c): the demo store and model set up and torn down, the demo's
+ * first questions with their context ids, a query session over the test store,
+ * and a ticket's stream read to its end.
  * Header-only, like tests/test.h. */
 #ifndef LZ_SERVE_TEST_H
 #define LZ_SERVE_TEST_H
@@ -66,6 +67,47 @@ static inline char *lz_test_drain(lz_serve_ticket *t, lz_serve_update *last)
         if (state >= LZ_SERVE_DONE) break;
     }
     return text;
+}
+
+/* The scheduler tests' setup: a temporary folder dir (256 bytes), the demo corpus ingested into
+ * dir/store by $LZ_BIN/lazyingest, the shipped model and that store opened, the first nq demo
+ * questions loaded. 1 when ready; 0 when the test is to end now (SKIP printed, or a failed
+ * check). */
+static inline int lz_test_demo_setup(char *dir, int nq, char **questions, char *(*ctx_ids)[10], int *n_ctx,
+                                     lz_llama **model, lz_store **store)
+{
+    const char *b = getenv("LZ_BIN");
+    if (!b) { printf("SKIP LZ_BIN not set (run through make test)\n"); return 0; }
+    if (access("models/default.gguf", R_OK) || access("datasets/demo/corpus.jsonl", R_OK)) {
+        printf("SKIP models/default.gguf or the demo corpus not found (run from the repository)\n");
+        return 0;
+    }
+    if (!lz_test_tmpdir(dir, 256) || !lz_test_demo_questions(nq, questions, ctx_ids, n_ctx)) { CHECK(0, "setup"); return 0; }
+    char store_dir[600];
+    snprintf(store_dir, sizeof store_dir, "%s/store", dir);
+    lz_llama_set_threads(2);
+    char err[512] = "";
+    if (lz_test_sh("%s/lazyingest --quiet --model models/default.gguf --store %s datasets/demo/corpus.jsonl", b,
+                   store_dir) ||
+        lz_llama_load("models/default.gguf", model, err, sizeof err) ||
+        lz_store_open(store_dir, LZ_STORE_RDONLY, store, err, sizeof err)) {
+        CHECK(0, "could not build the test store: %s", err);
+        return 0;
+    }
+    return 1;
+}
+
+/* What lz_test_demo_setup made, undone (dir removed). */
+static inline void lz_test_demo_teardown(char *dir, int nq, char **questions, char *(*ctx_ids)[10], const int *n_ctx,
+                                         lz_llama *model, lz_store *store)
+{
+    lz_store_close(store);
+    lz_llama_free(model);
+    for (int i = 0; i < nq; i++) {
+        free(questions[i]);
+        for (int j = 0; j < n_ctx[i]; j++) free(ctx_ids[i][j]);
+    }
+    lz_test_sh("rm -rf %s", dir);
 }
 
 #endif /* LZ_SERVE_TEST_H */

@@ -17,7 +17,7 @@
 #include "tests/test.h"
 
 #define NQ 12
-static char dir[256], store_dir[600];
+static char dir[256];
 static char *questions[NQ];
 static char *ctx_ids[NQ][10];
 static int n_ctx[NQ];
@@ -399,23 +399,7 @@ static void test_errors(lz_query_session *q)
 
 int main(void)
 {
-    const char *b = getenv("LZ_BIN");
-    if (!b) { printf("SKIP LZ_BIN not set (run through make test)\n"); return lz_test_done(); }
-    if (access("models/default.gguf", R_OK) || access("datasets/demo/corpus.jsonl", R_OK)) {
-        printf("SKIP models/default.gguf or the demo corpus not found (run from the repository)\n");
-        return lz_test_done();
-    }
-    if (!lz_test_tmpdir(dir, sizeof dir) || !lz_test_demo_questions(NQ, questions, ctx_ids, n_ctx)) { CHECK(0, "setup"); return lz_test_done(); }
-    snprintf(store_dir, sizeof store_dir, "%s/store", dir);
-    lz_llama_set_threads(2);
-    char err[512];
-    if (lz_test_sh("%s/lazyingest --quiet --model models/default.gguf --store %s datasets/demo/corpus.jsonl", b,
-                   store_dir) ||
-        lz_llama_load("models/default.gguf", &model, err, sizeof err) ||
-        lz_store_open(store_dir, LZ_STORE_RDONLY, &store, err, sizeof err)) {
-        CHECK(0, "could not build the test store: %s", err);
-        return lz_test_done();
-    }
+    if (!lz_test_demo_setup(dir, NQ, questions, ctx_ids, n_ctx, &model, &store)) return lz_test_done();
     test_identical();
     test_mixed();
     lz_query_session *q = lz_test_open_session(model, store, 48, NULL);
@@ -427,12 +411,6 @@ int main(void)
         test_errors(q);
         lz_query_session_free(q);
     }
-    lz_store_close(store);
-    lz_llama_free(model);
-    for (int i = 0; i < NQ; i++) {
-        free(questions[i]);
-        for (int j = 0; j < n_ctx[i]; j++) free(ctx_ids[i][j]);
-    }
-    lz_test_sh("rm -rf %s", dir);
+    lz_test_demo_teardown(dir, NQ, questions, ctx_ids, n_ctx, model, store);
     return lz_test_done();
 }
