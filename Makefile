@@ -158,7 +158,8 @@ $(LZK_DIR)/obj/gpu/%.o: gpu/%.cu gpu/llama_gpu.cuh gpu/llama_cuda.h model/llama.
 	@mkdir -p $(dir $@)
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp -c $< -o $@
 
-$(LZK_DIR)/test_llama_cuda: tests/cuda/test_llama_cuda.cu $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
+$(LZK_DIR)/test_llama_cuda $(LZK_DIR)/test_llama_fp8: $(LZK_DIR)/%: tests/cuda/%.cu tests/cuda/llama_cuda_test.h \
+                                                    $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_LINK) -o $@
 
 # lazyingest and lazyquery with --gpu, for the GPU machine (the same static recipe)
@@ -231,7 +232,7 @@ cuda:
 	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: no CUDA build"; exit 1; fi
 	@$(MAKE) --no-print-directory $(BUILD)/liblazy.a
 	@$(MAKE) --no-print-directory $(LZK_DIR)/kernels_check $(LZK_DIR)/ptxas.txt \
-	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/lazyserve $(LZK_DIR)/lazyeval $(LZK_DIR)/test_ops \
+	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/test_llama_fp8 $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/lazyserve $(LZK_DIR)/lazyeval $(LZK_DIR)/test_ops \
 	  $(LZK_DIR)/test_gemv $(LZK_DIR)/bench_serve $(LZK_DIR)/lazy-mkmodel $(LZK_DIR)/lib/.done \
 	  $(LZK_DIR)/cublas_shapes
 

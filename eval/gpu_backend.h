@@ -96,7 +96,8 @@ static inline lz_query_backend lz_eval_gpu_backend(lz_llama_gpu *g)
                           .idle_slot = lz_eval_gpu_idle_slot, .begin_in = lz_eval_gpu_begin_in,
                           .step_in = lz_eval_gpu_step_in, .keep_own_in = lz_eval_gpu_keep_own_in,
                           .release = lz_eval_gpu_release, .prefill_many = lz_eval_gpu_prefill_many,
-                          .decode_many = lz_eval_gpu_decode_many, .fits = lz_eval_gpu_fits};
+                          .decode_many = lz_eval_gpu_decode_many, .fits = lz_eval_gpu_fits,
+                          .reads_fp8 = 1};
     return b;
 }
 

@@ -422,7 +422,8 @@ int ensure_side(lz_llama_gpu *g, char *err, size_t errlen)
 
 void doc_free(lz_llama_gpu *g, GpuDoc *x)
 {
-    if (x->ext_bytes) pool_give(g, x->k, x->ext_bytes);
+    if (x->ext_bytes) pool_give(g, x->ext, x->ext_bytes);
+    free(x->hsc);
     free(x->cap);
     free(x->first);
     free(x->kept);

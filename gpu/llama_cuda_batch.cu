@@ -36,17 +36,25 @@ static void logits_out(const float *h, float *const *out, int n, int V)
 }
 
 /* The batch's table and pool bases: 1 when every slot's words fit one k_pool / v_pool base
- * (rows within the words' 36 bits, every pointer a whole row from the base), else 0 (each then
- * decodes alone). */
-static int batch_table(lz_llama_gpu *g, Slot *const *ss, int B, const bf16 **k0, const bf16 **v0, int *NB)
+ * (rows within the words' 36 bits, every pointer a whole row from the base; fp8 words the same
+ * from one k_pool8 / v_pool8 base, *k08 NULL when no slot has any), else 0 (each then decodes
+ * alone). */
+static int batch_table(lz_llama_gpu *g, Slot *const *ss, int B, const bf16 **k0, const bf16 **v0, const uint8_t **k08,
+                       const uint8_t **v08, int *NB)
 {
     const int d = g->cfg.head_dim;
     *k0 = ss[0]->dk0, *v0 = ss[0]->dv0, *NB = 0;
+    *k08 = *v08 = NULL;
     for (int b = 0; b < B; b++) {
-        if (!ss[b]->dec) return 0;
-        *k0 = ss[b]->dk0 < *k0 ? ss[b]->dk0 : *k0;
-        *v0 = ss[b]->dv0 < *v0 ? ss[b]->dv0 : *v0;
-        *NB = ss[b]->dNB > *NB ? ss[b]->dNB : *NB;
+        const Slot *s = ss[b];
+        if (!s->dec) return 0;
+        *k0 = s->dk0 < *k0 ? s->dk0 : *k0;
+        *v0 = s->dv0 < *v0 ? s->dv0 : *v0;
+        *NB = s->dNB > *NB ? s->dNB : *NB;
+        if (s->dks) {
+            *k08 = !*k08 || s->dk08 < *k08 ? s->dk08 : *k08;
+            *v08 = !*v08 || s->dv08 < *v08 ? s->dv08 : *v08;
+        }
     }
     for (int b = 0; b < B; b++) {
         const Slot *s = ss[b];
@@ -54,8 +62,17 @@ static int batch_table(lz_llama_gpu *g, Slot *const *ss, int B, const bf16 **k0,
         if (dk % d || dv % d || ok % d || ov % d) return 0;
         if ((uint64_t)(dk / d) + s->kspan > LZ_DECODE_MAX_ROW + 1 || (uint64_t)(dv / d) + s->vspan > LZ_DECODE_MAX_ROW + 1)
             return 0;
+        ptrdiff_t dk8 = 0, dv8 = 0;
+        if (s->dks) {
+            dk8 = s->dk08 - *k08, dv8 = s->dv08 - *v08;
+            if (dk8 % d || dv8 % d) return 0;
+            if ((uint64_t)(dk8 / d) + s->kspan8 > LZ_DECODE_MAX_ROW + 1 ||
+                (uint64_t)(dv8 / d) + s->vspan8 > LZ_DECODE_MAX_ROW + 1)
+                return 0;
+        }
         g->hbseq[b] = (BatchSeq){s->dwords, s->dvrows, s->dnf, s->dNB, s->N, dk / d, dv / d, ok / d, ov / d,
-                                 (lz_bf16 *)s->own_k, (lz_bf16 *)s->own_v, s->pos0, s->dn_own};
+                                 (lz_bf16 *)s->own_k, (lz_bf16 *)s->own_v, s->pos0, s->dn_own,
+                                 s->dks, s->dvs, dk8 / d, dv8 / d};
     }
     return 1;
 }
@@ -71,9 +88,11 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
     cudaStream_t st = g->st;
     CUDA_OK(cudaStreamSynchronize(st), "forward pass"); /* g->hids and g->hbseq are free again */
     const bf16 *k0, *v0;
+    const uint8_t *k08, *v08;
     int NB;
-    if (!batch_table(g, ss, B, &k0, &v0, &NB)) return 0;
-    const size_t nw = (size_t)L * B * KV * NB, bytes = nw * 16 + (size_t)L * B * KV * sizeof(int32_t);
+    if (!batch_table(g, ss, B, &k0, &v0, &k08, &v08, &NB)) return 0;
+    const size_t nw = (size_t)L * B * KV * NB, counts = (size_t)L * B * KV * sizeof(int32_t);
+    const size_t bytes = nw * 16 + (counts + 7) / 8 * 8 + (k08 ? nw * 8 : 0); /* words, rows, counts, fp8's scales */
     if (bytes > g->bwords_bytes) {
         cudaFree(g->bwords);
         g->bwords = NULL, g->bwords_bytes = 0;
@@ -82,6 +101,7 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
     }
     uint64_t *words = g->bwords, *vrows = words + nw;
     int32_t *nblocks = (int32_t *)(vrows + nw);
+    float *ksc = k08 ? (float *)(void *)((char *)nblocks + (counts + 7) / 8 * 8) : NULL, *vsc = k08 ? ksc + nw : NULL;
     lz_decode_params p;
     memset(&p, 0, sizeof p);
     p.o = (lz_bf16 *)g->oh;
@@ -97,13 +117,16 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
     p.rope_layout = c->rope_layout;
     p.scale = 1.0f / sqrtf((float)d);
     p.n_split = g->env_dsplit; /* A/B: LAZY_GPU_DECODE=<parts>; 0: lz_decode's choice for B rows */
+    p.k_pool8 = k08;
+    p.v_pool8 = v08;
     if (ensure_dwork(g, &p, err, errlen)) return -1;
     p.work = g->dwork;
     p.work_bytes = g->dwork_bytes;
     memcpy(g->hids, ids, (size_t)B * sizeof(int));
     int rc;
     CUDA_OK(cudaMemcpyAsync(g->bseq, g->hbseq, (size_t)B * sizeof(BatchSeq), cudaMemcpyHostToDevice, st), "batch table");
-    if ((rc = lz_op_batch_words(words, vrows, nblocks, g->bseq, B, L, KV, NB, st))) return fail(err, errlen, "batch block words", rc);
+    if ((rc = lz_op_batch_words(words, vrows, nblocks, ksc, vsc, g->bseq, B, L, KV, NB, st)))
+        return fail(err, errlen, "batch block words", rc);
     lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->hids, B, D, st);
     for (int l = 0; l < L; l++) {
         const Layer *w = &g->layers[l];
@@ -117,6 +140,7 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
         p.blocks = words + at;
         p.v_rows = vrows + at;
         p.n_blocks = nblocks + (size_t)l * B * KV;
+        if (ksc) p.k_scales = ksc + at, p.v_scales = vsc + at;
         if ((rc = lz_decode_lazy(&p, st))) return fail(err, errlen, "batched decode attention", rc);
         if (layer_out(g, l, B, g->oh, err, errlen)) return -1; /* (B, H, d): already token-major */
     }

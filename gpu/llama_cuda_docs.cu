@@ -1,6 +1,6 @@
 /* llama_cuda_docs.cu - the documents a question's steps read on the GPU
- * (llama_cuda.h): uploaded from their stored KV (bf16 or fp32, Ada-KV's
- * packed heads padded per layer), or recomputed there from their token ids
+ * (llama_cuda.h): uploaded from their stored KV (bf16 or fp32 as bf16, fp8
+ * as stored with its scales; Ada-KV's packed heads padded per layer), or recomputed there from their token ids
  * exactly as lazyingest encoded them (lz_llama_gpu_encode_keep: a batch of
  * whole documents, each with its own causal attention over the prefix on a
  * side stream); keyed by their payload and kept within the cache budget by
@@ -26,7 +26,11 @@ static int seg_kept(const lz_kv_segment *sg, int l, int h, int KV)
 }
 
 
-static size_t doc_bytes(const lz_llama_gpu *g, const GpuDoc *x) { return x->rows * g->cfg.head_dim * 2 * 2; }
+static size_t doc_bytes(const lz_llama_gpu *g, const GpuDoc *x)
+{
+    (void)g;
+    return x->ext_bytes;
+}
 
 /* Removes doc i (the last one takes its place). */
 void doc_drop(lz_llama_gpu *g, int i)
@@ -38,63 +42,106 @@ void doc_drop(lz_llama_gpu *g, int i)
 
 /* A new doc x: kept rows per (layer, kv head) as segment sg keeps them (sg
  * NULL: n each, a document stored whole) in cache/kv_layout.h's layout, and
- * its extent (K then V, one row at least) from the HBM pool. */
-static int doc_alloc(lz_llama_gpu *g, const lz_kv_segment *sg, int n, GpuDoc *x, char *err, size_t errlen)
+ * its extent from the HBM pool: K then V (one row at least), bf16, or fp8
+ * (fp8 set) followed by its scales. */
+static int doc_alloc(lz_llama_gpu *g, const lz_kv_segment *sg, int n, int fp8, GpuDoc *x, char *err, size_t errlen)
 {
     const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
     memset(x, 0, sizeof *x);
     x->cap = (int *)malloc((size_t)L * sizeof(int));
     x->first = (size_t *)malloc((size_t)L * sizeof(size_t));
     x->kept = (int32_t *)malloc((size_t)L * KV * sizeof(int32_t));
-    if (!x->cap || !x->first || !x->kept) { doc_free(g, x); snprintf(err, errlen, "out of memory"); return -1; }
+    if (fp8) x->hsc = (float *)malloc((size_t)2 * L * KV * sizeof(float));
+    if (!x->cap || !x->first || !x->kept || (fp8 && !x->hsc)) {
+        doc_free(g, x);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     for (int l = 0; l < L; l++)
         for (int h = 0; h < KV; h++) x->kept[l * KV + h] = sg ? seg_kept(sg, l, h, KV) : n;
     x->rows = lz_kv_layout(L, KV, x->kept, n, x->cap, x->first);
     for (int l = 0; l < L; l++) x->keys = x->cap[l] > x->keys ? x->cap[l] : x->keys;
-    const size_t bytes = (x->rows ? x->rows : 1) * d * 2 * 2;
-    if (pool_take(g, bytes, &x->k, err, errlen)) {
+    const size_t R = x->rows ? x->rows : 1;
+    const size_t bytes = fp8 ? 2 * R * d + (size_t)2 * L * KV * sizeof(float) : R * d * 2 * 2;
+    if (pool_take(g, bytes, &x->ext, err, errlen)) {
         doc_free(g, x);
         return -1;
     }
     x->ext_bytes = bytes;
-    x->v = x->k + (x->rows ? x->rows : 1) * d;
+    if (fp8) {
+        x->k8 = (uint8_t *)x->ext;
+        x->v8 = x->k8 + R * d;
+        x->ks = (float *)(void *)(x->v8 + R * d); /* R * d is even and the extent 256-aligned */
+        x->vs = x->ks + (size_t)L * KV;
+    } else {
+        x->k = (bf16 *)x->ext;
+        x->v = x->k + R * d;
+    }
     return 0;
 }
 
-/* Uploads segment sg (bf16 or fp32, any head layout) into a new doc: bf16 rows already in
- * the layout the device reads (cache/kv_layout.h; the host tier keeps its documents so) go
- * up as they are, asynchronously: with defer, queued for the question's layer-by-layer copies
- * (upload_layers), else now on the stream (K and V side by side: one copy); others through a
- * staging copy, heads in parallel (an 8B model's document is ~20 MB). */
-static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, int defer, char *err, size_t errlen)
+/* Whether segment sg's rows lie in the layout doc x has on the device (cache/kv_layout.h; the
+ * host tier keeps its documents so), so that they go up as they are. */
+static bool seg_direct(const lz_llama_gpu *g, const lz_kv_segment *sg, const GpuDoc *x)
 {
-    const lz_llama_config *c = &g->cfg;
-    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim;
-    if (doc_alloc(g, sg, 0, x, err, errlen)) return -1;
-    const size_t n = (x->rows ? x->rows : 1) * d;
-    bool direct = sg->k16 && sg->v16 && x->rows > 0;
+    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
+    bool direct = (sg->k8 ? sg->k8 && sg->v8 : sg->k16 && sg->v16) && x->rows > 0;
     for (int lh = 0; direct && lh < L * KV; lh++) {
         const int l = lh / KV, h = lh % KV;
         direct = lz_kv_segment_block(sg, l, h, KV, d) == (x->first[l] + (size_t)h * x->cap[l]) * d;
     }
-    if (direct && defer) /* a question's: copied layer by layer beside its first step (upload_layers) */
-        return upload_defer(g, x->k, x->v, (const bf16 *)sg->k16, (const bf16 *)sg->v16, x->cap, x->first, err, errlen);
-    if (direct) {
-        const int joint = sg->v16 == sg->k16 + n;
-        if (upload_async(g, x->k, sg->k16, n * 2 * (joint ? 2 : 1), err, errlen) ||
-            (!joint && upload_async(g, x->v, sg->v16, n * 2, err, errlen))) {
+    return direct;
+}
+
+/* Uploads segment sg (bf16, fp32 or fp8, any head layout) into a new doc (fp8 stays fp8, the
+ * rest bf16): rows already in the layout the device reads go up as they are, asynchronously:
+ * with defer, queued for the question's layer-by-layer copies (upload_layers), else now on the
+ * stream (K, V and fp8's scales side by side: one copy); others through a staging copy, heads
+ * in parallel (an 8B model's document is ~20 MB in bf16). */
+static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, int defer, char *err, size_t errlen)
+{
+    const lz_llama_config *c = &g->cfg;
+    const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim;
+    const int fp8 = sg->k8 != NULL;
+    const size_t es = fp8 ? 1 : 2, nh = (size_t)L * KV, scb = fp8 ? 2 * nh * sizeof(float) : 0;
+    if (doc_alloc(g, sg, 0, fp8, x, err, errlen)) return -1;
+    const size_t n = (x->rows ? x->rows : 1) * d; /* elements of K (and of V) */
+    if (fp8) { /* the host's copy of the scales (the decode words carry them) */
+        memcpy(x->hsc, sg->k_scales, nh * sizeof(float));
+        memcpy(x->hsc + nh, sg->v_scales, nh * sizeof(float));
+    }
+    const void *sk = fp8 ? (const void *)sg->k8 : (const void *)sg->k16, *sv = fp8 ? (const void *)sg->v8 : (const void *)sg->v16;
+    /* fp8's scales straight from the segment when they follow V there (a host-tier entry's) */
+    const void *ssc = fp8 && sg->k_scales == (const float *)(const void *)(sg->v8 + n) && sg->v_scales == sg->k_scales + nh
+                          ? (const void *)sg->k_scales
+                          : (const void *)x->hsc;
+    if (seg_direct(g, sg, x) && defer) { /* a question's: copied layer by layer beside its first step (upload_layers) */
+        const lz_llama_gpu::UpDoc u = {fp8 ? (void *)x->k8 : (void *)x->k, fp8 ? (void *)x->v8 : (void *)x->v, sk, sv, es,
+                                       x->cap, x->first, fp8 ? (void *)x->ks : NULL, ssc, scb};
+        return upload_defer(g, &u, err, errlen);
+    }
+    if (seg_direct(g, sg, x)) {
+        const int joint = (const char *)sv == (const char *)sk + n * es && (!fp8 || ssc == (const char *)sv + n * es);
+        if (upload_async(g, x->ext, sk, joint ? x->ext_bytes : n * es, err, errlen) ||
+            (!joint && upload_async(g, (char *)x->ext + n * es, sv, n * es, err, errlen)) ||
+            (!joint && fp8 && upload_async(g, x->ks, ssc, scb, err, errlen))) {
             doc_free(g, x);
             return -1;
         }
         return 0;
     }
-    uint16_t *stage = (uint16_t *)malloc(n * 2 * 2);
+    uint8_t *stage = (uint8_t *)malloc(x->ext_bytes);
     if (!stage) { doc_free(g, x); snprintf(err, errlen, "out of memory"); return -1; }
 #pragma omp parallel for schedule(dynamic, 4) if (n > ((size_t)1 << 20))
     for (int lh = 0; lh < L * KV; lh++) {
         const int l = lh / KV, h = lh % KV, kept = x->kept[lh];
         const size_t src = lz_kv_segment_block(sg, l, h, KV, d), dst = (x->first[l] + (size_t)h * x->cap[l]) * d;
-        uint16_t *dk = stage + dst, *dv = stage + n + dst;
+        if (fp8) {
+            memcpy(stage + dst, sg->k8 + src, (size_t)kept * d);
+            memcpy(stage + n + dst, sg->v8 + src, (size_t)kept * d);
+            continue;
+        }
+        uint16_t *dk = (uint16_t *)(void *)stage + dst, *dv = (uint16_t *)(void *)stage + n + dst;
         if (sg->k16) {
             memcpy(dk, sg->k16 + src, (size_t)kept * d * 2);
             memcpy(dv, sg->v16 + src, (size_t)kept * d * 2);
@@ -105,16 +152,36 @@ static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, int d
             }
         }
     }
-    cudaError_t ce = cudaMemcpy(x->k, stage, n * 2 * 2, cudaMemcpyHostToDevice); /* pageable: synchronous */
+    if (fp8) memcpy(stage + 2 * n, x->hsc, scb);
+    cudaError_t ce = cudaMemcpy(x->ext, stage, x->ext_bytes, cudaMemcpyHostToDevice); /* pageable: synchronous */
     free(stage);
     if (ce != cudaSuccess) {
         doc_free(g, x);
         snprintf(err, errlen, "GPU: uploading a document: %s", cudaGetErrorString(ce));
         return -1;
     }
-    g->up_bytes += n * 2 * 2;
+    g->up_bytes += x->ext_bytes;
     g->uploads++;
     return 0;
+}
+
+lz_attn_segment doc_segment(const lz_llama_gpu *g, const GpuDoc *x, int l, int64_t offset)
+{
+    const int KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
+    lz_attn_segment a;
+    memset(&a, 0, sizeof a);
+    a.offset = offset;
+    a.cap = x->cap[l];
+    if (x->k8) {
+        a.k8 = x->k8 + x->first[l] * d;
+        a.v8 = x->v8 + x->first[l] * d;
+        a.k_scale = x->ks + (size_t)l * KV;
+        a.v_scale = x->vs + (size_t)l * KV;
+    } else {
+        a.k = (const lz_bf16 *)(x->k + x->first[l] * d);
+        a.v = (const lz_bf16 *)(x->v + x->first[l] * d);
+    }
+    return a;
 }
 
 int doc_by_id(const lz_llama_gpu *g, uint64_t id)
@@ -230,8 +297,15 @@ int doc_pin(lz_llama_gpu *g, const uint8_t *key) { return key && g->pol && lz_do
 static int doc_rerotate(lz_llama_gpu *g, GpuDoc *x, int64_t offset, char *err, size_t errlen)
 {
     if (!offset || !x->rows) return 0;
-    const lz_rerotate_params rp = {(lz_bf16 *)x->k, (const lz_bf16 *)x->k, g->inv_freq, (int64_t)x->rows, offset,
-                                   g->cfg.head_dim, g->cfg.rope_layout};
+    lz_rerotate_params rp = {(lz_bf16 *)x->k, (const lz_bf16 *)x->k, g->inv_freq, (int64_t)x->rows, offset,
+                             g->cfg.head_dim, g->cfg.rope_layout};
+    if (x->k8) { /* fp8: re-quantised in place at its scale x sqrt(2) (kernels/lz_rerotate.h), the host's copy too */
+        const int nh = g->cfg.n_layers * g->cfg.n_kv_heads;
+        rp.dst = NULL, rp.src = NULL;
+        rp.dst8 = x->k8, rp.src8 = x->k8;
+        rp.scale8_in = x->ks, rp.scale8_out = x->ks, rp.n_scales = nh;
+        for (int i = 0; i < nh; i++) x->hsc[i] *= LZ_REROTATE_FP8_GROWTH;
+    }
     const int rc = lz_rerotate(&rp, g->st);
     if (rc) return fail(err, errlen, "re-rotating a document's keys", rc);
     return 0;
@@ -303,7 +377,7 @@ int doc_keep_own(lz_llama_gpu *g, Slot *s, int t0, int n, const uint8_t key[32],
     if (ensure_policy(g, err, errlen)) return -1;
     if (doc_find(g, key) >= 0) return 1;
     GpuDoc x;
-    if (doc_room(g, err, errlen) || doc_alloc(g, NULL, n, &x, err, errlen)) return -1;
+    if (doc_room(g, err, errlen) || doc_alloc(g, NULL, n, 0, &x, err, errlen)) return -1;
     for (int l = 0; l < L; l++) { /* a layer's heads: (KV, N, d) rows from t0 into (KV, n, d) */
         const size_t src = ((size_t)l * KV * N + t0) * d;
         cudaError_t ce = cudaMemcpy2DAsync(x.k + x.first[l] * d, w, s->own_k + src, N * d * sizeof(bf16), w, KV,
@@ -365,7 +439,7 @@ extern "C" int lz_llama_gpu_resident(const lz_llama_gpu *g, const uint8_t key[32
 /* The prefix doc's descriptors for the recomputing passes (every call: the doc may have moved). */
 static int prefix_descriptors(lz_llama_gpu *g, const GpuDoc *pre, char *err, size_t errlen)
 {
-    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
+    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads;
     if (!g->esegs) {
         CUDA_OK(cudaMalloc((void **)&g->esegs, (size_t)L * sizeof(lz_attn_segment)), "descriptors");
         if (cudaMalloc((void **)&g->elen, (size_t)L * KV * sizeof(int32_t)) != cudaSuccess) {
@@ -377,9 +451,7 @@ static int prefix_descriptors(lz_llama_gpu *g, const GpuDoc *pre, char *err, siz
     }
     lz_attn_segment *hs = (lz_attn_segment *)malloc((size_t)L * sizeof *hs);
     if (!hs) { snprintf(err, errlen, "out of memory"); return -1; }
-    for (int l = 0; l < L; l++)
-        hs[l] = (lz_attn_segment){(const lz_bf16 *)(pre->k + pre->first[l] * d), (const lz_bf16 *)(pre->v + pre->first[l] * d),
-                                  0, pre->cap[l]};
+    for (int l = 0; l < L; l++) hs[l] = doc_segment(g, pre, l, 0);
     cudaError_t ce = cudaMemcpy(g->esegs, hs, (size_t)L * sizeof *hs, cudaMemcpyHostToDevice);
     free(hs);
     if (ce == cudaSuccess) ce = cudaMemcpy(g->elen, pre->kept, (size_t)L * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
@@ -415,6 +487,7 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
     lz_prefill_params p = attn_params(g, 1);
     p.n_seg = 1;
     p.seg_keys = g->docs[at].keys;
+    p.seg_fp8 = g->docs[at].k8 != NULL; /* an fp8 store's prefix */
     int *hid = (int *)malloc((size_t)N * sizeof(int));
     Part *parts = (Part *)malloc((size_t)(n_docs > 0 ? n_docs : 1) * sizeof *parts);
     GpuDoc *xs = (GpuDoc *)calloc((size_t)(n_docs > 0 ? n_docs : 1), sizeof *xs);
@@ -435,7 +508,7 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
             rows += n[i];
         }
         int made = b0, ok = 1;
-        for (; ok && made < b1; made++) ok = !doc_alloc(g, NULL, n[todo[made]], &xs[made], err, errlen);
+        for (; ok && made < b1; made++) ok = !doc_alloc(g, NULL, n[todo[made]], 0, &xs[made], err, errlen);
         if (!ok) made--;
         for (int j = b0; ok && j < b1; j++) {
             p.n_rows = n[todo[j]];

@@ -89,12 +89,12 @@ static int pool_grow(lz_llama_gpu *g, size_t bytes, char *err, size_t errlen)
     return 0;
 }
 
-int pool_take(lz_llama_gpu *g, size_t bytes, bf16 **at, char *err, size_t errlen)
+int pool_take(lz_llama_gpu *g, size_t bytes, void **at, char *err, size_t errlen)
 {
     if (!g->hbm && pool_grow(g, bytes, err, errlen)) return -1;
     for (;;) {
         uintptr_t a;
-        if (!lz_kv_pool_alloc(g->hbm, bytes, &a)) { *at = (bf16 *)a; return 0; }
+        if (!lz_kv_pool_alloc(g->hbm, bytes, &a)) { *at = (void *)a; return 0; }
         lz_kv_pool_stats st;
         lz_kv_pool_get_stats(g->hbm, &st);
         /* room enough in all but one piece: fragmentation, which the least valuable unpinned
@@ -115,7 +115,7 @@ int pool_take(lz_llama_gpu *g, size_t bytes, bf16 **at, char *err, size_t errlen
     }
 }
 
-void pool_give(lz_llama_gpu *g, bf16 *at, size_t bytes)
+void pool_give(lz_llama_gpu *g, void *at, size_t bytes)
 {
     if (at && g->hbm) lz_kv_pool_release(g->hbm, (uintptr_t)at, bytes);
 }
@@ -174,8 +174,7 @@ int upload_async(lz_llama_gpu *g, void *dst, const void *src, size_t bytes, char
     return 0;
 }
 
-int upload_defer(lz_llama_gpu *g, bf16 *k, bf16 *v, const bf16 *sk, const bf16 *sv, const int *cap,
-                 const size_t *first, char *err, size_t errlen)
+int upload_defer(lz_llama_gpu *g, const lz_llama_gpu::UpDoc *u, char *err, size_t errlen)
 {
     if (g->n_upq == g->cap_upq) {
         const int n = g->cap_upq ? 2 * g->cap_upq : 32;
@@ -184,7 +183,7 @@ int upload_defer(lz_llama_gpu *g, bf16 *k, bf16 *v, const bf16 *sk, const bf16 *
         g->upq = q;
         g->cap_upq = n;
     }
-    g->upq[g->n_upq++] = (lz_llama_gpu::UpDoc){k, v, sk, sv, cap, first};
+    g->upq[g->n_upq++] = *u;
     return 0;
 }
 
@@ -206,10 +205,16 @@ int upload_layers(lz_llama_gpu *g, char *err, size_t errlen)
     for (int l = 0; l < L; l++) {
         for (int i = 0; i < g->n_upq; i++) {
             const lz_llama_gpu::UpDoc *u = &g->upq[i];
-            const size_t at = u->first[l] * d, n = (size_t)KV * u->cap[l] * d * sizeof(bf16);
+            if (l == 0 && u->sc_bytes) {
+                CUDA_OK(cudaMemcpyAsync(u->sc, u->hsc, u->sc_bytes, cudaMemcpyHostToDevice, g->cp), "copying a document's scales");
+                g->up_bytes += u->sc_bytes;
+            }
+            const size_t at = u->first[l] * d * u->es, n = (size_t)KV * u->cap[l] * d * u->es;
             if (!n) continue;
-            CUDA_OK(cudaMemcpyAsync(u->k + at, u->sk + at, n, cudaMemcpyHostToDevice, g->cp), "copying a document to the device");
-            CUDA_OK(cudaMemcpyAsync(u->v + at, u->sv + at, n, cudaMemcpyHostToDevice, g->cp), "copying a document to the device");
+            CUDA_OK(cudaMemcpyAsync((char *)u->k + at, (const char *)u->sk + at, n, cudaMemcpyHostToDevice, g->cp),
+                    "copying a document to the device");
+            CUDA_OK(cudaMemcpyAsync((char *)u->v + at, (const char *)u->sv + at, n, cudaMemcpyHostToDevice, g->cp),
+                    "copying a document to the device");
             g->up_bytes += 2 * n;
         }
         CUDA_OK(cudaEventRecord(g->lev[l], g->cp), "events");

@@ -44,6 +44,12 @@ static lz_decode_params decode_params(const lz_llama_gpu *g, const Slot *s, int 
     p.work = g->dwork;
     p.work_bytes = g->dwork_bytes;
     p.n_split = s->dsplit;
+    if (s->dks) { /* fp8 segments: their blocks' rows count from dk08 / dv08 */
+        p.k_pool8 = s->dk08;
+        p.v_pool8 = s->dv08;
+        p.k_scales = s->dks + at;
+        p.v_scales = s->dvs + at;
+    }
     return p;
 }
 
@@ -66,10 +72,12 @@ int ensure_dwork(lz_llama_gpu *g, const lz_decode_params *p, char *err, size_t e
 
 /* The block words of slot s whose segments hs (L, S + 1; the last the own rows) were just
  * set: per (layer, kv head), each segment's kept rows at its offset, then the own rows in full
- * 64-key blocks (each step counts those in use: lz_op_own_words). Leaves s->dec = 0 (decode by
- * lz_prefill_lazy) where rows or offsets exceed the words' fields, or with LAZY_GPU_DECODE=prefill
- * (A/B). */
-static int decode_words(lz_llama_gpu *g, Slot *s, const lz_attn_segment *hs, int S, char *err, size_t errlen)
+ * 64-key blocks (each step counts those in use: lz_op_own_words). An fp8 segment's blocks (hsc[i]
+ * its host scales (2, L, KV), NULL for bf16) count rows from the fp8 segments' lowest address and
+ * carry their scales (dks, dvs). Leaves s->dec = 0 (decode by lz_prefill_lazy) where rows or
+ * offsets exceed the words' fields, or with LAZY_GPU_DECODE=prefill (A/B). */
+static int decode_words(lz_llama_gpu *g, Slot *s, const lz_attn_segment *hs, const float *const *hsc, int S, char *err,
+                        size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim, N = s->N, W = S + 1;
@@ -77,21 +85,29 @@ static int decode_words(lz_llama_gpu *g, Slot *s, const lz_attn_segment *hs, int
     if (g->env_dec_prefill) return 0; /* A/B: LAZY_GPU_DECODE=prefill, taken at lz_llama_gpu_new */
     s->dsplit = g->env_dsplit;        /* A/B: LAZY_GPU_DECODE=<parts> */
     const bf16 *k0 = s->own_k, *v0 = s->own_v;
+    const uint8_t *k08 = NULL, *v08 = NULL;
     int NB = 0;
+    for (int i = 0; i < S; i++) {
+        const lz_attn_segment *sg = &hs[i]; /* layer 0's: the lowest address of every layer's */
+        if (sg->k8) {
+            k08 = !k08 || sg->k8 < k08 ? sg->k8 : k08;
+            v08 = !v08 || sg->v8 < v08 ? sg->v8 : v08;
+        } else {
+            k0 = (const bf16 *)sg->k < k0 ? (const bf16 *)sg->k : k0;
+            v0 = (const bf16 *)sg->v < v0 ? (const bf16 *)sg->v : v0;
+        }
+    }
     for (int l = 0; l < L; l++)
         for (int h = 0; h < KV; h++) {
             int n = (N + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
-            for (int i = 0; i < S; i++) {
-                const lz_attn_segment *sg = &hs[l * W + i];
-                k0 = (const bf16 *)sg->k < k0 ? (const bf16 *)sg->k : k0;
-                v0 = (const bf16 *)sg->v < v0 ? (const bf16 *)sg->v : v0;
+            for (int i = 0; i < S; i++)
                 n += (s->hqlen[((size_t)l * W + i) * KV + h] + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
-            }
             NB = n > NB ? n : NB;
         }
-    /* words, values' rows and the fixed counts in one pinned buffer, one copy on the stream
-     * (ordered before the question's step; the previous question's copy is done by now) */
-    const size_t nw = (size_t)L * KV * NB, bytes = nw * 16 + (size_t)L * KV * 8;
+    /* words, values' rows, the fixed counts (and fp8's scales) in one pinned buffer, one copy on
+     * the stream (ordered before the question's step; the previous question's copy is done by now) */
+    const size_t nw = (size_t)L * KV * NB, counts = (size_t)L * KV * 8, scales = k08 ? nw * 8 : 0;
+    const size_t bytes = nw * 16 + counts + scales;
     CUDA_OK(cudaStreamSynchronize(g->st), "decode block words");
     if (bytes > s->dcap) {
         cudaFree(s->dwords);
@@ -104,20 +120,35 @@ static int decode_words(lz_llama_gpu *g, Slot *s, const lz_attn_segment *hs, int
     s->dvrows = s->dwords + nw;
     s->dnf = (int32_t *)(s->dvrows + nw);
     s->dnb = s->dnf + L * KV;
+    s->dks = k08 ? (float *)(void *)(s->dnb + L * KV) : NULL;
+    s->dvs = k08 ? s->dks + nw : NULL;
     uint64_t *w = s->hdw, *vr = w + nw;
     int32_t *nf = (int32_t *)(vr + nw);
+    float *ks = (float *)(void *)(nf + 2 * L * KV), *vs = ks + nw;
     memset(w, 0, nw * 16);
-    uint64_t kspan = 0, vspan = 0;
+    if (k08) memset(ks, 0, scales); /* bf16 blocks: scale 0 */
+    uint64_t kspan = 0, vspan = 0, kspan8 = 0, vspan8 = 0;
     int fits = 1;
     for (int lh = 0; fits && lh < L * KV; lh++) {
         const int l = lh / KV, h = lh % KV;
         int n = 0;
         for (int i = 0; fits && i <= S; i++) { /* i == S: the own rows, every block full */
             const lz_attn_segment *sg = &hs[l * W + i];
-            const ptrdiff_t dk = (const bf16 *)sg->k - k0, dv = (const bf16 *)sg->v - v0;
             const int64_t len = i < S ? s->hqlen[((size_t)l * W + i) * KV + h] : N;
-            fits = dk % d == 0 && dv % d == 0;
             if (i == S) nf[lh] = n;
+            if (sg->k8) {
+                const ptrdiff_t dk = sg->k8 - k08, dv = sg->v8 - v08;
+                fits = dk % d == 0 && dv % d == 0;
+                const uint64_t kr = (uint64_t)(dk / d) + (uint64_t)h * sg->cap, vrw = (uint64_t)(dv / d) + (uint64_t)h * sg->cap;
+                const size_t at = (size_t)lh * NB;
+                fits = fits && !lz_decode_add_segment_fp8(w + at, vr + at, ks + at, vs + at, &n, NB, kr, vrw, len,
+                                                          sg->offset, hsc[i][lh], hsc[i][L * KV + lh]);
+                kspan8 = kr + len > kspan8 ? kr + len : kspan8;
+                vspan8 = vrw + len > vspan8 ? vrw + len : vspan8;
+                continue;
+            }
+            const ptrdiff_t dk = (const bf16 *)sg->k - k0, dv = (const bf16 *)sg->v - v0;
+            fits = dk % d == 0 && dv % d == 0;
             const uint64_t kr = (uint64_t)(dk / d) + (uint64_t)h * sg->cap, vrw = (uint64_t)(dv / d) + (uint64_t)h * sg->cap;
             fits = fits && !lz_decode_add_segment_kv(w + (size_t)lh * NB, vr + (size_t)lh * NB, &n, NB, kr, vrw, len,
                                                      sg->offset);
@@ -125,14 +156,23 @@ static int decode_words(lz_llama_gpu *g, Slot *s, const lz_attn_segment *hs, int
             vspan = vrw + len > vspan ? vrw + len : vspan;
         }
     }
-    if (!fits) return 0;
+    if (!fits) {
+        s->dks = s->dvs = NULL;
+        return 0;
+    }
+    /* the words, values' rows and fixed counts, then (fp8) the scales after the blocks in use */
     CUDA_OK(cudaMemcpyAsync(s->dwords, w, nw * 16 + (size_t)L * KV * 4, cudaMemcpyHostToDevice, g->st),
             "decode block words");
+    if (k08) CUDA_OK(cudaMemcpyAsync(s->dks, ks, scales, cudaMemcpyHostToDevice, g->st), "decode block scales");
     s->dNB = NB;
     s->dk0 = k0;
     s->dv0 = v0;
+    s->dk08 = k08;
+    s->dv08 = v08;
     s->kspan = kspan;
     s->vspan = vspan;
+    s->kspan8 = kspan8;
+    s->vspan8 = vspan8;
     /* the split-KV workspace for one sequence (a batch sizes its own) */
     const lz_decode_params p = decode_params(g, s, 0);
     if (ensure_dwork(g, &p, err, errlen)) return -1;
@@ -180,6 +220,7 @@ int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_
     lz_attn_segment *hs = NULL;
     uint64_t *ids = NULL;
     uint8_t *cached = NULL;
+    const float **hsc = NULL;
     int64_t *offs = NULL;
     float *cs = NULL;
     int64_t keys_hint = 0;
@@ -189,7 +230,8 @@ int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_
     hs = (lz_attn_segment *)malloc((size_t)L * W * sizeof *hs);
     ids = (uint64_t *)malloc((size_t)(S ? S : 1) * sizeof *ids);
     cached = (uint8_t *)calloc((size_t)(S ? S : 1), 1);
-    if (!hs || !ids || !cached) { snprintf(err, errlen, "out of memory"); goto fail; }
+    hsc = (const float **)calloc((size_t)(S ? S : 1), sizeof *hsc);
+    if (!hs || !ids || !cached || !hsc) { snprintf(err, errlen, "out of memory"); goto fail; }
     /* every key pinned first (an upload's evictions must not take a document this question uses
      * and that came without its data), then every doc found or uploaded: entries move */
     for (int i = 0; i < S; i++) cached[i] = (uint8_t)doc_pin(g, keys ? keys[i] : NULL);
@@ -203,13 +245,14 @@ int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_
         }
     g->materialise = 0;
     doc_trim(g); /* a lowered budget: what no live question uses leaves */
+    s->fp8 = 0;
     for (int i = 0; i < S; i++) {
         const GpuDoc *x = &g->docs[doc_by_id(g, ids[i])]; /* present: pinned by s, or its own */
         keys_hint += x->keys;
+        hsc[i] = x->hsc; /* fp8: its scales on the host (alive while s pins x) */
+        s->fp8 |= x->k8 != NULL;
         for (int l = 0; l < L; l++) {
-            hs[l * W + i] = (lz_attn_segment){(const lz_bf16 *)(x->k + x->first[l] * d),
-                                              (const lz_bf16 *)(x->v + x->first[l] * d), block ? 0 : segs[i].rot,
-                                              x->cap[l]};
+            hs[l * W + i] = doc_segment(g, x, l, block ? 0 : segs[i].rot);
             for (int h = 0; h < KV; h++) s->hqlen[((size_t)l * W + i) * KV + h] = x->kept[l * KV + h];
         }
     }
@@ -235,7 +278,7 @@ int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_
         snprintf(err, errlen, "GPU: uploading the descriptors: %s", cudaGetErrorString(ce));
         goto fail;
     }
-    if (decode_words(g, s, hs, S, err, errlen)) goto fail;
+    if (decode_words(g, s, hs, hsc, S, err, errlen)) goto fail;
     /* the documents' copies last: every other host-to-device copy of the question is done (they
      * would queue behind these on the copy engine), and its steps read their token ids from
      * pinned host memory, not by a copy */
@@ -264,6 +307,7 @@ fail:
     free(hs);
     free(ids);
     free(cached);
+    free(hsc);
     free(offs);
     free(cs);
     return rc;
@@ -276,6 +320,7 @@ lz_prefill_params step_params(const lz_llama_gpu *g, const Slot *s, int n)
     p.n_seg = s->S + 1;
     p.rope_cs = s->qcs;
     p.seg_keys = s->seg_keys;
+    p.seg_fp8 = s->fp8;
     return p;
 }
 

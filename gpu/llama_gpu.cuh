@@ -41,13 +41,20 @@ struct Layer {
 
 /* A segment resident on the device: per layer l, (KV, cap[l], d) rows from
  * row first[l] of k and v (cache/kv_layout.h; v = k + rows * d, one extent of
- * the HBM pool); kept (L, KV). Keyed by a 32-byte content digest
- * (a store payload's key), or unkeyed: then it lives for one question. */
+ * the HBM pool); kept (L, KV). An fp8 doc (an fp8 store's, as stored) has
+ * e4m3 rows k8, v8 in the same layout instead, then its scales in the same
+ * extent: ks (L, KV) of K, vs of V (a copy on the host in hsc: K's, then V's).
+ * Keyed by a 32-byte content digest (a store payload's key), or unkeyed: then
+ * it lives for one question. */
 struct GpuDoc {
     uint8_t key[32];
     int keyed;
-    bf16 *k, *v;
-    size_t rows, ext_bytes; /* ext_bytes: its pool extent (K and V), 0 before it has one */
+    bf16 *k, *v;       /* bf16 rows, or NULL (fp8) */
+    uint8_t *k8, *v8;  /* fp8 rows, or NULL (bf16) */
+    float *ks, *vs;    /* fp8: the scales, device */
+    float *hsc;        /* fp8: (2, L, KV) the scales, host */
+    void *ext;         /* its pool extent */
+    size_t rows, ext_bytes; /* ext_bytes: its pool extent's bytes (K, V, fp8's scales), 0 before it has one */
     int *cap;
     size_t *first;
     int32_t *kept;
@@ -89,18 +96,21 @@ struct Slot {
     int32_t *qlen, *hqlen;  /* (L, S + 1, KV) device / host */
     float *qcs;             /* (S + 2, d) device: the slots' cos/sin (lz_prefill_rope_table), every layer's */
     int S, n_own, qcap;     /* qcap: S + 1 the descriptor arrays hold */
+    int fp8;                /* some of its segments are fp8 (the attention's seg_fp8) */
     int64_t pos0, seg_keys;
     /* a decode step's attention by lz_decode_lazy: block words (L, KV, dNB) over its segments then
      * the own rows, the values' rows beside them, the blocks in use (L, KV) and the segments'
      * share of them; rows counted from dk0 / dv0 (spans: the rows past them the words reach).
      * dec = 0 when its rows or offsets do not fit the words (decode by lz_prefill_lazy) */
-    uint64_t *dwords, *dvrows; /* one allocation: words, values' rows, dnf, dnb */
+    uint64_t *dwords, *dvrows; /* one allocation: words, values' rows, dnf, dnb (then dks, dvs) */
     int32_t *dnb, *dnf;
+    float *dks, *dvs;          /* with fp8 segments: (L, KV, dNB) each block's scales (<= 0: bf16), else NULL */
+    const uint8_t *dk08, *dv08; /* with fp8 segments: the base of their rows (the fp8 words count from there) */
     size_t dcap;               /* its bytes, and those of the pinned staging hdw */
     uint64_t *hdw;
     int dNB, dec, dsplit;      /* dsplit: lz_decode's split-KV parts (0: its choice) */
     const bf16 *dk0, *dv0;
-    uint64_t kspan, vspan;
+    uint64_t kspan, vspan, kspan8, vspan8; /* kspan8, vspan8: the fp8 rows past dk08 / dv08 the words reach */
     cudaGraphExec_t decode;    /* one decode step of this question, captured at its first one */
     /* the documents it uses (ids): held in the policy (keyed) or its own (unkeyed, dropped with it) */
     struct Pin { uint64_t id; int held; } *pins;
@@ -191,7 +201,18 @@ struct lz_llama_gpu {
     cudaStream_t cp;     /* the copy stream */
     cudaEvent_t *lev;    /* (L) a layer's copies done */
     int layer_wait;      /* the question's copies in flight: its first step waits per layer */
-    struct UpDoc { bf16 *k, *v; const bf16 *sk, *sv; const int *cap; const size_t *first; } *upq;
+    /* a doc's layer-by-layer copy: es bytes an element (2 bf16, 1 fp8); fp8's scales (sc bytes
+     * from hsc) go with layer 0 */
+    struct UpDoc {
+        void *k, *v;
+        const void *sk, *sv;
+        size_t es;
+        const int *cap;
+        const size_t *first;
+        void *sc;
+        const void *hsc;
+        size_t sc_bytes;
+    } *upq;
     int n_upq, cap_upq;
     int materialise; /* the begin in progress is block mode's (lz_llama_gpu_begin_block) */
     int no_evict; /* set while documents are recomputed ahead of a begin: the session has seen
@@ -271,17 +292,16 @@ int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen)
 /* gpu/llama_cuda_pool.cu */
 /* An extent of bytes from the HBM pool (an unpinned doc may leave for it when the pool is
  * fragmented; the pool grows when its docs outgrow it). 0, or -1 (the device is full). */
-int pool_take(lz_llama_gpu *g, size_t bytes, bf16 **at, char *err, size_t errlen);
-void pool_give(lz_llama_gpu *g, bf16 *at, size_t bytes);
+int pool_take(lz_llama_gpu *g, size_t bytes, void **at, char *err, size_t errlen);
+void pool_give(lz_llama_gpu *g, void *at, size_t bytes);
 void pool_free_all(lz_llama_gpu *g); /* both pools' regions, the copy stream and its events, at lz_llama_gpu_free */
 /* bytes from host src to device dst on g->st, asynchronously (pinned src: a DMA at PCIe
  * speed; src must live until the stream reaches it), timed with the question's copies */
 int upload_async(lz_llama_gpu *g, void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 void upload_account(lz_llama_gpu *g); /* the last question's copy time counted */
-/* Queues a doc's copy from host rows in its own layout (sk, sv: K's and V's rows, cap / first
- * its layer tables, alive until the question's first step) for upload_layers. 0 or -1. */
-int upload_defer(lz_llama_gpu *g, bf16 *k, bf16 *v, const bf16 *sk, const bf16 *sv, const int *cap,
-                 const size_t *first, char *err, size_t errlen);
+/* Queues a doc's copy from host rows in its own layout (u: sk, sv K's and V's rows, cap / first
+ * its layer tables, fp8's scales, all alive until the question's first step) for upload_layers. 0 or -1. */
+int upload_defer(lz_llama_gpu *g, const lz_llama_gpu::UpDoc *u, char *err, size_t errlen);
 /* The queued copies on the copy stream, layer by layer (every doc's layer l, then l + 1),
  * an event after each layer: the question's first step waits for layer l's before computing
  * layer l, so the later layers arrive while the earlier compute. 0 or -1. */
@@ -294,6 +314,8 @@ void doc_drop(lz_llama_gpu *g, int i); /* removes doc i (the last one takes its 
 /* The resident doc of segment sg (key: its payload's; NULL: this question only), uploaded when absent. */
 int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int cached, uint64_t *id, char *err,
             size_t errlen);
+/* Layer l of doc x as an attention segment placed at offset (fp8: its bytes and scales). */
+lz_attn_segment doc_segment(const lz_llama_gpu *g, const GpuDoc *x, int l, int64_t offset);
 /* The index of doc id in g->docs, or -1. */
 int doc_by_id(const lz_llama_gpu *g, uint64_t id);
 /* Counts one access of key and pins it for this question when the policy holds it: 1, else 0.

@@ -10,19 +10,23 @@
 
 namespace {
 
-__global__ void batch_words_kernel(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, const lz_op_batch_seq *seq,
-                                   int B, int KV, int NB)
+__global__ void batch_words_kernel(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, float *k_scales,
+                                   float *v_scales, const lz_op_batch_seq *seq, int B, int KV, int NB)
 {
     const int i = blockIdx.x, l = i / (B * KV), b = (i / KV) % B, h = i % KV, lh = l * KV + h;
     const lz_op_batch_seq &s = seq[b];
     const uint64_t rows = LZ_DECODE_MAX_ROW; /* the row field of a word */
     const uint64_t *sw = s.words + (size_t)lh * s.nb, *sv = s.vrows + (size_t)lh * s.nb;
+    const float *sks = s.ksc ? s.ksc + (size_t)lh * s.nb : NULL, *svs = s.vsc ? s.vsc + (size_t)lh * s.nb : NULL;
     uint64_t *w = words + (size_t)i * NB, *vr = vrows + (size_t)i * NB;
+    float *ks = k_scales ? k_scales + (size_t)i * NB : NULL, *vs = v_scales ? v_scales + (size_t)i * NB : NULL;
     const int nf = s.nf[lh];
     for (int j = threadIdx.x; j < nf; j += blockDim.x) {
         const uint64_t x = sw[j];
-        w[j] = (x & ~rows) | (lz_decode_word_row(x) + (uint64_t)s.dk);
-        vr[j] = sv[j] + (uint64_t)s.dv;
+        const bool f8 = sks && sks[j] > 0;
+        w[j] = (x & ~rows) | (lz_decode_word_row(x) + (uint64_t)(f8 ? s.dk8 : s.dk));
+        vr[j] = sv[j] + (uint64_t)(f8 ? s.dv8 : s.dv);
+        if (ks) ks[j] = f8 ? sks[j] : 0.f, vs[j] = f8 ? svs[j] : 0.f;
     }
     const int len = *s.count + 1, nob = (len + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
     const uint64_t kr = (uint64_t)s.own_k + (uint64_t)lh * s.N, vrr = (uint64_t)s.own_v + (uint64_t)lh * s.N;
@@ -30,6 +34,7 @@ __global__ void batch_words_kernel(uint64_t *words, uint64_t *vrows, int32_t *n_
         const int keys = len - j * LZ_DECODE_BLOCK < LZ_DECODE_BLOCK ? len - j * LZ_DECODE_BLOCK : LZ_DECODE_BLOCK;
         w[nf + j] = lz_decode_word(kr + (uint64_t)j * LZ_DECODE_BLOCK, 0, keys) | (j == 0 ? LZ_DECODE_SEG_START : 0);
         vr[nf + j] = vrr + (uint64_t)j * LZ_DECODE_BLOCK;
+        if (ks) ks[nf + j] = 0.f, vs[nf + j] = 0.f;
     }
     if (threadIdx.x == 0) n_blocks[i] = nf + nob;
 }
@@ -72,12 +77,13 @@ __global__ void batch_count_kernel(const lz_op_batch_seq *seq, int B)
 
 } // namespace
 
-extern "C" int lz_op_batch_words(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, const lz_op_batch_seq *seq, int B,
-                                 int L, int KV, int NB, void *stream)
+extern "C" int lz_op_batch_words(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, float *k_scales,
+                                 float *v_scales, const lz_op_batch_seq *seq, int B, int L, int KV, int NB, void *stream)
 {
-    if (B < 0 || L < 0 || KV < 0 || NB < 0 || (B && !seq)) return LZ_ATTN_EARG;
+    if (B < 0 || L < 0 || KV < 0 || NB < 0 || (B && !seq) || !k_scales != !v_scales) return LZ_ATTN_EARG;
     if (!L || !B || !KV) return LZ_ATTN_OK;
-    batch_words_kernel<<<L * B * KV, 64, 0, (cudaStream_t)stream>>>(words, vrows, n_blocks, seq, B, KV, NB);
+    batch_words_kernel<<<L * B * KV, 64, 0, (cudaStream_t)stream>>>(words, vrows, n_blocks, k_scales, v_scales, seq, B,
+                                                                    KV, NB);
     return (int)cudaGetLastError();
 }
 

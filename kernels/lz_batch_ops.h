@@ -35,16 +35,21 @@ typedef struct {
     lz_bf16 *ok, *ov;              /* its own rows (L, KV, N, d) */
     int64_t pos0;                  /* the position of its first own token */
     int *count;                    /* its own length so far */
+    /* fp8 segments (lz_decode.h's fp8 blocks; zero-initialised: none): */
+    const float *ksc, *vsc;        /* (L, KV, nb) its blocks' scales beside its words (> 0: fp8), or NULL */
+    int64_t dk8, dv8;              /* its fp8 words' rows moved by these into the batch's k_pool8 / v_pool8 */
 } lz_op_batch_seq;
 
 /* words, vrows (L, B, KV, NB) and n_blocks (L, B, KV): list (l, b, h) is sequence b's first
- * nf[l KV + h] words with their rows moved by dk (values' rows by dv), then its own rows'
- * blocks for *count + 1 keys from row own_k + (l KV + h) N (values own_v + ...), 64 keys a
- * block, the first marked LZ_DECODE_SEG_START at offset 0. NB >= every nf + own blocks. */
-int lz_op_batch_words(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, const lz_op_batch_seq *seq, int B, int L,
-                      int KV, int NB, void *stream);
-int lz_op_batch_words_ref(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, const lz_op_batch_seq *seq, int B,
-                          int L, int KV, int NB, void *stream);
+ * nf[l KV + h] words with their rows moved by dk (values' rows by dv; an fp8 word's, one whose
+ * ksc > 0, by dk8 / dv8), then its own rows' blocks for *count + 1 keys from row own_k +
+ * (l KV + h) N (values own_v + ...), 64 keys a block, the first marked LZ_DECODE_SEG_START at
+ * offset 0. NB >= every nf + own blocks. k_scales, v_scales (L, B, KV, NB; both or neither, NULL:
+ * no sequence has fp8 words): each block's scales, 0 for bf16 blocks (the own rows' among them). */
+int lz_op_batch_words(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, float *k_scales, float *v_scales,
+                      const lz_op_batch_seq *seq, int B, int L, int KV, int NB, void *stream);
+int lz_op_batch_words_ref(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, float *k_scales, float *v_scales,
+                          const lz_op_batch_seq *seq, int B, int L, int KV, int NB, void *stream);
 
 /* Row b of q (B rows of (H + 2 KV) d floats, ld apart: q, then k, then v) to qh (B, H, d) bf16
  * with q rotated at pos0 + *count of sequence b, and its k (rotated the same) and v appended

@@ -7,21 +7,25 @@
 #include "base/half.h"
 #include "base/rope.h"
 
-int lz_op_batch_words_ref(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, const lz_op_batch_seq *seq, int B,
-                          int L, int KV, int NB, void *stream)
+int lz_op_batch_words_ref(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, float *k_scales, float *v_scales,
+                          const lz_op_batch_seq *seq, int B, int L, int KV, int NB, void *stream)
 {
     (void)stream;
-    if (B < 0 || L < 0 || KV < 0 || NB < 0 || (B && !seq)) return LZ_ATTN_EARG;
+    if (B < 0 || L < 0 || KV < 0 || NB < 0 || (B && !seq) || !k_scales != !v_scales) return LZ_ATTN_EARG;
     const uint64_t rows = LZ_DECODE_MAX_ROW;
     for (int i = 0; i < L * B * KV; i++) {
         const int l = i / (B * KV), b = (i / KV) % B, h = i % KV, lh = l * KV + h;
         const lz_op_batch_seq *s = &seq[b];
         const uint64_t *sw = s->words + (size_t)lh * s->nb, *sv = s->vrows + (size_t)lh * s->nb;
+        const float *sks = s->ksc ? s->ksc + (size_t)lh * s->nb : NULL, *svs = s->vsc ? s->vsc + (size_t)lh * s->nb : NULL;
         uint64_t *w = words + (size_t)i * NB, *vr = vrows + (size_t)i * NB;
+        float *ks = k_scales ? k_scales + (size_t)i * NB : NULL, *vs = v_scales ? v_scales + (size_t)i * NB : NULL;
         const int nf = s->nf[lh];
         for (int j = 0; j < nf; j++) {
-            w[j] = (sw[j] & ~rows) | (lz_decode_word_row(sw[j]) + (uint64_t)s->dk);
-            vr[j] = sv[j] + (uint64_t)s->dv;
+            const int f8 = sks && sks[j] > 0;
+            w[j] = (sw[j] & ~rows) | (lz_decode_word_row(sw[j]) + (uint64_t)(f8 ? s->dk8 : s->dk));
+            vr[j] = sv[j] + (uint64_t)(f8 ? s->dv8 : s->dv);
+            if (ks) ks[j] = f8 ? sks[j] : 0.f, vs[j] = f8 ? svs[j] : 0.f;
         }
         const int len = *s->count + 1, nob = (len + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
         const uint64_t kr = (uint64_t)s->own_k + (uint64_t)lh * s->N, vrr = (uint64_t)s->own_v + (uint64_t)lh * s->N;
@@ -29,6 +33,7 @@ int lz_op_batch_words_ref(uint64_t *words, uint64_t *vrows, int32_t *n_blocks, c
             const int keys = len - j * LZ_DECODE_BLOCK < LZ_DECODE_BLOCK ? len - j * LZ_DECODE_BLOCK : LZ_DECODE_BLOCK;
             w[nf + j] = lz_decode_word(kr + (uint64_t)j * LZ_DECODE_BLOCK, 0, keys) | (j == 0 ? LZ_DECODE_SEG_START : 0);
             vr[nf + j] = vrr + (uint64_t)j * LZ_DECODE_BLOCK;
+            if (ks) ks[nf + j] = 0.f, vs[nf + j] = 0.f;
         }
         n_blocks[i] = nf + nob;
     }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fp8.h"
 #include "base/half.h"
 
 static inline float dot(const float *a, const float *b, int d)
@@ -39,12 +40,39 @@ static inline void axpy16(float *y, float a, const uint16_t *x, int d)
     for (int i = 0; i < d; i++) y[i] += a * lz_bf16_to_f32(x[i]);
 }
 
+/* The same over fp8 rows through lut, the 256 codes at the head's scale */
+static inline float dot8(const float *a, const uint8_t *b, const float *lut, int d)
+{
+    float s = 0;
+    for (int i = 0; i < d; i++) s += a[i] * lut[b[i]];
+    return s;
+}
+
+static inline void axpy8(float *y, float a, const uint8_t *x, const float *lut, int d)
+{
+    for (int i = 0; i < d; i++) y[i] += a * lut[x[i]];
+}
+
+/* lut[b] = e4m3(b) * the scale of (layer, kv head g) of an fp8 segment's keys (kv 0) or values (1) */
+static void fp8_lut(float *lut, const lz_kv_segment *sg, int kv, const lz_attn_params *p, int g)
+{
+    const float sc = (kv ? sg->v_scales : sg->k_scales)[p->layer * p->n_kv_heads + g];
+    for (int b = 0; b < 256; b++) lut[b] = lz_e4m3_to_f32((uint8_t)b) * sc;
+}
+
 /* Rows [0, len) of a segment block (layer, kv head g) as fp32: the block
- * itself, or (bf16) widened into buf. */
+ * itself, or (bf16, fp8) widened into buf. */
 static const float *seg_rows(const lz_kv_segment *sg, int kv, const lz_attn_params *p, int g, int len, float *buf)
 {
     const int d = p->head_dim;
     const size_t off = lz_kv_segment_block(sg, p->layer, g, p->n_kv_heads, d);
+    if (sg->k8) {
+        float lut[256];
+        fp8_lut(lut, sg, kv, p, g);
+        const uint8_t *src = (kv ? sg->v8 : sg->k8) + off;
+        for (size_t e = 0; e < (size_t)len * d; e++) buf[e] = lut[src[e]];
+        return buf;
+    }
     if (!sg->k16) return (kv ? sg->v : sg->k) + off;
     const uint16_t *src = (kv ? sg->v16 : sg->k16) + off;
     for (size_t e = 0; e < (size_t)len * d; e++) buf[e] = lz_bf16_to_f32(src[e]);
@@ -80,8 +108,12 @@ int lz_attention_cpu_rows(const lz_attn_params *p)
             const size_t off = lz_kv_segment_block(sg, p->layer, g, KV, d);
             memcpy(qr, q, (size_t)d * sizeof(float));
             if (sg->rot) lz_rope_apply(qr, d, -sg->rot, p->rope_layout, p->inv_freq);
+            float lut[256];
+            if (sg->k8) fp8_lut(lut, sg, 0, p, g);
             for (int j = 0; j < len; j++) {
-                float x = (sg->k16 ? dot16(qr, sg->k16 + off + (size_t)j * d, d) : dot(qr, sg->k + off + (size_t)j * d, d)) *
+                float x = (sg->k8    ? dot8(qr, sg->k8 + off + (size_t)j * d, lut, d)
+                           : sg->k16 ? dot16(qr, sg->k16 + off + (size_t)j * d, d)
+                                     : dot(qr, sg->k + off + (size_t)j * d, d)) *
                           scale;
                 scores[nk++] = x;
                 mx = x > mx ? x : mx;
@@ -104,9 +136,12 @@ int lz_attention_cpu_rows(const lz_attn_params *p)
             const lz_kv_segment *sg = &p->segs[s];
             int len = sg->n_kept ? sg->n_kept[p->layer * KV + g] : sg->n;
             const size_t off = lz_kv_segment_block(sg, p->layer, g, KV, d);
+            float lut[256];
+            if (sg->k8) fp8_lut(lut, sg, 1, p, g);
             for (int j = 0; j < len; j++) {
                 const float a = scores[nk++] * inv;
-                if (sg->k16) axpy16(o, a, sg->v16 + off + (size_t)j * d, d);
+                if (sg->k8) axpy8(o, a, sg->v8 + off + (size_t)j * d, lut, d);
+                else if (sg->k16) axpy16(o, a, sg->v16 + off + (size_t)j * d, d);
                 else axpy(o, a, sg->v + off + (size_t)j * d, d);
             }
         }
@@ -131,7 +166,7 @@ int lz_attention_cpu_gemm(const lz_attn_params *p)
     int nthreads = omp_get_max_threads();
     size_t wide = 0; /* rows of the longest bf16 segment block: widened per block */
     for (int s = 0; s < p->n_segs; s++)
-        if (p->segs[s].k16 && (size_t)p->segs[s].n > wide) wide = (size_t)p->segs[s].n;
+        if ((p->segs[s].k16 || p->segs[s].k8) && (size_t)p->segs[s].n > wide) wide = (size_t)p->segs[s].n;
     size_t per_thread = M * n_keys + 2 * M * (size_t)d + wide * (size_t)d;
     float *scratch = malloc((size_t)nthreads * per_thread * sizeof(float));
     if (!scratch) return -1;

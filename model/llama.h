@@ -134,6 +134,10 @@ typedef struct {
                               * (packed storage of unequal kept counts), or NULL: (l * KV + h) * stride */
     const uint16_t *k16;     /* bf16 keys and values in the same layout, read instead of k and v when */
     const uint16_t *v16;     /* set (a bf16 store's payload as it is: half the memory, the same values) */
+    const uint8_t *k8;       /* fp8 e4m3 keys and values in the same layout (an fp8 store's payload as it */
+    const uint8_t *v8;       /* is, schema/PAYLOAD.md), read instead of k16 / k when set: element = */
+    const float *k_scales;   /* lz_e4m3_to_f32(byte) * k_scales[l * KV + h] (values: v_scales), one */
+    const float *v_scales;   /* scale a (layer, kv head); all four set together */
 } lz_kv_segment;
 
 /* Element offset of segment block (layer l, kv head h) in k and v. */

@@ -17,6 +17,7 @@
 #include "base/clock.h"
 #include "base/half.h"
 #include "base/sha256.h"
+#include "kernels/lz_rerotate.h"
 #include "model/prompt.h"
 #include "query/session_priv.h"
 
@@ -73,7 +74,21 @@ static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, c
         return NULL;
     }
     r->bytes_loaded += (int64_t)e->bytes;
-    if (rotate) { /* BLOCK: materialise the keys rotated to their final positions (bf16: rounded back) */
+    if (rotate && e->k8) { /* BLOCK over fp8 kept as stored: the copy re-quantised at scale x sqrt(2) */
+        const lz_llama_config *c = &q->m->cfg;
+        const size_t nh = (size_t)c->n_layers * c->n_kv_heads;
+        size_t rows = 0;
+        for (size_t i = 0; i < nh; i++) rows += (size_t)e->n_kept[i];
+        const lz_rerotate_params rp = {.inv_freq = q->m->inv_freq, .n_rows = (int64_t)rows, .offset = rotate,
+                                       .head_dim = c->head_dim, .rope_layout = c->rope_layout, .dst8 = e->k8,
+                                       .src8 = e->k8, .scale8_in = e->k_scales, .scale8_out = e->k_scales,
+                                       .n_scales = (int)nh};
+        if (lz_rerotate_ref(&rp, NULL)) {
+            snprintf(err, errlen, "%s: re-rotating its fp8 keys failed", what);
+            session_entry_free(q, e);
+            return NULL;
+        }
+    } else if (rotate) { /* BLOCK: materialise the keys rotated to their final positions (bf16: rounded back) */
         const lz_llama_config *c = &q->m->cfg;
         const int d = c->head_dim;
         float row[LZ_MAX_HEAD_DIM];
@@ -99,7 +114,7 @@ static kv_entry *fetch(lz_query_session *q, const void *ckey, size_t ckey_len, c
 static kv_entry *slice_cache(lz_query_session *q, const lz_kv_cache *lc, int t0, int n, int bf16)
 {
     const lz_llama_config *c = &q->m->cfg;
-    kv_entry *e = kv_entry_alloc(&q->env, n, NULL, bf16);
+    kv_entry *e = kv_entry_alloc(&q->env, n, NULL, bf16 ? KV_ENTRY_BF16 : KV_ENTRY_F32);
     if (!e) return NULL;
     const size_t cnt = (size_t)n * c->head_dim;
     for (int l = 0; l < c->n_layers; l++)
@@ -181,7 +196,7 @@ static int recompute_cold(lz_query_session *q, const lz_query_backend *be, const
         if (lz_doc_cache_contains(q->cache, key, klen)) continue; /* cached on the CPU: uploaded from there */
         if (q->o.cold == LZ_COLD_AUTO) { /* whichever costs less, at the rates measured so far */
             const lz_llama_config *c = &q->m->cfg;
-            const double bytes = 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * docs[i].n_tokens * (q->kv16 ? 2 : 4);
+            const double bytes = 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * docs[i].n_tokens * q->kv_elem;
             if (bytes / q->decode_bps <= docs[i].n_tokens / q->recompute_tps) continue;
         }
         int again = 0; /* the same document twice in one prompt: computed once */
@@ -387,7 +402,7 @@ int64_t lz_query_run_estimate(const lz_query_session *q, const char *question, c
     free(ids);
     int64_t doc_tokens = 0;
     for (int i = 0; i < n_docs; i++) doc_tokens += docs[i].n_tokens;
-    const int elem = q->kv16 && !q->o.cache_f32 ? 2 : 4; /* the host tier's element */
+    const int elem = q->kv_elem; /* the host tier's element */
     const int64_t per_doc_token = (int64_t)token_kv_bytes(c) / 4 * elem;
     int64_t local = (int64_t)n_q + max_new_tokens;                    /* question and answer */
     if (q->o.mode == LZ_MODE_PREFIX || q->o.mode == LZ_MODE_FULL) local += doc_tokens + q->n_prefix;

@@ -1,16 +1,17 @@
 /* kv_entry.c - the session's host-tier entries (kv_entry.h): allocation in the
  * backend's pinned memory or the heap, and their making from store payloads, one
- * at a time or many at once on all threads. */
+ * at a time or many at once on all threads (fp32, bf16 or, for a backend that
+ * reads it, fp8 as stored). */
 #include "query/kv_entry.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-kv_entry *kv_entry_alloc(const kv_entry_env *env, int n, const int *kept, int bf16)
+kv_entry *kv_entry_alloc(const kv_entry_env *env, int n, const int *kept, int elem)
 {
     const lz_llama_config *c = env->cfg;
-    const size_t nh = (size_t)c->n_layers * c->n_kv_heads, es = bf16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t nh = (size_t)c->n_layers * c->n_kv_heads, es = (size_t)elem;
     kv_entry *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     e->n = n;
@@ -24,12 +25,22 @@ kv_entry *kv_entry_alloc(const kv_entry_env *env, int n, const int *kept, int bf
         rows += (size_t)e->n_kept[i];
     }
     const size_t per = (rows ? rows : 1) * c->head_dim;
-    e->bytes = 2 * per * es;
+    e->bytes = 2 * per * es + (elem == KV_ENTRY_FP8 ? 2 * nh * sizeof(float) : 0);
     const lz_query_backend *be = env->backend;
     if (be && be->host_alloc && be->host_free) e->pinned = (e->block = be->host_alloc(be->ctx, e->bytes)) != NULL;
     if (!e->block && !(e->block = malloc(e->bytes))) { kv_entry_free(env, e); return NULL; }
-    if (bf16) { e->k16 = e->block; e->v16 = e->k16 + per; }
-    else { e->k = e->block; e->v = e->k + per; }
+    if (elem == KV_ENTRY_FP8) {
+        e->k8 = e->block;
+        e->v8 = e->k8 + per;
+        e->k_scales = (float *)(void *)(e->v8 + per); /* per is a multiple of d (even): aligned */
+        e->v_scales = e->k_scales + nh;
+    } else if (elem == KV_ENTRY_BF16) {
+        e->k16 = e->block;
+        e->v16 = e->k16 + per;
+    } else {
+        e->k = e->block;
+        e->v = e->k + per;
+    }
     return e;
 }
 
@@ -52,12 +63,23 @@ void kv_entry_free(const kv_entry_env *env, kv_entry *e)
 lz_kv_segment kv_entry_segment(const kv_entry *e, int64_t rot)
 {
     lz_kv_segment s = {.k = e->k, .v = e->v, .n_kept = e->n_kept, .n = e->n, .stride = e->n > 0 ? e->n : 1, .rot = rot,
-                       .head_row = e->head_row, .k16 = e->k16, .v16 = e->v16};
+                       .head_row = e->head_row, .k16 = e->k16, .v16 = e->v16, .k8 = e->k8, .v8 = e->v8,
+                       .k_scales = e->k_scales, .v_scales = e->v_scales};
     return s;
 }
 
-/* An undecoded entry sized for blob, after its header's checks; *bf16 says which decoder. */
-static kv_entry *entry_for(const kv_entry_env *env, const void *blob, size_t len, int *bf16, char *err, size_t errlen)
+/* The element an entry of a payload with this header takes (fp8 kept only in the batch
+ * decoder's formats, which can hand its bytes over). */
+static int entry_elem(const kv_entry_env *env, const lz_payload_info *info)
+{
+    if (env->f32) return KV_ENTRY_F32;
+    if (info->dtype == LZ_PAYLOAD_DTYPE_FP8)
+        return env->fp8 && lz_payload_batch_format(info) ? KV_ENTRY_FP8 : KV_ENTRY_BF16; /* else dequantised */
+    return info->dtype == LZ_PAYLOAD_DTYPE_BF16 ? KV_ENTRY_BF16 : KV_ENTRY_F32;
+}
+
+/* An undecoded entry sized for blob, after its header's checks; *elem says which decoder. */
+static kv_entry *entry_for(const kv_entry_env *env, const void *blob, size_t len, int *elem, char *err, size_t errlen)
 {
     const lz_llama_config *c = env->cfg;
     char e2[200] = "";
@@ -72,10 +94,10 @@ static kv_entry *entry_for(const kv_entry_env *env, const void *blob, size_t len
                  info.n_layers, info.n_kv_heads, info.head_dim);
         return NULL;
     }
-    *bf16 = (info.dtype == LZ_PAYLOAD_DTYPE_BF16 || info.dtype == LZ_PAYLOAD_DTYPE_FP8) && !env->f32; /* fp8: dequantised */
+    *elem = entry_elem(env, &info);
     int *kept = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *kept);
     if (kept) lz_payload_kept(blob, &info, kept);
-    kv_entry *e = kept ? kv_entry_alloc(env, info.n_tokens, kept, *bf16) : NULL;
+    kv_entry *e = kept ? kv_entry_alloc(env, info.n_tokens, kept, *elem) : NULL;
     free(kept);
     if (!e) snprintf(err, errlen, "out of memory for %d tokens of KV", info.n_tokens);
     return e;
@@ -91,10 +113,12 @@ int kv_entry_decode_many(const kv_entry_env *env, const void *const *blobs, cons
         out[i] = NULL;
         if (job_of) job_of[i] = -1;
         if (!blobs[i]) { if (errs) errs[i][0] = 0; continue; }
-        int bf16 = 0;
+        int elem = 0;
         if (!jobs || !job_of) snprintf(e2, sizeof e2, "out of memory");
-        else if ((out[i] = entry_for(env, blobs[i], lens[i], &bf16, e2, sizeof e2)) && bf16) {
-            jobs[nj] = (lz_payload_job){.blob = blobs[i], .len = lens[i], .k = out[i]->k16, .v = out[i]->v16};
+        else if ((out[i] = entry_for(env, blobs[i], lens[i], &elem, e2, sizeof e2)) && elem != KV_ENTRY_F32) {
+            const kv_entry *e = out[i];
+            jobs[nj] = (lz_payload_job){.blob = blobs[i], .len = lens[i], .k = e->k16, .v = e->v16, .k8 = e->k8,
+                                        .v8 = e->v8, .k_scales = e->k_scales, .v_scales = e->v_scales};
             job_of[i] = nj++;
         } else if (out[i] && lz_payload_decode_f32_packed(env->codec, blobs[i], lens[i], out[i]->k, out[i]->v, NULL, NULL,
                                                           e2, sizeof e2)) {
@@ -135,10 +159,11 @@ size_t kv_entry_bytes_of(const kv_entry_env *env, const void *blob, size_t len, 
     const lz_llama_config *c = env->cfg;
     lz_payload_info info;
     char e2[256];
-    size_t rows = (size_t)c->n_layers * c->n_kv_heads * (n > 0 ? n : 1), es = sizeof(float);
+    const size_t nh = (size_t)c->n_layers * c->n_kv_heads;
+    size_t rows = nh * (n > 0 ? n : 1), es = sizeof(float);
     if (!lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) {
         rows = info.n_kept_sum;
-        if ((info.dtype == LZ_PAYLOAD_DTYPE_BF16 || info.dtype == LZ_PAYLOAD_DTYPE_FP8) && !env->f32) es = sizeof(uint16_t);
+        es = (size_t)entry_elem(env, &info);
     }
-    return 2 * (rows ? rows : 1) * c->head_dim * es;
+    return 2 * (rows ? rows : 1) * c->head_dim * es + (es == KV_ENTRY_FP8 ? 2 * nh * sizeof(float) : 0);
 }

@@ -4,7 +4,10 @@
  * (lz_payload_decode_batch).
  *
  * An entry is one block, K then V, in the store's element type (a bf16 store's
- * payloads stay bf16; an fp32 store's, or opts.cache_f32, fp32), packed per head:
+ * payloads stay bf16; an fp32 store's, or opts.cache_f32, fp32; an fp8 store's
+ * stay fp8 when the backend reads fp8 (lz_query_backend.reads_fp8), with their
+ * scales after V: (L, KV) floats of K's, then of V's; else they are
+ * dequantised to bf16), packed per head:
  * head (l, h) holds n_kept rows of d values from row head_row[l * KV + h], so a
  * document compressed at ingest (Ada-KV) takes only its kept rows. A document
  * stored whole is then in exactly the layout the GPU reads (cache/kv_layout.h),
@@ -23,7 +26,9 @@
 typedef struct {
     float *k, *v;        /* (rows, d) fp32, or NULL */
     uint16_t *k16, *v16; /* (rows, d) bf16, or NULL */
-    void *block;         /* K then V */
+    uint8_t *k8, *v8;    /* (rows, d) fp8 e4m3, or NULL */
+    float *k_scales, *v_scales; /* with k8: (L, KV) each, in the block after V */
+    void *block;         /* K then V (then fp8's scales) */
     int pinned;          /* block from the backend's host_alloc (else malloc) */
     int *n_kept;         /* (L, KV) */
     int64_t *head_row;   /* (L, KV) */
@@ -38,13 +43,18 @@ typedef struct {
     const lz_llama_config *cfg;
     const uint8_t *fingerprint;      /* 32 bytes */
     int f32;                         /* decode bf16 payloads to fp32 (opts.cache_f32) */
+    int fp8;                         /* keep fp8 payloads fp8 (the backend reads them; not with f32) */
     const lz_query_backend *backend; /* NULL, or one with host_alloc and host_free */
     lz_payload_codec *codec;
 } kv_entry_env;
 
+/* An entry's element: its bytes. */
+enum { KV_ENTRY_FP8 = 1, KV_ENTRY_BF16 = 2, KV_ENTRY_F32 = 4 };
+
 /* An entry of n tokens whose heads keep kept[l * KV + h] rows (NULL: n each), packed,
- * bf16 or fp32, n_kept and head_row filled, contents undefined. NULL when out of memory. */
-kv_entry *kv_entry_alloc(const kv_entry_env *env, int n, const int *kept, int bf16);
+ * of element elem (KV_ENTRY_*), n_kept and head_row filled, contents undefined. NULL when
+ * out of memory. */
+kv_entry *kv_entry_alloc(const kv_entry_env *env, int n, const int *kept, int elem);
 void kv_entry_clear(const kv_entry_env *env, kv_entry *e); /* its memory, not e */
 void kv_entry_free(const kv_entry_env *env, kv_entry *e);  /* NULL is a no-op */
 

@@ -453,7 +453,8 @@ int main(int argc, char **argv)
     lz_llama_gpu *gpu = NULL;
     lz_query_backend backend = {.begin = gpu_begin, .step = gpu_step, .resident = gpu_resident, .encode = gpu_encode,
                                 .host_alloc = gpu_host_alloc, .host_free = gpu_host_free, .preload = gpu_preload,
-                                .begin_block = gpu_begin_block, .keep_own = gpu_keep_own, .settle = gpu_settle};
+                                .begin_block = gpu_begin_block, .keep_own = gpu_keep_own, .settle = gpu_settle,
+                                .reads_fp8 = 1};
     if (o.sc.gpu) {
         /* own tokens a question may step: the question and the answer (4,096), or in full and
          * prefix modes the prompt's documents too (16,384) */

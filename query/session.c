@@ -114,6 +114,7 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
     if (q->cache) lz_doc_cache_set_policy(q->cache, (lz_cache_policy)o->cache_policy);
     q->codec = lz_payload_codec_new();
     q->env = (kv_entry_env){.cfg = &m->cfg, .fingerprint = m->fingerprint, .f32 = o->cache_f32,
+                            .fp8 = o->backend && o->backend->reads_fp8 && !o->cache_f32,
                             .backend = o->backend && o->backend->host_alloc && o->backend->host_free ? o->backend : NULL,
                             .codec = q->codec};
     q->scratch = lz_llama_scratch_new(m, q->o.batch);
@@ -145,7 +146,8 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
         return -1;
     }
     q->prefix_kv = *pe;
-    q->kv16 = pe->k16 != NULL;
+    q->kv16 = pe->k16 || pe->k8; /* its own copies (prefix mode) bf16 */
+    q->kv_elem = pe->k8 ? KV_ENTRY_FP8 : pe->k16 ? KV_ENTRY_BF16 : KV_ENTRY_F32;
     free(pe);
     *out = q;
     return 0;

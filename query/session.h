@@ -114,6 +114,10 @@ typedef struct {
     int (*decode_many)(void *ctx, const int *slots, const int *ids, int n, float *const *logits, char *err,
                        size_t errlen);
     int (*fits)(void *ctx, int64_t doc_tokens);
+    /* 1: begin and preload read fp8 segments (lz_kv_segment.k8; the GPU's kernels dequantise in
+     * registers), so the host tier keeps an fp8 store's documents as stored: half the bytes of
+     * bf16 to hold and to copy. 0: they are dequantised to bf16 first. */
+    int reads_fp8;
 } lz_query_backend;
 
 /* What lazy mode does with a cold document (in neither the CPU's nor the backend's cache). */

@@ -22,7 +22,8 @@ struct lz_query_session {
     int *prefix;         /* prompt prefix tokens (s) */
     int n_prefix;
     kv_entry prefix_kv;  /* stored once per model */
-    int kv16;            /* the store's payloads (so every cached entry) are bf16 */
+    int kv16;            /* the store's payloads (so every cached entry) are bf16 or fp8 */
+    int kv_elem;         /* bytes an element of a cached entry takes: 1 (fp8 kept), 2 (bf16) or 4 */
     uint8_t prefix_digest[32]; /* the prefix payload's key, hashed (a backend's content key) */
     /* LZ_COLD_AUTO's costs: store decode (bytes/s) and backend recompute (tokens/s) */
     double decode_bps, recompute_tps;

@@ -135,6 +135,10 @@ typedef struct {
     const void *blob;      /* in: the payload (not modified; may sit in an LMDB map) */
     size_t len;
     uint16_t *k, *v;       /* out: sum(kept) rows of d bf16 values each, packed */
+    uint8_t *k8, *v8;      /* out instead of k, v when set (an fp8 payload of the batch's formats, else
+                              LZ_EUNSUPPORTED): its e4m3 bytes as they are, packed as k and v */
+    float *k_scales;       /* out with k8: (L * KV) the keys' scales, then v_scales the values' */
+    float *v_scales;
     int *n_kept;           /* out when not NULL: the kept table (L * KV) */
     lz_payload_info info;  /* out */
     int status;            /* out: LZ_OK or the error lz_payload_decode_bf16_packed would give */
@@ -146,6 +150,10 @@ typedef struct {
  * Holds up to 256 MiB of planes in c at a time (larger batches go in waves). Returns the
  * number of jobs that failed (their status and err say why). */
 int lz_payload_decode_batch(lz_payload_codec *c, lz_payload_job *jobs, int n);
+/* Whether lz_payload_decode_batch decodes a payload of this header itself (bf16 shuffled, fp8
+ * raw or zstd: then it can keep fp8 as it is), so lz_payload_decode_bf16_packed hands such a
+ * payload to it; any other is decoded alone, and the batch calls lz_payload_decode_bf16_packed for it. */
+int lz_payload_batch_format(const lz_payload_info *in);
 /* Byte shuffle of n 16-bit elements: dst = [low bytes][high bytes], and back. */
 void lz_payload_shuffle16(uint8_t *dst, const uint16_t *src, size_t n);
 void lz_payload_unshuffle16(uint16_t *dst, const uint8_t *src, size_t n);

@@ -6,7 +6,8 @@
  * question's misses, or a preload, then decode at the rate of all cores, where
  * one payload alone has too few frames to keep them busy. fp8 payloads go the
  * same way: their frames (zstd) or 1 MiB pieces (raw, checksummed in place), then
- * each (part, head) dequantised through a 256-entry table of its scale.
+ * each (part, head) dequantised through a 256-entry table of its scale, or (a
+ * job with k8) its bytes and scale kept as they are.
  *
  * Legend: half = sum(kept) * d, the bf16 elements of K (and of V) of a payload.
  */
@@ -188,6 +189,21 @@ static void dequant_head(const lz_payload_job *j, const uint8_t *body, size_t nh
     for (size_t e = 0; e < n; e++) dst[e] = lut[src[e]];
 }
 
+/* (part, head) h of an fp8 body into a job that keeps fp8 (k8 set): its bytes as they are, and
+ * its scale (the first nh2 / 2 heads are K's, the rest V's). */
+static void copy_head(const lz_payload_job *j, const uint8_t *body, size_t nh2, const size_t *head_at, long long h,
+                      size_t half)
+{
+    float sc;
+    const uint32_t bits = lz_payload_get32(body + 4 * (size_t)h);
+    memcpy(&sc, &bits, 4);
+    if ((size_t)h < nh2 / 2) j->k_scales[h] = sc;
+    else j->v_scales[(size_t)h - nh2 / 2] = sc;
+    const size_t n = head_at[h + 1] - head_at[h];
+    uint8_t *dst = head_at[h] < half ? j->k8 + head_at[h] : j->v8 + (head_at[h] - half);
+    memcpy(dst, body + 4 * nh2 + head_at[h], n);
+}
+
 /* One wave: jobs [j0, j1), every one parsed, in the batch's formats, with planes room in c->planes. */
 static void decode_wave(lz_payload_codec *c, lz_payload_job *jobs, job_plan *plan, int j0, int j1, piece *ps,
                         int n_ps, int T)
@@ -235,7 +251,8 @@ static void decode_wave(lz_payload_codec *c, lz_payload_job *jobs, job_plan *pla
             const long long nh2 = 2LL * j->info.n_layers * j->info.n_kv_heads;
             const size_t half = (size_t)j->info.n_kept_sum * j->info.head_dim;
 #pragma omp for schedule(dynamic, 8) nowait
-            for (long long h = 0; h < nh2; h++) dequant_head(j, body, (size_t)nh2, plan[i].head_at, h, half);
+            for (long long h = 0; h < nh2; h++)
+                (j->k8 ? copy_head : dequant_head)(j, body, (size_t)nh2, plan[i].head_at, h, half);
             continue;
         }
         const size_t half = (size_t)j->info.n_kept_sum * j->info.head_dim;
@@ -280,6 +297,11 @@ int lz_payload_decode_batch(lz_payload_codec *c, lz_payload_job *jobs, int n)
         j->status = lz_payload_parse(j->blob, j->len, 0, &j->info, j->err, sizeof j->err);
         if (j->status) continue;
         if (j->n_kept) lz_payload_kept(j->blob, &j->info, j->n_kept);
+        if (j->k8 && (j->info.dtype != LZ_PAYLOAD_DTYPE_FP8 || !lz_payload_batch_format(&j->info))) {
+            job_fail(j, LZ_EUNSUPPORTED, "payload decode: fp8 bytes asked of a payload that is not fp8 (or not "
+                                         "in a batch format)");
+            continue;
+        }
         if (!lz_payload_batch_format(&j->info)) {
             j->status = lz_payload_decode_bf16_packed(c, j->blob, j->len, j->k, j->v, NULL, &j->info, j->err,
                                                       sizeof j->err);

@@ -50,11 +50,6 @@ static inline uint32_t lz_payload_get32(const uint8_t *p)
 /* Makes c hold at least n per-thread decompression contexts; 0, or -1 out of memory. */
 int lz_payload_thread_dctx(struct lz_payload_codec *c, int n);
 
-/* Whether lz_payload_decode_batch decodes a payload of this header itself (bf16 shuffled, fp8
- * raw or zstd), so lz_payload_decode_bf16_packed hands such a payload to it; any other is
- * decoded alone, and the batch calls lz_payload_decode_bf16_packed for it. */
-int lz_payload_batch_format(const lz_payload_info *in);
-
 /* Grows *buf to need bytes (contents kept); 0, or -1 out of memory. */
 int lz_payload_reserve(uint8_t **buf, size_t *cap, size_t need);
 

@@ -613,11 +613,11 @@ static void test_batch_ops_ref(int layout)
             sw[b][i] = lz_decode_word(1000 * b + i, 7 * i, 1 + i % 64) | (i % 3 ? 0 : LZ_DECODE_SEG_START), sv[b][i] = 50 * i;
         for (int i = 0; i < L * KV; i++) nf[b][i] = (b + i) % (nb - 1);
         seq[b] = (lz_op_batch_seq){sw[b], sv[b], nf[b], nb, N, 100 * b, 200 * b, 10000 * b, 20000 * b, ok[b], ov[b],
-                                   1000 + 17 * b, &cnt[b]};
+                                   1000 + 17 * b, &cnt[b], NULL, NULL, 0, 0};
     }
     static uint64_t w[L * B * KV * NB], v[L * B * KV * NB];
     int32_t n[L * B * KV];
-    CHECK(lz_op_batch_words_ref(w, v, n, seq, B, L, KV, NB, NULL) == 0, "batch words ref");
+    CHECK(lz_op_batch_words_ref(w, v, n, NULL, NULL, seq, B, L, KV, NB, NULL) == 0, "batch words ref");
     int words_ok = 1;
     for (int i = 0; i < L * B * KV; i++) {
         const int l = i / (B * KV), b = (i / KV) % B, h = i % KV, lh = l * KV + h, f = nf[b][lh];
@@ -631,6 +631,34 @@ static void test_batch_ops_ref(int layout)
                     n[i] == f + m && !memcmp(w + (size_t)i * NB + f, ew, (size_t)m * 8) && !memcmp(v + (size_t)i * NB + f, ev, (size_t)m * 8);
     }
     CHECK(words_ok, "batch words: segment words shifted, then lz_decode_add_segment_kv's own-row words");
+    { /* fp8 words (sequence 1's even ones): moved by dk8 / dv8, their scales beside them; the rest 0 */
+        static float sks[L * KV * nb], svs[L * KV * nb], ks[L * B * KV * NB], vs[L * B * KV * NB];
+        static uint64_t w8[L * B * KV * NB], v8[L * B * KV * NB];
+        int32_t n8[L * B * KV];
+        for (int i = 0; i < L * KV * nb; i++) sks[i] = i % 2 ? 0.f : 0.25f + i, svs[i] = i % 2 ? 0.f : 3.f + i;
+        lz_op_batch_seq s8[B];
+        memcpy(s8, seq, sizeof s8);
+        s8[1].ksc = sks, s8[1].vsc = svs, s8[1].dk8 = 7777, s8[1].dv8 = 8888;
+        for (int i = 0; i < L * B * KV * NB; i++) ks[i] = vs[i] = -1.f;
+        CHECK(lz_op_batch_words_ref(w8, v8, n8, ks, vs, s8, B, L, KV, NB, NULL) == 0, "batch words ref (fp8)");
+        CHECK(lz_op_batch_words_ref(w8, v8, n8, ks, NULL, s8, B, L, KV, NB, NULL) == LZ_ATTN_EARG,
+              "batch words: one scale array without the other refused");
+        int f8_ok = 1;
+        for (int i = 0; i < L * B * KV; i++) {
+            const int l = i / (B * KV), b = (i / KV) % B, h = i % KV, lh = l * KV + h, f = nf[b][lh];
+            f8_ok &= n8[i] == n[i];
+            for (int j = 0; j < n8[i]; j++) {
+                const size_t at = (size_t)i * NB + j;
+                const int fp8 = b == 1 && j < f && j % 2 == 0 && sks[lh * nb + j] > 0; /* (lh * nb + j) % 2 == j % 2: nb even */
+                const uint64_t dk = fp8 ? 7777u : b == 1 && j < f ? 100u : 0u, dv = fp8 ? 8888u : b == 1 && j < f ? 200u : 0u;
+                if (b != 1 || j >= f) { f8_ok &= w8[at] == w[at] && v8[at] == v[at] && ks[at] == 0.f && vs[at] == 0.f; continue; }
+                f8_ok &= lz_decode_word_row(w8[at]) == lz_decode_word_row(sw[b][lh * nb + j]) + dk &&
+                         (w8[at] >> 36) == (sw[b][lh * nb + j] >> 36) && v8[at] == sv[b][lh * nb + j] + dv &&
+                         ks[at] == (fp8 ? sks[lh * nb + j] : 0.f) && vs[at] == (fp8 ? svs[lh * nb + j] : 0.f);
+            }
+        }
+        CHECK(f8_ok, "batch words: fp8 words moved by dk8 / dv8 with their scales, bf16 and own blocks at scale 0");
+    }
     const int ld = (H + 2 * KV) * d;
     float q[B * ld], inv[d / 2];
     for (int i = 0; i < B * ld; i++) q[i] = sinf(0.37f * i) * 2.f;

@@ -12,6 +12,7 @@
 #include "base/fp8.h"
 #include "kernels/lz_fp8_quant.h"
 #include "base/half.h"
+#include "base/status.h"
 #include "store/payload.h"
 #include "tests/test.h"
 
@@ -523,6 +524,24 @@ static void test_fp8(void)
         lz_payload_job job = {.blob = blob, .len = len, .k = kb2, .v = vb2};
         CHECK(lz_payload_decode_batch(c, &job, 1) == 0 && !memcmp(kb, kb2, half * 2) && !memcmp(vb, vb2, half * 2),
               "an fp8 payload in a batch decodes as alone: %s", job.err);
+        /* kept as fp8 (a job with k8): the bytes and scales, which dequantise to the values above */
+        uint8_t *k8 = malloc(half), *v8 = malloc(half);
+        float ks8[6], vs8[6];
+        lz_payload_job j8 = {.blob = blob, .len = len, .k8 = k8, .v8 = v8, .k_scales = ks8, .v_scales = vs8};
+        CHECK(lz_payload_decode_batch(c, &j8, 1) == 0, "an fp8 payload kept as fp8: %s", j8.err);
+        int kept8 = 1;
+        size_t o8 = 0;
+        for (int part = 0; part < 2; part++)
+            for (int h = 0; h < nh; h++) {
+                const float sc = (part ? vs8 : ks8)[h];
+                for (size_t e = 0; e < (size_t)kept[h] * d; e++) {
+                    const size_t at = (part ? o8 - half : o8) + e;
+                    kept8 &= lz_e4m3_to_f32((part ? v8 : k8)[at]) * sc == (part ? vp : kp)[at];
+                }
+                o8 += (size_t)kept[h] * d;
+            }
+        CHECK(kept8, "codec %d: the fp8 bytes times their scales are the decoded values", codecs[ci]);
+        free(k8), free(v8);
         int exact = 1, bound = 1, packed = 1;
         size_t o = 0;
         for (int part = 0; part < 2; part++)
@@ -552,6 +571,19 @@ static void test_fp8(void)
             free(bad);
         }
         free(kp), free(vp), free(kb), free(vb), free(kb2), free(vb2);
+        free(blob);
+    }
+    { /* fp8 bytes asked of a payload that is not fp8: refused, nothing written */
+        lz_payload_src s16 = src;
+        s16.dtype = LZ_PAYLOAD_DTYPE_BF16;
+        void *blob = NULL;
+        size_t len = 0;
+        uint8_t k8[16], v8[16];
+        float sc[12];
+        CHECK(lz_payload_encode(c, &s16, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 1, &blob, &len, err, sizeof err) == 0, "bf16 encode: %s", err);
+        lz_payload_job j = {.blob = blob, .len = len, .k8 = k8, .v8 = v8, .k_scales = sc, .v_scales = sc + 6};
+        CHECK(lz_payload_decode_batch(c, &j, 1) == 1 && j.status == LZ_EUNSUPPORTED && strstr(j.err, "fp8"),
+              "fp8 bytes of a bf16 payload: status %d (%s)", j.status, j.err);
         free(blob);
     }
     lz_payload_codec_free(c);

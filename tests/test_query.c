@@ -192,6 +192,104 @@ static void test_fp8_store(const char *store16, const char *store8)
     lz_llama_free(m);
 }
 
+/* A backend that reads fp8 (reads_fp8) made of the CPU engine itself: begin keeps the segments
+ * (the session keeps their memory until the answer ends), step runs lz_llama_forward over them,
+ * so an fp8 store's documents reach model/attention.c as e4m3 bytes and scales. */
+typedef struct {
+    lz_llama *m;
+    lz_llama_scratch *sc;
+    lz_kv_cache cache;
+    lz_kv_segment segs[16];
+    int n_segs, fp8_segs;
+} cpu_fp8_backend;
+
+static int cpu8_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
+                      char *err, size_t errlen)
+{
+    (void)keys;
+    cpu_fp8_backend *b = ctx;
+    if (n_segs > 16) { snprintf(err, errlen, "too many segments"); return -1; }
+    memcpy(b->segs, segs, (size_t)n_segs * sizeof *segs);
+    b->n_segs = n_segs;
+    for (int i = 0; i < n_segs; i++) b->fp8_segs += segs[i].k8 != NULL;
+    lz_kv_cache_reset(&b->cache, pos0);
+    return 0;
+}
+
+static int cpu8_step(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen)
+{
+    cpu_fp8_backend *b = ctx;
+    if (lz_llama_forward(b->m, b->sc, &b->cache, b->segs, b->n_segs, ids, n, logits, logits ? LZ_LOGITS_LAST : LZ_LOGITS_NONE)) {
+        snprintf(err, errlen, "cpu forward failed");
+        return -1;
+    }
+    return 0;
+}
+
+/* An fp8 store's documents kept fp8 in the host tier for a backend that reads fp8: about half
+ * the host tier's bytes of the dequantised bf16 entries, every document handed to the backend
+ * as fp8, and the answers of the CPU engine reading them close to those over the bf16 entries
+ * (the same e4m3 values; bf16 rounds them): logits within 0.02, the same greedy answers. */
+static void test_fp8_kept(const char *store8)
+{
+    char err[1024];
+    lz_llama *m;
+    lz_store *s8;
+    if (lz_llama_load(model, &m, err, sizeof err)) { CHECK(0, "load: %s", err); return; }
+    if (lz_store_open(store8, LZ_STORE_RDONLY, &s8, err, sizeof err)) { CHECK(0, "fp8 store: %s", err); lz_llama_free(m); return; }
+    cpu_fp8_backend b = {.m = m, .sc = lz_llama_scratch_new(m, 64)};
+    lz_kv_cache_init(&b.cache, &m->cfg, 256);
+    lz_query_backend be = {.ctx = &b, .begin = cpu8_begin, .step = cpu8_step, .reads_fp8 = 1};
+    lz_query_opts o;
+    lz_query_opts_default(&o);
+    o.mode = LZ_MODE_LAZY;
+    o.cache_bytes = 1 << 26;
+    o.max_new_tokens = 6;
+    o.keep_logits = 1;
+    o.backend = &be;
+    lz_query_session *q8 = NULL, *q16 = session(m, s8, LZ_MODE_LAZY, 1 << 26);
+    if (lz_query_session_new(m, s8, &o, &q8, err, sizeof err)) CHECK(0, "session: %s", err);
+    const int V = m->cfg.vocab;
+    double worst = 0;
+    int same = 0, total = 0, docs = 0;
+    for (int t = 0; q8 && q16 && t < 8; t++) {
+        const char *pick[5];
+        char buf[5][16];
+        const int n = 1 + t % 5;
+        for (int i = 0; i < n; i++) { snprintf(buf[i], 16, "doc%d", (t * 7 + i * 5) % 40); pick[i] = buf[i]; }
+        lz_query_doc *d;
+        if (lz_retrieve_ids(s8, pick, n, &d, err, sizeof err)) { CHECK(0, "ids: %s", err); continue; }
+        lz_query_result r8, r16;
+        b.fp8_segs = 0;
+        int ok = !lz_query_answer(q8, "castle river", d, n, &r8, err, sizeof err);
+        CHECK(ok, "fp8 kept: %s", err);
+        docs += ok && b.fp8_segs == n + 1; /* the documents and the prompt prefix */
+        if (ok && !lz_query_answer(q16, "castle river", d, n, &r16, err, sizeof err)) {
+            worst = fmax(worst, lz_test_rel_diff(r8.logits, r16.logits, V));
+            same += r8.n_answer == r16.n_answer && !memcmp(r8.answer_ids, r16.answer_ids, (size_t)r8.n_answer * sizeof(int));
+            total++;
+            lz_query_result_free(&r16);
+        }
+        if (ok) lz_query_result_free(&r8);
+        free(d);
+    }
+    lz_doc_cache_stats c8 = {0}, c16 = {0};
+    if (q8 && q16) lz_query_cache_stats(q8, &c8), lz_query_cache_stats(q16, &c16);
+    CHECK(docs == 8, "fp8 kept: every segment handed to the backend as fp8 on %d of 8 questions", docs);
+    CHECK(total == 8 && worst <= 0.02, "fp8 kept: logits within 0.02 of the dequantised bf16 entries' (rel diff %g)", worst);
+    CHECK(same == total, "fp8 kept: the same greedy answer on %d of %d questions", same, total);
+    CHECK(c8.bytes_used > 0 && c8.bytes_used * 10 < c16.bytes_used * 6,
+          "fp8 kept: the host tier holds %lld bytes, the bf16 entries %lld", (long long)c8.bytes_used, (long long)c16.bytes_used);
+    printf("fp8 kept for a backend that reads it: host tier %lld bytes against %lld dequantised; logits rel diff %.3g, "
+           "%d of %d answers identical\n", (long long)c8.bytes_used, (long long)c16.bytes_used, worst, same, total);
+    lz_query_session_free(q8);
+    lz_query_session_free(q16);
+    lz_kv_cache_free(&b.cache);
+    lz_llama_scratch_free(b.sc);
+    lz_store_close(s8);
+    lz_llama_free(m);
+}
+
 static void test_modes(void)
 {
     char err[1024];
@@ -1238,7 +1336,7 @@ int main(void)
     char store8[700];
     snprintf(store8, sizeof store8, "%s/store8", dir);
     if (lz_test_sh("%s/lazyingest --quiet --kv-dtype fp8 --model %s --store %s %s", bin, model, store8, corpus)) CHECK(0, "fp8 store");
-    else test_fp8_store(store16, store8);
+    else test_fp8_store(store16, store8), test_fp8_kept(store8);
     test_cli();
     test_doc_ids();
     test_no_documents();

@@ -37,47 +37,7 @@
 #include "base/env.h"
 #include "model/mkmodel.h"
 #include "tests/test.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static lz_llama *make_model(const char *path, int dim, int layers, int heads, int kv, int hd, int ffn, int vocab,
-                            int layout_half)
-{
-    lz_mkmodel_opts o;
-    lz_mkmodel_defaults(&o);
-    o.dim = dim, o.n_layers = layers, o.n_heads = heads, o.n_kv_heads = kv, o.head_dim = hd, o.ffn_dim = ffn;
-    o.vocab = vocab;
-    o.tensor_type = LZ_GGML_BF16;
-    char err[512];
-    lz_llama *m = NULL;
-    if (lz_mkmodel_write(&o, path, err, sizeof err) || lz_llama_load(path, &m, err, sizeof err)) {
-        CHECK(0, "model: %s", err);
-        return NULL;
-    }
-    if (layout_half) m->cfg.rope_layout = LZ_ROPE_HALF; /* the same weights read with the other pair layout */
-    return m;
-}
-
-/* The CPU encoder's steps (ingest/encode.c): the prefix, then the document after it as a segment. */
-static int cpu_encode(const lz_llama *m, const int *prefix, int s, const int *ids, int n, lz_kv_cache *pc,
-                      lz_kv_cache *dc, float *qwin = NULL, int c0 = 0, int cw = 0)
-{
-    lz_llama_scratch *sc = lz_llama_scratch_new(m, 256);
-    if (!sc || lz_kv_cache_init(pc, &m->cfg, s) || lz_kv_cache_init(dc, &m->cfg, n)) return -1;
-    lz_kv_cache_reset(pc, 0);
-    if (lz_llama_forward(m, sc, pc, NULL, 0, prefix, s, NULL, LZ_LOGITS_NONE)) return -1;
-    lz_kv_segment seg = {.k = pc->k, .v = pc->v, .n = s, .stride = pc->cap};
-    lz_kv_cache_reset(dc, s);
-    if (cw) lz_llama_scratch_capture(sc, qwin, s + c0, cw); /* the eviction window's queries */
-    int rc = lz_llama_forward(m, sc, dc, &seg, 1, ids, n, NULL, LZ_LOGITS_NONE);
-    lz_llama_scratch_free(sc);
-    return rc;
-}
+#include "tests/cuda/llama_cuda_test.h"
 
 /* Worst normalised error over layers and K / V of cache a against b (n
  * rows each, strides their caps); NaN counted in *nan. */
@@ -100,16 +60,6 @@ static double cache_err(const lz_kv_cache *a, const lz_kv_cache *b, int layers, 
             worst = ne > worst ? ne : worst;
         }
     return worst;
-}
-
-static double vec_err(const float *x, const float *y, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t e = 0; e < n; e++) {
-        num += ((double)x[e] - y[e]) * ((double)x[e] - y[e]);
-        den += (double)y[e] * y[e];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
 }
 
 static void test_shape(const char *dir, int hd, int heads, int kv, int layout_half)
@@ -951,13 +901,6 @@ static int64_t place(const rand_docs *r, const lz_llama_config *c, const int *pi
         p += r->lens[i];
     }
     return p;
-}
-
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
 }
 
 /* The largest |a - b| over n, and the gap between the two largest of b. */

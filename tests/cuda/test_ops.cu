@@ -371,7 +371,14 @@ static void test_batch_ops(int B, int L, int H, int KV, int d, int layout)
         hs[b] = (lz_op_batch_seq){hw[b], hv[b], hnf[b], nb, N, (int64_t)(urand() * 1e6), (int64_t)(urand() * 1e6),
                                   (int64_t)(urand() * 1e7), (int64_t)(urand() * 1e7), ok[b], ov[b],
                                   (int64_t)(urand() * 70000), &cnt[b]};
+        if (b % 2) { /* fp8 words among its own: about half of them, with their scales and row shifts */
+            float *ks = (float *)malloc(nw * 4), *vs = (float *)malloc(nw * 4);
+            for (size_t i = 0; i < nw; i++) ks[i] = urand() < 0.5f ? 0.f : 0.01f + urand(), vs[i] = ks[i] > 0 ? 0.02f + urand() : 0.f;
+            hs[b].ksc = ks, hs[b].vsc = vs;
+            hs[b].dk8 = (int64_t)(urand() * 1e7), hs[b].dv8 = (int64_t)(urand() * 1e7);
+        }
         ds[b] = hs[b];
+        if (b % 2) ds[b].ksc = dev(hs[b].ksc, nw), ds[b].vsc = dev(hs[b].vsc, nw);
         ds[b].words = dev(hw[b], nw), ds[b].vrows = dev(hv[b], nw), ds[b].nf = dev(hnf[b], (size_t)L * KV);
         ds[b].ok = dev(ok[b], own), ds[b].ov = dev(ov[b], own), ds[b].count = dev(&cnt[b], 1);
     }
@@ -381,16 +388,23 @@ static void test_batch_ops(int B, int L, int H, int KV, int d, int layout)
     int32_t *n_ref = (int32_t *)calloc((size_t)L * B * KV, 4);
     uint64_t *wd = dev<uint64_t>(NULL, tw), *vd = dev<uint64_t>(NULL, tw);
     int32_t *nd = dev<int32_t>(NULL, (size_t)L * B * KV);
-    CHECK(lz_op_batch_words_ref(w_ref, v_ref, n_ref, hs, B, L, KV, NB, NULL) == 0 &&
-              lz_op_batch_words(wd, vd, nd, dseq, B, L, KV, NB, NULL) == 0,
+    float *ks_ref = (float *)calloc(tw, 4), *vs_ref = (float *)calloc(tw, 4);
+    float *ksd = dev<float>(NULL, tw), *vsd = dev<float>(NULL, tw);
+    CHECK(lz_op_batch_words_ref(w_ref, v_ref, n_ref, ks_ref, vs_ref, hs, B, L, KV, NB, NULL) == 0 &&
+              lz_op_batch_words(wd, vd, nd, ksd, vsd, dseq, B, L, KV, NB, NULL) == 0,
           "batch words launch");
     uint64_t *w = back(wd, tw), *v = back(vd, tw);
+    float *ks = back(ksd, tw), *vs = back(vsd, tw);
     int32_t *nn = back(nd, (size_t)L * B * KV);
     int same = !memcmp(nn, n_ref, (size_t)L * B * KV * 4);
     for (int i = 0; i < L * B * KV && same; i++)
         same = !memcmp(w + (size_t)i * NB, w_ref + (size_t)i * NB, (size_t)n_ref[i] * 8) &&
-               !memcmp(v + (size_t)i * NB, v_ref + (size_t)i * NB, (size_t)n_ref[i] * 8);
-    CHECK(same, "batch words B=%d L=%d KV=%d: the reference's words, values' rows and counts", B, L, KV);
+               !memcmp(v + (size_t)i * NB, v_ref + (size_t)i * NB, (size_t)n_ref[i] * 8) &&
+               !memcmp(ks + (size_t)i * NB, ks_ref + (size_t)i * NB, (size_t)n_ref[i] * 4) &&
+               !memcmp(vs + (size_t)i * NB, vs_ref + (size_t)i * NB, (size_t)n_ref[i] * 4);
+    CHECK(same, "batch words B=%d L=%d KV=%d: the reference's words, values' rows, fp8 scales and counts", B, L, KV);
+    free(ks_ref), free(vs_ref), free(ks), free(vs);
+    cudaFree(ksd), cudaFree(vsd);
     const int ld = (H + 2 * KV) * d;
     float *q = frand((size_t)B * ld, 2.f), *inv = (float *)malloc((size_t)d / 2 * 4);
     lz_rope_inv_freqs(inv, d, 500000.f, NULL);
@@ -419,12 +433,12 @@ static void test_batch_ops(int B, int L, int H, int KV, int d, int layout)
         free(c);
     }
     CHECK(lens_ok, "batch count: every sequence one longer");
-    printf("batch ops B=%d L=%d H=%2d KV=%d d=%3d layout=%d: words exact, rotary and appends within 2 ulps\n", B, L, H, KV,
+    printf("batch ops B=%d L=%d H=%2d KV=%d d=%3d layout=%d: words and fp8 scales exact, rotary and appends within 2 ulps\n", B, L, H, KV,
            d, layout);
     for (int b = 0; b < B; b++) {
         cudaFree((void *)ds[b].words), cudaFree((void *)ds[b].vrows), cudaFree((void *)ds[b].nf), cudaFree(ds[b].ok);
-        cudaFree(ds[b].ov), cudaFree(ds[b].count);
-        free(hw[b]), free(hv[b]), free(hnf[b]), free(ok[b]), free(ov[b]);
+        cudaFree(ds[b].ov), cudaFree(ds[b].count), cudaFree((void *)ds[b].ksc), cudaFree((void *)ds[b].vsc);
+        free(hw[b]), free(hv[b]), free(hnf[b]), free(ok[b]), free(ov[b]), free((void *)hs[b].ksc), free((void *)hs[b].vsc);
     }
     cudaFree(dseq), cudaFree(wd), cudaFree(vd), cudaFree(nd), cudaFree(qd), cudaFree(invd), cudaFree(qhd);
     free(hs), free(ds), free(hw), free(hv), free(hnf), free(cnt), free(ok), free(ov), free(w_ref), free(v_ref), free(n_ref);
