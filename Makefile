@@ -85,8 +85,8 @@ $(BUILD)/tests/lazyingest-hooks: ingest/lazyingest.c $(BUILD)/liblazy.a
 	$(CC) $(CFLAGS) -DLZ_INGEST_TEST_HOOKS $< $(BUILD)/liblazy.a $(LIBS) -o $@
 tests: $(BUILD)/tests/lazyingest-hooks
 
-# Build the test programs and the tools they drive.
-tests: $(TESTS) $(BINS)
+# Build the test programs and the tools they drive (tests/test_bench_serve.c runs two benchmarks).
+tests: $(TESTS) $(BINS) $(BUILD)/bench/bench_serve $(BUILD)/bench/bench_workload
 
 # Run every test program; prints 'N passed, N failed' and fails if any failed.
 test: tests
@@ -199,7 +199,7 @@ $(LZK_DIR)/lib/.done: $(LZK_DIR)/lazyserve
 
 # bench_serve in-process on the GPU engine (bench/gpu_serve.sh) and lazy-mkmodel, for the GPU machine
 # (the same static recipe: no HTTP, no third-party shared libraries)
-$(LZK_DIR)/obj/bench_serve.o: bench/bench_serve.c $(HEADERS) gpu/llama_cuda.h
+$(LZK_DIR)/obj/bench_serve.o: bench/bench_serve.c $(HEADERS) $(wildcard bench/*.h) gpu/llama_cuda.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
 

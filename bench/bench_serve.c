@@ -1,543 +1,584 @@
 /* bench_serve.c - a load generator for lazyserve in the manner of vLLM's
- * benchmark_serving: requests arrive by a Poisson process at each rate of a
- * sweep (or all at once: rate inf), each placing K documents drawn by Zipf
- * popularity (eval/zipf.h) over the corpus's documents and streaming its
- * answer; measured per rate: requests/s, output tokens/s, time to first token,
- * time per output token and inter-token latency (mean, p50, p99). One thread
- * a request; HTTP over a plain socket (SSE, Connection: close).
+ * benchmark_serving. Each request places K documents drawn by Zipf popularity
+ * (eval/zipf.h) over a corpus's documents and streams a fixed number of output
+ * tokens (ignore_eos); measured per run: requests/s, output tokens/s, time to
+ * first token, time per output token and inter-token latency (mean, p50, p99).
+ *
+ * Over HTTP (bench/serve_http.h), a running server, Poisson arrivals at each rate:
  *
  *   bench_serve --port P --corpus corpus.jsonl [--rates 1,2,4,inf] [--requests N]
  *               [--k K] [--alpha A] [--max-tokens M] [--seed S] [--label L] [--json FILE]
  *
- * Or in-process (--store): the same requests straight to the scheduler
- * (serve/sched.h) over a session of this process, no HTTP (the GPU machine
- * need not have libmicrohttpd), at fixed concurrencies: C clients, each
- * submitting its next request when the last one ends; measured per level:
- * requests/s, output tokens/s, TTFT and TPOT (mean, p50, p99, the
- * scheduler's timings), the mean decode batch. With --gpu (CUDA builds) on
- * the GPU engine, first serial (one sequence, lazyquery's path: the baseline)
- * then batched (slots for the largest concurrency), each level's throughput
- * also as a ratio to serial's; a warm-up round first (the documents resident,
- * the kernels loaded).
+ * Or in-process (--store; bench/serve_inproc.h): the same kind of requests straight
+ * to the scheduler (serve/sched.h) over a session of this process, no HTTP (the GPU
+ * machine need not have libmicrohttpd), for each mode of --mode in turn (a fresh
+ * session, and with --gpu a fresh GPU engine, a mode) over ONE request stream
+ * (bench/serve_stream.h) and the same arrival times: a warm-up, then the idle TTFT
+ * (--idle requests one at a time), Poisson arrivals at each rate of --rates (inf:
+ * all at once), and closed loops at each concurrency of --concurrency (C clients,
+ * each submitting its next request when its last one ends; the default when no
+ * rate is given). Each run takes the next part of the stream (the warm-up the
+ * first), so no run finds the very placements of its own requests cached by an
+ * earlier one: block mode's copies per (document, offset) are not handed a replay
+ * (--replay: every run from the stream's start, as the HTTP mode does). With --gpu
+ * (CUDA builds) the first mode is also run serially first (the engine holding one
+ * sequence, lazyquery --gpu's path: the baseline of "x serial"), then on the
+ * engine's slots (sized for the largest batch). Per run
+ * a table row and a JSON line; at the end each mode's saturation throughput (the
+ * best output tokens/s of rate inf and the concurrency levels) against the first
+ * mode's, and its p99 TTFT at the highest finite rate over its idle p99.
  *
- *   bench_serve --store DIR --model M --corpus corpus.jsonl [--gpu] [--mode lazy]
- *               [--concurrency 1,8,32,64] [--requests N] [--k K] [--alpha A] [--max-tokens M]
- *               [--seed S] [--label L] [--json FILE] [--gpu-seq-tokens T] [--no-serial]
+ *   bench_serve --store DIR --model M [--corpus FILE.jsonl] [--gpu] [--mode lazy,block,full]
+ *               [--rates 0.5,1,2,4,inf] [--concurrency 1,8,32,64] [--requests N]
+ *               [--rate-seconds S] [--idle N] [--warmup N] [--setup a] [--k K] [--alpha A]
+ *               [--stream draw|workload] [--question-tokens T] [--max-tokens M] [--seed S]
+ *               [--max-running N] [--host-cache-bytes N] [--gpu-cache-bytes N]
+ *               [--preload none|hot|all] [--gpu-seq-tokens T] [--no-serial] [--replay]
+ *               [--label L] [--json FILE] [--emit-questions FILE]
  *
- * Fixed output lengths: every request asks max_tokens with ignore_eos. What it
- * leaves out: starting the server (bench/serve_load.sh does). */
-#include <arpa/inet.h>
-#include <jansson.h>
+ * (bench_serve --help lists what each does.) What it leaves out: starting the
+ * server (bench/serve_load.sh does), making the corpus (bench/synthetic_corpus.py,
+ * bench_workload --emit-corpus). */
 #include <math.h>
-#include <netinet/in.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "eval/zipf.h"
+#include "base/cli.h"
+#include "bench/serve_http.h"
+#include "bench/serve_inproc.h"
+#include "bench/serve_stats.h"
+#include "bench/serve_stream.h"
 #include "query/session.h"
-#include "serve/sched.h"
 #ifdef LZ_CUDA
 #include "eval/gpu_backend.h"
 #endif
 
-static double now_s(void)
+#define MAXL 16 /* entries of a list option */
+
+static void usage(FILE *f)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    fputs("usage: bench_serve --store DIR --model M [options]      (in-process)\n"
+          "       bench_serve --port P [--corpus F] [--rates L] [--requests N] [--k K] [--alpha A]\n"
+          "                   [--max-tokens M] [--seed S] [--label L] [--json FILE]      (HTTP)\n"
+          "\n"
+          "In-process: requests straight to lazyserve's scheduler over a session of this process.\n"
+          "  --corpus FILE          JSONL whose ids (and titles) the requests use (default the demo's)\n"
+          "  --mode LIST            modes run one after another over the same stream, e.g.\n"
+          "                         lazy,block,full (default lazy; prefix too)\n"
+          "  --rates LIST           Poisson arrivals a second, inf: all at once (e.g. 0.5,1,2,4,inf)\n"
+          "  --concurrency LIST     closed loops of C clients (default 1,8,32,64 when no --rates)\n"
+          "  --requests N           requests of a run (default 64; with --concurrency max(4 C, 64))\n"
+          "  --rate-seconds S       a finite rate sends at most rate x S requests (at least 4): its\n"
+          "                         arrivals span about S seconds (default 0: --requests at every rate)\n"
+          "  --idle N               N requests one at a time: the idle TTFT (default 16; 0: none)\n"
+          "  --warmup N             requests run first, not reported (default min(requests, 2 x batch))\n"
+          "  --setup a              the paper's setup: --k 5 --alpha 2.1 --stream workload\n"
+          "                         --question-tokens 32 --max-tokens 16 (the corpus: 100 documents of\n"
+          "                         2,048 tokens from bench/synthetic_corpus.py); options after override\n"
+          "  --k K, --alpha A       documents a request (default 5), Zipf exponent (default 1.0; 0 uniform)\n"
+          "  --stream KIND          draw (default): Zipf over the corpus in its order; workload: the stream\n"
+          "                         bench_workload --seed S --alpha A --docs K --emit-questions writes\n"
+          "  --question-tokens T    each question T tokens under the model's tokenizer (default: a short\n"
+          "                         question about the last document's title)\n"
+          "  --max-tokens M         output tokens of every request, ignore_eos (default 32)\n"
+          "  --seed S               the stream and the arrivals (default 1)\n"
+          "  --max-running N        the batch of the rate runs (default 64; --gpu: the engine's slots)\n"
+          "  --host-cache-bytes N   the session's host tier (default 1G)\n"
+          "  --preload WHAT         none (default), hot, or all (the host tier filled with the corpus), in\n"
+          "                         lazy and block modes\n"
+          "  --gpu                  on the GPU engine (CUDA builds: build/cuda/bench_serve)\n"
+          "  --gpu-cache-bytes N    GPU memory documents may keep (default: half of what is free)\n"
+          "  --gpu-seq-tokens T     own tokens of a slot in lazy and block modes (default 2048; full and\n"
+          "                         prefix: the stream's longest prompt and answer)\n"
+          "  --no-serial            no serial baseline with --gpu\n"
+          "  --replay               every run replays the stream's first requests (default: each run the\n"
+          "                         next part of the stream, so none finds its own placements cached)\n"
+          "  --label L, --json FILE a label for the rows; JSON lines appended to FILE\n"
+          "  --emit-questions FILE  the stream as lazyquery --questions JSONL (id, question, docs)\n",
+          f);
 }
 
 typedef struct {
-    char *body;          /* the request's JSON */
-    double t_send, t_first, t_end;
-    double *itl;         /* gaps between content chunks */
-    int n_itl, cap_itl;
-    int tokens, ok;
-} request;
+    const char *store_dir, *model_path, *corpus, *label, *emit_questions;
+    int modes[8], n_modes;
+    int conc[MAXL], n_conc, max_c;
+    double rates[MAXL];
+    char rate_names[MAXL][32];
+    int n_rates;
+    int n_req, n_idle, n_warmup, max_running, max_tokens, seq_tokens, gpu, serial, preload, replay;
+    double rate_seconds;
+    size_t host_cache, gpu_cache;
+    lz_bs_stream_opts so;
+    FILE *json;
+} inproc_opts;
 
-static int port = 8080;
+/* What the closing summary needs of a mode. */
+typedef struct {
+    double sat_tps;        /* the best output tokens/s of rate inf and the concurrency levels */
+    char sat_run[32];
+    double top_rate_p99, idle_p99;
+    char top_rate[32];
+} mode_summary;
 
-/* Sends r and reads its stream to the end. */
-static void *run_request(void *arg)
+/* a comma-separated list into names (each at most 31 bytes): the count, -1 when more than MAXL */
+static int split(const char *s, char names[MAXL][32])
 {
-    request *r = arg;
-    r->t_send = now_s();
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) { if (fd >= 0) close(fd); return NULL; }
-    char head[256];
-    const size_t bl = strlen(r->body);
-    const int hl = snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-                            "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", bl);
-    if (write(fd, head, (size_t)hl) != hl || write(fd, r->body, bl) != (ssize_t)bl) { close(fd); return NULL; }
-    /* the stream: look for "data: " events; chunked framing lines are skipped as non-events */
-    size_t cap = 1 << 16, len = 0, scan = 0;
-    char *buf = malloc(cap);
-    double last = 0;
-    int status = 0;
-    for (;;) {
-        if (len + 4096 > cap) { cap *= 2; char *b = realloc(buf, cap); if (!b) break; buf = b; }
-        const ssize_t n = read(fd, buf + len, cap - len - 1);
-        if (n <= 0) break;
-        len += (size_t)n;
-        buf[len] = 0;
-        if (!status && strstr(buf, "\r\n")) status = atoi(buf + 9);
-        char *p;
-        while ((p = strstr(buf + scan, "data: ")) && strstr(p, "\n\n")) {
-            char *e = strstr(p, "\n\n");
-            scan = (size_t)(e + 2 - buf);
-            const double t = now_s();
-            if (!strncmp(p + 6, "[DONE]", 6)) { r->ok = status == 200; continue; }
-            json_t *o = json_loadb(p + 6, (size_t)(e - p - 6), 0, NULL);
-            json_t *c = json_array_get(json_object_get(o, "choices"), 0);
-            const char *txt = json_string_value(json_object_get(c, "text"));
-            json_t *u = json_object_get(o, "usage");
-            if (u) r->tokens = (int)json_integer_value(json_object_get(u, "completion_tokens"));
-            if (txt && *txt) {
-                if (!r->t_first) r->t_first = t;
-                else {
-                    if (r->n_itl == r->cap_itl) {
-                        r->cap_itl = r->cap_itl ? 2 * r->cap_itl : 64;
-                        r->itl = realloc(r->itl, (size_t)r->cap_itl * sizeof *r->itl);
-                    }
-                    r->itl[r->n_itl++] = t - last;
-                }
-                last = t;
-            }
-            json_decref(o);
-        }
+    int n = 0;
+    while (*s) {
+        if (n == MAXL) return -1;
+        const size_t l = strcspn(s, ",");
+        snprintf(names[n++], 32, "%.*s", (int)(l < 31 ? l : 31), s);
+        s += l;
+        s += *s == ',';
     }
-    r->t_end = now_s();
-    free(buf);
-    close(fd);
-    return NULL;
+    return n;
 }
 
-static int cmp_double(const void *a, const void *b)
+/* The options (the setup's defaults first, the rest over them): 0, or an exit status. */
+static int parse(int argc, char **argv, inproc_opts *o)
 {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* mean, p50, p99 of v[0..n) (sorted here) */
-static void stats3(double *v, int n, double out[3])
-{
-    out[0] = out[1] = out[2] = 0;
-    if (!n) return;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    for (int i = 0; i < n; i++) out[0] += v[i];
-    out[0] /= n;
-    out[1] = v[(int)(0.5 * (n - 1))];
-    out[2] = v[(int)ceil(0.99 * (n - 1))];
-}
-
-static double u01(void *ctx) { return lz_eval_rng_u01(ctx); }
-
-/* ---- in-process: the scheduler at fixed concurrencies ---- */
-
-typedef struct {
-    char *question;
-    const char *docs[64];
-    int n_docs;
-} draw;
-
-typedef struct {
-    lz_serve_sched *s;
-    const draw *d;
-    int n, max_tokens;
-    int next;               /* the next request to submit (under mu) */
-    pthread_mutex_t mu;
-    double *ttft, *tpot;    /* per request, the scheduler's timings */
-    int *tokens, *ok;
-} level;
-
-/* One client: its next request when the last one ended, until none is left. */
-static void *client(void *arg)
-{
-    level *L = arg;
-    for (;;) {
-        pthread_mutex_lock(&L->mu);
-        const int i = L->next < L->n ? L->next++ : -1;
-        pthread_mutex_unlock(&L->mu);
-        if (i < 0) return NULL;
-        const lz_serve_req rq = {.question = L->d[i].question, .doc_ids = L->d[i].docs, .n_doc_ids = L->d[i].n_docs,
-                                 .max_tokens = L->max_tokens, .top_p = 1.0f, .seed = (uint64_t)i + 1, .ignore_eos = 1};
-        lz_serve_ticket *t;
-        char err[512];
-        if (lz_serve_submit(L->s, &rq, &t, err, sizeof err) != LZ_SERVE_OK) {
-            fprintf(stderr, "bench_serve: request %d: %s\n", i, err);
-            continue;
+    memset(o, 0, sizeof *o);
+    o->corpus = "datasets/demo/corpus.jsonl";
+    o->label = "";
+    o->modes[0] = LZ_MODE_LAZY;
+    o->n_modes = 1;
+    o->n_idle = 16;
+    o->n_warmup = -1;
+    o->max_running = 64;
+    o->seq_tokens = 2048;
+    o->serial = 1;
+    o->so = (lz_bs_stream_opts){.K = 5, .alpha = 1.0, .seed = 1, .kind = LZ_BS_STREAM_DRAW};
+    o->max_tokens = 32;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--setup")) {
+            if (strcmp(argv[i + 1], "a")) return lz_cli_usage("--setup: expected a, got '%s'", argv[i + 1]);
+            o->so.K = 5, o->so.alpha = 2.1, o->so.kind = LZ_BS_STREAM_WORKLOAD, o->so.question_tokens = 32;
+            o->max_tokens = 16;
         }
-        size_t have = 0;
-        int state = LZ_SERVE_PENDING;
-        lz_serve_update u;
-        for (;;) {
-            lz_serve_wait(t, have, state, 60.0, &u);
-            have += u.len;
-            state = u.state;
-            free(u.text);
-            if (state >= LZ_SERVE_DONE) break;
+    const char *conc = NULL, *rates = NULL;
+    static const char *const streams[] = {"draw", "workload", NULL}, *const preloads[] = {"none", "hot", "all", NULL};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--gpu")) { o->gpu = 1; continue; }
+        if (!strcmp(a, "--no-serial")) { o->serial = 0; continue; }
+        if (!strcmp(a, "--replay")) { o->replay = 1; continue; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
+        if (i + 1 >= argc) return lz_cli_usage("%s: a value expected (or an unknown option)", a);
+        const char *v = argv[++i];
+        int bad = 0;
+        if (!strcmp(a, "--store")) o->store_dir = v;
+        else if (!strcmp(a, "--model")) o->model_path = v;
+        else if (!strcmp(a, "--corpus")) o->corpus = v;
+        else if (!strcmp(a, "--label")) o->label = v;
+        else if (!strcmp(a, "--emit-questions")) o->emit_questions = v;
+        else if (!strcmp(a, "--setup")) ;
+        else if (!strcmp(a, "--concurrency")) conc = v;
+        else if (!strcmp(a, "--rates")) rates = v;
+        else if (!strcmp(a, "--mode")) {
+            char names[MAXL][32];
+            const int n = split(v, names);
+            if (n < 1 || n > 8) return lz_cli_usage("--mode: 1 to 8 modes, got '%s'", v);
+            for (int k = 0; k < n; k++)
+                if ((o->modes[k] = lz_query_mode_parse(names[k])) < 0)
+                    return lz_cli_usage("--mode: '%s' is not lazy, block, prefix or full", names[k]);
+            o->n_modes = n;
         }
-        L->ok[i] = state == LZ_SERVE_DONE;
-        if (state == LZ_SERVE_FAILED) fprintf(stderr, "bench_serve: request %d failed: %s\n", i, u.error);
-        L->ttft[i] = u.timing.ttft_s;
-        L->tpot[i] = u.timing.tpot_s;
-        L->tokens[i] = u.timing.n_completion;
-        lz_serve_release(t);
+        else if (!strcmp(a, "--requests")) bad = lz_cli_int(a, v, 1, 1 << 20, &o->n_req);
+        else if (!strcmp(a, "--rate-seconds")) bad = lz_cli_double(a, v, 0, 1e6, &o->rate_seconds);
+        else if (!strcmp(a, "--idle")) bad = lz_cli_int(a, v, 0, 1 << 20, &o->n_idle);
+        else if (!strcmp(a, "--warmup")) bad = lz_cli_int(a, v, 0, 1 << 20, &o->n_warmup);
+        else if (!strcmp(a, "--k")) bad = lz_cli_int(a, v, 1, LZ_BS_MAX_K, &o->so.K);
+        else if (!strcmp(a, "--alpha")) bad = lz_cli_double(a, v, 0, 20, &o->so.alpha);
+        else if (!strcmp(a, "--stream")) bad = lz_cli_choice(a, v, streams, &o->so.kind);
+        else if (!strcmp(a, "--question-tokens")) bad = lz_cli_int(a, v, 0, 1 << 16, &o->so.question_tokens);
+        else if (!strcmp(a, "--max-tokens")) bad = lz_cli_int(a, v, 1, 1 << 20, &o->max_tokens);
+        else if (!strcmp(a, "--seed")) {
+            long s;
+            bad = lz_cli_long(a, v, 0, 1L << 62, &s);
+            o->so.seed = (uint64_t)s;
+        }
+        else if (!strcmp(a, "--max-running")) bad = lz_cli_int(a, v, 1, 4096, &o->max_running);
+        else if (!strcmp(a, "--gpu-seq-tokens")) bad = lz_cli_int(a, v, 1, 1 << 20, &o->seq_tokens);
+        else if (!strcmp(a, "--host-cache-bytes")) bad = lz_cli_size(a, v, &o->host_cache);
+        else if (!strcmp(a, "--gpu-cache-bytes")) bad = lz_cli_size(a, v, &o->gpu_cache);
+        else if (!strcmp(a, "--preload")) bad = lz_cli_choice(a, v, preloads, &o->preload);
+        else if (!strcmp(a, "--json")) {
+            if (!(o->json = fopen(v, "a"))) return lz_cli_fail("cannot write %s", v);
+        }
+        else return lz_cli_usage("unknown option '%s'", a);
+        if (bad) return LZ_EXIT_USAGE;
     }
+    if (!o->store_dir || !o->model_path) return lz_cli_usage("the in-process mode needs --store and --model");
+#ifndef LZ_CUDA
+    if (o->gpu) return lz_cli_usage("--gpu needs the CUDA build (make cuda: build/cuda/bench_serve)");
+#endif
+    char names[MAXL][32];
+    if (!conc && !rates) conc = "1,8,32,64";
+    int n = conc ? split(conc, names) : 0;
+    if (n < 0) return lz_cli_usage("--concurrency: at most %d levels", MAXL);
+    for (int k = 0; k < n; k++) {
+        if (lz_cli_int("--concurrency", names[k], 1, 4096, &o->conc[k])) return LZ_EXIT_USAGE;
+        if (o->conc[k] > o->max_c) o->max_c = o->conc[k];
+    }
+    o->n_conc = n;
+    n = rates ? split(rates, o->rate_names) : 0;
+    if (n < 0) return lz_cli_usage("--rates: at most %d rates", MAXL);
+    for (int k = 0; k < n; k++) {
+        if (!strcmp(o->rate_names[k], "inf")) o->rates[k] = INFINITY;
+        else if (lz_cli_double("--rates", o->rate_names[k], 1e-6, 1e9, &o->rates[k])) return LZ_EXIT_USAGE;
+    }
+    o->n_rates = n;
+    if (!o->n_req) o->n_req = o->n_conc && 4 * o->max_c > 64 ? 4 * o->max_c : 64;
+    o->so.corpus = o->corpus;
+    return 0;
 }
 
-/* Requests d[0..n) by C clients through a scheduler of max_running over q; prints and appends
- * one line; returns output tokens a second. */
-static double run_level(lz_query_session *q, lz_store *st, const char *label, int C, int max_running, const draw *d,
-                        int n, int max_tokens, FILE *json_out, double serial_tps, int quiet)
+/* The batch the options ask for: the largest concurrency, and --max-running for the rates (on
+ * the GPU: the slots made for it, fewer when they do not fit). */
+static int opt_batch(const inproc_opts *o)
 {
-    lz_serve_sched_opts so;
-    lz_serve_sched_opts_default(&so);
-    so.max_running = max_running;
-    so.max_queue = n + C;
-    so.mem_budget = (size_t)1 << 40; /* admission by the backend's memory and slots, not a host estimate */
-    so.max_prefill = C < 16 ? C : 16;
-    lz_serve_sched *s;
+    const int b = o->n_rates && o->max_running > o->max_c ? o->max_running : o->max_c;
+    return b > 1 ? b : 1;
+}
+
+/* Where each run's requests begin in the stream: a segment of its own, in the order the runs
+ * go (the same for every mode), so that no run replays the documents and placements an earlier
+ * one left in the caches; with --replay every run from the stream's start (as the HTTP mode). */
+typedef struct {
+    int serial_warm, serial, warm, idle, rate[MAXL], conc[MAXL]; /* each run's first request */
+    int n_serial_warm, n_warm;                                   /* the warm-ups' requests */
+    int total;                                                   /* the stream's length */
+} layout;
+
+static int seg(const inproc_opts *o, int *at, int *longest, int n)
+{
+    const int first = o->replay ? 0 : *at;
+    *at += n;
+    if (n > *longest) *longest = n;
+    return first;
+}
+
+/* Requests of a finite rate: --requests, at most rate x --rate-seconds (at least 4). */
+static int rate_requests(const inproc_opts *o, double rate)
+{
+    if (!isfinite(rate) || o->rate_seconds <= 0) return o->n_req;
+    const int cap = (int)ceil(rate * o->rate_seconds);
+    const int n = cap < 4 ? 4 : cap;
+    return n < o->n_req ? n : o->n_req;
+}
+
+static void lay_out(const inproc_opts *o, layout *L)
+{
+    int at = 0, longest = 1;
+    L->n_serial_warm = o->gpu && o->serial ? (o->n_req < 16 ? o->n_req : 16) : 0;
+    L->n_warm = o->n_warmup >= 0 ? o->n_warmup : o->n_req < 2 * opt_batch(o) ? o->n_req : 2 * opt_batch(o);
+    L->serial_warm = seg(o, &at, &longest, L->n_serial_warm);
+    L->serial = seg(o, &at, &longest, o->gpu && o->serial ? o->n_req : 0);
+    L->warm = seg(o, &at, &longest, L->n_warm);
+    L->idle = seg(o, &at, &longest, o->n_idle);
+    for (int i = 0; i < o->n_rates; i++) L->rate[i] = seg(o, &at, &longest, rate_requests(o, o->rates[i]));
+    for (int i = 0; i < o->n_conc; i++) L->conc[i] = seg(o, &at, &longest, o->n_req);
+    L->total = o->replay ? longest : at > 0 ? at : 1;
+}
+
+/* ---- the rows: a table line and a JSON line a run ---- */
+
+static void header(void)
+{
+    printf("%-6s %-10s %5s %5s %8s %9s %8s %8s %8s %7s %7s %7s %7s %7s %7s %8s %6s %7s\n", "mode", "run", "reqs", "done",
+           "req/s", "out tok/s", "ttft ms", "p50", "p99", "tpot ms", "p50", "p99", "itl ms", "p50", "p99", "p99/idle",
+           "batch", "x serial");
+}
+
+/* run: "idle", "serial", "rate" (rate_name) or "concurrency" (C); idle_p99 > 0: the ratio of
+ * this run's p99 TTFT to it; serial_tps > 0: this run's output tokens/s against it. */
+static void row(const inproc_opts *o, const lz_bs_stream *s, int mode, const char *run, const char *rate_name, int C,
+                int first, const lz_bs_result *r, double idle_p99, double serial_tps)
+{
+    char what[32], ratio[16] = "-", xs[16] = "-";
+    if (!strcmp(run, "rate")) snprintf(what, sizeof what, "rate %s", rate_name);
+    else if (!strcmp(run, "concurrency")) snprintf(what, sizeof what, "conc %d", C);
+    else snprintf(what, sizeof what, "%s", run);
+    const double over = idle_p99 > 0 && r->done ? r->ttft.p99 / idle_p99 : 0;
+    if (over > 0) snprintf(ratio, sizeof ratio, "%.2fx", over);
+    if (serial_tps > 0) snprintf(xs, sizeof xs, "%.2fx", r->tok_s / serial_tps);
+    printf("%-6s %-10s %5d %5d %8.2f %9.1f %8.1f %8.1f %8.1f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %8s %6.1f %7s\n",
+           lz_query_mode_name(mode), what, r->requests, r->done, r->req_s, r->tok_s, 1e3 * r->ttft.mean,
+           1e3 * r->ttft.p50, 1e3 * r->ttft.p99, 1e3 * r->tpot.mean, 1e3 * r->tpot.p50, 1e3 * r->tpot.p99,
+           1e3 * r->itl.mean, 1e3 * r->itl.p50, 1e3 * r->itl.p99, ratio, r->mean_batch, xs);
+    fflush(stdout);
+    if (!o->json) return;
+    char hash[24];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)s->hash);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:[f,f,f], s:[f,f,f], s:[f,f,f], "
+                          "s:f, s:i, s:I, s:f, s:i, s:f, s:s, s:s, s:f, s:i, s:i, s:I}",
+                          "label", o->label, "mode", lz_query_mode_name(mode), "device", o->gpu ? "GPU" : "CPU", "run",
+                          run, "concurrency", C, "requests", r->requests, "done", r->done, "failed", r->failed,
+                          "wall_s", r->wall_s, "req_s", r->req_s, "out_tok_s", r->tok_s, "ttft_s", r->ttft.mean,
+                          r->ttft.p50, r->ttft.p99, "tpot_s", r->tpot.mean, r->tpot.p50, r->tpot.p99, "itl_s",
+                          r->itl.mean, r->itl.p50, r->itl.p99, "mean_batch", r->mean_batch, "peak_running",
+                          r->peak_running, "mem_retries", (json_int_t)r->mem_retries, "arrival_span_s",
+                          r->arrival_span_s, "k", o->so.K, "alpha", o->so.alpha, "stream",
+                          o->so.kind == LZ_BS_STREAM_WORKLOAD ? "workload" : "draw", "stream_hash", hash,
+                          "question_tokens", s->mean_q_tokens, "max_tokens", o->max_tokens, "corpus_docs",
+                          s->n_corpus, "seed", (json_int_t)o->so.seed);
+    if (j && rate_name) json_object_set_new(j, "rate", json_string(rate_name));
+    if (j) json_object_set_new(j, "first_request", json_integer(first)); /* the run's part of the stream */
+    if (j && idle_p99 > 0) {
+        json_object_set_new(j, "idle_ttft_p99_s", json_real(idle_p99));
+        json_object_set_new(j, "ttft_p99_over_idle", json_real(over));
+    }
+    if (j && serial_tps > 0) json_object_set_new(j, "vs_serial", json_real(r->tok_s / serial_tps));
+    char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    if (line) fprintf(o->json, "%s\n", line);
+    fflush(o->json);
+    free(line);
+    json_decref(j);
+}
+
+/* One run, its row, the mode's summary updated; 0 or -1 (why printed). */
+static int run_one(const inproc_opts *o, const lz_bs_stream *s, const lz_bs_target *tg, int mode, const char *run,
+                   int ri, int C, int first, int n, double idle_p99, double serial_tps, mode_summary *ms,
+                   lz_bs_result *out)
+{
     char err[512];
-    if (lz_serve_sched_new(q, st, &so, &s, err, sizeof err)) { fprintf(stderr, "bench_serve: %s\n", err); return 0; }
-    level L = {.s = s, .d = d, .n = n, .max_tokens = max_tokens};
-    pthread_mutex_init(&L.mu, NULL);
-    L.ttft = calloc((size_t)n, sizeof *L.ttft), L.tpot = calloc((size_t)n, sizeof *L.tpot);
-    L.tokens = calloc((size_t)n, sizeof *L.tokens), L.ok = calloc((size_t)n, sizeof *L.ok);
-    pthread_t *th = calloc((size_t)C, sizeof *th);
-    const double t0 = now_s();
-    for (int c = 0; c < C; c++) pthread_create(&th[c], NULL, client, &L);
-    for (int c = 0; c < C; c++) pthread_join(th[c], NULL);
-    const double wall = now_s() - t0;
-    lz_serve_stats ss;
-    lz_serve_sched_stats(s, &ss);
-    lz_serve_sched_free(s);
-    int done = 0, nt = 0, np = 0;
-    long tokens = 0;
-    double *ttft = malloc((size_t)n * sizeof *ttft), *tpot = malloc((size_t)n * sizeof *tpot);
-    for (int i = 0; i < n; i++) {
-        if (!L.ok[i]) continue;
-        done++;
-        tokens += L.tokens[i];
-        ttft[nt++] = L.ttft[i];
-        if (L.tokens[i] > 1) tpot[np++] = L.tpot[i];
+    lz_bs_result r;
+    const double rate = ri >= 0 ? o->rates[ri] : 0;
+    if (lz_bs_run(tg, s, first, n, C, rate, o->so.seed, &r, err, sizeof err)) {
+        fprintf(stderr, "bench_serve: %s %s: %s\n", lz_query_mode_name(mode), run ? run : "warm-up", err);
+        return -1;
     }
-    double T[3], P[3];
-    stats3(ttft, nt, T);
-    stats3(tpot, np, P);
-    const double tps = tokens / wall, batch = ss.steps ? (double)ss.step_rows / ss.steps : 0;
-    if (!quiet) {
-        printf("%-10s %5d %6d %8.2f %9.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %6.1f\n", label, C, done, done / wall,
-               tps, 1e3 * T[0], 1e3 * T[1], 1e3 * T[2], 1e3 * P[0], 1e3 * P[1], 1e3 * P[2], batch);
-        if (serial_tps > 0) printf("%-10s %5s %6s %8s %8.1fx  (output tokens/s against serial)\n", "", "", "", "", tps / serial_tps);
-        fflush(stdout);
+    if (run) row(o, s, mode, run, ri >= 0 ? o->rate_names[ri] : NULL, C, first, &r, idle_p99, serial_tps);
+    if (ms && (C > 0 || isinf(rate)) && r.tok_s > ms->sat_tps) {
+        ms->sat_tps = r.tok_s;
+        if (C > 0) snprintf(ms->sat_run, sizeof ms->sat_run, "conc %d", C);
+        else snprintf(ms->sat_run, sizeof ms->sat_run, "rate inf");
     }
-    if (json_out && !quiet)
-        fprintf(json_out, "{\"label\": \"%s\", \"concurrency\": %d, \"requests\": %d, \"done\": %d, \"wall_s\": %.3f, "
-                "\"req_s\": %.3f, \"out_tok_s\": %.1f, \"ttft_s\": [%.4f, %.4f, %.4f], \"tpot_s\": [%.5f, %.5f, %.5f], "
-                "\"mean_batch\": %.2f, \"peak_running\": %d, \"vs_serial\": %.2f, \"max_tokens\": %d}\n", label, C, n,
-                done, wall, done / wall, tps, T[0], T[1], T[2], P[0], P[1], P[2], batch, ss.peak_running,
-                serial_tps > 0 ? tps / serial_tps : 1.0, max_tokens);
-    pthread_mutex_destroy(&L.mu);
-    free(L.ttft); free(L.tpot); free(L.tokens); free(L.ok);
-    free(th); free(ttft); free(tpot);
-    return tps;
+    if (out) *out = r;
+    return 0;
 }
 
-/* The ids and titles (the id where none) of a JSONL corpus into malloc'd arrays: their count,
- * or -1 with a message when the file cannot be read. */
-static int read_corpus(const char *corpus, char ***ids_out, char ***titles_out)
+/* The stream as lazyquery --questions JSONL, as bench_workload --emit-questions writes it:
+ * {"id": "q0", "question", "docs": [...]} a line. 0 or -1 (why printed). */
+static int emit_questions(const lz_bs_stream *s, const char *path)
 {
-    FILE *f = fopen(corpus, "r");
-    if (!f) { fprintf(stderr, "bench_serve: cannot read %s\n", corpus); return -1; }
-    char **ids = NULL, **titles = NULL, *line = NULL;
-    size_t lcap = 0;
-    int N = 0;
-    while (getline(&line, &lcap, f) > 0) {
-        json_t *o = json_loads(line, 0, NULL);
-        const char *id = json_string_value(json_object_get(o, "id")), *t = json_string_value(json_object_get(o, "title"));
-        if (id) {
-            ids = realloc(ids, (size_t)(N + 1) * sizeof *ids);
-            titles = realloc(titles, (size_t)(N + 1) * sizeof *titles);
-            ids[N] = strdup(id);
-            titles[N++] = strdup(t ? t : id);
-        }
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "bench_serve: cannot write %s\n", path); return -1; }
+    for (int i = 0; i < s->n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "q%d", i);
+        json_t *d = json_array();
+        for (int k = 0; k < s->r[i].n_docs; k++) json_array_append_new(d, json_string(s->r[i].docs[k]));
+        json_t *o = json_pack("{s:s, s:s, s:o}", "id", id, "question", s->r[i].question, "docs", d);
+        char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (line) fprintf(f, "%s\n", line);
+        free(line);
         json_decref(o);
     }
-    free(line);
-    fclose(f);
-    *ids_out = ids, *titles_out = titles;
-    return N;
+    if (fclose(f)) { fprintf(stderr, "bench_serve: cannot write %s\n", path); return -1; }
+    return 0;
 }
 
-/* The in-process mode's options and run (see the file's header). */
-static int main_inproc(int argc, char **argv)
+/* ---- a mode: its session (and GPU engine), then every run ---- */
+
+static int run_mode(const inproc_opts *o, const layout *L, lz_llama *m, lz_store *st, const lz_bs_stream *s, int mode,
+                    int first, int64_t own_full, double *serial_tps, mode_summary *ms)
 {
-    const char *store_dir = NULL, *model_path = NULL, *corpus = "datasets/demo/corpus.jsonl", *conc = "1,8,32,64";
-    const char *label = "", *mode = "lazy";
-    int n_req = 0, K = 5, max_tokens = 32, gpu = 0, serial = 1, seq_tokens = 2048;
-    double alpha = 1.0;
-    uint64_t seed = 1;
-    FILE *json_out = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
-        if (!strcmp(a, "--store")) store_dir = v, i++;
-        else if (!strcmp(a, "--model")) model_path = v, i++;
-        else if (!strcmp(a, "--corpus")) corpus = v, i++;
-        else if (!strcmp(a, "--concurrency")) conc = v, i++;
-        else if (!strcmp(a, "--requests")) n_req = atoi(v), i++;
-        else if (!strcmp(a, "--k")) K = atoi(v), i++;
-        else if (!strcmp(a, "--alpha")) alpha = atof(v), i++;
-        else if (!strcmp(a, "--max-tokens")) max_tokens = atoi(v), i++;
-        else if (!strcmp(a, "--seed")) seed = (uint64_t)atoll(v), i++;
-        else if (!strcmp(a, "--label")) label = v, i++;
-        else if (!strcmp(a, "--mode")) mode = v, i++;
-        else if (!strcmp(a, "--gpu-seq-tokens")) seq_tokens = atoi(v), i++;
-        else if (!strcmp(a, "--gpu")) gpu = 1;
-        else if (!strcmp(a, "--no-serial")) serial = 0;
-        else if (!strcmp(a, "--json")) {
-            if (!(json_out = fopen(v, "a"))) { fprintf(stderr, "bench_serve: cannot write %s\n", v); return 1; }
-            i++;
-        } else {
-            fprintf(stderr, "usage: bench_serve --store DIR --model M [--corpus FILE.jsonl] [--gpu] [--mode lazy] "
-                    "[--concurrency 1,8,32,64] [--requests N] [--k K] [--alpha A] [--max-tokens M] [--seed S] "
-                    "[--label L] [--json FILE] [--gpu-seq-tokens T] [--no-serial]\n");
-            return 2;
-        }
-    }
-#ifndef LZ_CUDA
-    if (gpu) { fprintf(stderr, "bench_serve: --gpu needs the CUDA build (make cuda: build/cuda/bench_serve)\n"); return 2; }
-    (void)seq_tokens;
-#endif
-    if (!model_path || K < 1 || K > 64 || max_tokens < 1) { fprintf(stderr, "bench_serve: --model, k 1..64, max tokens >= 1\n"); return 2; }
-    /* the corpus's ids and titles, and the requests: K documents by Zipf, the last one's title asked about */
-    char **ids = NULL, **titles = NULL;
-    const int N = read_corpus(corpus, &ids, &titles);
-    if (N < 0) return 1;
-    if (N < K) { fprintf(stderr, "bench_serve: %d documents, fewer than k %d\n", N, K); return 1; }
-    int levels[16], n_levels = 0, max_c = 1;
-    for (const char *p = conc; *p && n_levels < 16;) {
-        levels[n_levels] = atoi(p);
-        if (levels[n_levels] < 1) { fprintf(stderr, "bench_serve: concurrency '%s'\n", conc); return 2; }
-        max_c = levels[n_levels] > max_c ? levels[n_levels] : max_c;
-        n_levels++;
-        p += strcspn(p, ",");
-        p += *p == ',';
-    }
-    const int n = n_req > 0 ? n_req : (4 * max_c > 64 ? 4 * max_c : 64);
-    double *cdf = malloc((size_t)N * sizeof *cdf);
-    const double z = lz_eval_zipf_cdf(cdf, N, alpha);
-    draw *d = calloc((size_t)n, sizeof *d);
-    int pick[64];
-    lz_eval_rng rng = {seed};
-    for (int i = 0; i < n; i++) {
-        lz_eval_zipf_draw(pick, K, cdf, N, z, NULL, u01, &rng);
-        char q[600];
-        snprintf(q, sizeof q, "What is known about %s?", titles[pick[K - 1]]);
-        d[i].question = strdup(q);
-        d[i].n_docs = K;
-        for (int k = 0; k < K; k++) d[i].docs[k] = ids[pick[k]];
-    }
-    /* the session */
     char err[1024];
-    lz_store *st = NULL;
-    lz_llama *m = NULL;
-    lz_query_session *q = NULL;
-    if (lz_store_open(store_dir, LZ_STORE_RDONLY, &st, err, sizeof err) || lz_llama_load(model_path, &m, err, sizeof err)) {
-        fprintf(stderr, "bench_serve: %s\n", err);
-        return 1;
-    }
     lz_query_opts qo;
     lz_query_opts_default(&qo);
-    qo.mode = lz_query_mode_parse(mode);
-    qo.max_new_tokens = max_tokens;
+    qo.mode = mode;
+    qo.max_new_tokens = o->max_tokens;
     qo.max_positions = m->cfg.ctx;
-    if (qo.mode < 0) { fprintf(stderr, "bench_serve: mode '%s'\n", mode); return 2; }
+    if (o->host_cache) qo.cache_bytes = o->host_cache;
+    const int whole = mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX; /* the prompt computed: own tokens */
+    int batch = opt_batch(o);
 #ifdef LZ_CUDA
     lz_llama_gpu *g = NULL;
     lz_query_backend be;
-    if (gpu) {
-        const int rows = qo.mode == LZ_MODE_FULL || qo.mode == LZ_MODE_PREFIX ? 16384 : 4096;
-        if (lz_llama_gpu_new(m, rows, &g, err, sizeof err)) { fprintf(stderr, "bench_serve: %s\n", err); return 1; }
+    const int seq = whole ? (int)((own_full + 64 + 255) / 256 * 256) : o->seq_tokens;
+    if (o->gpu) {
+        const int rows = whole ? (seq > 16384 ? seq : 16384) : 4096;
+        if (lz_llama_gpu_new(m, rows, &g, err, sizeof err)) { fprintf(stderr, "bench_serve: %s\n", err); return -1; }
+        if (o->gpu_cache) lz_llama_gpu_set_cache(g, o->gpu_cache);
         (void)lz_eval_gpu_tier; /* the scheduler's GPU tier counters: not reported here */
-        be = lz_eval_gpu_backend(g); /* one sequence (serial) until the batched levels */
+        be = lz_eval_gpu_backend(g); /* one sequence (serial) until the slots are made */
         qo.backend = &be;
         qo.cold = LZ_COLD_AUTO;
     }
+#else
+    (void)own_full;
+    (void)whole;
 #endif
-    if (lz_query_session_new(m, st, &qo, &q, err, sizeof err)) { fprintf(stderr, "bench_serve: %s\n", err); return 1; }
-    printf("in-process: %d requests a level, k %d (Zipf %.2f over %d documents), %d output tokens (ignore_eos), mode %s, %s\n",
-           n, K, alpha, N, max_tokens, mode, gpu ? "GPU" : "CPU");
-    printf("%-10s %5s %6s %8s %9s %8s %8s %8s %8s %8s %8s %6s\n", "run", "conc", "done", "req/s", "out tok/s", "ttft ms",
-           "p50", "p99", "tpot ms", "p50", "p99", "batch");
-    double serial_tps = 0;
-    char lab[256];
-    if (gpu && serial) { /* the baseline: one sequence at a time, as lazyquery --gpu */
-        run_level(q, st, "warm-up", 1, 1, d, n < 16 ? n : 16, max_tokens, NULL, 0, 1);
-        snprintf(lab, sizeof lab, "%sserial", label);
-        serial_tps = run_level(q, st, lab, 1, 1, d, n, max_tokens, json_out, 0, 0);
+    lz_query_session *q = NULL;
+    if (lz_query_session_new(m, st, &qo, &q, err, sizeof err)) {
+        fprintf(stderr, "bench_serve: %s\n", err);
+#ifdef LZ_CUDA
+        lz_llama_gpu_free(g);
+#endif
+        return -1;
+    }
+    /* the modes that read cached documents; before the serial baseline, so that it reads the same tiers (a fresh
+     * store has no access counts: hot preloads nothing, all fills the host tier only) */
+    if (o->preload && (mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK)) {
+        lz_query_preload_result pr;
+        if (lz_query_preload(q, o->preload == 2, &pr, err, sizeof err)) fprintf(stderr, "bench_serve: preload: %s\n", err);
+        printf("%-6s preload %s: %d documents (%.2f GB) into the GPU tier, %d (%.2f GB) into the host tier in %.2f s\n",
+               lz_query_mode_name(mode), o->preload == 2 ? "all" : "hot", pr.gpu, pr.gpu_bytes / 1e9, pr.host,
+               pr.host_bytes / 1e9, pr.seconds);
+    }
+    lz_bs_target tg = {.q = q, .st = st, .max_running = batch, .max_tokens = o->max_tokens};
+    int rc = 0;
+    if (o->gpu && o->serial && first) { /* the baseline: one sequence at a time, as lazyquery --gpu */
+        tg.max_running = 1;
+        tg.quiet = 1;
+        rc |= run_one(o, s, &tg, mode, NULL, -1, 1, L->serial_warm, L->n_serial_warm, 0, 0, NULL, NULL);
+        tg.quiet = 0;
+        lz_bs_result r;
+        if (!run_one(o, s, &tg, mode, "serial", -1, 1, L->serial, o->n_req, 0, 0, NULL, &r)) *serial_tps = r.tok_s;
+        else rc = -1;
     }
 #ifdef LZ_CUDA
-    if (gpu) { /* slots for the largest level: the engine sized against its memory */
-        int slots = max_c;
+    if (o->gpu) { /* slots for the largest batch: the engine sized against its memory */
+        int slots = batch;
         lz_llama_gpu_release(g, 0); /* the serial run's last question (the one-question API holds it until the next) */
-        while (slots > 1 && lz_llama_gpu_set_slots(g, slots, seq_tokens, err, sizeof err)) {
+        while (slots > 1 && lz_llama_gpu_set_slots(g, slots, seq, err, sizeof err)) {
             fprintf(stderr, "bench_serve: %s\n", err);
             slots /= 2;
         }
         be = lz_eval_gpu_backend(g); /* the session reads the struct it was given: now with the slots */
-        printf("GPU: %d slots of %d tokens\n", lz_llama_gpu_slots(g), lz_llama_gpu_slot_tokens(g));
+        batch = lz_llama_gpu_slots(g) > 1 ? lz_llama_gpu_slots(g) : 1;
+        printf("%-6s GPU: %d slots of %d tokens\n", lz_query_mode_name(mode), lz_llama_gpu_slots(g),
+               lz_llama_gpu_slot_tokens(g));
     }
 #endif
-    run_level(q, st, "warm-up", max_c, max_c, d, n < 2 * max_c ? n : 2 * max_c, max_tokens, NULL, 0, 1);
-    for (int i = 0; i < n_levels; i++) {
-        snprintf(lab, sizeof lab, "%s%s", label, gpu ? "batched" : "cpu");
-        run_level(q, st, lab, levels[i], levels[i], d, n, max_tokens, json_out, serial_tps, 0);
+    tg.max_running = batch;
+    const int warm = L->n_warm;
+    if (warm) {
+        tg.quiet = 1;
+        run_one(o, s, &tg, mode, NULL, -1, warm < batch ? warm : batch, L->warm, warm, 0, 0, NULL, NULL);
+        tg.quiet = 0;
+    }
+    double idle_p99 = 0;
+    if (o->n_idle) {
+        lz_bs_result r;
+        if (!run_one(o, s, &tg, mode, "idle", -1, 1, L->idle, o->n_idle, 0, 0, NULL, &r)) idle_p99 = r.ttft.p99;
+        else rc = -1;
+        ms->idle_p99 = idle_p99;
+    }
+    for (int i = 0; i < o->n_rates; i++) {
+        lz_bs_result r;
+        if (run_one(o, s, &tg, mode, "rate", i, 0, L->rate[i], rate_requests(o, o->rates[i]), idle_p99, 0, ms, &r)) {
+            rc = -1;
+            continue;
+        }
+        if (isfinite(o->rates[i]) && (!ms->top_rate[0] || o->rates[i] >= atof(ms->top_rate))) {
+            snprintf(ms->top_rate, sizeof ms->top_rate, "%s", o->rate_names[i]);
+            ms->top_rate_p99 = r.ttft.p99;
+        }
+    }
+    for (int i = 0; i < o->n_conc; i++) {
+        const int C = o->conc[i];
+        tg.max_running = C < batch || !o->gpu ? C : batch;
+        rc |= run_one(o, s, &tg, mode, "concurrency", -1, C, L->conc[i], o->n_req, 0, o->gpu ? *serial_tps : 0, ms, NULL);
     }
     lz_query_session_free(q);
 #ifdef LZ_CUDA
     lz_llama_gpu_free(g);
 #endif
+    return rc;
+}
+
+/* The in-process mode (see the file's header). */
+static int main_inproc(int argc, char **argv)
+{
+    inproc_opts o;
+    const int prc = parse(argc, argv, &o);
+    if (prc) return prc < 0 ? 0 : prc;
+    char err[1024];
+    lz_store *st = NULL;
+    lz_llama *m = NULL;
+    if (lz_store_open(o.store_dir, LZ_STORE_RDONLY, &st, err, sizeof err) ||
+        lz_llama_load(o.model_path, &m, err, sizeof err)) {
+        fprintf(stderr, "bench_serve: %s\n", err);
+        lz_store_close(st);
+        if (o.json) fclose(o.json);
+        return LZ_EXIT_RUNTIME;
+    }
+    o.so.tok = m->tok;
+    layout L;
+    lay_out(&o, &L);
+    o.so.n = L.total;
+    lz_bs_stream s;
+    int rc = 0;
+    if (lz_bs_stream_make(&o.so, &s, err, sizeof err)) {
+        fprintf(stderr, "bench_serve: %s\n", err);
+        rc = LZ_EXIT_RUNTIME;
+        goto out;
+    }
+    if (o.emit_questions && emit_questions(&s, o.emit_questions)) {
+        rc = LZ_EXIT_RUNTIME;
+        goto out;
+    }
+    int64_t own_full = 0; /* the longest prompt and answer: a full-mode slot's own tokens on the GPU */
+    for (int i = 0; i < o.n_modes; i++)
+        if (o.gpu && (o.modes[i] == LZ_MODE_FULL || o.modes[i] == LZ_MODE_PREFIX) && !own_full &&
+            (own_full = lz_bs_stream_max_own(&s, st, m->tok, o.max_tokens, err, sizeof err)) < 0) {
+            fprintf(stderr, "bench_serve: %s\n", err);
+            rc = LZ_EXIT_RUNTIME;
+            goto out;
+        }
+    char modes[96] = "";
+    for (int i = 0; i < o.n_modes; i++)
+        snprintf(modes + strlen(modes), sizeof modes - strlen(modes), "%s%s", i ? "," : "", lz_query_mode_name(o.modes[i]));
+    printf("in-process, %s: modes %s over one stream of %d requests (hash %016llx; %s): k %d by Zipf %.2f over %d "
+           "documents (stream %s), questions of %.1f tokens, %d output tokens (ignore_eos); %d requests a run",
+           o.gpu ? "GPU" : "CPU", modes, s.n, (unsigned long long)s.hash,
+           o.replay ? "every run replays its start" : "each run its own part, the warm-up first", o.so.K, o.so.alpha,
+           s.n_corpus, o.so.kind == LZ_BS_STREAM_WORKLOAD ? "workload" : "draw", s.mean_q_tokens, o.max_tokens,
+           o.n_req);
+    if (o.n_rates && o.rate_seconds > 0) printf(" (a finite rate: at most rate x %g s, at least 4)", o.rate_seconds);
+    printf("; idle: %d one at a time\n", o.n_idle);
+    header();
+    mode_summary ms[8];
+    memset(ms, 0, sizeof ms);
+    double serial_tps = 0;
+    for (int i = 0; i < o.n_modes; i++)
+        if (run_mode(&o, &L, m, st, &s, o.modes[i], i == 0, own_full, &serial_tps, &ms[i])) rc = LZ_EXIT_RUNTIME;
+    /* the comparison the issue asks for, read off the rows above */
+    if (ms[0].sat_tps > 0) {
+        printf("saturation (best output tokens/s of rate inf and the concurrency levels):");
+        for (int i = 0; i < o.n_modes; i++) {
+            printf(" %s %.1f (%s)", lz_query_mode_name(o.modes[i]), ms[i].sat_tps, ms[i].sat_run);
+            if (i && ms[i].sat_tps > 0)
+                printf(" [%s / %s %.2fx]", lz_query_mode_name(o.modes[0]), lz_query_mode_name(o.modes[i]),
+                       ms[0].sat_tps / ms[i].sat_tps);
+            printf("%s", i + 1 < o.n_modes ? "," : "");
+        }
+        if (serial_tps > 0) printf("; %s / serial %.2fx", lz_query_mode_name(o.modes[0]), ms[0].sat_tps / serial_tps);
+        printf("\n");
+    }
+    if (ms[0].top_rate[0] && ms[0].idle_p99 > 0) {
+        printf("p99 TTFT at the highest finite rate over the idle p99:");
+        for (int i = 0; i < o.n_modes; i++)
+            printf(" %s %.2fx (rate %s: %.1f ms, idle %.1f ms)%s", lz_query_mode_name(o.modes[i]),
+                   ms[i].idle_p99 > 0 ? ms[i].top_rate_p99 / ms[i].idle_p99 : 0, ms[i].top_rate,
+                   1e3 * ms[i].top_rate_p99, 1e3 * ms[i].idle_p99, i + 1 < o.n_modes ? "," : "");
+        printf("\n");
+    }
+out:
+    lz_bs_stream_free(&s);
     lz_llama_free(m);
     lz_store_close(st);
-    for (int i = 0; i < n; i++) free(d[i].question);
-    free(d);
-    free(cdf);
-    for (int i = 0; i < N; i++) { free(ids[i]); free(titles[i]); }
-    free(ids);
-    free(titles);
-    if (json_out) fclose(json_out);
-    return 0;
+    if (o.json) fclose(o.json);
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
+    lz_cli_init("bench_serve");
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--store")) return main_inproc(argc, argv);
-    const char *corpus = "datasets/demo/corpus.jsonl", *rates_arg = "1,2,4,inf", *label = "";
-    int n_req = 64, K = 3, max_tokens = 32;
-    FILE *json_out = NULL;
-    double alpha = 1.0;
-    uint64_t seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
-        if (!strcmp(a, "--port")) port = atoi(v), i++;
-        else if (!strcmp(a, "--corpus")) corpus = v, i++;
-        else if (!strcmp(a, "--rates")) rates_arg = v, i++;
-        else if (!strcmp(a, "--requests")) n_req = atoi(v), i++;
-        else if (!strcmp(a, "--k")) K = atoi(v), i++;
-        else if (!strcmp(a, "--alpha")) alpha = atof(v), i++;
-        else if (!strcmp(a, "--max-tokens")) max_tokens = atoi(v), i++;
-        else if (!strcmp(a, "--seed")) seed = (uint64_t)atoll(v), i++;
-        else if (!strcmp(a, "--label")) label = v, i++;
-        else if (!strcmp(a, "--json")) {
-            if (!(json_out = fopen(v, "a"))) { fprintf(stderr, "bench_serve: cannot write %s\n", v); return 1; }
-            i++;
-        }
-        else {
-            fprintf(stderr, "usage: bench_serve --port P [--corpus FILE.jsonl] [--rates 1,2,4,inf] [--requests N] "
-                    "[--k K] [--alpha A] [--max-tokens M] [--seed S] [--label L] [--json FILE]\n");
-            return 2;
-        }
-    }
-    /* the documents: ids and titles of the corpus */
-    char **ids = NULL, **titles = NULL;
-    const int N = read_corpus(corpus, &ids, &titles);
-    if (N < 0) return 1;
-    if (N < K) { fprintf(stderr, "bench_serve: %d documents, fewer than k %d\n", N, K); return 1; }
-    double *cdf = malloc((size_t)N * sizeof *cdf);
-    const double z = lz_eval_zipf_cdf(cdf, N, alpha);
-    printf("%-8s %6s %8s %9s %8s %8s %8s %8s %8s %8s %8s %8s\n", "rate", "done", "req/s", "out tok/s", "ttft ms",
-               "p50", "p99", "tpot ms", "p50", "p99", "itl p50", "itl p99");
-    for (const char *rp = rates_arg; *rp;) {
-        const size_t rl = strcspn(rp, ",");
-        char rs[32];
-        snprintf(rs, sizeof rs, "%.*s", (int)rl, rp);
-        rp += rl + (rp[rl] == ',');
-        const double rate = !strcmp(rs, "inf") ? INFINITY : atof(rs);
-        lz_eval_rng rng = {seed};
-        request *rq = calloc((size_t)n_req, sizeof *rq);
-        pthread_t *th = calloc((size_t)n_req, sizeof *th);
-        int *pick = malloc((size_t)K * sizeof *pick);
-        for (int i = 0; i < n_req; i++) { /* the same stream at every rate */
-            lz_eval_zipf_draw(pick, K, cdf, N, z, NULL, u01, &rng);
-            char docs[4096] = "";
-            for (int k = 0; k < K; k++)
-                snprintf(docs + strlen(docs), sizeof docs - strlen(docs), "%s\"%s\"", k ? ", " : "", ids[pick[k]]);
-            json_t *o = json_pack("{s:s, s:i, s:b, s:b, s:{s:b}}", "prompt", "", "max_tokens", max_tokens, "stream", 1,
-                                  "ignore_eos", 1, "stream_options", "include_usage", 1);
-            char q[600];
-            snprintf(q, sizeof q, "What is known about %s?", titles[pick[K - 1]]);
-            json_object_set_new(o, "prompt", json_string(q));
-            json_t *d = json_array();
-            for (int k = 0; k < K; k++) json_array_append_new(d, json_string(ids[pick[k]]));
-            json_object_set_new(o, "documents", d);
-            rq[i].body = json_dumps(o, JSON_COMPACT);
-            json_decref(o);
-        }
-        const double t0 = now_s();
-        double at = 0;
-        for (int i = 0; i < n_req; i++) {
-            if (isfinite(rate)) { /* Poisson arrivals: exponential gaps */
-                at += -log(1.0 - lz_eval_rng_u01(&rng)) / rate;
-                const double wait = t0 + at - now_s();
-                if (wait > 0) usleep((useconds_t)(wait * 1e6));
-            }
-            pthread_create(&th[i], NULL, run_request, &rq[i]);
-        }
-        for (int i = 0; i < n_req; i++) pthread_join(th[i], NULL);
-        double t_last = t0;
-        int done = 0;
-        long tokens = 0, n_itl = 0;
-        for (int i = 0; i < n_req; i++) {
-            if (rq[i].t_end > t_last) t_last = rq[i].t_end;
-            done += rq[i].ok;
-            tokens += rq[i].tokens;
-            n_itl += rq[i].n_itl;
-        }
-        double *ttft = malloc((size_t)n_req * sizeof *ttft), *tpot = malloc((size_t)n_req * sizeof *tpot);
-        double *itl = malloc((size_t)(n_itl ? n_itl : 1) * sizeof *itl);
-        int nt = 0, np = 0, ni = 0;
-        for (int i = 0; i < n_req; i++) {
-            if (!rq[i].ok) continue;
-            ttft[nt++] = rq[i].t_first - rq[i].t_send;
-            if (rq[i].tokens > 1) tpot[np++] = (rq[i].t_end - rq[i].t_first) / (rq[i].tokens - 1);
-            for (int j = 0; j < rq[i].n_itl; j++) itl[ni++] = rq[i].itl[j];
-        }
-        double T[3], P[3], I[3];
-        stats3(ttft, nt, T);
-        stats3(tpot, np, P);
-        stats3(itl, ni, I);
-        const double wall = t_last - t0;
-        if (json_out)
-            fprintf(json_out, "{\"label\": \"%s\", \"rate\": \"%s\", \"requests\": %d, \"done\": %d, \"wall_s\": %.3f, \"req_s\": %.3f, "
-                   "\"out_tok_s\": %.1f, \"ttft_s\": [%.4f, %.4f, %.4f], \"tpot_s\": [%.5f, %.5f, %.5f], "
-                   "\"itl_s\": [%.5f, %.5f, %.5f], \"k\": %d, \"alpha\": %g, \"max_tokens\": %d}\n", label, rs, n_req,
-                   done, wall, done / wall, tokens / wall, T[0], T[1], T[2], P[0], P[1], P[2], I[0], I[1], I[2], K, alpha,
-                   max_tokens);
-        printf("%-8s %6d %8.2f %9.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %8.2f %8.2f\n", rs, done, done / wall,
-                   tokens / wall, 1e3 * T[0], 1e3 * T[1], 1e3 * T[2], 1e3 * P[0], 1e3 * P[1], 1e3 * P[2], 1e3 * I[1],
-                   1e3 * I[2]);
-        fflush(stdout);
-        for (int i = 0; i < n_req; i++) { free(rq[i].body); free(rq[i].itl); }
-        free(rq);
-        free(th);
-        free(pick);
-        free(ttft);
-        free(tpot);
-        free(itl);
-    }
-    if (json_out) fclose(json_out);
-    for (int i = 0; i < N; i++) { free(ids[i]); free(titles[i]); }
-    free(ids);
-    free(titles);
-    free(cdf);
-    return 0;
+        if (!strcmp(argv[i], "--store") || !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return main_inproc(argc, argv);
+    return lz_bs_http_main(argc, argv);
 }

@@ -8,6 +8,8 @@
 # the mean decode batch, output tokens/s against serial. Then (HTTP=1, the default) lazyserve
 # --gpu itself over HTTP, every request at once (bench_serve --port --rates inf), its
 # libmicrohttpd from build/cuda/lib. Random weights: the answers are noise, the timings real.
+# The paper's setup, lazy against block and full over one stream, Poisson arrivals and the idle
+# TTFT: bench/gpu_serve_paper.sh.
 # Usage (repo root, GPU machine): sh bench/gpu_serve.sh OUTDIR
 #   with build/cuda/{lazy-mkmodel,lazyingest,bench_serve,lazyserve,lib/} ('make cuda'), or the
 #   same binaries gzipped as ${G:-build/gpuenc}/NAME.gz (bench/gpu_common.sh; lazyserve and lib/

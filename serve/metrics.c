@@ -88,6 +88,9 @@ char *lz_serve_metrics_text(const lz_serve_stats *st, const lz_serve_http_counts
     put(&b, "lazy_running_requests %d\n", st->running);
     head(&b, "lazy_running_requests_peak", "gauge", "The most requests that ran at once.");
     put(&b, "lazy_running_requests_peak %d\n", st->peak_running);
+    head(&b, "lazy_memory_retries_total", "counter", "Begins that found no memory after admission and went back to "
+         "the queue's head until a running request ended.");
+    put(&b, "lazy_memory_retries_total %lld\n", (long long)st->mem_retries);
     head(&b, "lazy_reserved_bytes", "gauge", "Memory the running requests hold (their KV and documents).");
     put(&b, "lazy_reserved_bytes %lld\n", (long long)st->reserved_bytes);
     head(&b, "lazy_memory_budget_bytes", "gauge", "The budget admission keeps the running requests under.");

@@ -3,8 +3,10 @@
  * thread drops it while it runs the model or reads the store, which only it
  * touches. Each loop: cancelled requests leave, new ones are resolved, queued
  * ones are admitted by memory and prefilled together, then every running
- * request takes one decode step in one batched pass. What it leaves out:
- * HTTP and JSON (serve/http.c, serve/openai.c). */
+ * request takes one decode step in one batched pass; a begin that fails for
+ * memory while others run goes back to the queue's head until one of them
+ * ends (sched.h). What it leaves out: HTTP and JSON (serve/http.c,
+ * serve/openai.c). */
 #include "serve/sched.h"
 
 #include <errno.h>
@@ -40,6 +42,8 @@ struct lz_serve_ticket {
     char why[512];
     lz_query_run *run;
     int64_t reserved;        /* its memory estimate, counted while it runs */
+    int mem_wait;            /* its begin failed for memory: it waits at the queue's head ... */
+    int64_t mem_mark;        /* ... until the scheduler's n_left passes this */
     size_t emitted;          /* bytes of the answer streamed */
     double t_submit, t_admit, t_first, t_last;
     /* what the client reads */
@@ -65,6 +69,7 @@ struct lz_serve_sched {
     int n_pending, n_waiting;
     lz_serve_ticket **running; /* (max_running) */
     int n_running;
+    int64_t n_left;           /* running requests that have left (ended, failed, cancelled) */
     int64_t reserved;
     int threads;              /* the creating thread's OpenMP threads: the engine's too */
     lz_serve_stats st;
@@ -398,6 +403,7 @@ static void leave(lz_serve_sched *s, int i, int state, int status, const char *e
     t->timing = tm;
     s->reserved -= t->reserved;
     s->running[i] = s->running[--s->n_running];
+    s->n_left++;
     if (state == LZ_SERVE_DONE) {
         s->st.prompt_tokens += tm.n_prompt;
         s->st.completion_tokens += tm.n_completion;
@@ -452,8 +458,34 @@ static void resolve_pending(lz_serve_sched *s)
     }
 }
 
+/* 1 when a begin's message says it found no memory: the backend's device memory ("GPU: no
+ * device memory for ...") or an allocation ("out of memory", CUDA's too). */
+static int memory_error(const char *err)
+{
+    return strstr(err, "no device memory") || strstr(err, "out of memory");
+}
+
+/* Puts fresh[0..n) (admitted, not begun) back at the head of the queue in their order, their
+ * memory no longer reserved; the first waits there until a running request ends (under the
+ * lock). */
+static void requeue(lz_serve_sched *s, lz_serve_ticket **fresh, int n)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        lz_serve_ticket *t = fresh[i];
+        t->next = s->waiting;
+        s->waiting = t;
+        if (!s->waiting_tail) s->waiting_tail = t;
+        s->n_waiting++;
+        s->reserved -= t->reserved;
+        t->mem_wait = i == 0;
+        t->mem_mark = s->n_left;
+    }
+}
+
 /* Begins and prefills the admitted tickets fresh[0..n) (engine thread, no lock): on a backend
- * of one sequence each one's begin and prefill together, else every begin, then one prefill. */
+ * of one sequence each one's begin and prefill together, else every begin, then one prefill.
+ * A begin that fails for memory while others run sends it and those after it back to the
+ * queue's head (sched.h); with nothing else running it fails. */
 static void admit(lz_serve_sched *s, lz_serve_ticket **fresh, int n)
 {
     const int be = lz_query_run_parallel(s->q) == 1;
@@ -467,9 +499,24 @@ static void admit(lz_serve_sched *s, lz_serve_ticket **fresh, int n)
         int rc = be ? lz_query_run_start(s->q, t->question, t->docs, t->n_docs, &t->ro, &t->run, err, sizeof err)
                     : lz_query_run_begin(s->q, t->question, t->docs, t->n_docs, &t->ro, &t->run, err, sizeof err);
         pthread_mutex_lock(&s->mu);
+        if (rc && memory_error(err)) {
+            if (s->n_running > 0) { /* others hold the memory: again once one of them has ended */
+                t->run = NULL;
+                requeue(s, fresh + i, n - i);
+                s->st.mem_retries++;
+                pthread_mutex_unlock(&s->mu);
+                break;
+            }
+            char why[sizeof err];
+            snprintf(why, sizeof why, "not enough memory for this request even with no other request running: %.900s",
+                     err);
+            memcpy(err, why, sizeof err);
+        }
         s->running[s->n_running++] = t;
         if (s->n_running > s->st.peak_running) s->st.peak_running = s->n_running;
         t->state = LZ_SERVE_RUNNING;
+        t->mem_wait = 0;
+        lz_serve_hist_add(&s->st.queue, t->t_admit - t->t_submit);
         pthread_cond_broadcast(&t->cond);
         pthread_mutex_unlock(&s->mu);
         if (rc) { t->run = NULL; leave(s, s->n_running - 1, LZ_SERVE_FAILED, 500, err); continue; }
@@ -594,6 +641,7 @@ static void *engine(void *arg)
         int64_t reserved = s->reserved, doc_tokens = 0;
         while (fresh && s->waiting && s->n_running + n < room && n < s->o.max_prefill) {
             lz_serve_ticket *t = s->waiting;
+            if (t->mem_wait && t->mem_mark == s->n_left) break; /* its begin found no memory: until one ends */
             if (reserved + t->reserved > (int64_t)s->o.mem_budget && s->n_running + n > 0) break;
             if (par > 1 && qb->fits) { /* the documents it will pin on the device (as if none were resident) */
                 int64_t dt = 0;
@@ -606,7 +654,6 @@ static void *engine(void *arg)
             t->next = NULL;
             s->n_waiting--;
             reserved += t->reserved;
-            lz_serve_hist_add(&s->st.queue, lz_now_s() - t->t_submit);
             fresh[n++] = t;
         }
         s->reserved = reserved;

@@ -23,6 +23,17 @@
  * is at most the sequences it holds (lz_query_run_parallel: one, or its
  * slots), and a request is admitted only when the backend says the documents
  * it will pin fit its memory now (lz_query_backend.fits).
+ *
+ * A begin that still fails for memory after that check (the backend's message
+ * says "no device memory" or "out of memory": the documents resident when fits
+ * answered were evicted, fragmented, or pinned by requests begun in the same
+ * step) does not fail the request while others run: it goes back to the head
+ * of the queue (the requests admitted with it behind it, in order) and waits
+ * there, holding admission back, until a running request ends; then it is
+ * begun again. Each retry needs one more request to have ended, and none is
+ * admitted past the head meanwhile, so it is retried at most as many times as
+ * requests ran when it first failed. One that fails for memory with nothing
+ * else running fails (500) with a message saying so.
  */
 #ifndef LZ_SERVE_SCHED_H
 #define LZ_SERVE_SCHED_H
@@ -141,6 +152,7 @@ typedef struct {
     int64_t prefills, prefill_rows;
     int queued, running;        /* now (queued: pending and queued) */
     int peak_running;           /* the most that ran at once */
+    int64_t mem_retries;        /* begins that failed for memory and went back to the queue's head */
     int64_t reserved_bytes;     /* memory the running requests hold (their estimates) */
     int64_t mem_budget;
     lz_serve_hist ttft, tpot, queue;

@@ -11,7 +11,10 @@
  * (cancelled and failed requests too); the backend's fits holds admission
  * back (one runs at a time when nothing more fits) without failing anyone; a
  * request past seq_tokens fails with its message; the slots' bookkeeping
- * across a fake backend failing a decode pass. */
+ * across a fake backend failing a decode pass; a begin that fails for memory
+ * once fits said yes goes back to the queue's head while another request
+ * runs and is begun again when that one ends (no request overtakes it), and
+ * fails with a clear message when nothing else runs. */
 #include <time.h>
 
 #include "query/answer_run.h"
@@ -46,6 +49,10 @@ typedef struct {
     int prefill_calls, prefill_multi, decode_calls, decode_multi, decode_rows, single_calls;
     int64_t fits_cap, live_tokens; /* documents' tokens the live sequences may pin (0: any), and pin */
     int fail_at;                   /* the decode_many call of that number fails (0: none) */
+    int begin_calls;               /* begin_in calls, failed ones too */
+    int fail_begin, fail_from;     /* the begin_in call of that number fails for memory, or every one from it (0: none) */
+    int64_t begun_tokens[64];      /* the documents' tokens of each begin that succeeded, in order */
+    int n_begun;
 } slots_backend;
 
 static int sb_idle(void *ctx)
@@ -68,6 +75,12 @@ static int sb_begin_in(void *ctx, int slot, int block, const lz_kv_segment *segs
     }
     for (int i = 0; i < n_segs; i++)
         if (!segs[i].k && !segs[i].k16) f->bad++; /* no resident hook: every segment comes with its data */
+    const int call = ++f->begin_calls;
+    if (call == f->fail_begin || (f->fail_from && call >= f->fail_from)) { /* the GPU engine's message */
+        snprintf(err, errlen, "GPU: no device memory for 12.6 MB more of document KV (the pool holds 80.0 MB): out "
+                 "of memory");
+        return -1;
+    }
     memcpy(f->slot[slot].segs, segs, (size_t)n_segs * sizeof *segs);
     f->slot[slot].n_segs = n_segs;
     f->slot[slot].doc_tokens = 0;
@@ -76,6 +89,7 @@ static int sb_begin_in(void *ctx, int slot, int block, const lz_kv_segment *segs
     lz_kv_cache_reset(&f->slot[slot].cache, pos0);
     f->slot[slot].live = 1;
     f->begins++;
+    if (f->n_begun < 64) f->begun_tokens[f->n_begun++] = f->slot[slot].doc_tokens;
     if (++f->live > f->peak_live) f->peak_live = f->live;
     return 0;
 }
@@ -391,11 +405,137 @@ static void test_admission_and_release(void)
     sb_free(&fs);
 }
 
+/* The documents' tokens of question i (as a begin's segments count them). */
+static int64_t doc_tokens_of(int i)
+{
+    lz_query_doc *docs;
+    int n;
+    char err[512];
+    if (lz_retrieve_resolve_ids(store, (const char *const *)ctx_ids[i], n_ctx[i], &docs, &n, err, sizeof err)) return -1;
+    int64_t t = 0;
+    for (int k = 0; k < n; k++) t += docs[k].n_tokens;
+    free(docs);
+    return t;
+}
+
+/* Waits until the fake holds `live` sequences (at most 2 s). */
+static void wait_live(slots_backend *f, int live)
+{
+    for (int i = 0; i < 1000 && f->live != live; i++) sleep_ms(2);
+}
+
+/* A begin that fails for memory after admission (fits said yes): while another request runs it
+ * goes back to the queue's head, the request admitted after it stays behind it, and both are
+ * begun once the running one has ended, answering what they answer alone; with nothing else
+ * running the request fails with a message saying so, and so does one whose begin fails again
+ * when alone (retried once, not in a loop). */
+static void test_memory_retry(void)
+{
+    slots_backend f1, fs;
+    if (sb_init(&f1, 1024) || sb_init(&fs, 1024)) { CHECK(0, "backends"); return; }
+    const lz_query_backend b1 = sb_backend(&f1, 0), bs = sb_backend(&fs, 1);
+    lz_query_session *q1 = lz_test_open_session(model, store, 48, &b1), *q = lz_test_open_session(model, store, 48, &bs);
+    if (!q1 || !q) return;
+    const int A = 0, B = 1, D = 2;
+    const int64_t tb = doc_tokens_of(B), td = doc_tokens_of(D);
+    CHECK(tb > 0 && td > 0 && tb != td, "questions %d and %d place different documents (%lld, %lld tokens)", B, D,
+          (long long)tb, (long long)td);
+    char *want_b = serial_answer(q1, B, 6), *want_d = serial_answer(q1, D, 6);
+    lz_serve_sched_opts so;
+    lz_serve_sched_opts_default(&so);
+    lz_serve_sched *s;
+    char err[512];
+    if (lz_serve_sched_new(q, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); return; }
+    /* A runs; B's first begin (the second call) finds no memory; D arrives with B */
+    fs.fail_begin = 2;
+    lz_serve_req ra = greedy_req(A, 40), rb = greedy_req(B, 6), rd = greedy_req(D, 6);
+    ra.ignore_eos = 1;
+    lz_serve_ticket *ta, *tb_, *td_;
+    CHECK(lz_serve_submit(s, &ra, &ta, err, sizeof err) == LZ_SERVE_OK, "submit A: %s", err);
+    wait_live(&fs, 1);
+    CHECK(lz_serve_submit(s, &rb, &tb_, err, sizeof err) == LZ_SERVE_OK, "submit B: %s", err);
+    CHECK(lz_serve_submit(s, &rd, &td_, err, sizeof err) == LZ_SERVE_OK, "submit D: %s", err);
+    lz_serve_update ub, ud, ua;
+    char *got_b = lz_test_drain(tb_, &ub), *got_d = lz_test_drain(td_, &ud);
+    free(lz_test_drain(ta, &ua));
+    CHECK(ua.state == LZ_SERVE_DONE && ua.timing.n_completion == 40, "A answered whole (state %d, %d tokens: %s)",
+          ua.state, ua.timing.n_completion, ua.error);
+    CHECK(ub.state == LZ_SERVE_DONE && !strcmp(got_b, want_b), "B retried and answered: state %d (%s) '%s' vs alone "
+          "'%s'", ub.state, ub.error, got_b, want_b);
+    CHECK(ud.state == LZ_SERVE_DONE && !strcmp(got_d, want_d), "D answered: state %d (%s) '%s' vs alone '%s'", ud.state,
+          ud.error, got_d, want_d);
+    lz_serve_stats st;
+    settle(s, &st);
+    CHECK(st.mem_retries == 1 && fs.begin_calls == 4, "one retry: %lld retries, %d begin calls (A, B failed, B, D)",
+          (long long)st.mem_retries, fs.begin_calls);
+    CHECK(fs.n_begun == 3 && fs.begun_tokens[1] == tb && fs.begun_tokens[2] == td,
+          "B begun before D (its place at the head kept): %d begun, tokens %lld then %lld (B %lld, D %lld)",
+          fs.n_begun, (long long)fs.begun_tokens[1], (long long)fs.begun_tokens[2], (long long)tb, (long long)td);
+    CHECK(ub.timing.queue_s > 0 && ub.timing.ttft_s >= ub.timing.queue_s, "B's timings: queued %.4f s (the wait "
+          "counted), first token at %.4f s", ub.timing.queue_s, ub.timing.ttft_s);
+    lz_serve_release(ta);
+    lz_serve_release(tb_);
+    lz_serve_release(td_);
+    free(got_b);
+    free(got_d);
+    /* nothing else running: the request fails at once, saying why */
+    fs.fail_begin = fs.begin_calls + 1;
+    lz_serve_ticket *tc;
+    CHECK(lz_serve_submit(s, &rb, &tc, err, sizeof err) == LZ_SERVE_OK, "submit C: %s", err);
+    lz_serve_update uc;
+    free(lz_test_drain(tc, &uc));
+    CHECK(uc.state == LZ_SERVE_FAILED && uc.status == 500 && strstr(uc.error, "no other request running") &&
+          strstr(uc.error, "no device memory"), "alone: state %d, status %d (%s)", uc.state, uc.status, uc.error);
+    lz_serve_release(tc);
+    settle(s, &st);
+    CHECK(st.mem_retries == 1, "no retry with nothing running (%lld)", (long long)st.mem_retries);
+    /* a begin failing every time: retried once after the running one ends, then failed alone */
+    lz_serve_ticket *ta2, *tb2;
+    CHECK(lz_serve_submit(s, &ra, &ta2, err, sizeof err) == LZ_SERVE_OK, "submit A2: %s", err);
+    wait_live(&fs, 1);
+    fs.fail_from = fs.begin_calls + 1;
+    const int calls0 = fs.begin_calls;
+    CHECK(lz_serve_submit(s, &rb, &tb2, err, sizeof err) == LZ_SERVE_OK, "submit B2: %s", err);
+    lz_serve_update ub2, ua2;
+    free(lz_test_drain(tb2, &ub2));
+    free(lz_test_drain(ta2, &ua2));
+    settle(s, &st);
+    CHECK(ua2.state == LZ_SERVE_DONE, "A2 answered (%s)", ua2.error);
+    CHECK(ub2.state == LZ_SERVE_FAILED && strstr(ub2.error, "no other request running") && fs.begin_calls == calls0 + 2 &&
+          st.mem_retries == 2, "failing again alone: state %d (%s), %d begins tried, %lld retries", ub2.state, ub2.error,
+          fs.begin_calls - calls0, (long long)st.mem_retries);
+    lz_serve_release(ta2);
+    lz_serve_release(tb2);
+    fs.fail_from = 0;
+    /* and it serves on */
+    lz_serve_ticket *te;
+    CHECK(lz_serve_submit(s, &rd, &te, err, sizeof err) == LZ_SERVE_OK, "submit E: %s", err);
+    lz_serve_update ue;
+    char *got_e = lz_test_drain(te, &ue);
+    CHECK(ue.state == LZ_SERVE_DONE && !strcmp(got_e, want_d), "served after (%s)", ue.error);
+    free(got_e);
+    lz_serve_release(te);
+    settle(s, &st);
+    CHECK(fs.live == 0 && fs.begins == fs.releases && fs.bad == 0 && st.reserved_bytes == 0 && st.host.n_held == 0,
+          "nothing left held (%d live, %d begins, %d releases, %d bad, %lld bytes, %lld held)", fs.live, fs.begins,
+          fs.releases, fs.bad, (long long)st.reserved_bytes, (long long)st.host.n_held);
+    printf("slots: a begin out of memory after admission: retried at the queue's head once a running request ended "
+           "(%lld retries), failed with a message when alone\n", (long long)st.mem_retries);
+    lz_serve_sched_free(s);
+    free(want_b);
+    free(want_d);
+    lz_query_session_free(q1);
+    lz_query_session_free(q);
+    sb_free(&f1);
+    sb_free(&fs);
+}
+
 int main(void)
 {
     if (!lz_test_demo_setup(dir, NQ, questions, ctx_ids, n_ctx, &model, &store)) return lz_test_done();
     test_batched_equals_serial();
     test_admission_and_release();
+    test_memory_retry();
     lz_test_demo_teardown(dir, NQ, questions, ctx_ids, n_ctx, model, store);
     return lz_test_done();
 }
