@@ -19,6 +19,8 @@ static const char *issue_name(int kind)
     case LZ_STORE_ISSUE_MISMATCH: return "payload does not match the row";
     case LZ_STORE_ISSUE_BAD_ROW: return "unusable row";
     case LZ_STORE_ISSUE_KV_DAMAGED: return "damaged LMDB pages";
+    case LZ_STORE_ISSUE_MISPLACED: return "misplaced document";
+    case LZ_STORE_ISSUE_SHARD: return "incomplete set";
     default: return "?";
     }
 }
@@ -26,9 +28,13 @@ static const char *issue_name(int kind)
 int ingest_on_issue(const lz_store_issue *is, void *ctx)
 {
     issue_list *l = ctx;
-    if (!l->silent && (!l->g->o.quiet || !l->g->o.repair))
-        ingest_warnf(l->g, "check: document '%s' (row %lld): %s: %s", is->ext_id, (long long)is->doc_id,
-              issue_name(is->kind), is->message);
+    if (!l->silent && (!l->g->o.quiet || !l->g->o.repair)) {
+        if (is->kind == LZ_STORE_ISSUE_SHARD) /* a shard as a whole: no document to name */
+            ingest_warnf(l->g, "check: %s: %s: %s", is->ext_id, issue_name(is->kind), is->message);
+        else
+            ingest_warnf(l->g, "check: document '%s' (row %lld): %s: %s", is->ext_id, (long long)is->doc_id,
+                         issue_name(is->kind), is->message);
+    }
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 16;
         issue_copy *v = realloc(l->v, sizeof *v * (size_t)cap);
@@ -69,6 +75,7 @@ int ingest_repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
     for (int i = 0; i < l->n; i++) {
         issue_copy *c = &l->v[i];
         if (c->kind == LZ_STORE_ISSUE_KV_DAMAGED) continue; /* the database itself: lazyingest.c rebuilds it first */
+        if (c->kind == LZ_STORE_ISSUE_MISPLACED || c->kind == LZ_STORE_ISSUE_SHARD) continue; /* a set's: re-ingest (--prune) */
         if (c->doc_id == 0) { /* the prefix */
             lz_store_payload p;
             lz_store_prefix_key(g->m->fingerprint, g->prefix, g->n_prefix, p.key);
@@ -162,6 +169,10 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
         json_t *j = json_object();
         json_object_set_new(j, "status", json_string(status));
         json_object_set_new(j, "store", json_string(g->o.store));
+        if (g->n_shards) { /* one shard's run of a sharded store */
+            json_object_set_new(j, "shard", json_integer(g->shard));
+            json_object_set_new(j, "shards", json_integer(g->n_shards));
+        }
         if (did_ingest) {
             json_object_set_new(j, "corpus", json_string(g->o.corpus));
             if (g->corpus_format) json_object_set_new(j, "corpus_format", json_string(g->corpus_format));

@@ -7,6 +7,7 @@
  *   ingest/ingest_batch.c   a batch's documents encoded (or queued) and committed
  *   ingest/ingest_jobs.c    the queued documents encoded in parallel (the GPU's pass pipeline)
  *   ingest/ingest_report.c  --check / --repair, the run's summary
+ *   ingest/ingest_shards.c  a sharded store: its manifest, its shards' runs one by one, the set's check
  */
 #ifndef INGEST_RUN_H
 #define INGEST_RUN_H
@@ -37,6 +38,8 @@ typedef struct {
     const char *probe_text; /* --kv-probe-text: the question in the probe cue (NULL = "") */
     const char *learned;    /* --kv-learned: key-importance model file */
     const char *learn_out;  /* --kv-learn-out: fit one from this run's reconstruction scores */
+    int n_shards;           /* --shards N (or the N of --shard I/N); 0: not given */
+    int shard;              /* --shard I; -1: every shard */
 } options;
 
 /* ---- pass 1: ids, their last occurrence, duplicates ---- */
@@ -158,6 +161,7 @@ typedef struct {
     lz_pass_ref *pass_ref;      /* LAZY_INGEST_REF_PASSES: the passes on the CPU reference backend */
     long n_passes, n_pass_docs; /* multi-document passes run, and their documents */
     const char *corpus_format;  /* the reader the corpus got (lz_corpus_format_name), or NULL */
+    int shard, n_shards;        /* one shard's run: only the records of shard `shard` of n_shards (n_shards 0: all) */
     char err[8192];
 } ingest;
 
@@ -177,6 +181,18 @@ typedef struct {
     int n, cap;
     int silent; /* copy the issues without printing them */
 } issue_list;
+
+/* lazyingest.c */
+/* One store's run: g->o.store (a plain store or a shard folder); the exit status. */
+int ingest_run_store(ingest *g, lz_corpus *cp, int argc, char **argv, int need_model, int do_check);
+/* Frees what a store's run opened, keeping the model, the codec and the options for the next. */
+void ingest_store_reset(ingest *g);
+
+/* ingest_shards.c */
+/* A sharded store g->o.store: its manifest created or read, the chosen shards' runs one after
+ * the other (ingest_run_store on each shard folder), then the set's check when --check was given
+ * without --shard. Returns the worst exit status. */
+int ingest_shards_run(ingest *g, lz_corpus *cp, int argc, char **argv, int need_model);
 
 /* ingest_record.c */
 /* The slot of id (inserted with ordinal -1 when absent and insert), NULL when absent or out of memory. */

@@ -31,6 +31,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: lazyingest [options] corpus.jsonl | corpus.json | corpus.csv | -\n"
             "       lazyingest --check | --repair | --gc [options]\n"
+            "       lazyingest --shards N | --shard I/N [options] corpus   (a sharded store)\n"
             "Encodes every document of a corpus once and stores its KV for lazyquery.\n"
             "Input: JSONL, one {\"id\": string|int, \"text\": ..., \"title\": ...} per line; a JSON\n"
             "array of such objects (input starting with '['); or CSV with a header naming id, text\n"
@@ -100,6 +101,15 @@ static void usage(FILE *f)
             "      --repair           re-encode or remove what --check finds broken, in one pass (damaged\n"
             "                         LMDB pages: the database is rebuilt from its intact pages first)\n"
             "      --gc               remove payloads no document references (runs also do this)\n"
+            "      --shards N         a sharded store of N shards (documents by a hash of their record id,\n"
+            "                         each shard its own LMDB, SQLite and writer: --store is the set's\n"
+            "                         folder); all N shards are ingested one after the other. A store\n"
+            "                         that is sharded already is ingested (checked, ...) shard by shard\n"
+            "                         without it; lazyquery and lazyserve open it as one store\n"
+            "      --shard I/N        only shard I of N (0 <= I < N): one task of a job array (each task\n"
+            "                         its shard, at once; tools/slurm/submit.sh); resumable as any run.\n"
+            "                         --check without --shard checks the whole set: each shard, every\n"
+            "                         document in one shard (its own), every shard's last run finished\n"
             "      --serial           encode one document at a time whatever the model (the same bytes)\n"
             "      --sync-commit      write a batch's payloads before the next batch is encoded (by\n"
             "                         default they are written on a thread meanwhile, rows after them)\n"
@@ -112,6 +122,8 @@ static void usage(FILE *f)
 #ifdef LZ_INGEST_TEST_HOOKS
             "      --test-fail-pass K (test build only) pass K of LAZY_INGEST_REF_PASSES fails, as a\n"
             "                         device error would\n"
+            "      --test-pause-ms MS (test build only) sleep MS after each batch is flushed: a run slow\n"
+            "                         enough to be killed mid-way\n"
 #endif
             LZ_CLI_COMMON_HELP
             "\n" LZ_ENV_HELP
@@ -135,7 +147,8 @@ static struct {
     long test_fail_pass; /* test builds (LZ_INGEST_TEST_HOOKS): --test-fail-pass K; -1: none */
     int busy;            /* the store is held by another writer: exit LZ_EXIT_BUSY */
     const char *id_field; /* --id-field: the records' id field (NULL: "id") */
-} run_opts = { 0, 0, -1, 0, NULL };
+    long test_pause_ms;  /* test builds: --test-pause-ms MS after each batch's flush (a slow run to kill) */
+} run_opts = { 0, 0, -1, 0, NULL, 0 };
 
 /* exit status when --check found problems (base/cli.h has the shared ones; 3 is LZ_EXIT_BUSY) */
 enum { INGEST_EXIT_CHECK = 4 };
@@ -319,6 +332,9 @@ static int write_scorer(ingest *g)
     return rc;
 }
 
+/* Whether record id is this run's: every record, or under --shard those of its shard. */
+static int mine(const ingest *g, const char *id) { return !g->n_shards || lz_shards_of(id, g->n_shards) == g->shard; }
+
 static int run_corpus(ingest *g, lz_corpus *cp)
 {
     char err[2048];
@@ -333,14 +349,17 @@ static int run_corpus(ingest *g, lz_corpus *cp)
             ingest_id_map_free(&seen);
             return EXIT_ERR;
         }
-        if (r.warning) ingest_warnf(g, "%s", r.warning); /* pass 1 only: once per run */
+        if (r.warning && mine(g, r.id)) ingest_warnf(g, "%s", r.warning); /* pass 1 only: once per run */
+        /* every id, also other shards' (a passage id must not collide with any record's id) */
         id_slot *s = ingest_id_map_get(&seen, r.id, 1);
         if (!s) {
             ingest_warnf(g, "lazyingest: out of memory");
             ingest_id_map_free(&seen);
             return EXIT_ERR;
         }
-        if (s->ordinal >= 0) {
+        if (!mine(g, r.id)) {
+            /* another shard's record: counted and warned about by its run */
+        } else if (s->ordinal >= 0) {
             ingest_warnf(g, "%s:%ld: warning: id '%s' appears again at line %ld; the last one wins", lz_corpus_name(cp),
                   s->line, r.id, r.line);
             g->n_dupes++;
@@ -360,6 +379,11 @@ static int run_corpus(ingest *g, lz_corpus *cp)
     long n_anonymous = 0; /* bad records whose id could not be read */
     while (!fatal && (rc = lz_corpus_next(cp, &r, err, sizeof err)) != LZ_CORPUS_EOF) {
         if (rc == LZ_CORPUS_BAD) {
+            if (r.id && !mine(g, r.id)) continue; /* another shard's: reported there */
+            if (!r.id && g->n_shards && g->shard != 0) { /* no id, no shard: reported by shard 0, kept from --prune by all */
+                n_anonymous++;
+                continue;
+            }
             ingest_warnf(g, "%s", err);
             g->c.n_skipped++;
             if (!r.id) n_anonymous++;
@@ -377,6 +401,7 @@ static int run_corpus(ingest *g, lz_corpus *cp)
         }
         id_slot *s = ingest_id_map_get(&seen, r.id, 0);
         if (s && s->ordinal != r.ordinal) continue; /* a later record with this id wins */
+        if (!mine(g, r.id)) continue;                 /* --shard: another shard's record */
         char where[1100];
         if (r.index >= 0) /* a JSON array's record: its index too */
             snprintf(where, sizeof where, "%.1000s:%ld: record [%ld]", lz_corpus_name(cp), r.line, r.index);
@@ -403,6 +428,7 @@ static int run_corpus(ingest *g, lz_corpus *cp)
                 ingest_warnf(g, "lazyingest: %s", g->err);
                 fatal = 1;
             }
+            if (run_opts.test_pause_ms > 0) usleep((useconds_t)run_opts.test_pause_ms * 1000); /* tests only */
         }
         ingest_progress(g, 0);
     }
@@ -454,7 +480,8 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
     enum {
         O_JSON = 256, O_BATCH, O_MAX_DOC, O_LEVEL, O_DTYPE, O_POLICY, O_BUDGET, O_WINDOW, O_KERNEL, O_ALPHA, O_AGG,
         O_PROBE, O_PROBE_TEXT, O_RECON, O_SELF, O_VNORM, O_VPOWER, O_LEARNED, O_LEARN_OUT, O_SCOPE, O_FORMAT,
-        O_PRUNE, O_STRICT, O_CHECK, O_REPAIR, O_GC, O_GPU, O_SERIAL, O_SYNC, O_FAIL_PASS, O_ID_FIELD
+        O_PRUNE, O_STRICT, O_CHECK, O_REPAIR, O_GC, O_GPU, O_SERIAL, O_SYNC, O_FAIL_PASS, O_ID_FIELD, O_SHARDS,
+        O_SHARD, O_PAUSE
     };
     static const struct option longopts[] = {
         LZ_CLI_OPT_HELP, LZ_CLI_OPT_MODEL, LZ_CLI_OPT_STORE, LZ_CLI_OPT_THREADS, LZ_CLI_OPT_QUIET,
@@ -470,9 +497,10 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
         LZ_OPT_ARG("kv-scope", O_SCOPE), LZ_OPT_ARG("format", O_FORMAT), LZ_OPT_FLAG("prune", O_PRUNE),
         LZ_OPT_FLAG("strict", O_STRICT), LZ_OPT_FLAG("check", O_CHECK), LZ_OPT_FLAG("repair", O_REPAIR),
         LZ_OPT_FLAG("gc", O_GC), LZ_OPT_FLAG("gpu", O_GPU), LZ_OPT_FLAG("serial", O_SERIAL),
-        LZ_OPT_FLAG("sync-commit", O_SYNC), LZ_OPT_ARG("id-field", O_ID_FIELD),
+        LZ_OPT_FLAG("sync-commit", O_SYNC), LZ_OPT_ARG("id-field", O_ID_FIELD), LZ_OPT_ARG("shards", O_SHARDS),
+        LZ_OPT_ARG("shard", O_SHARD),
 #ifdef LZ_INGEST_TEST_HOOKS
-        LZ_OPT_ARG("test-fail-pass", O_FAIL_PASS),
+        LZ_OPT_ARG("test-fail-pass", O_FAIL_PASS), LZ_OPT_ARG("test-pause-ms", O_PAUSE),
 #endif
         { NULL, 0, NULL, 0 }
     };
@@ -562,6 +590,20 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
                                   optarg);
             run_opts.id_field = optarg;
             break;
+        case O_SHARDS:
+            if (lz_cli_int("--shards", optarg, 1, LZ_SHARDS_MAX, &k)) rc = LZ_EXIT_USAGE;
+            else if (o->n_shards && o->n_shards != k) rc = lz_cli_usage("--shards %d and --shard .../%d disagree", k, o->n_shards);
+            else o->n_shards = k;
+            break;
+        case O_SHARD: {
+            int i, n, used = 0;
+            if (sscanf(optarg, "%d/%d%n", &i, &n, &used) != 2 || optarg[used] || n < 1 || n > LZ_SHARDS_MAX || i < 0 ||
+                i >= n)
+                rc = lz_cli_usage("--shard: expected I/N with 0 <= I < N <= %d, got '%s'", LZ_SHARDS_MAX, optarg);
+            else if (o->n_shards && o->n_shards != n) rc = lz_cli_usage("--shard %s and --shards %d disagree", optarg, o->n_shards);
+            else o->shard = i, o->n_shards = n;
+            break;
+        }
         case O_PRUNE: o->prune = 1; break;
         case O_STRICT: o->strict = 1; break;
         case O_CHECK: o->check = 1; break;
@@ -579,6 +621,9 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
         case O_FAIL_PASS:
             if (lz_cli_long("--test-fail-pass", optarg, 0, 1L << 30, &run_opts.test_fail_pass)) rc = LZ_EXIT_USAGE;
             break;
+        case O_PAUSE:
+            if (lz_cli_long("--test-pause-ms", optarg, 0, 60000, &run_opts.test_pause_ms)) rc = LZ_EXIT_USAGE;
+            break;
 #endif
         default: rc = LZ_EXIT_USAGE; break; /* '?': lz_cli_getopt named it */
         }
@@ -594,6 +639,8 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
                             "(it learns the reconstruction scores)");
     if (o->kv.scope_model && o->kv.kind != LZ_KVPOLICY_ADA_SNAPKV)
         return lz_cli_usage("--kv-scope model needs --kv-policy ada-snapkv (got %s)", lz_kvpolicy_name(o->kv.kind));
+    if (o->learn_out && (o->n_shards || lz_shards_is_root(o->store)))
+        return lz_cli_usage("--kv-learn-out fits on one store's documents: use an unsharded calibration store");
     if (o->kv.kind != LZ_KVPOLICY_NONE && !o->kv_budget_arg)
         return lz_cli_usage("--kv-policy %s needs --kv-budget (0.2 or 128t)", lz_kvpolicy_name(o->kv.kind));
     if ((rc = lz_cli_check_env())) return rc;
@@ -622,84 +669,36 @@ static int rebuild_if_damaged(ingest *g)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* One store's run (a plain store, or one shard of a sharded one: g->o.store names it): open and
+ * lock, rebuild a damaged payload database, bind the model, the corpus pass, --check (do_check) and
+ * --repair, gc, the run's record and its summary. Returns the exit status (run_opts.busy set when
+ * another writer holds the store); what it opened is ingest_store_reset's to free. */
+int ingest_run_store(ingest *g, lz_corpus *cp, int argc, char **argv, int need_model, int do_check)
 {
-    lz_runtime_init(argc, argv);
-    lz_cli_init("lazyingest");
-    ingest G;
-    memset(&G, 0, sizeof G);
-    ingest *g = &G;
     options *o = &g->o;
-    o->store = "./lazystore";
-    o->batch_tokens = 8192;
-    o->max_doc_tokens = 1024;
-    o->level = LZ_PAYLOAD_DEFAULT_LEVEL;
-    lz_kvpolicy_default(&o->kv);
-    int model_given = 0;
-    const int prc = parse_options(argc, argv, o, &model_given);
-    if (prc >= 0) return prc;
-    g->t0 = lz_now_s();
-    g->progress = !o->quiet && !o->json && isatty(2);
-    int need_model = o->corpus || o->repair || model_given;
-    char model_path[PATH_MAX];
-    if (need_model && !o->model) {
-        if (lz_prompt_default_model(model_path, sizeof model_path, g->err, sizeof g->err)) {
-            fprintf(stderr, "lazyingest: %s\n", g->err);
-            return EXIT_ERR;
-        }
-        o->model = model_path;
-    }
     int status = EXIT_OK;
-    lz_corpus *cp = NULL;
-    if (o->corpus && lz_corpus_open(o->corpus, (lz_corpus_format)o->format, &cp, g->err, sizeof g->err)) {
-        fprintf(stderr, "lazyingest: %s\n", g->err);
-        return EXIT_ERR;
-    }
-    if (cp && run_opts.id_field) lz_corpus_set_id_field(cp, run_opts.id_field); /* its length checked above */
-    if (!cp) { /* maintenance only: never create an empty store */
-        char meta_path[PATH_MAX + 16];
-        snprintf(meta_path, sizeof meta_path, "%s/meta.sqlite", o->store);
-        if (access(meta_path, F_OK) != 0) {
-            return lz_cli_usage("no store at %s (%s not found); give --store", o->store, meta_path);
-        }
-    }
-    double t_setup = lz_now_s();
-    int load_rc = need_model ? load_model(g, o->model) : 0;
-    g->t_load = lz_now_s() - t_setup;
-    if (load_rc) { /* before the store: a refused model creates nothing */
-        fprintf(stderr, "lazyingest: %s\n", g->err);
-        status = EXIT_ERR;
-        goto out;
-    }
-    g->codec = lz_payload_codec_new();
-    /* payloads compressed on every thread (zstd workers; the bytes do not depend on the count) */
-    if (g->codec && lz_payload_codec_set_threads(g->codec, o->threads > 0 ? o->threads : cpu_count()))
-        ingest_warnf(g, "lazyingest: out of memory for the compression threads: payloads are compressed in one thread");
     /* --check alone (no model to bind) writes nothing: it reads beside a running writer,
      * without the writer lock */
     const int read_only = !cp && !o->repair && !o->gc && !need_model;
-    int open_rc = 0;
-    if (!g->codec ||
-        (open_rc = lz_store_open(o->store, read_only ? LZ_STORE_RDONLY : LZ_STORE_WRITER, &g->s, g->err, sizeof g->err))) {
-        fprintf(stderr, "lazyingest: %s\n", g->codec ? g->err : "out of memory");
-        status = EXIT_ERR;
-        run_opts.busy = open_rc == LZ_EBUSY;
-        goto out;
+    double t_setup = lz_now_s();
+    int open_rc = lz_store_open(o->store, read_only ? LZ_STORE_RDONLY : LZ_STORE_WRITER, &g->s, g->err, sizeof g->err);
+    if (open_rc) {
+        fprintf(stderr, "lazyingest: %s\n", g->err);
+        run_opts.busy |= open_rc == LZ_EBUSY;
+        return EXIT_ERR;
     }
     /* a writer first checks LMDB's tree (cheap: branch and leaf pages, what every lookup below reads;
      * LMDB trusts its pages, and a damaged one can crash it or hide what is written): a damaged
      * database is rebuilt from its intact pages, and this run (or --repair) encodes what was lost */
     if (!read_only && rebuild_if_damaged(g)) {
         fprintf(stderr, "lazyingest: %s\n", g->err);
-        status = EXIT_ERR;
-        goto out;
+        return EXIT_ERR;
     }
     int setup_rc = need_model ? setup_model(g, o->model) : lz_store_bind_recorded(g->s, g->err, sizeof g->err);
-    g->t_setup = lz_now_s() - t_setup; /* model load, GPU upload, store binding, the prefix's forward pass */
+    g->t_setup = g->t_load + lz_now_s() - t_setup; /* model load, GPU upload, store binding, the prefix's forward pass */
     if (setup_rc) {
         fprintf(stderr, "lazyingest: %s\n", g->err);
-        status = EXIT_ERR;
-        goto out;
+        return EXIT_ERR;
     }
 
     lz_store_check_stats cs = { 0 };
@@ -715,8 +714,7 @@ int main(int argc, char **argv)
         if (st) {
             lz_store_rollback(g->s);
             fprintf(stderr, "lazyingest: %s\n", g->err);
-            status = EXIT_ERR;
-            goto out;
+            return EXIT_ERR;
         }
         status = run_corpus(g, cp);
         run_status = status == EXIT_ERR ? "failed" : status == EXIT_SKIPPED ? "partial" : "ok";
@@ -725,7 +723,7 @@ int main(int argc, char **argv)
             status = EXIT_ERR;
         }
     }
-    if (status != EXIT_ERR && o->check) {
+    if (status != EXIT_ERR && do_check) {
         issue_list l = { g, NULL, 0, 0, 0 };
         if (lz_store_check(g->s, ingest_on_issue, &l, &cs, g->err, sizeof g->err)) {
             fprintf(stderr, "lazyingest: check: %s\n", g->err);
@@ -796,8 +794,14 @@ int main(int argc, char **argv)
         printf("lazyingest: %s: read as %s\n", lz_corpus_name(cp), lz_corpus_format_name(lz_corpus_get_format(cp)));
     ingest_summary(g, status == EXIT_OK ? "ok" : status == EXIT_SKIPPED ? "partial" : status == EXIT_CHECK ? "problems"
                                                                                                     : "failed",
-            n_total, (cp || o->gc || o->repair) ? &gs : NULL, &cs, fixed, removed_by_repair, cp != NULL, o->check);
-out:
+            n_total, (cp || o->gc || o->repair) ? &gs : NULL, &cs, fixed, removed_by_repair, cp != NULL, do_check);
+    return status;
+}
+
+/* What one store's run opened (the store, the encoders, the batches) freed; the model, the
+ * codec and the options stay for the next shard's run. */
+void ingest_store_reset(ingest *g)
+{
     ingest_batch_free(g);
     for (int i = 1; i < g->n_pool; i++) lz_encoder_free(g->pool[i]); /* pool[0] is enc */
     for (int i = 0; i < g->n_pool; i++) lz_payload_codec_free(g->pool_codec[i]);
@@ -805,14 +809,98 @@ out:
     free(g->pool_codec);
     free(g->probe);
     lz_encoder_free(g->enc);
+    lz_pass_ref_free(g->pass_ref);
+    lz_store_close(g->s);
+    ingest keep = *g;
+    memset(g, 0, sizeof *g);
+    g->o = keep.o;
+    g->m = keep.m;
+    g->scorer = keep.scorer;
+    g->learn = keep.learn;
+    g->codec = keep.codec;
+    g->prefix = keep.prefix;
+    g->n_prefix = keep.n_prefix;
+    g->gpu = keep.gpu;
+    g->gpu_pass = keep.gpu_pass;
+    g->t_load = keep.t_load;
+    g->progress = keep.progress;
+    g->t0 = lz_now_s();
+}
+
+int main(int argc, char **argv)
+{
+    lz_runtime_init(argc, argv);
+    lz_cli_init("lazyingest");
+    ingest G;
+    memset(&G, 0, sizeof G);
+    ingest *g = &G;
+    options *o = &g->o;
+    o->store = "./lazystore";
+    o->batch_tokens = 8192;
+    o->max_doc_tokens = 1024;
+    o->level = LZ_PAYLOAD_DEFAULT_LEVEL;
+    o->shard = -1;
+    lz_kvpolicy_default(&o->kv);
+    int model_given = 0;
+    const int prc = parse_options(argc, argv, o, &model_given);
+    if (prc >= 0) return prc;
+    g->t0 = lz_now_s();
+    g->progress = !o->quiet && !o->json && isatty(2);
+    int need_model = o->corpus || o->repair || model_given;
+    char model_path[PATH_MAX];
+    if (need_model && !o->model) {
+        if (lz_prompt_default_model(model_path, sizeof model_path, g->err, sizeof g->err)) {
+            fprintf(stderr, "lazyingest: %s\n", g->err);
+            return EXIT_ERR;
+        }
+        o->model = model_path;
+    }
+    int status = EXIT_OK;
+    lz_corpus *cp = NULL;
+    if (o->corpus && lz_corpus_open(o->corpus, (lz_corpus_format)o->format, &cp, g->err, sizeof g->err)) {
+        fprintf(stderr, "lazyingest: %s\n", g->err);
+        return EXIT_ERR;
+    }
+    if (cp && run_opts.id_field) lz_corpus_set_id_field(cp, run_opts.id_field); /* its length checked above */
+    char shard_id[PATH_MAX + 16]; /* a shard folder takes its own records only: through its set's root */
+    snprintf(shard_id, sizeof shard_id, "%s/%s", o->store, LZ_SHARDS_ID_FILE);
+    if (cp && !o->n_shards && access(shard_id, F_OK) == 0) {
+        lz_corpus_close(cp);
+        return lz_cli_usage("store %s is one shard of a sharded store (%s): ingest through the set's folder with "
+                            "--shard I/N, so that only that shard's documents go into it", o->store, shard_id);
+    }
+    if (!cp && !lz_store_exists(o->store)) /* maintenance only: never create an empty store */
+        return lz_cli_usage("no store at %s (neither %s/meta.sqlite nor %s/%s found); give --store", o->store, o->store,
+                            o->store, LZ_SHARDS_MANIFEST);
+    double t_setup = lz_now_s();
+    int load_rc = need_model ? load_model(g, o->model) : 0;
+    g->t_load = lz_now_s() - t_setup;
+    if (load_rc) { /* before the store: a refused model creates nothing */
+        fprintf(stderr, "lazyingest: %s\n", g->err);
+        status = EXIT_ERR;
+        goto out;
+    }
+    g->codec = lz_payload_codec_new();
+    if (!g->codec) {
+        fprintf(stderr, "lazyingest: out of memory\n");
+        status = EXIT_ERR;
+        goto out;
+    }
+    /* payloads compressed on every thread (zstd workers; the bytes do not depend on the count) */
+    if (lz_payload_codec_set_threads(g->codec, o->threads > 0 ? o->threads : cpu_count()))
+        ingest_warnf(g, "lazyingest: out of memory for the compression threads: payloads are compressed in one thread");
+    if (o->n_shards || lz_shards_is_root(o->store)) /* a sharded store: shard by shard, then the set (ingest_shards.c) */
+        status = ingest_shards_run(g, cp, argc, argv, need_model);
+    else
+        status = ingest_run_store(g, cp, argc, argv, need_model, o->check);
+out:
+    ingest_store_reset(g);
 #ifdef LZ_CUDA
     lz_llama_gpu_free(g->gpu);
 #endif
-    lz_pass_ref_free(g->pass_ref);
     lz_kvlearn_free(&g->scorer);
     lz_kvlearn_acc_free(g->learn);
     lz_payload_codec_free(g->codec);
-    lz_store_close(g->s);
     lz_corpus_close(cp);
     free(g->prefix);
     lz_llama_free(g->m);

@@ -92,12 +92,11 @@ int lz_session_cli_open_store(lz_session_cli *o, lz_store **st)
                 host_max / 1073741824.0);
         o->qo.cache_bytes = host_max;
     }
-    /* a store that is not there is refused before anything is opened: nothing is created */
-    char meta_path[4200];
-    snprintf(meta_path, sizeof meta_path, "%s/meta.sqlite", o->store_dir);
-    if (access(meta_path, F_OK) != 0)
-        return lz_cli_usage("no store at %s (%s not found); build one with lazyingest or give --store", o->store_dir,
-                            meta_path);
+    /* a store that is not there is refused before anything is opened: nothing is created (a
+     * sharded store's root, with its shards.manifest, opens as one store) */
+    if (!lz_store_exists(o->store_dir))
+        return lz_cli_usage("no store at %s (%s/meta.sqlite not found); build one with lazyingest or give --store",
+                            o->store_dir, o->store_dir);
     lz_llama_set_threads(o->threads);
     char err[1024] = "";
     const int open_rc = lz_store_open(o->store_dir, o->stats ? 0 : LZ_STORE_RDONLY, st, err, sizeof err);

@@ -59,7 +59,8 @@ int lz_session_cli_parse(lz_session_cli *o, int c, const char *arg);
 /* The --help lines of these options. */
 #define LZ_SESSION_CLI_HELP                                                                                       \
     "  -s, --store DIR        store folder built by lazyingest (default ./lazystore); it must\n"                  \
-    "                         exist: it is never created\n"                                                        \
+    "                         exist: it is never created. A sharded store's folder (lazyingest\n"                \
+    "                         --shards) opens as one store, every shard needed\n"                                 \
     "  -m, --model PATH       model (default: $" LZ_DEFAULT_MODEL_ENV ", else <repo>/" LZ_DEFAULT_MODEL ");\n"      \
     "                         must be the model the store was built with\n"                                        \
     "  -k, --top-k K          documents to retrieve with BM25 (default 5)\n"                                       \

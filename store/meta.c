@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "store/fts_bm25.h"
 
 enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
@@ -20,6 +21,7 @@ enum {
     ST_DOC_DELETE, ST_SOURCE_ROWS, ST_SOURCE_PRUNE, ST_PRUNE, ST_DOC_COUNT, ST_DOC_ALL, ST_KEY_DOC, ST_KEY_MODEL,
     ST_SEARCH, ST_HIT, ST_HITS_GET, ST_DOC_TOKENS, ST_DOC_TITLE, ST_TOP, ST_TOP_ALL,
     ST_RUN_ABORT_STALE, ST_RUN_BEGIN, ST_RUN_END,
+    ST_FTS_TOTALS, ST_FTS_HITS, ST_SEARCH_IDF, ST_DOC_IDS, ST_RUN_LAST,
     ST_COUNT
 };
 
@@ -66,7 +68,7 @@ static const char *const SQL[ST_COUNT] = {
     [ST_KEY_MODEL] = "SELECT 1 FROM models WHERE prefix_key = ?1 LIMIT 1",
     [ST_SEARCH] = "SELECT d.id, d.ext_id, d.title, bm25(documents_fts) AS s FROM documents_fts"
                   " JOIN documents d ON d.id = documents_fts.rowid"
-                  " WHERE documents_fts MATCH ?1 ORDER BY s LIMIT ?2",
+                  " WHERE documents_fts MATCH ?1 ORDER BY s, d.ext_id LIMIT ?2",
     [ST_HIT] = "INSERT INTO access_stats (doc_id, hits, last_hit) VALUES (?1, 1, " NOW ")"
                " ON CONFLICT(doc_id) DO UPDATE SET hits = hits + 1, last_hit = excluded.last_hit",
     [ST_HITS_GET] = "SELECT hits FROM access_stats WHERE doc_id = ?1",
@@ -81,6 +83,14 @@ static const char *const SQL[ST_COUNT] = {
     [ST_RUN_END] = "UPDATE ingest_runs SET ended_at = " NOW ", status = ?2, n_added = ?3,"
                    " n_updated = ?4, n_unchanged = ?5, n_removed = ?6, n_skipped = ?7, n_tokens = ?8,"
                    " raw_bytes = ?9, stored_bytes = ?10, n_garbage = ?11 WHERE id = ?1",
+    /* BM25 with statistics from outside (store/fts_bm25.h): a sharded store's global scoring */
+    [ST_FTS_TOTALS] = "SELECT lz_fts_totals(documents_fts) FROM documents_fts LIMIT 1",
+    [ST_FTS_HITS] = "SELECT lz_fts_hits(documents_fts) FROM documents_fts WHERE documents_fts MATCH ?1 LIMIT 1",
+    [ST_SEARCH_IDF] = "SELECT d.id, d.ext_id, d.title, lz_bm25(documents_fts, ?3) AS s FROM documents_fts"
+                      " JOIN documents d ON d.id = documents_fts.rowid"
+                      " WHERE documents_fts MATCH ?1 ORDER BY s, d.ext_id LIMIT ?2",
+    [ST_DOC_IDS] = "SELECT id, ext_id, source_id FROM documents ORDER BY id",
+    [ST_RUN_LAST] = "SELECT id, status, started_at, COALESCE(ended_at, '') FROM ingest_runs ORDER BY id DESC LIMIT 1",
 };
 
 struct lz_meta {
@@ -226,7 +236,10 @@ int lz_meta_open(const char *path, int flags, lz_meta **out, char *err, size_t e
         return st;
     }
     int st = LZ_OK;
-    if (!m->rdonly) st = exec(m, "PRAGMA journal_mode = WAL", err, errlen);
+    rc = lz_fts_bm25_register(m->db); /* before the statements that call its functions are prepared */
+    if (rc != SQLITE_OK) st = lz_fail(err, errlen, LZ_EIO, "SQLite %s: cannot register the BM25 functions: %s", path,
+                                      sqlite3_errstr(rc));
+    if (!st && !m->rdonly) st = exec(m, "PRAGMA journal_mode = WAL", err, errlen);
     if (!st) st = exec(m, "PRAGMA synchronous = FULL", err, errlen);
     if (!st) st = migrate(m, lz_meta_migrations[lz_meta_n_migrations - 1].version, err, errlen);
     for (int i = 0; !st && i < ST_COUNT; i++) {
@@ -629,6 +642,104 @@ int lz_meta_search(lz_meta *m, const char *q, int k, int (*fn)(const lz_meta_hit
     }
     int st = ret;
     if (!ret && rc != SQLITE_DONE) st = sql_fail(m, err, errlen, ST_SEARCH, rc);
+    sqlite3_reset(s);
+    return st;
+}
+
+int lz_meta_fts_stats(lz_meta *m, const char *q, lz_meta_bm25_stats *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *s = stmt(m, ST_FTS_TOTALS);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW && sqlite3_column_bytes(s, 0) == 2 * (int)sizeof(int64_t)) {
+        int64_t t[2];
+        memcpy(t, sqlite3_column_blob(s, 0), sizeof t);
+        out->n_docs = t[0];
+        out->n_tokens = t[1];
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sql_fail(m, err, errlen, ST_FTS_TOTALS, rc);
+    if (rc == SQLITE_DONE) return LZ_OK; /* no rows: no phrase can match */
+    s = stmt(m, ST_FTS_HITS);
+    sqlite3_bind_text(s, 1, q, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        const int nb = sqlite3_column_bytes(s, 0), P = nb / (int)sizeof(int64_t);
+        out->phrase_docs = malloc(sizeof(int64_t) * (size_t)(P > 0 ? P : 1));
+        if (!out->phrase_docs) {
+            sqlite3_reset(s);
+            return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
+        }
+        if (P) memcpy(out->phrase_docs, sqlite3_column_blob(s, 0), sizeof(int64_t) * (size_t)P);
+        out->n_phrases = P;
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        free(out->phrase_docs);
+        out->phrase_docs = NULL;
+        return sql_fail(m, err, errlen, ST_FTS_HITS, rc);
+    }
+    return LZ_OK; /* SQLITE_DONE: no row matches any phrase here, n_phrases 0 */
+}
+
+int lz_meta_search_idf(lz_meta *m, const char *q, int k, double avgdl, const double *idf, int n_phrases,
+                       int (*fn)(const lz_meta_hit *h, void *ctx), void *ctx, char *err, size_t errlen)
+{
+    double *stats = malloc(sizeof(double) * (size_t)(1 + n_phrases));
+    if (!stats) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
+    stats[0] = avgdl;
+    if (n_phrases) memcpy(stats + 1, idf, sizeof(double) * (size_t)n_phrases);
+    sqlite3_stmt *s = stmt(m, ST_SEARCH_IDF);
+    sqlite3_bind_text(s, 1, q, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 2, k);
+    sqlite3_bind_blob(s, 3, stats, (int)(sizeof(double) * (size_t)(1 + n_phrases)), SQLITE_STATIC);
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        lz_meta_hit h = { sqlite3_column_int64(s, 0), (const char *)sqlite3_column_text(s, 1),
+                          (const char *)sqlite3_column_text(s, 2), sqlite3_column_double(s, 3) };
+        ret = fn(&h, ctx);
+        if (ret) break;
+    }
+    int st = ret;
+    if (!ret && rc != SQLITE_DONE) st = sql_fail(m, err, errlen, ST_SEARCH_IDF, rc);
+    sqlite3_reset(s);
+    free(stats);
+    return st;
+}
+
+int lz_meta_doc_ids_foreach(lz_meta *m, int (*fn)(int64_t id, const char *ext_id, const char *source_id, void *ctx),
+                            void *ctx, char *err, size_t errlen)
+{
+    sqlite3_stmt *s; /* a private statement, as lz_meta_doc_foreach's */
+    int rc = sqlite3_prepare_v2(m->db, SQL[ST_DOC_IDS], -1, &s, NULL);
+    if (rc != SQLITE_OK) return sql_fail(m, err, errlen, ST_DOC_IDS, rc);
+    int ret = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *e = (const char *)sqlite3_column_text(s, 1), *src = (const char *)sqlite3_column_text(s, 2);
+        ret = fn(sqlite3_column_int64(s, 0), e ? e : "", src ? src : "", ctx);
+        if (ret) break;
+    }
+    int st = ret;
+    if (!ret && rc != SQLITE_DONE) st = sql_fail(m, err, errlen, ST_DOC_IDS, rc);
+    sqlite3_finalize(s);
+    return st;
+}
+
+int lz_meta_run_last(lz_meta *m, lz_meta_run_info *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *s = stmt(m, ST_RUN_LAST);
+    int rc = sqlite3_step(s), st = LZ_OK;
+    if (rc == SQLITE_ROW) {
+        out->id = sqlite3_column_int64(s, 0);
+        copy_text(out->status, sizeof out->status, sqlite3_column_text(s, 1));
+        copy_text(out->started_at, sizeof out->started_at, sqlite3_column_text(s, 2));
+        copy_text(out->ended_at, sizeof out->ended_at, sqlite3_column_text(s, 3));
+    } else if (rc == SQLITE_DONE) {
+        st = LZ_ENOTFOUND;
+    } else {
+        st = sql_fail(m, err, errlen, ST_RUN_LAST, rc);
+    }
     sqlite3_reset(s);
     return st;
 }

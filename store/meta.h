@@ -131,6 +131,10 @@ int lz_meta_doc_count(lz_meta *m, int64_t *n, char *err, size_t errlen);
  * Rows are read in one snapshot; fn must not write through m. */
 int lz_meta_doc_foreach(lz_meta *m, int (*fn)(const lz_meta_doc *d, void *ctx), void *ctx,
                         char *err, size_t errlen);
+/* Calls fn(id, ext_id, source_id) for every row in id order (one snapshot,
+ * a private statement: fn may use m's other calls); non-zero stops and is returned. */
+int lz_meta_doc_ids_foreach(lz_meta *m, int (*fn)(int64_t id, const char *ext_id, const char *source_id, void *ctx),
+                            void *ctx, char *err, size_t errlen);
 /* 1 when a document or model row references the payload key, 0 when none,
  * -1 on error (message in err). */
 int lz_meta_key_referenced(lz_meta *m, const uint8_t *key, size_t key_len, char *err, size_t errlen);
@@ -141,11 +145,28 @@ typedef struct {
     const char *ext_id, *title;
     double score; /* bm25: lower is better (SQLite's sign) */
 } lz_meta_hit;
-/* FTS5 query over title + text, best k by bm25; fn is called per hit in
+/* FTS5 query over title + text, best k by bm25 (equal scores by ext_id); fn is called per hit in
  * rank order. The query is FTS5 syntax; lz_meta_fts_quote makes plain
  * text safe (every word a quoted term, OR-ed). */
 int lz_meta_search(lz_meta *m, const char *fts_query, int k,
                    int (*fn)(const lz_meta_hit *h, void *ctx), void *ctx, char *err, size_t errlen);
+/* The statistics BM25 takes from an index, for scoring several stores' rows
+ * as one index (a sharded store: store/fts_bm25.h): rows, tokens of all
+ * rows (title + text), and the rows matching each phrase of fts_query
+ * (phrase_docs malloc'd, n_phrases of them; NULL and 0 when no row of this
+ * store matches any). */
+typedef struct {
+    int64_t n_docs, n_tokens;
+    int64_t *phrase_docs;
+    int n_phrases;
+} lz_meta_bm25_stats;
+int lz_meta_fts_stats(lz_meta *m, const char *fts_query, lz_meta_bm25_stats *out, char *err, size_t errlen);
+/* lz_meta_search scored with the given statistics instead of this store's:
+ * avgdl the average row length, idf[n_phrases] each phrase's idf
+ * (lz_fts_bm25_idf of the summed counts). One store's own statistics give
+ * bm25()'s scores exactly. Ties (equal scores) go by ext_id, in both. */
+int lz_meta_search_idf(lz_meta *m, const char *fts_query, int k, double avgdl, const double *idf, int n_phrases,
+                       int (*fn)(const lz_meta_hit *h, void *ctx), void *ctx, char *err, size_t errlen);
 /* Turns free text into an FTS5 query "w1" OR "w2" ... (malloc'd; NULL on OOM). */
 char *lz_meta_fts_quote(const char *text);
 /* Adds one hit to doc id's statistics (hits + 1, last_hit = now). */
@@ -168,6 +189,13 @@ typedef struct {
  * holding the writer lock), then starts a run. */
 int lz_meta_run_begin(lz_meta *m, const char *args, int64_t model_id, int64_t *run,
                       char *err, size_t errlen);
+/* The last ingest run (highest id): ENOTFOUND when the store has none. */
+typedef struct {
+    int64_t id;
+    char status[16];      /* 'running', 'ok', 'partial', 'failed', 'aborted' */
+    char started_at[40], ended_at[40]; /* ended_at "" while running or after a kill */
+} lz_meta_run_info;
+int lz_meta_run_last(lz_meta *m, lz_meta_run_info *out, char *err, size_t errlen);
 int lz_meta_run_end(lz_meta *m, int64_t run, const lz_meta_run_counts *c, const char *status,
                     char *err, size_t errlen);
 

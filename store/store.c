@@ -1,6 +1,7 @@
 /* store.c - the store facade: folder layout, writer lock, model binding,
  * content keys, payload I/O, garbage collection and the consistency check.
- * Row-level SQL is in meta.c, LMDB in kvdb.c, the blob format in payload.c.
+ * Row-level SQL is in meta.c, LMDB in kvdb.c, the blob format in payload.c;
+ * a sharded store's root is handed to store_shards.c at each call.
  */
 #include "store/store.h"
 #include "store/store_impl.h"
@@ -54,6 +55,10 @@ int lz_store_open(const char *dir, int flags, lz_store **out, char *err, size_t 
     char path[4200];
     int st = LZ_OK;
     struct stat sb;
+    if (lz_shards_is_root(dir)) { /* a sharded store's root: its shards opened as one (store_shards.c) */
+        st = lz_store_sh_open(s, flags, err, errlen);
+        goto out;
+    }
     if (s->rdonly) {
         if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
             st = lz_fail(err, errlen, LZ_ENOTFOUND, "store %s: no such folder", dir);
@@ -99,6 +104,7 @@ out:
 void lz_store_close(lz_store *s)
 {
     if (!s) return;
+    if (s->n_shards) lz_store_sh_close(s);
     lz_kvdb_close(s->kv);
     lz_meta_close(s->meta);
     if (s->lock_fd >= 0) close(s->lock_fd); /* releases the flock */
@@ -257,6 +263,7 @@ static int set_prefix(lz_store *s, const int *prefix, int n)
 
 int lz_store_bind_recorded(lz_store *s, char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_bind_recorded(s, err, errlen);
     lz_meta_model have;
     int st = lz_store_from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
     if (st == LZ_ENOTFOUND)
@@ -284,6 +291,7 @@ int lz_store_bind_recorded(lz_store *s, char *err, size_t errlen)
 
 int lz_store_check_model(lz_store *s, const lz_store_model_desc *m, char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_check_model(s, m, err, errlen);
     lz_meta_model want, have;
     describe(m, &want);
     int st = lz_store_from_meta(lz_meta_model_get(s->meta, &have, err, errlen));
@@ -303,6 +311,7 @@ int lz_store_bind_model(lz_store *s, const lz_store_model_desc *m, const int *pr
                         int64_t *model_id, uint8_t prefix_key[LZ_META_KEY_LEN], int *prefix_changed,
                         char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_refuse(s, "binding a model", err, errlen);
     lz_meta_model want, have;
     describe(m, &want);
     lz_store_prefix_key(m->fingerprint, prefix, n_prefix, want.prefix_key);
@@ -349,6 +358,7 @@ void lz_store_prefix(const lz_store *s, const int **ids, int *n, uint8_t key[LZ_
 
 int lz_store_doc_tokens(lz_store *s, int64_t doc_id, int **ids, int *n, char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_doc_tokens(s, doc_id, ids, n, err, errlen);
     int st = lz_meta_doc_tokens(s->meta, doc_id, ids, n, err, errlen);
     return st == LZ_EINVAL ? LZ_ECORRUPT : lz_store_from_meta(st);
 }
@@ -356,11 +366,13 @@ int lz_store_doc_tokens(lz_store *s, int64_t doc_id, int **ids, int *n, char *er
 int lz_store_top_accessed(lz_store *s, int limit, int all, lz_meta_top_fn fn, void *ctx,
                           char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_top_accessed(s, limit, all, fn, ctx, err, errlen);
     return lz_store_from_meta(lz_meta_stats_top(s->meta, limit, all, fn, ctx, err, errlen));
 }
 
 int lz_store_hit(lz_store *s, int64_t doc_id, char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_hit(s, doc_id, err, errlen);
     return lz_store_from_meta(lz_meta_stats_hit(s->meta, doc_id, err, errlen));
 }
 
@@ -368,6 +380,7 @@ int lz_store_hit(lz_store *s, int64_t doc_id, char *err, size_t errlen)
 
 static int put_payloads(lz_store *s, const lz_store_payload *p, int n, int fixed, char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_refuse(s, "writing payloads", err, errlen);
     if (n <= 0) return LZ_OK;
     lz_kvdb_item *items = malloc(sizeof *items * (size_t)n);
     if (!items) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
@@ -391,6 +404,7 @@ int lz_store_put_payloads_fixed(lz_store *s, const lz_store_payload *p, int n, c
 
 int lz_store_reserve_payloads(lz_store *s, const lz_store_payload *p, int n, char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_refuse(s, "writing payloads", err, errlen);
     uint64_t bytes = 0;
     for (int i = 0; i < n; i++) bytes += p[i].len + LZ_META_KEY_LEN + 4096; /* overflow pages, rounded up */
     return lz_store_from_kvdb(lz_kvdb_reserve(s->kv, bytes + bytes / 4 + ((uint64_t)1 << 20), err, errlen));
@@ -399,6 +413,7 @@ int lz_store_reserve_payloads(lz_store *s, const lz_store_payload *p, int n, cha
 int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t *len, char *err,
                          size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_has_payload(s, key, len, err, errlen);
     lz_kvdb_reader *r;
     if (lz_kvdb_reader_begin(s->kv, &r, err, errlen)) return -1;
     const void *p;
@@ -412,6 +427,7 @@ int lz_store_has_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], size_t
 int lz_store_read_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN],
                           int (*fn)(const void *blob, size_t len, void *ctx), void *ctx, char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_read_payload(s, key, fn, ctx, err, errlen);
     lz_kvdb_reader *r;
     int rc = lz_kvdb_reader_begin(s->kv, &r, err, errlen);
     if (rc) return lz_store_from_kvdb(rc);
@@ -427,6 +443,7 @@ int lz_store_read_payloads(lz_store *s, const uint8_t (*keys)[LZ_META_KEY_LEN], 
                            int (*fn)(const void *const *blobs, const size_t *lens, void *ctx), void *ctx, char *err,
                            size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_read_payloads(s, keys, n, fn, ctx, err, errlen);
     const void **blobs = calloc((size_t)(n > 0 ? n : 1), sizeof *blobs);
     size_t *lens = calloc((size_t)(n > 0 ? n : 1), sizeof *lens);
     if (!blobs || !lens) {
@@ -457,6 +474,7 @@ int lz_store_read_payloads(lz_store *s, const uint8_t (*keys)[LZ_META_KEY_LEN], 
 int lz_store_get_payload(lz_store *s, const uint8_t key[LZ_META_KEY_LEN], void **blob, size_t *len,
                          char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_get_payload(s, key, blob, len, err, errlen);
     return lz_store_from_kvdb(lz_kvdb_get(s->kv, key, LZ_META_KEY_LEN, blob, len, err, errlen));
 }
 
@@ -542,6 +560,7 @@ static int keep_payload(const void *key, size_t key_len, const void *val, size_t
 int lz_store_rebuild_payloads(lz_store *s, lz_store_rebuild_stats *st, char *err, size_t errlen)
 {
     memset(st, 0, sizeof *st);
+    if (s->n_shards) return lz_store_sh_refuse(s, "rebuilding payloads", err, errlen);
     if (!s->bound) return lz_fail(err, errlen, LZ_EINVAL, "store %s: rebuild before binding a model", s->dir);
     lz_kvdb_damage d;
     int rc = lz_store_from_kvdb(lz_kvdb_verify(s->kv, 0, &d, err, errlen));
@@ -559,6 +578,7 @@ int lz_store_rebuild_payloads(lz_store *s, lz_store_rebuild_stats *st, char *err
 
 int lz_store_payloads_damaged(lz_store *s, int tree_only, char *what, size_t whatlen, char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_payloads_damaged(s, tree_only, what, whatlen, err, errlen);
     lz_kvdb_damage d;
     if (lz_kvdb_verify(s->kv, tree_only, &d, err, errlen)) return -1;
     if (what && whatlen) snprintf(what, whatlen, "%s", d.what);
@@ -568,6 +588,7 @@ int lz_store_payloads_damaged(lz_store *s, int tree_only, char *what, size_t wha
 int lz_store_gc(lz_store *s, lz_store_gc_stats *st, char *err, size_t errlen)
 {
     memset(st, 0, sizeof *st);
+    if (s->n_shards) return lz_store_sh_refuse(s, "garbage collection", err, errlen);
     /* LMDB trusts its pages: a damaged tree is rebuilt from what is intact instead (deleting through
      * it could miss what a cursor lists, or write a damaged free list further) */
     lz_kvdb_damage d;
@@ -708,6 +729,7 @@ static int count_unreferenced(const void *key, size_t key_len, const void *val, 
 int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), void *ctx,
                    lz_store_check_stats *st, char *err, size_t errlen)
 {
+    if (s->n_shards) return lz_store_sh_check(s, fn, ctx, st, err, errlen);
     memset(st, 0, sizeof *st);
     if (!s->bound) return lz_fail(err, errlen, LZ_EINVAL, "store %s: check before binding a model", s->dir);
     check_ctx c = { s, NULL, NULL, 0, fn, ctx, st, 0, "", NULL };

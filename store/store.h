@@ -10,6 +10,13 @@
  * Folder layout:  <dir>/kv/data.mdb, lock.mdb   LMDB environment
  *                 <dir>/meta.sqlite (+ -wal, -shm)   SQLite, WAL mode
  *                 <dir>/writer.lock                  flock: one writer at a time
+ *
+ * A sharded store (store/shards.h: <dir>/shards.manifest and shard folders,
+ * each a store as above) opens as one: reads are routed to the shard that
+ * holds a row (row ids are local id * N + shard), searched and merged across
+ * shards with global BM25 statistics, checked shard by shard and as a set.
+ * Its writes go to one shard at a time (open the shard folder): through the
+ * root every row and payload write, gc and rebuild returns EINVAL.
  */
 #ifndef LZ_STORE_H
 #define LZ_STORE_H
@@ -20,6 +27,7 @@
 #include "store/kvdb.h"
 #include "store/meta.h"
 #include "store/payload.h"
+#include "store/shards.h"
 #include "base/status.h"
 
 typedef struct lz_store lz_store;
@@ -32,10 +40,17 @@ enum {
 };
 
 /* Opens (creating unless RDONLY) the store folder dir. Errors: EIO, EBUSY,
- * ESCHEMA, ENOMEM; err names the folder and what failed. */
+ * ESCHEMA, ENOMEM; err names the folder and what failed. A sharded root
+ * (dir/shards.manifest) is opened as one store, never created here: every
+ * shard must be there and belong to the set (ENOTFOUND, EINVAL, ECORRUPT
+ * naming the shard); WRITER on a root is EINVAL (one shard at a time). */
 int lz_store_open(const char *dir, int flags, lz_store **out, char *err, size_t errlen);
 void lz_store_close(lz_store *s); /* NULL is a no-op */
 const char *lz_store_dir(const lz_store *s);
+/* A sharded store's shard count (0 for a plain store) and shard i, a store
+ * of its own (owned by s; its row ids are the shard's local ones). */
+int lz_store_n_shards(const lz_store *s);
+lz_store *lz_store_shard(lz_store *s, int i);
 
 /* What the store records about a model (filled by the caller from the engine;
  * ingest/model_desc.h fills it from a loaded lz_llama). */
@@ -155,7 +170,9 @@ int lz_store_doc_title(lz_store *s, int64_t id, char *buf, size_t len, char *err
 int lz_store_doc_count(lz_store *s, int64_t *n, char *err, size_t errlen);
 /* BM25 full-text search over title + text of plain text (every word a
  * quoted term, OR-ed; never FTS5 syntax from the caller); best k, fn per hit
- * in rank order. A text without words finds nothing. */
+ * in rank order, equal scores by ext_id. A text without words finds nothing.
+ * A sharded store scores with the whole set's statistics (store_shards.c):
+ * the same hits, order and scores as one store of the same documents. */
 int lz_store_search(lz_store *s, const char *text, int k, int (*fn)(const lz_meta_hit *h, void *ctx),
                     void *ctx, char *err, size_t errlen);
 
@@ -235,7 +252,10 @@ typedef enum {
     LZ_STORE_ISSUE_WRONG_MODEL = 3,/* payload of another model, or key of another model */
     LZ_STORE_ISSUE_MISMATCH = 4,   /* payload shape/tokens or key disagree with the row */
     LZ_STORE_ISSUE_BAD_ROW = 5,    /* row itself unusable (token ids blob malformed) */
-    LZ_STORE_ISSUE_KV_DAMAGED = 6  /* LMDB's own pages are damaged (doc_id -1): rebuild with lz_store_rebuild_payloads */
+    LZ_STORE_ISSUE_KV_DAMAGED = 6, /* LMDB's own pages are damaged (doc_id -1): rebuild with lz_store_rebuild_payloads */
+    /* a sharded store's set (store_shards_check.c) */
+    LZ_STORE_ISSUE_MISPLACED = 7,  /* row in a shard its source id does not hash to, or in two shards */
+    LZ_STORE_ISSUE_SHARD = 8       /* a shard as a whole (doc_id -1): its last ingest did not finish, a stray folder */
 } lz_store_issue_kind;
 
 typedef struct {
@@ -258,7 +278,11 @@ typedef struct {
  * pages), then every row (and the model's prefix payload): payload present,
  * header and CRC32C valid, model fingerprint, shape, token count and key
  * match. Calls fn per issue (may be NULL). Counts unreferenced payloads
- * without deleting them. Errors only when the check itself cannot run. */
+ * without deleting them. Errors only when the check itself cannot run.
+ * A sharded store: every shard so (issues name the shard, row ids global),
+ * then the set: each row in the shard its source id hashes to and in no
+ * other, each shard's last ingest run finished, no folder beside the
+ * manifest's shards. */
 int lz_store_check(lz_store *s, int (*fn)(const lz_store_issue *is, void *ctx), void *ctx,
                    lz_store_check_stats *st, char *err, size_t errlen);
 

@@ -489,7 +489,7 @@ int main(int argc, char **argv)
     }
     json_object_set_new(report, "ingest", ingest);
     snprintf(path, sizeof path, "%s/meta.sqlite", o.store_dir);
-    if (access(path, F_OK) != 0) {
+    if (!lz_store_exists(o.store_dir)) { /* a plain store, or a sharded one's root */
         json_decref(report);
         lz_eval_dataset_free(&ds);
         return lz_cli_usage("no store at %s (%s not found): run without --no-ingest to build it", o.store_dir, path);
