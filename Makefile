@@ -171,7 +171,7 @@ $(LZK_DIR)/obj/lazyquery.o: query/lazyquery.c $(HEADERS) gpu/llama_cuda.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
 
-# lazyeval with --gpu (tools/lazyeval.c: the GPU backend of eval/gpu_backend.h)
+# lazyeval with --gpu (tools/lazyeval.c: the GPU backend of query/gpu_backend.h)
 $(LZK_DIR)/obj/lazyeval.o: tools/lazyeval.c $(HEADERS) gpu/llama_cuda.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@

@@ -51,7 +51,7 @@
 #include "bench/serve_stream.h"
 #include "query/session.h"
 #ifdef LZ_CUDA
-#include "eval/gpu_backend.h"
+#include "query/gpu_backend.h"
 #endif
 
 #define MAXL 16 /* entries of a list option */
@@ -402,8 +402,8 @@ static int run_mode(const inproc_opts *o, const layout *L, lz_llama *m, lz_store
         const int rows = whole ? (seq > 16384 ? seq : 16384) : 4096;
         if (lz_llama_gpu_new(m, rows, &g, err, sizeof err)) { fprintf(stderr, "bench_serve: %s\n", err); return -1; }
         if (o->gpu_cache) lz_llama_gpu_set_cache(g, o->gpu_cache);
-        (void)lz_eval_gpu_tier; /* the scheduler's GPU tier counters: not reported here */
-        be = lz_eval_gpu_backend(g); /* one sequence (serial) until the slots are made */
+        (void)lz_query_gpu_tier; /* the scheduler's GPU tier counters: not reported here */
+        be = lz_query_gpu_backend(g); /* one sequence (serial) until the slots are made */
         qo.backend = &be;
         qo.cold = LZ_COLD_AUTO;
     }
@@ -447,7 +447,7 @@ static int run_mode(const inproc_opts *o, const layout *L, lz_llama *m, lz_store
             fprintf(stderr, "bench_serve: %s\n", err);
             slots /= 2;
         }
-        be = lz_eval_gpu_backend(g); /* the session reads the struct it was given: now with the slots */
+        be = lz_query_gpu_backend(g); /* the session reads the struct it was given: now with the slots */
         batch = lz_llama_gpu_slots(g) > 1 ? lz_llama_gpu_slots(g) : 1;
         printf("%-6s GPU: %d slots of %d tokens\n", lz_query_mode_name(mode), lz_llama_gpu_slots(g),
                lz_llama_gpu_slot_tokens(g));

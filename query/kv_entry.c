@@ -123,7 +123,7 @@ int kv_entry_decode_many(const kv_entry_env *env, const void *const *blobs, cons
         } else if (out[i] && lz_payload_decode_f32_packed(env->codec, blobs[i], lens[i], out[i]->k, out[i]->v, NULL, NULL,
                                                           e2, sizeof e2)) {
             char m[256];
-            snprintf(m, sizeof m, "corrupt KV payload: %s", e2);
+            snprintf(m, sizeof m, "corrupt KV payload: %.200s", e2);
             memcpy(e2, m, sizeof e2);
             kv_entry_free(env, out[i]);
             out[i] = NULL;

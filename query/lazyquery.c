@@ -14,6 +14,7 @@
 #include "model/llama.h"
 #ifdef LZ_CUDA
 #include "gpu/llama_cuda.h"
+#include "query/gpu_backend.h"
 #endif
 #include "model/prompt.h"
 #include "base/unicode.h"
@@ -65,39 +66,6 @@ static void usage(FILE *f)
         f);
 }
 
-#ifdef LZ_CUDA
-static int gpu_begin(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
-                     char *err, size_t errlen)
-{
-    return lz_llama_gpu_begin((lz_llama_gpu *)ctx, segs, keys, n_segs, pos0, err, errlen);
-}
-static int gpu_begin_block(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
-                           char *err, size_t errlen)
-{
-    return lz_llama_gpu_begin_block((lz_llama_gpu *)ctx, segs, keys, n_segs, pos0, err, errlen);
-}
-static void gpu_settle(void *ctx) { lz_llama_gpu_settle((lz_llama_gpu *)ctx); }
-static int gpu_keep_own(void *ctx, int t0, int n, const uint8_t key[32], char *err, size_t errlen)
-{
-    return lz_llama_gpu_keep_own((lz_llama_gpu *)ctx, t0, n, key, err, errlen);
-}
-static int gpu_step(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen)
-{
-    return lz_llama_gpu_step((lz_llama_gpu *)ctx, ids, n, logits, err, errlen);
-}
-static int gpu_resident(void *ctx, const uint8_t key[32]) { return lz_llama_gpu_resident((lz_llama_gpu *)ctx, key); }
-static void *gpu_host_alloc(void *ctx, size_t bytes) { return lz_llama_gpu_host_alloc((lz_llama_gpu *)ctx, bytes); }
-static void gpu_host_free(void *ctx, void *p, size_t bytes) { lz_llama_gpu_host_free((lz_llama_gpu *)ctx, p, bytes); }
-static int gpu_preload(void *ctx, const lz_kv_segment *seg, const uint8_t key[32], double hits, char *err, size_t errlen)
-{
-    return lz_llama_gpu_preload((lz_llama_gpu *)ctx, seg, key, hits, err, errlen);
-}
-static int gpu_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *prefix_key, const int *const *ids,
-                      const int *n, const uint8_t *const *keys, int n_docs, char *err, size_t errlen)
-{
-    return lz_llama_gpu_encode_keep((lz_llama_gpu *)ctx, prefix, prefix_key, ids, n, keys, n_docs, err, errlen);
-}
-#endif
 
 typedef struct {
     lz_session_cli sc;       /* the store, the model and the session (query/session_cli.h) */
@@ -451,10 +419,7 @@ int main(int argc, char **argv)
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.sc.qo.on_piece = print_piece;
 #ifdef LZ_CUDA
     lz_llama_gpu *gpu = NULL;
-    lz_query_backend backend = {.begin = gpu_begin, .step = gpu_step, .resident = gpu_resident, .encode = gpu_encode,
-                                .host_alloc = gpu_host_alloc, .host_free = gpu_host_free, .preload = gpu_preload,
-                                .begin_block = gpu_begin_block, .keep_own = gpu_keep_own, .settle = gpu_settle,
-                                .reads_fp8 = 1};
+    lz_query_backend backend;
     if (o.sc.gpu) {
         /* own tokens a question may step: the question and the answer (4,096), or in full and
          * prefix modes the prompt's documents too (16,384) */
@@ -472,7 +437,7 @@ int main(int argc, char **argv)
                         o.sc.gpu_cache / 1073741824.0, got / 1073741824.0);
         }
         lz_llama_gpu_set_cache_policy(gpu, o.sc.qo.cache_policy);
-        backend.ctx = gpu;
+        backend = lz_query_gpu_backend(gpu); /* one sequence at a time */
         o.gpu_engine = gpu;
         o.sc.qo.backend = &backend;
         o.sc.qo.cold = o.sc.cold < 0 ? LZ_COLD_AUTO : o.sc.cold;

@@ -16,7 +16,7 @@
 #include "serve/http.h"
 #include "serve/sched.h"
 #ifdef LZ_CUDA
-#include "eval/gpu_backend.h"
+#include "query/gpu_backend.h"
 #endif
 
 static void usage(FILE *f)
@@ -225,11 +225,11 @@ int main(int argc, char **argv)
             if (!lz_llama_gpu_set_slots(gpu, n, seq, e2, sizeof e2)) break;
             fprintf(stderr, "lazyserve: %s\n", e2);
         }
-        backend = lz_eval_gpu_backend(gpu);
+        backend = lz_query_gpu_backend(gpu);
         if (backend.n_slots < o.so.max_running) o.so.max_running = backend.n_slots;
         o.sc.qo.backend = &backend;
         o.sc.qo.cold = o.sc.cold < 0 ? LZ_COLD_AUTO : o.sc.cold;
-        o.so.tier_stats = lz_eval_gpu_tier;
+        o.so.tier_stats = lz_query_gpu_tier;
         o.so.tier_ctx = gpu;
     }
 #endif

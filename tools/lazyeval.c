@@ -19,7 +19,7 @@
 #include "base/runtime.h"
 #include "eval/build_store.h"
 #include "eval/dataset.h"
-#include "eval/gpu_backend.h"
+#include "query/gpu_backend.h"
 #include "eval/machine.h"
 #include "eval/plot.h"
 #include "eval/report.h"
@@ -599,10 +599,10 @@ int main(int argc, char **argv)
                     }
                     if (o.gpu_budget[gi]) lz_llama_gpu_set_cache(gpu, o.gpu_budget[gi]);
                     lz_llama_gpu_set_cache_policy(gpu, o.qo.cache_policy);
-                    backend = lz_eval_gpu_backend(gpu);
+                    backend = lz_query_gpu_backend(gpu);
                     ro.qo.backend = &backend;
                     ro.qo.cold = o.cold < 0 ? LZ_COLD_AUTO : o.cold;
-                    ro.gpu_tier = lz_eval_gpu_tier;
+                    ro.gpu_tier = lz_query_gpu_tier;
                     ro.gpu_ctx = gpu;
                 }
 #endif
