@@ -27,6 +27,8 @@
 typedef struct {
     char *body;          /* the request's JSON */
     double t_send, t_first, t_end;
+    double t_event;      /* the first event of the stream (a request whose text never shows, a random
+                            model's pieces of UTF-8 held back, times its first token by it) */
     double *itl;         /* gaps between content chunks */
     int n_itl, cap_itl;
     int tokens, ok;
@@ -66,6 +68,7 @@ static void *lz_bs_http_request(void *arg)
             scan = (size_t)(e + 2 - buf);
             const double t = lz_bs_now();
             if (!strncmp(p + 6, "[DONE]", 6)) { r->ok = status == 200; continue; }
+            if (!r->t_event) r->t_event = t;
             json_t *o = json_loadb(p + 6, (size_t)(e - p - 6), 0, NULL);
             json_t *c = json_array_get(json_object_get(o, "choices"), 0);
             const char *txt = json_string_value(json_object_get(c, "text"));
@@ -179,7 +182,8 @@ static int lz_bs_http_main(int argc, char **argv)
         double *itl = malloc((size_t)(n_itl ? n_itl : 1) * sizeof *itl);
         int nt = 0, np = 0, ni = 0;
         for (int i = 0; i < n_req; i++) {
-            if (!rq[i].ok) continue;
+            if (!rq[i].ok || (!rq[i].t_first && !rq[i].t_event)) continue;
+            if (!rq[i].t_first) rq[i].t_first = rq[i].t_event; /* no text came: its first event */
             ttft[nt++] = rq[i].t_first - rq[i].t_send;
             if (rq[i].tokens > 1) tpot[np++] = (rq[i].t_end - rq[i].t_first) / (rq[i].tokens - 1);
             for (int j = 0; j < rq[i].n_itl; j++) itl[ni++] = rq[i].itl[j];
