@@ -84,7 +84,8 @@ int lz_session_cli_parse(lz_session_cli *o, int c, const char *arg);
     "                         places documents by the lazy attention kernels; block rotates a copy\n"              \
     "                         per placement on the GPU; prefix keeps the documents it computes in\n"               \
     "                         GPU memory by chain; full recomputes the prompt there. Documents stay\n"             \
-    "                         in GPU memory and are not read again while they are there\n"                         \
+    "                         in GPU memory and are not read again while they are there; an fp8\n"                 \
+    "                         store's stay fp8 in both tiers (half the bytes), read as they are\n"                 \
     "      --gpu-cache-bytes N  GPU memory documents may keep (default: half of what is free)\n"                   \
     "      --cold WHAT        a cold document (in neither the host nor the GPU tier) in lazy mode\n"               \
     "                         with --gpu: auto (default) takes, per document, whichever costs less,\n"             \
