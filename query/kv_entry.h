@@ -5,9 +5,9 @@
  *
  * An entry is one block, K then V, in the store's element type (a bf16 store's
  * payloads stay bf16; an fp32 store's, or opts.cache_f32, fp32; an fp8 store's
- * stay fp8 when the backend reads fp8 (lz_query_backend.reads_fp8), with their
- * scales after V: (L, KV) floats of K's, then of V's; else they are
- * dequantised to bf16), packed per head:
+ * stay fp8, with their scales after V: (L, KV) floats of K's, then of V's, for
+ * the CPU engine and a backend that reads fp8 (lz_query_backend.reads_fp8);
+ * for another backend they are dequantised to bf16), packed per head:
  * head (l, h) holds n_kept rows of d values from row head_row[l * KV + h], so a
  * document compressed at ingest (Ada-KV) takes only its kept rows. A document
  * stored whole is then in exactly the layout the GPU reads (cache/kv_layout.h),

@@ -114,7 +114,7 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
     if (q->cache) lz_doc_cache_set_policy(q->cache, (lz_cache_policy)o->cache_policy);
     q->codec = lz_payload_codec_new();
     q->env = (kv_entry_env){.cfg = &m->cfg, .fingerprint = m->fingerprint, .f32 = o->cache_f32,
-                            .fp8 = o->backend && o->backend->reads_fp8 && !o->cache_f32,
+                            .fp8 = (!o->backend || o->backend->reads_fp8) && !o->cache_f32, /* the CPU engine reads fp8 */
                             .backend = o->backend && o->backend->host_alloc && o->backend->host_free ? o->backend : NULL,
                             .codec = q->codec};
     q->scratch = lz_llama_scratch_new(m, q->o.batch);

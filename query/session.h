@@ -116,7 +116,8 @@ typedef struct {
     int (*fits)(void *ctx, int64_t doc_tokens);
     /* 1: begin and preload read fp8 segments (lz_kv_segment.k8; the GPU's kernels dequantise in
      * registers), so the host tier keeps an fp8 store's documents as stored: half the bytes of
-     * bf16 to hold and to copy. 0: they are dequantised to bf16 first. */
+     * bf16 to hold and to copy (as without a backend: the CPU engine reads fp8 too). 0: they are
+     * dequantised to bf16 first. */
     int reads_fp8;
 } lz_query_backend;
 

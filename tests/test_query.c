@@ -226,8 +226,9 @@ static int cpu8_step(void *ctx, const int *ids, int n, float *logits, char *err,
     return 0;
 }
 
-/* An fp8 store's documents kept fp8 in the host tier for a backend that reads fp8: about half
- * the host tier's bytes of the dequantised bf16 entries, every document handed to the backend
+/* An fp8 store's documents kept fp8 in the host tier for a backend that reads fp8 (and, the
+ * same bytes, for the CPU engine without a backend): about half the host tier's bytes of the
+ * bf16 entries dequantised for a backend that does not, every document handed to the backend
  * as fp8, and the answers of the CPU engine reading them close to those over the bf16 entries
  * (the same e4m3 values; bf16 rounds them): lazy logits within 0.02 and the same greedy answers;
  * block (the session's re-rotated copies: fp8 re-quantised at the scale x sqrt 2, against bf16
@@ -235,9 +236,11 @@ static int cpu8_step(void *ctx, const int *ids, int n, float *logits, char *err,
 static void fp8_kept_mode(lz_llama *m, lz_store *s8, int mode)
 {
     char err[1024];
-    cpu_fp8_backend b = {.m = m, .sc = lz_llama_scratch_new(m, 64)};
+    cpu_fp8_backend b = {.m = m, .sc = lz_llama_scratch_new(m, 64)}, b16 = {.m = m, .sc = lz_llama_scratch_new(m, 64)};
     lz_kv_cache_init(&b.cache, &m->cfg, 256);
+    lz_kv_cache_init(&b16.cache, &m->cfg, 256);
     lz_query_backend be = {.ctx = &b, .begin = cpu8_begin, .step = cpu8_step, .reads_fp8 = 1};
+    lz_query_backend be16 = {.ctx = &b16, .begin = cpu8_begin, .step = cpu8_step, .reads_fp8 = 0};
     lz_query_opts o;
     lz_query_opts_default(&o);
     o.mode = mode;
@@ -245,13 +248,15 @@ static void fp8_kept_mode(lz_llama *m, lz_store *s8, int mode)
     o.max_new_tokens = 6;
     o.keep_logits = 1;
     o.backend = &be;
-    lz_query_session *q8 = NULL, *q16 = session(m, s8, mode, 1 << 26);
+    lz_query_session *q8 = NULL, *q16 = NULL, *qc = session(m, s8, mode, 1 << 26);
     if (lz_query_session_new(m, s8, &o, &q8, err, sizeof err)) CHECK(0, "session: %s", err);
+    o.backend = &be16; /* a backend that does not read fp8: bf16 entries */
+    if (lz_query_session_new(m, s8, &o, &q16, err, sizeof err)) CHECK(0, "session: %s", err);
     const int V = m->cfg.vocab;
     const char *name = mode == LZ_MODE_BLOCK ? "block" : "lazy";
     double worst = 0;
-    int same = 0, total = 0, docs = 0;
-    for (int t = 0; q8 && q16 && t < 8; t++) {
+    int same = 0, total = 0, docs = 0, cpu_same = 0;
+    for (int t = 0; q8 && q16 && qc && t < 8; t++) {
         const char *pick[5];
         char buf[5][16];
         const int n = 1 + t % 5;
@@ -269,12 +274,20 @@ static void fp8_kept_mode(lz_llama *m, lz_store *s8, int mode)
             total++;
             lz_query_result_free(&r16);
         }
+        lz_query_result rc; /* the CPU engine alone over the same fp8 entries: the same bits */
+        if (ok && !lz_query_answer(qc, "castle river", d, n, &rc, err, sizeof err)) {
+            cpu_same += !memcmp(rc.logits, r8.logits, (size_t)V * sizeof(float));
+            lz_query_result_free(&rc);
+        }
         if (ok) lz_query_result_free(&r8);
         free(d);
     }
-    lz_doc_cache_stats c8 = {0}, c16 = {0};
-    if (q8 && q16) lz_query_cache_stats(q8, &c8), lz_query_cache_stats(q16, &c16);
+    lz_doc_cache_stats c8 = {0}, c16 = {0}, cc = {0};
+    if (q8 && q16 && qc) lz_query_cache_stats(q8, &c8), lz_query_cache_stats(q16, &c16), lz_query_cache_stats(qc, &cc);
     const double tol = mode == LZ_MODE_BLOCK ? 0.05 : 0.02;
+    CHECK(cc.bytes_used == c8.bytes_used && cpu_same == 8,
+          "fp8 kept (%s): the CPU session holds %lld bytes (the fp8 backend's %lld) and gives its logits on %d of 8", name,
+          (long long)cc.bytes_used, (long long)c8.bytes_used, cpu_same);
     CHECK(docs == 8, "fp8 kept (%s): every segment handed to the backend as fp8 on %d of 8 questions", name, docs);
     CHECK(total == 8 && worst <= tol, "fp8 kept (%s): logits within %g of the dequantised bf16 entries' (rel diff %g)",
           name, tol, worst);
@@ -288,8 +301,11 @@ static void fp8_kept_mode(lz_llama *m, lz_store *s8, int mode)
            total);
     lz_query_session_free(q8);
     lz_query_session_free(q16);
+    lz_query_session_free(qc);
     lz_kv_cache_free(&b.cache);
+    lz_kv_cache_free(&b16.cache);
     lz_llama_scratch_free(b.sc);
+    lz_llama_scratch_free(b16.sc);
 }
 
 static void test_fp8_kept(const char *store8)
