@@ -627,12 +627,11 @@ int lz_meta_key_referenced(lz_meta *m, const uint8_t *key, size_t key_len, char 
 
 /* ---- search and statistics ---- */
 
-int lz_meta_search(lz_meta *m, const char *q, int k, int (*fn)(const lz_meta_hit *h, void *ctx),
-                   void *ctx, char *err, size_t errlen)
+/* Steps s, search statement `which` bound by the caller, each row a hit to fn until it returns
+ * non-zero (returned), then resets it. */
+static int search_rows(lz_meta *m, sqlite3_stmt *s, int which, int (*fn)(const lz_meta_hit *h, void *ctx), void *ctx,
+                       char *err, size_t errlen)
 {
-    sqlite3_stmt *s = stmt(m, ST_SEARCH);
-    sqlite3_bind_text(s, 1, q, -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 2, k);
     int rc, ret = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         lz_meta_hit h = { sqlite3_column_int64(s, 0), (const char *)sqlite3_column_text(s, 1),
@@ -641,9 +640,18 @@ int lz_meta_search(lz_meta *m, const char *q, int k, int (*fn)(const lz_meta_hit
         if (ret) break;
     }
     int st = ret;
-    if (!ret && rc != SQLITE_DONE) st = sql_fail(m, err, errlen, ST_SEARCH, rc);
+    if (!ret && rc != SQLITE_DONE) st = sql_fail(m, err, errlen, which, rc);
     sqlite3_reset(s);
     return st;
+}
+
+int lz_meta_search(lz_meta *m, const char *q, int k, int (*fn)(const lz_meta_hit *h, void *ctx),
+                   void *ctx, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = stmt(m, ST_SEARCH);
+    sqlite3_bind_text(s, 1, q, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 2, k);
+    return search_rows(m, s, ST_SEARCH, fn, ctx, err, errlen);
 }
 
 int lz_meta_fts_stats(lz_meta *m, const char *q, lz_meta_bm25_stats *out, char *err, size_t errlen)
@@ -693,16 +701,7 @@ int lz_meta_search_idf(lz_meta *m, const char *q, int k, double avgdl, const dou
     sqlite3_bind_text(s, 1, q, -1, SQLITE_STATIC);
     sqlite3_bind_int(s, 2, k);
     sqlite3_bind_blob(s, 3, stats, (int)(sizeof(double) * (size_t)(1 + n_phrases)), SQLITE_STATIC);
-    int rc, ret = 0;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        lz_meta_hit h = { sqlite3_column_int64(s, 0), (const char *)sqlite3_column_text(s, 1),
-                          (const char *)sqlite3_column_text(s, 2), sqlite3_column_double(s, 3) };
-        ret = fn(&h, ctx);
-        if (ret) break;
-    }
-    int st = ret;
-    if (!ret && rc != SQLITE_DONE) st = sql_fail(m, err, errlen, ST_SEARCH_IDF, rc);
-    sqlite3_reset(s);
+    const int st = search_rows(m, s, ST_SEARCH_IDF, fn, ctx, err, errlen);
     free(stats);
     return st;
 }
