@@ -110,4 +110,21 @@ static inline void lz_test_demo_teardown(char *dir, int nq, char **questions, ch
     lz_test_sh("rm -rf %s", dir);
 }
 
+/* A greedy request for a question over its context ids (answers of max_tokens, seed 7). */
+static inline lz_serve_req lz_test_greedy_req(const char *question, char *const *ids, int n_ids, int max_tokens)
+{
+    return (lz_serve_req){.question = question, .doc_ids = (const char *const *)ids, .n_doc_ids = n_ids,
+                          .max_tokens = max_tokens, .top_p = 1.0f, .seed = 7};
+}
+
+/* Waits until nothing runs and nothing is queued on s; its stats then in st. */
+static inline void lz_test_settle(lz_serve_sched *s, lz_serve_stats *st)
+{
+    for (int i = 0; i < 2000; i++) {
+        lz_serve_sched_stats(s, st);
+        if (!st->running && !st->queued) return;
+        lz_test_sleep_ms(5);
+    }
+}
+
 #endif /* LZ_SERVE_TEST_H */

@@ -7,6 +7,7 @@
 #ifndef LZ_SHARDS_TEST_H
 #define LZ_SHARDS_TEST_H
 
+#include "base/clock.h"
 #include "store/store.h"
 #include "tests/store_inner.h"
 #include "tests/test.h"

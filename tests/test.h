@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int lz_test_passed, lz_test_failed;
@@ -32,6 +33,13 @@ static int lz_test_passed, lz_test_failed;
     CHECK(fabs((double)(got) - (double)(want)) <=                              \
               (atol) + (rtol) * fabs((double)(want)),                          \
           "got %.9g want %.9g", (double)(got), (double)(want))
+
+/* Sleeps ms milliseconds (polling loops of the tests). */
+static inline void lz_test_sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
 
 static inline int lz_test_done(void)
 {

@@ -24,12 +24,6 @@ static int n_ctx[NQ];
 static lz_llama *model;
 static lz_store *store;
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* A serial answer through the run API, one request alone (greedy, max tokens). */
 static char *serial_answer(lz_query_session *q, const char *question, const lz_query_doc *docs, int n, int max_new)
 {
@@ -49,22 +43,6 @@ static char *serial_answer(lz_query_session *q, const char *question, const lz_q
     char *a = strdup(res.answer ? res.answer : "");
     lz_query_result_free(&res);
     return a;
-}
-
-static lz_serve_req greedy_req(int i, int max_tokens)
-{
-    return (lz_serve_req){.question = questions[i], .doc_ids = (const char *const *)ctx_ids[i], .n_doc_ids = n_ctx[i],
-                          .max_tokens = max_tokens, .top_p = 1.0f, .seed = 7};
-}
-
-/* Waits until nothing runs and nothing is queued; the stats then. */
-static void settle(lz_serve_sched *s, lz_serve_stats *st)
-{
-    for (int i = 0; i < 2000; i++) {
-        lz_serve_sched_stats(s, st);
-        if (!st->running && !st->queued) return;
-        sleep_ms(5);
-    }
 }
 
 /* Everything submitted at once: the batch answers what lz_query_answer answers alone. */
@@ -94,7 +72,7 @@ static void test_identical(void)
     if (lz_serve_sched_new(q, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); return; }
     lz_serve_ticket *t[NQ];
     for (int i = 0; i < NQ; i++) {
-        lz_serve_req rq = greedy_req(i, 48);
+        lz_serve_req rq = lz_test_greedy_req(questions[i], ctx_ids[i], n_ctx[i], 48);
         CHECK(lz_serve_submit(s, &rq, &t[i], err, sizeof err) == LZ_SERVE_OK, "submit %d: %s", i, err);
     }
     int same = 0;
@@ -114,7 +92,7 @@ static void test_identical(void)
         lz_serve_release(t[i]);
     }
     lz_serve_stats st;
-    settle(s, &st);
+    lz_test_settle(s, &st);
     printf("batched == serial: %d of %d greedy answers; %lld steps, mean batch %.1f, peak %d running\n", same, NQ,
            (long long)st.steps, st.steps ? (double)st.step_rows / st.steps : 0, st.peak_running);
     CHECK(st.peak_running > 1 && st.step_rows > st.steps, "requests decoded together (peak %d)", st.peak_running);
@@ -143,8 +121,8 @@ static void test_mixed(void)
     if (lz_serve_sched_new(q, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); return; }
     lz_serve_ticket *t[N] = {0};
     for (int i = 0; i < N; i++) {
-        if (i == 8 || i == 16) sleep_ms(30); /* the next wave joins a running batch */
-        lz_serve_req rq = greedy_req(i % NQ, lens[(i * 7) % 4]);
+        if (i == 8 || i == 16) lz_test_sleep_ms(30); /* the next wave joins a running batch */
+        lz_serve_req rq = lz_test_greedy_req(questions[i % NQ], ctx_ids[i % NQ], n_ctx[i % NQ], lens[(i * 7) % 4]);
         if (i % 3 == 2) { rq.doc_ids = NULL; rq.n_doc_ids = 0; rq.retrieve_k = 3; }
         CHECK(lz_serve_submit(s, &rq, &t[i], err, sizeof err) == LZ_SERVE_OK, "submit %d: %s", i, err);
     }
@@ -158,7 +136,7 @@ static void test_mixed(void)
                   u.timing.n_completion, lens[(i * 7) % 4]);
     }
     lz_serve_stats st;
-    settle(s, &st);
+    lz_test_settle(s, &st);
     lz_serve_sched_free(s); /* the session is the test's again: the serial references */
     int same = 0;
     for (int i = 0; i < N; i++) {
@@ -199,7 +177,7 @@ static void test_stop(lz_query_session *q)
     lz_serve_sched_opts_default(&so);
     lz_serve_sched *s;
     if (lz_serve_sched_new(q, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); free(full); return; }
-    lz_serve_req rq = greedy_req(0, 48);
+    lz_serve_req rq = lz_test_greedy_req(questions[0], ctx_ids[0], n_ctx[0], 48);
     rq.stop = stops;
     rq.n_stop = 2;
     lz_serve_ticket *t, *t2;
@@ -235,12 +213,12 @@ static void test_cancel(lz_query_session *q)
     so.max_running = 2;
     lz_serve_sched *s;
     if (lz_serve_sched_new(q, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); return; }
-    lz_serve_req rq = greedy_req(1, 400);
+    lz_serve_req rq = lz_test_greedy_req(questions[1], ctx_ids[1], n_ctx[1], 400);
     rq.temperature = 5.0f; /* a long random answer: it is still running when cancelled */
     lz_serve_ticket *a, *b, *c;
     CHECK(lz_serve_submit(s, &rq, &a, err, sizeof err) == 0, "a: %s", err);
     CHECK(lz_serve_submit(s, &rq, &b, err, sizeof err) == 0, "b: %s", err);
-    lz_serve_req rc = greedy_req(2, 8);
+    lz_serve_req rc = lz_test_greedy_req(questions[2], ctx_ids[2], n_ctx[2], 8);
     CHECK(lz_serve_submit(s, &rc, &c, err, sizeof err) == 0, "c: %s", err); /* queued behind a and b */
     lz_serve_update u;
     int state = LZ_SERVE_PENDING;
@@ -262,11 +240,11 @@ static void test_cancel(lz_query_session *q)
     for (int i = 0; i < 400 && !freed; i++) {
         lz_serve_sched_stats(s, &st);
         freed = st.cancelled == 2 && st.running == 1;
-        if (!freed) sleep_ms(5);
+        if (!freed) lz_test_sleep_ms(5);
     }
     CHECK(freed, "the cancelled ones left (%lld cancelled, %d running)", (long long)st.cancelled, st.running);
     lz_serve_release(b);
-    settle(s, &st);
+    lz_test_settle(s, &st);
     CHECK(st.cancelled == 3 && st.running == 0 && st.reserved_bytes == 0 && st.host.n_held == 0 && st.ok == 0,
           "all cancelled: nothing running, reserved or held (%lld cancelled, %lld bytes, %lld held)",
           (long long)st.cancelled, (long long)st.reserved_bytes, (long long)st.host.n_held);
@@ -295,7 +273,7 @@ static void test_queue_full(lz_query_session *q)
     lz_serve_ticket *t[N];
     int full = 0, taken = 0;
     for (int i = 0; i < N; i++) {
-        lz_serve_req rq = greedy_req(i % NQ, 16);
+        lz_serve_req rq = lz_test_greedy_req(questions[i % NQ], ctx_ids[i % NQ], n_ctx[i % NQ], 16);
         const int rc = lz_serve_submit(s, &rq, &t[i], err, sizeof err);
         if (rc == LZ_SERVE_EFULL) { full++; CHECK(strstr(err, "queue is full") != NULL, "says why: %s", err); }
         else taken += rc == LZ_SERVE_OK;
@@ -309,11 +287,11 @@ static void test_queue_full(lz_query_session *q)
         lz_serve_release(t[i]);
     }
     lz_serve_stats st;
-    settle(s, &st);
+    lz_test_settle(s, &st);
     CHECK(st.rejected_full == full && st.peak_running == 1, "%lld refusals counted, batch of one",
           (long long)st.rejected_full);
     lz_serve_ticket *d;
-    lz_serve_req rq = greedy_req(3, 4);
+    lz_serve_req rq = lz_test_greedy_req(questions[3], ctx_ids[3], n_ctx[3], 4);
     CHECK(lz_serve_submit(s, &rq, &d, err, sizeof err) == 0, "served again once drained: %s", err);
     lz_serve_update u;
     free(lz_test_drain(d, &u));
@@ -337,7 +315,7 @@ static void test_memory(lz_query_session *q)
     if (lz_serve_sched_new(q, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); return; }
     lz_serve_ticket *t[6];
     for (int i = 0; i < 6; i++) {
-        lz_serve_req rq = greedy_req(0, 24);
+        lz_serve_req rq = lz_test_greedy_req(questions[0], ctx_ids[0], n_ctx[0], 24);
         CHECK(lz_serve_submit(s, &rq, &t[i], err, sizeof err) == 0, "submit: %s", err);
     }
     for (int i = 0; i < 6; i++) {
@@ -347,10 +325,10 @@ static void test_memory(lz_query_session *q)
         lz_serve_release(t[i]);
     }
     lz_serve_stats st;
-    settle(s, &st);
+    lz_test_settle(s, &st);
     CHECK(st.peak_running == 2, "a budget for 2.5: peak %d running", st.peak_running);
     /* a request past the whole budget fails at once */
-    lz_serve_req big = greedy_req(0, 24);
+    lz_serve_req big = lz_test_greedy_req(questions[0], ctx_ids[0], n_ctx[0], 24);
     big.max_tokens = 2000;
     lz_serve_ticket *b;
     lz_serve_update u;
@@ -392,7 +370,7 @@ static void test_errors(lz_query_session *q)
     rq.max_tokens = -1;
     CHECK(lz_serve_submit(s, &rq, &t, err, sizeof err) == LZ_SERVE_EINVAL, "negative max_tokens refused");
     lz_serve_stats st;
-    settle(s, &st);
+    lz_test_settle(s, &st);
     CHECK(st.failed_client == 2 && st.ok == 0, "two client errors counted (%lld)", (long long)st.failed_client);
     lz_serve_sched_free(s);
 }

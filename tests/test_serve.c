@@ -21,12 +21,6 @@ static char dir[256], store[600], bin[512];
 static const char *model = "models/default.gguf";
 static const char *question = "What is the capital of Foxaria?";
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* ---- the server ---- */
 
 typedef struct {
@@ -56,7 +50,7 @@ static int server_start(server *s, const char *extra)
         }
         int st;
         if (waitpid(s->pid, &st, WNOHANG) == s->pid) { s->pid = 0; return -1; }
-        sleep_ms(50);
+        lz_test_sleep_ms(50);
     }
     return -1;
 }
@@ -69,7 +63,7 @@ static int server_stop(server *s)
     for (int i = 0; i < 1200; i++) {
         int st;
         if (waitpid(s->pid, &st, WNOHANG) == s->pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        sleep_ms(50);
+        lz_test_sleep_ms(50);
     }
     kill(s->pid, SIGKILL);
     waitpid(s->pid, NULL, 0);
@@ -177,7 +171,7 @@ static int drained(const server *s)
         if (metric(s, "lazy_running_requests") == 0 && metric(s, "lazy_queue_length") == 0 &&
             metric(s, "lazy_cache_held_entries{tier=\"host\"}") == 0 && metric(s, "lazy_reserved_bytes") == 0)
             return 1;
-        sleep_ms(100);
+        lz_test_sleep_ms(100);
     }
     return 0;
 }

@@ -32,19 +32,6 @@
 static char dir[256], bin[512], one[600], set[600], corpus[700];
 static const char *model = "models/default.gguf";
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Runs a command; its stderr (and stdout) into out (NUL-terminated). Returns the exit status. */
 static int run_out(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int run_out(char *out, size_t n, const char *fmt, ...)
@@ -258,7 +245,7 @@ static int serve_once(const char *store, char *out, size_t n)
             if (fscanf(f, "%d", &port) != 1) port = 0;
             fclose(f);
         }
-        if (!port) sleep_ms(50);
+        if (!port) lz_test_sleep_ms(50);
     }
     int rc = -1;
     if (port) {
@@ -350,7 +337,7 @@ static void test_tasks(void)
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    const double t0 = now_s();
+    const double t0 = lz_now_s();
     pid_t others = fork(); /* tasks 0 and 2 beside it */
     if (others == 0) {
         char cmd[4096];
@@ -361,11 +348,11 @@ static void test_tasks(void)
     }
     int64_t rows = -1;
     int st = 0, exited = 0;
-    while (now_s() - t0 < 60 && !exited) {
+    while (lz_now_s() - t0 < 60 && !exited) {
         rows = lz_test_rows_of(s1);
         if (rows > 0) break;
         exited = waitpid(pid, &st, WNOHANG) == pid;
-        sleep_ms(20);
+        lz_test_sleep_ms(20);
     }
     if (!exited) {
         kill(pid, SIGKILL);
@@ -397,7 +384,7 @@ static void test_tasks(void)
     }
     lz_store_close(a);
     printf("tasks: 3 shards at once, task 1 killed with %lld of %lld documents committed, resumed: %.2f s\n",
-           (long long)rows, (long long)want1, now_s() - t0);
+           (long long)rows, (long long)want1, lz_now_s() - t0);
 }
 
 /* ---- the checker over a damaged copy ---- */
@@ -585,25 +572,25 @@ int main(void)
     snprintf(set, sizeof set, "%s/set", dir);
     snprintf(corpus, sizeof corpus, "datasets/demo/corpus.jsonl");
     lz_llama_set_threads(2);
-    double t0 = now_s();
+    double t0 = lz_now_s();
     if (lz_test_sh("%s/lazyingest --quiet -m %s -s %s %s", bin, model, one, corpus) ||
         lz_test_sh("%s/lazyingest --quiet --shards 3 -m %s -s %s %s", bin, model, set, corpus)) {
         CHECK(0, "could not build the stores");
         return lz_test_done();
     }
-    printf("stores: one and 3 shards built in %.2f s\n", now_s() - t0);
-    double t = now_s();
+    printf("stores: one and 3 shards built in %.2f s\n", lz_now_s() - t0);
+    double t = lz_now_s();
     test_equal();
-    printf("equal: %.2f s\n", now_s() - t);
-    t = now_s();
+    printf("equal: %.2f s\n", lz_now_s() - t);
+    t = lz_now_s();
     test_tasks();
-    t = now_s();
+    t = lz_now_s();
     test_checker();
-    printf("checker: %.2f s\n", now_s() - t);
-    t = now_s();
+    printf("checker: %.2f s\n", lz_now_s() - t);
+    t = lz_now_s();
     test_bad_input();
-    printf("bad input: %.2f s\n", now_s() - t);
+    printf("bad input: %.2f s\n", lz_now_s() - t);
     lz_test_sh("rm -rf %s", dir);
-    printf("test_shards: %.2f s\n", now_s() - t0);
+    printf("test_shards: %.2f s\n", lz_now_s() - t0);
     return lz_test_done();
 }

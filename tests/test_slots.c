@@ -206,12 +206,6 @@ static lz_query_backend sb_backend(slots_backend *f, int slotted)
     return b;
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Question i's greedy answer of max_new tokens alone, on the backend of one sequence. */
 static char *serial_answer(lz_query_session *q, int i, int max_new)
 {
@@ -244,21 +238,6 @@ static char *serial_answer(lz_query_session *q, int i, int max_new)
     return a ? a : strdup("");
 }
 
-static lz_serve_req greedy_req(int i, int max_tokens)
-{
-    return (lz_serve_req){.question = questions[i], .doc_ids = (const char *const *)ctx_ids[i], .n_doc_ids = n_ctx[i],
-                          .max_tokens = max_tokens, .top_p = 1.0f, .seed = 7};
-}
-
-static void settle(lz_serve_sched *s, lz_serve_stats *st)
-{
-    for (int i = 0; i < 2000; i++) {
-        lz_serve_sched_stats(s, st);
-        if (!st->running && !st->queued) return;
-        sleep_ms(5);
-    }
-}
-
 /* Requests of mixed lengths in two waves through the scheduler on the backend of slots: each
  * equals its answer alone; the passes ran several slots; at most SLOTS live; all released. */
 static void test_batched_equals_serial(void)
@@ -283,8 +262,8 @@ static void test_batched_equals_serial(void)
     if (lz_serve_sched_new(qs, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); return; }
     lz_serve_ticket *t[N] = {0};
     for (int i = 0; i < N; i++) {
-        if (i == N / 2) sleep_ms(40); /* the second wave joins a running batch */
-        lz_serve_req rq = greedy_req(i % NQ, lens[i % 4]);
+        if (i == N / 2) lz_test_sleep_ms(40); /* the second wave joins a running batch */
+        lz_serve_req rq = lz_test_greedy_req(questions[i % NQ], ctx_ids[i % NQ], n_ctx[i % NQ], lens[i % 4]);
         CHECK(lz_serve_submit(s, &rq, &t[i], err, sizeof err) == LZ_SERVE_OK, "submit %d: %s", i, err);
     }
     int same = 0;
@@ -300,7 +279,7 @@ static void test_batched_equals_serial(void)
         lz_serve_release(t[i]);
     }
     lz_serve_stats st;
-    settle(s, &st);
+    lz_test_settle(s, &st);
     printf("slots: %d of %d batched greedy answers equal their answers alone; %d prefill passes (%d of several), %d "
            "decode passes (%d of several, mean %.1f rows), peak %d live of %d slots\n", same, N, fs.prefill_calls,
            fs.prefill_multi, fs.decode_calls, fs.decode_multi, fs.decode_calls ? (double)fs.decode_rows / fs.decode_calls : 0,
@@ -347,7 +326,7 @@ static void test_admission_and_release(void)
     if (lz_serve_sched_new(q, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); return; }
     lz_serve_ticket *t[6] = {0};
     for (int i = 0; i < 6; i++) {
-        lz_serve_req rq = greedy_req(0, 6);
+        lz_serve_req rq = lz_test_greedy_req(questions[0], ctx_ids[0], n_ctx[0], 6);
         CHECK(lz_serve_submit(s, &rq, &t[i], err, sizeof err) == LZ_SERVE_OK, "submit %d: %s", i, err);
     }
     int done = 0;
@@ -358,13 +337,13 @@ static void test_admission_and_release(void)
         lz_serve_release(t[i]);
     }
     lz_serve_stats st;
-    settle(s, &st);
+    lz_test_settle(s, &st);
     CHECK(done == 6 && fs.peak_live == 1 && st.peak_running == 1,
           "fits held admission back: %d done, peak %d live, %d running", done, fs.peak_live, st.peak_running);
     fs.fits_cap = 0;
     /* past seq_tokens (96 own tokens: the question and 90 answer tokens do not fit) */
     lz_serve_ticket *big;
-    lz_serve_req rq = greedy_req(0, 90);
+    lz_serve_req rq = lz_test_greedy_req(questions[0], ctx_ids[0], n_ctx[0], 90);
     CHECK(lz_serve_submit(s, &rq, &big, err, sizeof err) == LZ_SERVE_OK, "submit: %s", err);
     lz_serve_update u;
     free(lz_test_drain(big, &u));
@@ -374,7 +353,7 @@ static void test_admission_and_release(void)
     fs.fail_at = fs.decode_calls + 3;
     lz_serve_ticket *two[2];
     for (int i = 0; i < 2; i++) {
-        lz_serve_req r2 = greedy_req(i, 40);
+        lz_serve_req r2 = lz_test_greedy_req(questions[i], ctx_ids[i], n_ctx[i], 40);
         r2.ignore_eos = 1;
         CHECK(lz_serve_submit(s, &r2, &two[i], err, sizeof err) == LZ_SERVE_OK, "submit: %s", err);
     }
@@ -384,17 +363,17 @@ static void test_admission_and_release(void)
         failed += u.state == LZ_SERVE_FAILED && strstr(u.error, "fell over") != NULL;
         lz_serve_release(two[i]);
     }
-    settle(s, &st);
+    lz_test_settle(s, &st);
     CHECK(failed >= 1, "a failed pass fails its requests (%d)", failed);
     /* a cancelled running request frees its slot */
     lz_serve_ticket *c;
-    lz_serve_req r3 = greedy_req(3, 40);
+    lz_serve_req r3 = lz_test_greedy_req(questions[3], ctx_ids[3], n_ctx[3], 40);
     r3.ignore_eos = 1;
     CHECK(lz_serve_submit(s, &r3, &c, err, sizeof err) == LZ_SERVE_OK, "submit: %s", err);
-    for (int i = 0; i < 200 && fs.live == 0; i++) sleep_ms(2);
+    for (int i = 0; i < 200 && fs.live == 0; i++) lz_test_sleep_ms(2);
     lz_serve_release(c);
-    settle(s, &st);
-    for (int i = 0; i < 200 && fs.live; i++) sleep_ms(2);
+    lz_test_settle(s, &st);
+    for (int i = 0; i < 200 && fs.live; i++) lz_test_sleep_ms(2);
     CHECK(fs.live == 0 && fs.begins == fs.releases && fs.bad == 0,
           "every slot released after failures and a cancellation (%d live, %d begins, %d releases, %d bad)", fs.live,
           fs.begins, fs.releases, fs.bad);
@@ -421,7 +400,7 @@ static int64_t doc_tokens_of(int i)
 /* Waits until the fake holds `live` sequences (at most 2 s). */
 static void wait_live(slots_backend *f, int live)
 {
-    for (int i = 0; i < 1000 && f->live != live; i++) sleep_ms(2);
+    for (int i = 0; i < 1000 && f->live != live; i++) lz_test_sleep_ms(2);
 }
 
 /* A begin that fails for memory after admission (fits said yes): while another request runs it
@@ -448,7 +427,7 @@ static void test_memory_retry(void)
     if (lz_serve_sched_new(q, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); return; }
     /* A runs; B's first begin (the second call) finds no memory; D arrives with B */
     fs.fail_begin = 2;
-    lz_serve_req ra = greedy_req(A, 40), rb = greedy_req(B, 6), rd = greedy_req(D, 6);
+    lz_serve_req ra = lz_test_greedy_req(questions[A], ctx_ids[A], n_ctx[A], 40), rb = lz_test_greedy_req(questions[B], ctx_ids[B], n_ctx[B], 6), rd = lz_test_greedy_req(questions[D], ctx_ids[D], n_ctx[D], 6);
     ra.ignore_eos = 1;
     lz_serve_ticket *ta, *tb_, *td_;
     CHECK(lz_serve_submit(s, &ra, &ta, err, sizeof err) == LZ_SERVE_OK, "submit A: %s", err);
@@ -465,7 +444,7 @@ static void test_memory_retry(void)
     CHECK(ud.state == LZ_SERVE_DONE && !strcmp(got_d, want_d), "D answered: state %d (%s) '%s' vs alone '%s'", ud.state,
           ud.error, got_d, want_d);
     lz_serve_stats st;
-    settle(s, &st);
+    lz_test_settle(s, &st);
     CHECK(st.mem_retries == 1 && fs.begin_calls == 4, "one retry: %lld retries, %d begin calls (A, B failed, B, D)",
           (long long)st.mem_retries, fs.begin_calls);
     CHECK(fs.n_begun == 3 && fs.begun_tokens[1] == tb && fs.begun_tokens[2] == td,
@@ -487,7 +466,7 @@ static void test_memory_retry(void)
     CHECK(uc.state == LZ_SERVE_FAILED && uc.status == 500 && strstr(uc.error, "no other request running") &&
           strstr(uc.error, "no device memory"), "alone: state %d, status %d (%s)", uc.state, uc.status, uc.error);
     lz_serve_release(tc);
-    settle(s, &st);
+    lz_test_settle(s, &st);
     CHECK(st.mem_retries == 1, "no retry with nothing running (%lld)", (long long)st.mem_retries);
     /* a begin failing every time: retried once after the running one ends, then failed alone */
     lz_serve_ticket *ta2, *tb2;
@@ -499,7 +478,7 @@ static void test_memory_retry(void)
     lz_serve_update ub2, ua2;
     free(lz_test_drain(tb2, &ub2));
     free(lz_test_drain(ta2, &ua2));
-    settle(s, &st);
+    lz_test_settle(s, &st);
     CHECK(ua2.state == LZ_SERVE_DONE, "A2 answered (%s)", ua2.error);
     CHECK(ub2.state == LZ_SERVE_FAILED && strstr(ub2.error, "no other request running") && fs.begin_calls == calls0 + 2 &&
           st.mem_retries == 2, "failing again alone: state %d (%s), %d begins tried, %lld retries", ub2.state, ub2.error,
@@ -515,7 +494,7 @@ static void test_memory_retry(void)
     CHECK(ue.state == LZ_SERVE_DONE && !strcmp(got_e, want_d), "served after (%s)", ue.error);
     free(got_e);
     lz_serve_release(te);
-    settle(s, &st);
+    lz_test_settle(s, &st);
     CHECK(fs.live == 0 && fs.begins == fs.releases && fs.bad == 0 && st.reserved_bytes == 0 && st.host.n_held == 0,
           "nothing left held (%d live, %d begins, %d releases, %d bad, %lld bytes, %lld held)", fs.live, fs.begins,
           fs.releases, fs.bad, (long long)st.reserved_bytes, (long long)st.host.n_held);

@@ -21,19 +21,6 @@ static char dir[256], cluster[600], bin[512], store[600], logs[600];
 static const char *model = "models/default.gguf";
 static int cluster_up;
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* A command's first output line into out (NUL-terminated, no newline); its exit status. */
 static int line_of(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int line_of(char *out, size_t n, const char *fmt, ...)
@@ -68,15 +55,15 @@ static void stop_cluster(void)
 /* Waits (at most limit_s) until job id is in one of the states (a '|' list); its last state in out. */
 static int wait_state(const char *id, const char *states, double limit_s, char *out, size_t n)
 {
-    const double t0 = now_s();
-    while (now_s() - t0 < limit_s) {
+    const double t0 = lz_now_s();
+    while (lz_now_s() - t0 < limit_s) {
         job_field(id, "JobState", out, n);
         char want[256];
         snprintf(want, sizeof want, "|%s|", states);
         char got[80];
         snprintf(got, sizeof got, "|%s|", out);
         if (out[0] && strstr(want, got)) return 1;
-        sleep_ms(100);
+        lz_test_sleep_ms(100);
     }
     return 0;
 }
@@ -92,7 +79,7 @@ int main(void)
     if (!lz_test_tmpdir(dir, sizeof dir)) return 1;
     chmod(dir, 0755); /* munged wants every folder above its socket searchable by all */
     snprintf(cluster, sizeof cluster, "%s/slurm", dir);
-    const double t0 = now_s();
+    const double t0 = lz_now_s();
     char out[4096];
     int rc = lz_test_sh("sh tests/slurm/cluster.sh start %s > %s/cluster.log 2>&1", cluster, dir);
     char env[700];
@@ -112,7 +99,7 @@ int main(void)
     conf[strcspn(conf, "\n")] = 0;
     setenv("SLURM_CONF", conf + 11, 1);
     free(conf);
-    printf("cluster: up in %.2f s\n", now_s() - t0);
+    printf("cluster: up in %.2f s\n", lz_now_s() - t0);
 
     /* the tasks' lazyingest: the test build, slowed after each batch so that one can be killed mid-way */
     snprintf(bin, sizeof bin, "%s/bin", dir);
@@ -120,7 +107,7 @@ int main(void)
     snprintf(logs, sizeof logs, "%s/logs", dir);
     mkdir(bin, 0777);
     lz_test_sh("ln -s %s %s/lazyingest", abs_hooks, bin);
-    const double t1 = now_s();
+    const double t1 = lz_now_s();
     rc = line_of(out, sizeof out, "sh tools/slurm/submit.sh -n 3 -s %s -m %s --bin %s --logs %s --ingest-args "
                  "'--quiet -t 1 --batch-tokens 400 --test-pause-ms 100' datasets/demo/corpus.jsonl 2>&1", store, model,
                  bin, logs);
@@ -133,7 +120,7 @@ int main(void)
     snprintf(task1, sizeof task1, "%s_1", array);
     snprintf(shard1, sizeof shard1, "%s/shard-0001", store);
     int64_t rows = -1;
-    while (now_s() - t1 < 120 && (rows = lz_test_rows_of(shard1)) <= 0) sleep_ms(20);
+    while (lz_now_s() - t1 < 120 && (rows = lz_test_rows_of(shard1)) <= 0) lz_test_sleep_ms(20);
     CHECK(rows > 0, "task 1 committed nothing within 120 s");
     CHECK(line_of(out, sizeof out, "scontrol requeue %s 2>&1", task1) == 0, "requeue %s: %s", task1, out);
     CHECK(wait_state(task1, "PENDING", 60, state, sizeof state), "task 1 after the requeue: %s", state);
@@ -152,7 +139,7 @@ int main(void)
     /* resumed now rather than after Slurm's requeue delay */
     for (int i = 0; i < 20; i++) {
         if (line_of(out, sizeof out, "scontrol update jobid=%s StartTime=now 2>&1", task1) == 0) break;
-        sleep_ms(100);
+        lz_test_sleep_ms(100);
     }
 
     /* the check job, after every task: clean */
@@ -189,7 +176,7 @@ int main(void)
                  "operate?' | sed -n 's/.*\"answer\":\"\\([^\"]*\\)\".*/\\1/p'", b, model, store);
     CHECK(!strcmp(out, "logistics"), "the set's answer: '%s'", out);
     printf("slurm: 3 tasks, task 1 killed with %lld documents committed and resumed, check clean: %.2f s (cluster "
-           "included: %.2f s)\n", (long long)killed_rows, now_s() - t1, now_s() - t0);
+           "included: %.2f s)\n", (long long)killed_rows, lz_now_s() - t1, lz_now_s() - t0);
     stop_cluster();
     lz_test_sh("rm -rf %s", dir);
     return lz_test_done();

@@ -1,5 +1,5 @@
 /* llama_cuda_test.h - what the GPU engine's tests share (tests/cuda/test_llama_*.cu):
- * a clock, random-weight bf16 models written and loaded, the CPU encoder's
+ * random-weight bf16 models written and loaded, the CPU encoder's
  * steps (the prefix, then a document after it as a segment), the
  * normalised error of one vector against another and the argmax. C++ (nvcc), header only. */
 #ifndef LZ_TESTS_LLAMA_CUDA_TEST_H
@@ -7,18 +7,10 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <time.h>
 
 #include "model/llama.h"
 #include "model/mkmodel.h"
 #include "tests/test.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static lz_llama *make_model(const char *path, int dim, int layers, int heads, int kv, int hd, int ffn, int vocab,
                             int layout_half)

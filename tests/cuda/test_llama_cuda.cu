@@ -31,6 +31,7 @@
 #include "ingest/encode.h"
 #include "ingest/kvpolicy.h"
 #include "formats/gguf.h"
+#include "base/clock.h"
 #include "base/half.h"
 #include "model/llama.h"
 #include "gpu/llama_cuda.h"
@@ -528,17 +529,17 @@ static void bench(const char *dir)
     for (int i = 0; i < s; i++) prefix[i] = 3 + i;
     for (int i = 0; i < n; i++) ids[i] = 3 + (i * 97 + 11) % 31000;
     lz_kv_cache pc, dc, gc;
-    double t = now_s();
+    double t = lz_now_s();
     CHECK(cpu_encode(m, prefix, s, ids, n, &pc, &dc) == 0, "cpu");
-    const double tc = now_s() - t;
+    const double tc = lz_now_s() - t;
     lz_kv_cache_init(&gc, &m->cfg, n);
     lz_llama_gpu_set_prefix(g, &pc, err, sizeof err);
     lz_llama_gpu_encode(g, ids, n, &gc, NULL, 0, 0, err, sizeof err); /* warm-up */
     double best = 1e9;
     for (int r = 0; r < 5; r++) {
-        t = now_s();
+        t = lz_now_s();
         CHECK(lz_llama_gpu_encode(g, ids, n, &gc, NULL, 0, 0, err, sizeof err) == 0, "encode: %s", err);
-        t = now_s() - t;
+        t = lz_now_s() - t;
         best = t < best ? t : best;
     }
     const double params = 12.0 * (1536.0 * 1536 * 2 + 1536.0 * 512 * 2 + 3.0 * 1536 * 4096) + 32000.0 * 1536;
@@ -568,13 +569,13 @@ static void bench(const char *dir)
     const uint8_t *keys[ND + 1];
     for (int i = 0; i <= ND; i++) { memset(keyb[i], 0, 32); keyb[i][0] = (uint8_t)(i + 1); keys[i] = keyb[i]; }
     for (int r = 0; gq && r < 4; r++) { /* round 0 uploads the documents, later rounds find them resident */
-        t = now_s();
+        t = lz_now_s();
         CHECK(lz_llama_gpu_begin(gq, segs, keys, ND + 1, pos, err, sizeof err) == 0 &&
               lz_llama_gpu_step(gq, qids, NQ, lg, err, sizeof err) == 0, "gpu question: %s", err);
-        const double a = now_s() - t;
-        t = now_s();
+        const double a = lz_now_s() - t;
+        t = lz_now_s();
         for (int i = 0; i < STEPS; i++) lz_llama_gpu_step(gq, &tok, 1, lg, err, sizeof err);
-        const double b = now_s() - t;
+        const double b = lz_now_s() - t;
         if (r == 0) tg_cold = a;
         else tg_ttft = a < tg_ttft ? a : tg_ttft;
         tg_dec = b < tg_dec ? b : tg_dec;
@@ -583,12 +584,12 @@ static void bench(const char *dir)
     lz_llama_scratch *sc = lz_llama_scratch_new(m, 64);
     lz_kv_cache_init(&lc, &m->cfg, NQ + STEPS);
     lz_kv_cache_reset(&lc, pos);
-    t = now_s();
+    t = lz_now_s();
     lz_llama_forward(m, sc, &lc, segs, ND + 1, qids, NQ, lg, LZ_LOGITS_LAST);
-    const double tc_ttft = now_s() - t;
-    t = now_s();
+    const double tc_ttft = lz_now_s() - t;
+    t = lz_now_s();
     for (int i = 0; i < STEPS; i++) lz_llama_forward(m, sc, &lc, segs, ND + 1, &tok, 1, lg, LZ_LOGITS_LAST);
-    const double tc_dec = now_s() - t;
+    const double tc_dec = lz_now_s() - t;
     printf("bench: a %d-token question over %d documents of %d tokens (lazy placement) and %d decode steps: "
            "GPU %.2f ms to the first token with the documents resident (%.2f ms uploading them), %.1f tok/s decode; "
            "CPU engine %.1f ms, %.1f tok/s: %.0fx / %.0fx\n", NQ, ND, DL, STEPS, tg_ttft * 1e3, tg_cold * 1e3,
