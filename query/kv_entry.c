@@ -8,10 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The bytes of an entry of rows kept rows (at least one) of element elem: K, V, fp8's scales. */
+static size_t entry_bytes(const lz_llama_config *c, size_t rows, int elem)
+{
+    const size_t nh = (size_t)c->n_layers * c->n_kv_heads;
+    return 2 * (rows ? rows : 1) * c->head_dim * (size_t)elem + (elem == KV_ENTRY_FP8 ? 2 * nh * sizeof(float) : 0);
+}
+
 kv_entry *kv_entry_alloc(const kv_entry_env *env, int n, const int *kept, int elem)
 {
     const lz_llama_config *c = env->cfg;
-    const size_t nh = (size_t)c->n_layers * c->n_kv_heads, es = (size_t)elem;
+    const size_t nh = (size_t)c->n_layers * c->n_kv_heads;
     kv_entry *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     e->n = n;
@@ -25,7 +32,7 @@ kv_entry *kv_entry_alloc(const kv_entry_env *env, int n, const int *kept, int el
         rows += (size_t)e->n_kept[i];
     }
     const size_t per = (rows ? rows : 1) * c->head_dim;
-    e->bytes = 2 * per * es + (elem == KV_ENTRY_FP8 ? 2 * nh * sizeof(float) : 0);
+    e->bytes = entry_bytes(c, rows, elem);
     const lz_query_backend *be = env->backend;
     if (be && be->host_alloc && be->host_free) e->pinned = (e->block = be->host_alloc(be->ctx, e->bytes)) != NULL;
     if (!e->block && !(e->block = malloc(e->bytes))) { kv_entry_free(env, e); return NULL; }
@@ -160,10 +167,11 @@ size_t kv_entry_bytes_of(const kv_entry_env *env, const void *blob, size_t len, 
     lz_payload_info info;
     char e2[256];
     const size_t nh = (size_t)c->n_layers * c->n_kv_heads;
-    size_t rows = nh * (n > 0 ? n : 1), es = sizeof(float);
+    size_t rows = nh * (n > 0 ? n : 1);
+    int elem = KV_ENTRY_F32;
     if (!lz_payload_parse(blob, len, 0, &info, e2, sizeof e2)) {
         rows = info.n_kept_sum;
-        es = (size_t)entry_elem(env, &info);
+        elem = entry_elem(env, &info);
     }
-    return 2 * (rows ? rows : 1) * c->head_dim * es + (es == KV_ENTRY_FP8 ? 2 * nh * sizeof(float) : 0);
+    return entry_bytes(c, rows, elem);
 }
