@@ -101,6 +101,51 @@ int lz_cli_int(const char *opt, const char *s, int lo, int hi, int *out)
     return 0;
 }
 
+/* after lz_cli_usage's message: the -1 of this file's parsers */
+static int gpu_list_bad(int usage_rc)
+{
+    (void)usage_rc;
+    return -1;
+}
+
+int lz_cli_gpu_list(const char *opt, const char *s, int n_visible, int *devs, int max)
+{
+    if (!s || !*s) return gpu_list_bad(lz_cli_usage("%s: expected 'all' or GPU indices like 0,1 or 0-3, got ''", opt));
+    if (!strcmp(s, "all")) {
+        if (n_visible <= 0) return gpu_list_bad(lz_cli_usage("%s all: no CUDA device is visible", opt));
+        if (n_visible > max) return gpu_list_bad(lz_cli_usage("%s all: %d devices, at most %d engines", opt, n_visible, max));
+        for (int i = 0; i < n_visible; i++) devs[i] = i;
+        return n_visible;
+    }
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long a = strtol(p, &end, 10), b;
+        if (end == p || errno || a < 0 || a > 4095 || (*p < '0' || *p > '9'))
+            return gpu_list_bad(lz_cli_usage("%s: expected 'all' or GPU indices like 0,1 or 0-3, got '%s'", opt, s));
+        b = a;
+        p = end;
+        if (*p == '-') {
+            const char *q = p + 1;
+            b = strtol(q, &end, 10);
+            if (end == q || errno || *q < '0' || *q > '9' || b < a || b > 4095)
+                return gpu_list_bad(lz_cli_usage("%s: bad range in '%s' (expected A-B with A <= B)", opt, s));
+            p = end;
+        }
+        for (long d = a; d <= b; d++) {
+            if (n_visible > 0 && d >= n_visible)
+                return gpu_list_bad(lz_cli_usage("%s: GPU %ld does not exist (%d visible: 0..%d)", opt, d, n_visible, n_visible - 1));
+            if (n >= max) return gpu_list_bad(lz_cli_usage("%s: more than %d engines in '%s'", opt, max, s));
+            devs[n++] = (int)d;
+        }
+        if (!*p) return n;
+        if (*p != ',') return gpu_list_bad(lz_cli_usage("%s: expected 'all' or GPU indices like 0,1 or 0-3, got '%s'", opt, s));
+        p++;
+    }
+}
+
 int lz_cli_double(const char *opt, const char *s, double lo, double hi, double *out)
 {
     char *end;

@@ -87,6 +87,14 @@ int lz_cli_size(const char *opt, const char *s, size_t *out);
  * a, b or c, got 's'" and -1. */
 int lz_cli_choice(const char *opt, const char *s, const char *const *names, int *out);
 
+/* A list of GPU device indices (--gpus): "all" (0 .. n_visible-1) or
+ * comma-separated indices and ranges ("0,2", "0-3", "1,1": an index may
+ * repeat, which runs two engines on one device). At most max entries, each
+ * in [0, n_visible) when n_visible > 0 (unchecked when n_visible is 0: no
+ * CUDA runtime to ask). Returns the count (>= 1), or -1 after a usage
+ * message naming opt. */
+int lz_cli_gpu_list(const char *opt, const char *s, int n_visible, int *devs, int max);
+
 /* The whole of file path, or of standard input when path is "-", NUL-
  * terminated (malloc'd; *len bytes, may be NULL). NULL with err set
  * ("<path>: <why>") when it cannot be read. */

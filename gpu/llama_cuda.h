@@ -23,6 +23,13 @@ extern "C" {
 
 typedef struct lz_llama_gpu lz_llama_gpu;
 
+/* Visible CUDA devices (0 without a driver or device), and making device dev
+ * the calling thread's current one (0, or -1 with a message naming it). A g
+ * lives on the device current at lz_llama_gpu_new; any thread calling it must
+ * have made that device current. */
+int lz_llama_gpu_device_count(void);
+int lz_llama_gpu_use_device(int dev, char *err, size_t errlen);
+
 /* Uploads m's weights (as bf16) to the current device for documents of up to
  * max_tokens tokens (m must outlive g: the output head follows at the first
  * question). Returns 0, or -1 with a message in err. */

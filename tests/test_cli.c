@@ -178,6 +178,18 @@ static void test_numbers(void)
               z == 2ull << 30 && lz_cli_size("--c", "1024", &z) == 0 && z == 1024 && lz_cli_size("--c", "8kB", &z) == 0 &&
               z == 8192 && lz_cli_size("--c", "12Q", &z) == -1 && lz_cli_size("--c", "-1M", &z) == -1,
           "sizes");
+    int devs[8];
+    CHECK(lz_cli_gpu_list("--gpus", "all", 3, devs, 8) == 3 && devs[0] == 0 && devs[2] == 2, "--gpus all");
+    CHECK(lz_cli_gpu_list("--gpus", "2,0-1,1", 4, devs, 8) == 4 && devs[0] == 2 && devs[1] == 0 && devs[2] == 1 &&
+              devs[3] == 1,
+          "--gpus indices, a range, a repeat");
+    CHECK(lz_cli_gpu_list("--gpus", "5", 0, devs, 8) == 1 && devs[0] == 5, "--gpus unchecked without a runtime");
+    CHECK(lz_cli_gpu_list("--gpus", "", 2, devs, 8) == -1 && lz_cli_gpu_list("--gpus", "2", 2, devs, 8) == -1 &&
+              lz_cli_gpu_list("--gpus", "1-0", 2, devs, 8) == -1 && lz_cli_gpu_list("--gpus", "0,", 2, devs, 8) == -1 &&
+              lz_cli_gpu_list("--gpus", "-1", 2, devs, 8) == -1 && lz_cli_gpu_list("--gpus", "0 1", 2, devs, 8) == -1 &&
+              lz_cli_gpu_list("--gpus", "0-9", 16, devs, 8) == -1 && lz_cli_gpu_list("--gpus", "all", 0, devs, 8) == -1 &&
+              lz_cli_gpu_list("--gpus", "0,+1", 2, devs, 8) == -1,
+          "--gpus refusals: empty, missing device, reversed range, trailing comma, sign, space, too many");
     static const char *const names[] = {"lazy", "block", "full", NULL};
     CHECK(lz_cli_choice("--mode", "full", names, &k) == 0 && k == 2 && lz_cli_choice("--mode", "ful", names, &k) == -1,
           "choices");
