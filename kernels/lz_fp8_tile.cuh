@@ -190,5 +190,42 @@ __device__ __forceinline__ void convert_tile_f8(uint32_t base, int tid)
     }
 }
 
+/* The wgmma prefill's fp8 tiles through registers: thread t loads the same
+ * 16-byte chunks as copy_tile_f8 (rows >= n as zeros) into c, and later
+ * writes them as bf16 into the tile's bf16 slots (store_tile_f8). Shared
+ * memory then sees a bf16 tile's traffic (the bf16 writes, the tensor cores'
+ * reads); landing the fp8 bytes there and reading them back costs half as
+ * much again, on a loop bound by shared-memory bandwidth. */
+template <int D, int R, int THREADS> __host__ __device__ constexpr int f8_tile_passes() { return R / (THREADS / (D / 16)); }
+template <int D, int R, int THREADS>
+__device__ __forceinline__ void load_tile_f8_regs(uint4 (&c)[f8_tile_passes<D, R, THREADS>()], const uint8_t *src, int n,
+                                                  int tid)
+{
+    constexpr int RPP = THREADS / (D / 16), PASSES = f8_tile_passes<D, R, THREADS>();
+    const int lr = f8_row<D>(tid), q = f8_q<D>(tid);
+    const uint8_t *g = src + lr * D + q * 16;
+#pragma unroll
+    for (int j = 0; j < PASSES; j++)
+        c[j] = lr + j * RPP < n ? __ldg(reinterpret_cast<const uint4 *>(g + j * RPP * D)) : make_uint4(0, 0, 0, 0);
+}
+template <int D, int R, int THREADS, bool WG>
+__device__ __forceinline__ void store_tile_f8(uint32_t base, const uint4 (&c)[f8_tile_passes<D, R, THREADS>()], int tid)
+{
+    constexpr int RPP = THREADS / (D / 16), PASSES = f8_tile_passes<D, R, THREADS>();
+    constexpr int STEP = WG ? RPP * 128 : RPP * D * 2;
+    const int lr = f8_row<D>(tid), q = f8_q<D>(tid);
+    const uint32_t o0 = base + bf16_slot<D, R, WG>(lr, 2 * q), o1 = base + bf16_slot<D, R, WG>(lr, 2 * q + 1);
+#pragma unroll
+    for (int j = 0; j < PASSES; j++) {
+        uint32_t w[8];
+        e4m3x4_bf16(c[j].x, w[0], w[1]);
+        e4m3x4_bf16(c[j].y, w[2], w[3]);
+        e4m3x4_bf16(c[j].z, w[4], w[5]);
+        e4m3x4_bf16(c[j].w, w[6], w[7]);
+        sts128(o0 + j * STEP, w[0], w[1], w[2], w[3]);
+        sts128(o1 + j * STEP, w[4], w[5], w[6], w[7]);
+    }
+}
+
 } /* namespace lz */
 #endif /* LZ_FP8_TILE_CUH */

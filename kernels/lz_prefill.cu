@@ -21,9 +21,12 @@
  * landed instead was 10-17% slower than the twin.) Split-KV over the tile
  * list plus a combine kernel when the rows alone cannot fill the GPU
  * (question prefill). Calls that allow fp8 segments (p.seg_fp8) run the F8
- * copy of each kernel: an fp8 tile is copied as e4m3 bytes into its bf16
- * slots and turned into bf16 in place by the threads that copied it, right
- * before the tile's barrier (lz_fp8_tile.cuh); the tile's key scale
+ * copy of each kernel. On wgmma an fp8 tile's bytes go from global memory to
+ * registers at the start of the tile before it and are written as bf16 into
+ * the tile's slots during that tile's P V (the tensor cores run it
+ * asynchronously); on mma.sync they are copied as e4m3 bytes into the bf16
+ * slots and turned into bf16 in place by the threads that copied them, right
+ * before the tile's barrier (lz_fp8_tile.cuh). The tile's key scale
  * multiplies its scores, its value scale its probabilities.
  *
  * Legend: S = segments, KV = kv heads, G = H/KV, M = rows, R = G*M packed
@@ -249,9 +252,21 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
 
     /* F8: bit s set = stage s holds an fp8 tile, to be converted once it landed */
     [[maybe_unused]] uint32_t f8_stages = 0;
+    /* F8 on wgmma: the next fp8 tile's K and V chunks of this thread, loaded at
+     * the tile's start, stored as bf16 during the P V before it */
+    constexpr int F8P = F8 && WG ? lz::f8_tile_passes<D, BN, THREADS>() : 1;
+    [[maybe_unused]] uint4 k8r[F8P], v8r[F8P];
     auto load_tile = [&](const Tile &x, int stage) {
         const uint32_t kd = ring_u + stage * (2 * BN * D * 2), vd = kd + BN * D * 2;
-        if constexpr (F8) {
+        if constexpr (F8 && WG) {
+            if (x.f8) {
+                lz::load_tile_f8_regs<D, BN, THREADS>(k8r, reinterpret_cast<const uint8_t *>(x.k), x.n, tid);
+                lz::load_tile_f8_regs<D, BN, THREADS>(v8r, reinterpret_cast<const uint8_t *>(x.v), x.n, tid);
+                f8_stages |= 1u << stage;
+                return;
+            }
+            f8_stages &= ~(1u << stage);
+        } else if constexpr (F8) {
             if (x.f8) {
                 lz::copy_tile_f8<D, BN, THREADS, WG>(kd, reinterpret_cast<const uint8_t *>(x.k), x.n, tid);
                 lz::copy_tile_f8<D, BN, THREADS, WG>(vd, reinterpret_cast<const uint8_t *>(x.v), x.n, tid);
@@ -289,6 +304,11 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
         }
         lz::cp_async_commit();
     }
+    if constexpr (F8 && WG) /* the part's first tile, if fp8: to bf16 now (the loop's first barrier publishes it) */
+        if (t0 < t1 && (f8_stages & 1)) {
+            lz::store_tile_f8<D, BN, THREADS, WG>(ring_u, k8r, tid);
+            lz::store_tile_f8<D, BN, THREADS, WG>(ring_u + BN * D * 2, v8r, tid);
+        }
     /* Without the caller's table: cos/sin of R(-p) for the segments from this
      * part's first to the own keys (a superset of those it touches; no second
      * walk): the first segment's now, the others after the first query
@@ -356,7 +376,7 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
     for (int t = t0; t < t1; t++) {
         const int stage = (t - t0) % STAGES;
         lz::cp_async_wait<STAGES - 2>();
-        if constexpr (F8) { /* this thread's fp8 chunks of the tile, landed: to bf16 before the barrier */
+        if constexpr (F8 && !WG) { /* this thread's fp8 chunks of the tile, landed: to bf16 before the barrier */
             if ((f8_stages >> stage) & 1) {
                 const uint32_t kd = ring_u + stage * (2 * BN * D * 2);
                 lz::convert_tile_f8<D, BN, THREADS, WG>(kd, tid);
@@ -532,6 +552,14 @@ __global__ void __launch_bounds__(Shape<MT, WARPS>::THREADS, Shape<MT, WARPS>::M
                     q_slot = pend.slot;
                 }
             }
+            /* F8: the next tile, if fp8 (its chunks in registers since this tile's
+             * start), into the other stage as bf16; the next barrier publishes it */
+            if constexpr (F8)
+                if (t + 1 < t1 && ((f8_stages >> (stage ^ 1)) & 1)) {
+                    const uint32_t kn = ring_u + (stage ^ 1) * (2 * BN * D * 2);
+                    lz::store_tile_f8<D, BN, THREADS, WG>(kn, k8r, tid);
+                    lz::store_tile_f8<D, BN, THREADS, WG>(kn + BN * D * 2, v8r, tid);
+                }
             lz::wg_wait0();
             lz::wg_fence_acc(o[0]);
         } else {
