@@ -287,12 +287,8 @@ template <int D, int LAYOUT, bool LAZY, int STAGES, bool VROWS>
 int launch(const lz_decode_params *p, int ns, cudaStream_t st)
 {
     auto kern = decode_kernel<D, LAYOUT, LAZY, STAGES, VROWS>;
-    static bool attr_set = false;
-    if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dec_smem<D, STAGES>());
-        if (e != cudaSuccess) return (int)e;
-        attr_set = true;
-    }
+    static std::atomic<unsigned long long> attr_set{0};
+    if (int e = lz::max_smem_once(kern, (int)dec_smem<D, STAGES>(), attr_set)) return e;
     dim3 grid(ns, p->n_kv_heads, p->batch);
     kern<<<grid, DEC_THREADS, dec_smem<D, STAGES>(), st>>>(*p, ns);
     return (int)cudaGetLastError();

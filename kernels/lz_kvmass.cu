@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "kernels/lz_kvmass.h"
+#include "kernels/lz_mma.cuh"
 
 namespace {
 
@@ -101,12 +102,8 @@ template <int D> int launch(const lz_kvmass_params *p, cudaStream_t st)
 {
     const int G = p->H / p->KV;
     const size_t smem = (size_t)G * 32 * D * 2;
-    static bool attr = false;
-    if (!attr) { /* 8 warps at d = 128: 64 KB */
-        cudaError_t e = cudaFuncSetAttribute(kvmass_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, 8 * 32 * D * 2);
-        if (e != cudaSuccess) return (int)e;
-        attr = true;
-    }
+    static std::atomic<unsigned long long> attr{0}; /* 8 warps at d = 128: 64 KB */
+    if (int e = lz::max_smem_once(kvmass_kernel<D>, 8 * 32 * D * 2, attr)) return e;
     kvmass_kernel<D><<<p->L * p->KV, G * 32, smem, st>>>(*p);
     return (int)cudaGetLastError();
 }

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <atomic>
 #include <type_traits>
 
 #include "kernels/lz_ops.cuh"
@@ -121,6 +122,24 @@ static inline int sm_count(int *n_sm)
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(n_sm, cudaDevAttrMultiProcessorCount, dev);
     return (int)e;
+}
+
+/* Raises kern's dynamic shared memory limit to bytes on the current device,
+ * once per device: cudaFuncSetAttribute applies to the device current when it
+ * runs, so a process driving several GPUs sets it on each (done: the
+ * kernel's own flags, one bit a device; two threads racing both set it,
+ * which is harmless). 0 or a cudaError_t. */
+template <class K> static int max_smem_once(K kern, int bytes, std::atomic<unsigned long long> &done)
+{
+    int dev;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return (int)e;
+    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+    if (bit && (done.load(std::memory_order_acquire) & bit)) return 0;
+    e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != cudaSuccess) return (int)e;
+    done.fetch_or(bit, std::memory_order_release);
+    return 0;
 }
 
 /* f(d, layout), both std::integral_constant: the compile-time head_dim (64

@@ -645,12 +645,8 @@ int launch(const lz_prefill_params *p, int ns, cudaStream_t st)
     const size_t base = pf_smem_base<D, MT, WARPS>() + (WG ? 1024 : 0);
     const size_t smem_max = base + (size_t)(LZ_PREFILL_MAX_SEG + 1) * ((D / 2) * sizeof(float2) + sizeof(int64_t));
     const size_t smem = base + (LAZY ? (size_t)(p->n_seg + 1) * ((D / 2) * sizeof(float2) + sizeof(int64_t)) : 0);
-    static bool attr_set = false;
-    if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max);
-        if (e != cudaSuccess) return (int)e;
-        attr_set = true;
-    }
+    static std::atomic<unsigned long long> attr_set{0};
+    if (int e = lz::max_smem_once(kern, (int)smem_max, attr_set)) return e;
     const int G = p->n_heads / p->n_kv_heads;
     const int64_t row_tiles = ((int64_t)G * p->n_rows + SH::BM - 1) / SH::BM;
     if (row_tiles > 65535 || ns > 65535) return LZ_ATTN_EARG; /* the grid's y and z limits */
