@@ -256,6 +256,11 @@ void ingest_progress(ingest *g, int force)
     fprintf(stderr, "\r\033[K%lld/%lld documents  %lld tokens encoded  %.0f tok/s  ETA %d:%02d",
             (long long)g->n_records_done, (long long)g->n_records_total, (long long)g->c.n_tokens, rate,
             (int)eta / 60, (int)eta % 60);
+    if (g->n_eng > 1) { /* the pipelines' balance: tokens each (the first 8) */
+        fputs("  pipelines", stderr);
+        for (int i = 0; i < g->n_eng && i < 8; i++) fprintf(stderr, " %.1fk", g->eng[i].n_tokens / 1e3);
+        if (g->n_eng > 8) fputs(" ...", stderr);
+    }
 }
 
 /* Uncompressed payload body bytes of n tokens: K and V, every layer and head. */
@@ -288,6 +293,7 @@ int ingest_queue_payload(ingest *g, pend_doc *d, void *blob, size_t len)
     d->stored_bytes = (int64_t)len;
     char spec[LZ_KVPOLICY_SPEC_MAX];
     g->c.n_tokens += d->n_tokens;
+    g->n_encoded++;
     g->c.raw_bytes += d->raw_bytes;
     g->kv_kept += ingest_doc_kv(g, d->n_tokens, spec);
     g->kv_full += (int64_t)g->m->cfg.n_layers * g->m->cfg.n_kv_heads * d->n_tokens;

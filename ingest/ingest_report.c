@@ -147,6 +147,11 @@ static long backend_docs_of(const ingest *g, int what)
         const lz_encoder *e = i ? g->pool[i] : g->enc;
         if (e) n += what == 1 ? lz_encoder_mass_docs(e) : what == 2 ? lz_encoder_plane_docs(e) : lz_encoder_backend_docs(e);
     }
+    for (int i = 0; i < g->n_eng; i++) /* N pipelines: their own encoders */
+        for (int t = 0; g->eng[i].pool && t < g->eng[i].threads; t++) {
+            const lz_encoder *e = g->eng[i].pool[t];
+            if (e) n += what == 1 ? lz_encoder_mass_docs(e) : what == 2 ? lz_encoder_plane_docs(e) : lz_encoder_backend_docs(e);
+        }
     return n;
 }
 static long backend_docs(const ingest *g) { return backend_docs_of(g, 0); }
@@ -155,7 +160,67 @@ static double policy_seconds(const ingest *g)
 {
     double t = g->enc ? lz_encoder_policy_seconds(g->enc) : 0.0;
     for (int i = 1; i < g->n_pool; i++) t += lz_encoder_policy_seconds(g->pool[i]);
+    for (int i = 0; i < g->n_eng; i++)
+        for (int k = 0; g->eng[i].pool && k < g->eng[i].threads; k++)
+            if (g->eng[i].pool[k]) t += lz_encoder_policy_seconds(g->eng[i].pool[k]);
     return t;
+}
+
+/* Encoders working side by side: the single pipeline's pool, or every pipeline's. */
+static int n_encoders(const ingest *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->n_eng; i++) n += g->eng[i].threads;
+    return g->n_eng ? n : g->par ? (g->n_pool > 0 ? g->n_pool : 1) : 1;
+}
+
+/* Pipeline i's figures (with one pipeline: the run's). */
+typedef struct {
+    char name[32];
+    int64_t docs, tokens;
+    double forward, pack, busy;
+    long passes;
+    int threads;
+} pipe_figures;
+
+static pipe_figures pipe_of(const ingest *g, int i)
+{
+    pipe_figures f = { "", 0, 0, 0, 0, 0, 0, 0 };
+    ingest_engine_name(g, i, f.name, sizeof f.name);
+    if (g->n_eng > 1) {
+        const ingest_engine *e = &g->eng[i];
+        f.docs = e->n_docs, f.tokens = e->n_tokens, f.forward = e->t_forward, f.pack = e->t_pack, f.busy = e->t_busy;
+        f.passes = e->n_passes, f.threads = e->threads;
+    } else {
+        if (g->o.n_devs > 0) snprintf(f.name, sizeof f.name, "GPU %d", g->o.devs[0]);
+        f.docs = g->n_encoded, f.tokens = g->c.n_tokens, f.forward = g->t_forward, f.pack = g->t_pack, f.busy = g->t_encode;
+        f.passes = g->n_passes, f.threads = n_encoders(g);
+    }
+    return f;
+}
+
+/* Each pipeline's figures as flat arrays, one entry a pipeline (one with one pipeline), so a
+ * run over several GPUs shows its balance and the summary stays one flat object of scalars and
+ * arrays: pipeline_devices, _documents, _tokens, _forward_s, _pack_s, _busy_s, _passes, _threads. */
+static void pipelines_json(json_t *j, const ingest *g)
+{
+    static const char *const keys[] = { "pipeline_devices", "pipeline_documents", "pipeline_tokens", "pipeline_forward_s",
+                                        "pipeline_pack_s", "pipeline_busy_s", "pipeline_passes", "pipeline_threads" };
+    json_t *a[8];
+    for (int k = 0; k < 8; k++) a[k] = json_array();
+    for (int i = 0; i < (g->n_eng > 1 ? g->n_eng : 1); i++) {
+        const pipe_figures f = pipe_of(g, i);
+        json_array_append_new(a[0], json_string(f.name));
+        json_array_append_new(a[1], json_integer(f.docs));
+        json_array_append_new(a[2], json_integer(f.tokens));
+        json_array_append_new(a[3], json_real(f.forward));
+        json_array_append_new(a[4], json_real(f.pack));
+        json_array_append_new(a[5], json_real(f.busy));
+        json_array_append_new(a[6], json_integer(f.passes));
+        json_array_append_new(a[7], json_integer(f.threads));
+    }
+    json_object_set_new(j, "pipelines", json_integer(g->n_eng > 1 ? g->n_eng : 1));
+    for (int k = 0; k < 8; k++) json_object_set_new(j, keys[k], a[k]);
 }
 
 void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const lz_store_gc_stats *gc,
@@ -195,7 +260,9 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
             json_object_set_new(j, "kv_kept_fraction", json_real(g->kv_full ? (double)g->kv_kept / g->kv_full : 1.0));
             json_object_set_new(j, "encode_s", json_real(g->t_encode));
             json_object_set_new(j, "load_s", json_real(g->t_load));
-            json_object_set_new(j, "encoders", json_integer(g->par ? (g->n_pool > 0 ? g->n_pool : 1) : 1));
+            json_object_set_new(j, "encoders", json_integer(n_encoders(g)));
+            json_object_set_new(j, "documents_encoded", json_integer(g->n_encoded));
+            pipelines_json(j, g);
             json_object_set_new(j, "backend_docs", json_integer(backend_docs(g)));
             json_object_set_new(j, "passes", json_integer(g->n_passes));
             json_object_set_new(j, "pass_docs", json_integer(g->n_pass_docs));
@@ -242,6 +309,12 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
         printf("  time: model load %.2f s, store and prefix %.2f s, forward passes %.2f s, packing %.2f s, commits %.2f s%s\n",
                g->t_load, g->t_setup - g->t_load, g->t_forward, g->t_pack, g->t_commit,
                g->par && g->n_pool > 1 ? " (documents encoded in parallel)" : "");
+    for (int i = 0; did_ingest && g->n_eng > 1 && i < g->n_eng; i++) {
+        const pipe_figures f = pipe_of(g, i);
+        printf("  pipeline %d (%s, %d thread%s): %lld documents, %lld tokens (%.1f%%), forward %.2f s, packing %.2f s, "
+               "busy %.2f s of %.2f s\n", i, f.name, f.threads, f.threads == 1 ? "" : "s", (long long)f.docs, (long long)f.tokens,
+               g->c.n_tokens ? 100.0 * f.tokens / g->c.n_tokens : 0.0, f.forward, f.pack, f.busy, g->t_engines);
+    }
     if (did_ingest && g->o.gpu && g->enc)
         printf("  GPU: %ld of the encoded documents, %ld in %ld multi-document passes (the rest are longer or have a "
                "probe: CPU)\n", backend_docs(g), g->n_pass_docs, g->n_passes);

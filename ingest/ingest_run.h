@@ -6,6 +6,7 @@
  *   ingest/ingest_record.c  pass 1's ids; one corpus record into the batch
  *   ingest/ingest_batch.c   a batch's documents encoded (or queued) and committed
  *   ingest/ingest_jobs.c    the queued documents encoded in parallel (the GPU's pass pipeline)
+ *   ingest/ingest_engines.c N encoder pipelines (--gpus, --engines): a batch's documents dealt by size
  *   ingest/ingest_report.c  --check / --repair, the run's summary
  *   ingest/ingest_shards.c  a sharded store: its manifest, its shards' runs one by one, the set's check
  */
@@ -29,6 +30,8 @@
 
 enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_SKIPPED = 2, EXIT_CHECK = 3 };
 
+#define INGEST_MAX_ENGINES 64 /* pipelines of one run (--gpus, --engines) */
+
 typedef struct {
     const char *corpus, *model, *store;
     int batch_tokens, threads, max_doc_tokens, level, format, kv_dtype;
@@ -40,6 +43,9 @@ typedef struct {
     const char *learn_out;  /* --kv-learn-out: fit one from this run's reconstruction scores */
     int n_shards;           /* --shards N (or the N of --shard I/N); 0: not given */
     int shard;              /* --shard I; -1: every shard */
+    int n_engines;          /* encoder pipelines (--engines N, or the entries of --gpus); 0 or 1: one */
+    int n_devs;             /* --gpus: entries of devs (0: --gpu alone, the current device) */
+    int devs[INGEST_MAX_ENGINES]; /* --gpus: pipeline i's CUDA device */
 } options;
 
 /* ---- pass 1: ids, their last occurrence, duplicates ---- */
@@ -75,6 +81,7 @@ typedef struct {
  * job with the same payload key (its blob serves both). */
 typedef struct {
     int doc, alias;
+    int engine;             /* the pipeline it was dealt to (ingest_engines.c; -1: the single one) */
     int pass, slot, c0, cw; /* on the backend: document slot of pass (-1: encoded on its own) and its window */
     void *blob;
     size_t len;
@@ -102,6 +109,55 @@ typedef struct {
     int n, fixed, rc;
     char err[1024];
 } pay_writer;
+
+/* One pipeline's share of a batch's jobs and what it encodes them with
+ * (ingest_jobs.c): the single pipeline's (every job, the run's pool and
+ * backend) or one engine's (ingest_engines.c). */
+typedef struct {
+    const pend_doc *docs;     /* the batch's documents (read only) */
+    int level;                /* zstd level of the payloads */
+    enc_job *jobs;            /* n_jobs: each gets its blob, or its err */
+    int n_jobs;
+    lz_encoder **pool;        /* threads encoders and codecs: one a thread */
+    lz_payload_codec **codec;
+    int threads;
+    const lz_encode_backend *backend; /* passes when it has start / finish / fetch; NULL: none */
+    long n_passes, n_pass_docs;       /* added to */
+    double fwd, pack;                 /* thread-seconds of forward passes and of packing, added to */
+    char *err;                        /* a device failure (a pass that failed), errlen bytes */
+    size_t errlen;
+} job_pipe;
+
+/* A GPU pipeline's device context (--gpu, --gpus; CUDA builds): its engine,
+ * made on device dev, which every backend call makes current first (CUDA's
+ * current device is a property of the host thread; -1: --gpu alone, the
+ * default device); one whole-document encode at a time. */
+typedef struct {
+    lz_llama_gpu *gpu;
+    int dev;
+    pthread_mutex_t one;
+} ingest_gpu;
+
+/* One of N encoder pipelines (ingest_engines.c): its backend (a GPU, the CPU
+ * reference of passes, or none: the CPU engine), its encoders and codecs
+ * (one a host thread), the jobs dealt to it at a commit, its figures. */
+typedef struct {
+    int id, dev;                /* its index; --gpus: its device (-1: the CPU) */
+    lz_encode_backend backend;  /* encode NULL: the CPU engine; the encoders point here */
+    lz_pass_ref *ref;           /* the CPU reference of passes it owns (LAZY_INGEST_REF_PASSES), or NULL */
+    lz_encoder **pool;          /* threads of them, the prefix's KV copied from the run's encoder */
+    lz_payload_codec **codec;
+    int threads;
+    enc_job *jobs;              /* this commit's share (copies; .doc indexes the batch) */
+    int *job_of;                /* the batch's job index of each */
+    int n_jobs, cap_jobs;
+    int rc;                     /* its last run: 0, or -1 with err */
+    long n_passes, n_pass_docs;
+    int64_t n_docs, n_tokens;   /* documents and tokens it encoded in this run */
+    double t_forward, t_pack;   /* its wall at the commits, split as its threads spent it */
+    double t_busy;              /* its wall at the commits (the batch's is its slowest pipeline's) */
+    char err[2048];
+} ingest_engine;
 
 /* K_REHASH: same content and payload, only the row's source_hash is set
  * (rows from before schema version 2, or after a budget change): counted
@@ -162,6 +218,12 @@ typedef struct {
     long n_passes, n_pass_docs; /* multi-document passes run, and their documents */
     const char *corpus_format;  /* the reader the corpus got (lz_corpus_format_name), or NULL */
     int shard, n_shards;        /* one shard's run: only the records of shard `shard` of n_shards (n_shards 0: all) */
+    int64_t n_encoded;          /* documents encoded (payloads queued) */
+    ingest_gpu *gpus;           /* --gpu: 1, --gpus: n_gpus device contexts (gpus[0].gpu is gpu); kept across shards */
+    int n_gpus;
+    ingest_engine *eng;         /* n_eng > 1: the pipelines a batch's documents are dealt to (else none) */
+    int n_eng;
+    double t_engines;           /* the batches' encoding wall with N pipelines (each its slowest's) */
     char err[8192];
 } ingest;
 
@@ -220,6 +282,29 @@ int ingest_queue_payload(ingest *g, pend_doc *d, void *blob, size_t len);
 
 /* ingest_jobs.c */
 int ingest_run_jobs(ingest *g); /* par: the batch's queued jobs encoded and their payloads queued; 0 or -1 */
+/* p's jobs encoded on its threads (its backend's passes first, then the rest); each job gets its
+ * blob or its err. 0, or -1 with p->err when the device failed (its jobs not run keep no blob). */
+int ingest_pipe_run(job_pipe *p);
+/* The batch's jobs' payloads queued in batch order (as one at a time would), each job's blob
+ * handed to the batch; a job without one fails the batch, naming its document (and pipeline). */
+int ingest_queue_jobs(ingest *g);
+
+/* ingest_engines.c */
+/* The deal of n jobs of tokens[j] tokens to n_eng pipelines: longest first (ties: the earlier
+ * job), each to the pipeline with the fewest tokens so far (ties: the lower index), into
+ * engine_of[j]. No pipeline ends with more than the longest job above another. */
+void ingest_deal(const int *tokens, int n, int n_eng, int *engine_of);
+/* n pipelines: pipeline i over backend b[i] (each its own context, on device devs[i]), or with
+ * b NULL on the CPU (each its own CPU reference of passes when LAZY_INGEST_REF_PASSES is set);
+ * their encoders copied from g->enc, the host threads shared among them. 0 or -1 (g->err). */
+int ingest_engines_open(ingest *g, int n, const lz_encode_backend *b, const int *devs);
+void ingest_engines_free(ingest *g);
+/* The batch's jobs dealt (ingest_deal), run by the pipelines side by side (a host thread
+ * each), then queued in batch order for the one writer (ingest_queue_jobs). 0 or -1 (g->err,
+ * naming the pipeline and the document). */
+int ingest_engines_run(ingest *g);
+/* Pipeline i's name ("GPU 2", "CPU") into buf. */
+const char *ingest_engine_name(const ingest *g, int i, char *buf, size_t n);
 
 /* ingest_report.c */
 void ingest_issues_free(issue_list *l);

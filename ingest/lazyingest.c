@@ -5,7 +5,8 @@
  * a nightly re-indexed store consistent. This file: the options, the model
  * and store, the pass over the corpus, main. The tool's other pieces:
  * ingest/ingest_run.h (the run's state; ingest_record.c, ingest_batch.c,
- * ingest_jobs.c, ingest_report.c). Library pieces: ingest/corpus.h, ingest/split.h,
+ * ingest_jobs.c, ingest_engines.c, ingest_report.c); with CUDA (LZ_CUDA), the
+ * GPU device contexts and their backend: ingest/gpu_engines.h. Library pieces: ingest/corpus.h, ingest/split.h,
  * ingest/encode.h, store/store.h, model/prompt.h.
  */
 #include <errno.h>
@@ -16,9 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "ingest/ingest_run.h"
+#include "ingest/gpu_engines.h"
 #include "ingest/split.h"
 #include "model/prompt.h"
 #include "base/cli.h"
@@ -47,7 +50,8 @@ static void usage(FILE *f)
             "                         each document; payloads are the same bytes either way\n"
             "  -q, --quiet            no progress and no summary (errors still printed)\n"
             "      --json             print the summary as JSON on standard output\n"
-            "      --batch-tokens N   tokens encoded between commits (default 8192)\n"
+            "      --batch-tokens N   tokens encoded between commits (default 8192, times the pipelines of\n"
+            "                         --gpus or --engines)\n"
             "      --max-doc-tokens N split longer documents into passages id#0, id#1, ...\n"
             "                         at sentence or line boundaries (default 1024)\n"
             "      --level N          zstd level of the payloads, 1..19 (default %d); 1 and 2 look\n"
@@ -119,18 +123,30 @@ static void usage(FILE *f)
             "                         a batch's documents go through in passes of up to 2,048 tokens\n"
             "                         (LAZY_INGEST_GPU_PASS; one read of the weights a pass) while the\n"
             "                         pass before is packed on every core\n"
+            "      --gpus LIST        one encoder pipeline per listed GPU of this host (implies --gpu;\n"
+            "                         CUDA builds): 'all', '0,2', '0-3'; an index may repeat ('0,0': two\n"
+            "                         pipelines on one GPU). A batch's documents are dealt to the pipelines\n"
+            "                         by token count (longest first, each to the least loaded); one writer\n"
+            "                         commits them in batch order, as one pipeline would. A batch holds\n"
+            "                         N x 8192 tokens unless --batch-tokens is given. The summary gives\n"
+            "                         each pipeline's documents, tokens and seconds\n"
+            "      --engines N        N encoder pipelines on the CPU (2..%d), dealt to and committed as\n"
+            "                         --gpus's: the same store as one pipeline's, byte for byte (tests and\n"
+            "                         CPU hosts; the host's threads are shared among them)\n"
 #ifdef LZ_INGEST_TEST_HOOKS
             "      --test-fail-pass K (test build only) pass K of LAZY_INGEST_REF_PASSES fails, as a\n"
             "                         device error would\n"
             "      --test-pause-ms MS (test build only) sleep MS after each batch is flushed: a run slow\n"
             "                         enough to be killed mid-way\n"
+            "      --test-fail-engine E (test build only) --test-fail-pass K counts the passes of pipeline E\n"
+            "                         (--engines; default 0)\n"
 #endif
             LZ_CLI_COMMON_HELP
             "\n" LZ_ENV_HELP
             "\nlazyingest also exits 2 when some records were skipped (the others are stored), and 4\n"
             "when --check found problems (or --repair left some).\n" LZ_CLI_EXIT_HELP,
             LZ_DEFAULT_MODEL_ENV, LZ_DEFAULT_MODEL, LZ_PAYLOAD_DEFAULT_LEVEL, LZ_KVPOLICY_DEFAULT_WINDOW,
-            LZ_KVPOLICY_DEFAULT_KERNEL, (double)LZ_KVPOLICY_DEFAULT_ALPHA);
+            LZ_KVPOLICY_DEFAULT_KERNEL, (double)LZ_KVPOLICY_DEFAULT_ALPHA, INGEST_MAX_ENGINES);
 }
 
 /* Online CPUs (at least 1). */
@@ -148,12 +164,16 @@ static struct {
     int busy;            /* the store is held by another writer: exit LZ_EXIT_BUSY */
     const char *id_field; /* --id-field: the records' id field (NULL: "id") */
     long test_pause_ms;  /* test builds: --test-pause-ms MS after each batch's flush (a slow run to kill) */
-} run_opts = { 0, 0, -1, 0, NULL, 0 };
+    long test_fail_engine; /* test builds: --test-fail-engine E, the pipeline --test-fail-pass counts in */
+    int batch_given;     /* --batch-tokens given (else N pipelines take N x the default) */
+    int engines;         /* --engines N (CPU pipelines); 0: not given */
+} run_opts = { 0, 0, -1, 0, NULL, 0, 0, 0, 0 };
 
 /* exit status when --check found problems (base/cli.h has the shared ones; 3 is LZ_EXIT_BUSY) */
 enum { INGEST_EXIT_CHECK = 4 };
 
 /* ---- model, store, prefix ---- */
+
 
 /* The model and its key-importance model, checked before the store is opened:
  * a refused model (unreadable, no tokenizer, a --kv-learned file of another
@@ -186,43 +206,25 @@ static int load_model(ingest *g, const char *model_path)
     /* documents in passes of up to LAZY_INGEST_GPU_PASS tokens (default 2,048; 0: one document a pass) */
     g->gpu_pass = lz_env_get()->ingest_gpu_pass;
     const int rows = g->gpu_pass > g->o.max_doc_tokens ? g->gpu_pass : g->o.max_doc_tokens;
-    if (g->o.gpu && lz_llama_gpu_new(g->m, rows, &g->gpu, g->err, sizeof g->err)) return -1; /* weights */
+    if (g->o.gpu && gpus_open(g, rows)) return -1; /* weights, on every listed device */
 #endif
     return 0;
 }
 
-#ifdef LZ_CUDA
-/* --gpu: the encoder's forward passes on the device */
-static int gpu_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
-                      size_t errlen)
-{
-    int rc;
-    /* one device context: documents encoded in parallel (par) take turns on it, their
-     * KV eviction scoring and packing run side by side */
-#pragma omp critical(lz_gpu_encode)
-    rc = lz_llama_gpu_encode((lz_llama_gpu *)ctx, ids, n, out, qwin, c0, cw, err, errlen);
-    return rc;
-}
 
-/* --gpu, a batch's documents in passes (ingest_jobs.c): enqueued and finished on the main
- * thread, fetched by the threads that pack them */
-static int gpu_start(void *ctx, const int *const *ids, const int *n, const int *c0, const int *cw, int n_docs, char *err,
-                     size_t errlen)
+/* N pipelines (--gpus with several entries: one a device context; --engines N: on the CPU),
+ * once the encoder's settings are known. 0 or -1 (g->err). */
+static int open_engines(ingest *g)
 {
-    return lz_llama_gpu_encode_start((lz_llama_gpu *)ctx, ids, n, c0, cw, n_docs, err, errlen);
-}
-static int gpu_finish(void *ctx, char *err, size_t errlen) { return lz_llama_gpu_encode_finish((lz_llama_gpu *)ctx, err, errlen); }
-static int gpu_fetch(void *ctx, int i, lz_kv_cache *out, float *qwin, char *err, size_t errlen)
-{
-    return lz_llama_gpu_encoded((const lz_llama_gpu *)ctx, i, out, qwin, err, errlen);
-}
-static int gpu_fetch_mass(void *ctx, int i, float *mass) { return lz_llama_gpu_encoded_mass((const lz_llama_gpu *)ctx, i, mass); }
-static int gpu_fetch_planes(void *ctx, int i, int n, int dtype, const void **k, const void **v, const float **ks,
-                            const float **vs, char *err, size_t errlen)
-{
-    return lz_llama_gpu_encoded_planes((const lz_llama_gpu *)ctx, i, n, dtype, k, v, ks, vs, err, errlen);
-}
+#ifdef LZ_CUDA
+    if (g->o.gpu) {
+        lz_encode_backend b[INGEST_MAX_ENGINES];
+        for (int i = 0; i < g->n_gpus; i++) b[i] = gpu_backend(g, &g->gpus[i]);
+        return g->n_gpus > 1 ? ingest_engines_open(g, g->n_gpus, b, g->o.devs) : 0;
+    }
 #endif
+    return ingest_engines_open(g, g->o.n_engines, NULL, NULL);
+}
 
 /* Binds the loaded model to the opened store, sets up the encoder, computes
  * the prefix KV and stores its payload when absent. */
@@ -240,15 +242,7 @@ static int setup_model(ingest *g, const char *model_path)
     const lz_encode_backend *pb = NULL; /* --gpu: the prefix too on the GPU */
 #ifdef LZ_CUDA
     if (g->o.gpu) {
-        g->backend = (lz_encode_backend){.ctx = g->gpu, .encode = gpu_encode, .max_tokens = g->o.max_doc_tokens};
-        if (g->gpu_pass > 0)
-            g->backend.start = gpu_start, g->backend.finish = gpu_finish, g->backend.fetch = gpu_fetch,
-            g->backend.fetch_mass = gpu_fetch_mass, g->backend.pass_tokens = g->gpu_pass;
-        if (!lz_env_get()->ingest_gpu_mass) g->backend.fetch_mass = NULL; /* KV eviction scored on the CPU (A/B) */
-        if (g->gpu_pass > 0 && lz_env_get()->ingest_planes) { /* packed from the device's own bytes */
-            g->backend.fetch_planes = gpu_fetch_planes;
-            lz_llama_gpu_set_encode_fp8(g->gpu, g->o.kv_dtype == LZ_PAYLOAD_DTYPE_FP8);
-        }
+        g->backend = gpu_backend(g, &g->gpus[0]); /* the first pipeline's device */
         pb = &g->backend;
     }
 #endif
@@ -266,9 +260,10 @@ static int setup_model(ingest *g, const char *model_path)
      * run on the CPU's threads; not while calibrating (one accumulator) */
     g->sync_commit = run_opts.sync_commit; /* --sync-commit: payloads written before the next batch starts */
     g->par = !g->learn && omp_get_max_threads() > 1 && (g->o.gpu || g->m->cfg.dim <= 2048) && !run_opts.serial;
+    if (g->o.n_engines > 1) g->par = 1; /* N pipelines: a batch's documents queued, then dealt */
     if (g->o.gpu) {
 #ifdef LZ_CUDA
-        if (lz_llama_gpu_set_prefix(g->gpu, lz_encoder_prefix_cache(g->enc), g->err, sizeof g->err)) return -1;
+        if (gpus_setup(g)) return -1; /* the prefix on every device */
         lz_encoder_set_backend(g->enc, &g->backend);
 #endif
     }
@@ -292,6 +287,13 @@ static int setup_model(ingest *g, const char *model_path)
         snprintf(g->err, sizeof g->err, "out of memory");
         return -1;
     }
+    /* --gpus, --engines: N pipelines, their encoders set up as g->enc (probe included) */
+    if (g->o.n_engines > 1 && open_engines(g)) return -1;
+#ifdef LZ_INGEST_TEST_HOOKS
+    if (g->n_eng > 1 && run_opts.test_fail_pass >= 0 && run_opts.test_fail_engine < g->n_eng &&
+        g->eng[run_opts.test_fail_engine].ref) /* tests: pass K of pipeline E fails */
+        lz_pass_ref_fail_at(g->eng[run_opts.test_fail_engine].ref, run_opts.test_fail_pass);
+#endif
     int have = lz_store_has_payload(g->s, pkey, NULL, g->err, sizeof g->err);
     if (have < 0) return -1;
     if (!have) {
@@ -481,7 +483,7 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
         O_JSON = 256, O_BATCH, O_MAX_DOC, O_LEVEL, O_DTYPE, O_POLICY, O_BUDGET, O_WINDOW, O_KERNEL, O_ALPHA, O_AGG,
         O_PROBE, O_PROBE_TEXT, O_RECON, O_SELF, O_VNORM, O_VPOWER, O_LEARNED, O_LEARN_OUT, O_SCOPE, O_FORMAT,
         O_PRUNE, O_STRICT, O_CHECK, O_REPAIR, O_GC, O_GPU, O_SERIAL, O_SYNC, O_FAIL_PASS, O_ID_FIELD, O_SHARDS,
-        O_SHARD, O_PAUSE
+        O_SHARD, O_PAUSE, O_GPUS, O_ENGINES, O_FAIL_ENGINE
     };
     static const struct option longopts[] = {
         LZ_CLI_OPT_HELP, LZ_CLI_OPT_MODEL, LZ_CLI_OPT_STORE, LZ_CLI_OPT_THREADS, LZ_CLI_OPT_QUIET,
@@ -498,9 +500,10 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
         LZ_OPT_FLAG("strict", O_STRICT), LZ_OPT_FLAG("check", O_CHECK), LZ_OPT_FLAG("repair", O_REPAIR),
         LZ_OPT_FLAG("gc", O_GC), LZ_OPT_FLAG("gpu", O_GPU), LZ_OPT_FLAG("serial", O_SERIAL),
         LZ_OPT_FLAG("sync-commit", O_SYNC), LZ_OPT_ARG("id-field", O_ID_FIELD), LZ_OPT_ARG("shards", O_SHARDS),
-        LZ_OPT_ARG("shard", O_SHARD),
+        LZ_OPT_ARG("shard", O_SHARD), LZ_OPT_ARG("gpus", O_GPUS), LZ_OPT_ARG("engines", O_ENGINES),
 #ifdef LZ_INGEST_TEST_HOOKS
         LZ_OPT_ARG("test-fail-pass", O_FAIL_PASS), LZ_OPT_ARG("test-pause-ms", O_PAUSE),
+        LZ_OPT_ARG("test-fail-engine", O_FAIL_ENGINE),
 #endif
         { NULL, 0, NULL, 0 }
     };
@@ -522,7 +525,10 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
         case 't': if (lz_cli_int("--threads", optarg, 1, 4096, &o->threads)) rc = LZ_EXIT_USAGE; break;
         case 'q': o->quiet = 1; break;
         case O_JSON: o->json = 1; break;
-        case O_BATCH: if (lz_cli_int("--batch-tokens", optarg, 1, 1 << 30, &o->batch_tokens)) rc = LZ_EXIT_USAGE; break;
+        case O_BATCH:
+            if (lz_cli_int("--batch-tokens", optarg, 1, 1 << 30, &o->batch_tokens)) rc = LZ_EXIT_USAGE;
+            run_opts.batch_given = 1;
+            break;
         case O_MAX_DOC: if (lz_cli_int("--max-doc-tokens", optarg, 16, 1 << 24, &o->max_doc_tokens)) rc = LZ_EXIT_USAGE; break;
         case O_LEVEL: if (lz_cli_int("--level", optarg, 1, 19, &o->level)) rc = LZ_EXIT_USAGE; break;
         case O_DTYPE:
@@ -615,6 +621,21 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
 #endif
             o->gpu = 1;
             break;
+        case O_GPUS: {
+#ifdef LZ_CUDA
+            const int n = lz_cli_gpu_list("--gpus", optarg, lz_llama_gpu_device_count(), o->devs, INGEST_MAX_ENGINES);
+            if (n < 0) rc = LZ_EXIT_USAGE;
+            else o->n_devs = o->n_engines = n, o->gpu = 1; /* --gpus implies --gpu */
+#else
+            rc = lz_cli_usage("--gpus: this build has no CUDA support ('make cuda' builds build/cuda/lazyingest; "
+                              "--engines N runs N pipelines on the CPU)");
+#endif
+            break;
+        }
+        case O_ENGINES:
+            if (lz_cli_int("--engines", optarg, 1, INGEST_MAX_ENGINES, &k)) rc = LZ_EXIT_USAGE;
+            else run_opts.engines = k;
+            break;
         case O_SERIAL: run_opts.serial = 1; break;
         case O_SYNC: run_opts.sync_commit = 1; break;
 #ifdef LZ_INGEST_TEST_HOOKS
@@ -623,6 +644,10 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
             break;
         case O_PAUSE:
             if (lz_cli_long("--test-pause-ms", optarg, 0, 60000, &run_opts.test_pause_ms)) rc = LZ_EXIT_USAGE;
+            break;
+        case O_FAIL_ENGINE:
+            if (lz_cli_long("--test-fail-engine", optarg, 0, INGEST_MAX_ENGINES - 1, &run_opts.test_fail_engine))
+                rc = LZ_EXIT_USAGE;
             break;
 #endif
         default: rc = LZ_EXIT_USAGE; break; /* '?': lz_cli_getopt named it */
@@ -641,6 +666,18 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
         return lz_cli_usage("--kv-scope model needs --kv-policy ada-snapkv (got %s)", lz_kvpolicy_name(o->kv.kind));
     if (o->learn_out && (o->n_shards || lz_shards_is_root(o->store)))
         return lz_cli_usage("--kv-learn-out fits on one store's documents: use an unsharded calibration store");
+    if (run_opts.engines && (o->gpu || o->n_devs))
+        return lz_cli_usage("--engines runs pipelines on the CPU: with the GPU give --gpus (e.g. --gpus 0,0 for two "
+                            "pipelines on GPU 0)");
+    if (run_opts.engines) o->n_engines = run_opts.engines;
+    if (o->n_engines > 1 && run_opts.serial)
+        return lz_cli_usage("--serial encodes one document at a time: not with %d pipelines (--%s)", o->n_engines,
+                            o->n_devs ? "gpus" : "engines");
+    if (o->n_engines > 1 && o->learn_out)
+        return lz_cli_usage("--kv-learn-out fits with one accumulator: not with %d pipelines (--%s)", o->n_engines,
+                            o->n_devs ? "gpus" : "engines");
+    /* N pipelines: a batch gives each about what one pipeline's batch holds */
+    if (o->n_engines > 1 && !run_opts.batch_given) o->batch_tokens *= o->n_engines;
     if (o->kv.kind != LZ_KVPOLICY_NONE && !o->kv_budget_arg)
         return lz_cli_usage("--kv-policy %s needs --kv-budget (0.2 or 128t)", lz_kvpolicy_name(o->kv.kind));
     if ((rc = lz_cli_check_env())) return rc;
@@ -810,6 +847,7 @@ void ingest_store_reset(ingest *g)
     free(g->probe);
     lz_encoder_free(g->enc);
     lz_pass_ref_free(g->pass_ref);
+    ingest_engines_free(g); /* the pipelines' encoders (their device contexts stay, as the model) */
     lz_store_close(g->s);
     ingest keep = *g;
     memset(g, 0, sizeof *g);
@@ -821,6 +859,8 @@ void ingest_store_reset(ingest *g)
     g->prefix = keep.prefix;
     g->n_prefix = keep.n_prefix;
     g->gpu = keep.gpu;
+    g->gpus = keep.gpus;
+    g->n_gpus = keep.n_gpus;
     g->gpu_pass = keep.gpu_pass;
     g->t_load = keep.t_load;
     g->progress = keep.progress;
@@ -896,7 +936,7 @@ int main(int argc, char **argv)
 out:
     ingest_store_reset(g);
 #ifdef LZ_CUDA
-    lz_llama_gpu_free(g->gpu);
+    gpus_free(g);
 #endif
     lz_kvlearn_free(&g->scorer);
     lz_kvlearn_acc_free(g->learn);
