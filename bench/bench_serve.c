@@ -23,7 +23,13 @@
  * (--replay: every run from the stream's start, as the HTTP mode does). With --gpu
  * (CUDA builds) the first mode is also run serially first (the engine holding one
  * sequence, lazyquery --gpu's path: the baseline of "x serial"), then on the
- * engine's slots (sized for the largest batch). Per run
+ * engine's slots (sized for the largest batch). With --engines N (CPU) or
+ * --gpus LIST (CUDA builds; "0,0": two engines on one GPU) the requests are
+ * routed over N engines (serve/router.h, serve/engines.h: each its own
+ * session, tiers and, on the GPU, weights, slots and --gpu-cache-bytes), no
+ * serial baseline, and each run also reports every engine's requests and GPU
+ * (else host) tier hit rate and the aggregate: --gpus 0 against --gpus 0,0
+ * (and all) gives the multi-GPU figures (bench/gpu_serve_gpus.sh). Per run
  * a table row and a JSON line; at the end each mode's saturation throughput (the
  * best output tokens/s of rate inf and the concurrency levels) against the first
  * mode's, and its p99 TTFT at the highest finite rate over its idle p99.
@@ -34,6 +40,7 @@
  *               [--stream draw|workload] [--question-tokens T] [--max-tokens M] [--seed S]
  *               [--max-running N] [--host-cache-bytes N] [--gpu-cache-bytes N]
  *               [--preload none|hot|all] [--gpu-seq-tokens T] [--no-serial] [--replay]
+ *               [--engines N | --gpus LIST]
  *               [--label L] [--json FILE] [--emit-questions FILE]
  *
  * (bench_serve --help lists what each does.) What it leaves out: starting the
@@ -50,6 +57,7 @@
 #include "bench/serve_stats.h"
 #include "bench/serve_stream.h"
 #include "query/session.h"
+#include "serve/engines.h"
 #ifdef LZ_CUDA
 #include "query/gpu_backend.h"
 #endif
@@ -92,6 +100,11 @@ static void usage(FILE *f)
           "  --gpu-seq-tokens T     own tokens of a slot in lazy and block modes (default 2048; full and\n"
           "                         prefix: the stream's longest prompt and answer)\n"
           "  --no-serial            no serial baseline with --gpu\n"
+          "  --engines N            N CPU engines behind the router (lazyserve --engines): per run each\n"
+          "                         engine's requests and tier hit rate, and the aggregate\n"
+          "  --gpus LIST            one GPU engine per device listed (implies --gpu): all, 0,2, 0-3, 0,0\n"
+          "                         (two engines on GPU 0); --gpu-cache-bytes, --host-cache-bytes and\n"
+          "                         --max-running (its batch, its slots) are each engine's\n"
           "  --replay               every run replays the stream's first requests (default: each run the\n"
           "                         next part of the stream, so none finds its own placements cached)\n"
           "  --label L, --json FILE a label for the rows; JSON lines appended to FILE\n"
@@ -107,6 +120,8 @@ typedef struct {
     char rate_names[MAXL][32];
     int n_rates;
     int n_req, n_idle, n_warmup, max_running, max_tokens, seq_tokens, gpu, serial, preload, replay;
+    int n_engines;         /* --engines N (0: one scheduler, the classic runs) */
+    const char *gpus;      /* --gpus LIST */
     double rate_seconds;
     size_t host_cache, gpu_cache;
     lz_bs_stream_opts so;
@@ -203,6 +218,8 @@ static int parse(int argc, char **argv, inproc_opts *o)
         else if (!strcmp(a, "--host-cache-bytes")) bad = lz_cli_size(a, v, &o->host_cache);
         else if (!strcmp(a, "--gpu-cache-bytes")) bad = lz_cli_size(a, v, &o->gpu_cache);
         else if (!strcmp(a, "--preload")) bad = lz_cli_choice(a, v, preloads, &o->preload);
+        else if (!strcmp(a, "--engines")) bad = lz_cli_int(a, v, 1, LZ_SERVE_MAX_ENGINES, &o->n_engines);
+        else if (!strcmp(a, "--gpus")) { o->gpus = v; o->gpu = 1; }
         else if (!strcmp(a, "--json")) {
             if (!(o->json = fopen(v, "a"))) return lz_cli_fail("cannot write %s", v);
         }
@@ -211,8 +228,11 @@ static int parse(int argc, char **argv, inproc_opts *o)
     }
     if (!o->store_dir || !o->model_path) return lz_cli_usage("the in-process mode needs --store and --model");
 #ifndef LZ_CUDA
+    if (o->gpus) return lz_cli_usage("--gpus needs the CUDA build (make cuda: build/cuda/bench_serve)");
     if (o->gpu) return lz_cli_usage("--gpu needs the CUDA build (make cuda: build/cuda/bench_serve)");
 #endif
+    if (o->gpu && o->n_engines) return lz_cli_usage("--engines N runs CPU engines; GPU engines: --gpus LIST");
+    if (o->gpus || o->n_engines) o->serial = 0; /* several engines: no serial baseline (the stream laid out without) */
     char names[MAXL][32];
     if (!conc && !rates) conc = "1,8,32,64";
     int n = conc ? split(conc, names) : 0;
@@ -307,6 +327,18 @@ static void row(const inproc_opts *o, const lz_bs_stream *s, int mode, const cha
            lz_query_mode_name(mode), what, r->requests, r->done, r->req_s, r->tok_s, 1e3 * r->ttft.mean,
            1e3 * r->ttft.p50, 1e3 * r->ttft.p99, 1e3 * r->tpot.mean, 1e3 * r->tpot.p50, 1e3 * r->tpot.p99,
            1e3 * r->itl.mean, 1e3 * r->itl.p50, 1e3 * r->itl.p99, ratio, r->mean_batch, xs);
+    if (r->n_engines > 0) { /* the engines' parts: requests and hit rate of the fastest tier, then the aggregate */
+        int64_t h = 0, l = 0;
+        printf("%-6s %-10s %s hits:", "", "", o->gpu ? "GPU tier" : "host tier");
+        for (int e = 0; e < r->n_engines; e++) {
+            const lz_bs_engine_run *x = &r->eng[e];
+            const int64_t eh = o->gpu ? x->gpu_hits : x->host_hits, el = eh + (o->gpu ? x->gpu_misses : x->host_misses);
+            h += eh;
+            l += el;
+            printf(" e%d %.1f%% (%lld req)", e, el ? 100.0 * eh / el : 0.0, (long long)x->ok);
+        }
+        printf("; aggregate %.1f%% of %lld lookups\n", l ? 100.0 * h / l : 0.0, (long long)l);
+    }
     fflush(stdout);
     if (!o->json) return;
     char hash[24];
@@ -330,6 +362,25 @@ static void row(const inproc_opts *o, const lz_bs_stream *s, int mode, const cha
         json_object_set_new(j, "ttft_p99_over_idle", json_real(over));
     }
     if (j && serial_tps > 0) json_object_set_new(j, "vs_serial", json_real(r->tok_s / serial_tps));
+    if (j && r->n_engines > 0) { /* each engine's part and the aggregate hit rate of its fastest tier */
+        json_t *a = json_array();
+        int64_t h = 0, l = 0;
+        for (int e = 0; e < r->n_engines; e++) {
+            const lz_bs_engine_run *x = &r->eng[e];
+            const int64_t eh = o->gpu ? x->gpu_hits : x->host_hits, el = eh + (o->gpu ? x->gpu_misses : x->host_misses);
+            h += eh;
+            l += el;
+            json_array_append_new(a, json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:f}", "engine", e, "requests",
+                                               (json_int_t)x->ok, "gpu_hits", (json_int_t)x->gpu_hits, "gpu_misses",
+                                               (json_int_t)x->gpu_misses, "host_hits", (json_int_t)x->host_hits,
+                                               "host_misses", (json_int_t)x->host_misses, "hit_rate",
+                                               el ? (double)eh / (double)el : 0.0));
+        }
+        json_object_set_new(j, "engines", json_integer(r->n_engines));
+        json_object_set_new(j, "per_engine", a);
+        json_object_set_new(j, "tier", json_string(o->gpu ? "gpu" : "host"));
+        json_object_set_new(j, "hit_rate", json_real(l ? (double)h / (double)l : 0.0));
+    }
     char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
     if (line) fprintf(o->json, "%s\n", line);
     fflush(o->json);
@@ -490,6 +541,81 @@ static int run_mode(const inproc_opts *o, const layout *L, lz_llama *m, lz_store
     return rc;
 }
 
+/* A mode over several engines (--engines, --gpus): the engines made once (serve/engines.h), a
+ * router each run with the documents' homes kept from run to run; no serial baseline. */
+static int run_mode_engines(const inproc_opts *o, const layout *L, lz_llama *m, lz_store *st, const lz_bs_stream *s,
+                            int mode, int64_t own_full, mode_summary *ms)
+{
+    char err[1024];
+    lz_query_opts qo;
+    lz_query_opts_default(&qo);
+    qo.mode = mode;
+    qo.max_new_tokens = o->max_tokens;
+    qo.max_positions = m->cfg.ctx;
+    if (o->host_cache) qo.cache_bytes = o->host_cache;
+    const int whole = mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX;
+    int devs[LZ_SERVE_MAX_ENGINES], n_devs = 0;
+#ifdef LZ_CUDA
+    if (o->gpus) {
+        n_devs = lz_cli_gpu_list("--gpus", o->gpus, lz_llama_gpu_device_count(), devs, LZ_SERVE_MAX_ENGINES);
+        if (n_devs < 0) return -1;
+    }
+#endif
+    lz_serve_sched_opts so;
+    lz_serve_sched_opts_default(&so);
+    so.max_running = o->max_running; /* each engine's batch (its slots on the GPU) */
+    const lz_serve_engines_opts eo = {.n = n_devs ? n_devs : o->n_engines, .devs = n_devs ? devs : NULL,
+                                      .gpu_cache = o->gpu_cache,
+                                      .gpu_seq_tokens = whole ? (int)((own_full + 64 + 255) / 256 * 256) : o->seq_tokens,
+                                      .cold = -1, .preload = mode == LZ_MODE_LAZY || mode == LZ_MODE_BLOCK ? o->preload : 0,
+                                      .prog = "bench_serve"};
+    lz_serve_engines E;
+    if (lz_serve_engines_open(&E, m, st, &qo, &so, &eo, err, sizeof err)) {
+        fprintf(stderr, "bench_serve: %s\n", err);
+        return -1;
+    }
+    lz_serve_homes *homes = lz_serve_homes_new();
+    int batch = 1;
+    for (int i = 0; i < E.n; i++)
+        if (E.e[i].so.max_running > batch) batch = E.e[i].so.max_running;
+    printf("%-6s %d engines (%s), batch up to %d each\n", lz_query_mode_name(mode), E.n, n_devs ? "GPU" : "CPU", batch);
+    lz_bs_target tg = {.max_running = batch, .max_tokens = o->max_tokens, .engines = E.e, .n_engines = E.n,
+                       .route_store = E.route_store, .homes = homes};
+    int rc = homes ? 0 : -1;
+    if (L->n_warm && !rc) {
+        tg.quiet = 1;
+        run_one(o, s, &tg, mode, NULL, -1, L->n_warm < batch * E.n ? L->n_warm : batch * E.n, L->warm, L->n_warm, 0, 0,
+                NULL, NULL);
+        tg.quiet = 0;
+    }
+    double idle_p99 = 0;
+    if (o->n_idle && !rc) {
+        lz_bs_result r;
+        if (!run_one(o, s, &tg, mode, "idle", -1, 1, L->idle, o->n_idle, 0, 0, NULL, &r)) idle_p99 = r.ttft.p99;
+        else rc = -1;
+        ms->idle_p99 = idle_p99;
+    }
+    for (int i = 0; i < o->n_rates && homes; i++) {
+        lz_bs_result r;
+        if (run_one(o, s, &tg, mode, "rate", i, 0, L->rate[i], rate_requests(o, o->rates[i]), idle_p99, 0, ms, &r)) {
+            rc = -1;
+            continue;
+        }
+        if (isfinite(o->rates[i]) && (!ms->top_rate[0] || o->rates[i] >= atof(ms->top_rate))) {
+            snprintf(ms->top_rate, sizeof ms->top_rate, "%s", o->rate_names[i]);
+            ms->top_rate_p99 = r.ttft.p99;
+        }
+    }
+    for (int i = 0; i < o->n_conc && homes; i++) {
+        const int C = o->conc[i];
+        tg.max_running = C < batch || !o->gpu ? C : batch;
+        rc |= run_one(o, s, &tg, mode, "concurrency", -1, C, L->conc[i], o->n_req, 0, 0, ms, NULL);
+    }
+    lz_serve_homes_free(homes);
+    lz_serve_engines_close(&E);
+    return rc;
+}
+
 /* The in-process mode (see the file's header). */
 static int main_inproc(int argc, char **argv)
 {
@@ -545,7 +671,9 @@ static int main_inproc(int argc, char **argv)
     memset(ms, 0, sizeof ms);
     double serial_tps = 0;
     for (int i = 0; i < o.n_modes; i++)
-        if (run_mode(&o, &L, m, st, &s, o.modes[i], i == 0, own_full, &serial_tps, &ms[i])) rc = LZ_EXIT_RUNTIME;
+        if (o.n_engines || o.gpus ? run_mode_engines(&o, &L, m, st, &s, o.modes[i], own_full, &ms[i])
+                                  : run_mode(&o, &L, m, st, &s, o.modes[i], i == 0, own_full, &serial_tps, &ms[i]))
+            rc = LZ_EXIT_RUNTIME;
     /* the comparison the issue asks for, read off the rows above */
     if (ms[0].sat_tps > 0) {
         printf("saturation (best output tokens/s of rate inf and the concurrency levels):");

@@ -15,7 +15,10 @@
  * the scheduler timed them (submit to first token; mean gap after it), the
  * inter-token latency as each request's waiter saw its text grow (vLLM's
  * ITL: the gaps between stream chunks), the mean decode batch, the peak
- * running, begins retried for memory. Header-only, for bench/bench_serve.c.
+ * running, begins retried for memory. On several engines (the target's
+ * engines: serve/router.h, a router made for the run) also each engine's
+ * requests and document cache lookups per tier during the run, the hit rates
+ * the multi-GPU figures compare. Header-only, for bench/bench_serve.c.
  * What it leaves out: the session and the GPU engine, printing (the caller). */
 #ifndef LZ_BENCH_SERVE_INPROC_H
 #define LZ_BENCH_SERVE_INPROC_H
@@ -30,6 +33,7 @@
 #include "bench/serve_stats.h"
 #include "bench/serve_stream.h"
 #include "eval/workload.h"
+#include "serve/router.h"
 #include "serve/sched.h"
 
 /* Where a run sends its requests. */
@@ -39,7 +43,17 @@ typedef struct {
     int max_running;     /* the scheduler's batch (on a backend: at most its slots) */
     int max_tokens;      /* every request's output tokens (ignore_eos) */
     int quiet;           /* no failure lines on stderr */
+    /* or, n_engines > 0: the engines a router spreads the run's requests over (q, st unused) */
+    const lz_serve_engine *engines;
+    int n_engines;
+    lz_store *route_store; /* the router's store handle (serve/router.h) */
+    lz_serve_homes *homes; /* the documents' homes, kept from run to run (serve/homes.h) */
 } lz_bs_target;
+
+/* One engine's part of a run: requests it answered, its cache lookups per tier in the run. */
+typedef struct {
+    int64_t ok, host_hits, host_misses, gpu_hits, gpu_misses;
+} lz_bs_engine_run;
 
 /* What a run measured. */
 typedef struct {
@@ -50,6 +64,8 @@ typedef struct {
     double mean_batch;       /* decode rows a step */
     int peak_running;
     int64_t mem_retries;
+    int n_engines;           /* the target's (0: one scheduler) */
+    lz_bs_engine_run eng[LZ_SERVE_MAX_ENGINES];
 } lz_bs_result;
 
 typedef struct {
@@ -62,6 +78,7 @@ typedef struct {
     const lz_bs_target *tg;
     const lz_bs_stream *s;
     lz_serve_sched *sched;
+    lz_serve_router *router; /* instead of sched, on several engines */
     lz_bs_rec *rec;       /* (n) */
     int first, n;         /* the run's requests: the stream's first .. first + n - 1 */
     int next;             /* closed loop: the next request to submit (under mu) */
@@ -80,7 +97,8 @@ static void lz_bs_one(lz_bs_run_ctx *c, int i)
                              .ignore_eos = 1};
     lz_serve_ticket *t;
     char err[512];
-    const int rc = lz_serve_submit(c->sched, &rq, &t, err, sizeof err);
+    const int rc = c->router ? lz_serve_router_submit(c->router, &rq, &t, NULL, err, sizeof err)
+                             : lz_serve_submit(c->sched, &rq, &t, err, sizeof err);
     lz_serve_update u = {0};
     if (rc == LZ_SERVE_OK) {
         size_t have = 0;
@@ -166,7 +184,31 @@ static int lz_bs_run(const lz_bs_target *tg, const lz_bs_stream *s, int first, i
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (lz_serve_sched_new(tg->q, tg->st, &so, &c.sched, err, errlen)) {
+    lz_serve_engine eng[LZ_SERVE_MAX_ENGINES];
+    lz_serve_stats before[LZ_SERVE_MAX_ENGINES];
+    lz_doc_cache_stats gpu0[LZ_SERVE_MAX_ENGINES];
+    const int ne = tg->n_engines > LZ_SERVE_MAX_ENGINES ? LZ_SERVE_MAX_ENGINES : tg->n_engines;
+    for (int e = 0; e < ne; e++) { /* the run's scheduler options over each engine's own (its GPU hooks) */
+        eng[e] = tg->engines[e];
+        eng[e].so.max_running = so.max_running < eng[e].so.max_running ? so.max_running : eng[e].so.max_running;
+        eng[e].so.max_queue = so.max_queue;
+        eng[e].so.mem_budget = so.mem_budget;
+        eng[e].so.max_prefill = so.max_prefill;
+        memset(&gpu0[e], 0, sizeof gpu0[e]);
+        if (eng[e].so.tier_stats) eng[e].so.tier_stats(eng[e].so.tier_ctx, &gpu0[e]); /* idle: read here */
+    }
+    if (ne > 0) {
+        lz_serve_router_opts ro;
+        lz_serve_router_opts_default(&ro);
+        ro.store = tg->route_store;
+        ro.homes = tg->homes;
+        if (lz_serve_router_new(eng, ne, &ro, &c.router, err, errlen)) {
+            free(c.rec); free(th); free(arr); free(at);
+            return -1;
+        }
+        lz_serve_stats sum;
+        lz_serve_router_stats(c.router, &sum, before);
+    } else if (lz_serve_sched_new(tg->q, tg->st, &so, &c.sched, err, errlen)) {
         free(c.rec); free(th); free(arr); free(at);
         return -1;
     }
@@ -189,12 +231,27 @@ static int lz_bs_run(const lz_bs_target *tg, const lz_bs_stream *s, int first, i
     if (started < n_threads) { snprintf(err, errlen, "cannot start thread %d", started); rc = -1; }
     if (C > 0 && started == 0) { /* no client took the requests */
         lz_serve_sched_free(c.sched);
+        lz_serve_router_free(c.router);
         goto done;
     }
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     lz_serve_stats ss;
-    lz_serve_sched_stats(c.sched, &ss);
-    lz_serve_sched_free(c.sched);
+    if (c.router) {
+        lz_serve_stats after[LZ_SERVE_MAX_ENGINES];
+        lz_serve_router_stats(c.router, &ss, after);
+        lz_serve_router_free(c.router); /* the engines stopped: their GPU counters are still */
+        out->n_engines = ne;
+        for (int e = 0; e < ne; e++) {
+            lz_doc_cache_stats g = {0};
+            if (eng[e].so.tier_stats) eng[e].so.tier_stats(eng[e].so.tier_ctx, &g);
+            out->eng[e] = (lz_bs_engine_run){.ok = after[e].ok, .host_hits = after[e].host.hits - before[e].host.hits,
+                                             .host_misses = after[e].host.misses - before[e].host.misses,
+                                             .gpu_hits = g.hits - gpu0[e].hits, .gpu_misses = g.misses - gpu0[e].misses};
+        }
+    } else {
+        lz_serve_sched_stats(c.sched, &ss);
+        lz_serve_sched_free(c.sched);
+    }
     double t_end = t0;
     long tokens = 0;
     int nt = 0, np = 0, ni = 0, n_itl = 0;

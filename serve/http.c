@@ -184,7 +184,7 @@ static enum MHD_Result completion(lz_serve_http *h, struct MHD_Connection *c, lz
     int status = lz_oai_parse(kind, up->body ? up->body : "", up->len, &h->o.defaults, &rq, err, sizeof err, &param);
     if (status) return respond_error(h, c, status, err, param);
     lz_serve_ticket *t;
-    const int src = lz_serve_submit(h->o.sched, &rq.req, &t, err, sizeof err);
+    const int src = lz_serve_router_submit(h->o.router, &rq.req, &t, NULL, err, sizeof err);
     if (src) {
         lz_oai_request_free(&rq);
         status = src == LZ_SERVE_EFULL ? 429 : src == LZ_SERVE_ESTOPPED ? 503 : src == LZ_SERVE_EINVAL ? 400 : 500;
@@ -261,7 +261,7 @@ static enum MHD_Result route_get(lz_serve_http *h, struct MHD_Connection *c, con
 {
     if (!strcmp(url, "/health")) {
         lz_serve_stats st;
-        lz_serve_sched_stats(h->o.sched, &st);
+        lz_serve_router_stats(h->o.router, &st, NULL);
         json_t *o = json_pack("{s:s, s:i, s:i}", "status", "ok", "running", st.running, "queued", st.queued);
         char *s = json_dumps(o, JSON_COMPACT);
         json_decref(o);
@@ -275,10 +275,16 @@ static enum MHD_Result route_get(lz_serve_http *h, struct MHD_Connection *c, con
         return respond_json(h, c, 200, s);
     }
     if (!strcmp(url, "/metrics")) {
-        lz_serve_stats st;
-        lz_serve_sched_stats(h->o.sched, &st);
-        return respond(h, c, 200, "text/plain; version=0.0.4; charset=utf-8",
-                       lz_serve_metrics_text(&st, &h->counts, lz_now_s() - h->t_start), 0);
+        const int n = lz_serve_router_n(h->o.router);
+        lz_serve_stats st, *each = calloc((size_t)n, sizeof *each);
+        lz_serve_route_stats *route = calloc((size_t)n, sizeof *route);
+        if (!each || !route) { free(each); free(route); return respond_error(h, c, 500, "out of memory", NULL); }
+        lz_serve_router_stats(h->o.router, &st, each);
+        lz_serve_router_route_stats(h->o.router, route);
+        char *text = lz_serve_metrics_text(&st, each, route, n, &h->counts, lz_now_s() - h->t_start);
+        free(each);
+        free(route);
+        return respond(h, c, 200, "text/plain; version=0.0.4; charset=utf-8", text, 0);
     }
     return 0;
 }

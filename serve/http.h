@@ -3,7 +3,8 @@
  * responses, or server-sent events with `stream`), GET /v1/models, /health,
  * /metrics. Requests go to the scheduler (serve/sched.h); a client that
  * disconnects is noticed while it waits (its socket is watched) and its
- * request cancelled. Errors are OpenAI-style JSON bodies: malformed JSON and
+ * request cancelled. Requests go through the router (serve/router.h) to one of
+ * its engines; /health and /metrics show their sums (and /metrics each one's). Errors are OpenAI-style JSON bodies: malformed JSON and
  * bad fields 400, unknown document ids 404, a body past the limit 413, a
  * full queue 429 with Retry-After, the server stopping 503; the server goes
  * on after every one. */
@@ -14,6 +15,7 @@
 
 #include "serve/metrics.h"
 #include "serve/openai.h"
+#include "serve/router.h"
 #include "serve/sched.h"
 
 typedef struct lz_serve_http lz_serve_http;
@@ -25,7 +27,7 @@ typedef struct {
     int max_connections;  /* connections at once (each a thread) */
     int retry_after_s;    /* Retry-After of a 429 */
     lz_oai_defaults defaults;
-    lz_serve_sched *sched; /* borrowed */
+    lz_serve_router *router; /* borrowed: its engines' schedulers (one engine: lazyserve's default) */
 } lz_serve_http_opts;
 
 /* Binds and starts serving. 0, or -1 with a message (address in use, bad host, ...). */

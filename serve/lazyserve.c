@@ -1,8 +1,11 @@
 /* lazyserve.c - serves a store built by lazyingest over HTTP: an
  * OpenAI-compatible API (/v1/completions, /v1/chat/completions, streaming or
  * not) with a RAG extension, many requests answered together by continuous
- * batching on one engine thread (serve/sched.h), /metrics for Prometheus.
- * The store and model options are lazyquery's (query/session_cli.h). */
+ * batching on an engine thread (serve/sched.h), /metrics for Prometheus; on
+ * several engines (--engines N on the CPU, --gpus LIST: one per GPU) requests
+ * are routed by their documents' homes against the engines' loads
+ * (serve/router.h, serve/engines.h). The store and model options are
+ * lazyquery's (query/session_cli.h). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,11 +16,10 @@
 #include "base/env.h"
 #include "base/runtime.h"
 #include "query/session_cli.h"
+#include "serve/engines.h"
 #include "serve/http.h"
+#include "serve/router.h"
 #include "serve/sched.h"
-#ifdef LZ_CUDA
-#include "query/gpu_backend.h"
-#endif
 
 static void usage(FILE *f)
 {
@@ -39,10 +41,22 @@ static void usage(FILE *f)
         "      --max-running N    requests decoding at once, the batch (default 64); with --gpu the\n"
         "                         GPU engine's sequences (fewer when they do not fit its memory; 1:\n"
         "                         one request runs at a time, as in lazyquery --gpu)\n"
+        "      --gpus LIST        one engine per GPU listed (implies --gpu; CUDA builds): all, 0,2, 0-3; a\n"
+        "                         device may repeat (0,0: two engines on one GPU). Each engine has its own\n"
+        "                         weights, slots (--max-running each) and GPU tier (--gpu-cache-bytes\n"
+        "                         each) and its own host tier (--host-cache-bytes each); a request goes\n"
+        "                         to the engine where its documents are at home (the one that first\n"
+        "                         placed them) unless that one is much busier than the least loaded\n"
+        "      --engines N        N engines on the CPU (default 1), routed the same way (the cores are\n"
+        "                         shared: -t threads in all)\n"
+        "      --spill-margin N   a request leaves its documents' home engine when that one's load\n"
+        "                         (queued + running) is past 1.5 x the least loaded's + N (default: a\n"
+        "                         quarter of --max-running, at least 2)\n"
         "      --gpu-seq-tokens N own tokens a request may hold on the GPU: its question and answer\n"
         "                         (the whole prompt in full and prefix modes); default 2048 (16384\n"
         "                         in full and prefix modes); longer requests fail\n"
-        "      --max-queue N      requests waiting beyond which new ones get 429 (default 256)\n"
+        "      --max-queue N      requests waiting beyond which new ones get 429 (default 256; with\n"
+        "                         several engines, each engine's: 429 when every queue is full)\n"
         "      --mem-budget N     memory the running requests may hold: each one's own KV (question\n"
         "                         and answer) plus the KV of the documents it places, e.g. 2G\n"
         "                         (default 1G); a request waits until it fits, and one larger than\n"
@@ -71,7 +85,9 @@ static void usage(FILE *f)
         "  GET  /metrics               Prometheus text: requests by outcome, responses by code,\n"
         "                              TTFT / time-per-output-token / queue histograms, tokens,\n"
         "                              decode steps and rows (mean batch), queue length, running\n"
-        "                              requests, memory reserved, cache hits and held entries per tier\n"
+        "                              requests, memory reserved, cache hits and held entries per tier;\n"
+        "                              with several engines their sums, then each engine's\n"
+        "                              (lazy_engine_*{engine=\"i\"}) and the routing (lazy_route_*)\n"
         "Request fields: max_tokens (default -n), temperature (default --temp), top_p, seed, stop\n"
         "(a string or up to 4), stream (server-sent events: 'data: {...}' chunks, then\n"
         "'data: [DONE]'), stream_options.include_usage, ignore_eos (vLLM's: no end of generation, the\n"
@@ -99,6 +115,8 @@ typedef struct {
     lz_session_cli sc;
     const char *host, *port_file, *model_name;
     int port, quiet, max_connections, retry_after, gpu_seq_tokens;
+    int n_engines, spill_margin;
+    const char *gpus;   /* --gpus LIST, parsed in main (it needs the CUDA runtime's device count) */
     size_t max_body;
     lz_serve_sched_opts so;
 } options;
@@ -106,14 +124,15 @@ typedef struct {
 static int parse_options(int argc, char **argv, options *o)
 {
     enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_MAX_RUNNING, O_MAX_QUEUE, O_MEM, O_PREFILL, O_BODY, O_CONN, O_RETRY,
-           O_NAME, O_ORDER, O_GPU_SEQ };
+           O_NAME, O_ORDER, O_GPU_SEQ, O_GPUS, O_ENGINES, O_SPILL };
     static const struct option longopts[] = {
         LZ_CLI_OPT_HELP, LZ_SESSION_CLI_LONGOPTS, LZ_CLI_OPT_QUIET,
         LZ_OPT_ARG("host", O_HOST), LZ_OPT_ARG("port", O_PORT), LZ_OPT_ARG("port-file", O_PORT_FILE),
         LZ_OPT_ARG("max-running", O_MAX_RUNNING), LZ_OPT_ARG("max-queue", O_MAX_QUEUE), LZ_OPT_ARG("mem-budget", O_MEM),
         LZ_OPT_ARG("max-prefill", O_PREFILL), LZ_OPT_ARG("max-body", O_BODY), LZ_OPT_ARG("max-connections", O_CONN),
         LZ_OPT_ARG("retry-after", O_RETRY), LZ_OPT_ARG("model-name", O_NAME), LZ_OPT_ARG("order", O_ORDER),
-        LZ_OPT_ARG("gpu-seq-tokens", O_GPU_SEQ),
+        LZ_OPT_ARG("gpu-seq-tokens", O_GPU_SEQ), LZ_OPT_ARG("gpus", O_GPUS), LZ_OPT_ARG("engines", O_ENGINES),
+        LZ_OPT_ARG("spill-margin", O_SPILL),
         {NULL, 0, NULL, 0}};
     static const char *const orders[] = {"best-last", "best-first", NULL};
     int c;
@@ -145,11 +164,26 @@ static int parse_options(int argc, char **argv, options *o)
         case O_GPU_SEQ:
             if (lz_cli_int("--gpu-seq-tokens", optarg, 1, 1 << 20, &o->gpu_seq_tokens)) return LZ_EXIT_USAGE;
             break;
+        case O_GPUS:
+#ifndef LZ_CUDA
+            return lz_cli_usage("--gpus needs the CUDA build (make cuda: build/cuda/lazyserve)");
+#endif
+            o->gpus = optarg;
+            o->sc.gpu = 1;
+            break;
+        case O_ENGINES:
+            if (lz_cli_int("--engines", optarg, 1, LZ_SERVE_MAX_ENGINES, &o->n_engines)) return LZ_EXIT_USAGE;
+            break;
+        case O_SPILL: if (lz_cli_int("--spill-margin", optarg, 0, 1 << 20, &o->spill_margin)) return LZ_EXIT_USAGE; break;
         case O_ORDER: if (lz_cli_choice("--order", optarg, orders, &o->so.best_first)) return LZ_EXIT_USAGE; break;
         default: return LZ_EXIT_USAGE;
         }
     }
     if (optind < argc) return lz_cli_usage("unexpected argument '%s' (questions come over HTTP)", argv[optind]);
+    if (o->gpus && o->n_engines > 1)
+        return lz_cli_usage("--engines N is for CPU engines; with --gpus the list says how many (0,0: two on GPU 0)");
+    if (o->sc.gpu && o->n_engines > 1)
+        return lz_cli_usage("--engines N runs CPU engines; for several GPU engines give --gpus LIST");
     const int erc = lz_cli_check_env();
     return erc ? erc : -1;
 }
@@ -204,61 +238,50 @@ int main(int argc, char **argv)
         return mrc;
     }
     o.so.record_hits = o.sc.stats;
+    /* the engines: one (today's server), --engines N on the CPU, or one per --gpus device */
+    int devs[LZ_SERVE_MAX_ENGINES], n_devs = 0;
 #ifdef LZ_CUDA
-    lz_llama_gpu *gpu = NULL;
-    lz_query_backend backend;
     if (o.sc.gpu) {
-        const int own = o.sc.qo.mode == LZ_MODE_FULL || o.sc.qo.mode == LZ_MODE_PREFIX ? 16384 : 4096;
-        if (lz_llama_gpu_new(m, own, &gpu, err, sizeof err)) {
-            fprintf(stderr, "lazyserve: %s\n", err);
-            lz_llama_free(m);
-            lz_store_close(st);
-            return LZ_EXIT_RUNTIME;
+        if (o.gpus) {
+            n_devs = lz_cli_gpu_list("--gpus", o.gpus, lz_llama_gpu_device_count(), devs, LZ_SERVE_MAX_ENGINES);
+            if (n_devs < 0) {
+                lz_llama_free(m);
+                lz_store_close(st);
+                return LZ_EXIT_USAGE;
+            }
+        } else {
+            devs[n_devs++] = 0; /* --gpu: the one engine on the first device, as before --gpus */
         }
-        if (o.sc.gpu_cache) lz_llama_gpu_set_cache(gpu, o.sc.gpu_cache);
-        lz_llama_gpu_set_cache_policy(gpu, o.sc.qo.cache_policy);
-        /* the batch's sequences on the GPU: as many as asked while they fit its memory (a batch
-         * of one keeps the single sequence of max_tokens rows, lazyquery's) */
-        const int seq = o.gpu_seq_tokens ? o.gpu_seq_tokens : own == 4096 ? 2048 : own;
-        for (int n = o.so.max_running; n > 1; n /= 2) {
-            char e2[512];
-            if (!lz_llama_gpu_set_slots(gpu, n, seq, e2, sizeof e2)) break;
-            fprintf(stderr, "lazyserve: %s\n", e2);
-        }
-        backend = lz_query_gpu_backend(gpu);
-        if (backend.n_slots < o.so.max_running) o.so.max_running = backend.n_slots;
-        o.sc.qo.backend = &backend;
-        o.sc.qo.cold = o.sc.cold < 0 ? LZ_COLD_AUTO : o.sc.cold;
-        o.so.tier_stats = lz_query_gpu_tier;
-        o.so.tier_ctx = gpu;
     }
 #endif
-    lz_query_session *q = NULL;
+    const lz_serve_engines_opts eo = {.n = n_devs ? n_devs : o.n_engines ? o.n_engines : 1,
+                                      .devs = n_devs ? devs : NULL, .gpu_cache = o.sc.gpu_cache,
+                                      .gpu_seq_tokens = o.gpu_seq_tokens, .cold = o.sc.cold, .preload = o.sc.preload,
+                                      .threads = o.sc.threads, .quiet = o.quiet};
+    lz_serve_engines E = {0};
     int rc = LZ_EXIT_RUNTIME;
-    lz_serve_sched *sched = NULL;
+    lz_serve_router *router = NULL;
     lz_serve_http *http = NULL;
-    if (lz_query_session_new(m, st, &o.sc.qo, &q, err, sizeof err)) {
+    if (lz_serve_engines_open(&E, m, st, &o.sc.qo, &o.so, &eo, err, sizeof err)) {
         fprintf(stderr, "lazyserve: %s\n", err);
         goto done;
     }
-    if (o.sc.preload) {
-        lz_query_preload_result pr;
-        if (lz_query_preload(q, o.sc.preload == 2, &pr, err, sizeof err))
-            fprintf(stderr, "lazyserve: warning: preload: %s\n", err);
-        if (!o.quiet && pr.gpu + pr.host > 0)
-            fprintf(stderr, "lazyserve: preloaded %d documents (%.2f GB of KV) into the GPU tier and %d (%.2f GB) into "
-                    "the host tier in %.2f s\n", pr.gpu, pr.gpu_bytes / 1e9, pr.host, pr.host_bytes / 1e9, pr.seconds);
-    }
-    if (lz_serve_sched_new(q, st, &o.so, &sched, err, sizeof err)) {
+    lz_serve_router_opts ro;
+    lz_serve_router_opts_default(&ro);
+    ro.store = E.route_store;
+    if (o.spill_margin) ro.spill_margin = o.spill_margin;
+    if (lz_serve_router_new(E.e, E.n, &ro, &router, err, sizeof err)) {
         fprintf(stderr, "lazyserve: %s\n", err);
         goto done;
     }
+    int batch = 0;
+    for (int i = 0; i < E.n; i++) batch += lz_serve_sched_batch(lz_serve_router_sched(router, i));
     const lz_oai_defaults def = {.max_tokens = o.sc.qo.max_new_tokens, .temperature = o.sc.qo.temperature,
                                  .top_p = o.sc.qo.top_p, .seed = o.sc.qo.seed, .top_k = o.sc.top_k,
                                  .model = model_name(&o)};
     const lz_serve_http_opts ho = {.host = o.host, .port = o.port, .max_body = o.max_body,
                                    .max_connections = o.max_connections, .retry_after_s = o.retry_after,
-                                   .defaults = def, .sched = sched};
+                                   .defaults = def, .router = router};
     if (lz_serve_http_start(&ho, &http, err, sizeof err)) {
         fprintf(stderr, "lazyserve: %s\n", err);
         goto done;
@@ -271,21 +294,21 @@ int main(int argc, char **argv)
             goto done;
         }
     }
-    if (!o.quiet)
-        fprintf(stderr, "lazyserve: serving %s (mode %s, %s, batch up to %d) on http://%s%s%s:%d\n", def.model,
-                lz_query_mode_name(o.sc.qo.mode), o.sc.gpu ? "GPU" : "CPU", o.so.max_running,
+    if (!o.quiet) {
+        char engines[64] = "";
+        if (E.n > 1) snprintf(engines, sizeof engines, "%d engines, ", E.n);
+        fprintf(stderr, "lazyserve: serving %s (mode %s, %s%s, batch up to %d) on http://%s%s%s:%d\n", def.model,
+                lz_query_mode_name(o.sc.qo.mode), engines, o.sc.gpu ? "GPU" : "CPU", batch,
                 strchr(o.host, ':') ? "[" : "", o.host, strchr(o.host, ':') ? "]" : "", port);
+    }
     int sig = 0;
     sigwait(&stop_set, &sig);
     if (!o.quiet) fprintf(stderr, "lazyserve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     rc = LZ_EXIT_OK;
 done:
-    lz_serve_sched_free(sched); /* running requests end: their streams close */
-    lz_serve_http_stop(http);   /* every connection's thread joined: the last ticket released */
-    lz_query_session_free(q);
-#ifdef LZ_CUDA
-    lz_llama_gpu_free(gpu);
-#endif
+    lz_serve_router_free(router); /* running requests end: their streams close */
+    lz_serve_http_stop(http);     /* every connection's thread joined: the last ticket released */
+    lz_serve_engines_close(&E);   /* sessions, GPU engines, the engines' store handles */
     lz_llama_free(m);
     lz_store_close(st);
     return rc;

@@ -64,7 +64,59 @@ static void tier(buf *b, const char *t, const lz_doc_cache_stats *c)
     put(b, "lazy_cache_held_entries{tier=\"%s\"} %lld\n", t, (long long)c->n_held);
 }
 
-char *lz_serve_metrics_text(const lz_serve_stats *st, const lz_serve_http_counts *h, double uptime_s)
+/* Each engine's own, labelled engine="i". */
+static void engines(buf *b, const lz_serve_stats *each, const lz_serve_route_stats *route, int n)
+{
+    head(b, "lazy_engine_requests_total", "counter", "Requests each engine took, by how they ended.");
+    for (int i = 0; i < n; i++) {
+        const lz_serve_stats *e = &each[i];
+        put(b, "lazy_engine_requests_total{engine=\"%d\",status=\"ok\"} %lld\n", i, (long long)e->ok);
+        put(b, "lazy_engine_requests_total{engine=\"%d\",status=\"client_error\"} %lld\n", i, (long long)e->failed_client);
+        put(b, "lazy_engine_requests_total{engine=\"%d\",status=\"server_error\"} %lld\n", i, (long long)e->failed_server);
+        put(b, "lazy_engine_requests_total{engine=\"%d\",status=\"cancelled\"} %lld\n", i, (long long)e->cancelled);
+        put(b, "lazy_engine_requests_total{engine=\"%d\",status=\"rejected_queue_full\"} %lld\n", i,
+            (long long)e->rejected_full);
+    }
+    head(b, "lazy_engine_queue_length", "gauge", "Requests waiting on each engine.");
+    for (int i = 0; i < n; i++) put(b, "lazy_engine_queue_length{engine=\"%d\"} %d\n", i, each[i].queued);
+    head(b, "lazy_engine_running_requests", "gauge", "Requests in each engine's running batch.");
+    for (int i = 0; i < n; i++) put(b, "lazy_engine_running_requests{engine=\"%d\"} %d\n", i, each[i].running);
+    head(b, "lazy_engine_completion_tokens_total", "counter", "Tokens each engine generated for answered requests.");
+    for (int i = 0; i < n; i++)
+        put(b, "lazy_engine_completion_tokens_total{engine=\"%d\"} %lld\n", i, (long long)each[i].completion_tokens);
+    head(b, "lazy_engine_decode_steps_total", "counter", "Each engine's batched decode passes.");
+    for (int i = 0; i < n; i++) put(b, "lazy_engine_decode_steps_total{engine=\"%d\"} %lld\n", i, (long long)each[i].steps);
+    head(b, "lazy_engine_busy_seconds_total", "counter", "Each engine's time running the model.");
+    for (int i = 0; i < n; i++) put(b, "lazy_engine_busy_seconds_total{engine=\"%d\"} %.6f\n", i, each[i].busy_s);
+    head(b, "lazy_engine_cache_hits_total", "counter", "Each engine's document cache lookups that hit, per tier "
+         "(also: misses, bytes, budget).");
+    for (int i = 0; i < n; i++)
+        for (int t = 0; t < 2; t++) {
+            const lz_doc_cache_stats *c = t ? &each[i].gpu : &each[i].host;
+            const char *tn = t ? "gpu" : "host";
+            if (t && !each[i].has_gpu) continue;
+            put(b, "lazy_engine_cache_hits_total{engine=\"%d\",tier=\"%s\"} %lld\n", i, tn, (long long)c->hits);
+            put(b, "lazy_engine_cache_misses_total{engine=\"%d\",tier=\"%s\"} %lld\n", i, tn, (long long)c->misses);
+            put(b, "lazy_engine_cache_bytes{engine=\"%d\",tier=\"%s\"} %lld\n", i, tn, (long long)c->bytes_used);
+            put(b, "lazy_engine_cache_budget_bytes{engine=\"%d\",tier=\"%s\"} %lld\n", i, tn, (long long)c->bytes_budget);
+        }
+    head(b, "lazy_route_requests_total", "counter", "Requests routed to each engine: to their documents' home, "
+         "spilled from a much busier home, of documents new to every engine, or not resolved for routing.");
+    for (int i = 0; i < n; i++) {
+        const lz_serve_route_stats *r = &route[i];
+        put(b, "lazy_route_requests_total{engine=\"%d\",route=\"home\"} %lld\n", i, (long long)r->home);
+        put(b, "lazy_route_requests_total{engine=\"%d\",route=\"spilled\"} %lld\n", i, (long long)r->spilled);
+        put(b, "lazy_route_requests_total{engine=\"%d\",route=\"fresh\"} %lld\n", i, (long long)r->fresh);
+        put(b, "lazy_route_requests_total{engine=\"%d\",route=\"unresolved\"} %lld\n", i, (long long)r->unresolved);
+    }
+    head(b, "lazy_route_homed_documents", "gauge", "Documents whose home is each engine (and lazy_route_homed_tokens).");
+    for (int i = 0; i < n; i++)
+        put(b, "lazy_route_homed_documents{engine=\"%d\"} %lld\nlazy_route_homed_tokens{engine=\"%d\"} %lld\n", i,
+            (long long)route[i].homed_docs, i, (long long)route[i].homed_tokens);
+}
+
+char *lz_serve_metrics_text(const lz_serve_stats *st, const lz_serve_stats *each, const lz_serve_route_stats *route,
+                            int n_engines, const lz_serve_http_counts *h, double uptime_s)
 {
     buf b = {0};
     head(&b, "lazy_requests_total", "counter", "Requests the scheduler took, by how they ended.");
@@ -114,6 +166,11 @@ char *lz_serve_metrics_text(const lz_serve_stats *st, const lz_serve_http_counts
          "(also: misses, evictions, bytes, budget, entries, entries held by running requests).");
     tier(&b, "host", &st->host);
     if (st->has_gpu) tier(&b, "gpu", &st->gpu);
+    if (n_engines > 1 && each && route) {
+        head(&b, "lazy_engines", "gauge", "Engines requests are routed to.");
+        put(&b, "lazy_engines %d\n", n_engines);
+        engines(&b, each, route, n_engines);
+    }
     if (b.oom) { free(b.s); return NULL; }
     return b.s;
 }

@@ -283,6 +283,21 @@ void lz_serve_sched_stats(lz_serve_sched *s, lz_serve_stats *st)
     pthread_mutex_unlock(&s->mu);
 }
 
+void lz_serve_sched_load(lz_serve_sched *s, int *queued, int *running, int *max_queue)
+{
+    pthread_mutex_lock(&s->mu);
+    *queued = s->n_pending + s->n_waiting;
+    *running = s->n_running;
+    *max_queue = s->o.max_queue;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int lz_serve_sched_batch(const lz_serve_sched *s)
+{
+    const int par = lz_query_run_parallel(s->q);
+    return par && par < s->o.max_running ? par : s->o.max_running;
+}
+
 /* ---- the engine ---- */
 
 /* The documents of t (engine thread, no lock): its ids, or BM25's best k (best last unless
@@ -613,6 +628,7 @@ static void decode_step(lz_serve_sched *s)
 static void *engine(void *arg)
 {
     lz_serve_sched *s = arg;
+    if (s->o.on_start) s->o.on_start(s->o.start_ctx);
     lz_llama_set_threads(s->threads); /* a new thread starts from OpenMP's defaults, not the program's -t */
     lz_serve_ticket **fresh = malloc((size_t)s->o.max_prefill * sizeof *fresh);
     pthread_mutex_lock(&s->mu);

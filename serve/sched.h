@@ -59,6 +59,10 @@ typedef struct {
     /* optional: the backend's cache tier counters (the GPU's), read on the engine thread */
     void (*tier_stats)(void *ctx, lz_doc_cache_stats *st);
     void *tier_ctx;
+    /* optional: called first on the engine thread, before anything else runs there (a GPU
+     * engine makes its device current: CUDA's current device is per host thread) */
+    void (*on_start)(void *ctx);
+    void *start_ctx;
 } lz_serve_sched_opts;
 
 void lz_serve_sched_opts_default(lz_serve_sched_opts *o);
@@ -163,5 +167,11 @@ typedef struct {
 } lz_serve_stats;
 
 void lz_serve_sched_stats(lz_serve_sched *s, lz_serve_stats *st);
+
+/* The load now, cheaper than the stats (serve/router.h balances on it): requests queued
+ * (pending and queued), running, and the queue bound (max_queue). */
+void lz_serve_sched_load(lz_serve_sched *s, int *queued, int *running, int *max_queue);
+/* The batch it runs (max_running, cut to the backend's sequences). */
+int lz_serve_sched_batch(const lz_serve_sched *s);
 
 #endif /* LZ_SERVE_SCHED_H */

@@ -101,11 +101,45 @@ out:
     return LZ_OK;
 }
 
+int lz_store_open_shared(const lz_store *base, lz_store **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (base->lock_fd >= 0)
+        return lz_fail(err, errlen, LZ_EINVAL, "store %s: a writer's handle is not shared", base->dir);
+    lz_store *s = calloc(1, sizeof *s);
+    if (!s) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
+    snprintf(s->dir, sizeof s->dir, "%s", base->dir);
+    s->lock_fd = -1;
+    s->rdonly = base->rdonly;
+    int st = LZ_OK;
+    if (base->n_shards) { /* a handle per shard, each sharing that shard's environment */
+        s->manifest = base->manifest;
+        if (!(s->shard = calloc((size_t)base->n_shards, sizeof *s->shard))) {
+            st = lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
+        } else {
+            s->n_shards = base->n_shards;
+            for (int i = 0; i < s->n_shards && !st; i++) st = lz_store_open_shared(base->shard[i], &s->shard[i], err, errlen);
+        }
+    } else {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/meta.sqlite", base->dir);
+        st = lz_store_from_meta(lz_meta_open(path, s->rdonly ? LZ_META_RDONLY : 0, &s->meta, err, errlen));
+        s->kv = base->kv;
+        s->kv_shared = 1;
+    }
+    if (st) {
+        lz_store_close(s);
+        return st;
+    }
+    *out = s;
+    return LZ_OK;
+}
+
 void lz_store_close(lz_store *s)
 {
     if (!s) return;
     if (s->n_shards) lz_store_sh_close(s);
-    lz_kvdb_close(s->kv);
+    if (!s->kv_shared) lz_kvdb_close(s->kv);
     lz_meta_close(s->meta);
     if (s->lock_fd >= 0) close(s->lock_fd); /* releases the flock */
     free(s->prefix);

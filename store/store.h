@@ -46,6 +46,19 @@ enum {
  * naming the shard); WRITER on a root is EINVAL (one shard at a time). */
 int lz_store_open(const char *dir, int flags, lz_store **out, char *err, size_t errlen);
 void lz_store_close(lz_store *s); /* NULL is a no-op */
+/* Another handle on the store base is open on, for another thread (lazyserve's engines,
+ * serve/router.h): a store handle serves one thread at a time (its SQLite connection is
+ * opened SQLITE_OPEN_NOMUTEX and its statements are prepared once and reused), so each
+ * thread takes its own. The new handle has its own SQLite connection(s) (a sharded store:
+ * one per shard) and shares base's LMDB environment (LMDB forbids opening one environment
+ * twice in a process; its read transactions are per call, MDB_NOTLS, so threads read
+ * payloads at once). It is opened as base was (RDONLY or not: access counts are SQLite
+ * writes, WAL), unbound (lz_store_check_model binds it, as after lz_store_open). base must
+ * outlive it and must not be a writer's (LZ_STORE_WRITER: EINVAL); payload writes, gc and
+ * rebuilds go through base alone. What it does not cover: another process growing the LMDB
+ * map while several threads read (LMDB adopts a grown map only with no read transaction of
+ * this process active). Errors: as lz_store_open's. */
+int lz_store_open_shared(const lz_store *base, lz_store **out, char *err, size_t errlen);
 const char *lz_store_dir(const lz_store *s);
 /* A sharded store's shard count (0 for a plain store) and shard i, a store
  * of its own (owned by s; its row ids are the shard's local ones). */

@@ -16,6 +16,7 @@ struct lz_store {
     char dir[4096];
     lz_meta *meta;
     lz_kvdb *kv;
+    int kv_shared;              /* kv is another handle's (lz_store_open_shared): not closed here */
     int lock_fd;
     int rdonly;
     int bound;

@@ -7,8 +7,10 @@
  * consistent (p50 <= p99, tokens per second = tokens over the wall time), the
  * p99 TTFT set against the idle one; questions of exactly --question-tokens
  * tokens; each run its own part of the stream; --stream workload is the
- * stream bench_workload --emit-questions writes; --replay; --setup a sets the paper's knobs; bad options exit 2; the HTTP mode
- * against a lazyserve on 127.0.0.1. Runs $LZ_BIN/../bench/bench_serve. */
+ * stream bench_workload --emit-questions writes; --replay; --setup a sets
+ * the paper's knobs; --engines 2 reports each engine's requests and hit rate
+ * and their aggregate; bad options exit 2; the HTTP mode against a lazyserve
+ * on 127.0.0.1. Runs $LZ_BIN/../bench/bench_serve. */
 #include <jansson.h>
 
 #include "tests/test.h"
@@ -182,6 +184,37 @@ static void test_replay(void)
     json_decref(rows);
 }
 
+/* --engines 2: the requests over two CPU engines behind the router; each row tells each
+ * engine's requests and hit rate, and the aggregate is their sum. */
+static void test_engines(void)
+{
+    char json[800];
+    snprintf(json, sizeof json, "%s/engines.jsonl", dir);
+    int rc = lz_test_sh("%s --store %s --model models/default.gguf --engines 2 --rates inf --concurrency 4 --requests 12 "
+                        "--idle 2 --warmup 2 --max-tokens 2 --k 2 --alpha 1.5 --json %s > /dev/null 2>&1", bench, store,
+                        json);
+    CHECK(rc == 0, "--engines 2 exited %d", rc);
+    json_t *rows = read_lines(json);
+    CHECK(json_array_size(rows) == 3, "--engines 2: idle, rate inf, conc 4 (%zu rows)", json_array_size(rows));
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        json_t *o = json_array_get(rows, i), *pe = json_object_get(o, "per_engine");
+        double req = 0, hits = 0, lookups = 0;
+        for (size_t e = 0; e < json_array_size(pe); e++) {
+            json_t *x = json_array_get(pe, e);
+            req += num(x, "requests");
+            hits += num(x, "host_hits");
+            lookups += num(x, "host_hits") + num(x, "host_misses");
+        }
+        const double agg = lookups ? hits / lookups : 0;
+        CHECK(num(o, "engines") == 2 && json_array_size(pe) == 2 && req == num(o, "done") && lookups > 0 &&
+                  fabs(num(o, "hit_rate") - agg) < 1e-9 && !strcmp(str(o, "tier"), "host"),
+              "row %zu: 2 engines, %g of %g requests, hit rate %g = %g", i, req, num(o, "done"), num(o, "hit_rate"), agg);
+    }
+    json_decref(rows);
+    CHECK(lz_test_sh("%s --store %s --model models/default.gguf --gpus 0,0 > /dev/null 2>&1", bench, store) == 2,
+          "--gpus without the CUDA build: a usage error");
+}
+
 /* Bad options: usage errors (exit 2), no run. */
 static void test_usage(void)
 {
@@ -233,6 +266,7 @@ int main(void)
     test_workload_stream();
     test_setup_a();
     test_replay();
+    test_engines();
     test_usage();
     test_http();
     lz_test_sh("rm -rf %s", dir);

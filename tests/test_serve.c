@@ -6,9 +6,11 @@
  * answer) have their slots and held documents freed (/metrics); malformed
  * JSON, bodies too large (announced and chunked), unknown fields, unknown
  * document ids, bad fields, wrong routes and methods, a full queue (429 with
- * Retry-After): clear errors, and the server serves on; the official openai
- * npm client under node (tests/serve_client/, installed by tools/deps.sh:
- * SKIP when absent); SIGTERM ends it with status 0 (under ASan: no leaks). */
+ * Retry-After): clear errors, and the server serves on; two engines
+ * (--engines 2: the same answer, requests routed by their documents, /metrics
+ * the sums of the engines'); the official openai npm client under node
+ * (tests/serve_client/, installed by tools/deps.sh: SKIP when absent);
+ * SIGTERM ends it with status 0 (under ASan: no leaks). */
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
@@ -495,6 +497,51 @@ static void test_queue_full(void)
     CHECK(server_stop(&s) == 0, "the second server exits 0");
 }
 
+/* lazyserve --engines 2 (serve/router.h): the same answer as one engine's (lazyquery's), the
+ * requests on one document set on one engine, another set on the other, /metrics' totals the
+ * sums of each engine's; --gpus without the CUDA build is a usage error. */
+static void test_engines(const char *one_text)
+{
+    char lzs[600];
+    snprintf(lzs, sizeof lzs, "%s/lazyserve", bin);
+    CHECK(lz_test_sh("%s --help | grep -q -- '--engines N'", lzs) == 0 &&
+              lz_test_sh("%s --help | grep -q -- '--gpus LIST'", lzs) == 0, "--help tells of --engines and --gpus");
+    CHECK(lz_test_sh("%s --store %s --gpus 0,0 --port 0 2>/dev/null; test $? -eq 2", lzs, store) == 0,
+          "--gpus: a usage error without the CUDA build (exit 2)");
+    server s;
+    if (server_start(&s, "--engines 2 --no-preload")) { CHECK(0, "the two-engine server did not start"); return; }
+    CHECK(metric(&s, "lazy_engines") == 2, "/metrics: two engines");
+    const char *docs[2] = {"\"te2024-country0\", \"te2024-city19\"", "\"te2024-org13\", \"te2024-person31\""};
+    for (int i = 0; i < 6; i++) {
+        char *b = completion_body(docs[i % 2], 32, i % 3 == 2, NULL), *out;
+        CHECK(http(&s, "/v1/completions", b, &out, NULL) == 200, "two engines: request %d: %s", i, out);
+        if (i == 0) {
+            char *text = whole_text(out);
+            CHECK(text && one_text && !strcmp(text, one_text), "two engines answer '%s', one '%s'", text ? text : "?",
+                  one_text ? one_text : "?");
+            free(text);
+        }
+        free(out);
+        free(b);
+    }
+    const double h0 = metric(&s, "lazy_route_requests_total{engine=\"0\",route=\"home\"}");
+    const double h1 = metric(&s, "lazy_route_requests_total{engine=\"1\",route=\"home\"}");
+    const double f0 = metric(&s, "lazy_route_requests_total{engine=\"0\",route=\"fresh\"}");
+    const double f1 = metric(&s, "lazy_route_requests_total{engine=\"1\",route=\"fresh\"}");
+    CHECK(h0 == 2 && h1 == 2 && f0 == 1 && f1 == 1, "each document set on its own engine: home %g %g, fresh %g %g", h0,
+          h1, f0, f1);
+    const double ok = metric(&s, "lazy_requests_total{status=\"ok\"}");
+    const double ok0 = metric(&s, "lazy_engine_requests_total{engine=\"0\",status=\"ok\"}");
+    const double ok1 = metric(&s, "lazy_engine_requests_total{engine=\"1\",status=\"ok\"}");
+    const double hits = metric(&s, "lazy_cache_hits_total{tier=\"host\"}");
+    const double hit0 = metric(&s, "lazy_engine_cache_hits_total{engine=\"0\",tier=\"host\"}");
+    const double hit1 = metric(&s, "lazy_engine_cache_hits_total{engine=\"1\",tier=\"host\"}");
+    CHECK(ok == 6 && ok0 + ok1 == ok && ok0 == 3 && hits == hit0 + hit1 && hits > 0,
+          "totals are the engines' sums: ok %g = %g + %g, host hits %g = %g + %g", ok, ok0, ok1, hits, hit0, hit1);
+    CHECK(drained(&s), "two engines: nothing left running or held");
+    CHECK(server_stop(&s) == 0, "the two-engine server exits 0");
+}
+
 /* The official openai client under node (SKIP without node or the package). */
 static void test_node(const server *s)
 {
@@ -558,9 +605,15 @@ int main(void)
     test_disconnects(&s);
     test_node(&s);
     CHECK(drained(&s), "nothing left running or held");
+    char *one_text = NULL, *b1 = completion_body("\"te2024-country0\", \"te2024-city19\"", 32, 0, NULL), *o1;
+    if (http(&s, "/v1/completions", b1, &o1, NULL) == 200) one_text = whole_text(o1); /* test_engines' reference */
+    free(o1);
+    free(b1);
     const int rc = server_stop(&s);
     CHECK(rc == 0, "lazyserve exits 0 on SIGTERM (a leak under ASan fails it): %d", rc);
     test_queue_full();
+    test_engines(one_text);
+    free(one_text);
     if (lz_test_failed) lz_test_sh("tail -n 30 %s/server.log >&2", dir);
     lz_test_sh("rm -rf %s", dir);
     return lz_test_done();
