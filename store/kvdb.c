@@ -3,6 +3,15 @@
  * collection; the check of its pages and the rebuild of a damaged one
  * (store/kvdb_pages.c reads them). Every LMDB return value is checked and
  * reported with the path; a full file system is named as such.
+ *
+ * Several threads may use one environment (store handles opened by
+ * lz_store_open_shared: the serving engines): every transaction holds the
+ * read side of the environment's lock while it is open, and a change of the
+ * map size (adopting a map another process grew, growing it for a write)
+ * takes the write side, since LMDB allows mdb_env_set_mapsize only while no
+ * transaction of the process is open. A thread that already holds a
+ * transaction resizes without the lock (as LMDB alone would: never
+ * deadlocked on itself).
  */
 #include "store/kvdb.h"
 
@@ -14,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -23,8 +33,13 @@ struct lz_kvdb {
     MDB_env *env;
     MDB_dbi dbi;
     int rdonly;
+    pthread_rwlock_t lock; /* transactions (read side) against map resizes (write side) */
     char path[4096];
 };
+
+/* the calling thread's open transactions (of any environment): a resize from inside one
+ * skips the lock rather than wait for itself */
+static __thread int txns_held;
 
 struct lz_kvdb_reader {
     lz_kvdb *db;
@@ -126,14 +141,20 @@ int lz_kvdb_open(const char *dir, int flags, lz_kvdb **out, char *err, size_t er
     if (!db) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
     snprintf(db->path, sizeof db->path, "%s", dir);
     db->rdonly = (flags & LZ_KVDB_RDONLY) != 0;
+    if (pthread_rwlock_init(&db->lock, NULL)) {
+        free(db);
+        return lz_fail(err, errlen, LZ_ENOMEM, "LMDB %s: no lock", dir);
+    }
     if (!db->rdonly) finish_rebuild(dir);
     if (!db->rdonly && mkdir(dir, 0777) != 0 && errno != EEXIST) {
         int e = errno;
+        pthread_rwlock_destroy(&db->lock);
         free(db);
         return lz_fail(err, errlen, LZ_EIO, "cannot create %s: %s", dir, strerror(e));
     }
     int st = env_open(db, err, errlen);
     if (st) {
+        pthread_rwlock_destroy(&db->lock);
         free(db);
         return st;
     }
@@ -145,18 +166,44 @@ void lz_kvdb_close(lz_kvdb *db)
 {
     if (!db) return;
     if (db->env) mdb_env_close(db->env);
+    pthread_rwlock_destroy(&db->lock);
     free(db);
 }
 
-/* Begins a transaction, adopting a map another process grew. */
+/* mdb_env_set_mapsize(size; 0: adopt the file's) with no transaction of the process open */
+static int set_mapsize(lz_kvdb *db, size_t size)
+{
+    const int locked = !txns_held && !pthread_rwlock_wrlock(&db->lock);
+    const int rc = mdb_env_set_mapsize(db->env, size);
+    if (locked) pthread_rwlock_unlock(&db->lock);
+    return rc;
+}
+
+/* Begins a transaction (ended by end()), adopting a map another process grew. */
 static int begin(lz_kvdb *db, unsigned flags, MDB_txn **txn)
 {
     if (!db->env) return EBADF; /* a rebuild could not open the new file */
+    pthread_rwlock_rdlock(&db->lock);
     int rc = mdb_txn_begin(db->env, NULL, flags, txn);
     if (rc == MDB_MAP_RESIZED) {
-        rc = mdb_env_set_mapsize(db->env, 0);
+        pthread_rwlock_unlock(&db->lock);
+        rc = set_mapsize(db, 0);
+        pthread_rwlock_rdlock(&db->lock);
         if (!rc) rc = mdb_txn_begin(db->env, NULL, flags, txn);
     }
+    if (rc) pthread_rwlock_unlock(&db->lock);
+    else txns_held++;
+    return rc;
+}
+
+/* Commits (commit) or aborts a transaction of begin(); the commit's result. */
+static int end(lz_kvdb *db, MDB_txn *txn, int commit)
+{
+    int rc = 0;
+    if (commit) rc = mdb_txn_commit(txn); /* frees txn whatever the result */
+    else mdb_txn_abort(txn);
+    txns_held--;
+    pthread_rwlock_unlock(&db->lock);
     return rc;
 }
 
@@ -164,7 +211,7 @@ static int grow(lz_kvdb *db)
 {
     MDB_envinfo info;
     int rc = mdb_env_info(db->env, &info);
-    if (!rc) rc = mdb_env_set_mapsize(db->env, info.me_mapsize * 2);
+    if (!rc) rc = set_mapsize(db, info.me_mapsize * 2);
     return rc;
 }
 
@@ -204,9 +251,9 @@ static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, i
             }
         }
         if (rc) {
-            mdb_txn_abort(txn);
+            end(db, txn, 0);
         } else {
-            rc = mdb_txn_commit(txn); /* frees txn whatever the result */
+            rc = end(db, txn, 1);
             if (!rc) {
                 if (n_deleted) *n_deleted = deleted;
                 return LZ_OK;
@@ -242,7 +289,7 @@ int lz_kvdb_reserve(lz_kvdb *db, uint64_t bytes, char *err, size_t errlen)
     uint64_t size = info.me_mapsize;
     while (size - used < bytes && size < ((uint64_t)1 << 50)) size *= 2;
     if (size == info.me_mapsize) return LZ_OK;
-    rc = mdb_env_set_mapsize(db->env, size);
+    rc = set_mapsize(db, size);
     return rc ? lmdb_fail(db, err, errlen, "grow map", rc) : LZ_OK;
 }
 
@@ -284,7 +331,7 @@ int lz_kvdb_reader_get(lz_kvdb_reader *r, const void *key, size_t key_len, const
 void lz_kvdb_reader_end(lz_kvdb_reader *r)
 {
     if (!r) return;
-    mdb_txn_abort(r->txn);
+    end(r->db, r->txn, 0);
     free(r);
 }
 
@@ -331,7 +378,7 @@ int lz_kvdb_foreach(lz_kvdb *db, int (*fn)(const void *key, size_t key_len, size
     MDB_cursor *cur;
     rc = mdb_cursor_open(txn, db->dbi, &cur);
     if (rc) {
-        mdb_txn_abort(txn);
+        end(db, txn, 0);
         return lmdb_fail(db, err, errlen, "mdb_cursor_open", rc);
     }
     MDB_val k, v;
@@ -341,7 +388,7 @@ int lz_kvdb_foreach(lz_kvdb *db, int (*fn)(const void *key, size_t key_len, size
         if (ret) break;
     }
     mdb_cursor_close(cur);
-    mdb_txn_abort(txn);
+    end(db, txn, 0);
     if (ret) return ret;
     if (rc != MDB_NOTFOUND) return lmdb_fail(db, err, errlen, "mdb_cursor_get", rc);
     return LZ_OK;
@@ -356,7 +403,7 @@ int lz_kvdb_stat(lz_kvdb *db, lz_kvdb_stats *st, char *err, size_t errlen)
     MDB_envinfo info;
     rc = mdb_stat(txn, db->dbi, &ms);
     if (!rc) rc = mdb_env_info(db->env, &info);
-    mdb_txn_abort(txn);
+    end(db, txn, 0);
     if (rc) return lmdb_fail(db, err, errlen, "mdb_stat", rc);
     st->entries = ms.ms_entries;
     st->map_size = info.me_mapsize;
@@ -377,7 +424,7 @@ int lz_kvdb_verify(lz_kvdb *db, int tree_only, lz_kvdb_damage *d, char *err, siz
     int mrc = begin(db, MDB_RDONLY, &txn);
     if (mrc) return lmdb_fail(db, err, errlen, "read transaction", mrc);
     int rc = lz_kvdb_pages_open(path, tree_only ? LZ_KVDB_PAGES_TREE_ONLY : 0, &p, err, errlen);
-    mdb_txn_abort(txn);
+    end(db, txn, 0);
     if (rc == LZ_ECORRUPT) { /* not even a meta page: everything is lost */
         d->damaged = 1;
         snprintf(d->what, sizeof d->what, "%.600s", err);

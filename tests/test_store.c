@@ -707,6 +707,102 @@ static void test_kvdb_rebuild(void)
     free(big);
 }
 
+/* Several threads reading one read-only environment while another process grows its map:
+ * each transaction adopting the grown map (mdb_env_set_mapsize(0)) must wait until no other
+ * thread's transaction is open (store/kvdb.c's lock); every read returns the value. */
+typedef struct {
+    lz_kvdb *db;
+    volatile int *stop;
+    int reads, bad;
+} grow_reader;
+
+static void *grow_read(void *p)
+{
+    grow_reader *r = p;
+    uint8_t want[4096];
+    fill_random(want, sizeof want, 7);
+    while (!*r->stop) {
+        char err[512];
+        void *got;
+        size_t n;
+        const int rc = lz_kvdb_get(r->db, "base", 4, &got, &n, err, sizeof err);
+        if (rc != 0 || n != sizeof want || memcmp(got, want, n)) r->bad++;
+        if (rc == 0) free(got);
+        lz_kvdb_stats st;
+        if (lz_kvdb_stat(r->db, &st, err, sizeof err)) r->bad++;
+        r->reads++;
+    }
+    return NULL;
+}
+
+static void test_kvdb_grow_under_readers(void)
+{
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s/kvgrow", dir);
+    lz_kvdb *db;
+    CHECK(lz_kvdb_open(path, 0, &db, err, sizeof err) == 0, "open: %s", err);
+    uint8_t base[4096];
+    fill_random(base, sizeof base, 7);
+    lz_kvdb_item one = { "base", 4, base, sizeof base };
+    CHECK(lz_kvdb_put_batch(db, &one, 1, err, sizeof err) == 0, "put: %s", err);
+    lz_kvdb_close(db);
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return;
+    const int BATCHES = 24; /* 8 MiB each: 192 MiB, the 64 MiB map doubled twice */
+    pid_t pid = fork();
+    if (pid == 0) { /* the writer: its own environment */
+        close(pipefd[0]);
+        lz_kvdb *w;
+        if (lz_kvdb_open(path, 0, &w, err, sizeof err)) _exit(3);
+        const size_t MB = 1 << 20;
+        uint8_t *vals = malloc(8 * MB);
+        int rc = 0;
+        for (int b = 0; b < BATCHES && !rc; b++) {
+            lz_kvdb_item items[8];
+            uint8_t keys[8][16];
+            for (int i = 0; i < 8; i++) {
+                snprintf((char *)keys[i], 16, "g%05d", b * 8 + i);
+                fill_random(vals + i * MB, MB, (uint64_t)(1000 + b * 8 + i));
+                items[i] = (lz_kvdb_item){ keys[i], strlen((char *)keys[i]), vals + i * MB, MB };
+            }
+            rc = lz_kvdb_put_batch(w, items, 8, err, sizeof err);
+        }
+        lz_kvdb_close(w);
+        free(vals);
+        if (write(pipefd[1], "x", 1) != 1) _exit(4);
+        _exit(rc ? 1 : 0);
+    }
+    close(pipefd[1]);
+    CHECK(lz_kvdb_open(path, LZ_KVDB_RDONLY, &db, err, sizeof err) == 0, "open read-only: %s", err);
+    volatile int stop = 0;
+    grow_reader r[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        r[i] = (grow_reader){ db, &stop, 0, 0 };
+        pthread_create(&th[i], NULL, grow_read, &r[i]);
+    }
+    char c;
+    if (read(pipefd[0], &c, 1) != 1) fprintf(stderr, "writer ended without its byte\n");
+    stop = 1;
+    int reads = 0, bad = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        reads += r[i].reads, bad += r[i].bad;
+    }
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer grew the map (%d)",
+          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    CHECK(reads > 0 && bad == 0, "4 threads read through the growth: %d reads, %d bad", reads, bad);
+    lz_kvdb_stats st;
+    CHECK(lz_kvdb_stat(db, &st, err, sizeof err) == 0 && st.entries == 1 + 8 * (uint64_t)BATCHES &&
+              st.map_size > 2 * LZ_KVDB_INITIAL_MAP,
+          "the readers' environment adopted the grown map: %llu entries, map %llu", (unsigned long long)st.entries,
+          (unsigned long long)st.map_size);
+    lz_kvdb_close(db);
+}
+
 int main(void)
 {
     if (!lz_test_tmpdir(dir, sizeof dir)) return 1;
@@ -718,6 +814,7 @@ int main(void)
     test_store();
     test_upgrade();
     test_concurrent_reader();
+    test_kvdb_grow_under_readers();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
