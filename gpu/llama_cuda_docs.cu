@@ -459,6 +459,17 @@ static int prefix_descriptors(lz_llama_gpu *g, const GpuDoc *pre, char *err, siz
     return 0;
 }
 
+/* Documents a previous encode_keep kept pending for a question that never began (it failed
+ * between its recompute and its begin): dropped, so that none stays outside the budget for
+ * good. Not offered to the policy instead: an admission may evict documents the question
+ * about to begin was told are resident. A question's recompute and its begin run back to back
+ * on the engine's thread, so every doc still pending here is such a one. */
+static void drop_stale(lz_llama_gpu *g)
+{
+    for (int i = g->n_docs - 1; i >= 0; i--)
+        if (g->docs[i].pending) doc_drop(g, i);
+}
+
 extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *prefix, const uint8_t prefix_key[32],
                                         const int *const *ids, const int *n, const uint8_t *const *keys, int n_docs,
                                         char *err, size_t errlen)
@@ -471,6 +482,7 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
             if (ids[i][j] < 0 || ids[i][j] >= c->vocab) { snprintf(err, errlen, "token id %d out of range", ids[i][j]); return -1; }
     }
     if (ensure_side(g, err, errlen)) return -1; /* the documents' attention side by side */
+    drop_stale(g);
     /* the question about to begin uses them all: kept pending (outside the policy, so never
      * evicted) until its begin offers them */
     g->no_evict = 1; /* until done: the pool grows rather than evict (see llama_gpu.cuh) */

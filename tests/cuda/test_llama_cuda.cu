@@ -502,6 +502,23 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
             CHECK(h1 - h0 == 4 && m1 == m0 && b1 == b0 && !memcmp(again, lk, (size_t)vocab * 4),
                   "resident ones not recomputed: %ld hits, %ld misses, the same logits", h1 - h0, m1 - m0);
             free(again);
+            if (t == 0) { /* a question recomputed its documents and failed before its begin */
+                uint8_t sk[4][32];
+                const uint8_t *skeys[4] = {keys[0], sk[1], sk[2], sk[3]};
+                for (int i = 1; i < 4; i++) { memset(sk[i], 0, 32); sk[i][0] = (uint8_t)(0x40 + i); }
+                CHECK(lz_llama_gpu_encode_keep(gk, &segs[0], keys[0], dids, lens, &skeys[1], 3, err, sizeof err) == 0 &&
+                          lz_llama_gpu_resident(gk, sk[1]),
+                      "stale: recomputed, kept pending: %s", err);
+                /* the next question's recompute drops them (budget 0 would not evict pending ones) */
+                CHECK(lz_llama_gpu_encode_keep(gk, &segs[0], keys[0], dids, lens, &keys[1], 3, err, sizeof err) == 0 &&
+                          lz_llama_gpu_begin(gk, held, keys, 4, pos, err, sizeof err) == 0 &&
+                          lz_llama_gpu_step(gk, qids, n_q, lk, err, sizeof err) == 0,
+                      "the next question: %s", err);
+                lz_llama_gpu_set_cache(gk, 0);
+                int left = 0;
+                for (int i = 1; i < 4; i++) left += lz_llama_gpu_resident(gk, sk[i]);
+                CHECK(left == 0, "a failed question's recomputed documents left outside the budget: %d of 3", left);
+            }
             lz_llama_gpu_free(gk);
         }
         free(lw);
