@@ -574,7 +574,8 @@ static int run_mode_engines(const inproc_opts *o, const layout *L, lz_llama *m, 
         fprintf(stderr, "bench_serve: %s\n", err);
         return -1;
     }
-    lz_serve_homes *homes = lz_serve_homes_new();
+    /* the homes planned with the preload (serve/engines.h), else a set of its own */
+    lz_serve_homes *homes = E.homes ? E.homes : lz_serve_homes_new();
     int batch = 1;
     for (int i = 0; i < E.n; i++)
         if (E.e[i].so.max_running > batch) batch = E.e[i].so.max_running;
@@ -611,7 +612,7 @@ static int run_mode_engines(const inproc_opts *o, const layout *L, lz_llama *m, 
         tg.max_running = C < batch || !o->gpu ? C : batch;
         rc |= run_one(o, s, &tg, mode, "concurrency", -1, C, L->conc[i], o->n_req, 0, 0, ms, NULL);
     }
-    lz_serve_homes_free(homes);
+    if (homes != E.homes) lz_serve_homes_free(homes);
     lz_serve_engines_close(&E);
     return rc;
 }

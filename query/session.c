@@ -221,6 +221,8 @@ typedef struct {
     size_t errlen;
     preload_item items[PRELOAD_BATCH];
     int n;
+    int (*keep)(const uint8_t *payload_key, void *ctx); /* NULL: every document */
+    void *keep_ctx;
 } preload_ctx;
 
 /* The backend's hook, when it has one and still takes documents. */
@@ -295,6 +297,7 @@ static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_t
     lz_query_session *q = P->q;
     (void)doc_id;
     lz_doc_cache_prior(q->cache, key, LZ_META_KEY_LEN, (double)hits);
+    if (P->keep && !P->keep(key, P->keep_ctx)) return 0; /* another engine's share */
     const lz_query_backend *be = preload_backend(P);
     if (be && hits > 0) {
         uint8_t digest[32];
@@ -314,6 +317,12 @@ static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_t
  * while other BLOCK and PREFIX keys depend on placements that no query has made yet. */
 int lz_query_preload(lz_query_session *q, int all, lz_query_preload_result *res, char *err, size_t errlen)
 {
+    return lz_query_preload_only(q, all, NULL, NULL, res, err, errlen);
+}
+
+int lz_query_preload_only(lz_query_session *q, int all, int (*keep)(const uint8_t *payload_key, void *ctx), void *ctx,
+                          lz_query_preload_result *res, char *err, size_t errlen)
+{
     memset(res, 0, sizeof *res);
     const double t0 = lz_now_s();
     /* lazy's entries serve every placement; so do block's on a backend that rotates its own copies */
@@ -321,7 +330,7 @@ int lz_query_preload(lz_query_session *q, int all, lz_query_preload_result *res,
     if (!content || (q->o.cache_bytes == 0 && !(q->o.backend && q->o.backend->preload))) return 0;
     preload_ctx *P = calloc(1, sizeof *P);
     if (!P) { snprintf(err, errlen, "out of memory"); return -1; }
-    *P = (preload_ctx){.q = q, .res = res, .err = err, .errlen = errlen};
+    *P = (preload_ctx){.q = q, .res = res, .err = err, .errlen = errlen, .keep = keep, .keep_ctx = ctx};
     err[0] = 0;
     int rc = lz_store_top_accessed(q->store, all ? INT32_MAX : 100000, all, preload_one, P, err, errlen);
     preload_batch(P); /* the rest (after an error too: nothing queued is lost) */

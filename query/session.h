@@ -200,6 +200,10 @@ typedef struct {
  * backend's cache fills from the questions). 0, or -1 with a message (*res still counts what
  * was done). */
 int lz_query_preload(lz_query_session *q, int all, lz_query_preload_result *res, char *err, size_t errlen);
+/* The same over the documents keep (payload key, ctx) says 1 for: a share of the hot set (an
+ * engine among several, serve/homes.h); every document's frequency is seeded still. */
+int lz_query_preload_only(lz_query_session *q, int all, int (*keep)(const uint8_t *payload_key, void *ctx), void *ctx,
+                          lz_query_preload_result *res, char *err, size_t errlen);
 
 /* Positions left for documents once the prefix, the question and the answer
  * are placed (max_positions - s - question - max_new_tokens); a large number

@@ -43,6 +43,9 @@ typedef struct {
     lz_serve_engine *e;        /* (n) what lz_serve_router_new takes */
     lz_store *route_store;     /* the router's handle (n > 1; NULL with one engine) */
     lz_store *base;
+    lz_serve_homes *homes;     /* n > 1 with a preload: the documents' homes planned before it
+                                  (lz_serve_homes_plan), each engine preloading its own; give them
+                                  to the router (lz_serve_router_opts.homes); NULL otherwise */
 } lz_serve_engines;
 
 typedef struct {
@@ -51,7 +54,8 @@ typedef struct {
     size_t gpu_cache;      /* each GPU engine's tier budget (0: the engine's default) */
     int gpu_seq_tokens;    /* own tokens of a slot (0: 2048 in lazy and block, 16384 in full and prefix) */
     int cold;              /* LZ_COLD_* on the GPU, -1: auto */
-    int preload;           /* 0 none, 1 hot, 2 all (lz_query_preload), each engine's own */
+    int preload;           /* 0 none, 1 hot, 2 all (lz_query_preload); with several engines each
+                              preloads the documents planned to be its own (E->homes) */
     int threads;           /* CPU threads in all (0: every core) */
     int quiet;             /* no start-up lines on stderr */
     const char *prog;      /* the messages' program name (NULL: lazyserve) */
@@ -88,6 +92,7 @@ static inline void lz_serve_engines_close(lz_serve_engines *E)
         if (E->p[i].store != E->base) lz_store_close(E->p[i].store);
     }
     lz_store_close(E->route_store);
+    lz_serve_homes_free(E->homes);
     free(E->p);
     free(E->e);
     memset(E, 0, sizeof *E);
@@ -97,6 +102,19 @@ static inline void lz_serve_engines_close(lz_serve_engines *E)
  * options qo (each engine's copy; on the GPU its backend set) and scheduler options so (each
  * engine's copy: max_running cut to its slots, on_start and tier_stats set on the GPU).
  * 0, or -1 with a message naming the engine (what was made is closed). */
+/* The preload's filter of engine `engine`: the documents planned to be its own. */
+typedef struct {
+    lz_serve_homes *homes;
+    int engine;
+} lz_serve_engine_share;
+static inline int lz_serve_engine_keeps(const uint8_t *payload_key, void *ctx)
+{
+    const lz_serve_engine_share *s = (const lz_serve_engine_share *)ctx;
+    char key[LZ_SERVE_HOME_KEY];
+    lz_serve_home_key_payload(payload_key, key);
+    return lz_serve_homes_get(s->homes, key) == s->engine;
+}
+
 static inline int lz_serve_engines_open(lz_serve_engines *E, lz_llama *m, lz_store *base, const lz_query_opts *qo,
                                         const lz_serve_sched_opts *so, const lz_serve_engines_opts *eo, char *err,
                                         size_t errlen)
@@ -116,6 +134,12 @@ static inline int lz_serve_engines_open(lz_serve_engines *E, lz_llama *m, lz_sto
     E->n = eo->n;
     char e2[1024];
     const char *prog = eo->prog ? eo->prog : "lazyserve";
+    /* several engines preloading: the hot set dealt to them first, each preloading its share */
+    if (eo->n > 1 && eo->preload &&
+        (!(E->homes = lz_serve_homes_new()) || lz_serve_homes_plan(E->homes, base, eo->n, eo->preload == 2, e2, sizeof e2))) {
+        snprintf(err, errlen, "planning the documents' homes: %.900s", E->homes ? e2 : "out of memory");
+        goto fail;
+    }
     for (int i = 0; i < eo->n; i++) {
         lz_serve_engine_parts *p = &E->p[i];
         char who[32] = ""; /* how messages name the engine: only when there are several */
@@ -163,7 +187,9 @@ static inline int lz_serve_engines_open(lz_serve_engines *E, lz_llama *m, lz_sto
         }
         if (eo->preload) {
             lz_query_preload_result pr;
-            if (lz_query_preload(p->q, eo->preload == 2, &pr, e2, sizeof e2))
+            lz_serve_engine_share share = {E->homes, i};
+            if (lz_query_preload_only(p->q, eo->preload == 2, E->homes ? lz_serve_engine_keeps : NULL, &share, &pr, e2,
+                                      sizeof e2))
                 fprintf(stderr, "%s: warning: %spreload: %s\n", prog, who, e2);
             if (!eo->quiet && pr.gpu + pr.host > 0)
                 fprintf(stderr, "%s: %spreloaded %d documents (%.2f GB of KV) into the GPU tier and %d (%.2f GB) "

@@ -269,6 +269,7 @@ int main(int argc, char **argv)
     lz_serve_router_opts ro;
     lz_serve_router_opts_default(&ro);
     ro.store = E.route_store;
+    ro.homes = E.homes; /* planned with the preload (NULL: the router's own) */
     if (o.spill_margin) ro.spill_margin = o.spill_margin;
     if (lz_serve_router_new(E.e, E.n, &ro, &router, err, sizeof err)) {
         fprintf(stderr, "lazyserve: %s\n", err);

@@ -63,6 +63,8 @@ int lz_serve_router_new(const lz_serve_engine *engines, int n, const lz_serve_ro
         const int b = lz_serve_sched_batch(r->sched[i]);
         if (!batch || b < batch) batch = b;
     }
+    for (int i = 0; n > 1 && i < n; i++) /* homes planned or kept from before */
+        lz_serve_homes_engine(r->homes, i, &r->rs[i].homed_docs, &r->rs[i].homed_tokens);
     r->margin = o->spill_margin >= 0 ? o->spill_margin : batch / 4 > 2 ? batch / 4 : 2;
     if (!(r->o.spill_factor >= 1.0)) r->o.spill_factor = 1.0;
     *out = r;
@@ -126,7 +128,9 @@ static int choose(lz_serve_router *r, const lz_query_doc *docs, int nd, int reso
     int64_t aff[LZ_SERVE_MAX_ENGINES] = {0}; /* tokens of its documents homed on each engine */
     int home = -1;
     for (int k = 0; k < nd; k++) {
-        const int h = lz_serve_homes_get(r->homes, docs[k].ext_id);
+        char key[LZ_SERVE_HOME_KEY];
+        lz_serve_home_key(&docs[k], key);
+        const int h = lz_serve_homes_get(r->homes, key);
         if (h >= 0 && h < r->n) aff[h] += docs[k].n_tokens > 0 ? docs[k].n_tokens : 1;
     }
     for (int e = 0; e < r->n; e++)
@@ -168,11 +172,12 @@ int lz_serve_router_submit(lz_serve_router *r, const lz_serve_req *req, lz_serve
         else if (why == 1) s->spilled++;
         else if (why == 2) s->fresh++;
         else s->unresolved++;
-        for (int k = 0; resolved && k < nd; k++)
-            if (lz_serve_homes_set(r->homes, docs[k].ext_id, e) == 1) {
-                s->homed_docs++;
-                s->homed_tokens += docs[k].n_tokens > 0 ? docs[k].n_tokens : 1;
-            }
+        for (int k = 0; resolved && k < nd; k++) {
+            char key[LZ_SERVE_HOME_KEY];
+            lz_serve_home_key(&docs[k], key);
+            lz_serve_homes_set(r->homes, key, e, docs[k].n_tokens);
+        }
+        lz_serve_homes_engine(r->homes, e, &s->homed_docs, &s->homed_tokens);
         if (engine) *engine = e;
     }
     pthread_mutex_unlock(&r->mu);

@@ -6,11 +6,14 @@
  * for routing), requests of other documents to another, a flood on one hot
  * document set spills past its home; a cancelled request (running or queued)
  * frees its slot on its own engine; full queues refuse as one does, counted
- * once; the aggregate stats and /metrics' totals are the sums of the engines'.
+ * once; the aggregate stats and /metrics' totals are the sums of the engines'; homes planned
+ * at start (lz_serve_homes_plan) deal the corpus evenly, each engine preloads only its share,
+ * and the first request goes to its planned home.
  * The HTTP side (lazyserve --engines 2) is tests/test_serve.c's. */
 #include <math.h>
 
 #include "query/retrieve.h"
+#include "serve/engines.h"
 #include "serve/metrics.h"
 #include "serve/router.h"
 #include "tests/serve_test.h"
@@ -33,7 +36,8 @@ typedef struct {
     lz_serve_router *r;
 } engines;
 
-static int engines_open(engines *E, int n, int max_running, int max_queue, int spill_margin)
+static int engines_open_homes(engines *E, int n, int max_running, int max_queue, int spill_margin,
+                              lz_serve_homes *homes)
 {
     memset(E, 0, sizeof *E);
     char err[512];
@@ -53,8 +57,14 @@ static int engines_open(engines *E, int n, int max_running, int max_queue, int s
     lz_serve_router_opts_default(&ro);
     ro.store = E->route_store;
     ro.spill_margin = spill_margin;
+    ro.homes = homes;
     if (lz_serve_router_new(E->e, n, &ro, &E->r, err, sizeof err)) { CHECK(0, "router: %s", err); return -1; }
     return 0;
+}
+
+static int engines_open(engines *E, int n, int max_running, int max_queue, int spill_margin)
+{
+    return engines_open_homes(E, n, max_running, max_queue, spill_margin, NULL);
 }
 
 static void engines_close(engines *E)
@@ -220,6 +230,83 @@ static void test_affinity(void)
     engines_close(&E);
 }
 
+/* Homes planned at start (lz_serve_homes_plan, as serve/engines.h does with a preload): every
+ * document dealt, the engines' tokens balanced; each engine preloads only its share (together
+ * what one engine preloads, apart nothing twice); a request goes to the engine homing most of
+ * its documents' tokens from its first submit. */
+typedef struct {
+    int docs;
+    int64_t tokens, max_tokens;
+} corpus_count;
+
+static int count_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_tokens, void *ctx)
+{
+    corpus_count *c = ctx;
+    (void)doc_id, (void)hits, (void)key;
+    c->docs++;
+    c->tokens += n_tokens;
+    if (n_tokens > c->max_tokens) c->max_tokens = n_tokens;
+    return 0;
+}
+static void test_planned(void)
+{
+    char err[512];
+    corpus_count c = {0};
+    CHECK(lz_store_top_accessed(store, INT32_MAX, 1, count_one, &c, err, sizeof err) == 0 && c.docs > 2, "corpus: %s", err);
+    lz_serve_homes *h = lz_serve_homes_new();
+    CHECK(h && lz_serve_homes_plan(h, store, 2, 1, err, sizeof err) == 0, "plan: %s", err);
+    if (!h) return;
+    int64_t d0, t0, d1, t1;
+    lz_serve_homes_engine(h, 0, &d0, &t0);
+    lz_serve_homes_engine(h, 1, &d1, &t1);
+    CHECK(lz_serve_homes_count(h) == c.docs && d0 + d1 == c.docs && t0 + t1 == c.tokens, "every document dealt once "
+          "(%ld homes, %lld + %lld of %d)", lz_serve_homes_count(h), (long long)d0, (long long)d1, c.docs);
+    CHECK(llabs(t0 - t1) <= c.max_tokens, "tokens balanced: %lld and %lld (a document at most %lld)", (long long)t0,
+          (long long)t1, (long long)c.max_tokens);
+    /* each engine's preload: its share; one engine's preload: all of them */
+    lz_query_session *one = lz_test_open_session(model, store, 8, NULL), *qs[2];
+    lz_query_preload_result all, part[2];
+    CHECK(one && lz_query_preload(one, 1, &all, err, sizeof err) == 0 && all.host == c.docs, "one engine preloads %d of %d",
+          all.host, c.docs);
+    lz_query_session_free(one);
+    for (int e = 0; e < 2; e++) {
+        qs[e] = lz_test_open_session(model, store, 8, NULL);
+        lz_serve_engine_share s = {h, e};
+        CHECK(qs[e] && lz_query_preload_only(qs[e], 1, lz_serve_engine_keeps, &s, &part[e], err, sizeof err) == 0, "preload %d: %s", e, err);
+        lz_query_session_free(qs[e]);
+    }
+    CHECK(part[0].host == d0 && part[1].host == d1 && part[0].host_bytes + part[1].host_bytes == all.host_bytes,
+          "each engine preloads its share: %d + %d documents (homes %lld + %lld), %lld + %lld bytes of %lld", part[0].host,
+          part[1].host, (long long)d0, (long long)d1, (long long)part[0].host_bytes, (long long)part[1].host_bytes,
+          (long long)all.host_bytes);
+    /* the router starts from the plan */
+    engines E;
+    if (engines_open_homes(&E, 2, 2, 64, 1, h)) { engines_close(&E); lz_serve_homes_free(h); return; }
+    lz_query_doc *docs = NULL;
+    int nd = 0;
+    CHECK(lz_retrieve_resolve_ids(store, (const char *const *)ctx_ids[0], n_ctx[0], &docs, &nd, err, sizeof err) == 0,
+          "resolve: %s", err);
+    int64_t aff[2] = {0, 0};
+    for (int k = 0; k < nd; k++) {
+        char key[LZ_SERVE_HOME_KEY];
+        lz_serve_home_key(&docs[k], key);
+        const int e = lz_serve_homes_get(h, key);
+        if (e >= 0) aff[e] += docs[k].n_tokens;
+    }
+    free(docs);
+    const int want = aff[1] > aff[0] ? 1 : 0;
+    lz_serve_req ra = lz_test_greedy_req(questions[0], ctx_ids[0], n_ctx[0], 2);
+    int at = -1, state;
+    free(ask(&E, &ra, &at, &state));
+    lz_serve_route_stats rs[2];
+    lz_serve_router_route_stats(E.r, rs);
+    CHECK(state == LZ_SERVE_DONE && at == want && rs[at].home == 1 && rs[0].homed_docs + rs[1].homed_docs == c.docs,
+          "the first request goes to its planned home (engine %d, want %d; tokens there %lld / %lld)", at, want,
+          (long long)aff[0], (long long)aff[1]);
+    engines_close(&E);
+    lz_serve_homes_free(h);
+}
+
 /* Cancelled on the engine that runs it: its slot freed there, the other engine untouched. */
 static void test_cancel(void)
 {
@@ -357,6 +444,7 @@ int main(void)
     if (!lz_test_demo_setup(dir, NQ, questions, ctx_ids, n_ctx, &model, &store)) return lz_test_done();
     test_identical();
     test_affinity();
+    test_planned();
     test_cancel();
     test_full();
     test_one();
