@@ -10,8 +10,10 @@
  * map size (adopting a map another process grew, growing it for a write)
  * takes the write side, since LMDB allows mdb_env_set_mapsize only while no
  * transaction of the process is open. A thread that already holds a
- * transaction resizes without the lock (as LMDB alone would: never
- * deadlocked on itself).
+ * transaction of that environment resizes without the lock (as LMDB alone
+ * would: never deadlocked on itself); one holding transactions of other
+ * environments (a sharded store's reads, one snapshot a shard, taken in
+ * shard order) takes it.
  */
 #include "store/kvdb.h"
 
@@ -37,9 +39,33 @@ struct lz_kvdb {
     char path[4096];
 };
 
-/* the calling thread's open transactions (of any environment): a resize from inside one
- * skips the lock rather than wait for itself */
-static __thread int txns_held;
+/* the environments the calling thread holds transactions of (a resize of one of them skips
+ * the lock rather than wait for itself; past HELD_MAX nested ones, every resize skips it) */
+#define HELD_MAX 64
+static __thread const lz_kvdb *held[HELD_MAX];
+static __thread int n_held, n_over;
+
+static int holds(const lz_kvdb *db)
+{
+    if (n_over) return 1;
+    for (int i = 0; i < n_held; i++)
+        if (held[i] == db) return 1;
+    return 0;
+}
+static void hold(const lz_kvdb *db)
+{
+    if (n_held < HELD_MAX) held[n_held++] = db;
+    else n_over++;
+}
+static void unhold(const lz_kvdb *db)
+{
+    for (int i = n_held - 1; i >= 0; i--)
+        if (held[i] == db) {
+            held[i] = held[--n_held];
+            return;
+        }
+    if (n_over) n_over--;
+}
 
 struct lz_kvdb_reader {
     lz_kvdb *db;
@@ -173,7 +199,7 @@ void lz_kvdb_close(lz_kvdb *db)
 /* mdb_env_set_mapsize(size; 0: adopt the file's) with no transaction of the process open */
 static int set_mapsize(lz_kvdb *db, size_t size)
 {
-    const int locked = !txns_held && !pthread_rwlock_wrlock(&db->lock);
+    const int locked = !holds(db) && !pthread_rwlock_wrlock(&db->lock);
     const int rc = mdb_env_set_mapsize(db->env, size);
     if (locked) pthread_rwlock_unlock(&db->lock);
     return rc;
@@ -192,7 +218,7 @@ static int begin(lz_kvdb *db, unsigned flags, MDB_txn **txn)
         if (!rc) rc = mdb_txn_begin(db->env, NULL, flags, txn);
     }
     if (rc) pthread_rwlock_unlock(&db->lock);
-    else txns_held++;
+    else hold(db);
     return rc;
 }
 
@@ -202,7 +228,7 @@ static int end(lz_kvdb *db, MDB_txn *txn, int commit)
     int rc = 0;
     if (commit) rc = mdb_txn_commit(txn); /* frees txn whatever the result */
     else mdb_txn_abort(txn);
-    txns_held--;
+    unhold(db);
     pthread_rwlock_unlock(&db->lock);
     return rc;
 }
