@@ -223,6 +223,7 @@ typedef struct {
     int n;
     int (*keep)(const uint8_t *payload_key, void *ctx); /* NULL: every document */
     void *keep_ctx;
+    int rest; /* with keep: the second walk, the other documents into the host tier's room */
 } preload_ctx;
 
 /* The backend's hook, when it has one and still takes documents. */
@@ -283,6 +284,7 @@ static void preload_batch(preload_ctx *P)
         if (lz_doc_cache_preload(q->cache, P->items[i].key, LZ_META_KEY_LEN, e, e->bytes)) {
             P->res->host++;
             P->res->host_bytes += (int64_t)e->bytes;
+            if (P->keep && !P->rest) P->res->host_share++;
         } else {
             session_entry_free(q, e);
         }
@@ -296,8 +298,15 @@ static int preload_one(int64_t doc_id, int64_t hits, const uint8_t *key, int n_t
     preload_ctx *P = ctx;
     lz_query_session *q = P->q;
     (void)doc_id;
-    lz_doc_cache_prior(q->cache, key, LZ_META_KEY_LEN, (double)hits);
-    if (P->keep && !P->keep(key, P->keep_ctx)) return 0; /* another engine's share */
+    if (P->rest) { /* the second walk: the others' documents, the host tier only */
+        lz_doc_cache_stats st;
+        lz_doc_cache_get_stats(q->cache, &st);
+        if (st.bytes_used >= st.bytes_budget) return 1; /* full: the walk ends */
+        if (P->keep(key, P->keep_ctx)) return 0;
+    } else {
+        lz_doc_cache_prior(q->cache, key, LZ_META_KEY_LEN, (double)hits);
+        if (P->keep && !P->keep(key, P->keep_ctx)) return 0; /* another engine's share: the second walk's */
+    }
     const lz_query_backend *be = preload_backend(P);
     if (be && hits > 0) {
         uint8_t digest[32];
@@ -334,6 +343,12 @@ int lz_query_preload_only(lz_query_session *q, int all, int (*keep)(const uint8_
     err[0] = 0;
     int rc = lz_store_top_accessed(q->store, all ? INT32_MAX : 100000, all, preload_one, P, err, errlen);
     preload_batch(P); /* the rest (after an error too: nothing queued is lost) */
+    if (keep && !rc && !err[0]) { /* then the others' documents, hottest first, while the host tier has room */
+        P->rest = 1;
+        P->gpu_done = 1;
+        rc = lz_store_top_accessed(q->store, all ? INT32_MAX : 100000, all, preload_one, P, err, errlen);
+        preload_batch(P);
+    }
     free(P);
     res->seconds = lz_now_s() - t0;
     return rc || err[0] ? -1 : 0;

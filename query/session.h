@@ -191,6 +191,7 @@ typedef struct {
     int gpu, host, failed;
     int64_t gpu_bytes, host_bytes;
     double seconds;
+    int host_share; /* lz_query_preload_only: of host, the documents of its own share */
 } lz_query_preload_result;
 
 /* Preloads the most frequently hit documents (SQLite access counts), hottest first: into the
@@ -200,8 +201,11 @@ typedef struct {
  * backend's cache fills from the questions). 0, or -1 with a message (*res still counts what
  * was done). */
 int lz_query_preload(lz_query_session *q, int all, lz_query_preload_result *res, char *err, size_t errlen);
-/* The same over the documents keep (payload key, ctx) says 1 for: a share of the hot set (an
- * engine among several, serve/homes.h); every document's frequency is seeded still. */
+/* The same with a share of the hot set (an engine among several, serve/homes.h): the documents
+ * keep (payload key, ctx) says 1 for go into both tiers as above; then the others, hottest
+ * first, into the host tier only while it has room (what a request spilled from another
+ * engine finds in host memory; the backend's cache holds only the share). Every document's
+ * frequency is seeded. */
 int lz_query_preload_only(lz_query_session *q, int all, int (*keep)(const uint8_t *payload_key, void *ctx), void *ctx,
                           lz_query_preload_result *res, char *err, size_t errlen);
 

@@ -192,9 +192,9 @@ static inline int lz_serve_engines_open(lz_serve_engines *E, lz_llama *m, lz_sto
                                       sizeof e2))
                 fprintf(stderr, "%s: warning: %spreload: %s\n", prog, who, e2);
             if (!eo->quiet && pr.gpu + pr.host > 0)
-                fprintf(stderr, "%s: %spreloaded %d documents (%.2f GB of KV) into the GPU tier and %d (%.2f GB) "
-                        "into the host tier in %.2f s\n", prog, who, pr.gpu, pr.gpu_bytes / 1e9, pr.host, pr.host_bytes / 1e9,
-                        pr.seconds);
+                fprintf(stderr, "%s: %spreloaded %d documents (%.2f GB of KV) into the GPU tier and %d (%.2f GB; %d of "
+                        "its share) into the host tier in %.2f s\n", prog, who, pr.gpu, pr.gpu_bytes / 1e9, pr.host,
+                        pr.host_bytes / 1e9, E->homes ? pr.host_share : pr.host, pr.seconds);
         }
         E->e[i] = (lz_serve_engine){.q = p->q, .store = p->store, .so = s};
     }

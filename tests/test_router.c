@@ -7,8 +7,9 @@
  * document set spills past its home; a cancelled request (running or queued)
  * frees its slot on its own engine; full queues refuse as one does, counted
  * once; the aggregate stats and /metrics' totals are the sums of the engines'; homes planned
- * at start (lz_serve_homes_plan) deal the corpus evenly, each engine preloads only its share,
- * and the first request goes to its planned home.
+ * at start (lz_serve_homes_plan) deal the corpus evenly, each engine preloads its whole share
+ * first and the others' documents into its host tier's room, and the first request goes to
+ * its planned home.
  * The HTTP side (lazyserve --engines 2) is tests/test_serve.c's. */
 #include <math.h>
 
@@ -263,22 +264,40 @@ static void test_planned(void)
           "(%ld homes, %lld + %lld of %d)", lz_serve_homes_count(h), (long long)d0, (long long)d1, c.docs);
     CHECK(llabs(t0 - t1) <= c.max_tokens, "tokens balanced: %lld and %lld (a document at most %lld)", (long long)t0,
           (long long)t1, (long long)c.max_tokens);
-    /* each engine's preload: its share; one engine's preload: all of them */
-    lz_query_session *one = lz_test_open_session(model, store, 8, NULL), *qs[2];
+    /* one engine's preload: every document; each of two: its whole share first, then the
+     * others' while its host tier has room (all of them in a tier that holds the corpus;
+     * 60% of the corpus in one that does not) */
+    lz_query_session *one = lz_test_open_session(model, store, 8, NULL);
     lz_query_preload_result all, part[2];
     CHECK(one && lz_query_preload(one, 1, &all, err, sizeof err) == 0 && all.host == c.docs, "one engine preloads %d of %d",
           all.host, c.docs);
     lz_query_session_free(one);
-    for (int e = 0; e < 2; e++) {
-        qs[e] = lz_test_open_session(model, store, 8, NULL);
-        lz_serve_engine_share s = {h, e};
-        CHECK(qs[e] && lz_query_preload_only(qs[e], 1, lz_serve_engine_keeps, &s, &part[e], err, sizeof err) == 0, "preload %d: %s", e, err);
-        lz_query_session_free(qs[e]);
-    }
-    CHECK(part[0].host == d0 && part[1].host == d1 && part[0].host_bytes + part[1].host_bytes == all.host_bytes,
-          "each engine preloads its share: %d + %d documents (homes %lld + %lld), %lld + %lld bytes of %lld", part[0].host,
-          part[1].host, (long long)d0, (long long)d1, (long long)part[0].host_bytes, (long long)part[1].host_bytes,
-          (long long)all.host_bytes);
+    for (int tight = 0; tight < 2; tight++)
+        for (int e = 0; e < 2; e++) {
+            lz_query_opts o;
+            lz_query_opts_default(&o);
+            o.max_new_tokens = 8;
+            o.max_positions = model->cfg.ctx;
+            if (tight) o.cache_bytes = (size_t)(all.host_bytes * 0.6);
+            else if (o.cache_bytes < (size_t)all.host_bytes * 2) o.cache_bytes = (size_t)all.host_bytes * 2;
+            lz_query_session *qe = NULL;
+            lz_serve_engine_share s = {h, e};
+            CHECK(lz_query_session_new(model, store, &o, &qe, err, sizeof err) == 0 &&
+                      lz_query_preload_only(qe, 1, lz_serve_engine_keeps, &s, &part[e], err, sizeof err) == 0,
+                  "preload %d: %s", e, err);
+            lz_query_session_free(qe);
+            const int64_t de = e ? d1 : d0;
+            if (!tight)
+                CHECK(part[e].host_share == de && part[e].host == c.docs && part[e].host_bytes == all.host_bytes,
+                      "engine %d, room for the corpus: its %lld first (%d), then the rest (%d of %d)", e, (long long)de,
+                      part[e].host_share, part[e].host, c.docs);
+            else
+                CHECK(part[e].host_share == de && part[e].host > de && part[e].host < c.docs &&
+                          part[e].host_bytes <= (int64_t)o.cache_bytes,
+                      "engine %d, 60%% of the corpus: its whole share (%d of %lld), then others' (%d in all of %d, %lld "
+                      "of %zu bytes)", e, part[e].host_share, (long long)de, part[e].host, c.docs,
+                      (long long)part[e].host_bytes, o.cache_bytes);
+        }
     /* the router starts from the plan */
     engines E;
     if (engines_open_homes(&E, 2, 2, 64, 1, h)) { engines_close(&E); lz_serve_homes_free(h); return; }
