@@ -12,7 +12,7 @@
 #   all      --gpus all, GPU_CACHE each, when more than one GPU is visible (N of them)
 # Each run: a warm-up, Poisson arrivals at RATES and a closed loop at CONC x engines; every row
 # also gives each engine's requests and GPU-tier hit rate and the aggregate (bench_serve's
-# "per_engine" and "hit_rate"). The summary states the two figures issue #33 asks for: the
+# "per_engine" and "hit_rate"). The summary states the two scale-out figures: the
 # saturation throughput of N engines over N x one's (want >= 0.9), and the aggregate GPU hit rate
 # of N engines over sum-N's (want >= 0.9), for 0,0 (N = 2, hit rate only) and all.
 # Usage (repo root, GPU machine): sh bench/gpu_serve_gpus.sh OUTDIR
