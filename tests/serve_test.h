@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "query/retrieve.h"
 #include "query/session.h"
 #include "serve/sched.h"
 #include "tests/test.h"
@@ -95,6 +96,28 @@ static inline int lz_test_demo_setup(char *dir, int nq, char **questions, char *
         return 0;
     }
     return 1;
+}
+
+/* The greedy answers of session q alone to the first nq questions over their documents (st's),
+ * into want[i] (malloc'd; NULL after a failed check): what batched or routed answers must equal. */
+static inline void lz_test_serial_answers(lz_query_session *q, lz_store *st, int nq, char **questions,
+                                          char *(*ctx_ids)[10], const int *n_ctx, char **want)
+{
+    char err[512];
+    for (int i = 0; i < nq; i++) {
+        lz_query_doc *docs;
+        int n;
+        lz_query_result r;
+        want[i] = NULL;
+        if (lz_retrieve_resolve_ids(st, (const char *const *)ctx_ids[i], n_ctx[i], &docs, &n, err, sizeof err) ||
+            lz_query_answer(q, questions[i], docs, n, &r, err, sizeof err)) {
+            CHECK(0, "serial %d: %s", i, err);
+            continue;
+        }
+        want[i] = strdup(r.answer);
+        lz_query_result_free(&r);
+        free(docs);
+    }
 }
 
 /* What lz_test_demo_setup made, undone (dir removed). */

@@ -37,6 +37,7 @@
 #include "model/prompt.h"
 #include "base/env.h"
 #include "store/store.h"
+#include "tests/run_tool.h"
 #include "tests/store_inner.h"
 #include "tests/test.h"
 
@@ -50,60 +51,8 @@ static long long file_cap; /* > 0: the tool runs with files capped at this many 
 static int run_tool(const char *const *args, const char *in_path, double kill_after_s, char *out, size_t outn,
                     char *errbuf, size_t errn)
 {
-    char op[300], ep[300];
-    snprintf(op, sizeof op, "%s/stdout.txt", dir);
-    snprintf(ep, sizeof ep, "%s/stderr.txt", dir);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fo = open(op, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(ep, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (file_cap > 0) { /* writes past the cap fail (EFBIG) instead of the signal ending the process */
-            struct rlimit rl = {(rlim_t)file_cap, (rlim_t)file_cap};
-            signal(SIGXFSZ, SIG_IGN);
-            setrlimit(RLIMIT_FSIZE, &rl);
-        }
-        dup2(fo, 1);
-        dup2(fe, 2);
-        if (in_path) {
-            int fi = open(in_path, O_RDONLY);
-            dup2(fi, 0);
-        }
-        const char *argv[64];
-        int n = 0;
-        argv[n++] = bin;
-        for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
-        argv[n] = NULL;
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    if (kill_after_s > 0) {
-        double t0 = lz_now_s();
-        for (;;) {
-            pid_t r = waitpid(pid, &status, WNOHANG);
-            if (r == pid) break;
-            if (lz_now_s() - t0 >= kill_after_s) {
-                kill(pid, SIGKILL);
-                waitpid(pid, &status, 0);
-                break;
-            }
-            usleep(500);
-        }
-    } else {
-        waitpid(pid, &status, 0);
-    }
-    FILE *f;
-    if (out && (f = fopen(op, "rb"))) {
-        size_t k = fread(out, 1, outn - 1, f);
-        out[k] = 0;
-        fclose(f);
-    }
-    if (errbuf && (f = fopen(ep, "rb"))) {
-        size_t k = fread(errbuf, 1, errn - 1, f);
-        errbuf[k] = 0;
-        fclose(f);
-    }
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const lz_test_run_opts o = {in_path, kill_after_s, file_cap};
+    return lz_test_run(dir, bin, args, &o, out, outn, errbuf, errn);
 }
 
 /* run_tool with the test build of lazyingest (its fault injection: --test-fail-pass), made by

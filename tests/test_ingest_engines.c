@@ -27,6 +27,7 @@
 #include "ingest/ingest_run.h"
 #include "model/mkmodel.h"
 #include "store/store.h"
+#include "tests/run_tool.h"
 #include "tests/store_inner.h"
 #include "tests/test.h"
 
@@ -37,49 +38,9 @@ static char out[1 << 17], errs[1 << 16];
  * SIGKILL then. The exit status, or 128 + signal. */
 static int run_prog(const char *prog, const char *const *args, double kill_after_s)
 {
-    char op[300], ep[300];
-    snprintf(op, sizeof op, "%s/stdout.txt", dir);
-    snprintf(ep, sizeof ep, "%s/stderr.txt", dir);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fo = open(op, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(ep, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        const char *argv[64];
-        int n = 0;
-        argv[n++] = prog;
-        for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
-        argv[n] = NULL;
-        execv(prog, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    if (kill_after_s > 0) {
-        const double t0 = lz_now_s();
-        for (;;) {
-            if (waitpid(pid, &status, WNOHANG) == pid) break;
-            if (lz_now_s() - t0 >= kill_after_s) {
-                kill(pid, SIGKILL);
-                waitpid(pid, &status, 0);
-                break;
-            }
-            usleep(500);
-        }
-    } else {
-        waitpid(pid, &status, 0);
-    }
-    FILE *f;
+    const lz_test_run_opts o = {NULL, kill_after_s, 0};
     out[0] = errs[0] = 0;
-    if ((f = fopen(op, "rb"))) {
-        out[fread(out, 1, sizeof out - 1, f)] = 0;
-        fclose(f);
-    }
-    if ((f = fopen(ep, "rb"))) {
-        errs[fread(errs, 1, sizeof errs - 1, f)] = 0;
-        fclose(f);
-    }
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return lz_test_run(dir, prog, args, &o, out, sizeof out, errs, sizeof errs);
 }
 
 static int run_tool(const char *const *args) { return run_prog(bin, args, 0); }

@@ -110,20 +110,7 @@ static void test_identical(void)
     char err[512];
     lz_query_session *q = lz_test_open_session(model, store, 48, NULL);
     if (!q) return;
-    for (int i = 0; i < NQ; i++) {
-        lz_query_doc *docs;
-        int n;
-        lz_query_result r;
-        want[i] = NULL;
-        if (lz_retrieve_resolve_ids(store, (const char *const *)ctx_ids[i], n_ctx[i], &docs, &n, err, sizeof err) ||
-            lz_query_answer(q, questions[i], docs, n, &r, err, sizeof err)) {
-            CHECK(0, "serial %d: %s", i, err);
-            continue;
-        }
-        want[i] = strdup(r.answer);
-        lz_query_result_free(&r);
-        free(docs);
-    }
+    lz_test_serial_answers(q, store, NQ, questions, ctx_ids, n_ctx, want);
     lz_query_session_free(q);
     engines E;
     if (engines_open(&E, 3, 4, 64, -1)) { engines_close(&E); return; }

@@ -52,20 +52,7 @@ static void test_identical(void)
     if (!q) return;
     char *want[NQ];
     char err[512];
-    for (int i = 0; i < NQ; i++) {
-        lz_query_doc *docs;
-        int n;
-        lz_query_result r;
-        want[i] = NULL;
-        if (lz_retrieve_resolve_ids(store, (const char *const *)ctx_ids[i], n_ctx[i], &docs, &n, err, sizeof err) ||
-            lz_query_answer(q, questions[i], docs, n, &r, err, sizeof err)) {
-            CHECK(0, "serial %d: %s", i, err);
-            continue;
-        }
-        want[i] = strdup(r.answer);
-        lz_query_result_free(&r);
-        free(docs);
-    }
+    lz_test_serial_answers(q, store, NQ, questions, ctx_ids, n_ctx, want);
     lz_serve_sched_opts so;
     lz_serve_sched_opts_default(&so);
     lz_serve_sched *s;
