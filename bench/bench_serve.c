@@ -433,6 +433,46 @@ static int emit_questions(const lz_bs_stream *s, const char *path)
 
 /* ---- a mode: its session (and GPU engine), then every run ---- */
 
+/* The measured runs of one mode on target tg, after the engine is made: a warm-up of at most
+ * warm_conc requests at once (not reported), the idle TTFT, each Poisson rate, each closed-loop
+ * concurrency (at most batch running a scheduler on the GPU); serial_tps: the concurrency rows'
+ * baseline (0: none). 0, or -1 when a run failed. */
+static int run_levels(const inproc_opts *o, const layout *L, const lz_bs_stream *s, lz_bs_target *tg, int mode, int batch,
+                      int warm_conc, double serial_tps, mode_summary *ms)
+{
+    int rc = 0;
+    const int warm = L->n_warm;
+    if (warm) {
+        tg->quiet = 1;
+        run_one(o, s, tg, mode, NULL, -1, warm < warm_conc ? warm : warm_conc, L->warm, warm, 0, 0, NULL, NULL);
+        tg->quiet = 0;
+    }
+    double idle_p99 = 0;
+    if (o->n_idle) {
+        lz_bs_result r;
+        if (!run_one(o, s, tg, mode, "idle", -1, 1, L->idle, o->n_idle, 0, 0, NULL, &r)) idle_p99 = r.ttft.p99;
+        else rc = -1;
+        ms->idle_p99 = idle_p99;
+    }
+    for (int i = 0; i < o->n_rates; i++) {
+        lz_bs_result r;
+        if (run_one(o, s, tg, mode, "rate", i, 0, L->rate[i], rate_requests(o, o->rates[i]), idle_p99, 0, ms, &r)) {
+            rc = -1;
+            continue;
+        }
+        if (isfinite(o->rates[i]) && (!ms->top_rate[0] || o->rates[i] >= atof(ms->top_rate))) {
+            snprintf(ms->top_rate, sizeof ms->top_rate, "%s", o->rate_names[i]);
+            ms->top_rate_p99 = r.ttft.p99;
+        }
+    }
+    for (int i = 0; i < o->n_conc; i++) {
+        const int C = o->conc[i];
+        tg->max_running = C < batch || !o->gpu ? C : batch;
+        rc |= run_one(o, s, tg, mode, "concurrency", -1, C, L->conc[i], o->n_req, 0, serial_tps, ms, NULL);
+    }
+    return rc;
+}
+
 static int run_mode(const inproc_opts *o, const layout *L, lz_llama *m, lz_store *st, const lz_bs_stream *s, int mode,
                     int first, int64_t own_full, double *serial_tps, mode_summary *ms)
 {
@@ -505,35 +545,7 @@ static int run_mode(const inproc_opts *o, const layout *L, lz_llama *m, lz_store
     }
 #endif
     tg.max_running = batch;
-    const int warm = L->n_warm;
-    if (warm) {
-        tg.quiet = 1;
-        run_one(o, s, &tg, mode, NULL, -1, warm < batch ? warm : batch, L->warm, warm, 0, 0, NULL, NULL);
-        tg.quiet = 0;
-    }
-    double idle_p99 = 0;
-    if (o->n_idle) {
-        lz_bs_result r;
-        if (!run_one(o, s, &tg, mode, "idle", -1, 1, L->idle, o->n_idle, 0, 0, NULL, &r)) idle_p99 = r.ttft.p99;
-        else rc = -1;
-        ms->idle_p99 = idle_p99;
-    }
-    for (int i = 0; i < o->n_rates; i++) {
-        lz_bs_result r;
-        if (run_one(o, s, &tg, mode, "rate", i, 0, L->rate[i], rate_requests(o, o->rates[i]), idle_p99, 0, ms, &r)) {
-            rc = -1;
-            continue;
-        }
-        if (isfinite(o->rates[i]) && (!ms->top_rate[0] || o->rates[i] >= atof(ms->top_rate))) {
-            snprintf(ms->top_rate, sizeof ms->top_rate, "%s", o->rate_names[i]);
-            ms->top_rate_p99 = r.ttft.p99;
-        }
-    }
-    for (int i = 0; i < o->n_conc; i++) {
-        const int C = o->conc[i];
-        tg.max_running = C < batch || !o->gpu ? C : batch;
-        rc |= run_one(o, s, &tg, mode, "concurrency", -1, C, L->conc[i], o->n_req, 0, o->gpu ? *serial_tps : 0, ms, NULL);
-    }
+    rc |= run_levels(o, L, s, &tg, mode, batch, batch, o->gpu ? *serial_tps : 0, ms);
     lz_query_session_free(q);
 #ifdef LZ_CUDA
     lz_llama_gpu_free(g);
@@ -582,36 +594,7 @@ static int run_mode_engines(const inproc_opts *o, const layout *L, lz_llama *m, 
     printf("%-6s %d engines (%s), batch up to %d each\n", lz_query_mode_name(mode), E.n, n_devs ? "GPU" : "CPU", batch);
     lz_bs_target tg = {.max_running = batch, .max_tokens = o->max_tokens, .engines = E.e, .n_engines = E.n,
                        .route_store = E.route_store, .homes = homes};
-    int rc = homes ? 0 : -1;
-    if (L->n_warm && !rc) {
-        tg.quiet = 1;
-        run_one(o, s, &tg, mode, NULL, -1, L->n_warm < batch * E.n ? L->n_warm : batch * E.n, L->warm, L->n_warm, 0, 0,
-                NULL, NULL);
-        tg.quiet = 0;
-    }
-    double idle_p99 = 0;
-    if (o->n_idle && !rc) {
-        lz_bs_result r;
-        if (!run_one(o, s, &tg, mode, "idle", -1, 1, L->idle, o->n_idle, 0, 0, NULL, &r)) idle_p99 = r.ttft.p99;
-        else rc = -1;
-        ms->idle_p99 = idle_p99;
-    }
-    for (int i = 0; i < o->n_rates && homes; i++) {
-        lz_bs_result r;
-        if (run_one(o, s, &tg, mode, "rate", i, 0, L->rate[i], rate_requests(o, o->rates[i]), idle_p99, 0, ms, &r)) {
-            rc = -1;
-            continue;
-        }
-        if (isfinite(o->rates[i]) && (!ms->top_rate[0] || o->rates[i] >= atof(ms->top_rate))) {
-            snprintf(ms->top_rate, sizeof ms->top_rate, "%s", o->rate_names[i]);
-            ms->top_rate_p99 = r.ttft.p99;
-        }
-    }
-    for (int i = 0; i < o->n_conc && homes; i++) {
-        const int C = o->conc[i];
-        tg.max_running = C < batch || !o->gpu ? C : batch;
-        rc |= run_one(o, s, &tg, mode, "concurrency", -1, C, L->conc[i], o->n_req, 0, 0, ms, NULL);
-    }
+    const int rc = homes ? run_levels(o, L, s, &tg, mode, batch, batch * E.n, 0, ms) : -1;
     if (homes != E.homes) lz_serve_homes_free(homes);
     lz_serve_engines_close(&E);
     return rc;
