@@ -65,15 +65,7 @@ INGEST_ARGS=${INGEST_ARGS:-}
 mkdir -p "$OUT"
 . bench/gpu_common.sh
 G=${G:-build/gpuenc}
-if [ -f "$G/bench_serve.xz" ]; then # xz-packed binaries (gpu_unpack reads .gz)
-    mkdir -p build/gpu-run
-    for b in lazy-mkmodel lazyingest bench_serve; do
-        xz -dc "$G/$b.xz" > "build/gpu-run/$b" && chmod +x "build/gpu-run/$b" || exit 1
-    done
-    B=build/gpu-run
-elif [ -f "$G/bench_serve.gz" ]; then
-    gpu_unpack lazy-mkmodel lazyingest bench_serve || exit 1
-fi
+gpu_unpack_if bench_serve lazy-mkmodel lazyingest || exit 1
 if [ ! -s "$PAPER_CORPUS" ]; then
     echo "no paper corpus at $PAPER_CORPUS: make it on the development machine with"
     echo "  sh bench/synthetic_corpus.sh $PAPER_CORPUS"
