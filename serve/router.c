@@ -63,8 +63,6 @@ int lz_serve_router_new(const lz_serve_engine *engines, int n, const lz_serve_ro
         const int b = lz_serve_sched_batch(r->sched[i]);
         if (!batch || b < batch) batch = b;
     }
-    for (int i = 0; n > 1 && i < n; i++) /* homes planned or kept from before */
-        lz_serve_homes_engine(r->homes, i, &r->rs[i].homed_docs, &r->rs[i].homed_tokens);
     r->margin = o->spill_margin >= 0 ? o->spill_margin : batch / 4 > 2 ? batch / 4 : 2;
     if (!(r->o.spill_factor >= 1.0)) r->o.spill_factor = 1.0;
     *out = r;
@@ -117,11 +115,11 @@ static int choose(lz_serve_router *r, const lz_query_doc *docs, int nd, int reso
                   int *why)
 {
     int least = -1;
+    int64_t homed[LZ_SERVE_MAX_ENGINES], docs_e;
+    for (int e = 0; e < r->n; e++) lz_serve_homes_engine(r->homes, e, &docs_e, &homed[e]);
     for (int e = 0; e < r->n; e++) {
         if (full[e]) continue;
-        if (least < 0 || load[e] < load[least] ||
-            (load[e] == load[least] && r->rs[e].homed_tokens < r->rs[least].homed_tokens))
-            least = e;
+        if (least < 0 || load[e] < load[least] || (load[e] == load[least] && homed[e] < homed[least])) least = e;
     }
     if (least < 0) return -1;
     if (!resolved) { *why = 3; return least; }
@@ -177,7 +175,6 @@ int lz_serve_router_submit(lz_serve_router *r, const lz_serve_req *req, lz_serve
             lz_serve_home_key(&docs[k], key);
             lz_serve_homes_set(r->homes, key, e, docs[k].n_tokens);
         }
-        lz_serve_homes_engine(r->homes, e, &s->homed_docs, &s->homed_tokens);
         if (engine) *engine = e;
     }
     pthread_mutex_unlock(&r->mu);
@@ -251,5 +248,7 @@ void lz_serve_router_route_stats(lz_serve_router *r, lz_serve_route_stats *each)
 {
     pthread_mutex_lock(&r->mu);
     memcpy(each, r->rs, (size_t)r->n * sizeof *each);
+    for (int e = 0; r->homes && e < r->n; e++) /* the homes' own counts (planned ones included) */
+        lz_serve_homes_engine(r->homes, e, &each[e].homed_docs, &each[e].homed_tokens);
     pthread_mutex_unlock(&r->mu);
 }
