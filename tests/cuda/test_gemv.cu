@@ -5,9 +5,11 @@
  * |w x| terms; bad arguments refused. The fused forms (x = rmsnorm of an
  * fp32 row, x = silu(gate) * up) equal, bit for bit, lz_op_rmsnorm or
  * lz_op_silu_mul followed by lz_gemv, and their CPU references within 1e-3
- * (x's bf16 rounding may differ in a last bit). All of it under three launch
- * settings (lz_gemv_tune): the default persistent grids, one block a SM (each
- * warp loops over row pairs), and one block per 16 rows. With --bench, the matrix-vector
+ * (x's bf16 rounding may differ in a last bit). A chain of dependent products
+ * launched back to back, and replayed from a graph, equals the same chain run
+ * one launch at a time. All of it under three launch settings (lz_gemv_tune):
+ * the default persistent grids, one block a SM (each warp loops over row
+ * pairs), and one block per 16 rows. With --bench, the matrix-vector
  * products of a decode step of Llama-3.1-8B's shape, ours against
  * cublasGemmEx at one column (what gpu/llama_cuda.cu used), weights read
  * from HBM (rotating sets larger than L2): microseconds and GB/s of weights,
@@ -147,6 +149,66 @@ static void check_fused(int silu, int n_mats, const int *rows, int in, float bet
     }
     free(a); free(b);
     CK(cudaFree(da)); CK(cudaFree(db)); CK(cudaFree(dx));
+}
+
+/* A chain of dependent products as a decode step's FFN runs them, on a
+ * non-default stream with nothing in between: gate/up = W rmsnorm(x), then x
+ * += W_down silu(gate) up, four times over (each product reads what the one
+ * before wrote, and the down product writes the x the gate/up product read).
+ * Launched back to back (as programmatic dependents where the kernel is), the
+ * result equals, bit for bit, the same chain with the device synchronised
+ * after every launch; and the chain replayed from a CUDA graph equals it too. */
+static void check_chain(int D, int F)
+{
+    const int steps = 4;
+    lz_bf16 *hg = rand_bf16((size_t)2 * F * D), *hd = rand_bf16((size_t)D * F);
+    for (size_t i = 0; i < (size_t)D * F; i++) hd[i] = lz_f32_to_bf16(lz_bf16_to_f32(hd[i]) * 0.02f);
+    float *x0 = (float *)malloc((size_t)D * 4), *nw = (float *)malloc((size_t)D * 4);
+    for (int i = 0; i < D; i++) x0[i] = urand() * 2.f - 1.f, nw[i] = 0.5f + urand();
+    lz_bf16 *dg = dev(hg, (size_t)2 * F * D), *dd = dev(hd, (size_t)D * F);
+    float *dn = dev(nw, (size_t)D), *gu = dev<float>(NULL, (size_t)2 * F);
+    float *xs[3];
+    float *out[3];
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    for (int mode = 0; mode < 3; mode++) { /* 0: synchronised, 1: back to back, 2: a graph of it */
+        xs[mode] = dev(x0, (size_t)D);
+        const lz_gemv_mat g2[2] = {{dg, gu, F}, {dg + (size_t)F * D, gu + F, F}};
+        const lz_gemv_mat dm = {dd, xs[mode], D};
+        auto chain = [&]() {
+            for (int k = 0; k < steps; k++) {
+                CHECK(lz_gemv_rmsnorm(g2, 2, xs[mode], dn, 1e-5f, D, 0.f, st) == 0, "chain gate/up launch");
+                if (mode == 0) CK(cudaStreamSynchronize(st));
+                CHECK(lz_gemv_silu(&dm, 1, gu, gu + F, F, 1.f, st) == 0, "chain down launch");
+                if (mode == 0) CK(cudaStreamSynchronize(st));
+            }
+        };
+        if (mode < 2) chain();
+        else {
+            cudaGraph_t gr;
+            cudaGraphExec_t ge;
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+            chain();
+            CK(cudaStreamEndCapture(st, &gr));
+            CK(cudaGraphInstantiate(&ge, gr, 0));
+            CK(cudaGraphLaunch(ge, st));
+            CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr));
+        }
+        CK(cudaStreamSynchronize(st));
+        out[mode] = (float *)malloc((size_t)D * 4);
+        CK(cudaMemcpy(out[mode], xs[mode], (size_t)D * 4, cudaMemcpyDeviceToHost));
+    }
+    int finite = 1, moved = 0;
+    for (int i = 0; i < D; i++) finite &= isfinite(out[0][i]) != 0, moved |= out[0][i] != x0[i];
+    CHECK(finite && moved, "chain D %d F %d: finite and changed", D, F);
+    CHECK(!memcmp(out[0], out[1], (size_t)D * 4), "chain D %d F %d: back to back = synchronised, bit for bit", D, F);
+    CHECK(!memcmp(out[0], out[2], (size_t)D * 4), "chain D %d F %d: graph = synchronised, bit for bit", D, F);
+    printf("chain of %d gate/up + down products, D %d F %d: back to back %s, graph %s\n", steps, D, F,
+           memcmp(out[0], out[1], (size_t)D * 4) ? "DIFFERS" : "equal", memcmp(out[0], out[2], (size_t)D * 4) ? "DIFFERS" : "equal");
+    for (int m = 0; m < 3; m++) { CK(cudaFree(xs[m])); free(out[m]); }
+    CK(cudaStreamDestroy(st));
+    CK(cudaFree(dg)); CK(cudaFree(dd)); CK(cudaFree(dn)); CK(cudaFree(gu));
+    free(hg); free(hd); free(x0); free(nw);
 }
 
 static void test_bad_args(void)
@@ -318,7 +380,10 @@ static void bench_step(double cbw)
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* in order with the FAIL lines */
     const int ins[] = {8, 64, 136, 4096, 14336, LZ_GEMV_MAX_IN};
+    /* launch settings (lz_gemv_tune): the default persistent grids; one block a SM, so that
+     * every warp takes several row pairs (the larger cases); a block per 16 rows */
     /* launch settings (lz_gemv_tune): the default persistent grids; one block a SM, so that
      * every warp takes several row pairs (the larger cases); a block per 16 rows */
     const int tunes[3][2] = {{0, 0}, {1, 1}, {1000, 1000}};
@@ -337,6 +402,8 @@ int main(int argc, char **argv)
             int rows[3] = {1 + (int)(urand() * (t == 2 ? 7000 : 700)), 1 + (int)(urand() * 300), 1 + (int)(urand() * 300)};
             check_fused(t % 2, n, rows, in, t % 2 ? 1.f : 0.f);
         }
+        check_chain(512, 1536);
+        check_chain(4096, 14336);
     }
     lz_gemv_tune(0, 0);
     test_bad_args();
