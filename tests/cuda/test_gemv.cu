@@ -13,7 +13,9 @@
  * products of a decode step of Llama-3.1-8B's shape, ours against
  * cublasGemmEx at one column (what gpu/llama_cuda.cu used), weights read
  * from HBM (rotating sets larger than L2): microseconds and GB/s of weights,
- * against the device-to-device copy rate measured in the same run.
+ * against the device-to-device copy rate measured in the same run; and the
+ * step's products at 2 to 64 rows by cuBLAS (a question's prefill, a batched
+ * decode step).
  * Usage: test_gemv [--bench]   (on the GPU machine) */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -378,6 +380,72 @@ static void bench_step(double cbw)
     CK(cudaFree(oh));
 }
 
+/* The same step's products at n rows by cublasGemmEx (bf16 in, fp32 out, as
+ * gpu/llama_cuda.cu's gemm() calls it for several rows: a question's prefill,
+ * a batched decode step) from one CUDA graph: what a step of n rows pays for
+ * its weights against the copy rate. */
+static void bench_step_blas(double cbw)
+{
+    const int L = 32, D = 4096, F = 14336, KVd = 1024, V = 128256, NMAX = 64;
+    const size_t per_layer = ((size_t)D + 2 * KVd + D + 2 * (size_t)F) * D + (size_t)D * F;
+    lz_bf16 *wts;
+    if (cudaMalloc((void **)&wts, (per_layer * L + (size_t)V * D) * 2) != cudaSuccess) {
+        printf("SKIP products at n rows: no room for 15 GB of weights\n");
+        cudaGetLastError();
+        return;
+    }
+    CK(cudaMemset(wts, 0, (per_layer * L + (size_t)V * D) * 2));
+    lz_bf16 *x = dev<lz_bf16>(NULL, (size_t)NMAX * F);
+    float *y = dev<float>(NULL, (size_t)NMAX * V);
+    CK(cudaMemset(x, 0, (size_t)NMAX * F * 2));
+    cublasHandle_t blas;
+    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) { printf("SKIP cuBLAS\n"); return; }
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cublasSetStream(blas, st);
+    void *ws;
+    CK(cudaMalloc(&ws, 32u << 20));
+    cublasSetWorkspace(blas, ws, 32u << 20);
+    const double bytes = (double)(per_layer * L + (size_t)V * D) * 2;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    printf("\none step's products at n rows by cublasGemmEx (%.2f GB of weights), one CUDA graph, median of 9:\n",
+           bytes / 1e9);
+    const int ns[] = {2, 8, 16, 32, 64};
+    for (int n : ns) {
+        const float one = 1.f, zero = 0.f;
+        auto mm = [&](const lz_bf16 *w, int in, int out, float beta) {
+            cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
+                         beta != 0.f ? &one : &zero, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        };
+        cudaGraph_t gr;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+        const lz_bf16 *w = wts;
+        for (int l = 0; l < L; l++) {
+            mm(w, D, D + 2 * KVd, 0.f), w += (size_t)(D + 2 * KVd) * D;
+            mm(w, D, D, 1.f), w += (size_t)D * D;
+            mm(w, D, 2 * F, 0.f), w += 2 * (size_t)F * D;
+            mm(w, F, D, 1.f), w += (size_t)D * F;
+        }
+        mm(w, D, V, 0.f);
+        CK(cudaStreamEndCapture(st, &gr));
+        CK(cudaGraphInstantiate(&ge, gr, 0));
+        for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, st));
+        double t[9];
+        for (int k = 0; k < 9; k++) t[k] = lz_graph_ms(ge, st, e0, e1);
+        for (int i = 0; i < 9; i++)
+            for (int j = i + 1; j < 9; j++)
+                if (t[j] < t[i]) { double u = t[i]; t[i] = t[j]; t[j] = u; }
+        printf("  %2d rows: %.3f ms (%.3f-%.3f), %.2f TB/s, %.0f%% of copy\n", n, t[4], t[0], t[8], bytes / t[4] / 1e9,
+               100.0 * bytes / t[4] / 1e9 / cbw);
+        CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr));
+    }
+    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1)); CK(cudaStreamDestroy(st));
+    cublasDestroy(blas);
+    CK(cudaFree(ws)); CK(cudaFree(wts)); CK(cudaFree(x)); CK(cudaFree(y));
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0); /* in order with the FAIL lines */
@@ -410,6 +478,7 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "--bench")) {
         bench();
         bench_step(lz_copy_tbs());
+        bench_step_blas(lz_copy_tbs());
     }
     return lz_test_done();
 }
