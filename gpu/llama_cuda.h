@@ -23,6 +23,16 @@ extern "C" {
 
 typedef struct lz_llama_gpu lz_llama_gpu;
 
+/* What the query side's calls below return instead of -1 when they failed for want of
+ * memory, with the message as ever: device memory for documents' KV (the HBM pool could not
+ * grow and nothing unpinned could leave: "GPU: no device memory for ..."), for the slots or a
+ * batch's tables, or a host allocation. Returned by lz_llama_gpu_encode_keep, _keep_own(_slot),
+ * _preload, _set_slots, _prefill_many, _decode_many(_rows) and the begins (lz_llama_gpu_begin,
+ * _begin_block and their _slot forms). Negative (-LZ_ENOMEM), as the calls that count
+ * (keep_own, preload: 1 or 0) keep >= 0 for success. */
+#define LZ_LLAMA_GPU_ENOMEM (-LZ_ENOMEM)
+
+
 /* Visible CUDA devices (0 without a driver or device), and making device dev
  * the calling thread's current one (0, or -1 with a message naming it). A g
  * lives on the device current at lz_llama_gpu_new; any thread calling it must
@@ -117,9 +127,9 @@ int lz_llama_gpu_begin_block(lz_llama_gpu *g, const lz_kv_segment *segs, const u
  * the prefix). Resident keys, repeats and documents longer than max_tokens
  * are skipped (not kept: the caller loads those); the prefix is kept too.
  * The next begin counts each as a miss, and its question's documents are not
- * evicted before it. Returns 0, or -1 (an empty document, an id out of
- * range, no device memory): a document is kept whole or not at all, and the
- * batches before the failing one stay kept. */
+ * evicted before it. Returns 0, -1 (an empty document, an id out of range),
+ * or LZ_LLAMA_GPU_ENOMEM (no device memory): a document is kept whole or not
+ * at all, and the batches before the failing one stay kept. */
 int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *prefix, const uint8_t prefix_key[32],
                              const int *const *ids, const int *n, const uint8_t *const *keys, int n_docs, char *err,
                              size_t errlen);
@@ -127,12 +137,14 @@ int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *prefix, const
  * t0..t0+n-1 (stepped already: a document computed in its prompt, keys at their final
  * positions) as a segment under key, offered to the device cache's policy (admitted: resident
  * for later questions, which hand it without data at rot 0; else kept for this question only).
- * 1 kept, 0 turned away, -1 on error (no question begun, rows not stepped, no memory). */
+ * 1 kept, 0 turned away, -1 on error (no question begun, rows not stepped), LZ_LLAMA_GPU_ENOMEM
+ * (no memory). */
 int lz_llama_gpu_keep_own(lz_llama_gpu *g, int t0, int n, const uint8_t key[32], char *err, size_t errlen);
 /* Start-up preload (lazyquery --preload): seeds the device policy's frequency of content key
  * with hits (> 0: a prior, as the store's access counts), and with sg not NULL also uploads sg
  * and keeps it resident under key while the budget has room (no admission test, no eviction).
- * 1 kept (or already resident), 0 not (no room, or sg NULL), -1 on error. */
+ * 1 kept (or already resident), 0 not (no room, or sg NULL), -1 on error, LZ_LLAMA_GPU_ENOMEM
+ * (no device memory for it). */
 int lz_llama_gpu_preload(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t key[32], double hits, char *err,
                          size_t errlen);
 /* Device bytes the keyed segments may keep (default: half the memory free after the
@@ -175,16 +187,17 @@ void lz_llama_gpu_settle(lz_llama_gpu *g);
  * set_slots makes n slots of max_seq_tokens own rows each (question and answer; the whole prompt
  * in full and prefix modes), replacing the old ones (none may be live), sized against the device
  * memory free now less 1 GiB of working room (the document budget then lowered to what is left):
- * -1 with a message saying how many fit when they do not. slots: how many there are; slot_tokens:
- * their own rows; idle_slot: the lowest one not live (never begun, or released), -1 when every
- * one is.
+ * LZ_LLAMA_GPU_ENOMEM with a message saying how many fit when they do not. slots: how many
+ * there are; slot_tokens: their own rows; idle_slot: the lowest one not live (never begun, or
+ * released), -1 when every one is.
  *
  * begin_slot / begin_block_slot / step_slot / keep_own_slot are begin / begin_block / step /
  * keep_own in slot `slot` (0 .. slots - 1): a begin makes the slot live and pins every document
  * it uses (held in the device cache's policy: never evicted nor moved while the slot lives; one
  * the policy turned away is the slot's own) until release (or the slot's next begin); a begin
  * that finds no device memory because every resident document is pinned fails with a message
- * saying so (and leaves the slot released). release is a no-op on a slot not live.
+ * saying so and LZ_LLAMA_GPU_ENOMEM (and leaves the slot released). release is a no-op on a
+ * slot not live.
  *
  * prefill_many runs the rows ids[i][0..n[i]) of slots[i] (distinct, begun) for i < n_seqs in
  * passes over the weights of up to max_tokens rows (the questions concatenated for the products,
@@ -197,7 +210,8 @@ void lz_llama_gpu_settle(lz_llama_gpu *g);
  * (LAZY_GPU_DECODE=prefill, offsets past the words) or whose rows share no base are stepped one
  * by one. The batched results equal each sequence's alone to the products' summation order
  * (bf16 products: logits within the engine's tolerance). 0, or -1 with a message (a bad slot,
- * one twice, too many tokens, an id out of range: nothing run).
+ * one twice, too many tokens, an id out of range: nothing run), or LZ_LLAMA_GPU_ENOMEM (no
+ * memory for the pass's tables or the slots).
  *
  * fits: 1 when a new sequence whose documents hold doc_tokens tokens (counted as if none were
  * resident) can pin them now: the device's free memory less the working room, the pool's free

@@ -78,7 +78,8 @@ static int batch_table(lz_llama_gpu *g, Slot *const *ss, int B, const bf16 **k0,
 }
 
 /* One decode token of each of ss[0..B) (B >= 2, checked) in one pass: 1 when done, 0 when the
- * slots' words do not share one base (nothing run), -1 on error. */
+ * slots' words do not share one base (nothing run), -1 on error, LZ_LLAMA_GPU_ENOMEM when there
+ * is no device memory for the block words. */
 static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B, float *const *logits, char *err,
                         size_t errlen)
 {
@@ -96,7 +97,13 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
     if (bytes > g->bwords_bytes) {
         cudaFree(g->bwords);
         g->bwords = NULL, g->bwords_bytes = 0;
-        CUDA_OK(cudaMalloc((void **)&g->bwords, bytes), "batch block words");
+        const cudaError_t ce = cudaMalloc((void **)&g->bwords, bytes);
+        if (ce != cudaSuccess) {
+            cudaGetLastError();
+            g->bwords = NULL;
+            snprintf(err, errlen, "GPU: batch block words: %s", cudaGetErrorString(ce));
+            return ce == cudaErrorMemoryAllocation ? LZ_LLAMA_GPU_ENOMEM : -1;
+        }
         g->bwords_bytes = bytes;
     }
     uint64_t *words = g->bwords, *vrows = words + nw;
@@ -157,7 +164,7 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
 }
 
 /* The questions of ss[0..P) (P >= 2; rows ns[i] each, n_rows in all <= max_tokens, checked) in
- * one pass; logits[i] (V) of each one's last row, NULL: none. 0 or -1. */
+ * one pass; logits[i] (V) of each one's last row, NULL: none. 0, -1 or LZ_LLAMA_GPU_ENOMEM. */
 static int prefill_batch(lz_llama_gpu *g, Slot *const *ss, const int *const *ids, const int *ns, int P, int n_rows,
                          float *const *logits, char *err, size_t errlen)
 {
@@ -169,7 +176,7 @@ static int prefill_batch(lz_llama_gpu *g, Slot *const *ss, const int *const *ids
     lz_prefill_params *pp = (lz_prefill_params *)malloc((size_t)P * sizeof *pp);
     Part *parts = (Part *)calloc((size_t)P, sizeof *parts);
     int rc = -1;
-    if (!pp || !parts) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (!pp || !parts) { snprintf(err, errlen, "out of memory"); rc = LZ_LLAMA_GPU_ENOMEM; goto done; }
     for (int i = 0, off = 0; i < P; off += ns[i], i++) {
         Slot *s = ss[i];
         pp[i] = step_params(g, s, ns[i]);
@@ -264,22 +271,23 @@ using namespace lzgpu;
 extern "C" int lz_llama_gpu_decode_many_rows(lz_llama_gpu *g, const int *slots, const int *ids, int n,
                                              float *const *logits, char *err, size_t errlen)
 {
-    if (ensure_slots(g, err, errlen)) return -1;
+    int rc = ensure_slots(g, err, errlen);
+    if (rc) return rc;
     Slot **ss = (Slot **)malloc((size_t)(n > 0 ? n : 1) * sizeof *ss);
-    if (!ss) { snprintf(err, errlen, "out of memory"); return -1; }
-    int rc = batch_check(g, slots, n, NULL, NULL, ids, ss, err, errlen);
+    if (!ss) { snprintf(err, errlen, "out of memory"); return LZ_LLAMA_GPU_ENOMEM; }
+    rc = batch_check(g, slots, n, NULL, NULL, ids, ss, err, errlen);
     if (!rc && n > 1) rc = decode_batch(g, ss, ids, n, logits, err, errlen); /* 1 done, 0 not run */
     if (rc == 0) /* one alone (its decode graph), or words that share no base: each slot by itself */
         for (int i = 0; i < n && !rc; i++) rc = slot_step(g, ss[i], &ids[i], 1, logits ? logits[i] : NULL, err, errlen);
     free(ss);
-    return rc < 0 ? -1 : 0;
+    return rc < 0 ? rc : 0;
 }
 
 extern "C" int lz_llama_gpu_decode_many(lz_llama_gpu *g, const int *slots, const int *ids, int n, float *logits,
                                         char *err, size_t errlen)
 {
     float **rows = (float **)malloc((size_t)(n > 0 ? n : 1) * sizeof *rows);
-    if (!rows) { snprintf(err, errlen, "out of memory"); return -1; }
+    if (!rows) { snprintf(err, errlen, "out of memory"); return LZ_LLAMA_GPU_ENOMEM; }
     for (int i = 0; i < n; i++) rows[i] = logits ? logits + (size_t)i * g->cfg.vocab : NULL;
     const int rc = lz_llama_gpu_decode_many_rows(g, slots, ids, n, rows, err, errlen);
     free(rows);
@@ -289,10 +297,11 @@ extern "C" int lz_llama_gpu_decode_many(lz_llama_gpu *g, const int *slots, const
 extern "C" int lz_llama_gpu_prefill_many(lz_llama_gpu *g, const int *slots, const int *const *ids, const int *n,
                                          int n_seqs, float *const *logits, char *err, size_t errlen)
 {
-    if (ensure_slots(g, err, errlen)) return -1;
+    int rc = ensure_slots(g, err, errlen);
+    if (rc) return rc;
     Slot **ss = (Slot **)malloc((size_t)(n_seqs > 0 ? n_seqs : 1) * sizeof *ss);
-    if (!ss) { snprintf(err, errlen, "out of memory"); return -1; }
-    int rc = batch_check(g, slots, n_seqs, n, ids, NULL, ss, err, errlen);
+    if (!ss) { snprintf(err, errlen, "out of memory"); return LZ_LLAMA_GPU_ENOMEM; }
+    rc = batch_check(g, slots, n_seqs, n, ids, NULL, ss, err, errlen);
     /* passes of whole questions of up to max_tokens rows; a pass of one is the serial step */
     for (int i0 = 0, i1; !rc && i0 < n_seqs; i0 = i1) {
         int rows = 0;

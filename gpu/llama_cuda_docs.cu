@@ -7,7 +7,8 @@
  * cache/'s policy (frequency-aware admission and eviction, or LRU), the
  * documents of every live slot's question pinned (held in the policy; those
  * it turned away owned by the slot) until the slot is released or begins
- * again. State: llama_gpu.cuh. */
+ * again. A shortage of memory on the way is LZ_LLAMA_GPU_ENOMEM (llama_cuda.h),
+ * passed up unchanged. State: llama_gpu.cuh. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +44,7 @@ void doc_drop(lz_llama_gpu *g, int i)
 /* A new doc x: kept rows per (layer, kv head) as segment sg keeps them (sg
  * NULL: n each, a document stored whole) in cache/kv_layout.h's layout, and
  * its extent from the HBM pool: K then V (one row at least), bf16, or fp8
- * (fp8 set) followed by its scales. */
+ * (fp8 set) followed by its scales. 0 or LZ_LLAMA_GPU_ENOMEM. */
 static int doc_alloc(lz_llama_gpu *g, const lz_kv_segment *sg, int n, int fp8, GpuDoc *x, char *err, size_t errlen)
 {
     const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
@@ -55,7 +56,7 @@ static int doc_alloc(lz_llama_gpu *g, const lz_kv_segment *sg, int n, int fp8, G
     if (!x->cap || !x->first || !x->kept || (fp8 && !x->hsc)) {
         doc_free(g, x);
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return LZ_LLAMA_GPU_ENOMEM;
     }
     for (int l = 0; l < L; l++)
         for (int h = 0; h < KV; h++) x->kept[l * KV + h] = sg ? seg_kept(sg, l, h, KV) : n;
@@ -63,9 +64,10 @@ static int doc_alloc(lz_llama_gpu *g, const lz_kv_segment *sg, int n, int fp8, G
     for (int l = 0; l < L; l++) x->keys = x->cap[l] > x->keys ? x->cap[l] : x->keys;
     const size_t R = x->rows ? x->rows : 1;
     const size_t bytes = fp8 ? 2 * R * d + (size_t)2 * L * KV * sizeof(float) : R * d * 2 * 2;
-    if (pool_take(g, bytes, &x->ext, err, errlen)) {
+    const int rc = pool_take(g, bytes, &x->ext, err, errlen);
+    if (rc) {
         doc_free(g, x);
-        return -1;
+        return rc;
     }
     x->ext_bytes = bytes;
     if (fp8) {
@@ -97,14 +99,15 @@ static bool seg_direct(const lz_llama_gpu *g, const lz_kv_segment *sg, const Gpu
  * rest bf16): rows already in the layout the device reads go up as they are, asynchronously:
  * with defer, queued for the question's layer-by-layer copies (upload_layers), else now on the
  * stream (K, V and fp8's scales side by side: one copy); others through a staging copy, heads
- * in parallel (an 8B model's document is ~20 MB in bf16). */
+ * in parallel (an 8B model's document is ~20 MB in bf16). 0, -1 or LZ_LLAMA_GPU_ENOMEM. */
 static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, int defer, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int L = c->n_layers, KV = c->n_kv_heads, d = c->head_dim;
     const int fp8 = sg->k8 != NULL;
     const size_t es = fp8 ? 1 : 2, nh = (size_t)L * KV, scb = fp8 ? 2 * nh * sizeof(float) : 0;
-    if (doc_alloc(g, sg, 0, fp8, x, err, errlen)) return -1;
+    const int arc = doc_alloc(g, sg, 0, fp8, x, err, errlen);
+    if (arc) return arc;
     const size_t n = (x->rows ? x->rows : 1) * d; /* elements of K (and of V) */
     if (fp8) { /* the host's copy of the scales (the decode words carry them) */
         memcpy(x->hsc, sg->k_scales, nh * sizeof(float));
@@ -118,7 +121,9 @@ static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, int d
     if (seg_direct(g, sg, x) && defer) { /* a question's: copied layer by layer beside its first step (upload_layers) */
         const lz_llama_gpu::UpDoc u = {fp8 ? (void *)x->k8 : (void *)x->k, fp8 ? (void *)x->v8 : (void *)x->v, sk, sv, es,
                                        x->cap, x->first, fp8 ? (void *)x->ks : NULL, ssc, scb};
-        return upload_defer(g, &u, err, errlen);
+        const int rc = upload_defer(g, &u, err, errlen);
+        if (rc) doc_free(g, x);
+        return rc;
     }
     if (seg_direct(g, sg, x)) {
         const int joint = (const char *)sv == (const char *)sk + n * es && (!fp8 || ssc == (const char *)sv + n * es);
@@ -131,7 +136,7 @@ static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, int d
         return 0;
     }
     uint8_t *stage = (uint8_t *)malloc(x->ext_bytes);
-    if (!stage) { doc_free(g, x); snprintf(err, errlen, "out of memory"); return -1; }
+    if (!stage) { doc_free(g, x); snprintf(err, errlen, "out of memory"); return LZ_LLAMA_GPU_ENOMEM; }
 #pragma omp parallel for schedule(dynamic, 4) if (n > ((size_t)1 << 20))
     for (int lh = 0; lh < L * KV; lh++) {
         const int l = lh / KV, h = lh % KV, kept = x->kept[lh];
@@ -204,7 +209,7 @@ static int ensure_policy(lz_llama_gpu *g, char *err, size_t errlen)
 {
     if (g->pol) return 0;
     g->pol = lz_doc_cache_new(g->cache_bytes, doc_evicted, g);
-    if (!g->pol) { snprintf(err, errlen, "out of memory"); return -1; }
+    if (!g->pol) { snprintf(err, errlen, "out of memory"); return LZ_LLAMA_GPU_ENOMEM; }
     lz_doc_cache_set_policy(g->pol, (lz_cache_policy)g->policy);
     return 0;
 }
@@ -249,13 +254,13 @@ static int doc_find(const lz_llama_gpu *g, const uint8_t *key)
     return -1;
 }
 
-/* Room for one more doc in g->docs; 0 or -1. */
+/* Room for one more doc in g->docs; 0 or LZ_LLAMA_GPU_ENOMEM. */
 static int doc_room(lz_llama_gpu *g, char *err, size_t errlen)
 {
     if (g->n_docs < g->cap_docs) return 0;
     int cap = g->cap_docs ? 2 * g->cap_docs : 64;
     GpuDoc *d2 = (GpuDoc *)realloc(g->docs, (size_t)cap * sizeof *d2);
-    if (!d2) { snprintf(err, errlen, "out of memory"); return -1; }
+    if (!d2) { snprintf(err, errlen, "out of memory"); return LZ_LLAMA_GPU_ENOMEM; }
     g->docs = d2;
     g->cap_docs = cap;
     return 0;
@@ -314,7 +319,8 @@ static int doc_rerotate(lz_llama_gpu *g, GpuDoc *x, int64_t offset, char *err, s
 int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int cached, uint64_t *id, char *err,
             size_t errlen)
 {
-    if (ensure_policy(g, err, errlen)) return -1;
+    int rc = ensure_policy(g, err, errlen);
+    if (rc) return rc;
     if (cached) { /* admitted earlier: pinned for this question by doc_pin */
         const int at = doc_find(g, key);
         GpuDoc *x = &g->docs[at];
@@ -332,7 +338,7 @@ int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int ca
     if (key) g->misses++;
     if (at < 0) { /* not recomputed for it either: uploaded now (block: then rotated to its placement) */
         GpuDoc x;
-        if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, !g->materialise, err, errlen)) return -1;
+        if ((rc = doc_room(g, err, errlen)) || (rc = doc_upload(g, sg, &x, !g->materialise, err, errlen))) return rc;
         if (g->materialise && doc_rerotate(g, &x, sg->rot, err, errlen)) { doc_free(g, &x); return -1; }
         doc_add(g, &x, key, 0);
         at = g->n_docs - 1;
@@ -347,12 +353,13 @@ int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int ca
 extern "C" int lz_llama_gpu_preload(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t key[32], double hits,
                                     char *err, size_t errlen)
 {
-    if (ensure_policy(g, err, errlen)) return -1;
+    int rc = ensure_policy(g, err, errlen);
+    if (rc) return rc;
     if (hits > 0) lz_doc_cache_prior(g->pol, key, 32, hits);
     if (!sg) return 0;
     if (doc_find(g, key) >= 0) return 1; /* every key the policy holds is a doc here */
     GpuDoc x;
-    if (doc_room(g, err, errlen) || doc_upload(g, sg, &x, 0, err, errlen)) return -1;
+    if ((rc = doc_room(g, err, errlen)) || (rc = doc_upload(g, sg, &x, 0, err, errlen))) return rc;
     const size_t bytes = doc_bytes(g, &x);
     CUDA_OK(cudaStreamSynchronize(g->st), "preloading a document"); /* the caller's memory read */
     doc_add(g, &x, key, 0);
@@ -374,10 +381,11 @@ int doc_keep_own(lz_llama_gpu *g, Slot *s, int t0, int n, const uint8_t key[32],
         snprintf(err, errlen, "GPU: keeping own tokens %d..%d of %d", t0, t0 + n, s->n_own);
         return -1;
     }
-    if (ensure_policy(g, err, errlen)) return -1;
+    int rc = ensure_policy(g, err, errlen);
+    if (rc) return rc;
     if (doc_find(g, key) >= 0) return 1;
     GpuDoc x;
-    if (doc_room(g, err, errlen) || doc_alloc(g, NULL, n, 0, &x, err, errlen)) return -1;
+    if ((rc = doc_room(g, err, errlen)) || (rc = doc_alloc(g, NULL, n, 0, &x, err, errlen))) return rc;
     for (int l = 0; l < L; l++) { /* a layer's heads: (KV, N, d) rows from t0 into (KV, n, d) */
         const size_t src = ((size_t)l * KV * N + t0) * d;
         cudaError_t ce = cudaMemcpy2DAsync(x.k + x.first[l] * d, w, s->own_k + src, N * d * sizeof(bf16), w, KV,
@@ -394,7 +402,7 @@ int doc_keep_own(lz_llama_gpu *g, Slot *s, int t0, int n, const uint8_t key[32],
     doc_add(g, &x, key, 0);
     const uint64_t id = g->docs[g->n_docs - 1].id;
     doc_offer(g, g->n_docs - 1);
-    if (doc_use(g, s, id, err, errlen)) return -1; /* held while s lives (turned away: s's own) */
+    if ((rc = doc_use(g, s, id, err, errlen))) return rc; /* held while s lives (turned away: s's own) */
     return g->docs[doc_by_id(g, id)].keyed;
 }
 
@@ -408,7 +416,7 @@ int doc_use(lz_llama_gpu *g, Slot *s, uint64_t id, char *err, size_t errlen)
         if (!p) {
             if (!g->docs[i].keyed && !g->docs[i].pending) doc_drop(g, i); /* nobody else can find it */
             snprintf(err, errlen, "out of memory");
-            return -1;
+            return LZ_LLAMA_GPU_ENOMEM;
         }
         s->pins = p;
         s->cap_pins = cap;
@@ -425,7 +433,8 @@ void doc_trim(lz_llama_gpu *g)
 
 int doc_question(lz_llama_gpu *g, Slot *s, char *err, size_t errlen)
 {
-    if (ensure_policy(g, err, errlen)) return -1;
+    const int rc = ensure_policy(g, err, errlen);
+    if (rc) return rc;
     upload_account(g);
     slot_unpin(g, s); /* its last question's documents: unkeyed ones out, keyed ones free to leave */
     lz_doc_cache_begin(g->pol);
@@ -436,21 +445,29 @@ extern "C" int lz_llama_gpu_resident(const lz_llama_gpu *g, const uint8_t key[32
 
 /* ---- documents recomputed on the query side ---- */
 
-/* The prefix doc's descriptors for the recomputing passes (every call: the doc may have moved). */
+/* The prefix doc's descriptors for the recomputing passes (every call: the doc may have moved).
+ * 0, -1 or LZ_LLAMA_GPU_ENOMEM. */
 static int prefix_descriptors(lz_llama_gpu *g, const GpuDoc *pre, char *err, size_t errlen)
 {
     const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads;
     if (!g->esegs) {
-        CUDA_OK(cudaMalloc((void **)&g->esegs, (size_t)L * sizeof(lz_attn_segment)), "descriptors");
-        if (cudaMalloc((void **)&g->elen, (size_t)L * KV * sizeof(int32_t)) != cudaSuccess) {
+        cudaError_t ce = cudaMalloc((void **)&g->esegs, (size_t)L * sizeof(lz_attn_segment));
+        if (ce != cudaSuccess) {
+            cudaGetLastError();
+            g->esegs = NULL;
+            snprintf(err, errlen, "GPU: descriptors: %s", cudaGetErrorString(ce));
+            return ce == cudaErrorMemoryAllocation ? LZ_LLAMA_GPU_ENOMEM : -1;
+        }
+        if ((ce = cudaMalloc((void **)&g->elen, (size_t)L * KV * sizeof(int32_t))) != cudaSuccess) {
+            cudaGetLastError();
             cudaFree(g->esegs);
             g->esegs = NULL;
             snprintf(err, errlen, "GPU: no memory for descriptors");
-            return -1;
+            return ce == cudaErrorMemoryAllocation ? LZ_LLAMA_GPU_ENOMEM : -1;
         }
     }
     lz_attn_segment *hs = (lz_attn_segment *)malloc((size_t)L * sizeof *hs);
-    if (!hs) { snprintf(err, errlen, "out of memory"); return -1; }
+    if (!hs) { snprintf(err, errlen, "out of memory"); return LZ_LLAMA_GPU_ENOMEM; }
     for (int l = 0; l < L; l++) hs[l] = doc_segment(g, pre, l, 0);
     cudaError_t ce = cudaMemcpy(g->esegs, hs, (size_t)L * sizeof *hs, cudaMemcpyHostToDevice);
     free(hs);
@@ -486,15 +503,18 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
     /* the question about to begin uses them all: kept pending (outside the policy, so never
      * evicted) until its begin offers them */
     g->no_evict = 1; /* until done: the pool grows rather than evict (see llama_gpu.cuh) */
-    int at = doc_find(g, prefix_key);
+    int at = doc_find(g, prefix_key), rc;
     if (at < 0) { /* the prefix, kept like a document (the question's begin finds it) */
         GpuDoc x;
-        if (doc_room(g, err, errlen) || doc_upload(g, prefix, &x, 0, err, errlen)) { g->no_evict = 0; return -1; }
+        if ((rc = doc_room(g, err, errlen)) || (rc = doc_upload(g, prefix, &x, 0, err, errlen))) {
+            g->no_evict = 0;
+            return rc;
+        }
         x.fresh = 1;
         doc_add(g, &x, prefix_key, 1);
         at = g->n_docs - 1;
     }
-    if (prefix_descriptors(g, &g->docs[at], err, errlen)) { g->no_evict = 0; return -1; }
+    if ((rc = prefix_descriptors(g, &g->docs[at], err, errlen))) { g->no_evict = 0; return rc; }
     const int64_t s = prefix->n;
     lz_prefill_params p = attn_params(g, 1);
     p.n_seg = 1;
@@ -504,8 +524,9 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
     Part *parts = (Part *)malloc((size_t)(n_docs > 0 ? n_docs : 1) * sizeof *parts);
     GpuDoc *xs = (GpuDoc *)calloc((size_t)(n_docs > 0 ? n_docs : 1), sizeof *xs);
     int *todo = (int *)malloc((size_t)(n_docs > 0 ? n_docs : 1) * sizeof(int));
-    int rc = -1, n_todo = 0;
-    if (!hid || !parts || !xs || !todo) { snprintf(err, errlen, "out of memory"); goto done; }
+    int n_todo = 0;
+    rc = -1;
+    if (!hid || !parts || !xs || !todo) { snprintf(err, errlen, "out of memory"); rc = LZ_LLAMA_GPU_ENOMEM; goto done; }
     for (int i = 0; i < n_docs; i++) { /* resident ones, repeats and those too long for a pass are skipped */
         int dup = n[i] > N || doc_find(g, keys[i]) >= 0;
         for (int j = 0; !dup && j < n_todo; j++) dup = !memcmp(keys[todo[j]], keys[i], 32);
@@ -519,8 +540,11 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
             memcpy(hid + rows, ids[i], (size_t)n[i] * sizeof(int));
             rows += n[i];
         }
-        int made = b0, ok = 1;
-        for (; ok && made < b1; made++) ok = !doc_alloc(g, NULL, n[todo[made]], 0, &xs[made], err, errlen);
+        int made = b0, ok = 1, brc = -1; /* brc: the status of a batch that failed */
+        for (; ok && made < b1; made++) {
+            const int arc = doc_alloc(g, NULL, n[todo[made]], 0, &xs[made], err, errlen);
+            if (arc) ok = 0, brc = arc;
+        }
         if (!ok) made--;
         for (int j = b0; ok && j < b1; j++) {
             p.n_rows = n[todo[j]];
@@ -544,15 +568,17 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
             ok = 0;
         }
         for (int j = b0; j < made; j++) {
-            if (ok && !doc_room(g, err, errlen)) {
+            const int drc = ok ? doc_room(g, err, errlen) : 0;
+            if (ok && !drc) {
                 xs[j].fresh = 1;
                 doc_add(g, &xs[j], keys[todo[j]], 1);
             } else {
+                if (drc) brc = drc;
                 ok = 0;
                 doc_free(g, &xs[j]);
             }
         }
-        if (!ok) goto done;
+        if (!ok) { rc = brc; goto done; }
     }
     rc = 0;
 done:

@@ -15,7 +15,8 @@
  *            with the driver: 11x faster than cudaHostAlloc on the H200 host
  *            (16.8 against 1.5 GB/s, dev/cuda/pin_rate.cu), the same copy speed.
  * And the copies between them: asynchronous on the question's stream, timed
- * with events (lz_llama_gpu_tier_stats). State: llama_gpu.cuh. */
+ * with events (lz_llama_gpu_tier_stats). A pool that finds no memory returns
+ * LZ_LLAMA_GPU_ENOMEM. State: llama_gpu.cuh. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -56,10 +57,15 @@ static void host_region_free(void *p, size_t bytes)
     munmap(p, bytes);
 }
 
-/* A new HBM region of at least bytes (first: the budget and the working room). 0 or -1. */
+/* A new HBM region of at least bytes (first: the budget and the working room). 0,
+ * LZ_LLAMA_GPU_ENOMEM (no device memory for it, or none for its bookkeeping), or -1 (the device
+ * failed otherwise). */
 static int pool_grow(lz_llama_gpu *g, size_t bytes, char *err, size_t errlen)
 {
-    if (!g->hbm && !(g->hbm = lz_kv_pool_new(LZ_GPU_POOL_ALIGN))) { snprintf(err, errlen, "out of memory"); return -1; }
+    if (!g->hbm && !(g->hbm = lz_kv_pool_new(LZ_GPU_POOL_ALIGN))) {
+        snprintf(err, errlen, "out of memory");
+        return LZ_LLAMA_GPU_ENOMEM;
+    }
     lz_kv_pool_stats st;
     lz_kv_pool_get_stats(g->hbm, &st);
     const lz_llama_config *c = &g->cfg;
@@ -78,12 +84,12 @@ static int pool_grow(lz_llama_gpu *g, size_t bytes, char *err, size_t errlen)
         cudaGetLastError();
         snprintf(err, errlen, "GPU: no device memory for %.1f MB more of document KV (the pool holds %.1f MB): %s",
                  bytes / 1e6, st.capacity / 1e6, cudaGetErrorString(ce));
-        return -1;
+        return ce == cudaErrorMemoryAllocation ? LZ_LLAMA_GPU_ENOMEM : -1; /* else a fault, not a shortage */
     }
     if (lz_kv_pool_add_region(g->hbm, (uintptr_t)p, want)) {
         cudaFree(p);
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return LZ_LLAMA_GPU_ENOMEM;
     }
     g->pool_grows++;
     return 0;
@@ -91,7 +97,8 @@ static int pool_grow(lz_llama_gpu *g, size_t bytes, char *err, size_t errlen)
 
 int pool_take(lz_llama_gpu *g, size_t bytes, void **at, char *err, size_t errlen)
 {
-    if (!g->hbm && pool_grow(g, bytes, err, errlen)) return -1;
+    int rc = g->hbm ? 0 : pool_grow(g, bytes, err, errlen);
+    if (rc) return rc;
     for (;;) {
         uintptr_t a;
         if (!lz_kv_pool_alloc(g->hbm, bytes, &a)) { *at = (void *)a; return 0; }
@@ -101,16 +108,16 @@ int pool_take(lz_llama_gpu *g, size_t bytes, void **at, char *err, size_t errlen
          * document's leaving mends (the budget stays); else the working set outgrew the pool */
         const int fragmented = st.used + bytes + g->cache_bytes / 8 <= st.capacity;
         if (fragmented && !g->no_evict && g->pol && lz_doc_cache_evict_one(g->pol)) { g->pool_evictions++; continue; }
-        if (pool_grow(g, bytes, err, errlen)) {
+        if ((rc = pool_grow(g, bytes, err, errlen))) {
             if (!g->no_evict && g->pol && lz_doc_cache_evict_one(g->pol)) { g->pool_evictions++; continue; } /* device full */
             int live = 0;
             for (int i = 0; i < g->n_slots; i++) live += g->slots[i].live;
-            if (live > 1) { /* every resident document pinned by the sequences running: fewer at once */
+            if (live > 1 && rc == LZ_LLAMA_GPU_ENOMEM) { /* every resident document pinned by the live ones */
                 const size_t at = strlen(err);
                 snprintf(err + at, errlen > at ? errlen - at : 0,
                          "; every resident document is in use by the %d live sequences (admit fewer at once)", live);
             }
-            return -1;
+            return rc;
         }
     }
 }
@@ -179,7 +186,7 @@ int upload_defer(lz_llama_gpu *g, const lz_llama_gpu::UpDoc *u, char *err, size_
     if (g->n_upq == g->cap_upq) {
         const int n = g->cap_upq ? 2 * g->cap_upq : 32;
         lz_llama_gpu::UpDoc *q = (lz_llama_gpu::UpDoc *)realloc(g->upq, (size_t)n * sizeof *q);
-        if (!q) { snprintf(err, errlen, "out of memory"); return -1; }
+        if (!q) { snprintf(err, errlen, "out of memory"); return LZ_LLAMA_GPU_ENOMEM; }
         g->upq = q;
         g->cap_upq = n;
     }
@@ -193,7 +200,10 @@ int upload_layers(lz_llama_gpu *g, char *err, size_t errlen)
     if (!g->n_upq) return 0;
     if (!g->cp) {
         CUDA_OK(cudaStreamCreateWithFlags(&g->cp, cudaStreamNonBlocking), "the copy stream");
-        if (!(g->lev = (cudaEvent_t *)calloc((size_t)L, sizeof *g->lev))) { snprintf(err, errlen, "out of memory"); return -1; }
+        if (!(g->lev = (cudaEvent_t *)calloc((size_t)L, sizeof *g->lev))) {
+            snprintf(err, errlen, "out of memory");
+            return LZ_LLAMA_GPU_ENOMEM;
+        }
         for (int l = 0; l < L; l++) CUDA_OK(cudaEventCreateWithFlags(&g->lev[l], cudaEventDisableTiming), "events");
     }
     if (up_events(g, err, errlen)) return -1;
@@ -235,6 +245,7 @@ int upload_wait(lz_llama_gpu *g, int l, char *err, size_t errlen)
 } /* namespace lzgpu */
 
 using namespace lzgpu;
+
 
 extern "C" void *lz_llama_gpu_host_alloc(lz_llama_gpu *g, size_t bytes)
 {

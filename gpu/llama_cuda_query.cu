@@ -202,7 +202,8 @@ static int slot_descriptors(lz_llama_gpu *g, Slot *s, int S, char *err, size_t e
 }
 
 /* A question's begin in slot s; block: Block-Attention (every segment attended at offset 0, a
- * copy rotated to its placement made where it is not resident). On failure s is released. */
+ * copy rotated to its placement made where it is not resident). 0, -1, or LZ_LLAMA_GPU_ENOMEM
+ * when a step of it found no memory; on failure s is released. */
 int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
                int64_t pos0, int block, char *err, size_t errlen)
 {
@@ -214,7 +215,8 @@ int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_
         return -1;
     }
     /* what s held before released (copies still in flight into its own docs finished first) */
-    if (doc_question(g, s, err, errlen)) return -1;
+    int why = doc_question(g, s, err, errlen); /* a failing step's status (rc stays -1 until done) */
+    if (why) return why;
     s->live = 1; /* from here its documents are pinned (a failure releases them) */
     const int S = n_segs, W = S + 1;
     lz_attn_segment *hs = NULL;
@@ -226,20 +228,24 @@ int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_
     int64_t keys_hint = 0;
     int rc = -1, copies = 0;
     cudaError_t ce = cudaSuccess;
-    if (slot_descriptors(g, s, S, err, errlen)) goto fail;
+    if ((why = slot_descriptors(g, s, S, err, errlen))) goto fail;
     hs = (lz_attn_segment *)malloc((size_t)L * W * sizeof *hs);
     ids = (uint64_t *)malloc((size_t)(S ? S : 1) * sizeof *ids);
     cached = (uint8_t *)calloc((size_t)(S ? S : 1), 1);
     hsc = (const float **)calloc((size_t)(S ? S : 1), sizeof *hsc);
-    if (!hs || !ids || !cached || !hsc) { snprintf(err, errlen, "out of memory"); goto fail; }
+    if (!hs || !ids || !cached || !hsc) {
+        snprintf(err, errlen, "out of memory");
+        why = LZ_LLAMA_GPU_ENOMEM;
+        goto fail;
+    }
     /* every key pinned first (an upload's evictions must not take a document this question uses
      * and that came without its data), then every doc found or uploaded: entries move */
     for (int i = 0; i < S; i++) cached[i] = (uint8_t)doc_pin(g, keys ? keys[i] : NULL);
     g->materialise = block;
     copies = 1;
     for (int i = 0; i < S; i++)
-        if (doc_for(g, &segs[i], keys ? keys[i] : NULL, cached[i], &ids[i], err, errlen) ||
-            doc_use(g, s, ids[i], err, errlen)) {
+        if ((why = doc_for(g, &segs[i], keys ? keys[i] : NULL, cached[i], &ids[i], err, errlen)) ||
+            (why = doc_use(g, s, ids[i], err, errlen))) {
             g->materialise = 0;
             goto fail;
         }
@@ -278,11 +284,11 @@ int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_
         snprintf(err, errlen, "GPU: uploading the descriptors: %s", cudaGetErrorString(ce));
         goto fail;
     }
-    if (decode_words(g, s, hs, hsc, S, err, errlen)) goto fail;
+    if ((why = decode_words(g, s, hs, hsc, S, err, errlen))) goto fail;
     /* the documents' copies last: every other host-to-device copy of the question is done (they
      * would queue behind these on the copy engine), and its steps read their token ids from
      * pinned host memory, not by a copy */
-    if (upload_layers(g, err, errlen)) goto fail;
+    if ((why = upload_layers(g, err, errlen))) goto fail;
     s->S = S;
     s->n_own = 0;
     s->pos0 = pos0;
@@ -310,7 +316,7 @@ fail:
     free(hsc);
     free(offs);
     free(cs);
-    return rc;
+    return rc && why == LZ_LLAMA_GPU_ENOMEM ? why : rc;
 }
 
 lz_prefill_params step_params(const lz_llama_gpu *g, const Slot *s, int n)
@@ -426,7 +432,8 @@ using namespace lzgpu;
 extern "C" int lz_llama_gpu_begin_slot(lz_llama_gpu *g, int slot, const lz_kv_segment *segs,
                                        const uint8_t *const *keys, int n_segs, int64_t pos0, char *err, size_t errlen)
 {
-    if (ensure_query(g, err, errlen)) return -1;
+    const int rc = ensure_query(g, err, errlen);
+    if (rc) return rc;
     Slot *s = slot_get(g, slot, err, errlen);
     return s ? slot_begin(g, s, segs, keys, n_segs, pos0, 0, err, errlen) : -1;
 }
@@ -435,7 +442,8 @@ extern "C" int lz_llama_gpu_begin_block_slot(lz_llama_gpu *g, int slot, const lz
                                              const uint8_t *const *keys, int n_segs, int64_t pos0, char *err,
                                              size_t errlen)
 {
-    if (ensure_query(g, err, errlen)) return -1;
+    const int rc = ensure_query(g, err, errlen);
+    if (rc) return rc;
     Slot *s = slot_get(g, slot, err, errlen);
     return s ? slot_begin(g, s, segs, keys, n_segs, pos0, 1, err, errlen) : -1;
 }

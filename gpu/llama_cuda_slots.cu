@@ -65,7 +65,8 @@ void slots_free(lz_llama_gpu *g)
     g->bwords = NULL, g->bwords_bytes = 0;
 }
 
-/* n slots of T own rows each (none before). 0, or -1 with nothing made. */
+/* n slots of T own rows each (none before). 0, or LZ_LLAMA_GPU_ENOMEM (-1: the device failed
+ * otherwise) with nothing made. */
 static int slots_make(lz_llama_gpu *g, int n, int T, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
@@ -83,11 +84,11 @@ static int slots_make(lz_llama_gpu *g, int n, int T, char *err, size_t errlen)
     g->n_slots = g->slots ? n : 0;
     g->slot_tokens = T;
     if (!ok) {
-        cudaGetLastError();
+        const cudaError_t ce = cudaGetLastError(); /* cudaSuccess: the host's calloc failed */
         slots_free(g);
         snprintf(err, errlen, "GPU: no device memory for %d sequences of %d tokens (%.2f GB)", n, T,
                  slots_bytes(g, n, T) / 1e9);
-        return -1;
+        return ce == cudaSuccess || ce == cudaErrorMemoryAllocation ? LZ_LLAMA_GPU_ENOMEM : -1;
     }
     for (int i = 0; i < n; i++) {
         Slot *s = &g->slots[i];
@@ -160,11 +161,12 @@ extern "C" int lz_llama_gpu_set_slots(lz_llama_gpu *g, int n, int max_seq_tokens
         snprintf(err, errlen, "GPU: %d sequences of %d tokens need %.2f GB of device memory (%.1f MB of own K/V each), "
                  "but %.2f GB are free beside 1 GiB of working room (the weights and resident documents aside): %lld "
                  "such sequences fit", n, max_seq_tokens, need / 1e9, each / 1e6, room / 1e9, (long long)fit);
-        return -1;
+        return LZ_LLAMA_GPU_ENOMEM;
     }
     CUDA_OK(cudaStreamSynchronize(g->st), "slots");
     slots_free(g);
-    if (slots_make(g, n, max_seq_tokens, err, errlen)) return -1;
+    const int rc = slots_make(g, n, max_seq_tokens, err, errlen);
+    if (rc) return rc;
     lz_llama_gpu_set_cache(g, g->cache_bytes); /* the document budget within what is left */
     return 0;
 }
@@ -189,6 +191,8 @@ extern "C" void lz_llama_gpu_release(lz_llama_gpu *g, int slot)
 extern "C" int lz_llama_gpu_keep_own_slot(lz_llama_gpu *g, int slot, int t0, int n, const uint8_t key[32], char *err,
                                           size_t errlen)
 {
+    const int rc = ensure_slots(g, err, errlen); /* its status, which slot_get's NULL does not say */
+    if (rc) return rc;
     Slot *s = slot_get(g, slot, err, errlen);
     return s ? doc_keep_own(g, s, t0, n, key, err, errlen) : -1;
 }

@@ -291,7 +291,8 @@ int ensure_work(lz_llama_gpu *g, lz_prefill_params *p, char *err, size_t errlen)
 
 /* gpu/llama_cuda_pool.cu */
 /* An extent of bytes from the HBM pool (an unpinned doc may leave for it when the pool is
- * fragmented; the pool grows when its docs outgrow it). 0, or -1 (the device is full). */
+ * fragmented; the pool grows when its docs outgrow it). 0, LZ_LLAMA_GPU_ENOMEM (the device is
+ * full), or -1 (the device failed otherwise). */
 int pool_take(lz_llama_gpu *g, size_t bytes, void **at, char *err, size_t errlen);
 void pool_give(lz_llama_gpu *g, void *at, size_t bytes);
 void pool_free_all(lz_llama_gpu *g); /* both pools' regions, the copy stream and its events, at lz_llama_gpu_free */
@@ -300,18 +301,20 @@ void pool_free_all(lz_llama_gpu *g); /* both pools' regions, the copy stream and
 int upload_async(lz_llama_gpu *g, void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 void upload_account(lz_llama_gpu *g); /* the last question's copy time counted */
 /* Queues a doc's copy from host rows in its own layout (u: sk, sv K's and V's rows, cap / first
- * its layer tables, fp8's scales, all alive until the question's first step) for upload_layers. 0 or -1. */
+ * its layer tables, fp8's scales, all alive until the question's first step) for upload_layers. 0,
+ * -1, or LZ_LLAMA_GPU_ENOMEM (no memory for the queue). */
 int upload_defer(lz_llama_gpu *g, const lz_llama_gpu::UpDoc *u, char *err, size_t errlen);
 /* The queued copies on the copy stream, layer by layer (every doc's layer l, then l + 1),
  * an event after each layer: the question's first step waits for layer l's before computing
- * layer l, so the later layers arrive while the earlier compute. 0 or -1. */
+ * layer l, so the later layers arrive while the earlier compute. 0, -1, or LZ_LLAMA_GPU_ENOMEM. */
 int upload_layers(lz_llama_gpu *g, char *err, size_t errlen);
 /* Makes g->st wait for layer l's copies (when a question's are in flight). 0 or -1. */
 int upload_wait(lz_llama_gpu *g, int l, char *err, size_t errlen);
 
 /* gpu/llama_cuda_docs.cu */
 void doc_drop(lz_llama_gpu *g, int i); /* removes doc i (the last one takes its place) */
-/* The resident doc of segment sg (key: its payload's; NULL: this question only), uploaded when absent. */
+/* The resident doc of segment sg (key: its payload's; NULL: this question only), uploaded when
+ * absent. 0, -1, or LZ_LLAMA_GPU_ENOMEM (no device memory for it). */
 int doc_for(lz_llama_gpu *g, const lz_kv_segment *sg, const uint8_t *key, int cached, uint64_t *id, char *err,
             size_t errlen);
 /* Layer l of doc x as an attention segment placed at offset (fp8: its bytes and scales). */
@@ -322,12 +325,12 @@ int doc_by_id(const lz_llama_gpu *g, uint64_t id);
  * A question pins all its keys before any doc_for, so no upload evicts a document it is about to use. */
 int doc_pin(lz_llama_gpu *g, const uint8_t *key);
 /* A new question in slot s: what s held before released (slot_unpin), the policy's pins of
- * the request in flight moved to this one. */
+ * the request in flight moved to this one. 0, -1, or LZ_LLAMA_GPU_ENOMEM. */
 int doc_question(lz_llama_gpu *g, Slot *s, char *err, size_t errlen);
 /* After a question's lookups: unpinned docs out while the keyed ones exceed the budget. */
 void doc_trim(lz_llama_gpu *g);
 /* Slot s uses doc id from now until it is released: a hold in the policy when the doc is keyed,
- * else the doc is s's own. 0 or -1 (out of memory). */
+ * else the doc is s's own. 0 or LZ_LLAMA_GPU_ENOMEM. */
 int doc_use(lz_llama_gpu *g, Slot *s, uint64_t id, char *err, size_t errlen);
 /* Keeps own rows t0..t0+n-1 of slot s as a document under key (lz_llama_gpu_keep_own). */
 int doc_keep_own(lz_llama_gpu *g, Slot *s, int t0, int n, const uint8_t key[32], char *err, size_t errlen);

@@ -89,6 +89,9 @@ static int be_step(const lz_query_backend *be, int slot, const int *ids, int n, 
     return slot >= 0 ? be->step_in(be->ctx, slot, ids, n, logits, err, errlen) : be->step(be->ctx, ids, n, logits, err, errlen);
 }
 
+/* A failed call's status as the run API passes it on: LZ_QUERY_ENOMEM as it is, any other -1. */
+static int run_status(int rc) { return rc == LZ_QUERY_ENOMEM ? LZ_QUERY_ENOMEM : -1; }
+
 int lz_query_run_parallel(const lz_query_session *q)
 {
     return q->o.backend ? backend_slots(q->o.backend) : 0;
@@ -113,7 +116,7 @@ static void chain_next(uint8_t chain[32], const lz_query_doc *d)
  * token the prompt still needs in one step: FULL the prefix, the documents and the question;
  * PREFIX the documents from local_from and the question; then PREFIX keeps each document it
  * computed under its chain key (backend->keep_own), as vLLM's prefix cache keeps its blocks.
- * The first answer token's logits in logits (V). 0 or -1. */
+ * The first answer token's logits in logits (V). 0, -1 or LZ_QUERY_ENOMEM. */
 static int backend_prompt(lz_query_session *q, const lz_query_backend *be, int slot, const lz_query_doc *docs,
                           int n_docs, int local_from, const int *qids, int n_q, float *logits, lz_query_result *r,
                           char *err, size_t errlen)
@@ -122,9 +125,9 @@ static int backend_prompt(lz_query_session *q, const lz_query_backend *be, int s
     size_t n_all = (size_t)n_q + (full ? (size_t)s : 0);
     for (int i = local_from; i < n_docs; i++) n_all += (size_t)docs[i].n_tokens;
     int *all = malloc(n_all * sizeof *all), *t0s = malloc(((size_t)n_docs + 1) * sizeof *t0s);
-    int rc = -1;
+    int rc = -1, hrc;
     size_t at = 0;
-    if (!all || !t0s) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (!all || !t0s) { snprintf(err, errlen, "out of memory"); rc = LZ_QUERY_ENOMEM; goto done; }
     if (full) { memcpy(all, q->prefix, (size_t)s * sizeof *all); at = (size_t)s; }
     for (int i = local_from; i < n_docs; i++) {
         int *ids, n;
@@ -135,17 +138,17 @@ static int backend_prompt(lz_query_session *q, const lz_query_backend *be, int s
         free(ids);
     }
     memcpy(all + at, qids, (size_t)n_q * sizeof *qids);
-    if (be_step(be, slot, all, (int)n_all, logits, err, errlen)) goto done;
+    if ((hrc = be_step(be, slot, all, (int)n_all, logits, err, errlen))) { rc = run_status(hrc); goto done; }
     r->n_computed += (int)n_all;
     if (!full) {
         uint8_t chain[32];
         chain_start(q, chain);
         for (int i = 0; i < n_docs; i++) {
             chain_next(chain, &docs[i]);
-            if (i >= local_from && docs[i].n_tokens > 0 &&
-                (slot >= 0 ? be->keep_own_in(be->ctx, slot, t0s[i], docs[i].n_tokens, chain, err, errlen)
-                           : be->keep_own(be->ctx, t0s[i], docs[i].n_tokens, chain, err, errlen)) < 0)
-                goto done;
+            if (i < local_from || docs[i].n_tokens <= 0) continue;
+            hrc = slot >= 0 ? be->keep_own_in(be->ctx, slot, t0s[i], docs[i].n_tokens, chain, err, errlen)
+                            : be->keep_own(be->ctx, t0s[i], docs[i].n_tokens, chain, err, errlen);
+            if (hrc < 0) { rc = run_status(hrc); goto done; }
         }
     }
     rc = 0;
@@ -243,7 +246,7 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     *out = NULL;
     if (!question || !*question) { snprintf(err, errlen, "the question is empty"); return -1; }
     lz_query_run *run = calloc(1, sizeof *run);
-    if (!run) { snprintf(err, errlen, "out of memory"); return -1; }
+    if (!run) { snprintf(err, errlen, "out of memory"); return LZ_QUERY_ENOMEM; }
     run->q = q;
     run->pending = -1;
     run->slot = -1;
@@ -253,17 +256,17 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     run->sampler = &q->sampler;
     if (ro && lz_sampler_init(&run->own, c->vocab, ro->temperature, ro->top_p, ro->seed) == 0)
         run->sampler = &run->own;
-    else if (ro) { free(run); snprintf(err, errlen, "out of memory"); return -1; }
+    else if (ro) { free(run); snprintf(err, errlen, "out of memory"); return LZ_QUERY_ENOMEM; }
     if (lz_prompt_question_tokens(q->m->tok, question, &run->qids, &run->n_q)) {
         snprintf(err, errlen, "out of memory");
         lz_query_run_free(run);
-        return -1;
+        return LZ_QUERY_ENOMEM;
     }
     if (ro && ro->ignore_eos) { /* the ids sampling must skip */
         const int V = c->vocab;
         for (int i = 0; i < V; i++) run->n_eog += lz_tokenizer_is_eog(q->m->tok, i);
         run->eog = malloc((size_t)(run->n_eog > 0 ? run->n_eog : 1) * sizeof *run->eog);
-        if (!run->eog) { snprintf(err, errlen, "out of memory"); lz_query_run_free(run); return -1; }
+        if (!run->eog) { snprintf(err, errlen, "out of memory"); lz_query_run_free(run); return LZ_QUERY_ENOMEM; }
         run->n_eog = 0;
         for (int i = 0; i < V; i++)
             if (lz_tokenizer_is_eog(q->m->tok, i)) run->eog[run->n_eog++] = i;
@@ -291,7 +294,7 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     const int gpu_prefix = mode == LZ_MODE_PREFIX && q->o.backend && q->o.backend->keep_own && q->o.backend->resident &&
                            (!slotted || q->o.backend->keep_own_in);
     run->t0 = lz_now_s();
-    int rc = -1;
+    int rc = -1, hrc; /* rc: the status returned (-1 until done); hrc: a hook's or a helper's */
     lz_doc_cache_begin(q->cache);
     run->segs = calloc((size_t)n_docs + 1, sizeof *run->segs);
     run->owned = calloc((size_t)n_docs + 1, sizeof *run->owned);
@@ -307,6 +310,7 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     lz_kv_cache *lc = &run->lc;
     if (!segs || !run->owned || !run->held || !run->held_len || !run->logits || !digest || !digests || !pre || !held) {
         snprintf(err, errlen, "out of memory");
+        rc = LZ_QUERY_ENOMEM;
         goto done;
     }
     run->bytes = (size_t)c->vocab * sizeof(float);
@@ -335,8 +339,10 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
             const lz_query_backend *eb = q->o.backend;
             if (mode == LZ_MODE_LAZY && (q->o.cold == LZ_COLD_RECOMPUTE || q->o.cold == LZ_COLD_AUTO) && eb &&
                 eb->encode && eb->resident &&
-                tiers_recompute_cold(q, eb, docs, n_docs, p, held, &segs[0], digest, r, err, errlen))
+                (hrc = tiers_recompute_cold(q, eb, docs, n_docs, p, held, &segs[0], digest, r, err, errlen))) {
+                rc = run_status(hrc);
                 goto done;
+            }
             tiers_load_misses(q, docs, n_docs, hmode, p, held, pre);
             for (int i = 0; i < n_docs; i++) {
                 if (held[i]) { /* a segment without data: the backend reads only its placement */
@@ -410,13 +416,18 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
             goto done;
         }
     }
-    if (be && (run->slot >= 0 ? be->begin_in(be->ctx, run->slot, mat, segs, digests, n_segs, mode == LZ_MODE_FULL ? 0 : p,
-                                             err, errlen)
-                              : (mat ? be->begin_block : be->begin)(be->ctx, segs, digests, n_segs,
-                                                                    mode == LZ_MODE_FULL ? 0 : p, err, errlen)))
+    if (be && (hrc = run->slot >= 0 ? be->begin_in(be->ctx, run->slot, mat, segs, digests, n_segs,
+                                                   mode == LZ_MODE_FULL ? 0 : p, err, errlen)
+                                    : (mat ? be->begin_block : be->begin)(be->ctx, segs, digests, n_segs,
+                                                                          mode == LZ_MODE_FULL ? 0 : p, err, errlen))) {
+        rc = run_status(hrc);
         goto done;
+    }
     if (be && (mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX)) { /* every token after the reused ones, one step */
-        if (backend_prompt(q, be, run->slot, docs, n_docs, local_from, qids, n_q, run->logits, r, err, errlen)) goto done;
+        if ((hrc = backend_prompt(q, be, run->slot, docs, n_docs, local_from, qids, n_q, run->logits, r, err, errlen))) {
+            rc = hrc;
+            goto done;
+        }
         run_first_token(run);
     }
     /* the local cache: documents still to compute (PREFIX/FULL), question, answer */
@@ -424,6 +435,7 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     int64_t n_local = be ? 1 : total - pos0;
     if (lz_kv_cache_init(lc, c, (int)n_local)) {
         snprintf(err, errlen, "out of memory for %lld tokens of KV", (long long)n_local);
+        rc = LZ_QUERY_ENOMEM;
         goto done;
     }
     run->bytes += (size_t)n_local * token_kv_bytes(c);
@@ -458,7 +470,7 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     run->cap = 256;
     r->answer = malloc(run->cap);
     r->answer_ids = malloc((size_t)(run->max_new > 0 ? run->max_new : 1) * sizeof(int));
-    if (!r->answer || !r->answer_ids) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (!r->answer || !r->answer_ids) { snprintf(err, errlen, "out of memory"); rc = LZ_QUERY_ENOMEM; goto done; }
     r->answer[0] = 0;
     rc = 0;
 done:
@@ -471,33 +483,34 @@ done:
         run_settle(run); /* before memory goes */
         run->failed = 1;
         lz_query_run_free(run);
-        return -1;
+        return rc;
     }
     *out = run;
     return 0;
 }
 
-/* Marks every run of a failed batched call. */
-static int runs_failed(lz_query_run *const *runs, int n)
+/* Marks every run of a failed batched call; returns the call's status (rc: what failed it). */
+static int runs_failed(lz_query_run *const *runs, int n, int rc)
 {
     for (int i = 0; i < n; i++) {
         run_settle(runs[i]);
         runs[i]->failed = 1;
     }
-    return -1;
+    return run_status(rc);
 }
 
-/* The questions of the backend runs who[0..m) (each in its slot) in one batched pass. 0 or -1. */
+/* The questions of the backend runs who[0..m) (each in its slot) in one batched pass. 0, -1 or
+ * LZ_QUERY_ENOMEM. */
 static int backend_prefill(lz_query_run *const *who, int m, char *err, size_t errlen)
 {
     const lz_query_backend *be = who[0]->be;
     int *slots = malloc((size_t)m * sizeof *slots), *ns = malloc((size_t)m * sizeof *ns);
     const int **ids = malloc((size_t)m * sizeof *ids);
     float **logits = malloc((size_t)m * sizeof *logits);
-    int rc = -1;
+    int rc = LZ_QUERY_ENOMEM;
     if (!slots || !ns || !ids || !logits) { snprintf(err, errlen, "out of memory"); goto done; }
     for (int i = 0; i < m; i++) slots[i] = who[i]->slot, ids[i] = who[i]->qids, ns[i] = who[i]->n_q, logits[i] = who[i]->logits;
-    rc = be->prefill_many(be->ctx, slots, ids, ns, m, logits, err, errlen);
+    if ((rc = be->prefill_many(be->ctx, slots, ids, ns, m, logits, err, errlen))) rc = run_status(rc);
 done:
     free(slots);
     free(ns);
@@ -511,7 +524,7 @@ int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, 
     lz_llama_seq *seqs = malloc((size_t)(n > 0 ? n : 1) * sizeof *seqs);
     lz_query_run **who = malloc((size_t)(n > 0 ? n : 1) * sizeof *who);
     int m = 0, rc = -1;
-    if (!seqs || !who) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (!seqs || !who) { snprintf(err, errlen, "out of memory"); rc = LZ_QUERY_ENOMEM; goto done; }
     for (int i = 0; i < n; i++) {
         lz_query_run *run = runs[i];
         if (run->ready || run->done || run->failed) continue; /* FULL / PREFIX on a backend: prefilled by begin */
@@ -524,7 +537,8 @@ int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, 
                 snprintf(err, errlen, "a backend prefills one answer at a time (got %d)", n);
                 goto done;
             }
-            if (be_step(run->be, run->slot, run->qids, run->n_q, run->logits, err, errlen)) goto done;
+            const int src = be_step(run->be, run->slot, run->qids, run->n_q, run->logits, err, errlen);
+            if (src) { rc = src; goto done; }
             run->r.n_computed += run->n_q;
             run_first_token(run);
             continue;
@@ -534,7 +548,8 @@ int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, 
         who[m++] = run;
     }
     if (m && who[0]->be) {
-        if (backend_prefill(who, m, err, errlen)) goto done;
+        const int brc = backend_prefill(who, m, err, errlen);
+        if (brc) { rc = brc; goto done; }
     } else if (m && (m == 1 ? lz_llama_forward(q->m, q->scratch, seqs[0].cache, seqs[0].segs, seqs[0].n_segs,
                                                seqs[0].tokens, seqs[0].n, seqs[0].logits, LZ_LOGITS_LAST)
                             : lz_llama_forward_batch(q->m, q->scratch, seqs, m))) {
@@ -549,17 +564,18 @@ int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, 
 done:
     free(seqs);
     free(who);
-    return rc ? runs_failed(runs, n) : 0;
+    return rc ? runs_failed(runs, n, rc) : 0;
 }
 
 int lz_query_run_start(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
                        const lz_query_run_opts *o, lz_query_run **out, char *err, size_t errlen)
 {
-    if (lz_query_run_begin(q, question, docs, n_docs, o, out, err, errlen)) return -1;
-    if (lz_query_run_prefill(q, out, 1, err, errlen)) {
+    int rc = lz_query_run_begin(q, question, docs, n_docs, o, out, err, errlen);
+    if (rc) return rc;
+    if ((rc = lz_query_run_prefill(q, out, 1, err, errlen))) {
         lz_query_run_free(*out);
         *out = NULL;
-        return -1;
+        return rc;
     }
     return 0;
 }
@@ -622,7 +638,7 @@ int lz_query_run_step(lz_query_session *q, lz_query_run *const *runs, int n, cha
         const lz_query_backend *be = runs[0]->be;
         int *slots = malloc((size_t)n * sizeof *slots), *ids = malloc((size_t)n * sizeof *ids);
         float **logits = malloc((size_t)n * sizeof *logits);
-        int brc = -1;
+        int brc = LZ_QUERY_ENOMEM;
         if (!slots || !ids || !logits) snprintf(err, errlen, "out of memory");
         else {
             for (int i = 0; i < n; i++) slots[i] = runs[i]->slot, ids[i] = runs[i]->pending, logits[i] = runs[i]->logits;
@@ -631,27 +647,28 @@ int lz_query_run_step(lz_query_session *q, lz_query_run *const *runs, int n, cha
         free(slots);
         free(ids);
         free(logits);
-        if (brc) return runs_failed(runs, n);
+        if (brc) return runs_failed(runs, n, brc);
     } else if (runs[0]->be) {
         lz_query_run *run = runs[0];
-        if (n != 1) { snprintf(err, errlen, "a backend steps one answer at a time (got %d)", n); return runs_failed(runs, n); }
-        if (run->be->step(run->be->ctx, &run->pending, 1, run->logits, err, errlen)) return runs_failed(runs, n);
+        if (n != 1) { snprintf(err, errlen, "a backend steps one answer at a time (got %d)", n); return runs_failed(runs, n, -1); }
+        const int src = run->be->step(run->be->ctx, &run->pending, 1, run->logits, err, errlen);
+        if (src) return runs_failed(runs, n, src);
     } else if (n == 1) {
         lz_query_run *run = runs[0];
         if (lz_llama_forward(q->m, q->scratch, &run->lc, run->segs, run->n_segs, &run->pending, 1, run->logits,
                              LZ_LOGITS_LAST)) {
             snprintf(err, errlen, "forward pass failed while decoding");
-            return runs_failed(runs, n);
+            return runs_failed(runs, n, -1);
         }
     } else {
         lz_llama_seq *seqs = malloc((size_t)n * sizeof *seqs);
-        if (!seqs) { snprintf(err, errlen, "out of memory"); return runs_failed(runs, n); }
+        if (!seqs) { snprintf(err, errlen, "out of memory"); return runs_failed(runs, n, LZ_QUERY_ENOMEM); }
         for (int i = 0; i < n; i++)
             seqs[i] = (lz_llama_seq){.cache = &runs[i]->lc, .segs = runs[i]->segs, .n_segs = runs[i]->n_segs,
                                      .tokens = &runs[i]->pending, .n = 1, .logits = runs[i]->logits};
         const int frc = lz_llama_forward_batch(q->m, q->scratch, seqs, n);
         free(seqs);
-        if (frc) { snprintf(err, errlen, "forward pass failed while decoding"); return runs_failed(runs, n); }
+        if (frc) { snprintf(err, errlen, "forward pass failed while decoding"); return runs_failed(runs, n, -1); }
     }
     for (int i = 0; i < n; i++) {
         runs[i]->pending = -1;

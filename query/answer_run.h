@@ -51,20 +51,23 @@ void lz_query_run_opts_default(const lz_query_session *q, lz_query_run_opts *o);
  * o NULL: the session's settings and its own sampler (lz_query_answer's generator, shared
  * by its questions); else the answer's own sampler seeded with o->seed. 0 with *out, or -1
  * with a message naming the document or what failed (empty question, prompt too long,
- * corrupt payload, ...). */
+ * corrupt payload, ...), or LZ_QUERY_ENOMEM (session.h) with a message when memory ran out:
+ * a backend hook's (begin, encode, keep_own, ...: the backend's memory for the documents)
+ * or an allocation for the answer. */
 int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
                        const lz_query_run_opts *o, lz_query_run **out, char *err, size_t errlen);
 
 /* The questions of runs[0..n) that begin left without logits, in one forward pass (on a
- * backend of one sequence: n == 1, right after its begin). 0, or -1 with a message: then
- * every run of the call has failed (free them). */
+ * backend of one sequence: n == 1, right after its begin). 0, or -1 or LZ_QUERY_ENOMEM (as
+ * begin) with a message: then every run of the call has failed (free them). */
 int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, char *err, size_t errlen);
 
 /* Answers that can run at once over q: 0 on the CPU (any number), else the backend's
  * sequences (1, or its slots: lz_query_backend.n_slots). */
 int lz_query_run_parallel(const lz_query_session *q);
 
-/* begin + prefill of one answer. */
+/* begin + prefill of one answer: 0, or the status of the one that failed (-1 or
+ * LZ_QUERY_ENOMEM, unchanged). */
 int lz_query_run_start(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
                        const lz_query_run_opts *o, lz_query_run **out, char *err, size_t errlen);
 
@@ -85,7 +88,8 @@ void lz_query_run_stop(lz_query_run *r);
 
 /* Runs the token that next sampled for each of runs[0..n) (none done), all in one batched
  * forward pass (on a backend of one sequence: n == 1); their logits are then ready for next.
- * 0, or -1 with a message: then every run of the call has failed (free them). */
+ * 0, or -1 or LZ_QUERY_ENOMEM with a message: then every run of the call has failed (free
+ * them). */
 int lz_query_run_step(lz_query_session *q, lz_query_run *const *runs, int n, char *err, size_t errlen);
 
 /* The answer so far: text, token ids, timings (t_ttft from begin; t_decode since the first

@@ -94,7 +94,7 @@ size_t tiers_cache_key(int mode, const lz_query_doc *d, int64_t p, uint8_t key[L
  * (with LZ_COLD_AUTO: and whose recompute costs less than their load) are
  * recomputed on the backend from their token ids (one call, batched
  * there) instead of loaded; those the backend then holds are marked 2 in
- * held (a miss, not loaded). 0 or -1. */
+ * held (a miss, not loaded). 0, -1, or LZ_QUERY_ENOMEM (no memory here or on the backend). */
 int tiers_recompute_cold(lz_query_session *q, const lz_query_backend *be, const lz_query_doc *docs, int n_docs,
                           int64_t p, uint8_t *held, const lz_kv_segment *prefix, uint8_t (*digest)[32],
                           lz_query_result *r, char *err, size_t errlen)
@@ -104,7 +104,7 @@ int tiers_recompute_cold(lz_query_session *q, const lz_query_backend *be, const 
     int *ns = malloc(nd * sizeof *ns), **ids = calloc(nd, sizeof *ids);
     const uint8_t **keys = malloc(nd * sizeof *keys);
     int m = 0, rc = -1;
-    if (!ns || !ids || !keys) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (!ns || !ids || !keys) { snprintf(err, errlen, "out of memory"); rc = LZ_QUERY_ENOMEM; goto done; }
     for (int i = 0; i < n_docs; p += docs[i].n_tokens, i++) {
         if (held[i] || !docs[i].whole || docs[i].n_tokens <= 0) continue;
         uint8_t key[LZ_META_KEY_LEN + 8];
@@ -121,7 +121,8 @@ int tiers_recompute_cold(lz_query_session *q, const lz_query_backend *be, const 
         if (tiers_doc_tokens(q, &docs[i], &ids[m], &ns[m], err, errlen)) goto done;
         keys[m++] = digest[1 + i];
     }
-    if (m && be->encode(be->ctx, prefix, q->prefix_digest, (const int *const *)ids, ns, keys, m, err, errlen)) goto done;
+    const int erc = m ? be->encode(be->ctx, prefix, q->prefix_digest, (const int *const *)ids, ns, keys, m, err, errlen) : 0;
+    if (erc) { rc = erc == LZ_QUERY_ENOMEM ? LZ_QUERY_ENOMEM : -1; goto done; }
     int64_t made = 0;
     for (int j = 0; j < m; j++) /* those it could not take (too long for it) are loaded as usual */
         if (be->resident(be->ctx, keys[j])) {

@@ -27,7 +27,8 @@ kv_entry *tiers_fetch(lz_query_session *q, const void *ckey, size_t ckey_len, co
 
 /* Lazy mode, opts.cold LZ_COLD_RECOMPUTE / AUTO: the documents at offsets p.. that neither the
  * backend nor the host tier holds, stored whole (AUTO: and cheaper to recompute than to load),
- * recomputed on be from their token ids in one call; those it then holds marked 2 in held. 0 or -1. */
+ * recomputed on be from their token ids in one call; those it then holds marked 2 in held. 0, -1,
+ * or LZ_QUERY_ENOMEM (an allocation here, or be->encode's). */
 int tiers_recompute_cold(lz_query_session *q, const lz_query_backend *be, const lz_query_doc *docs, int n_docs,
                          int64_t p, uint8_t *held, const lz_kv_segment *prefix, uint8_t (*digest)[32],
                          lz_query_result *r, char *err, size_t errlen);

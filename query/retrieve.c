@@ -28,18 +28,18 @@ static int on_hit(const lz_meta_hit *h, void *ctx)
     return 0;
 }
 
-/* Completes d (payload key, tokens) from its row. */
+/* Completes d (payload key, tokens) from its row. 0, LZ_ENOTFOUND, or the store's status. */
 static int complete(lz_store *s, lz_query_doc *d, char *err, size_t errlen)
 {
     lz_meta_doc row;
     char e2[256] = "";
     int rc = lz_store_doc_find(s, d->ext_id, &row, NULL, 0, e2, sizeof e2);
-    if (rc == LZ_ENOTFOUND) { snprintf(err, errlen, "document '%s' is not in the store", d->ext_id); return -1; }
-    if (rc) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return -1; }
+    if (rc == LZ_ENOTFOUND) { snprintf(err, errlen, "document '%s' is not in the store", d->ext_id); return rc; }
+    if (rc) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return rc; }
     d->id = row.id;
     if (!d->title[0]) { /* --docs: the title is not known yet */
         int trc = lz_store_doc_title(s, row.id, d->title, sizeof d->title, e2, sizeof e2);
-        if (trc && trc != LZ_ENOTFOUND) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return -1; }
+        if (trc && trc != LZ_ENOTFOUND) { snprintf(err, errlen, "document '%s': %s", d->ext_id, e2); return trc; }
     }
     memcpy(d->payload_key, row.payload_key, LZ_META_KEY_LEN);
     d->n_tokens = row.n_tokens;
@@ -111,7 +111,7 @@ int lz_retrieve_resolve_ids(lz_store *s, const char *const *ids, int n_ids, lz_q
     for (int i = 0; !rc && i < n_ids; i++) {
         if (strlen(ids[i]) >= sizeof H.docs[0].ext_id) {
             snprintf(err, errlen, "document id '%.60s...' is longer than %zu bytes", ids[i], sizeof H.docs[0].ext_id - 1);
-            rc = -1;
+            rc = LZ_EINVAL;
             break;
         }
         lz_meta_doc row;
@@ -120,28 +120,29 @@ int lz_retrieve_resolve_ids(lz_store *s, const char *const *ids, int n_ids, lz_q
         const int first = H.n;
         if (frc == 0) {
             lz_query_doc *d = hits_push(&H);
-            if (!d) { snprintf(err, errlen, "out of memory"); rc = -1; break; }
+            if (!d) { snprintf(err, errlen, "out of memory"); rc = LZ_ENOMEM; break; }
             snprintf(d->ext_id, sizeof d->ext_id, "%s", ids[i]);
         } else if (frc == LZ_ENOTFOUND) { /* the id of a split record: its passages */
-            if (lz_store_source_rows(s, ids[i], on_passage, &H, e2, sizeof e2) || H.oom) {
+            const int src = lz_store_source_rows(s, ids[i], on_passage, &H, e2, sizeof e2);
+            if (src || H.oom) {
                 snprintf(err, errlen, "document '%s': %s", ids[i], H.oom ? "out of memory" : e2);
-                rc = -1;
+                rc = H.oom ? LZ_ENOMEM : src;
                 break;
             }
             if (H.n == first) {
                 snprintf(err, errlen, "document '%s' is not in the store", ids[i]);
-                rc = -1;
+                rc = LZ_ENOTFOUND;
                 break;
             }
         } else {
             snprintf(err, errlen, "document '%s': %s", ids[i], e2);
-            rc = -1;
+            rc = frc;
             break;
         }
         for (int k = first; !rc && k < H.n; k++) rc = complete(s, &H.docs[k], err, errlen);
     }
-    if (!rc && !H.docs && !(H.docs = calloc(1, sizeof *H.docs))) { snprintf(err, errlen, "out of memory"); rc = -1; }
-    if (rc) { free(H.docs); return -1; }
+    if (!rc && !H.docs && !(H.docs = calloc(1, sizeof *H.docs))) { snprintf(err, errlen, "out of memory"); rc = LZ_ENOMEM; }
+    if (rc) { free(H.docs); return rc; }
     *docs = H.docs;
     *n_docs = H.n;
     return 0;

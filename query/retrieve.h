@@ -18,8 +18,10 @@ int lz_retrieve_ids(lz_store *s, const char *const *ids, int n_ids, lz_query_doc
 /* The same, where an id that is no stored document but the source id of a
  * record split into passages (stored as "ID#0", "ID#1", ... with source_id
  * ID) stands for those passages in passage order. *docs malloc'd (also when
- * *n_docs is 0), *n_docs >= n_ids. An id that is neither is an error naming
- * it, as is one longer than an lz_query_doc's ext_id holds. */
+ * *n_docs is 0), *n_docs >= n_ids. Returns 0, or a status (base/status.h)
+ * with a message naming the id: LZ_ENOTFOUND when an id is neither,
+ * LZ_EINVAL when one is longer than an lz_query_doc's ext_id holds,
+ * LZ_ENOMEM, or the store's status when reading it failed (LZ_EIO, ...). */
 int lz_retrieve_resolve_ids(lz_store *s, const char *const *ids, int n_ids, lz_query_doc **docs, int *n_docs,
                             char *err, size_t errlen);
 

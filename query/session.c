@@ -183,16 +183,17 @@ int lz_query_answer(lz_query_session *q, const char *question, const lz_query_do
 {
     memset(r, 0, sizeof *r);
     lz_query_run *run;
-    if (lz_query_run_start(q, question, docs, n_docs, NULL, &run, err, errlen)) return -1;
+    int rc = lz_query_run_start(q, question, docs, n_docs, NULL, &run, err, errlen);
+    if (rc) return rc; /* -1 or LZ_QUERY_ENOMEM, as the run API says */
     const double t1 = lz_now_s();
     for (;;) { /* decode: the same segments, one token at a time */
         const char *piece;
         int pl;
         if (lz_query_run_next(run, &piece, &pl) && pl && q->o.on_piece) q->o.on_piece(piece, pl, q->o.ctx);
         if (lz_query_run_done(run)) break;
-        if (lz_query_run_step(q, &run, 1, err, errlen)) {
+        if ((rc = lz_query_run_step(q, &run, 1, err, errlen))) {
             lz_query_run_free(run);
-            return -1;
+            return rc;
         }
     }
     lz_query_run_finish(run, r);

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/status.h"
 #include "model/llama.h"
 #include "cache/doc_cache.h"
 #include "store/store.h"
@@ -44,12 +45,24 @@ typedef struct {
     int whole;                             /* stored whole (no KV eviction at ingest): may be recomputed */
 } lz_query_doc;
 
+/* The status a backend hook returns instead of -1 when it failed for want of memory: device
+ * memory for the KV of documents or sequences (the GPU's "no device memory for ..."), or an
+ * allocation; its message says what, as for -1. Any hook with a status may return it; begin,
+ * begin_block, begin_in, encode and keep_own(_in) are where a request's documents take the
+ * backend's memory. lz_query_run_begin, lz_query_run_start (answer_run.h) and lz_query_answer
+ * return it unchanged when a hook did, and when an allocation of their own for the request
+ * failed: memory that other requests may give back (a scheduler then waits and begins it
+ * again, serve/sched.h), where -1 is a failure of the request itself. Negative (-LZ_ENOMEM),
+ * as the hooks that count (keep_own, preload: 1 or 0) keep >= 0 for success. */
+#define LZ_QUERY_ENOMEM (-LZ_ENOMEM)
+
 /* An accelerated forward pass for the question and the answer (the GPU's,
  * gpu/llama_cuda.h): begin takes the prompt's segments (the prefix and the
  * documents, each with its missing rotation), a 32-byte content key each (the
  * same key, the same KV: the backend may keep it resident) and the position
  * of the first own token; step runs tokens after them and everything stepped
- * before, writing the last token's logits (V floats) when logits is not NULL. */
+ * before, writing the last token's logits (V floats) when logits is not NULL.
+ * A hook that returns a status returns 0 (or its count), -1, or LZ_QUERY_ENOMEM. */
 typedef struct {
     void *ctx;
     int (*begin)(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0, char *err,
@@ -62,7 +75,7 @@ typedef struct {
     /* optional: computes the content-only KV of documents from their token ids (ids[i][0..n[i])
      * after the prompt prefix, as lazyingest did) and keeps it under keys[i], so that resident
      * then says 1 (lz_llama_gpu_encode_keep). Used for cold documents with opts.cold =
-     * LZ_COLD_RECOMPUTE in lazy mode; NULL: cold documents are loaded. 0 or -1. */
+     * LZ_COLD_RECOMPUTE in lazy mode; NULL: cold documents are loaded. 0, -1 or LZ_QUERY_ENOMEM. */
     int (*encode)(void *ctx, const lz_kv_segment *prefix, const uint8_t *prefix_key, const int *const *ids,
                   const int *n, const uint8_t *const *keys, int n_docs, char *err, size_t errlen);
     /* optional (both or neither): memory for the session's cached KV that the backend copies
@@ -181,7 +194,9 @@ void lz_query_session_free(lz_query_session *q);
 
 /* Answers question over docs[0..n_docs) placed in that order (the last one
  * nearest the question). Returns 0, or -1 with a message naming the document
- * or what failed (empty question, prompt too long, corrupt payload, ...). */
+ * or what failed (empty question, prompt too long, corrupt payload, ...), or
+ * LZ_QUERY_ENOMEM with a message when memory ran out (a backend hook's, or an
+ * allocation for the answer). */
 int lz_query_answer(lz_query_session *q, const char *question, const lz_query_doc *docs, int n_docs,
                     lz_query_result *r, char *err, size_t errlen);
 

@@ -312,10 +312,11 @@ static int resolve(lz_serve_sched *s, lz_serve_ticket *t)
     if (budget < 0) { snprintf(t->why, sizeof t->why, "out of memory"); return 500; }
     budget += qo->max_new_tokens - t->ro.max_new_tokens;
     if (t->n_doc_ids) {
-        if (lz_retrieve_resolve_ids(s->store, (const char *const *)t->doc_ids, t->n_doc_ids, &t->docs, &t->n_docs, err,
-                                    sizeof err)) {
+        const int rrc = lz_retrieve_resolve_ids(s->store, (const char *const *)t->doc_ids, t->n_doc_ids, &t->docs,
+                                                &t->n_docs, err, sizeof err);
+        if (rrc) {
             snprintf(t->why, sizeof t->why, "%s", err);
-            return strstr(err, "is not in the store") ? 404 : strstr(err, "longer than") ? 400 : 500;
+            return rrc == LZ_ENOTFOUND ? 404 : rrc == LZ_EINVAL ? 400 : 500;
         }
         int64_t used = 0;
         for (int i = 0; i < t->n_docs; i++) used += t->docs[i].n_tokens;
@@ -473,13 +474,6 @@ static void resolve_pending(lz_serve_sched *s)
     }
 }
 
-/* 1 when a begin's message says it found no memory: the backend's device memory ("GPU: no
- * device memory for ...") or an allocation ("out of memory", CUDA's too). */
-static int memory_error(const char *err)
-{
-    return strstr(err, "no device memory") || strstr(err, "out of memory");
-}
-
 /* Puts fresh[0..n) (admitted, not begun) back at the head of the queue in their order, their
  * memory no longer reserved; the first waits there until a running request ends (under the
  * lock). */
@@ -514,7 +508,7 @@ static void admit(lz_serve_sched *s, lz_serve_ticket **fresh, int n)
         int rc = be ? lz_query_run_start(s->q, t->question, t->docs, t->n_docs, &t->ro, &t->run, err, sizeof err)
                     : lz_query_run_begin(s->q, t->question, t->docs, t->n_docs, &t->ro, &t->run, err, sizeof err);
         pthread_mutex_lock(&s->mu);
-        if (rc && memory_error(err)) {
+        if (rc == LZ_QUERY_ENOMEM) { /* the backend's memory, or an allocation (session.h) */
             if (s->n_running > 0) { /* others hold the memory: again once one of them has ended */
                 t->run = NULL;
                 requeue(s, fresh + i, n - i);

@@ -5,7 +5,8 @@
  *   submit   (any thread) a request joins a bounded queue, or is refused
  *            when the queue is full (the caller answers 429 / 503)
  *   resolve  (engine) its documents: ids, or BM25 retrieval over the store;
- *            an unknown id or a prompt past the context fails it here
+ *            an unknown id (404), an id too long (400) or a prompt past the
+ *            context (400) fails it here
  *   admit    (engine) queued requests join the running batch while their
  *            memory (their own KV plus the documents they place, estimated
  *            by lz_query_run_estimate) fits the budget and the batch has room
@@ -24,10 +25,11 @@
  * slots), and a request is admitted only when the backend says the documents
  * it will pin fit its memory now (lz_query_backend.fits).
  *
- * A begin that still fails for memory after that check (the backend's message
- * says "no device memory" or "out of memory": the documents resident when fits
- * answered were evicted, fragmented, or pinned by requests begun in the same
- * step) does not fail the request while others run: it goes back to the head
+ * A begin that still fails for memory after that check (lz_query_run_begin or
+ * _start returns LZ_QUERY_ENOMEM, session.h: a backend hook found no memory,
+ * say because the documents resident when fits answered were evicted,
+ * fragmented, or pinned by requests begun in the same step, or an allocation
+ * failed) does not fail the request while others run: it goes back to the head
  * of the queue (the requests admitted with it behind it, in order) and waits
  * there, holding admission back, until a running request ends; then it is
  * begun again. Each retry needs one more request to have ended, and none is

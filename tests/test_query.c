@@ -514,6 +514,7 @@ typedef struct {
     int64_t last_rot; /* the placement of the last segment handed without data */
     /* encode: documents longer than max_n are skipped; what it was handed, by key index */
     int max_n, encode_calls, prefix_n, enc_n[64], enc_ids[64][64], encode_fails;
+    int encode_rc; /* what a failing encode returns (0: -1) */
     /* host_alloc: its blocks (live ones), allocations made; data segments handed whose K and V
      * were not one block from it (K's rows then V's) */
     void *blocks[256];
@@ -625,7 +626,7 @@ static int fake_encode(void *ctx, const lz_kv_segment *prefix, const uint8_t *pr
     f->prefix_n = prefix->n;
     if (f->encode_fails) {
         snprintf(err, errlen, "accelerator out of memory");
-        return -1;
+        return f->encode_rc ? f->encode_rc : -1;
     }
     for (int i = 0; i < n_docs && f->n_keys < 64; i++) {
         if (n[i] > f->max_n) continue;
@@ -741,14 +742,21 @@ static void test_backend_recompute(void)
             lz_query_session_free(q);
         }
     }
-    { /* the accelerator failing: the question fails with its message, and the session still answers after */
-        fake_backend f = {.V = m->cfg.vocab, .max_n = 1 << 20, .encode_fails = 1};
+    { /* the accelerator failing: the question fails with its message and its status (LZ_QUERY_ENOMEM passed
+       * on unchanged, -1 as -1), and the session still answers after */
+        fake_backend f = {.V = m->cfg.vocab, .max_n = 1 << 20, .encode_fails = 1, .encode_rc = LZ_QUERY_ENOMEM};
         lz_query_backend be;
         lz_query_session *q = fake_session(m, s, &be, &f, LZ_COLD_RECOMPUTE, (size_t)1 << 30, err, sizeof err);
         if (q) {
             lz_query_result r;
             int rc = lz_query_answer(q, "river", d3, 3, &r, err, sizeof err);
-            CHECK(rc != 0 && strstr(err, "out of memory"), "a failed recomputation reported: %s", rc ? err : "answered");
+            CHECK(rc == LZ_QUERY_ENOMEM && strstr(err, "out of memory"), "a recomputation out of memory: %d (%s)", rc,
+                  rc ? err : "answered");
+            if (!rc) lz_query_result_free(&r);
+            f.encode_rc = 0;
+            rc = lz_query_answer(q, "river", d3, 3, &r, err, sizeof err);
+            CHECK(rc == -1 && strstr(err, "out of memory"), "a failed recomputation reported: %d (%s)", rc,
+                  rc ? err : "answered");
             if (!rc) lz_query_result_free(&r);
             f.encode_fails = 0;
             rc = lz_query_answer(q, "river", d3, 3, &r, err, sizeof err);
@@ -1193,8 +1201,9 @@ static void test_doc_ids(void)
     CHECK(lz_retrieve_resolve_ids(s, one, 1, &docs, &n, err, sizeof err) == 0 && n == 1 && !strcmp(docs[0].ext_id, "long#1"),
           "a passage by its own id");
     free(docs);
-    CHECK(lz_retrieve_resolve_ids(s, none, 1, &docs, &n, err, sizeof err) != 0 && strstr(err, "document 'lon' is not in the store"),
-          "an id that is neither a document nor a source: %s", err);
+    CHECK(lz_retrieve_resolve_ids(s, none, 1, &docs, &n, err, sizeof err) == LZ_ENOTFOUND &&
+              strstr(err, "document 'lon' is not in the store"),
+          "an id that is neither a document nor a source: LZ_ENOTFOUND, %s", err);
     CHECK(lz_retrieve_resolve_ids(s, NULL, 0, &docs, &n, err, sizeof err) == 0 && n == 0 && docs, "no ids: no documents");
     free(docs);
     const char *exact[1] = {"long"};

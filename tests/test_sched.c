@@ -5,8 +5,9 @@
  * retrieval) equal their serial answers; stop strings cut the answer; a
  * cancelled request (running or queued) frees its slot, its memory and its
  * holds on documents; a full queue refuses and the scheduler goes on; the
- * memory budget bounds the batch; unknown ids, prompts past the context and
- * requests past the budget fail with their status. */
+ * memory budget bounds the batch; unknown ids, ids too long, prompts past the
+ * context and requests past the budget fail with their status (the ids' by
+ * lz_retrieve_resolve_ids' status codes). */
 #include <time.h>
 
 #include "query/answer_run.h"
@@ -327,10 +328,23 @@ static void test_memory(lz_query_session *q)
     lz_serve_sched_free(s);
 }
 
-/* Unknown ids (named, 404), a prompt past the context (400), an empty question (refused). */
+/* Unknown ids (named, 404), an id too long (400), a prompt past the context (400), an empty
+ * question (refused); the statuses lz_retrieve_resolve_ids tells them apart by. */
 static void test_errors(lz_query_session *q)
 {
     char err[512];
+    char long_id[300];
+    memset(long_id, 'x', sizeof long_id - 1);
+    long_id[sizeof long_id - 1] = 0;
+    {
+        const char *unknown[1] = {"no-such-doc-42"}, *too_long[1] = {long_id};
+        lz_query_doc *docs = NULL;
+        int n;
+        int rc = lz_retrieve_resolve_ids(store, unknown, 1, &docs, &n, err, sizeof err);
+        CHECK(rc == LZ_ENOTFOUND && !docs, "an unknown id: LZ_ENOTFOUND (%d: %s)", rc, err);
+        rc = lz_retrieve_resolve_ids(store, too_long, 1, &docs, &n, err, sizeof err);
+        CHECK(rc == LZ_EINVAL && !docs && strstr(err, "longer than"), "an id too long: LZ_EINVAL (%d: %s)", rc, err);
+    }
     lz_serve_sched_opts so;
     lz_serve_sched_opts_default(&so);
     lz_serve_sched *s;
@@ -342,6 +356,13 @@ static void test_errors(lz_query_session *q)
     CHECK(lz_serve_submit(s, &rq, &t, err, sizeof err) == 0, "submit");
     free(lz_test_drain(t, &u));
     CHECK(u.state == LZ_SERVE_FAILED && u.status == 404 && strstr(u.error, "no-such-doc-42"), "unknown id: %d %s",
+          u.status, u.error);
+    lz_serve_release(t);
+    const char *long_ids[1] = {long_id};
+    lz_serve_req rl = {.question = "Where?", .doc_ids = long_ids, .n_doc_ids = 1, .max_tokens = 4, .top_p = 1};
+    CHECK(lz_serve_submit(s, &rl, &t, err, sizeof err) == 0, "submit");
+    free(lz_test_drain(t, &u));
+    CHECK(u.state == LZ_SERVE_FAILED && u.status == 400 && strstr(u.error, "longer than"), "an id too long: %d %s",
           u.status, u.error);
     lz_serve_release(t);
     rq.n_doc_ids = 1;
@@ -358,7 +379,7 @@ static void test_errors(lz_query_session *q)
     CHECK(lz_serve_submit(s, &rq, &t, err, sizeof err) == LZ_SERVE_EINVAL, "negative max_tokens refused");
     lz_serve_stats st;
     lz_test_settle(s, &st);
-    CHECK(st.failed_client == 2 && st.ok == 0, "two client errors counted (%lld)", (long long)st.failed_client);
+    CHECK(st.failed_client == 3 && st.ok == 0, "three client errors counted (%lld)", (long long)st.failed_client);
     lz_serve_sched_free(s);
 }
 

@@ -14,7 +14,9 @@
  * across a fake backend failing a decode pass; a begin that fails for memory
  * once fits said yes goes back to the queue's head while another request
  * runs and is begun again when that one ends (no request overtakes it), and
- * fails with a clear message when nothing else runs. */
+ * fails with a clear message when nothing else runs; that decision is by the
+ * status (LZ_QUERY_ENOMEM, whatever the message says; -1 fails even when the
+ * message says "out of memory"), which the run API passes on unchanged. */
 #include <time.h>
 
 #include "query/answer_run.h"
@@ -50,7 +52,10 @@ typedef struct {
     int64_t fits_cap, live_tokens; /* documents' tokens the live sequences may pin (0: any), and pin */
     int fail_at;                   /* the decode_many call of that number fails (0: none) */
     int begin_calls;               /* begin_in calls, failed ones too */
-    int fail_begin, fail_from;     /* the begin_in call of that number fails for memory, or every one from it (0: none) */
+    int fail_begin, fail_from;     /* the begin_in call of that number fails, or every one from it (0: none), */
+    int fail_rc;                   /* returning this (LZ_QUERY_ENOMEM: for memory, as the GPU engine's) */
+    const char *fail_msg;          /* with this message */
+    int fail_prefill;              /* the prefill_many call of that number fails with fail_rc (0: none) */
     int64_t begun_tokens[64];      /* the documents' tokens of each begin that succeeded, in order */
     int n_begun;
 } slots_backend;
@@ -76,10 +81,9 @@ static int sb_begin_in(void *ctx, int slot, int block, const lz_kv_segment *segs
     for (int i = 0; i < n_segs; i++)
         if (!segs[i].k && !segs[i].k16) f->bad++; /* no resident hook: every segment comes with its data */
     const int call = ++f->begin_calls;
-    if (call == f->fail_begin || (f->fail_from && call >= f->fail_from)) { /* the GPU engine's message */
-        snprintf(err, errlen, "GPU: no device memory for 12.6 MB more of document KV (the pool holds 80.0 MB): out "
-                 "of memory");
-        return -1;
+    if (call == f->fail_begin || (f->fail_from && call >= f->fail_from)) {
+        snprintf(err, errlen, "%s", f->fail_msg);
+        return f->fail_rc;
     }
     memcpy(f->slot[slot].segs, segs, (size_t)n_segs * sizeof *segs);
     f->slot[slot].n_segs = n_segs;
@@ -136,7 +140,10 @@ static int sb_prefill_many(void *ctx, const int *slots, const int *const *ids, c
                            float *const *logits, char *err, size_t errlen)
 {
     slots_backend *f = ctx;
-    f->prefill_calls++;
+    if (++f->prefill_calls == f->fail_prefill) {
+        snprintf(err, errlen, "%s", f->fail_msg);
+        return f->fail_rc;
+    }
     f->prefill_multi += n_seqs > 1;
     return sb_batch(f, slots, ids, n, n_seqs, logits, err, errlen);
 }
@@ -183,6 +190,8 @@ static int sb_init(slots_backend *f, int seq_tokens)
     f->m = model;
     f->n_slots = SLOTS;
     f->seq_tokens = seq_tokens;
+    f->fail_rc = LZ_QUERY_ENOMEM; /* and the GPU engine's message */
+    f->fail_msg = "GPU: no device memory for 12.6 MB more of document KV (the pool holds 80.0 MB): out of memory";
     if (!(f->sc = lz_llama_scratch_new(model, 64))) return -1;
     for (int i = 0; i < SLOTS; i++)
         if (lz_kv_cache_init(&f->slot[i].cache, &model->cfg, seq_tokens)) return -1;
@@ -509,12 +518,144 @@ static void test_memory_retry(void)
     sb_free(&fs);
 }
 
+/* The run API passes a hook's LZ_QUERY_ENOMEM on unchanged, and -1 as -1: a one-sequence begin
+ * through lz_query_run_start (and lz_query_answer), a slot's begin through lz_query_run_begin, a
+ * batched prefill through lz_query_run_prefill. */
+static void test_status_passed_on(void)
+{
+    slots_backend f1, fs;
+    if (sb_init(&f1, 1024) || sb_init(&fs, 1024)) { CHECK(0, "backends"); return; }
+    const lz_query_backend b1 = sb_backend(&f1, 0), bs = sb_backend(&fs, 1);
+    lz_query_session *q1 = lz_test_open_session(model, store, 48, &b1), *q = lz_test_open_session(model, store, 48, &bs);
+    lz_query_doc *docs = NULL;
+    int n = 0;
+    char err[512];
+    if (!q1 || !q || lz_retrieve_resolve_ids(store, (const char *const *)ctx_ids[0], n_ctx[0], &docs, &n, err, sizeof err)) {
+        CHECK(0, "setup: %s", err);
+        return;
+    }
+    const lz_query_run_opts ro = {.max_new_tokens = 4, .top_p = 1.0f, .seed = 7};
+    lz_query_run *r = NULL, *r2 = NULL;
+    f1.fail_msg = "fake: the pool is exhausted";
+    f1.fail_begin = f1.begin_calls + 1;
+    int rc = lz_query_run_start(q1, questions[0], docs, n, &ro, &r, err, sizeof err);
+    CHECK(rc == LZ_QUERY_ENOMEM && !r && strstr(err, "exhausted"), "run_start: begin's LZ_QUERY_ENOMEM unchanged (%d: %s)",
+          rc, err);
+    f1.fail_begin = f1.begin_calls + 1;
+    lz_query_result res;
+    rc = lz_query_answer(q1, questions[0], docs, n, &res, err, sizeof err);
+    CHECK(rc == LZ_QUERY_ENOMEM, "lz_query_answer: LZ_QUERY_ENOMEM unchanged (%d: %s)", rc, err);
+    f1.fail_rc = -1;
+    f1.fail_msg = "out of memory";
+    f1.fail_begin = f1.begin_calls + 1;
+    rc = lz_query_run_start(q1, questions[0], docs, n, &ro, &r, err, sizeof err);
+    CHECK(rc == -1 && !r, "run_start: begin's -1 stays -1 whatever its message says (%d: %s)", rc, err);
+    fs.fail_msg = "fake: the pool is exhausted";
+    fs.fail_begin = fs.begin_calls + 1;
+    rc = lz_query_run_begin(q, questions[0], docs, n, &ro, &r, err, sizeof err);
+    CHECK(rc == LZ_QUERY_ENOMEM && !r, "run_begin: begin_in's LZ_QUERY_ENOMEM unchanged (%d: %s)", rc, err);
+    /* two begun, their batched prefill out of memory: both failed, the status unchanged */
+    rc = lz_query_run_begin(q, questions[0], docs, n, &ro, &r, err, sizeof err);
+    const int rc2 = lz_query_run_begin(q, questions[1], docs, n, &ro, &r2, err, sizeof err);
+    CHECK(rc == 0 && rc2 == 0, "two begun (%d, %d: %s)", rc, rc2, err);
+    if (!rc && !rc2) {
+        lz_query_run *both[2] = {r, r2};
+        fs.fail_prefill = fs.prefill_calls + 1;
+        rc = lz_query_run_prefill(q, both, 2, err, sizeof err);
+        CHECK(rc == LZ_QUERY_ENOMEM && lz_query_run_done(r) && lz_query_run_done(r2),
+              "run_prefill: prefill_many's LZ_QUERY_ENOMEM unchanged, both failed (%d: %s)", rc, err);
+    }
+    lz_query_run_free(r);
+    lz_query_run_free(r2);
+    CHECK(fs.live == 0 && f1.bad == 0 && fs.bad == 0, "nothing left live (%d live, %d + %d bad)", fs.live, f1.bad, fs.bad);
+    free(docs);
+    lz_query_session_free(q1);
+    lz_query_session_free(q);
+    sb_free(&f1);
+    sb_free(&fs);
+}
+
+/* The scheduler waits by the status, not the message: a begin failing with LZ_QUERY_ENOMEM and
+ * a message that never says "memory" while another request runs goes back to the queue and is
+ * answered once that one ends; a begin failing with -1 and the message "out of memory" fails its
+ * request at once, never retried. */
+static void test_retry_by_status(void)
+{
+    slots_backend f1, fs;
+    if (sb_init(&f1, 1024) || sb_init(&fs, 1024)) { CHECK(0, "backends"); return; }
+    const lz_query_backend b1 = sb_backend(&f1, 0), bs = sb_backend(&fs, 1);
+    lz_query_session *q1 = lz_test_open_session(model, store, 48, &b1), *q = lz_test_open_session(model, store, 48, &bs);
+    if (!q1 || !q) return;
+    const int A = 3, B = 4;
+    char *want_b = serial_answer(q1, B, 6);
+    lz_serve_sched_opts so;
+    lz_serve_sched_opts_default(&so);
+    lz_serve_sched *s;
+    char err[512];
+    if (lz_serve_sched_new(q, store, &so, &s, err, sizeof err)) { CHECK(0, "sched: %s", err); return; }
+    lz_serve_req ra = lz_test_greedy_req(questions[A], ctx_ids[A], n_ctx[A], 40);
+    lz_serve_req rb = lz_test_greedy_req(questions[B], ctx_ids[B], n_ctx[B], 6);
+    ra.ignore_eos = 1;
+    /* LZ_QUERY_ENOMEM, a message without the word: B waits for A, then is answered */
+    fs.fail_msg = "fake: every block of the pool is held by live sequences";
+    CHECK(!strstr(fs.fail_msg, "memory"), "the message does not say memory");
+    fs.fail_begin = fs.begin_calls + 2; /* A's begin, then B's */
+    lz_serve_ticket *ta, *tb;
+    CHECK(lz_serve_submit(s, &ra, &ta, err, sizeof err) == LZ_SERVE_OK, "submit A: %s", err);
+    wait_live(&fs, 1);
+    CHECK(lz_serve_submit(s, &rb, &tb, err, sizeof err) == LZ_SERVE_OK, "submit B: %s", err);
+    lz_serve_update ua, ub;
+    char *got_b = lz_test_drain(tb, &ub);
+    free(lz_test_drain(ta, &ua));
+    lz_serve_stats st;
+    lz_test_settle(s, &st);
+    CHECK(ua.state == LZ_SERVE_DONE && ua.timing.n_completion == 40, "A answered whole (state %d: %s)", ua.state,
+          ua.error);
+    CHECK(ub.state == LZ_SERVE_DONE && !strcmp(got_b, want_b), "B requeued by its status and answered after A: state "
+          "%d (%s) '%s' vs alone '%s'", ub.state, ub.error, got_b, want_b);
+    CHECK(st.mem_retries == 1 && fs.begin_calls == 3, "one retry: %lld retries, %d begin calls (A, B failed, B)",
+          (long long)st.mem_retries, fs.begin_calls);
+    lz_serve_release(ta);
+    lz_serve_release(tb);
+    free(got_b);
+    /* -1 with the message "out of memory": B fails at once while A runs */
+    fs.fail_rc = -1;
+    fs.fail_msg = "out of memory";
+    fs.fail_begin = fs.begin_calls + 2;
+    const int calls0 = fs.begin_calls;
+    CHECK(lz_serve_submit(s, &ra, &ta, err, sizeof err) == LZ_SERVE_OK, "submit A2: %s", err);
+    wait_live(&fs, 1);
+    CHECK(lz_serve_submit(s, &rb, &tb, err, sizeof err) == LZ_SERVE_OK, "submit B2: %s", err);
+    free(lz_test_drain(tb, &ub));
+    free(lz_test_drain(ta, &ua));
+    lz_test_settle(s, &st);
+    CHECK(ub.state == LZ_SERVE_FAILED && ub.status == 500 && !strcmp(ub.error, "out of memory"),
+          "-1 says \"out of memory\": B failed as it is, not requeued (state %d, status %d: %s)", ub.state, ub.status,
+          ub.error);
+    CHECK(st.mem_retries == 1 && fs.begin_calls == calls0 + 2, "no retry: %lld retries, %d begin calls (A, B)",
+          (long long)st.mem_retries, fs.begin_calls - calls0);
+    CHECK(ua.state == LZ_SERVE_DONE, "A2 answered (%s)", ua.error);
+    lz_serve_release(ta);
+    lz_serve_release(tb);
+    CHECK(fs.live == 0 && fs.begins == fs.releases && fs.bad == 0 && st.reserved_bytes == 0,
+          "nothing left held (%d live, %d begins, %d releases, %d bad)", fs.live, fs.begins, fs.releases, fs.bad);
+    printf("slots: a begin's LZ_QUERY_ENOMEM requeues whatever its message; -1 saying \"out of memory\" fails\n");
+    lz_serve_sched_free(s);
+    free(want_b);
+    lz_query_session_free(q1);
+    lz_query_session_free(q);
+    sb_free(&f1);
+    sb_free(&fs);
+}
+
 int main(void)
 {
     if (!lz_test_demo_setup(dir, NQ, questions, ctx_ids, n_ctx, &model, &store)) return lz_test_done();
     test_batched_equals_serial();
     test_admission_and_release();
     test_memory_retry();
+    test_status_passed_on();
+    test_retry_by_status();
     lz_test_demo_teardown(dir, NQ, questions, ctx_ids, n_ctx, model, store);
     return lz_test_done();
 }
