@@ -12,8 +12,8 @@
 # bandwidth and GEMM bounds. Random weights: the answers are noise, the timings real.
 # Then the peer, bench/hf_peer_8b.py (transformers, the same shape and prompt length).
 # Usage (repo root, GPU machine): sh bench/gpu_8b.sh OUTDIR
-#   with ${G:-build/gpuenc}/{lazyingest,lazyquery,lazy-mkmodel}.gz built here ('make cuda',
-#   'make', gzip). Needs 17 GB of disk under TMPDIR (default /tmp) and ~2 GB for the store.
+#   with ${G:-build/gpuenc}/{lazyingest,lazyquery,lazy-mkmodel}.xz (or .gz) built here ('make cuda',
+#   'make', xz or gzip). Needs 17 GB of disk under TMPDIR (default /tmp) and ~2 GB for the store.
 set -u
 OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}

@@ -8,7 +8,7 @@
 # and per step; the step time minus the kernels' sum is what the launches between
 # them cost.
 # Usage (repo root, GPU machine): G=dir sh bench/gpu_decode_profile.sh OUTDIR
-#   with $G/{lazyingest,lazyquery,lazy-mkmodel}.gz; N tokens (default 64);
+#   with $G/{lazyingest,lazyquery,lazy-mkmodel}.xz (or .gz); N tokens (default 64);
 #   SKIP kernels before the window (default 6000; the prompt's are fewer), COUNT in it (default 1200);
 #   CFGS: settings to compare, environment assignments (see below); NCU=0 skips the profile.
 set -u

@@ -9,7 +9,7 @@
 # The GPU machine has no gnuplot: each report folder holds its plots' data and plots.gp, drawn
 # afterwards on the development machine (cd OUT/hotpot && gnuplot plots.gp).
 # Usage (repo root, GPU machine): sh bench/gpu_eval_8b.sh OUTDIR
-#   with ${G:-build/gpuenc}/{lazyeval,lazyingest,lazy-mkmodel}.gz ('make cuda', 'make', gzip) and
+#   with ${G:-build/gpuenc}/{lazyeval,lazyingest,lazy-mkmodel}.xz (or .gz) ('make cuda', 'make', xz) and
 #   ${W:-build/gpuenc}/hotpotqa_sample100.json (../shared/fixtures/qa's HotpotQA sample).
 #   LIMIT (default 100) questions of the first report, N (default 16) answer tokens, REQ
 #   (default 300) requests and ALPHA (default 1.0) of the replay, BUDGETS (default 1G,4G), ZMODES

@@ -8,7 +8,7 @@
 # durable write rate (dd, 4 GiB, fdatasync), the bound of the commits. Stores are removed after
 # each run (an 8B bf16 store of 1,000 passages is 15 GB).
 # Usage (repo root, GPU machine): sh bench/gpu_ingest_dtype.sh OUTDIR
-#   with ${G:-build/gpuenc}/{lazyingest,lazy-mkmodel}.gz and ${W:-build/gpuenc}/corpus.jsonl
+#   with ${G:-build/gpuenc}/{lazyingest,lazy-mkmodel}.xz (or .gz) and ${W:-build/gpuenc}/corpus.jsonl
 #   (bench_workload --emit-corpus) and big.jsonl (python3 bench/synthetic_corpus.py VOCAB 250
 #   2048 big.jsonl); RUNS (default "bf16-widened bf16 fp8 fp8-big") picks the runs; fp8-pass8k is
 #   fp8 in passes of 8,192 tokens (LAZY_INGEST_GPU_PASS; the default is 2,048).

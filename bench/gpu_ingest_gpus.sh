@@ -9,7 +9,7 @@
 # holds N x 8192 tokens with N pipelines (lazyingest's default), so each pipeline gets about a
 # one-pipeline batch a commit. Stores are removed after each run.
 # Usage (repo root, GPU machine): sh bench/gpu_ingest_gpus.sh OUTDIR
-#   with ${G:-build/gpuenc}/{lazyingest,lazy-mkmodel}.gz and ${W:-build/gpuenc}/corpus.jsonl
+#   with ${G:-build/gpuenc}/{lazyingest,lazy-mkmodel}.xz (or .gz) and ${W:-build/gpuenc}/corpus.jsonl
 #   (bench_workload --emit-corpus); RUNS (default "0 0,0", plus "all" with several GPUs) picks
 #   the --gpus lists; DTYPE (default bf16) the stored KV dtype.
 set -u

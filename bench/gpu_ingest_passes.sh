@@ -9,7 +9,7 @@
 # each run, and the demo's questions answered over each setting's 8B store (lazyquery --gpu),
 # compared.
 # Usage (repo root, GPU machine): G=dir sh bench/gpu_ingest_passes.sh OUTDIR
-#   with $G/{lazyingest,lazyquery,lazy-mkmodel}.gz built here ('make cuda', 'make', gzip);
+#   with $G/{lazyingest,lazyquery,lazy-mkmodel}.xz (or .gz) built here ('make cuda', 'make', xz or gzip);
 #   CFGS: the settings compared (default "LAZY_INGEST_GPU_PASS=0 default"): environment
 #   assignments, or options as --name=value; ROUNDS each (2); OPTS: lazyingest options of
 #   every run (KV eviction: OPTS="--kv-policy ada-snapkv --kv-budget 0.5" CFGS="LAZY_INGEST_GPU_PASS=0

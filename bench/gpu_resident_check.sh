@@ -7,12 +7,12 @@
 # from the store (--cold load), once recomputed on the GPU (--cold recompute); then
 # with both budgets at one byte, every question cold.
 # Usage (repo root, GPU machine): sh bench/gpu_resident_check.sh OUTDIR
-#   with ${G:-build/gq}/{lazyingest,lazyquery}.gz built here ('make cuda', gzip).
+#   with ${G:-build/gpuenc}/{lazyingest,lazyquery}.xz (or .gz) built here ('make cuda', xz),
+#   unpacked by bench/gpu_common.sh.
 set -u
 OUT=$1
-mkdir -p build/gpu-run
-for b in lazyingest lazyquery; do gunzip -c ${G:-build/gq}/$b.gz > build/gpu-run/$b; chmod +x build/gpu-run/$b; done
-B=build/gpu-run
+. bench/gpu_common.sh
+gpu_unpack lazyingest lazyquery || exit 1
 rm -rf /tmp/sq
 $B/lazyingest --gpu --quiet --model models/default.gguf --store /tmp/sq datasets/demo/corpus.jsonl || exit 1
 printf '%s\n' "In which industry does Droex Foods operate?" "What is the birthplace of Cima Elosani?" "Which organisation is older, Raio Works or Rairreil Works?" > /tmp/q3.txt

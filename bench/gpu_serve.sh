@@ -31,7 +31,7 @@ SEQ=${SEQ:-2048}
 HTTP=${HTTP:-1}
 mkdir -p "$OUT"
 . bench/gpu_common.sh
-if [ -f "${G:-build/gpuenc}/bench_serve.gz" ]; then
+if [ -f "${G:-build/gpuenc}/bench_serve.xz" ] || [ -f "${G:-build/gpuenc}/bench_serve.gz" ]; then
     gpu_unpack lazy-mkmodel lazyingest bench_serve || exit 1
     [ "$HTTP" = 1 ] && { gpu_unpack lazyserve || exit 1; }
 fi

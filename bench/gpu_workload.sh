@@ -9,7 +9,7 @@
 # Passages are stored whole (--max-doc-tokens 4096), so every id of the stream names one document.
 # Usage (repo root, GPU machine): sh bench/gpu_workload.sh OUTDIR
 #   with ${G:-build/gpuenc}/{lazyingest,lazyquery,lazy-mkmodel}.gz ('make cuda', 'make',
-#   gzip) and ${W:-build/gpuenc}/{corpus.jsonl,questions.jsonl}; RUNS="lfu:recompute:1G ..."
+#   xz or gzip) and ${W:-build/gpuenc}/{corpus.jsonl,questions.jsonl}; RUNS="lfu:recompute:1G ..."
 #   (policy:cold:gpu budget[:host budget[:preload[:mode]]]) picks the runs; preload all fills the
 #   host tier with the corpus before the stream (lazyquery --preload all), none (the default)
 #   leaves it to fill on misses; mode: lazy (default), block, prefix, full. PEER=1: then

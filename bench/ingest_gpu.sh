@@ -7,15 +7,14 @@
 # each store checked and asked the demo's questions, and the questions
 # answered on the GPU (lazyquery --gpu).
 # Usage (repo root, GPU machine): sh bench/ingest_gpu.sh OUTDIR
-#   with build/gpuenc/{test_ops,test_llama_cuda,lazyingest,lazyquery}.gz built here by
-#   'make cuda' and gzip (bench/RESULTS.md, "The product at Llama-3.1-8B's shape (GPU)").
+#   with ${G:-build/gpuenc}/{test_ops,test_llama_cuda,lazyingest,lazyquery}.xz (or .gz) built
+#   here by 'make cuda' and xz, unpacked by bench/gpu_common.sh (bench/RESULTS.md, "The product
+#   at Llama-3.1-8B's shape (GPU)").
 set -u
 OUT=${1:?OUTDIR}
-mkdir -p "$OUT" build/gpu-run
-for b in test_ops test_llama_cuda lazyingest lazyquery; do
-    gunzip -c "build/gpuenc/$b.gz" > "build/gpu-run/$b" && chmod +x "build/gpu-run/$b"
-done
-B=build/gpu-run
+mkdir -p "$OUT"
+. bench/gpu_common.sh
+gpu_unpack test_ops test_llama_cuda lazyingest lazyquery || exit 1
 st=0
 # ask STORE [lazyquery options]: the demo's three questions, one answer a line
 ask() {
