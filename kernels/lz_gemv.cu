@@ -13,6 +13,8 @@
  * Neither launching the products as programmatic dependents nor loading each
  * warp's first weights before x is staged made them faster.
  * CPU reference: lz_gemv_ref.c. */
+#include <atomic>
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -162,12 +164,15 @@ static int launch(const lz_gemv_mat *mats, int n_mats, const void *x0, const flo
         a.y[m] = mats[m].y;
         a.end[m] = total += mats[m].rows;
     }
-    static int n_sm = 0; /* the process's GPUs are alike (H200s) */
+    /* the current device's SMs, asked once a device (a process may drive unlike GPUs) */
+    static std::atomic<int> sms[64];
+    int dev, n_sm = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return (int)e;
+    if (dev >= 0 && dev < 64) n_sm = sms[dev].load(std::memory_order_relaxed);
     if (!n_sm) {
-        int dev;
-        cudaError_t e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
-        if (e != cudaSuccess) return (int)e;
+        if ((e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return (int)e;
+        if (dev >= 0 && dev < 64) sms[dev].store(n_sm, std::memory_order_relaxed);
     }
     const int per = WARPS * RPW, groups = (total + per - 1) / per;
     const int cap = (XM == X_SILU ? tune_bps_silu : tune_bps) * n_sm, blocks = groups < cap ? groups : cap;
