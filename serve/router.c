@@ -22,6 +22,7 @@ struct lz_serve_router {
     int margin;                 /* spill_margin resolved */
     lz_serve_homes *homes;
     int own_homes;
+    lz_serve_running running; /* across every engine's scheduler: the aggregate's peak */
     pthread_mutex_t mu;
 };
 
@@ -55,7 +56,9 @@ int lz_serve_router_new(const lz_serve_engine *engines, int n, const lz_serve_ro
     int batch = 0;
     for (int i = 0; i < n; i++) {
         char e2[512];
-        if (lz_serve_sched_new(engines[i].q, engines[i].store, &engines[i].so, &r->sched[i], e2, sizeof e2)) {
+        lz_serve_sched_opts so = engines[i].so;
+        so.shared = &r->running;
+        if (lz_serve_sched_new(engines[i].q, engines[i].store, &so, &r->sched[i], e2, sizeof e2)) {
             snprintf(err, errlen, "engine %d: %s", i, e2);
             lz_serve_router_free(r);
             return -1;
@@ -242,6 +245,7 @@ void lz_serve_router_stats(lz_serve_router *r, lz_serve_stats *sum, lz_serve_sta
         if (each) each[i] = st;
         lz_serve_stats_add(sum, &st);
     }
+    sum->peak_running = atomic_load(&r->running.peak); /* at once across the engines, not a sum of peaks */
 }
 
 void lz_serve_router_route_stats(lz_serve_router *r, lz_serve_route_stats *each)

@@ -90,7 +90,8 @@ typedef struct {
 } lz_serve_route_stats;
 
 /* Every engine's stats into each[0..n) (may be NULL) and their sum into *sum (lz_serve_stats_add:
- * counters, gauges, histograms and cache tiers added; peak_running the sum of the peaks). */
+ * counters, gauges, histograms and cache tiers added; peak_running the most requests that ran at
+ * once across the engines, counted as they start and end). */
 void lz_serve_router_stats(lz_serve_router *r, lz_serve_stats *sum, lz_serve_stats *each);
 /* each[0..n) of the routing counters. */
 void lz_serve_router_route_stats(lz_serve_router *r, lz_serve_route_stats *each);

@@ -419,6 +419,7 @@ static void leave(lz_serve_sched *s, int i, int state, int status, const char *e
     t->timing = tm;
     s->reserved -= t->reserved;
     s->running[i] = s->running[--s->n_running];
+    if (s->o.shared) atomic_fetch_sub(&s->o.shared->now, 1);
     s->n_left++;
     if (state == LZ_SERVE_DONE) {
         s->st.prompt_tokens += tm.n_prompt;
@@ -523,6 +524,11 @@ static void admit(lz_serve_sched *s, lz_serve_ticket **fresh, int n)
         }
         s->running[s->n_running++] = t;
         if (s->n_running > s->st.peak_running) s->st.peak_running = s->n_running;
+        if (s->o.shared) { /* the count across the schedulers sharing it, and its peak */
+            const int now = atomic_fetch_add(&s->o.shared->now, 1) + 1;
+            int peak = atomic_load(&s->o.shared->peak);
+            while (now > peak && !atomic_compare_exchange_weak(&s->o.shared->peak, &peak, now)) {}
+        }
         t->state = LZ_SERVE_RUNNING;
         t->mem_wait = 0;
         lz_serve_hist_add(&s->st.queue, t->t_admit - t->t_submit);

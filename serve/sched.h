@@ -40,6 +40,7 @@
 #ifndef LZ_SERVE_SCHED_H
 #define LZ_SERVE_SCHED_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +50,11 @@
 #include "store/store.h"
 
 typedef struct lz_serve_sched lz_serve_sched;
+
+/* Requests running across several schedulers (lz_serve_sched_opts.shared): now, and the most at once. */
+typedef struct {
+    atomic_int now, peak;
+} lz_serve_running;
 typedef struct lz_serve_ticket lz_serve_ticket;
 
 typedef struct {
@@ -65,6 +71,9 @@ typedef struct {
      * engine makes its device current: CUDA's current device is per host thread) */
     void (*on_start)(void *ctx);
     void *start_ctx;
+    /* optional: a count shared with other schedulers (serve/router.h): the requests running
+     * across all of them now and the most that ever ran at once */
+    lz_serve_running *shared;
 } lz_serve_sched_opts;
 
 void lz_serve_sched_opts_default(lz_serve_sched_opts *o);

@@ -187,6 +187,13 @@ static void test_affinity(void)
     CHECK(state == LZ_SERVE_DONE, "a retrieve request answered");
     free(ask(&E, &rr, &r1, &state));
     CHECK(r0 == r1, "the same retrieval, the same engine (%d, %d)", r0, r1);
+    /* one request at a time, on both engines: at most one ran at once across them (a sum of the
+     * engines' peaks would say 2) */
+    lz_serve_stats sum, each[2];
+    lz_serve_router_stats(E.r, &sum, each);
+    CHECK(each[0].peak_running == 1 && each[1].peak_running == 1 && sum.peak_running == 1,
+          "one at a time on two engines: peaks %d and %d, at once across them %d", each[0].peak_running,
+          each[1].peak_running, sum.peak_running);
     /* a flood on A's documents: the first ones home, then the rest spill to the idle engine */
     enum { F = 16 };
     lz_serve_ticket *t[F];
@@ -207,6 +214,11 @@ static void test_affinity(void)
         CHECK(u.state == LZ_SERVE_DONE, "flood %d: state %d (%s)", i, u.state, u.error);
         lz_serve_release(t[i]);
     }
+    lz_serve_router_stats(E.r, &sum, each);
+    const int most = each[0].peak_running > each[1].peak_running ? each[0].peak_running : each[1].peak_running;
+    CHECK(sum.peak_running >= most && sum.peak_running <= each[0].peak_running + each[1].peak_running && most >= 2,
+          "the flood: at once across the engines %d, between the larger peak %d and their sum %d", sum.peak_running,
+          most, each[0].peak_running + each[1].peak_running);
     lz_serve_route_stats rs[2];
     lz_serve_router_route_stats(E.r, rs);
     CHECK(rs[0].spilled + rs[1].spilled >= F / 4 && rs[home].home >= 4, "routing counted: spilled %lld + %lld, home "
