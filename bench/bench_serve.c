@@ -473,16 +473,24 @@ static int run_levels(const inproc_opts *o, const layout *L, const lz_bs_stream 
     return rc;
 }
 
-static int run_mode(const inproc_opts *o, const layout *L, lz_llama *m, lz_store *st, const lz_bs_stream *s, int mode,
-                    int first, int64_t own_full, double *serial_tps, mode_summary *ms)
+/* The query session's options of a mode's run: its answer length, the model's context, the
+ * host tier's budget when given. */
+static lz_query_opts mode_query_opts(const inproc_opts *o, const lz_llama *m, int mode)
 {
-    char err[1024];
     lz_query_opts qo;
     lz_query_opts_default(&qo);
     qo.mode = mode;
     qo.max_new_tokens = o->max_tokens;
     qo.max_positions = m->cfg.ctx;
     if (o->host_cache) qo.cache_bytes = o->host_cache;
+    return qo;
+}
+
+static int run_mode(const inproc_opts *o, const layout *L, lz_llama *m, lz_store *st, const lz_bs_stream *s, int mode,
+                    int first, int64_t own_full, double *serial_tps, mode_summary *ms)
+{
+    char err[1024];
+    lz_query_opts qo = mode_query_opts(o, m, mode);
     const int whole = mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX; /* the prompt computed: own tokens */
     int batch = opt_batch(o);
 #ifdef LZ_CUDA
@@ -559,12 +567,7 @@ static int run_mode_engines(const inproc_opts *o, const layout *L, lz_llama *m, 
                             int mode, int64_t own_full, mode_summary *ms)
 {
     char err[1024];
-    lz_query_opts qo;
-    lz_query_opts_default(&qo);
-    qo.mode = mode;
-    qo.max_new_tokens = o->max_tokens;
-    qo.max_positions = m->cfg.ctx;
-    if (o->host_cache) qo.cache_bytes = o->host_cache;
+    lz_query_opts qo = mode_query_opts(o, m, mode);
     const int whole = mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX;
     int devs[LZ_SERVE_MAX_ENGINES], n_devs = 0;
 #ifdef LZ_CUDA

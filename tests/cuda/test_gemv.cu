@@ -303,6 +303,26 @@ static void bench(void)
     cublasDestroy(blas);
 }
 
+/* What enqueue() puts on st captured as one CUDA graph, replayed 3 times, then 9 timed
+ * replays: ms[0] the median, ms[1] the fastest, ms[2] the slowest. */
+template <class F> static void graph_times(F enqueue, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, double ms[3])
+{
+    cudaGraph_t gr;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+    enqueue();
+    CK(cudaStreamEndCapture(st, &gr));
+    CK(cudaGraphInstantiate(&ge, gr, 0));
+    for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, st));
+    double t[9];
+    for (int k = 0; k < 9; k++) t[k] = lz_graph_ms(ge, st, e0, e1);
+    for (int i = 0; i < 9; i++)
+        for (int j = i + 1; j < 9; j++)
+            if (t[j] < t[i]) { double u = t[i]; t[i] = t[j]; t[j] = u; }
+    ms[0] = t[4], ms[1] = t[0], ms[2] = t[8];
+    CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr));
+}
+
 /* A decode step's products as the engine runs them (the fused forms, in
  * order, 32 layers of their own weights + the head: 15 GB, so nothing stays in
  * L2) replayed from one CUDA graph, under launch settings (lz_gemv_tune):
@@ -358,21 +378,10 @@ static void bench_step(double cbw)
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     for (auto &c : cf) {
         lz_gemv_tune(c.bps, c.bps_silu);
-        cudaGraph_t gr;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
-        step();
-        CK(cudaStreamEndCapture(st, &gr));
-        CK(cudaGraphInstantiate(&ge, gr, 0));
-        for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, st));
-        double t[9];
-        for (int k = 0; k < 9; k++) t[k] = lz_graph_ms(ge, st, e0, e1);
-        for (int i = 0; i < 9; i++)
-            for (int j = i + 1; j < 9; j++)
-                if (t[j] < t[i]) { double u = t[i]; t[i] = t[j]; t[j] = u; }
-        printf("  %-40s %.3f ms (%.3f-%.3f), %.2f TB/s, %.0f%% of copy\n", c.name, t[4], t[0], t[8], bytes / t[4] / 1e9,
-               100.0 * bytes / t[4] / 1e9 / cbw);
-        CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr));
+        double t[3];
+        graph_times(step, st, e0, e1, t);
+        printf("  %-40s %.3f ms (%.3f-%.3f), %.2f TB/s, %.0f%% of copy\n", c.name, t[0], t[1], t[2], bytes / t[0] / 1e9,
+               100.0 * bytes / t[0] / 1e9 / cbw);
     }
     lz_gemv_tune(0, 0);
     CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1)); CK(cudaStreamDestroy(st));
@@ -418,28 +427,20 @@ static void bench_step_blas(double cbw)
             cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
                          beta != 0.f ? &one : &zero, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         };
-        cudaGraph_t gr;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
-        const lz_bf16 *w = wts;
-        for (int l = 0; l < L; l++) {
-            mm(w, D, D + 2 * KVd, 0.f), w += (size_t)(D + 2 * KVd) * D;
-            mm(w, D, D, 1.f), w += (size_t)D * D;
-            mm(w, D, 2 * F, 0.f), w += 2 * (size_t)F * D;
-            mm(w, F, D, 1.f), w += (size_t)D * F;
-        }
-        mm(w, D, V, 0.f);
-        CK(cudaStreamEndCapture(st, &gr));
-        CK(cudaGraphInstantiate(&ge, gr, 0));
-        for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, st));
-        double t[9];
-        for (int k = 0; k < 9; k++) t[k] = lz_graph_ms(ge, st, e0, e1);
-        for (int i = 0; i < 9; i++)
-            for (int j = i + 1; j < 9; j++)
-                if (t[j] < t[i]) { double u = t[i]; t[i] = t[j]; t[j] = u; }
-        printf("  %2d rows: %.3f ms (%.3f-%.3f), %.2f TB/s, %.0f%% of copy\n", n, t[4], t[0], t[8], bytes / t[4] / 1e9,
-               100.0 * bytes / t[4] / 1e9 / cbw);
-        CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr));
+        auto step = [&]() {
+            const lz_bf16 *w = wts;
+            for (int l = 0; l < L; l++) {
+                mm(w, D, D + 2 * KVd, 0.f), w += (size_t)(D + 2 * KVd) * D;
+                mm(w, D, D, 1.f), w += (size_t)D * D;
+                mm(w, D, 2 * F, 0.f), w += 2 * (size_t)F * D;
+                mm(w, F, D, 1.f), w += (size_t)D * F;
+            }
+            mm(w, D, V, 0.f);
+        };
+        double t[3];
+        graph_times(step, st, e0, e1, t);
+        printf("  %2d rows: %.3f ms (%.3f-%.3f), %.2f TB/s, %.0f%% of copy\n", n, t[0], t[1], t[2], bytes / t[0] / 1e9,
+               100.0 * bytes / t[0] / 1e9 / cbw);
     }
     CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1)); CK(cudaStreamDestroy(st));
     cublasDestroy(blas);
