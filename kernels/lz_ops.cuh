@@ -54,10 +54,18 @@ static cudaError_t launch_pdl(void (*kern)(K...), dim3 grid, dim3 block, size_t 
 /* Sum of x[j]^2, j < D, over the whole block (every thread gets it): thread
  * t sums j = t, t + blockDim, ..., then the warps, then the warp sums.
  * part: 32 floats of shared memory. */
+__device__ __forceinline__ float block_sum(float ss, float *part);
 __device__ __forceinline__ float block_sumsq(const float *x, int D, float *part)
 {
     float ss = 0.f;
     for (int j = threadIdx.x; j < D; j += blockDim.x) ss += x[j] * x[j];
+    return block_sum(ss, part);
+}
+
+/* The sum of every thread's ss over the block, as block_sumsq adds its threads' sums (every
+ * thread gets it): the warps, then the warp sums. part: 32 floats of shared memory. */
+__device__ __forceinline__ float block_sum(float ss, float *part)
+{
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
     __syncthreads();
