@@ -32,7 +32,10 @@
  * (and all) gives the multi-GPU figures (bench/gpu_serve_gpus.sh). Per run
  * a table row and a JSON line; at the end each mode's saturation throughput (the
  * best output tokens/s of rate inf and the concurrency levels) against the first
- * mode's, and its p99 TTFT at the highest finite rate over its idle p99.
+ * mode's, and its p99 TTFT at the highest finite rate over its idle p99. A row's
+ * "step ms" is a decode step's engine time (its pass, sampling, streaming) and
+ * "pass ms" the model's pass in it: TPOT minus the step is what admission and the
+ * newcomers' prefills cost the running requests.
  *
  *   bench_serve --store DIR --model M [--corpus FILE.jsonl] [--gpu] [--mode lazy,block,full]
  *               [--rates 0.5,1,2,4,inf] [--concurrency 1,8,32,64] [--requests N]
@@ -306,9 +309,9 @@ static void lay_out(const inproc_opts *o, layout *L)
 
 static void header(void)
 {
-    printf("%-6s %-10s %5s %5s %8s %9s %8s %8s %8s %7s %7s %7s %7s %7s %7s %8s %6s %7s\n", "mode", "run", "reqs", "done",
-           "req/s", "out tok/s", "ttft ms", "p50", "p99", "tpot ms", "p50", "p99", "itl ms", "p50", "p99", "p99/idle",
-           "batch", "x serial");
+    printf("%-6s %-10s %5s %5s %8s %9s %8s %8s %8s %7s %7s %7s %7s %7s %7s %8s %6s %7s %7s %7s\n", "mode", "run", "reqs",
+           "done", "req/s", "out tok/s", "ttft ms", "p50", "p99", "tpot ms", "p50", "p99", "itl ms", "p50", "p99",
+           "p99/idle", "batch", "x serial", "step ms", "pass ms");
 }
 
 /* run: "idle", "serial", "rate" (rate_name) or "concurrency" (C); idle_p99 > 0: the ratio of
@@ -323,10 +326,10 @@ static void row(const inproc_opts *o, const lz_bs_stream *s, int mode, const cha
     const double over = idle_p99 > 0 && r->done ? r->ttft.p99 / idle_p99 : 0;
     if (over > 0) snprintf(ratio, sizeof ratio, "%.2fx", over);
     if (serial_tps > 0) snprintf(xs, sizeof xs, "%.2fx", r->tok_s / serial_tps);
-    printf("%-6s %-10s %5d %5d %8.2f %9.1f %8.1f %8.1f %8.1f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %8s %6.1f %7s\n",
+    printf("%-6s %-10s %5d %5d %8.2f %9.1f %8.1f %8.1f %8.1f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %8s %6.1f %7s %7.2f %7.2f\n",
            lz_query_mode_name(mode), what, r->requests, r->done, r->req_s, r->tok_s, 1e3 * r->ttft.mean,
            1e3 * r->ttft.p50, 1e3 * r->ttft.p99, 1e3 * r->tpot.mean, 1e3 * r->tpot.p50, 1e3 * r->tpot.p99,
-           1e3 * r->itl.mean, 1e3 * r->itl.p50, 1e3 * r->itl.p99, ratio, r->mean_batch, xs);
+           1e3 * r->itl.mean, 1e3 * r->itl.p50, 1e3 * r->itl.p99, ratio, r->mean_batch, xs, r->step_ms, r->pass_ms);
     if (r->n_engines > 0) { /* the engines' parts: requests and hit rate of the fastest tier, then the aggregate */
         int64_t h = 0, l = 0;
         printf("%-6s %-10s %s hits:", "", "", o->gpu ? "GPU tier" : "host tier");
@@ -357,6 +360,8 @@ static void row(const inproc_opts *o, const lz_bs_stream *s, int mode, const cha
                           s->n_corpus, "seed", (json_int_t)o->so.seed);
     if (j && rate_name) json_object_set_new(j, "rate", json_string(rate_name));
     if (j) json_object_set_new(j, "first_request", json_integer(first)); /* the run's part of the stream */
+    if (j) json_object_set_new(j, "step_ms", json_real(r->step_ms));     /* a decode step's engine time */
+    if (j) json_object_set_new(j, "pass_ms", json_real(r->pass_ms));     /* its model pass */
     if (j && idle_p99 > 0) {
         json_object_set_new(j, "idle_ttft_p99_s", json_real(idle_p99));
         json_object_set_new(j, "ttft_p99_over_idle", json_real(over));

@@ -62,6 +62,8 @@ typedef struct {
     double arrival_span_s;   /* the last arrival's offset (open loop; 0 closed or at rate inf) */
     lz_bs_dist ttft, tpot, itl;
     double mean_batch;       /* decode rows a step */
+    double step_ms, pass_ms; /* a decode step's engine time, and its model pass's (the rest:
+                              * sampling, streaming; TPOT minus the step: admission, prefills) */
     int peak_running;
     int64_t mem_retries;
     int n_engines;           /* the target's (0: one scheduler) */
@@ -282,6 +284,8 @@ static int lz_bs_run(const lz_bs_target *tg, const lz_bs_stream *s, int first, i
         rc = -1;
     }
     out->mean_batch = ss.steps ? (double)ss.step_rows / (double)ss.steps : 0;
+    out->step_ms = ss.steps ? 1e3 * ss.decode_s / (double)ss.steps : 0;
+    out->pass_ms = ss.steps ? 1e3 * ss.pass_s / (double)ss.steps : 0;
     out->peak_running = ss.peak_running;
     out->mem_retries = ss.mem_retries;
     free(ttft);

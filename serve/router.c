@@ -234,6 +234,8 @@ void lz_serve_stats_add(lz_serve_stats *a, const lz_serve_stats *b)
     tier_add(&a->gpu, &b->gpu);
     a->has_gpu |= b->has_gpu;
     a->busy_s += b->busy_s;
+    a->decode_s += b->decode_s;
+    a->pass_s += b->pass_s;
 }
 
 void lz_serve_router_stats(lz_serve_router *r, lz_serve_stats *sum, lz_serve_stats *each)

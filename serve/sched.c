@@ -597,6 +597,7 @@ static void decode_step(lz_serve_sched *s)
     char err[1024];
     const double t0 = lz_now_s();
     const int rc = lz_query_run_step(s->q, runs, n, err, sizeof err);
+    const double t_pass = lz_now_s() - t0;
     free(runs);
     if (rc) {
         free(appended);
@@ -620,7 +621,10 @@ static void decode_step(lz_serve_sched *s)
     s->st.has_gpu = s->o.tier_stats != NULL;
     s->st.steps++;
     s->st.step_rows += n;
-    s->st.busy_s += lz_now_s() - t0;
+    const double t_step = lz_now_s() - t0;
+    s->st.busy_s += t_step;
+    s->st.decode_s += t_step;
+    s->st.pass_s += t_pass;
     s->st.host = hs;
     pthread_mutex_unlock(&s->mu);
 }

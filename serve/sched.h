@@ -175,6 +175,8 @@ typedef struct {
     lz_doc_cache_stats gpu;     /* the backend's tier (opts.tier_stats), as of the last step */
     int has_gpu;
     double busy_s;              /* engine time spent running the model */
+    double decode_s, pass_s;    /* of busy_s: the decode steps (their passes, sampling, streaming),
+                                 * and in them the model's passes alone */
 } lz_serve_stats;
 
 void lz_serve_sched_stats(lz_serve_sched *s, lz_serve_stats *st);
