@@ -210,8 +210,8 @@ $(LZK_DIR)/obj/lazy-mkmodel.o: tools/lazy-mkmodel.c $(HEADERS)
 $(LZK_DIR)/bench_serve $(LZK_DIR)/lazy-mkmodel: $(LZK_DIR)/%: $(LZK_DIR)/obj/%.o $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp $< $(LZK_LINK) -o $@
 
-$(LZK_DIR)/test_ops: tests/cuda/test_ops.cu $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
-	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -lm -o $@
+$(LZK_DIR)/test_ops: tests/cuda/test_ops.cu $(LZK_OBJS) $(BUILD)/obj/model/sampler.o tests/test.h tests/cuda/cuda_check.h
+	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) $(BUILD)/obj/model/sampler.o -lm -o $@
 
 $(LZK_DIR)/test_gemv: tests/cuda/test_gemv.cu $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -lcublas -lm -o $@

@@ -231,6 +231,7 @@ int ensure_query(lz_llama_gpu *g, char *err, size_t errlen)
     const size_t D = c->dim, N = g->max_tokens, KVd = (size_t)c->n_kv_heads * c->head_dim;
     if ((g->out_w = c->tied_output ? g->tok_embd : upload_mat(g, g->m->output, (size_t)c->vocab * D)) &&
         (g->out_norm = upload_f32(g, g->m->out_norm, D)) && (g->logits = dalloc<float>(g, (size_t)c->vocab)) &&
+        (g->dban = dalloc<int>(g, 1 + LZ_ARGMAX_MAX_BAN)) && cudaMemset(g->dban, 0, sizeof(int)) == cudaSuccess &&
         cudaMallocHost((void **)&g->hlogits, (size_t)c->vocab * sizeof(float)) == cudaSuccess &&
         (g->tk = dalloc<bf16>(g, N * KVd)) && (g->tv = dalloc<bf16>(g, N * KVd)) &&
         cudaMallocHost((void **)&g->hids, N * sizeof(int)) == cudaSuccess) {

@@ -235,6 +235,16 @@ int lz_llama_gpu_decode_many(lz_llama_gpu *g, const int *slots, const int *ids, 
                              size_t errlen);
 int lz_llama_gpu_decode_many_rows(lz_llama_gpu *g, const int *slots, const int *ids, int n, float *const *logits,
                                   char *err, size_t errlen);
+/* Greedy decoding on the device (kernels/lz_argmax.h): decode_next is decode_many_rows that
+ * also hands back each row's greedy tokens, next[2i] = lz_sample_argmax of row i's logits and
+ * next[2i + 1] the same with the ids of set_ban at -inf (ignore_eos), from the device, so a row
+ * whose logits[i] is NULL moves no logits to the host. slots NULL: the one sequence of
+ * lz_llama_gpu_begin / _step (n 1). set_ban: the ids (at most LZ_ARGMAX_MAX_BAN, else -1 with
+ * a message) masked for next[2i + 1] from the next pass on (none at first). 0 or -1, or as
+ * decode_many. */
+int lz_llama_gpu_set_ban(lz_llama_gpu *g, const int *ids, int n, char *err, size_t errlen);
+int lz_llama_gpu_decode_next(lz_llama_gpu *g, const int *slots, const int *ids, int n, float *const *logits, int *next,
+                             char *err, size_t errlen);
 int lz_llama_gpu_fits(const lz_llama_gpu *g, int64_t doc_tokens);
 typedef struct {
     int slots, slot_tokens, live; /* slots, their own rows, those live now */

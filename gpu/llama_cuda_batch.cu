@@ -5,7 +5,8 @@
  *            appended to its slot (batch_heads), lz_decode_lazy with batch B
  *            over block words gathered from the slots' own (batch_words: one
  *            launch a step, rows moved into one pool base), the output head
- *            over B rows;
+ *            over B rows, each row's greedy tokens (lz_argmax) and the logits
+ *            of the rows that want them;
  *   prefill  the questions of several slots: their rows concatenated for the
  *            products, each one's rotary and attention (lz_prefill_lazy over
  *            its own segments) a part of the layer, side by side on streams.
@@ -77,11 +78,12 @@ static int batch_table(lz_llama_gpu *g, Slot *const *ss, int B, const bf16 **k0,
     return 1;
 }
 
-/* One decode token of each of ss[0..B) (B >= 2, checked) in one pass: 1 when done, 0 when the
- * slots' words do not share one base (nothing run), -1 on error, LZ_LLAMA_GPU_ENOMEM when there
- * is no device memory for the block words. */
-static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B, float *const *logits, char *err,
-                        size_t errlen)
+/* One decode token of each of ss[0..B) (B >= 2, checked) in one pass; logits[i] (NULL: not
+ * wanted) and next[2i..2i+1] (next NULL: not wanted) row i's: 1 when done, 0 when the slots'
+ * words do not share one base (nothing run), -1 on error, LZ_LLAMA_GPU_ENOMEM when there is no
+ * device memory for the block words. */
+static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B, float *const *logits, int *next,
+                        char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int L = c->n_layers, H = c->n_heads, KV = c->n_kv_heads, d = c->head_dim, D = c->dim, V = c->vocab;
@@ -154,12 +156,28 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
     if ((rc = lz_op_batch_count(g->bseq, B, st))) return fail(err, errlen, "batch lengths", rc);
     lz_op_rmsnorm((lz_bf16 *)g->xb, g->x, g->out_norm, B, D, c->norm_eps, st);
     if ((rc = gemm(g, g->blogits, g->xb, g->out_w, B, D, V, 0.f))) return fail(err, errlen, "output head", rc);
-    CUDA_OK(cudaMemcpyAsync(g->hblogits, g->blogits, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost, st), "logits");
+    if (next) {
+        if ((rc = lz_argmax(g->bnext, g->blogits, B, V, V, g->dban, st))) return fail(err, errlen, "greedy tokens", rc);
+        CUDA_OK(cudaMemcpyAsync(g->hbnext, g->bnext, (size_t)B * 2 * sizeof(int), cudaMemcpyDeviceToHost, st),
+                "greedy tokens");
+    }
+    int wanted = 0;
+    for (int b = 0; logits && b < B; b++) wanted += logits[b] != NULL;
+    if (wanted == B) /* every row: one copy */
+        CUDA_OK(cudaMemcpyAsync(g->hblogits, g->blogits, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost, st),
+                "logits");
+    else
+        for (int b = 0; wanted && b < B; b++)
+            if (logits[b])
+                CUDA_OK(cudaMemcpyAsync(g->hblogits + (size_t)b * V, g->blogits + (size_t)b * V, (size_t)V * sizeof(float),
+                                        cudaMemcpyDeviceToHost, st),
+                        "logits");
     g->layer_wait = 0; /* every layer waited for the copies */
     CUDA_OK(cudaGetLastError(), "kernel launch");
     CUDA_OK(cudaStreamSynchronize(st), "forward pass");
     for (int b = 0; b < B; b++) ss[b]->n_own++;
-    if (logits) logits_out(g->hblogits, logits, B, V);
+    if (wanted) logits_out(g->hblogits, logits, B, V);
+    if (next) memcpy(next, g->hbnext, (size_t)B * 2 * sizeof(int));
     return 1;
 }
 
@@ -268,19 +286,47 @@ static int batch_check(lz_llama_gpu *g, const int *slots, int n, const int *rows
 
 using namespace lzgpu;
 
-extern "C" int lz_llama_gpu_decode_many_rows(lz_llama_gpu *g, const int *slots, const int *ids, int n,
-                                             float *const *logits, char *err, size_t errlen)
+extern "C" int lz_llama_gpu_decode_next(lz_llama_gpu *g, const int *slots, const int *ids, int n, float *const *logits,
+                                        int *next, char *err, size_t errlen)
 {
     int rc = ensure_slots(g, err, errlen);
     if (rc) return rc;
+    const int zero = 0;
+    if (!slots) { /* the one sequence of lz_llama_gpu_begin */
+        if (n != 1) { snprintf(err, errlen, "GPU: %d tokens for the one sequence (one a pass)", n); return -1; }
+        slots = &zero;
+    }
     Slot **ss = (Slot **)malloc((size_t)(n > 0 ? n : 1) * sizeof *ss);
     if (!ss) { snprintf(err, errlen, "out of memory"); return LZ_LLAMA_GPU_ENOMEM; }
     rc = batch_check(g, slots, n, NULL, NULL, ids, ss, err, errlen);
-    if (!rc && n > 1) rc = decode_batch(g, ss, ids, n, logits, err, errlen); /* 1 done, 0 not run */
+    if (!rc && n > 1) rc = decode_batch(g, ss, ids, n, logits, next, err, errlen); /* 1 done, 0 not run */
     if (rc == 0) /* one alone (its decode graph), or words that share no base: each slot by itself */
-        for (int i = 0; i < n && !rc; i++) rc = slot_step(g, ss[i], &ids[i], 1, logits ? logits[i] : NULL, err, errlen);
+        for (int i = 0; i < n && !rc; i++)
+            rc = slot_step(g, ss[i], &ids[i], 1, logits ? logits[i] : NULL, next ? next + 2 * i : NULL, err, errlen);
     free(ss);
     return rc < 0 ? rc : 0;
+}
+
+extern "C" int lz_llama_gpu_decode_many_rows(lz_llama_gpu *g, const int *slots, const int *ids, int n,
+                                             float *const *logits, char *err, size_t errlen)
+{
+    return lz_llama_gpu_decode_next(g, slots, ids, n, logits, NULL, err, errlen);
+}
+
+extern "C" int lz_llama_gpu_set_ban(lz_llama_gpu *g, const int *ids, int n, char *err, size_t errlen)
+{
+    if (n < 0 || n > LZ_ARGMAX_MAX_BAN) {
+        snprintf(err, errlen, "GPU: %d ids to mask for greedy tokens (at most %d)", n, LZ_ARGMAX_MAX_BAN);
+        return -1;
+    }
+    const int rc = ensure_query(g, err, errlen);
+    if (rc) return rc;
+    if (g->hban[0] == n && !memcmp(g->hban + 1, ids, (size_t)n * sizeof(int))) return 0; /* as it is */
+    g->hban[0] = n;
+    if (n) memcpy(g->hban + 1, ids, (size_t)n * sizeof(int));
+    /* in stream order: a pass before reads the old list, a pass after the new one */
+    CUDA_OK(cudaMemcpyAsync(g->dban, g->hban, (size_t)(1 + n) * sizeof(int), cudaMemcpyHostToDevice, g->st), "ban list");
+    return 0;
 }
 
 extern "C" int lz_llama_gpu_decode_many(lz_llama_gpu *g, const int *slots, const int *ids, int n, float *logits,
@@ -306,7 +352,7 @@ extern "C" int lz_llama_gpu_prefill_many(lz_llama_gpu *g, const int *slots, cons
     for (int i0 = 0, i1; !rc && i0 < n_seqs; i0 = i1) {
         int rows = 0;
         for (i1 = i0; i1 < n_seqs && rows + n[i1] <= g->max_tokens; i1++) rows += n[i1];
-        if (i1 - i0 == 1) rc = slot_step(g, ss[i0], ids[i0], n[i0], logits ? logits[i0] : NULL, err, errlen);
+        if (i1 - i0 == 1) rc = slot_step(g, ss[i0], ids[i0], n[i0], logits ? logits[i0] : NULL, NULL, err, errlen);
         else rc = prefill_batch(g, ss + i0, ids + i0, n + i0, i1 - i0, rows, logits ? logits + i0 : NULL, err, errlen);
     }
     free(ss);

@@ -332,7 +332,7 @@ lz_prefill_params step_params(const lz_llama_gpu *g, const Slot *s, int n)
 
 /* Enqueues one query step of n rows of slot s whose ids are in g->hids: every position and
  * length it needs is read from s->dn_own on the device, so the same work replays as a graph.
- * want: the last row's logits into g->hlogits. */
+ * want: the last row's logits into g->hlogits and its greedy tokens (lz_argmax) into g->hbnext. */
 static int step_body(lz_llama_gpu *g, Slot *s, int n, int want, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
@@ -375,12 +375,15 @@ static int step_body(lz_llama_gpu *g, Slot *s, int n, int want, char *err, size_
         }
         if (rc) return fail(err, errlen, "output head", rc);
         CUDA_OK(cudaMemcpyAsync(g->hlogits, g->logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, st), "logits");
+        if ((rc = lz_argmax(g->bnext, g->logits, 1, V, V, g->dban, st))) return fail(err, errlen, "greedy tokens", rc);
+        CUDA_OK(cudaMemcpyAsync(g->hbnext, g->bnext, 2 * sizeof(int), cudaMemcpyDeviceToHost, st), "greedy tokens");
     }
     return 0;
 }
 
-int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, char *err, size_t errlen)
+int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, int *next, char *err, size_t errlen)
 {
+    const int want = logits || next;
     const lz_llama_config *c = &g->cfg;
     const int V = c->vocab;
     if (!s->ready) { snprintf(err, errlen, "GPU: a step without a successful lz_llama_gpu_begin"); return -1; }
@@ -397,11 +400,11 @@ int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, ch
     memcpy(g->hids, ids, (size_t)n * sizeof(int));
     lz_prefill_params p = step_params(g, s, n);
     if (ensure_work(g, &p, err, errlen)) return -1;
-    if (n == 1 && logits && g->layer_wait) { /* the copies done before a capture (whose waits they are not) */
+    if (n == 1 && want && g->layer_wait) { /* the copies done before a capture (whose waits they are not) */
         CUDA_OK(cudaStreamWaitEvent(st, g->lev[c->n_layers - 1], 0), "waiting for the copies");
         g->layer_wait = 0;
     }
-    if (n == 1 && logits) { /* decode: one captured graph, replayed for every token of the answer */
+    if (n == 1 && want) { /* decode: one captured graph, replayed for every token of the answer */
         if (!s->decode) {
             cudaGraph_t graph;
             CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed), "graph capture");
@@ -414,7 +417,7 @@ int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, ch
             CUDA_OK(ie, "graph instantiation");
         }
         CUDA_OK(cudaGraphLaunch(s->decode, st), "graph launch");
-    } else if (step_body(g, s, n, logits != NULL, err, errlen)) {
+    } else if (step_body(g, s, n, want, err, errlen)) {
         return -1;
     }
     g->layer_wait = 0; /* the step waited for every layer's copies */
@@ -422,6 +425,7 @@ int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, ch
     CUDA_OK(cudaStreamSynchronize(st), "forward pass");
     s->n_own += n;
     if (logits) memcpy(logits, g->hlogits, (size_t)V * sizeof(float));
+    if (next) next[0] = g->hbnext[0], next[1] = g->hbnext[1];
     return 0;
 }
 
@@ -452,7 +456,7 @@ extern "C" int lz_llama_gpu_step_slot(lz_llama_gpu *g, int slot, const int *ids,
                                       size_t errlen)
 {
     Slot *s = slot_get(g, slot, err, errlen);
-    return s ? slot_step(g, s, ids, n, logits, err, errlen) : -1;
+    return s ? slot_step(g, s, ids, n, logits, NULL, err, errlen) : -1;
 }
 
 extern "C" int lz_llama_gpu_begin(lz_llama_gpu *g, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,

@@ -25,7 +25,7 @@ static size_t slots_bytes(const lz_llama_gpu *g, int n, int T)
     const lz_llama_config *c = &g->cfg;
     const size_t rows = (size_t)2 * c->n_layers * c->n_kv_heads * T * c->head_dim * sizeof(bf16);
     const size_t batch = n > 1 ? (size_t)gemm_rows(g, n) * c->vocab * 4 + (size_t)n * (c->dim * 4 + sizeof(BatchSeq)) : 0;
-    return (size_t)n * rows + batch + (size_t)n * sizeof(int);
+    return (size_t)n * rows + batch + (size_t)n * 3 * sizeof(int);
 }
 
 void graphs_drop(lz_llama_gpu *g)
@@ -61,6 +61,9 @@ void slots_free(lz_llama_gpu *g)
     cudaFree(g->blogits);
     if (g->hblogits) cudaFreeHost(g->hblogits);
     cudaFree(g->bwords);
+    cudaFree(g->bnext);
+    if (g->hbnext) cudaFreeHost(g->hbnext);
+    g->bnext = g->hbnext = NULL;
     g->own_all = NULL, g->dcount = NULL, g->bseq = g->hbseq = NULL, g->blast = g->blogits = g->hblogits = NULL;
     g->bwords = NULL, g->bwords_bytes = 0;
 }
@@ -74,7 +77,9 @@ static int slots_make(lz_llama_gpu *g, int n, int T, char *err, size_t errlen)
     g->slots = (Slot *)calloc((size_t)n, sizeof *g->slots);
     bool ok = g->slots != NULL && cudaMalloc((void **)&g->own_all, (size_t)n * 2 * per * sizeof(bf16)) == cudaSuccess &&
               cudaMalloc((void **)&g->dcount, (size_t)n * sizeof(int)) == cudaSuccess &&
-              cudaMemset(g->dcount, 0, (size_t)n * sizeof(int)) == cudaSuccess;
+              cudaMemset(g->dcount, 0, (size_t)n * sizeof(int)) == cudaSuccess &&
+              cudaMalloc((void **)&g->bnext, (size_t)n * 2 * sizeof(int)) == cudaSuccess &&
+              cudaMallocHost((void **)&g->hbnext, (size_t)n * 2 * sizeof(int)) == cudaSuccess;
     if (ok && n > 1) /* the batched passes' buffers */
         ok = cudaMalloc((void **)&g->bseq, (size_t)n * sizeof(BatchSeq)) == cudaSuccess &&
              cudaMallocHost((void **)&g->hbseq, (size_t)n * sizeof(BatchSeq)) == cudaSuccess &&

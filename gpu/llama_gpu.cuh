@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "kernels/lz_argmax.h"
 #include "kernels/lz_batch_ops.h"
 #include "kernels/lz_decode.h"
 #include "kernels/lz_prefill.h"
@@ -171,6 +172,8 @@ struct lz_llama_gpu {
     /* query side */
     bf16 *out_w;       /* (V, D) output head (the embedding when tied) */
     float *out_norm, *logits, *hlogits; /* (D), (V) device, (V) pinned */
+    int *dban;         /* (1 + LZ_ARGMAX_MAX_BAN) device: lz_argmax's ban list (count, ids) */
+    int hban[1 + LZ_ARGMAX_MAX_BAN]; /* what dban holds */
     bf16 *tk, *tv;     /* (KV, max_tokens, d) a step's own keys / values */
     /* the slots (gpu/llama_cuda_slots.cu): n_slots sequences of slot_tokens own rows each, their
      * rows in one allocation, their lengths side by side on the device; the batched passes'
@@ -183,6 +186,7 @@ struct lz_llama_gpu {
     uint64_t *bwords;    /* (L, B, KV, NB) words, then values' rows, then (L, B, KV) blocks in use */
     size_t bwords_bytes;
     float *blast, *blogits, *hblogits; /* (n_slots, D) last rows; (gemm rows of n_slots, V) device, (n_slots, V) pinned */
+    int *bnext, *hbnext; /* (n_slots, 2) greedy tokens of a pass's rows (lz_argmax), device / pinned */
     lzgpu::GpuDoc *docs;        /* resident segments; the keyed ones are those cache/'s policy admitted */
     int n_docs, cap_docs;
     size_t cache_bytes, used_bytes; /* budget and use of the keyed ones */
@@ -350,8 +354,9 @@ void graphs_drop(lz_llama_gpu *g);
 /* A question's begin in slot s (block: Block-Attention's copies, lz_llama_gpu_begin_block). 0 or -1. */
 int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
                int64_t pos0, int block, char *err, size_t errlen);
-/* n rows in slot s (a decode token by its captured graph); logits (V) of the last row, or NULL. 0 or -1. */
-int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, char *err, size_t errlen);
+/* n rows in slot s (a decode token by its captured graph); logits (V) of the last row, or NULL;
+ * next (2), or NULL: its greedy tokens (lz_llama_gpu_decode_next). 0 or -1. */
+int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, int *next, char *err, size_t errlen);
 /* The attention parameters of a query step of n rows in slot s (segments and lengths per layer set by the caller). */
 lz_prefill_params step_params(const lz_llama_gpu *g, const Slot *s, int n);
 /* The split-KV workspace lz_decode needs for p, grown (zero-filled; the slots' graphs dropped when it moves). 0 or -1. */

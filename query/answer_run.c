@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/half.h"
 #include "base/sha256.h"
+#include "kernels/lz_argmax.h"
 #include "model/prompt.h"
 #include "query/doc_tiers.h"
 #include "query/session_priv.h"
@@ -33,7 +34,8 @@ struct lz_query_run {
     int *qids, n_q;             /* the question's tokens */
     int prev;                   /* the last token (its piece depends on it) */
     int pending;                /* the token sampled and not yet stepped, -1 none */
-    int ready;                  /* logits ready for next */
+    int ready;                  /* logits (or next_greedy) ready for next */
+    int next_greedy;            /* >= 0: the greedy token the backend chose (decode_next), logits unread */
     int done, failed, settled;
     int plain;                  /* plain prompt: the answer ends at its first line break */
     int *eog, n_eog;            /* ignore_eos: the end-of-generation ids, masked before sampling */
@@ -249,6 +251,7 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     if (!run) { snprintf(err, errlen, "out of memory"); return LZ_QUERY_ENOMEM; }
     run->q = q;
     run->pending = -1;
+    run->next_greedy = -1;
     run->slot = -1;
     lz_query_result *r = &run->r;
     run->max_new = ro ? ro->max_new_tokens : q->o.max_new_tokens;
@@ -589,8 +592,12 @@ int lz_query_run_next(lz_query_run *run, const char **piece, int *len)
     lz_query_result *r = &run->r;
     run->ready = 0;
     if (r->n_answer >= run->max_new) { run->done = 1; return 0; }
-    for (int i = 0; i < run->n_eog; i++) run->logits[run->eog[i]] = -INFINITY; /* ignore_eos */
-    const int next = lz_sample(run->sampler, run->logits);
+    int next = run->next_greedy;
+    run->next_greedy = -1;
+    if (next < 0) {
+        for (int i = 0; i < run->n_eog; i++) run->logits[run->eog[i]] = -INFINITY; /* ignore_eos */
+        next = lz_sample(run->sampler, run->logits);
+    }
     if (lz_tokenizer_is_eog(q->m->tok, next)) { run->done = 1; return 0; }
     int pl = lz_tokenizer_piece(q->m->tok, run->prev, next, run->piece, sizeof run->piece);
     if (pl > (int)sizeof run->piece) pl = (int)sizeof run->piece;
@@ -626,6 +633,40 @@ void lz_query_run_stop(lz_query_run *run)
     run->done = 1;
 }
 
+/* A decode pass of runs[0..n) (each a slot of its own, or the one sequence: n 1) by the backend's
+ * decode_next: a greedy run (temperature 0; ignore_eos with at most LZ_ARGMAX_MAX_BAN ids, the
+ * runs' ban lists alike) takes its greedy token from there and moves no logits, the others get
+ * their logits. 0 or the hook's status. */
+static int step_next(lz_query_run *const *runs, int n, char *err, size_t errlen)
+{
+    const lz_query_backend *be = runs[0]->be;
+    int *slots = malloc((size_t)n * sizeof *slots), *ids = malloc((size_t)n * sizeof *ids);
+    int *next = malloc((size_t)n * 2 * sizeof *next), *greedy = malloc((size_t)n * sizeof *greedy);
+    float **logits = malloc((size_t)n * sizeof *logits);
+    int rc = LZ_QUERY_ENOMEM;
+    const int *ban = NULL;
+    int n_ban = 0;
+    if (!slots || !ids || !next || !greedy || !logits) { snprintf(err, errlen, "out of memory"); goto done; }
+    for (int i = 0; i < n; i++) /* the ban list: the first masking run's */
+        if (runs[i]->n_eog > 0 && runs[i]->n_eog <= LZ_ARGMAX_MAX_BAN) { ban = runs[i]->eog, n_ban = runs[i]->n_eog; break; }
+    for (int i = 0; i < n; i++) {
+        const lz_query_run *r = runs[i];
+        const int same = !r->n_eog || (r->n_eog == n_ban && !memcmp(r->eog, ban, (size_t)n_ban * sizeof *ban));
+        greedy[i] = r->sampler->temperature == 0 && same;
+        slots[i] = r->slot, ids[i] = r->pending, logits[i] = greedy[i] ? NULL : r->logits;
+    }
+    rc = be->decode_next(be->ctx, runs[0]->slot >= 0 ? slots : NULL, ids, n, logits, next, ban, n_ban, err, errlen);
+    for (int i = 0; !rc && i < n; i++)
+        if (greedy[i]) runs[i]->next_greedy = next[2 * i + (runs[i]->n_eog > 0)];
+done:
+    free(slots);
+    free(ids);
+    free(next);
+    free(greedy);
+    free(logits);
+    return rc;
+}
+
 int lz_query_run_step(lz_query_session *q, lz_query_run *const *runs, int n, char *err, size_t errlen)
 {
     if (n <= 0) return 0;
@@ -634,7 +675,10 @@ int lz_query_run_step(lz_query_session *q, lz_query_run *const *runs, int n, cha
             snprintf(err, errlen, "an answer with no token to step (ended, or not sampled)");
             return -1;
         }
-    if (runs[0]->be && runs[0]->slot >= 0) { /* every run a sequence of its own there: one batched pass */
+    if (runs[0]->be && runs[0]->be->decode_next && (runs[0]->slot >= 0 || n == 1)) {
+        const int brc = step_next(runs, n, err, errlen); /* the greedy ones choose on the backend */
+        if (brc) return runs_failed(runs, n, brc);
+    } else if (runs[0]->be && runs[0]->slot >= 0) { /* every run a sequence of its own there: one batched pass */
         const lz_query_backend *be = runs[0]->be;
         int *slots = malloc((size_t)n * sizeof *slots), *ids = malloc((size_t)n * sizeof *ids);
         float **logits = malloc((size_t)n * sizeof *logits);

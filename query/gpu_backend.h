@@ -88,6 +88,13 @@ static inline int lz_query_gpu_decode_many(void *ctx, const int *slots, const in
     return lz_query_gpu_status(
         lz_llama_gpu_decode_many_rows((lz_llama_gpu *)ctx, slots, ids, n, logits, err, errlen));
 }
+static inline int lz_query_gpu_decode_next(void *ctx, const int *slots, const int *ids, int n, float *const *logits,
+                                           int *next, const int *ban, int n_ban, char *err, size_t errlen)
+{
+    lz_llama_gpu *g = (lz_llama_gpu *)ctx;
+    const int rc = lz_llama_gpu_set_ban(g, ban, n_ban, err, errlen); /* a no-op when it is the same list */
+    return lz_query_gpu_status(rc ? rc : lz_llama_gpu_decode_next(g, slots, ids, n, logits, next, err, errlen));
+}
 static inline int lz_query_gpu_fits(void *ctx, int64_t doc_tokens) { return lz_llama_gpu_fits((const lz_llama_gpu *)ctx, doc_tokens); }
 
 /* The backend of engine g (every hook set; its slots as lz_llama_gpu_set_slots made them: one
@@ -104,6 +111,7 @@ static inline lz_query_backend lz_query_gpu_backend(lz_llama_gpu *g)
                           .step_in = lz_query_gpu_step_in, .keep_own_in = lz_query_gpu_keep_own_in,
                           .release = lz_query_gpu_release, .prefill_many = lz_query_gpu_prefill_many,
                           .decode_many = lz_query_gpu_decode_many, .fits = lz_query_gpu_fits,
+                          .decode_next = lz_query_gpu_decode_next,
                           .reads_fp8 = 1};
     return b;
 }

@@ -127,6 +127,13 @@ typedef struct {
     int (*decode_many)(void *ctx, const int *slots, const int *ids, int n, float *const *logits, char *err,
                        size_t errlen);
     int (*fits)(void *ctx, int64_t doc_tokens);
+    /* optional: a decode pass (decode_many over slots, or slots NULL: step of one token of the
+     * one sequence) that also hands back each row's greedy tokens where its logits are:
+     * next[2i] = lz_sample_argmax of row i's logits, next[2i + 1] the same with ban[0..n_ban)
+     * at -inf (n_ban <= LZ_ARGMAX_MAX_BAN, kernels/lz_argmax.h); logits[i] NULL: row i's logits
+     * are not wanted (none move). The session asks it for the answers that sample greedily. */
+    int (*decode_next)(void *ctx, const int *slots, const int *ids, int n, float *const *logits, int *next,
+                       const int *ban, int n_ban, char *err, size_t errlen);
     /* 1: begin and preload read fp8 segments (lz_kv_segment.k8; the GPU's kernels dequantise in
      * registers), so the host tier keeps an fp8 store's documents as stored: half the bytes of
      * bf16 to hold and to copy (as without a backend: the CPU engine reads fp8 too). 0: they are

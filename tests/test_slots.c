@@ -16,9 +16,14 @@
  * runs and is begun again when that one ends (no request overtakes it), and
  * fails with a clear message when nothing else runs; that decision is by the
  * status (LZ_QUERY_ENOMEM, whatever the message says; -1 fails even when the
- * message says "out of memory"), which the run API passes on unchanged. */
+ * message says "out of memory"), which the run API passes on unchanged. And
+ * decode_next (greedy tokens chosen where the logits are, lz_argmax_ref here):
+ * answers greedy, greedy with ignore_eos and sampled, batched and of the one
+ * sequence, equal those of the same backend without the hook, the greedy rows
+ * asking for no logits and the sampled ones for theirs. */
 #include <time.h>
 
+#include "kernels/lz_argmax.h"
 #include "query/answer_run.h"
 #include "query/retrieve.h"
 #include "query/session.h"
@@ -57,6 +62,7 @@ typedef struct {
     const char *fail_msg;          /* with this message */
     int fail_prefill;              /* the prefill_many call of that number fails with fail_rc (0: none) */
     int64_t begun_tokens[64];      /* the documents' tokens of each begin that succeeded, in order */
+    int next_calls, next_greedy_rows, next_logit_rows; /* decode_next: passes, rows without and with logits */
     int n_begun;
 } slots_backend;
 
@@ -164,6 +170,37 @@ static int sb_decode_many(void *ctx, const int *slots, const int *ids, int n, fl
     return sb_batch(f, slots, rows, ones, n, logits, err, errlen);
 }
 
+/* decode_next: the pass on the CPU, every row's logits (its own buffer when not wanted), then
+ * each row's greedy tokens by lz_argmax_ref; slots NULL: the one sequence (slot 0). */
+static int sb_decode_next(void *ctx, const int *slots, const int *ids, int n, float *const *logits, int *next,
+                          const int *ban, int n_ban, char *err, size_t errlen)
+{
+    slots_backend *f = ctx;
+    const int zero = 0, V = f->m->cfg.vocab;
+    int list[1 + LZ_ARGMAX_MAX_BAN];
+    if (n < 1 || n > SLOTS || n_ban < 0 || n_ban > LZ_ARGMAX_MAX_BAN || (!slots && n != 1)) {
+        f->bad++;
+        snprintf(err, errlen, "fake: decode_next of %d rows, %d banned", n, n_ban);
+        return -1;
+    }
+    list[0] = n_ban;
+    if (n_ban) memcpy(list + 1, ban, (size_t)n_ban * sizeof *ban);
+    float *own = malloc((size_t)n * V * sizeof *own), *rows[SLOTS];
+    if (!own) { snprintf(err, errlen, "out of memory"); return LZ_QUERY_ENOMEM; }
+    f->next_calls++;
+    for (int i = 0; i < n; i++) {
+        rows[i] = logits[i] ? logits[i] : own + (size_t)i * V;
+        f->next_greedy_rows += !logits[i];
+        f->next_logit_rows += logits[i] != NULL;
+    }
+    int rc;
+    if (slots) rc = sb_decode_many(ctx, slots, ids, n, rows, err, errlen);
+    else rc = sb_step_in(ctx, zero, ids, 1, rows[0], err, errlen);
+    for (int i = 0; !rc && i < n; i++) lz_argmax_ref(next + 2 * i, rows[i], 1, V, (size_t)V, list, NULL);
+    free(own);
+    return rc;
+}
+
 static int sb_fits(void *ctx, int64_t doc_tokens)
 {
     slots_backend *f = ctx;
@@ -207,11 +244,14 @@ static void sb_free(slots_backend *f)
 static lz_query_backend sb_backend(slots_backend *f, int slotted)
 {
     lz_query_backend b = {.ctx = f, .begin = sb_begin, .step = sb_step};
-    if (slotted)
+    if (slotted == 2) /* the one sequence, with decode_next */
+        b.decode_next = sb_decode_next;
+    else if (slotted)
         b = (lz_query_backend){.ctx = f, .begin = sb_begin, .step = sb_step, .n_slots = f->n_slots,
                                .seq_tokens = f->seq_tokens, .idle_slot = sb_idle, .begin_in = sb_begin_in,
                                .step_in = sb_step_in, .release = sb_release, .prefill_many = sb_prefill_many,
                                .decode_many = sb_decode_many, .fits = sb_fits};
+    if (slotted == 3) b.decode_next = sb_decode_next; /* slots, with decode_next */
     return b;
 }
 
@@ -648,6 +688,94 @@ static void test_retry_by_status(void)
     sb_free(&fs);
 }
 
+/* Questions i0..i1-1 started on q with settings ro[i % n_ro] and stepped together (one pass a
+ * step) to the end: their answers in out[i], each malloc'd. */
+static void answers_run(lz_query_session *q, int i0, int i1, const lz_query_run_opts *ro, int n_ro, char **out)
+{
+    lz_query_run *r[NQ] = {0}, *live[NQ];
+    char err[512];
+    for (int i = i0; i < i1; i++) {
+        lz_query_doc *docs;
+        int nd;
+        out[i] = NULL;
+        if (lz_retrieve_resolve_ids(store, (const char *const *)ctx_ids[i], n_ctx[i], &docs, &nd, err, sizeof err) ||
+            lz_query_run_start(q, questions[i], docs, nd, &ro[i % n_ro], &r[i], err, sizeof err))
+            CHECK(0, "question %d: %s", i, err);
+        free(docs);
+    }
+    for (;;) {
+        int m = 0;
+        for (int i = i0; i < i1; i++) {
+            if (!r[i] || lz_query_run_done(r[i])) continue;
+            const char *p;
+            int pl;
+            lz_query_run_next(r[i], &p, &pl);
+            if (!lz_query_run_done(r[i])) live[m++] = r[i];
+        }
+        if (!m) break;
+        if (lz_query_run_step(q, live, m, err, sizeof err)) {
+            CHECK(0, "step: %s", err);
+            return;
+        }
+    }
+    for (int i = i0; i < i1; i++) {
+        if (!r[i]) { out[i] = strdup(""); continue; }
+        lz_query_result res;
+        lz_query_run_finish(r[i], &res);
+        out[i] = strdup(res.answer ? res.answer : "");
+        lz_query_result_free(&res);
+    }
+}
+
+/* Questions 0..n-1 as answers_run says, all at once (a backend of slots) or one after another
+ * (one_by_one: the backend of one sequence) */
+static void answers_of(lz_query_session *q, int n, const lz_query_run_opts *ro, int n_ro, int one_by_one, char **out)
+{
+    if (!one_by_one) answers_run(q, 0, n, ro, n_ro, out);
+    for (int i = 0; one_by_one && i < n; i++) answers_run(q, i, i + 1, ro, n_ro, out);
+}
+
+/* decode_next: the same answers as without it, batched on slots and on the one sequence, for
+ * greedy, greedy with ignore_eos (the ban list) and sampled settings; greedy rows move no logits,
+ * sampled rows get theirs. */
+static void test_greedy_on_backend(void)
+{
+    enum { N = SLOTS };
+    const lz_query_run_opts ro[4] = {{.max_new_tokens = 12, .top_p = 1.0f, .seed = 7},
+                                     {.max_new_tokens = 20, .top_p = 1.0f, .seed = 7, .ignore_eos = 1},
+                                     {.max_new_tokens = 12, .temperature = 0.8f, .top_p = 1.0f, .seed = 3},
+                                     {.max_new_tokens = 12, .temperature = 0.7f, .top_p = 0.9f, .seed = 5, .ignore_eos = 1}};
+    for (int one = 0; one < 2; one++) {
+        slots_backend fa, fb;
+        if (sb_init(&fa, 1024) || sb_init(&fb, 1024)) { CHECK(0, "backends"); return; }
+        const lz_query_backend ba = sb_backend(&fa, one ? 0 : 1), bb = sb_backend(&fb, one ? 2 : 3);
+        lz_query_session *qa = lz_test_open_session(model, store, 48, &ba), *qb = lz_test_open_session(model, store, 48, &bb);
+        if (!qa || !qb) return;
+        char *want[N], *got[N];
+        answers_of(qa, N, ro, 4, one, want);
+        answers_of(qb, N, ro, 4, one, got);
+        int same = 0;
+        for (int i = 0; i < N; i++) {
+            same += !strcmp(want[i], got[i]);
+            CHECK(!strcmp(want[i], got[i]), "%s, question %d (settings %d): with decode_next '%s', without '%s'",
+                  one ? "one sequence" : "slots", i, i % 4, got[i], want[i]);
+            free(want[i]), free(got[i]);
+        }
+        printf("decode_next (%s): %d of %d answers equal those without it; %d passes, %d greedy rows (no logits), %d "
+               "sampled rows\n", one ? "one sequence" : "slots", same, N, fb.next_calls, fb.next_greedy_rows,
+               fb.next_logit_rows);
+        CHECK(fa.next_calls == 0 && fb.next_calls > 0 && fb.decode_calls == (one ? 0 : fb.next_calls),
+              "the hook ran every decode pass (%d, %d of %d)", fa.next_calls, fb.next_calls, fb.decode_calls);
+        CHECK(fb.next_greedy_rows > 0 && fb.next_logit_rows > 0, "greedy rows without logits (%d), sampled with (%d)",
+              fb.next_greedy_rows, fb.next_logit_rows);
+        CHECK(fb.bad == 0 && fa.bad == 0, "no bad calls (%d, %d)", fa.bad, fb.bad);
+        lz_query_session_free(qa);
+        lz_query_session_free(qb);
+        sb_free(&fa);
+        sb_free(&fb);
+    }
+}
+
 int main(void)
 {
     if (!lz_test_demo_setup(dir, NQ, questions, ctx_ids, n_ctx, &model, &store)) return lz_test_done();
@@ -656,6 +784,7 @@ int main(void)
     test_memory_retry();
     test_status_passed_on();
     test_retry_by_status();
+    test_greedy_on_backend();
     lz_test_demo_teardown(dir, NQ, questions, ctx_ids, n_ctx, model, store);
     return lz_test_done();
 }

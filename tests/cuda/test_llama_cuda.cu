@@ -35,6 +35,7 @@
 #include "base/half.h"
 #include "model/llama.h"
 #include "gpu/llama_cuda.h"
+#include "kernels/lz_argmax.h"
 #include "base/env.h"
 #include "model/mkmodel.h"
 #include "tests/test.h"
@@ -929,6 +930,13 @@ static double max_abs(const float *a, const float *b, int n)
     return m;
 }
 
+static int argmax_int(const int *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
 static double top_gap(const float *x, int n)
 {
     const int b = argmax(x, n);
@@ -945,7 +953,10 @@ static double top_gap(const float *x, int n)
  * (normalised error <= 3e-2 at every step, as GPU against CPU), and each step's greedy token the
  * serial one except where the serial logits' top two are closer than twice the largest logit
  * difference (a tie the products' order can break; counted, reported). A pass of one sequence
- * (prefill or decode) is the serial path: the same bits. Bad calls fail. */
+ * (prefill or decode) is the serial path: the same bits. The passes run by decode_next: each
+ * row's greedy tokens are the argmax of the logits it returned, with and without a ban list of
+ * the serial runs' commonest tokens; on the serial engine a pass asking no logits gives the
+ * serial run's tokens. Bad calls fail. */
 static void test_slots(const char *dir)
 {
     char path[600], err[512];
@@ -985,6 +996,43 @@ static void test_slots(const char *dir)
         }
     }
     if (!gr || !gb) { lz_llama_gpu_free(gr); lz_llama_gpu_free(gb); lz_llama_free(m); return; }
+    /* the ban list: the serial runs' three commonest greedy tokens */
+    int ban[3], n_ban = 0, nx[8], greedy_ok = 0, greedy_n = 0;
+    {
+        int *count = (int *)calloc((size_t)vocab, sizeof(int));
+        for (int i = 0; i < NS; i++)
+            for (int t = 0; t < steps[i]; t++) count[tok[i][t]]++;
+        for (; n_ban < 3; n_ban++) {
+            ban[n_ban] = argmax_int(count, vocab);
+            count[ban[n_ban]] = -1;
+        }
+        free(count);
+    }
+    CHECK(lz_llama_gpu_set_ban(gb, ban, n_ban, err, sizeof err) == 0, "set_ban: %s", err);
+    {
+        int many[LZ_ARGMAX_MAX_BAN + 1] = {0};
+        CHECK(lz_llama_gpu_set_ban(gb, many, LZ_ARGMAX_MAX_BAN + 1, err, sizeof err) != 0 && strstr(err, "at most"),
+              "a ban list past the bound: %s", err);
+    }
+    /* the serial engine again, sequence 0: passes that ask no logits choose the serial tokens */
+    CHECK(lz_llama_gpu_set_ban(gr, ban, n_ban, err, sizeof err) == 0 &&
+              lz_llama_gpu_begin(gr, segs[0], keys[0], nd[0], pos[0], err, sizeof err) == 0 &&
+              lz_llama_gpu_step(gr, qids[0], nq[0], NULL, err, sizeof err) == 0,
+          "serial again: %s", err);
+    {
+        float *none[1] = {NULL}, *masked = (float *)malloc((size_t)vocab * 4);
+        int same = 1, same_ban = 1;
+        for (int t = 0; t + 1 < steps[0]; t++) {
+            CHECK(lz_llama_gpu_decode_next(gr, NULL, &tok[0][t], 1, none, nx, err, sizeof err) == 0, "decode_next: %s", err);
+            memcpy(masked, ref[0] + (size_t)(t + 1) * vocab, (size_t)vocab * 4);
+            for (int b = 0; b < n_ban; b++) masked[ban[b]] = -INFINITY;
+            same &= nx[0] == tok[0][t + 1];
+            same_ban &= nx[1] == argmax(masked, vocab);
+        }
+        CHECK(same && same_ban, "the serial engine's greedy tokens without logits: as the serial run (%d), banned (%d)",
+              same, same_ban);
+        free(masked);
+    }
     CHECK(lz_llama_gpu_slots(gb) == 1 && lz_llama_gpu_set_slots(gb, 1 << 20, N, err, sizeof err) != 0 &&
               strstr(err, "fit"),
           "a million slots accepted: %s", err);
@@ -1029,7 +1077,20 @@ static void test_slots(const char *dir)
         for (int i = 0; i < NS; i++)
             if (slot_of[i] >= 0 && at[i] < steps[i]) ds[n] = i, dslot[n] = slot_of[i], dtok[n] = tok[i][at[i]], n++;
         if (n) {
-            CHECK(lz_llama_gpu_decode_many(gb, dslot, dtok, n, lg, err, sizeof err) == 0, "decode_many (%d): %s", n, err);
+            float *rows[4];
+            for (int j = 0; j < n; j++) rows[j] = lg + (size_t)j * vocab;
+            CHECK(lz_llama_gpu_decode_next(gb, dslot, dtok, n, rows, nx, err, sizeof err) == 0, "decode_next (%d): %s", n,
+                  err);
+            for (int j = 0; j < n; j++) { /* its greedy tokens: the argmax of the logits it returned, unmasked and masked */
+                float *row = rows[j];
+                const int all = argmax(row, vocab);
+                float keep[3];
+                for (int b = 0; b < n_ban; b++) keep[b] = row[ban[b]], row[ban[b]] = -INFINITY;
+                const int kept = argmax(row, vocab);
+                for (int b = 0; b < n_ban; b++) row[ban[b]] = keep[b];
+                greedy_ok += nx[2 * j] == all && nx[2 * j + 1] == kept;
+                greedy_n++;
+            }
             passes++;
             multi += n > 1;
             for (int j = 0; j < n; j++) {
@@ -1062,6 +1123,8 @@ static void test_slots(const char *dir)
     CHECK(worst <= 3e-2, "batched against alone: logits normalised error %.3g", worst);
     CHECK(flips == 0, "batched greedy tokens: %d differ from the serial ones outside near-ties", flips);
     CHECK(multi > 0 && exact1 > 0, "passes of several (%d) and of one (%d bit for bit)", multi, exact1);
+    CHECK(greedy_n > 0 && greedy_ok == greedy_n, "decode_next's greedy tokens = the argmax of its logits: %d of %d rows",
+          greedy_ok, greedy_n);
     printf("slots: %d questions over 4 slots (joining, leaving, a slot reused), %d decode passes (%d batched): logits "
            "normalised error against each alone %.2e, greedy tokens equal (%d near-ties), %d passes of one bit for bit\n",
            NS, passes, multi, worst, ties, exact1);

@@ -3,7 +3,9 @@
  * (embedding, transpose, the own sequence's bookkeeping), within two bf16
  * ulps where the kernel rounds fp32 math to bf16 (rmsnorm, rotary, silu),
  * 1e-5 relative for the fp32 window queries; outputs poisoned first. And
- * kernels/lz_kvmass.cu (KV eviction's attention masses) against its reference.
+ * kernels/lz_kvmass.cu (KV eviction's attention masses) against its reference,
+ * and kernels/lz_argmax.cu (greedy tokens on the device) against its reference
+ * and lz_sample_argmax, exactly, on rows with ties, NaN, -inf and banned ids.
  * Usage: test_ops (on the GPU machine) */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -11,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/lz_argmax.h"
 #include "kernels/lz_batch_ops.h"
 #include "kernels/lz_decode.h"
 #include "kernels/lz_fp8_quant.h"
@@ -18,6 +21,9 @@
 #include "kernels/lz_ops.h"
 #include "base/half.h"
 #include "base/rope.h"
+extern "C" {
+#include "model/sampler.h" /* plain C, no guards of its own */
+}
 #include "tests/cuda/cuda_check.h"
 #include "tests/test.h"
 
@@ -445,8 +451,54 @@ static void test_batch_ops(int B, int L, int H, int KV, int d, int layout)
     free(w), free(v), free(nn), free(q), free(inv), free(qh_ref);
 }
 
+/* lz_argmax: rows of V logits ld apart, some drawn from few values (ties), some with NaN,
+ * -inf or a banned maximum, the first column NaN or banned in some; exact against the
+ * reference, and the reference against lz_sample_argmax over the masked row */
+static void test_argmax(int rows, int V, int ld, int n_ban)
+{
+    float *l = (float *)malloc((size_t)rows * ld * sizeof(float));
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < ld; j++) {
+            float *x = &l[(size_t)i * ld + j];
+            *x = i % 3 == 1 ? (float)(int)(urand() * 4) : urand() * 20.f - 10.f; /* row 1 mod 3: ties */
+            if (i % 4 == 2 && urand() < 0.05f) *x = NAN;
+            if (i % 5 == 3 && urand() < 0.05f) *x = -INFINITY;
+        }
+    int ban[1 + LZ_ARGMAX_MAX_BAN];
+    ban[0] = n_ban;
+    for (int b = 1; b <= n_ban; b++) ban[b] = b == 1 ? 0 : (int)(urand() * V);
+    if (n_ban > 1 && rows > 0) l[ban[2]] = 1e30f; /* row 0's maximum is banned */
+    if (rows > 1) l[ld] = NAN;                    /* row 1 starts with a NaN */
+    if (rows > 2) l[2 * (size_t)ld] = 1e30f;      /* row 2's first column wins, unless banned */
+    int *ref = (int *)malloc(2 * (size_t)rows * sizeof(int)), *d_next = dev<int>(NULL, 2 * (size_t)rows);
+    const float *dl = dev(l, (size_t)rows * ld);
+    const int *dban = dev(ban, 1 + (size_t)n_ban);
+    CHECK(lz_argmax(d_next, dl, rows, V, ld, n_ban ? dban : NULL, NULL) == 0, "argmax launch");
+    lz_argmax_ref(ref, l, rows, V, ld, n_ban ? ban : NULL, NULL);
+    int *got = back(d_next, 2 * (size_t)rows), same = !memcmp(got, ref, 2 * (size_t)rows * sizeof(int)), seq = 1;
+    float *row = (float *)malloc((size_t)V * sizeof(float));
+    for (int i = 0; i < rows; i++) {
+        memcpy(row, l + (size_t)i * ld, (size_t)V * sizeof(float));
+        seq &= lz_sample_argmax(row, V) == ref[2 * i];
+        for (int b = 1; b <= n_ban; b++)
+            if (ban[b] < V) row[ban[b]] = -INFINITY;
+        seq &= lz_sample_argmax(row, V) == ref[2 * i + 1];
+    }
+    CHECK(same, "argmax rows %d V %d ld %d ban %d: the kernel = its reference", rows, V, ld, n_ban);
+    CHECK(seq, "argmax rows %d V %d ban %d: the reference = lz_sample_argmax over the (masked) rows", rows, V, n_ban);
+    CK(cudaFree((void *)dl));
+    CK(cudaFree((void *)dban));
+    CK(cudaFree(d_next));
+    free(l), free(ref), free(got), free(row);
+}
+
 int main(void)
 {
+    test_argmax(37, 128256, 128256, 3); /* Llama 3's vocabulary, its three end-of-generation ids */
+    test_argmax(5, 1000, 1003, 0);
+    test_argmax(6, 1, 1, 1);
+    test_argmax(9, 5000, 5000, LZ_ARGMAX_MAX_BAN);
+    CHECK(lz_argmax(NULL, NULL, 1, 10, 9, NULL, NULL) == LZ_ARGMAX_EINVAL, "argmax: ld < V refused");
     test_batch_ops(5, 3, 32, 8, 128, LZ_ROPE_HALF);
     test_batch_ops(2, 2, 8, 8, 64, LZ_ROPE_ADJACENT);
     test_fp8_quant(256, 160 * 128); /* an 8B model's 160-token document: (layer, kv head) groups */
@@ -457,6 +509,8 @@ int main(void)
     test_shapes(37, 256, 8, 2, 128, LZ_ROPE_HALF);
     test_shapes(300, 1536, 12, 4, 128, LZ_ROPE_ADJACENT);
     test_shapes(129, 4096, 32, 8, 128, LZ_ROPE_HALF);
+    test_shapes(9, 6000, 8, 8, 64, LZ_ROPE_ADJACENT);  /* rmsnorm: 32 values a thread in registers */
+    test_shapes(3, 10000, 8, 2, 64, LZ_ROPE_HALF);     /* rmsnorm: past 8,192, the loop */
     test_kvmass(2, 32, 8, 128, 21, 160, 32, 0);  /* Llama-3-8B's heads, a window of 32 */
     test_kvmass(3, 8, 8, 64, 0, 45, 45, 45);     /* no prefix, the self window (w = m = n) */
     test_kvmass(2, 8, 1, 64, 5, 300, 70, 0);     /* G = 8, rows past a warp */
