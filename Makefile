@@ -219,6 +219,9 @@ $(LZK_DIR)/test_gemv: tests/cuda/test_gemv.cu $(LZK_OBJS) tests/test.h tests/cud
 $(LZK_DIR)/cublas_shapes: bench/kernels/cublas_shapes.cu
 	$(NVCC) $(LZK_NVFLAGS) $< -lcublas -o $@
 
+$(LZK_DIR)/argmax_rows: bench/kernels/argmax_rows.cu $(LZK_OBJS) $(BUILD)/obj/model/sampler.o
+	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) $(BUILD)/obj/model/sampler.o -lm -o $@
+
 # Registers, stack frame and spills of every kernel, demangled, from ptxas -v.
 $(LZK_DIR)/ptxas.txt: $(LZK_OBJS)
 	@cat $(LZK_DIR)/obj/kernels/*.o.ptxas | grep -E "Compiling entry|registers|spill" | \
@@ -234,7 +237,7 @@ cuda:
 	@$(MAKE) --no-print-directory $(LZK_DIR)/kernels_check $(LZK_DIR)/ptxas.txt \
 	  $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/test_llama_fp8 $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/lazyserve $(LZK_DIR)/lazyeval $(LZK_DIR)/test_ops \
 	  $(LZK_DIR)/test_gemv $(LZK_DIR)/bench_serve $(LZK_DIR)/lazy-mkmodel $(LZK_DIR)/lib/.done \
-	  $(LZK_DIR)/cublas_shapes
+	  $(LZK_DIR)/cublas_shapes $(LZK_DIR)/argmax_rows
 
 # ---- fuzzing: 'make fuzz' runs every libFuzzer target of fuzz/ for FUZZ_SECONDS, 'make fuzz-ci' briefly ----
 # The library is compiled again with clang, ASan + UBSan and libFuzzer's coverage into build/fuzz;

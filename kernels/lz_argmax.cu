@@ -1,10 +1,14 @@
-/* lz_argmax.cu - lz_argmax (lz_argmax.h): one block of 1,024 threads a row.
- * Each thread scans the columns t, t + 1024, ... keeping its best value and
- * the first column holding it, for the whole row and for the row with the
- * ban list masked (the list looked up only for a column that would win: a
- * few times a thread); the warps, then the block, keep the larger value and,
- * on a tie, the smaller column, which is the sequential scan's first index.
- * A NaN never wins; one at column 0 is the answer, as in lz_sample_argmax. */
+/* lz_argmax.cu - lz_argmax (lz_argmax.h): one block of 1,024 threads a row,
+ * two branch-free passes over it: the largest value M (fmaxf, which passes
+ * over NaN), then the first column holding M (a NaN equals nothing), each
+ * thread over the columns t, t + 1024, ... (float4s when the rows are 16-byte
+ * aligned, four loads in flight), then the block. The masked answer is the
+ * same column when that column is not banned and M is above -inf (a banned
+ * column only goes down to -inf); else (rare) a third pass finds it the slow
+ * way, keeping the best unbanned value and its first column. A NaN at column
+ * 0 is the answer, as in lz_sample_argmax. A scan that compared and selected
+ * at every value ran at 10 GB/s a block (52 us a row of 128,256 on an H200,
+ * bench/kernels/argmax_rows.cu), issue-bound on its branches. */
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <math.h>
@@ -50,35 +54,101 @@ __device__ __forceinline__ Best block_best(Best b, Best *part)
     return r;
 }
 
+/* f(v, j) for every column j of row (float4s when aligned, U loads in flight) */
+template <class F> __device__ __forceinline__ void each_column(const float *row, int V, size_t ld, F f)
+{
+    int j0 = 0; /* the columns before j0 were taken as float4s */
+    if (ld % 4 == 0 && ((size_t)row & 15) == 0) {
+        constexpr int U = 4;
+        const float4 *r4 = reinterpret_cast<const float4 *>(row);
+        const int V4 = V / 4;
+        for (int c0 = threadIdx.x; c0 < V4; c0 += THREADS * U) {
+            float4 x[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * THREADS;
+                if (c < V4) x[u] = r4[c];
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * THREADS, j = 4 * c;
+                if (c < V4) f(x[u].x, j), f(x[u].y, j + 1), f(x[u].z, j + 2), f(x[u].w, j + 3);
+            }
+        }
+        j0 = V4 * 4;
+    }
+    for (int j = j0 + threadIdx.x; j < V; j += THREADS) f(row[j], j);
+}
+
+__device__ __forceinline__ float block_max(float v, float *part)
+{
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : NAN;
+        for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (threadIdx.x == 0) part[0] = v;
+    }
+    __syncthreads();
+    const float r = part[0];
+    __syncthreads(); /* part is reused */
+    return r;
+}
+
+__device__ __forceinline__ int block_min(int v, int *part)
+{
+    for (int o = 16; o; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : INT_MAX;
+        for (int o = 16; o; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (threadIdx.x == 0) part[0] = v;
+    }
+    __syncthreads();
+    const int r = part[0];
+    __syncthreads();
+    return r;
+}
+
 __global__ void __launch_bounds__(THREADS) argmax_kernel(int *next, const float *logits, int V, size_t ld, const int *ban)
 {
     __shared__ int banned[LZ_ARGMAX_MAX_BAN];
-    __shared__ int n_ban;
+    __shared__ int n_ban_s;
+    __shared__ float fpart[32];
+    __shared__ int ipart[32];
     __shared__ Best part[32];
-    if (threadIdx.x == 0) n_ban = ban ? min(max(ban[0], 0), LZ_ARGMAX_MAX_BAN) : 0;
+    if (threadIdx.x == 0) n_ban_s = ban ? min(max(ban[0], 0), LZ_ARGMAX_MAX_BAN) : 0;
     __syncthreads();
+    const int n_ban = n_ban_s;
     if ((int)threadIdx.x < n_ban) banned[threadIdx.x] = ban[1 + threadIdx.x];
-    __syncthreads();
     const float *row = logits + (size_t)blockIdx.x * ld;
-    Best all{-INFINITY, INT_MAX}, kept{-INFINITY, INT_MAX};
-#pragma unroll 4
-    for (int j = threadIdx.x; j < V; j += THREADS) {
-        const float v = row[j];
-        if (beats(v, j, all)) all = Best{v, j};
-        float m = v;
-        if (n_ban && (v != v || beats(v, j, kept))) /* would win (or is NaN): is it banned? */
-            for (int b = 0; b < n_ban; b++)
-                if (banned[b] == j) m = -INFINITY;
-        if (beats(m, j, kept)) kept = Best{m, j};
+    float m = -INFINITY;
+    each_column(row, V, ld, [&](float v, int) { m = fmaxf(m, v); });
+    const float M = block_max(m, fpart); /* NaN only when every value is */
+    int first = INT_MAX;
+    each_column(row, V, ld, [&](float v, int j) { first = v == M && j < first ? j : first; });
+    const int i_all = block_min(first, ipart);
+    const bool nan0 = row[0] != row[0];
+    bool hit = false, ban0 = false; /* i_all banned; column 0 banned */
+    for (int b = 0; b < n_ban; b++) hit |= banned[b] == i_all, ban0 |= banned[b] == 0;
+    int kept_i = nan0 && !ban0 ? 0 : i_all;
+    if (n_ban && (hit || !(M > -INFINITY))) { /* the slow way: the best unbanned value, its first column */
+        Best kept{-INFINITY, INT_MAX};
+        each_column(row, V, ld, [&](float v, int j) {
+            float mv = v;
+            if (v != v || beats(v, j, kept)) /* would win (or is NaN): is it banned? */
+                for (int b = 0; b < n_ban; b++)
+                    if (banned[b] == j) mv = -INFINITY;
+            if (beats(mv, j, kept)) kept = Best{mv, j};
+        });
+        kept = block_best(kept, part);
+        kept_i = nan0 && !ban0 ? 0 : kept.i;
     }
-    all = block_best(all, part);
-    kept = block_best(kept, part);
     if (threadIdx.x == 0) {
-        bool ban0 = false;
-        for (int b = 0; b < n_ban; b++) ban0 |= banned[b] == 0;
-        const float v0 = row[0];
-        next[2 * blockIdx.x] = v0 != v0 ? 0 : all.i;
-        next[2 * blockIdx.x + 1] = v0 != v0 && !ban0 ? 0 : kept.i;
+        next[2 * blockIdx.x] = nan0 ? 0 : i_all;
+        next[2 * blockIdx.x + 1] = kept_i;
     }
 }
 

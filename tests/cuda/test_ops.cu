@@ -470,6 +470,8 @@ static void test_argmax(int rows, int V, int ld, int n_ban)
     if (n_ban > 1 && rows > 0) l[ban[2]] = 1e30f; /* row 0's maximum is banned */
     if (rows > 1) l[ld] = NAN;                    /* row 1 starts with a NaN */
     if (rows > 2) l[2 * (size_t)ld] = 1e30f;      /* row 2's first column wins, unless banned */
+    for (int j = 0; rows > 4 && j < V; j++) /* row 3: -inf but a NaN and a banned NaN; row 4: NaN */
+        l[3 * (size_t)ld + j] = j == V / 2 || (n_ban > 1 && j == ban[2]) ? NAN : -INFINITY, l[4 * (size_t)ld + j] = NAN;
     int *ref = (int *)malloc(2 * (size_t)rows * sizeof(int)), *d_next = dev<int>(NULL, 2 * (size_t)rows);
     const float *dl = dev(l, (size_t)rows * ld);
     const int *dban = dev(ban, 1 + (size_t)n_ban);
@@ -498,6 +500,7 @@ int main(void)
     test_argmax(5, 1000, 1003, 0);
     test_argmax(6, 1, 1, 1);
     test_argmax(9, 5000, 5000, LZ_ARGMAX_MAX_BAN);
+    test_argmax(4, 1001, 1004, 2); /* float4 rows and a scalar tail */
     CHECK(lz_argmax(NULL, NULL, 1, 10, 9, NULL, NULL) == LZ_ARGMAX_EINVAL, "argmax: ld < V refused");
     test_batch_ops(5, 3, 32, 8, 128, LZ_ROPE_HALF);
     test_batch_ops(2, 2, 8, 8, 64, LZ_ROPE_ADJACENT);
