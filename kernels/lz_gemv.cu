@@ -111,14 +111,29 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const void *__
             __shared__ float part[32];
             r = lz::rms_scale(lz::block_sumsq(reinterpret_cast<const float *>(x0), in8 * 8, part), in8 * 8, eps);
         }
-        for (int c = threadIdx.x; c < in8; c += blockDim.x) {
-            const float4 p0 = f[2 * c], p1 = f[2 * c + 1], q0 = w[2 * c], q1 = w[2 * c + 1];
-            const float a8[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-            const float b8[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-            float v[8];
+        /* SU columns of a thread loaded at once, then staged (one at a time, each staging waited
+         * on its loads: the silu gate's 7 rounds a thread at FFN 14,336); 2 for rmsnorm, whose
+         * blocks share a SM 4 at a time (60 registers a thread at most), 4 for the silu gate's 2 */
+        constexpr int SU = XM == X_SILU ? 4 : 2;
+        for (int c0 = threadIdx.x; c0 < in8; c0 += SU * blockDim.x) {
+            float4 p[SU][2], q[SU][2];
 #pragma unroll
-            for (int i = 0; i < 8; i++) v[i] = XM == X_RMSNORM ? a8[i] * r * b8[i] : lz::silu_mul(a8[i], b8[i]);
-            xs[c] = make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
+            for (int s = 0; s < SU; s++) {
+                const int c = c0 + s * blockDim.x;
+                if (c < in8) p[s][0] = f[2 * c], p[s][1] = f[2 * c + 1], q[s][0] = w[2 * c], q[s][1] = w[2 * c + 1];
+            }
+#pragma unroll
+            for (int s = 0; s < SU; s++) {
+                const int c = c0 + s * blockDim.x;
+                if (c >= in8) continue;
+                const float4 p0 = p[s][0], p1 = p[s][1], q0 = q[s][0], q1 = q[s][1];
+                const float a8[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+                const float b8[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+                float v[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++) v[i] = XM == X_RMSNORM ? a8[i] * r * b8[i] : lz::silu_mul(a8[i], b8[i]);
+                xs[c] = make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
+            }
         }
     }
     __syncthreads();

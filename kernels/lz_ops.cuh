@@ -52,13 +52,26 @@ static cudaError_t launch_pdl(void (*kern)(K...), dim3 grid, dim3 block, size_t 
 }
 
 /* Sum of x[j]^2, j < D, over the whole block (every thread gets it): thread
- * t sums j = t, t + blockDim, ..., then the warps, then the warp sums.
+ * t sums j = t, t + blockDim, ... in that order, then the warps, then the warp sums.
  * part: 32 floats of shared memory. */
 __device__ __forceinline__ float block_sum(float ss, float *part);
 __device__ __forceinline__ float block_sumsq(const float *x, int D, float *part)
 {
+    /* 8 loads of a thread issued at once, then summed in order (a plain loop waits on one load
+     * after another: its latency, not the bytes, is what the fused products' staging cost) */
+    constexpr int K = 8;
     float ss = 0.f;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) ss += x[j] * x[j];
+    for (int j0 = threadIdx.x; j0 < D; j0 += K * blockDim.x) {
+        float v[K];
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int j = j0 + k * blockDim.x;
+            v[k] = j < D ? x[j] : 0.f;
+        }
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            if (j0 + k * blockDim.x < D) ss += v[k] * v[k];
+    }
     return block_sum(ss, part);
 }
 
