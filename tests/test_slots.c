@@ -255,6 +255,33 @@ static lz_query_backend sb_backend(slots_backend *f, int slotted)
     return b;
 }
 
+/* Two fakes (sb_init, 1,024 tokens a slot) behind sessions of their own, fa as sb_backend kind
+ * ka says and fb as kb says (ba, bb: the tables the sessions point at, alive as long): 0, or -1
+ * with the failure checked and nothing left open. */
+static int sb_pair_open(slots_backend *fa, int ka, lz_query_backend *ba, lz_query_session **qa, slots_backend *fb,
+                        int kb, lz_query_backend *bb, lz_query_session **qb)
+{
+    *qa = *qb = NULL;
+    if (sb_init(fa, 1024)) { CHECK(0, "backend"); return -1; }
+    if (sb_init(fb, 1024)) { CHECK(0, "backend"); sb_free(fa); return -1; }
+    *ba = sb_backend(fa, ka), *bb = sb_backend(fb, kb);
+    *qa = lz_test_open_session(model, store, 48, ba), *qb = lz_test_open_session(model, store, 48, bb);
+    if (*qa && *qb) return 0;
+    lz_query_session_free(*qa);
+    lz_query_session_free(*qb);
+    sb_free(fa);
+    sb_free(fb);
+    return -1;
+}
+
+static void sb_pair_close(slots_backend *fa, lz_query_session *qa, slots_backend *fb, lz_query_session *qb)
+{
+    lz_query_session_free(qa);
+    lz_query_session_free(qb);
+    sb_free(fa);
+    sb_free(fb);
+}
+
 /* Question i's greedy answer of max_new tokens alone, on the backend of one sequence. */
 static char *serial_answer(lz_query_session *q, int i, int max_new)
 {
@@ -294,10 +321,9 @@ static void test_batched_equals_serial(void)
     enum { N = 16 };
     const int lens[4] = {2, 7, 19, 40};
     slots_backend f1, fs;
-    if (sb_init(&f1, 1024) || sb_init(&fs, 1024)) { CHECK(0, "backends"); return; }
-    const lz_query_backend b1 = sb_backend(&f1, 0), bs = sb_backend(&fs, 1);
-    lz_query_session *q1 = lz_test_open_session(model, store, 48, &b1), *qs = lz_test_open_session(model, store, 48, &bs);
-    if (!q1 || !qs) return;
+    lz_query_backend b1, bs;
+    lz_query_session *q1, *qs;
+    if (sb_pair_open(&f1, 0, &b1, &q1, &fs, 1, &bs, &qs)) return;
     CHECK(lz_query_run_parallel(q1) == 1 && lz_query_run_parallel(qs) == SLOTS, "parallel: %d, %d",
           lz_query_run_parallel(q1), lz_query_run_parallel(qs));
     char *want[N];
@@ -343,10 +369,7 @@ static void test_batched_equals_serial(void)
     CHECK(fs.single_calls == 0, "no one-by-one step on a backend of slots (%d)", fs.single_calls);
     lz_serve_sched_free(s);
     for (int i = 0; i < N; i++) free(want[i]);
-    lz_query_session_free(q1);
-    lz_query_session_free(qs);
-    sb_free(&f1);
-    sb_free(&fs);
+    sb_pair_close(&f1, q1, &fs, qs);
 }
 
 /* Admission by the backend's memory: with room for one request's documents at a time, requests
@@ -460,10 +483,9 @@ static void wait_live(slots_backend *f, int live)
 static void test_memory_retry(void)
 {
     slots_backend f1, fs;
-    if (sb_init(&f1, 1024) || sb_init(&fs, 1024)) { CHECK(0, "backends"); return; }
-    const lz_query_backend b1 = sb_backend(&f1, 0), bs = sb_backend(&fs, 1);
-    lz_query_session *q1 = lz_test_open_session(model, store, 48, &b1), *q = lz_test_open_session(model, store, 48, &bs);
-    if (!q1 || !q) return;
+    lz_query_backend b1, bs;
+    lz_query_session *q1, *q;
+    if (sb_pair_open(&f1, 0, &b1, &q1, &fs, 1, &bs, &q)) return;
     const int A = 0, B = 1, D = 2;
     const int64_t tb = doc_tokens_of(B), td = doc_tokens_of(D);
     CHECK(tb > 0 && td > 0 && tb != td, "questions %d and %d place different documents (%lld, %lld tokens)", B, D,
@@ -552,10 +574,7 @@ static void test_memory_retry(void)
     lz_serve_sched_free(s);
     free(want_b);
     free(want_d);
-    lz_query_session_free(q1);
-    lz_query_session_free(q);
-    sb_free(&f1);
-    sb_free(&fs);
+    sb_pair_close(&f1, q1, &fs, q);
 }
 
 /* The run API passes a hook's LZ_QUERY_ENOMEM on unchanged, and -1 as -1: a one-sequence begin
@@ -564,14 +583,15 @@ static void test_memory_retry(void)
 static void test_status_passed_on(void)
 {
     slots_backend f1, fs;
-    if (sb_init(&f1, 1024) || sb_init(&fs, 1024)) { CHECK(0, "backends"); return; }
-    const lz_query_backend b1 = sb_backend(&f1, 0), bs = sb_backend(&fs, 1);
-    lz_query_session *q1 = lz_test_open_session(model, store, 48, &b1), *q = lz_test_open_session(model, store, 48, &bs);
+    lz_query_backend b1, bs;
+    lz_query_session *q1, *q;
+    if (sb_pair_open(&f1, 0, &b1, &q1, &fs, 1, &bs, &q)) return;
     lz_query_doc *docs = NULL;
     int n = 0;
     char err[512];
-    if (!q1 || !q || lz_retrieve_resolve_ids(store, (const char *const *)ctx_ids[0], n_ctx[0], &docs, &n, err, sizeof err)) {
+    if (lz_retrieve_resolve_ids(store, (const char *const *)ctx_ids[0], n_ctx[0], &docs, &n, err, sizeof err)) {
         CHECK(0, "setup: %s", err);
+        sb_pair_close(&f1, q1, &fs, q);
         return;
     }
     const lz_query_run_opts ro = {.max_new_tokens = 4, .top_p = 1.0f, .seed = 7};
@@ -609,10 +629,7 @@ static void test_status_passed_on(void)
     lz_query_run_free(r2);
     CHECK(fs.live == 0 && f1.bad == 0 && fs.bad == 0, "nothing left live (%d live, %d + %d bad)", fs.live, f1.bad, fs.bad);
     free(docs);
-    lz_query_session_free(q1);
-    lz_query_session_free(q);
-    sb_free(&f1);
-    sb_free(&fs);
+    sb_pair_close(&f1, q1, &fs, q);
 }
 
 /* The scheduler waits by the status, not the message: a begin failing with LZ_QUERY_ENOMEM and
@@ -622,10 +639,9 @@ static void test_status_passed_on(void)
 static void test_retry_by_status(void)
 {
     slots_backend f1, fs;
-    if (sb_init(&f1, 1024) || sb_init(&fs, 1024)) { CHECK(0, "backends"); return; }
-    const lz_query_backend b1 = sb_backend(&f1, 0), bs = sb_backend(&fs, 1);
-    lz_query_session *q1 = lz_test_open_session(model, store, 48, &b1), *q = lz_test_open_session(model, store, 48, &bs);
-    if (!q1 || !q) return;
+    lz_query_backend b1, bs;
+    lz_query_session *q1, *q;
+    if (sb_pair_open(&f1, 0, &b1, &q1, &fs, 1, &bs, &q)) return;
     const int A = 3, B = 4;
     char *want_b = serial_answer(q1, B, 6);
     lz_serve_sched_opts so;
@@ -682,10 +698,7 @@ static void test_retry_by_status(void)
     printf("slots: a begin's LZ_QUERY_ENOMEM requeues whatever its message; -1 saying \"out of memory\" fails\n");
     lz_serve_sched_free(s);
     free(want_b);
-    lz_query_session_free(q1);
-    lz_query_session_free(q);
-    sb_free(&f1);
-    sb_free(&fs);
+    sb_pair_close(&f1, q1, &fs, q);
 }
 
 /* Questions i0..i1-1 started on q with settings ro[i % n_ro] and stepped together (one pass a
@@ -747,10 +760,9 @@ static void test_greedy_on_backend(void)
                                      {.max_new_tokens = 12, .temperature = 0.7f, .top_p = 0.9f, .seed = 5, .ignore_eos = 1}};
     for (int one = 0; one < 2; one++) {
         slots_backend fa, fb;
-        if (sb_init(&fa, 1024) || sb_init(&fb, 1024)) { CHECK(0, "backends"); return; }
-        const lz_query_backend ba = sb_backend(&fa, one ? 0 : 1), bb = sb_backend(&fb, one ? 2 : 3);
-        lz_query_session *qa = lz_test_open_session(model, store, 48, &ba), *qb = lz_test_open_session(model, store, 48, &bb);
-        if (!qa || !qb) return;
+        lz_query_backend ba, bb;
+        lz_query_session *qa, *qb;
+        if (sb_pair_open(&fa, one ? 0 : 1, &ba, &qa, &fb, one ? 2 : 3, &bb, &qb)) return;
         char *want[N], *got[N];
         answers_of(qa, N, ro, 4, one, want);
         answers_of(qb, N, ro, 4, one, got);
@@ -769,10 +781,7 @@ static void test_greedy_on_backend(void)
         CHECK(fb.next_greedy_rows > 0 && fb.next_logit_rows > 0, "greedy rows without logits (%d), sampled with (%d)",
               fb.next_greedy_rows, fb.next_logit_rows);
         CHECK(fb.bad == 0 && fa.bad == 0, "no bad calls (%d, %d)", fa.bad, fb.bad);
-        lz_query_session_free(qa);
-        lz_query_session_free(qb);
-        sb_free(&fa);
-        sb_free(&fb);
+        sb_pair_close(&fa, qa, &fb, qb);
     }
 }
 
