@@ -332,8 +332,9 @@ lz_prefill_params step_params(const lz_llama_gpu *g, const Slot *s, int n)
 
 /* Enqueues one query step of n rows of slot s whose ids are in g->hids: every position and
  * length it needs is read from s->dn_own on the device, so the same work replays as a graph.
- * want: the last row's logits into g->hlogits and its greedy tokens (lz_argmax) into g->hbnext. */
-static int step_body(lz_llama_gpu *g, Slot *s, int n, int want, char *err, size_t errlen)
+ * want: the last row's logits into g->hlogits; greedy (with want): its greedy tokens (lz_argmax)
+ * into g->hbnext too. */
+static int step_body(lz_llama_gpu *g, Slot *s, int n, int want, int greedy, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
     const int D = c->dim, KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers, V = c->vocab;
@@ -375,8 +376,10 @@ static int step_body(lz_llama_gpu *g, Slot *s, int n, int want, char *err, size_
         }
         if (rc) return fail(err, errlen, "output head", rc);
         CUDA_OK(cudaMemcpyAsync(g->hlogits, g->logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, st), "logits");
-        if ((rc = lz_argmax(g->bnext, g->logits, 1, V, V, g->dban, st))) return fail(err, errlen, "greedy tokens", rc);
-        CUDA_OK(cudaMemcpyAsync(g->hbnext, g->bnext, 2 * sizeof(int), cudaMemcpyDeviceToHost, st), "greedy tokens");
+        if (greedy) {
+            if ((rc = lz_argmax(g->bnext, g->logits, 1, V, V, g->dban, st))) return fail(err, errlen, "greedy tokens", rc);
+            CUDA_OK(cudaMemcpyAsync(g->hbnext, g->bnext, 2 * sizeof(int), cudaMemcpyDeviceToHost, st), "greedy tokens");
+        }
     }
     return 0;
 }
@@ -408,7 +411,7 @@ int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, in
         if (!s->decode) {
             cudaGraph_t graph;
             CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed), "graph capture");
-            const int rc = step_body(g, s, 1, 1, err, errlen);
+            const int rc = step_body(g, s, 1, 1, 1, err, errlen); /* either way it is replayed: both */
             const cudaError_t ce = cudaStreamEndCapture(st, &graph);
             if (rc) { if (ce == cudaSuccess) cudaGraphDestroy(graph); return -1; }
             CUDA_OK(ce, "graph capture");
@@ -417,7 +420,7 @@ int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, in
             CUDA_OK(ie, "graph instantiation");
         }
         CUDA_OK(cudaGraphLaunch(s->decode, st), "graph launch");
-    } else if (step_body(g, s, n, want, err, errlen)) {
+    } else if (step_body(g, s, n, want, next != NULL, err, errlen)) {
         return -1;
     }
     g->layer_wait = 0; /* the step waited for every layer's copies */

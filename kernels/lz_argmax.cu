@@ -27,29 +27,24 @@ struct Best {
 /* b beats a: larger, or as large and earlier (a NaN never beats) */
 __device__ __forceinline__ bool beats(float v, int i, const Best &a) { return v > a.v || (v == a.v && i < a.i); }
 
-__device__ __forceinline__ Best warp_best(Best b)
-{
-    for (int o = 16; o; o >>= 1) {
-        const float v = __shfl_xor_sync(0xffffffffu, b.v, o);
-        const int i = __shfl_xor_sync(0xffffffffu, b.i, o);
-        if (beats(v, i, b)) b = Best{v, i};
-    }
-    return b;
-}
+__device__ __forceinline__ float shfl_xor(float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ int shfl_xor(int v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ Best shfl_xor(Best b, int o) { return Best{shfl_xor(b.v, o), shfl_xor(b.i, o)}; }
 
-/* the block's best of every thread's b (every thread gets it); part: 32 entries of shared memory */
-__device__ __forceinline__ Best block_best(Best b, Best *part)
+/* op over every thread's v in the block (every thread gets it): the warps, then the warp
+ * results; none: op's identity; part: 32 entries of shared memory, free again on return */
+template <class T, class Op> __device__ __forceinline__ T block_reduce(T v, T none, Op op, T *part)
 {
-    b = warp_best(b);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = b;
+    for (int o = 16; o; o >>= 1) v = op(v, shfl_xor(v, o));
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
     __syncthreads();
     if (threadIdx.x < 32) {
-        b = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : Best{-INFINITY, INT_MAX};
-        b = warp_best(b);
-        if (threadIdx.x == 0) part[0] = b;
+        v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : none;
+        for (int o = 16; o; o >>= 1) v = op(v, shfl_xor(v, o));
+        if (threadIdx.x == 0) part[0] = v;
     }
     __syncthreads();
-    const Best r = part[0];
+    const T r = part[0];
     __syncthreads(); /* part is reused */
     return r;
 }
@@ -80,38 +75,6 @@ template <class F> __device__ __forceinline__ void each_column(const float *row,
     for (int j = j0 + threadIdx.x; j < V; j += THREADS) f(row[j], j);
 }
 
-__device__ __forceinline__ float block_max(float v, float *part)
-{
-    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : NAN;
-        for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-        if (threadIdx.x == 0) part[0] = v;
-    }
-    __syncthreads();
-    const float r = part[0];
-    __syncthreads(); /* part is reused */
-    return r;
-}
-
-__device__ __forceinline__ int block_min(int v, int *part)
-{
-    for (int o = 16; o; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : INT_MAX;
-        for (int o = 16; o; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-        if (threadIdx.x == 0) part[0] = v;
-    }
-    __syncthreads();
-    const int r = part[0];
-    __syncthreads();
-    return r;
-}
-
 __global__ void __launch_bounds__(THREADS) argmax_kernel(int *next, const float *logits, int V, size_t ld, const int *ban)
 {
     __shared__ int banned[LZ_ARGMAX_MAX_BAN];
@@ -126,10 +89,11 @@ __global__ void __launch_bounds__(THREADS) argmax_kernel(int *next, const float 
     const float *row = logits + (size_t)blockIdx.x * ld;
     float m = -INFINITY;
     each_column(row, V, ld, [&](float v, int) { m = fmaxf(m, v); });
-    const float M = block_max(m, fpart); /* NaN only when every value is */
+    auto larger = [](float x, float y) { return fmaxf(x, y); };
+    const float M = block_reduce(m, (float)NAN, larger, fpart); /* NaN only when every value is */
     int first = INT_MAX;
     each_column(row, V, ld, [&](float v, int j) { first = v == M && j < first ? j : first; });
-    const int i_all = block_min(first, ipart);
+    const int i_all = block_reduce(first, INT_MAX, [](int x, int y) { return min(x, y); }, ipart);
     const bool nan0 = row[0] != row[0];
     bool hit = false, ban0 = false; /* i_all banned; column 0 banned */
     for (int b = 0; b < n_ban; b++) hit |= banned[b] == i_all, ban0 |= banned[b] == 0;
@@ -143,7 +107,8 @@ __global__ void __launch_bounds__(THREADS) argmax_kernel(int *next, const float 
                     if (banned[b] == j) mv = -INFINITY;
             if (beats(mv, j, kept)) kept = Best{mv, j};
         });
-        kept = block_best(kept, part);
+        auto better = [](Best x, Best y) { return beats(y.v, y.i, x) ? y : x; };
+        kept = block_reduce(kept, Best{-INFINITY, INT_MAX}, better, part);
         kept_i = nan0 && !ban0 ? 0 : kept.i;
     }
     if (threadIdx.x == 0) {

@@ -56,7 +56,8 @@ static double vec_err(const float *x, const float *y, size_t n)
     return sqrt(num / (den > 0 ? den : 1));
 }
 
-static int argmax(const float *x, int n)
+/* the first index of the largest of x[0..n) (lz_sample_argmax's scan, for logits and counts alike) */
+template <class T> static int argmax(const T *x, int n)
 {
     int b = 0;
     for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;

@@ -153,6 +153,19 @@ static void check_fused(int silu, int n_mats, const int *rows, int in, float bet
     CK(cudaFree(da)); CK(cudaFree(db)); CK(cudaFree(dx));
 }
 
+/* What enqueue() puts on st, captured as one CUDA graph and instantiated */
+template <class F> static cudaGraphExec_t graph_of(F enqueue, cudaStream_t st)
+{
+    cudaGraph_t gr;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+    enqueue();
+    CK(cudaStreamEndCapture(st, &gr));
+    CK(cudaGraphInstantiate(&ge, gr, 0));
+    CK(cudaGraphDestroy(gr));
+    return ge;
+}
+
 /* A chain of dependent products as a decode step's FFN runs them, on a
  * non-default stream with nothing in between: gate/up = W rmsnorm(x), then x
  * += W_down silu(gate) up, four times over (each product reads what the one
@@ -187,14 +200,9 @@ static void check_chain(int D, int F)
         };
         if (mode < 2) chain();
         else {
-            cudaGraph_t gr;
-            cudaGraphExec_t ge;
-            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
-            chain();
-            CK(cudaStreamEndCapture(st, &gr));
-            CK(cudaGraphInstantiate(&ge, gr, 0));
+            cudaGraphExec_t ge = graph_of(chain, st);
             CK(cudaGraphLaunch(ge, st));
-            CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr));
+            CK(cudaGraphExecDestroy(ge));
         }
         CK(cudaStreamSynchronize(st));
         out[mode] = (float *)malloc((size_t)D * 4);
@@ -307,12 +315,7 @@ static void bench(void)
  * replays: ms[0] the median, ms[1] the fastest, ms[2] the slowest. */
 template <class F> static void graph_times(F enqueue, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, double ms[3])
 {
-    cudaGraph_t gr;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
-    enqueue();
-    CK(cudaStreamEndCapture(st, &gr));
-    CK(cudaGraphInstantiate(&ge, gr, 0));
+    cudaGraphExec_t ge = graph_of(enqueue, st);
     for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, st));
     double t[9];
     for (int k = 0; k < 9; k++) t[k] = lz_graph_ms(ge, st, e0, e1);
@@ -320,7 +323,7 @@ template <class F> static void graph_times(F enqueue, cudaStream_t st, cudaEvent
         for (int j = i + 1; j < 9; j++)
             if (t[j] < t[i]) { double u = t[i]; t[i] = t[j]; t[j] = u; }
     ms[0] = t[4], ms[1] = t[0], ms[2] = t[8];
-    CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr));
+    CK(cudaGraphExecDestroy(ge));
 }
 
 /* A decode step's products as the engine runs them (the fused forms, in

@@ -930,13 +930,6 @@ static double max_abs(const float *a, const float *b, int n)
     return m;
 }
 
-static int argmax_int(const int *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static double top_gap(const float *x, int n)
 {
     const int b = argmax(x, n);
@@ -1003,7 +996,7 @@ static void test_slots(const char *dir)
         for (int i = 0; i < NS; i++)
             for (int t = 0; t < steps[i]; t++) count[tok[i][t]]++;
         for (; n_ban < 3; n_ban++) {
-            ban[n_ban] = argmax_int(count, vocab);
+            ban[n_ban] = argmax(count, vocab);
             count[ban[n_ban]] = -1;
         }
         free(count);
