@@ -44,6 +44,7 @@ static lz_decode_params decode_params(const lz_llama_gpu *g, const Slot *s, int 
     p.work = g->dwork;
     p.work_bytes = g->dwork_bytes;
     p.n_split = s->dsplit;
+    p.pdl = 1; /* after the rotary kernel: its first blocks read while that kernel runs */
     if (s->dks) { /* fp8 segments: their blocks' rows count from dk08 / dv08 */
         p.k_pool8 = s->dk08;
         p.v_pool8 = s->dv08;
@@ -293,8 +294,7 @@ int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_
     s->n_own = 0;
     s->pos0 = pos0;
     s->seg_keys = keys_hint + N; /* with the longest own sequence: one split plan for every step */
-    if (s->decode) cudaGraphExecDestroy(s->decode);
-    s->decode = NULL;
+    slot_graphs_drop(s);
     ce = cudaMemsetAsync(s->dn_own, 0, sizeof(int), g->st);
     if (ce != cudaSuccess) {
         snprintf(err, errlen, "GPU: reset: %s", cudaGetErrorString(ce));
@@ -332,8 +332,8 @@ lz_prefill_params step_params(const lz_llama_gpu *g, const Slot *s, int n)
 
 /* Enqueues one query step of n rows of slot s whose ids are in g->hids: every position and
  * length it needs is read from s->dn_own on the device, so the same work replays as a graph.
- * want: the last row's logits into g->hlogits; greedy (with want): its greedy tokens (lz_argmax)
- * into g->hbnext too. */
+ * want: the last row's logits into g->hlogits; greedy: its greedy tokens (lz_argmax) into
+ * g->hbnext (the logits then stay on the device unless want). */
 static int step_body(lz_llama_gpu *g, Slot *s, int n, int want, int greedy, char *err, size_t errlen)
 {
     const lz_llama_config *c = &g->cfg;
@@ -364,7 +364,7 @@ static int step_body(lz_llama_gpu *g, Slot *s, int n, int want, int greedy, char
         if (upload_wait(g, l, err, errlen) || layer(g, l, n, s->pos0, s->dn_own, &part, 1, &p, 1, err, errlen)) return -1;
     }
     lz_op_count_add(s->dn_own, n, st);
-    if (want) { /* the last row: final norm, output head */
+    if (want || greedy) { /* the last row: final norm, output head */
         const float *last = g->x + (size_t)(n - 1) * D;
         int rc;
         if (D % 8 == 0 && D <= LZ_GEMV_MAX_IN) { /* the final norm fused into the head's product */
@@ -375,7 +375,9 @@ static int step_body(lz_llama_gpu *g, Slot *s, int n, int want, int greedy, char
             rc = gemm(g, g->logits, g->xb, g->out_w, 1, D, V, 0.f);
         }
         if (rc) return fail(err, errlen, "output head", rc);
-        CUDA_OK(cudaMemcpyAsync(g->hlogits, g->logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, st), "logits");
+        if (want)
+            CUDA_OK(cudaMemcpyAsync(g->hlogits, g->logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, st),
+                    "logits");
         if (greedy) {
             if ((rc = lz_argmax(g->bnext, g->logits, 1, V, V, g->dban, st))) return fail(err, errlen, "greedy tokens", rc);
             CUDA_OK(cudaMemcpyAsync(g->hbnext, g->bnext, 2 * sizeof(int), cudaMemcpyDeviceToHost, st), "greedy tokens");
@@ -408,19 +410,20 @@ int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, in
         g->layer_wait = 0;
     }
     if (n == 1 && want) { /* decode: one captured graph, replayed for every token of the answer */
-        if (!s->decode) {
+        const int k = logits ? 0 : 1; /* [0] also copies the logits back (and serves both), [1] not */
+        if (!s->decode[k]) {
             cudaGraph_t graph;
             CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed), "graph capture");
-            const int rc = step_body(g, s, 1, 1, 1, err, errlen); /* either way it is replayed: both */
+            const int rc = step_body(g, s, 1, k == 0, 1, err, errlen);
             const cudaError_t ce = cudaStreamEndCapture(st, &graph);
             if (rc) { if (ce == cudaSuccess) cudaGraphDestroy(graph); return -1; }
             CUDA_OK(ce, "graph capture");
-            const cudaError_t ie = cudaGraphInstantiate(&s->decode, graph, 0);
+            const cudaError_t ie = cudaGraphInstantiate(&s->decode[k], graph, 0);
             cudaGraphDestroy(graph);
             CUDA_OK(ie, "graph instantiation");
         }
-        CUDA_OK(cudaGraphLaunch(s->decode, st), "graph launch");
-    } else if (step_body(g, s, n, want, next != NULL, err, errlen)) {
+        CUDA_OK(cudaGraphLaunch(s->decode[k], st), "graph launch");
+    } else if (step_body(g, s, n, logits != NULL, next != NULL, err, errlen)) {
         return -1;
     }
     g->layer_wait = 0; /* the step waited for every layer's copies */

@@ -30,10 +30,15 @@ static size_t slots_bytes(const lz_llama_gpu *g, int n, int T)
 
 void graphs_drop(lz_llama_gpu *g)
 {
-    for (int i = 0; i < g->n_slots; i++)
-        if (g->slots[i].decode) {
-            cudaGraphExecDestroy(g->slots[i].decode);
-            g->slots[i].decode = NULL;
+    for (int i = 0; i < g->n_slots; i++) slot_graphs_drop(&g->slots[i]);
+}
+
+void slot_graphs_drop(Slot *s)
+{
+    for (int k = 0; k < 2; k++)
+        if (s->decode[k]) {
+            cudaGraphExecDestroy(s->decode[k]);
+            s->decode[k] = NULL;
         }
 }
 
@@ -41,7 +46,7 @@ void slots_free(lz_llama_gpu *g)
 {
     for (int i = 0; i < g->n_slots; i++) {
         Slot *s = &g->slots[i];
-        if (s->decode) cudaGraphExecDestroy(s->decode);
+        slot_graphs_drop(s);
         cudaFree(s->qsegs);
         cudaFree(s->qlen);
         cudaFree(s->qcs);

@@ -112,7 +112,8 @@ struct Slot {
     int dNB, dec, dsplit;      /* dsplit: lz_decode's split-KV parts (0: its choice) */
     const bf16 *dk0, *dv0;
     uint64_t kspan, vspan, kspan8, vspan8; /* kspan8, vspan8: the fp8 rows past dk08 / dv08 the words reach */
-    cudaGraphExec_t decode;    /* one decode step of this question, captured at its first one */
+    cudaGraphExec_t decode[2]; /* one decode step of this question, captured at its first one: [0]
+                                  its logits copied back and its greedy tokens, [1] the tokens alone */
     /* the documents it uses (ids): held in the policy (keyed) or its own (unkeyed, dropped with it) */
     struct Pin { uint64_t id; int held; } *pins;
     int n_pins, cap_pins;
@@ -349,6 +350,8 @@ void slot_unpin(lz_llama_gpu *g, Slot *s);
 void slots_free(lz_llama_gpu *g); /* at lz_llama_gpu_free and before set_slots makes new ones */
 /* Every slot's decode graph dropped (they point at a workspace about to move). */
 void graphs_drop(lz_llama_gpu *g);
+/* Slot s's decode graphs dropped (its question changed, or it is freed). */
+void slot_graphs_drop(Slot *s);
 
 /* gpu/llama_cuda_query.cu */
 /* A question's begin in slot s (block: Block-Attention's copies, lz_llama_gpu_begin_block). 0 or -1. */

@@ -22,6 +22,7 @@
 #include "kernels/lz_decode.h"
 #include "kernels/lz_decode_fp8.cuh"
 #include "kernels/lz_mma.cuh"
+#include "kernels/lz_ops.cuh"
 #include "base/rope.h"
 
 namespace {
@@ -89,11 +90,15 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_STAGES <= 3 ? 2 : 1)
         lz::copy_tile<D, BLK, DEC_THREADS>(kd, kp + row, nk, tid);
         lz::copy_tile<D, BLK, DEC_THREADS>(vd, vp + vrow, nk, tid);
     };
+    /* a programmatic dependent (p.pdl) prefetches before the kernel before it is done, except
+     * where its first blocks include (b, h)'s last, which that kernel may be writing */
+    if (i1 == nb && nb - 1 < i0 + DEC_STAGES - 1) lz::pdl_wait();
 #pragma unroll
     for (int s = 0; s < DEC_STAGES - 1; s++) {
         if (i0 + s < i1) load_block(i0 + s, s);
         lz::cp_async_commit();
     }
+    lz::pdl_wait(); /* q, and the last block (loaded in the loop below): the kernel before wrote them */
 
     for (int e = tid; e < G * D; e += DEC_THREADS) qraw[e] = qg[e]; /* read by later builds */
     const float my_inv_freq = p.inv_freq[tid % (D / 2)];
@@ -290,8 +295,7 @@ int launch(const lz_decode_params *p, int ns, cudaStream_t st)
     static std::atomic<unsigned long long> attr_set{0};
     if (int e = lz::max_smem_once(kern, (int)dec_smem<D, STAGES>(), attr_set)) return e;
     dim3 grid(ns, p->n_kv_heads, p->batch);
-    kern<<<grid, DEC_THREADS, dec_smem<D, STAGES>(), st>>>(*p, ns);
-    return (int)cudaGetLastError();
+    return (int)lz::launch_pdl(kern, grid, dim3(DEC_THREADS), dec_smem<D, STAGES>(), st, p->pdl != 0, *p, ns);
 }
 
 /* 3 stages at 2 CTAs per SM when the grid has more CTAs than SMs, else 6

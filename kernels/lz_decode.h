@@ -102,6 +102,12 @@ typedef struct {
     const uint8_t *v_pool8;   /* (R8, d) e4m3 value rows */
     const float *k_scales;    /* (B, KV, NB) beside the block words: > 0 = block i is fp8 with this key scale */
     const float *v_scales;    /* (B, KV, NB) value scale of each fp8 block */
+    /* 1: launched as a programmatic dependent of the stream's previous kernel (sm_90; the bf16
+     * kernels only, fp8 calls launch plainly): each CTA reads n_blocks, the block words and its
+     * first blocks of K/V while that kernel still runs, and q, and the last block of each (b, h),
+     * only once it has finished. So only q and that block (the one a decode step's own new row
+     * lands in, lz_op_heads_own) may be written by the kernel before; 0: a plain launch. */
+    int pdl;
 } lz_decode_params;
 
 int lz_decode_splits(const lz_decode_params *p, int n_sm);

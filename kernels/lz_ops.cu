@@ -65,6 +65,7 @@ __global__ void heads_kernel(bf16 *qh, bf16 *kh, bf16 *vh, const float *q, const
                              const float *inv_freq, float *qcap, int c0, int cw, bf16 *own_k, bf16 *own_v, int N)
 {
     lz::pdl_wait(); /* q, k, v: the product before */
+    lz::pdl_trigger(); /* a decode step's attention (lz_decode_params.pdl) starts its prefetch meanwhile */
     const int cnt = count ? *count : 0;
     pos0 += cnt; /* query: the tokens so far, kept on the device (a graph replays this) */
     const int i = blockIdx.x, hh = blockIdx.y, t = threadIdx.x;

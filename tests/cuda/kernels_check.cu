@@ -229,6 +229,17 @@ static std::vector<Case> all_cases(void)
                          "lz_decode_lazy_ref (CPU); lz_decode on a pool materialised by lz_rerotate",
                          [=] { kc_test::decode_case(layout, d, G, KV, t.B, t.S_max, t.n_split, llama3, t.base, t.vsep); }});
         }
+        i = 0;
+        for (const DecodeVariant &t : DECODE_VARIANTS) {
+            v.push_back({TEST,
+                         fmt("decode/%s/pdl-%02d-b%d-s1-%d-%s%s", grp.c_str(), i++, t.B, t.S_max,
+                             t.n_split ? fmt("split%d", t.n_split).c_str() : "split-plan", t.vsep ? "-vrows" : ""),
+                         "lz_decode_lazy (a programmatic dependent launch)",
+                         fmt("%s B=%d S=1-%d (+ own keys) split=%s, the query and each (b, h)'s last block written "
+                             "by the kernel before, late", dims.c_str(), t.B, t.S_max, ask(t.n_split).c_str()),
+                         "lz_decode_lazy_ref (CPU)",
+                         [=] { kc_test::decode_case(layout, d, G, KV, t.B, t.S_max, t.n_split, llama3, t.base, t.vsep, 1); }});
+        }
     }
     for (const PerfShape &sh : PERF_SHAPES) {
         const int a = sh.a, b = sh.b;

@@ -21,6 +21,7 @@
 #include "kernels/lz_decode.h"
 #include "kernels/lz_prefill.h"
 #include "kernels/lz_rerotate.h"
+#include "kernels/lz_ops.cuh"
 #include "base/fp8.h"
 #include "base/half.h"
 #include "base/rope.h"
@@ -201,11 +202,32 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     free(q); free(ks); free(vs); free(o); free(o2); free(ref);
 }
 
+/* The kernel a programmatic dependent decode (lz_decode_params.pdl) follows: it lets the
+ * decode be scheduled at once, waits about 30 us, then writes the query and the last block of
+ * every (b, h) (n_last rows at k_row[i] / v_row[i]); the decode must read them only after it. */
+__global__ void pdl_producer(lz_bf16 *q, const lz_bf16 *q_true, size_t nq, lz_bf16 *kp, lz_bf16 *vp, const lz_bf16 *kp_true,
+                             const lz_bf16 *vp_true, const uint64_t *k_row, const uint64_t *v_row, const int *n_last,
+                             int n, int d)
+{
+    lz::pdl_trigger();
+    const long long t0 = clock64();
+    while (clock64() - t0 < 60000) __nanosleep(1000);
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < nq; e += (size_t)gridDim.x * blockDim.x)
+        q[e] = q_true[e];
+    for (int i = blockIdx.x; i < n; i += gridDim.x)
+        for (int e = threadIdx.x; e < n_last[i] * d; e += blockDim.x) {
+            kp[k_row[i] * d + e] = kp_true[k_row[i] * d + e];
+            vp[v_row[i] * d + e] = vp_true[v_row[i] * d + e];
+        }
+}
+
 /* One decode case: B sequences, each S random segments + own keys at offset 0
  * in one pool; GPU lazy vs CPU lazy ref; GPU non-lazy on a materialised pool.
- * vsep: values at rows of their own (p.v_rows; segments in reverse order). */
+ * vsep: values at rows of their own (p.v_rows; segments in reverse order).
+ * pdl: the lazy call launched as a programmatic dependent of pdl_producer, its
+ * query and each (b, h)'s last block NaN until that kernel writes them. */
 static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int n_split, int llama3, int64_t base,
-                        int vsep = 0)
+                        int vsep = 0, int pdl = 0)
 {
     const int H = KV * G, NB = 20 * 65 + 8;
     float inv[64];
@@ -273,7 +295,39 @@ static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int 
     p.work = p.work_bytes ? dalloc<float>(p.work_bytes / 4) : NULL;
     if (p.work) CK(cudaMemset(p.work, 0, p.work_bytes)); /* counters start at zero */
     poison(d_o, nq);
-    RC(lz_decode_lazy(&p, NULL));
+    if (!pdl) {
+        RC(lz_decode_lazy(&p, NULL));
+    } else { /* the query and each (b, h)'s last block arrive late, written by the kernel before */
+        std::vector<uint64_t> krow, vrow;
+        std::vector<int> nlast;
+        for (int i = 0; i < B * KV; i++) {
+            if (nb[i] == 0) continue;
+            const uint64_t wl = w[(size_t)i * NB + nb[i] - 1];
+            krow.push_back(lz_decode_word_row(wl));
+            vrow.push_back(vr ? vr[(size_t)i * NB + nb[i] - 1] : lz_decode_word_row(wl));
+            nlast.push_back(lz_decode_word_keys(wl));
+        }
+        const int n = (int)krow.size();
+        lz_bf16 *d_kt = dup(kp, rows * d), *d_vt = dup(vp, rows * d), *d_qt = dup(q, nq);
+        uint64_t *d_krow = dup(krow.data(), (size_t)n), *d_vrow = dup(vrow.data(), (size_t)n);
+        int *d_nlast = dup(nlast.data(), (size_t)n);
+        poison((lz_bf16 *)d_q, nq);
+        for (int i = 0; i < n; i++) {
+            poison(d_kp + krow[i] * d, (size_t)nlast[i] * d);
+            poison(d_vp + vrow[i] * d, (size_t)nlast[i] * d);
+        }
+        cudaStream_t st;
+        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        CK(cudaDeviceSynchronize());
+        pdl_producer<<<32, 256, 0, st>>>(d_q, d_qt, nq, d_kp, d_vp, d_kt, d_vt, d_krow, d_vrow, d_nlast, n, d);
+        lz_decode_params pp = p;
+        pp.pdl = 1;
+        RC(lz_decode_lazy(&pp, st));
+        CK(cudaStreamSynchronize(st));
+        CK(cudaStreamDestroy(st));
+        CK(cudaFree(d_kt)); CK(cudaFree(d_vt)); CK(cudaFree(d_qt));
+        CK(cudaFree(d_krow)); CK(cudaFree(d_vrow)); CK(cudaFree(d_nlast));
+    }
     lz_decode_params p2 = p;
     p2.o = d_o2; p2.k_pool = d_kpr; p2.blocks = d_wr; p2.n_blocks = d_nbr; p2.v_rows = d_vrr;
     poison(d_o2, nq);
@@ -285,10 +339,10 @@ static void decode_case(int layout, int d, int G, int KV, int B, int S_max, int 
     RC(lz_decode_lazy_ref(&hp, NULL));
     int nan1, nan2;
     double e1 = nerr(o, ref, nq, &nan1), e2 = nerr(o2, o, nq, &nan2);
-    printf("decode  %-8s d=%3d G=%d KV=%d B=%2d split=%2d keys=%7lld base=%7lld%s: gpu-vs-ref %.2e, "
+    printf("decode  %-8s d=%3d G=%d KV=%d B=%2d split=%2d keys=%7lld base=%7lld%s%s: gpu-vs-ref %.2e, "
            "lazy-vs-materialised %.2e, nan/unwritten %d/%d\n",
-           LNAME[layout], d, G, KV, B, ns, (long long)total, (long long)base, vsep ? " v_rows" : "", e1, e2, nan1,
-           nan2);
+           LNAME[layout], d, G, KV, B, ns, (long long)total, (long long)base, vsep ? " v_rows" : "",
+           pdl ? " pdl" : "", e1, e2, nan1, nan2);
     CHECK(e1 <= TOL && nan1 == 0, "decode gpu vs ref %g nan %d", e1, nan1);
     CHECK(e2 <= TOL && nan2 == 0, "decode lazy vs materialised %g nan %d", e2, nan2);
     CK(cudaFree(d_inv)); CK(cudaFree(d_kp)); CK(cudaFree(d_vp)); CK(cudaFree(d_kpr)); CK(cudaFree(d_q));
