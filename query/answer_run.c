@@ -358,11 +358,14 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
                 }
                 uint8_t key[LZ_META_KEY_LEN + 8];
                 size_t klen = tiers_cache_key(hmode, &docs[i], p, key);
-                int own;
-                kv_entry *e = tiers_fetch(q, key, klen, &docs[i], mode == LZ_MODE_BLOCK && !mat ? p - s : 0, pre[i], &own, r, err,
-                                    errlen);
+                int own, fst;
+                kv_entry *e = tiers_fetch(q, key, klen, &docs[i], mode == LZ_MODE_BLOCK && !mat ? p - s : 0, pre[i], &own,
+                                          &fst, r, err, errlen);
                 pre[i] = NULL; /* fetch took it */
-                if (!e) goto done;
+                if (!e) {
+                    rc = fst; /* LZ_QUERY_ENOMEM: memory other requests may give back */
+                    goto done;
+                }
                 if (own) {
                     run->owned[run->n_owned++] = e;
                     run->bytes += e->bytes;

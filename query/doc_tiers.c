@@ -12,9 +12,10 @@
 #include "kernels/lz_rerotate.h"
 
 kv_entry *tiers_fetch(lz_query_session *q, const void *ckey, size_t ckey_len, const lz_query_doc *d, int64_t rotate,
-                       kv_entry *pre, int *owned, lz_query_result *r, char *err, size_t errlen)
+                       kv_entry *pre, int *owned, int *status, lz_query_result *r, char *err, size_t errlen)
 {
     *owned = 0;
+    *status = -1;
     kv_entry *e = lz_doc_cache_get(q->cache, ckey, ckey_len);
     if (e) {
         session_entry_free(q, pre);
@@ -24,7 +25,7 @@ kv_entry *tiers_fetch(lz_query_session *q, const void *ckey, size_t ckey_len, co
     r->misses++;
     char what[320];
     snprintf(what, sizeof what, "document '%s'", d->ext_id);
-    e = pre ? pre : session_load_payload(q, d->payload_key, what, err, errlen);
+    e = pre ? pre : session_load_payload(q, d->payload_key, what, status, err, errlen);
     if (!e) return NULL;
     if (e->n != d->n_tokens) {
         snprintf(err, errlen, "%s: payload has %d tokens, the store row says %d", what, e->n, d->n_tokens);
@@ -158,7 +159,7 @@ static int decode_misses(const void *const *blobs, const size_t *lens, void *ctx
     misses_ctx *m = ctx;
     kv_entry **out = calloc((size_t)m->n, sizeof *out);
     if (!out) return 0;
-    kv_entry_decode_many(&m->q->env, blobs, lens, m->n, out, NULL);
+    kv_entry_decode_many(&m->q->env, blobs, lens, m->n, out, NULL, NULL);
     for (int i = 0; i < m->n; i++) m->pre[m->which[i]] = out[i];
     free(out);
     return 0;

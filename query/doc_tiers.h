@@ -21,9 +21,10 @@ int tiers_doc_tokens(lz_query_session *q, const lz_query_doc *d, int **ids, int 
 /* The entry of d under host-tier key ckey: the host tier's (a hit), else pre (decoded ahead by
  * tiers_load_misses) or read from the store now, rotated by rotate (BLOCK on the CPU) and
  * offered to the host tier; *owned = 1 when the tier did not take it (the caller frees it after
- * the answer). Counts r's hits, misses and bytes. NULL with err naming the document. */
+ * the answer). Counts r's hits, misses and bytes. NULL with err naming the document and
+ * *status LZ_QUERY_ENOMEM when its entry's memory could not be had, else -1. */
 kv_entry *tiers_fetch(lz_query_session *q, const void *ckey, size_t ckey_len, const lz_query_doc *d, int64_t rotate,
-                      kv_entry *pre, int *owned, lz_query_result *r, char *err, size_t errlen);
+                      kv_entry *pre, int *owned, int *status, lz_query_result *r, char *err, size_t errlen);
 
 /* Lazy mode, opts.cold LZ_COLD_RECOMPUTE / AUTO: the documents at offsets p.. that neither the
  * backend nor the host tier holds, stored whole (AUTO: and cheaper to recompute than to load),

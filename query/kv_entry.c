@@ -35,7 +35,10 @@ kv_entry *kv_entry_alloc(const kv_entry_env *env, int n, const int *kept, int el
     e->bytes = entry_bytes(c, rows, elem);
     const lz_query_backend *be = env->backend;
     if (be && be->host_alloc && be->host_free) e->pinned = (e->block = be->host_alloc(be->ctx, e->bytes)) != NULL;
-    if (!e->block && !(e->block = malloc(e->bytes))) { kv_entry_free(env, e); return NULL; }
+    if (!e->block && !(e->block = env->heap ? env->heap(e->bytes) : malloc(e->bytes))) {
+        kv_entry_free(env, e);
+        return NULL;
+    }
     if (elem == KV_ENTRY_FP8) {
         e->k8 = e->block;
         e->v8 = e->k8 + per;
@@ -85,8 +88,10 @@ static int entry_elem(const kv_entry_env *env, const lz_payload_info *info)
     return info->dtype == LZ_PAYLOAD_DTYPE_BF16 ? KV_ENTRY_BF16 : KV_ENTRY_F32;
 }
 
-/* An undecoded entry sized for blob, after its header's checks; *elem says which decoder. */
-static kv_entry *entry_for(const kv_entry_env *env, const void *blob, size_t len, int *elem, char *err, size_t errlen)
+/* An undecoded entry sized for blob, after its header's checks; *elem says which decoder,
+ * *enomem 1 when it failed for memory. */
+static kv_entry *entry_for(const kv_entry_env *env, const void *blob, size_t len, int *elem, int *enomem, char *err,
+                           size_t errlen)
 {
     const lz_llama_config *c = env->cfg;
     char e2[200] = "";
@@ -101,17 +106,22 @@ static kv_entry *entry_for(const kv_entry_env *env, const void *blob, size_t len
                  info.n_layers, info.n_kv_heads, info.head_dim);
         return NULL;
     }
+    if (info.n_tokens > KV_ENTRY_MAX_TOKENS) { /* a header that asks for absurd memory is corrupt, not a shortage */
+        snprintf(err, errlen, "corrupt KV payload: %d tokens, more than a prompt's %d positions", info.n_tokens,
+                 KV_ENTRY_MAX_TOKENS);
+        return NULL;
+    }
     *elem = entry_elem(env, &info);
     int *kept = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *kept);
     if (kept) lz_payload_kept(blob, &info, kept);
     kv_entry *e = kept ? kv_entry_alloc(env, info.n_tokens, kept, *elem) : NULL;
     free(kept);
-    if (!e) snprintf(err, errlen, "out of memory for %d tokens of KV", info.n_tokens);
+    if (!e) snprintf(err, errlen, "out of memory for %d tokens of KV", info.n_tokens), *enomem = 1;
     return e;
 }
 
 int kv_entry_decode_many(const kv_entry_env *env, const void *const *blobs, const size_t *lens, int n,
-                         kv_entry **out, char (*errs)[256])
+                         kv_entry **out, char (*errs)[256], int *status)
 {
     lz_payload_job *jobs = calloc((size_t)(n > 0 ? n : 1), sizeof *jobs);
     int *job_of = malloc((size_t)(n > 0 ? n : 1) * sizeof *job_of), nj = 0, made = 0;
@@ -119,29 +129,34 @@ int kv_entry_decode_many(const kv_entry_env *env, const void *const *blobs, cons
         char e2[256] = "";
         out[i] = NULL;
         if (job_of) job_of[i] = -1;
+        if (status) status[i] = 0;
         if (!blobs[i]) { if (errs) errs[i][0] = 0; continue; }
-        int elem = 0;
-        if (!jobs || !job_of) snprintf(e2, sizeof e2, "out of memory");
-        else if ((out[i] = entry_for(env, blobs[i], lens[i], &elem, e2, sizeof e2)) && elem != KV_ENTRY_F32) {
+        int elem = 0, enomem = 0, drc;
+        if (!jobs || !job_of) snprintf(e2, sizeof e2, "out of memory"), enomem = 1;
+        else if ((out[i] = entry_for(env, blobs[i], lens[i], &elem, &enomem, e2, sizeof e2)) && elem != KV_ENTRY_F32) {
             const kv_entry *e = out[i];
             jobs[nj] = (lz_payload_job){.blob = blobs[i], .len = lens[i], .k = e->k16, .v = e->v16, .k8 = e->k8,
                                         .v8 = e->v8, .k_scales = e->k_scales, .v_scales = e->v_scales};
             job_of[i] = nj++;
-        } else if (out[i] && lz_payload_decode_f32_packed(env->codec, blobs[i], lens[i], out[i]->k, out[i]->v, NULL, NULL,
-                                                          e2, sizeof e2)) {
+        } else if (out[i] && (drc = lz_payload_decode_f32_packed(env->codec, blobs[i], lens[i], out[i]->k, out[i]->v,
+                                                                 NULL, NULL, e2, sizeof e2))) {
             char m[256];
-            snprintf(m, sizeof m, "corrupt KV payload: %.200s", e2);
+            snprintf(m, sizeof m, "%s%.200s", drc == LZ_ENOMEM ? "" : "corrupt KV payload: ", e2);
             memcpy(e2, m, sizeof e2);
+            enomem = drc == LZ_ENOMEM;
             kv_entry_free(env, out[i]);
             out[i] = NULL;
         }
         if (errs) memcpy(errs[i], e2, sizeof errs[i]);
+        if (status && !out[i]) status[i] = enomem ? LZ_QUERY_ENOMEM : -1;
     }
     if (nj) lz_payload_decode_batch(env->codec, jobs, nj);
     for (int i = 0; i < n; i++) {
         const int j = job_of ? job_of[i] : -1;
         if (j >= 0 && jobs[j].status) {
-            if (errs) snprintf(errs[i], sizeof errs[i], "corrupt KV payload: %s", jobs[j].err);
+            const int enomem = jobs[j].status == LZ_ENOMEM; /* its scratch, not its bytes */
+            if (errs) snprintf(errs[i], sizeof errs[i], "%s%s", enomem ? "" : "corrupt KV payload: ", jobs[j].err);
+            if (status) status[i] = enomem ? LZ_QUERY_ENOMEM : -1;
             kv_entry_free(env, out[i]);
             out[i] = NULL;
         }
@@ -152,12 +167,14 @@ int kv_entry_decode_many(const kv_entry_env *env, const void *const *blobs, cons
     return made;
 }
 
-kv_entry *kv_entry_decode(const kv_entry_env *env, const void *blob, size_t len, const char *what, char *err,
-                          size_t errlen)
+kv_entry *kv_entry_decode(const kv_entry_env *env, const void *blob, size_t len, const char *what, int *status,
+                          char *err, size_t errlen)
 {
     kv_entry *e;
     char e2[1][256];
-    if (kv_entry_decode_many(env, &blob, &len, 1, &e, e2) != 1) snprintf(err, errlen, "%s: %s", what, e2[0]);
+    int st = 0;
+    if (kv_entry_decode_many(env, &blob, &len, 1, &e, e2, &st) != 1) snprintf(err, errlen, "%s: %s", what, e2[0]);
+    if (status) *status = st;
     return e;
 }
 

@@ -46,7 +46,11 @@ typedef struct {
     int fp8;                         /* keep fp8 payloads fp8 (the backend reads them; not with f32) */
     const lz_query_backend *backend; /* NULL, or one with host_alloc and host_free */
     lz_payload_codec *codec;
+    void *(*heap)(size_t bytes);     /* the blocks not in pinned memory (NULL: malloc; freed by free) */
 } kv_entry_env;
+
+/* The most positions a payload's document may take: a prompt's (answer_run.c). */
+#define KV_ENTRY_MAX_TOKENS (1 << 24)
 
 /* An entry's element: its bytes. */
 enum { KV_ENTRY_FP8 = 1, KV_ENTRY_BF16 = 2, KV_ENTRY_F32 = 4 };
@@ -59,15 +63,19 @@ void kv_entry_clear(const kv_entry_env *env, kv_entry *e); /* its memory, not e 
 void kv_entry_free(const kv_entry_env *env, kv_entry *e);  /* NULL is a no-op */
 
 /* Decodes one payload blob (not modified) into a new entry after checking it: its
- * format and checksum, and that this model built it. what names the document in errors. */
-kv_entry *kv_entry_decode(const kv_entry_env *env, const void *blob, size_t len, const char *what, char *err,
-                          size_t errlen);
+ * format and checksum, its size (at most KV_ENTRY_MAX_TOKENS tokens), and that this model
+ * built it. what names the document in errors. NULL on failure, with *status (when not NULL)
+ * LZ_QUERY_ENOMEM where the entry's memory could not be had (memory other requests may give
+ * back), else -1 (the payload itself: corrupt, another model's). */
+kv_entry *kv_entry_decode(const kv_entry_env *env, const void *blob, size_t len, const char *what, int *status,
+                          char *err, size_t errlen);
 
 /* n payload blobs at once (blobs[i] NULL: skipped), each checked as kv_entry_decode does,
  * the bf16 ones decoded as one batch on all threads: out[i] the entry, or NULL with why in
- * errs[i] (when errs is not NULL; "" for a skipped blob). Returns the entries made. */
+ * errs[i] (when errs is not NULL; "" for a skipped blob) and status[i] (when status is not
+ * NULL: 0 made or skipped, else as kv_entry_decode's). Returns the entries made. */
 int kv_entry_decode_many(const kv_entry_env *env, const void *const *blobs, const size_t *lens, int n,
-                         kv_entry **out, char (*errs)[256]);
+                         kv_entry **out, char (*errs)[256], int *status);
 
 /* The bytes an entry of blob takes (a document of n tokens; an unreadable blob: as if
  * stored whole in fp32, and decoding it then fails). */

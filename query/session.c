@@ -72,6 +72,7 @@ typedef struct {
     lz_query_session *q;
     const char *what;
     kv_entry *e;
+    int status;
     char *err;
     size_t errlen;
 } load_ctx;
@@ -79,17 +80,19 @@ typedef struct {
 static int decode_in_place(const void *blob, size_t len, void *ctx)
 {
     load_ctx *l = ctx;
-    l->e = kv_entry_decode(&l->q->env, blob, len, l->what, l->err, l->errlen);
+    l->e = kv_entry_decode(&l->q->env, blob, len, l->what, &l->status, l->err, l->errlen);
     return l->e ? 0 : -1;
 }
 
-kv_entry *session_load_payload(lz_query_session *q, const uint8_t *key, const char *what, char *err, size_t errlen)
+kv_entry *session_load_payload(lz_query_session *q, const uint8_t *key, const char *what, int *status, char *err,
+                               size_t errlen)
 {
     char e2[384] = "";
-    load_ctx l = {q, what, NULL, err, errlen};
+    load_ctx l = {q, what, NULL, -1, err, errlen};
     int rc = lz_store_read_payload(q->store, key, decode_in_place, &l, e2, sizeof e2);
     if (rc > 0) /* the store's status: nothing was decoded */
         snprintf(err, errlen, "%s: KV payload missing from the store (%s); run lazyingest --check --repair", what, e2);
+    if (status) *status = rc < 0 && l.status == LZ_QUERY_ENOMEM ? LZ_QUERY_ENOMEM : -1;
     return rc ? NULL : l.e;
 }
 
@@ -137,7 +140,7 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
         return -1;
     }
     lz_sha256(prefix_key, LZ_META_KEY_LEN, q->prefix_digest);
-    kv_entry *pe = session_load_payload(q, prefix_key, "the prompt prefix", err, errlen);
+    kv_entry *pe = session_load_payload(q, prefix_key, "the prompt prefix", NULL, err, errlen);
     if (!pe) { lz_query_session_free(q); return -1; }
     if (pe->n != q->n_prefix) {
         snprintf(err, errlen, "the prompt prefix payload has %d tokens, expected %d", pe->n, q->n_prefix);
@@ -253,7 +256,7 @@ static int preload_decode(const void *const *blobs, const size_t *lens, void *ct
         take[i] = blobs[i];
     }
     kv_entry *out[PRELOAD_BATCH];
-    kv_entry_decode_many(&q->env, take, lens, P->n, out, NULL);
+    kv_entry_decode_many(&q->env, take, lens, P->n, out, NULL, NULL);
     for (int i = 0; i < P->n; i++) {
         P->items[i].e = out[i];
         if (take[i] && !out[i]) P->res->failed++;

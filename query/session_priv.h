@@ -38,7 +38,9 @@ static inline void session_rate_update(double *rate, double amount, double secon
 static inline void session_entry_free(lz_query_session *q, kv_entry *e) { kv_entry_free(&q->env, e); }
 
 /* Reads (zero-copy, from LMDB's map) and decodes the payload of key; checks it belongs to
- * this model. what names the document in errors. NULL with a message on failure. */
-kv_entry *session_load_payload(lz_query_session *q, const uint8_t *key, const char *what, char *err, size_t errlen);
+ * this model. what names the document in errors. NULL with a message on failure, *status
+ * (when not NULL) LZ_QUERY_ENOMEM when its entry's memory could not be had, else -1. */
+kv_entry *session_load_payload(lz_query_session *q, const uint8_t *key, const char *what, int *status, char *err,
+                               size_t errlen);
 
 #endif /* LZ_QUERY_SESSION_PRIV_H */
