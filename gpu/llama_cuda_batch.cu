@@ -126,6 +126,7 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
     p.rope_layout = c->rope_layout;
     p.scale = 1.0f / sqrtf((float)d);
     p.n_split = g->env_dsplit; /* A/B: LAZY_GPU_DECODE=<parts>; 0: lz_decode's choice for B rows */
+    p.pdl = 1; /* after the rotary kernel, which writes q and each (slot, kv head)'s last block only */
     p.k_pool8 = k08;
     p.v_pool8 = v08;
     if (ensure_dwork(g, &p, err, errlen)) return -1;

@@ -6,6 +6,7 @@
 
 #include "kernels/lz_batch_ops.h"
 #include "kernels/lz_decode.h"
+#include "kernels/lz_ops.cuh"
 #include "base/rope.h"
 
 namespace {
@@ -42,6 +43,7 @@ __global__ void batch_words_kernel(uint64_t *words, uint64_t *vrows, int32_t *n_
 __global__ void batch_heads_kernel(__nv_bfloat16 *qh, const float *q, int ld, int H, int KV, int d, int l, int layout,
                                    const float *inv_freq, const lz_op_batch_seq *seq)
 {
+    lz::pdl_trigger(); /* the batched attention (lz_decode_params.pdl) starts its prefetch meanwhile */
     const int b = blockIdx.x, hh = blockIdx.y, t = threadIdx.x;
     const lz_op_batch_seq &s = seq[b];
     const int cnt = *s.count;
