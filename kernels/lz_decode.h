@@ -106,7 +106,8 @@ typedef struct {
      * kernels only, fp8 calls launch plainly): each CTA reads n_blocks, the block words and its
      * first blocks of K/V while that kernel still runs, and q, and the last block of each (b, h),
      * only once it has finished. So only q and that block (the one a decode step's own new row
-     * lands in, lz_op_heads_own) may be written by the kernel before; 0: a plain launch. */
+     * lands in: lz_op_heads_own, lz_op_batch_heads) may be written by the kernel before; 0: a
+     * plain launch. */
     int pdl;
 } lz_decode_params;
 
