@@ -284,7 +284,7 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
         lz_query_run_free(run);
         return -1;
     }
-    if (total > (int64_t)1 << 24) {
+    if (total > QUERY_MAX_POSITIONS) {
         snprintf(err, errlen, "the prompt would need %lld positions (question %d tokens, %d documents); too long",
                  (long long)total, n_q, n_docs);
         run->failed = 1;

@@ -106,9 +106,9 @@ static kv_entry *entry_for(const kv_entry_env *env, const void *blob, size_t len
                  info.n_layers, info.n_kv_heads, info.head_dim);
         return NULL;
     }
-    if (info.n_tokens > KV_ENTRY_MAX_TOKENS) { /* a header that asks for absurd memory is corrupt, not a shortage */
+    if (info.n_tokens > QUERY_MAX_POSITIONS) { /* a header that asks for absurd memory is corrupt, not a shortage */
         snprintf(err, errlen, "corrupt KV payload: %d tokens, more than a prompt's %d positions", info.n_tokens,
-                 KV_ENTRY_MAX_TOKENS);
+                 QUERY_MAX_POSITIONS);
         return NULL;
     }
     *elem = entry_elem(env, &info);

@@ -49,8 +49,9 @@ typedef struct {
     void *(*heap)(size_t bytes);     /* the blocks not in pinned memory (NULL: malloc; freed by free) */
 } kv_entry_env;
 
-/* The most positions a payload's document may take: a prompt's (answer_run.c). */
-#define KV_ENTRY_MAX_TOKENS (1 << 24)
+/* The most positions a prompt takes (documents, question and answer; lz_query_run_begin
+ * refuses a longer one), and so the most tokens a payload's document may have. */
+#define QUERY_MAX_POSITIONS (1 << 24)
 
 /* An entry's element: its bytes. */
 enum { KV_ENTRY_FP8 = 1, KV_ENTRY_BF16 = 2, KV_ENTRY_F32 = 4 };
@@ -63,7 +64,7 @@ void kv_entry_clear(const kv_entry_env *env, kv_entry *e); /* its memory, not e 
 void kv_entry_free(const kv_entry_env *env, kv_entry *e);  /* NULL is a no-op */
 
 /* Decodes one payload blob (not modified) into a new entry after checking it: its
- * format and checksum, its size (at most KV_ENTRY_MAX_TOKENS tokens), and that this model
+ * format and checksum, its size (at most QUERY_MAX_POSITIONS tokens), and that this model
  * built it. what names the document in errors. NULL on failure, with *status (when not NULL)
  * LZ_QUERY_ENOMEM where the entry's memory could not be had (memory other requests may give
  * back), else -1 (the payload itself: corrupt, another model's). */

@@ -98,7 +98,7 @@ int main(void)
         CHECK(lz_payload_encode(c, &src, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 1, &empty, &elen, err, sizeof err) == 0,
               "empty encode: %s", err);
         if (empty) {
-            const uint32_t huge = KV_ENTRY_MAX_TOKENS + 1; /* n_tokens at offset 20, little-endian */
+            const uint32_t huge = QUERY_MAX_POSITIONS + 1; /* n_tokens at offset 20, little-endian */
             uint8_t *h = empty;
             for (int i = 0; i < 4; i++) h[20 + i] = (uint8_t)(huge >> (8 * i));
             e = kv_entry_decode(&env, empty, elen, "document 'd'", &st, err, sizeof err);
