@@ -45,6 +45,10 @@ typedef struct {
     int64_t self_offset;         /* lazy only: own keys are R(self_offset) * k_self */
     const lz_attn_segment *segs; /* (S) descriptors (device memory for the CUDA kernels) */
     const int32_t *seg_len;      /* (S, KV) kept keys of segment s, kv head h: seg_len[s*KV + h] (0 allowed) */
+    const int32_t *seg_row;      /* optional (S, KV): the row of kv head h's first key in segment s,
+                                    counted from its k / v (k8 / v8), seg_row[s*KV + h]: heads packed
+                                    one after another (Ada-KV's unequal lengths take only their rows);
+                                    NULL: h * cap (every head cap rows apart) */
     const float *inv_freq;       /* (d/2) rotary inverse frequencies incl. divisors (lz_rope_inv_freqs) */
     int64_t seg_keys;            /* sizing hint for n_split: sum over segments of the largest len (host-known) */
     int n_seg;                   /* S, 0..LZ_PREFILL_MAX_SEG */

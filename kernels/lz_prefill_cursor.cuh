@@ -116,7 +116,7 @@ struct Cursor {
      * (tile_pre) need no second global latency. */
     struct Descs {
         const __nv_bfloat16 *k, *v; /* fp8 segments: their e4m3 bytes */
-        int64_t cap;
+        int64_t row0; /* kv head h's first row (seg_row, or h * cap) */
         int len;
         float ks, vs; /* Tile's */
         int f8;
@@ -125,7 +125,7 @@ struct Cursor {
     __device__ __forceinline__ static void read_descs(const lz_prefill_params &p, int h, int lane, Descs &d)
     {
         d.k = d.v = nullptr;
-        d.cap = 0;
+        d.row0 = 0;
         d.len = 0;
         d.ks = d.vs = 1.f;
         d.f8 = 0;
@@ -133,7 +133,7 @@ struct Cursor {
             const lz_attn_segment sg = p.segs[lane];
             d.k = reinterpret_cast<const __nv_bfloat16 *>(sg.k);
             d.v = reinterpret_cast<const __nv_bfloat16 *>(sg.v);
-            d.cap = sg.cap;
+            d.row0 = p.seg_row ? (int64_t)p.seg_row[(size_t)lane * p.n_kv_heads + h] : (int64_t)h * sg.cap;
             d.len = p.seg_len[(size_t)lane * p.n_kv_heads + h];
             if (F8 && sg.k8) {
                 d.k = reinterpret_cast<const __nv_bfloat16 *>(sg.k8);
@@ -144,12 +144,12 @@ struct Cursor {
             }
         }
     }
-    /* segment s's tile k of kv head h, from the segment's K / V bases, token
-     * stride cap and kept length len (tile and tile_pre) */
-    __device__ __forceinline__ void seg_tile(Tile &x, const __nv_bfloat16 *kb, const __nv_bfloat16 *vb, int64_t cap,
-                                             int len, int h, int D, bool f8 = false) const
+    /* segment s's tile k of a kv head, from the segment's K / V bases, the head's first row
+     * row0 and its kept length len (tile and tile_pre) */
+    __device__ __forceinline__ void seg_tile(Tile &x, const __nv_bfloat16 *kb, const __nv_bfloat16 *vb, int64_t row0,
+                                             int len, int D, bool f8 = false) const
     {
-        size_t r = ((size_t)h * cap + (size_t)k * BN) * D;
+        size_t r = ((size_t)row0 + (size_t)k * BN) * D;
         if (f8) { /* e4m3 rows: r bytes */
             x.k = reinterpret_cast<const __nv_bfloat16 *>(reinterpret_cast<const uint8_t *>(kb) + r);
             x.v = reinterpret_cast<const __nv_bfloat16 *>(reinterpret_cast<const uint8_t *>(vb) + r);
@@ -169,7 +169,7 @@ struct Cursor {
         x.slot = s;
         const __nv_bfloat16 *kb = reinterpret_cast<const __nv_bfloat16 *>(__shfl_sync(0xffffffffu, (unsigned long long)d.k, s));
         const __nv_bfloat16 *vb = reinterpret_cast<const __nv_bfloat16 *>(__shfl_sync(0xffffffffu, (unsigned long long)d.v, s));
-        const int64_t cap = __shfl_sync(0xffffffffu, (long long)d.cap, s);
+        const int64_t row0 = __shfl_sync(0xffffffffu, (long long)d.row0, s);
         const int len = __shfl_sync(0xffffffffu, d.len, s);
         x.ks = x.vs = 1.f;
         x.f8 = false;
@@ -178,7 +178,7 @@ struct Cursor {
             x.vs = __shfl_sync(0xffffffffu, d.vs, s);
             x.f8 = __shfl_sync(0xffffffffu, d.f8, s) != 0;
         }
-        seg_tile(x, kb, vb, cap, len, h, D, x.f8);
+        seg_tile(x, kb, vb, row0, len, D, x.f8);
         return x;
     }
     template <bool F8> __device__ __forceinline__ Tile tile(const lz_prefill_params &p, int h, int D) const
@@ -190,15 +190,16 @@ struct Cursor {
         if (s < p.n_seg) {
             const lz_attn_segment sg = p.segs[s];
             const int len = p.seg_len[(size_t)s * p.n_kv_heads + h];
+            const int64_t row0 = p.seg_row ? (int64_t)p.seg_row[(size_t)s * p.n_kv_heads + h] : (int64_t)h * sg.cap;
             if (F8 && sg.k8) {
                 x.ks = sg.k_scale[h];
                 x.vs = sg.v_scale[h];
                 x.f8 = true;
                 seg_tile(x, reinterpret_cast<const __nv_bfloat16 *>(sg.k8), reinterpret_cast<const __nv_bfloat16 *>(sg.v8),
-                         sg.cap, len, h, D, true);
+                         row0, len, D, true);
             } else {
                 seg_tile(x, reinterpret_cast<const __nv_bfloat16 *>(sg.k), reinterpret_cast<const __nv_bfloat16 *>(sg.v),
-                         sg.cap, len, h, D);
+                         row0, len, D);
             }
         } else {
             size_t r = ((size_t)h * p.n_rows + (size_t)k * BN) * D;

@@ -50,8 +50,9 @@ static int prefill_ref(const lz_prefill_params *p, int lazy)
             const lz_attn_segment *sg = &p->segs[s];
             int32_t len = p->seg_len[(size_t)s * KV + h];
             const int f8 = p->seg_fp8 && sg->k8;
+            const size_t row0 = p->seg_row ? (size_t)p->seg_row[(size_t)s * KV + h] : (size_t)h * sg->cap;
             for (int32_t j = 0; j < len; j++, n++) {
-                const size_t at = ((size_t)h * sg->cap + j) * d;
+                const size_t at = (row0 + j) * d;
                 if (f8) {
                     load_row8(K + n * d, sg->k8 + at, sg->k_scale[h], d);
                     load_row8(V + n * d, sg->v8 + at, sg->v_scale[h], d);

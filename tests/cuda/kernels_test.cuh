@@ -146,6 +146,13 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     lz_attn_segment *d_segs = dup(segs, S), *d_rsegs = dup(rsegs, S);
     int32_t *d_len = dup(len, (size_t)S * KV);
     lz_bf16 *d_o = dalloc<lz_bf16>(nq), *d_o2 = dalloc<lz_bf16>(nq);
+    /* a third of the cases address the heads by seg_row, in reverse order (head h at row
+     * (KV - 1 - h) * cap): a kernel that read h * cap would take another head's keys */
+    const int rowed = urand() < 1.0 / 3;
+    int32_t *hrow = (int32_t *)malloc((size_t)S * KV * 4), *d_row = NULL;
+    for (int s = 0; s < S; s++)
+        for (int h = 0; h < KV; h++) hrow[s * KV + h] = (int32_t)((KV - 1 - h) * segs[s].cap);
+    if (rowed) d_row = dup(hrow, (size_t)S * KV);
 
     lz_prefill_params p;
     memset(&p, 0, sizeof p);
@@ -153,6 +160,7 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     p.segs = d_segs; p.seg_len = d_len; p.inv_freq = d_inv; p.seg_keys = seg_keys; p.n_seg = S;
     p.n_rows = M; p.n_heads = H; p.n_kv_heads = KV; p.head_dim = d; p.rope_layout = layout;
     p.scale = 1.0f / sqrtf((float)d); p.n_split = n_split; p.rows_per_warp = rpw; p.rows_per_cta = bm; p.wgmma = wgmma;
+    p.seg_row = d_row;
     int dev, n_sm;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
@@ -181,13 +189,15 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     lz_bf16 *o = fetch(d_o, nq), *o2 = fetch(d_o2, nq), *ref = (lz_bf16 *)malloc(nq * 2);
     lz_prefill_params hp = p;
     hp.o = ref; hp.q = q; hp.k_self = ks; hp.v_self = vs; hp.segs = hsegs; hp.seg_len = len; hp.inv_freq = inv;
+    hp.seg_row = rowed ? hrow : NULL;
     RC(lz_prefill_lazy_ref(&hp, NULL));
     int nan1, nan2;
     double e1 = nerr(o, ref, nq, &nan1), e2 = nerr(o2, o, nq, &nan2);
-    printf("prefill %-8s d=%3d G=%d KV=%d S=%2d M=%3d split=%2d rows/cta=%3d rows/warp=%2d %s %s %s %s keys=%6lld: "
+    printf("prefill %-8s d=%3d G=%d KV=%d S=%2d M=%3d split=%2d rows/cta=%3d rows/warp=%2d %s %s %s %s%s keys=%6lld: "
            "gpu-vs-ref %.2e, lazy-vs-materialised %.2e, nan/unwritten %d/%d\n",
            LNAME[layout], d, G, KV, S, M, ns, used_bm, used_rpw, used_wg ? "wgmma" : "mma  ", d_cs ? "cs-table" : "cs-own  ",
-           grow ? "grow" : "flat", self_off ? "self@pos" : "self@0  ", (long long)seg_keys, e1, e2, nan1, nan2);
+           grow ? "grow" : "flat", self_off ? "self@pos" : "self@0  ", rowed ? " seg_row" : "", (long long)seg_keys, e1,
+           e2, nan1, nan2);
     CHECK(e1 <= TOL && nan1 == 0, "prefill gpu vs ref %g nan %d", e1, nan1);
     CHECK(e2 <= TOL && nan2 == 0, "prefill lazy vs materialised %g nan %d", e2, nan2);
     for (int s = 0; s < S; s++) {
@@ -198,6 +208,8 @@ static void prefill_case(int layout, int d, int G, int KV, int S, int M, int n_s
     CK(cudaFree(d_segs)); CK(cudaFree(d_rsegs)); CK(cudaFree(d_len)); CK(cudaFree(d_o)); CK(cudaFree(d_o2));
     if (p.work) CK(cudaFree(p.work));
     if (d_cs) CK(cudaFree(d_cs));
+    if (d_row) CK(cudaFree(d_row));
+    free(hrow);
     free(segs); free(rsegs); free(hsegs); free(len); free(hk); free(hv);
     free(q); free(ks); free(vs); free(o); free(o2); free(ref);
 }
