@@ -425,7 +425,7 @@ void doc_free(lz_llama_gpu *g, GpuDoc *x)
 {
     if (x->ext_bytes) pool_give(g, x->ext, x->ext_bytes);
     free(x->hsc);
-    free(x->cap);
+    free(x->hrow);
     free(x->first);
     free(x->kept);
     memset(x, 0, sizeof *x);

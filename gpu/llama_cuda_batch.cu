@@ -220,6 +220,7 @@ static int prefill_batch(lz_llama_gpu *g, Slot *const *ss, const int *const *ids
             const size_t own = (size_t)l * KV * s->N * d;
             pp[i].segs = s->qsegs + (size_t)l * W;
             pp[i].seg_len = s->qlen + (size_t)l * W * KV;
+            pp[i].seg_row = s->qrow + (size_t)l * W * KV;
             parts[i].own_k = s->own_k + own;
             parts[i].own_v = s->own_v + own;
         }

@@ -1,7 +1,8 @@
 /* llama_cuda_docs.cu - the documents a question's steps read on the GPU
  * (llama_cuda.h): uploaded from their stored KV (bf16 or fp32 as bf16, fp8
- * as stored with its scales; Ada-KV's packed heads padded per layer), or recomputed there from their token ids
- * exactly as lazyingest encoded them (lz_llama_gpu_encode_keep: a batch of
+ * as stored with its scales; Ada-KV's unequal heads packed, as the host tier
+ * keeps them), or recomputed there from their token ids exactly as lazyingest
+ * encoded them (lz_llama_gpu_encode_keep: a batch of
  * whole documents, each with its own causal attention over the prefix on a
  * side stream); keyed by their payload and kept within the cache budget by
  * cache/'s policy (frequency-aware admission and eviction, or LRU), the
@@ -49,19 +50,19 @@ static int doc_alloc(lz_llama_gpu *g, const lz_kv_segment *sg, int n, int fp8, G
 {
     const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
     memset(x, 0, sizeof *x);
-    x->cap = (int *)malloc((size_t)L * sizeof(int));
+    x->hrow = (int32_t *)malloc((size_t)L * KV * sizeof(int32_t));
     x->first = (size_t *)malloc((size_t)L * sizeof(size_t));
     x->kept = (int32_t *)malloc((size_t)L * KV * sizeof(int32_t));
     if (fp8) x->hsc = (float *)malloc((size_t)2 * L * KV * sizeof(float));
-    if (!x->cap || !x->first || !x->kept || (fp8 && !x->hsc)) {
+    if (!x->hrow || !x->first || !x->kept || (fp8 && !x->hsc)) {
         doc_free(g, x);
         snprintf(err, errlen, "out of memory");
         return LZ_LLAMA_GPU_ENOMEM;
     }
     for (int l = 0; l < L; l++)
         for (int h = 0; h < KV; h++) x->kept[l * KV + h] = sg ? seg_kept(sg, l, h, KV) : n;
-    x->rows = lz_kv_layout(L, KV, x->kept, n, x->cap, x->first);
-    for (int l = 0; l < L; l++) x->keys = x->cap[l] > x->keys ? x->cap[l] : x->keys;
+    x->rows = lz_kv_layout(L, KV, x->kept, n, x->hrow, x->first);
+    for (int lh = 0; lh < L * KV; lh++) x->keys = x->kept[lh] > x->keys ? x->kept[lh] : x->keys;
     const size_t R = x->rows ? x->rows : 1;
     const size_t bytes = fp8 ? 2 * R * d + (size_t)2 * L * KV * sizeof(float) : R * d * 2 * 2;
     const int rc = pool_take(g, bytes, &x->ext, err, errlen);
@@ -90,7 +91,7 @@ static bool seg_direct(const lz_llama_gpu *g, const lz_kv_segment *sg, const Gpu
     bool direct = (sg->k8 ? sg->k8 && sg->v8 : sg->k16 && sg->v16) && x->rows > 0;
     for (int lh = 0; direct && lh < L * KV; lh++) {
         const int l = lh / KV, h = lh % KV;
-        direct = lz_kv_segment_block(sg, l, h, KV, d) == (x->first[l] + (size_t)h * x->cap[l]) * d;
+        direct = lz_kv_segment_block(sg, l, h, KV, d) == (x->first[l] + (size_t)x->hrow[lh]) * d;
     }
     return direct;
 }
@@ -120,7 +121,7 @@ static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, int d
                           : (const void *)x->hsc;
     if (seg_direct(g, sg, x) && defer) { /* a question's: copied layer by layer beside its first step (upload_layers) */
         const lz_llama_gpu::UpDoc u = {fp8 ? (void *)x->k8 : (void *)x->k, fp8 ? (void *)x->v8 : (void *)x->v, sk, sv, es,
-                                       x->cap, x->first, fp8 ? (void *)x->ks : NULL, ssc, scb};
+                                       x->first, x->rows, fp8 ? (void *)x->ks : NULL, ssc, scb};
         const int rc = upload_defer(g, &u, err, errlen);
         if (rc) doc_free(g, x);
         return rc;
@@ -140,7 +141,7 @@ static int doc_upload(lz_llama_gpu *g, const lz_kv_segment *sg, GpuDoc *x, int d
 #pragma omp parallel for schedule(dynamic, 4) if (n > ((size_t)1 << 20))
     for (int lh = 0; lh < L * KV; lh++) {
         const int l = lh / KV, h = lh % KV, kept = x->kept[lh];
-        const size_t src = lz_kv_segment_block(sg, l, h, KV, d), dst = (x->first[l] + (size_t)h * x->cap[l]) * d;
+        const size_t src = lz_kv_segment_block(sg, l, h, KV, d), dst = (x->first[l] + (size_t)x->hrow[lh]) * d;
         if (fp8) {
             memcpy(stage + dst, sg->k8 + src, (size_t)kept * d);
             memcpy(stage + n + dst, sg->v8 + src, (size_t)kept * d);
@@ -176,7 +177,7 @@ lz_attn_segment doc_segment(const lz_llama_gpu *g, const GpuDoc *x, int l, int64
     lz_attn_segment a;
     memset(&a, 0, sizeof a);
     a.offset = offset;
-    a.cap = x->cap[l];
+    a.cap = x->keys; /* >= every head's rows; the heads' rows themselves are x->hrow (seg_row) */
     if (x->k8) {
         a.k8 = x->k8 + x->first[l] * d;
         a.v8 = x->v8 + x->first[l] * d;
@@ -458,7 +459,7 @@ static int prefix_descriptors(lz_llama_gpu *g, const GpuDoc *pre, char *err, siz
             snprintf(err, errlen, "GPU: descriptors: %s", cudaGetErrorString(ce));
             return ce == cudaErrorMemoryAllocation ? LZ_LLAMA_GPU_ENOMEM : -1;
         }
-        if ((ce = cudaMalloc((void **)&g->elen, (size_t)L * KV * sizeof(int32_t))) != cudaSuccess) {
+        if ((ce = cudaMalloc((void **)&g->elen, (size_t)2 * L * KV * sizeof(int32_t))) != cudaSuccess) {
             cudaGetLastError();
             cudaFree(g->esegs);
             g->esegs = NULL;
@@ -472,6 +473,8 @@ static int prefix_descriptors(lz_llama_gpu *g, const GpuDoc *pre, char *err, siz
     cudaError_t ce = cudaMemcpy(g->esegs, hs, (size_t)L * sizeof *hs, cudaMemcpyHostToDevice);
     free(hs);
     if (ce == cudaSuccess) ce = cudaMemcpy(g->elen, pre->kept, (size_t)L * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpy(g->elen + (size_t)L * KV, pre->hrow, (size_t)L * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
     CUDA_OK(ce, "uploading the prefix descriptors");
     return 0;
 }
@@ -555,6 +558,7 @@ extern "C" int lz_llama_gpu_encode_keep(lz_llama_gpu *g, const lz_kv_segment *pr
         for (int l = 0; ok && l < L; l++) {
             p.segs = g->esegs + l;
             p.seg_len = g->elen + (size_t)l * KV;
+            p.seg_row = g->elen + (size_t)(L + l) * KV;
             for (int j = b0, off = 0; j < b1; off += n[todo[j]], j++) {
                 const size_t at_l = (size_t)l * KV * n[todo[j]] * d;
                 parts[j - b0] = (Part){off, n[todo[j]], xs[j].k + at_l, xs[j].v + at_l};

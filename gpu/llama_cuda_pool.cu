@@ -196,7 +196,7 @@ int upload_defer(lz_llama_gpu *g, const lz_llama_gpu::UpDoc *u, char *err, size_
 
 int upload_layers(lz_llama_gpu *g, char *err, size_t errlen)
 {
-    const int L = g->cfg.n_layers, KV = g->cfg.n_kv_heads, d = g->cfg.head_dim;
+    const int L = g->cfg.n_layers, d = g->cfg.head_dim;
     if (!g->n_upq) return 0;
     if (!g->cp) {
         CUDA_OK(cudaStreamCreateWithFlags(&g->cp, cudaStreamNonBlocking), "the copy stream");
@@ -219,7 +219,8 @@ int upload_layers(lz_llama_gpu *g, char *err, size_t errlen)
                 CUDA_OK(cudaMemcpyAsync(u->sc, u->hsc, u->sc_bytes, cudaMemcpyHostToDevice, g->cp), "copying a document's scales");
                 g->up_bytes += u->sc_bytes;
             }
-            const size_t at = u->first[l] * d * u->es, n = (size_t)KV * u->cap[l] * d * u->es;
+            const size_t end = l + 1 < L ? u->first[l + 1] : u->rows;
+            const size_t at = u->first[l] * d * u->es, n = (end - u->first[l]) * d * u->es;
             if (!n) continue;
             CUDA_OK(cudaMemcpyAsync((char *)u->k + at, (const char *)u->sk + at, n, cudaMemcpyHostToDevice, g->cp),
                     "copying a document to the device");

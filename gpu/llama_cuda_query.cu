@@ -136,11 +136,12 @@ static int decode_words(lz_llama_gpu *g, Slot *s, const lz_attn_segment *hs, con
         for (int i = 0; fits && i <= S; i++) { /* i == S: the own rows, every block full */
             const lz_attn_segment *sg = &hs[l * W + i];
             const int64_t len = i < S ? s->hqlen[((size_t)l * W + i) * KV + h] : N;
+            const uint64_t hr = (uint64_t)s->hqrow[((size_t)l * W + i) * KV + h]; /* the head's first row there */
             if (i == S) nf[lh] = n;
             if (sg->k8) {
                 const ptrdiff_t dk = sg->k8 - k08, dv = sg->v8 - v08;
                 fits = dk % d == 0 && dv % d == 0;
-                const uint64_t kr = (uint64_t)(dk / d) + (uint64_t)h * sg->cap, vrw = (uint64_t)(dv / d) + (uint64_t)h * sg->cap;
+                const uint64_t kr = (uint64_t)(dk / d) + hr, vrw = (uint64_t)(dv / d) + hr;
                 const size_t at = (size_t)lh * NB;
                 fits = fits && !lz_decode_add_segment_fp8(w + at, vr + at, ks + at, vs + at, &n, NB, kr, vrw, len,
                                                           sg->offset, hsc[i][lh], hsc[i][L * KV + lh]);
@@ -150,7 +151,7 @@ static int decode_words(lz_llama_gpu *g, Slot *s, const lz_attn_segment *hs, con
             }
             const ptrdiff_t dk = (const bf16 *)sg->k - k0, dv = (const bf16 *)sg->v - v0;
             fits = dk % d == 0 && dv % d == 0;
-            const uint64_t kr = (uint64_t)(dk / d) + (uint64_t)h * sg->cap, vrw = (uint64_t)(dv / d) + (uint64_t)h * sg->cap;
+            const uint64_t kr = (uint64_t)(dk / d) + hr, vrw = (uint64_t)(dv / d) + hr;
             fits = fits && !lz_decode_add_segment_kv(w + (size_t)lh * NB, vr + (size_t)lh * NB, &n, NB, kr, vrw, len,
                                                      sg->offset);
             kspan = kr + len > kspan ? kr + len : kspan;
@@ -190,14 +191,17 @@ static int slot_descriptors(lz_llama_gpu *g, Slot *s, int S, char *err, size_t e
     cudaFree(s->qlen);
     cudaFree(s->qcs);
     free(s->hqlen);
-    s->qsegs = NULL, s->qlen = NULL, s->qcs = NULL, s->hqlen = NULL, s->qcap = 0;
+    s->qsegs = NULL, s->qlen = NULL, s->qcs = NULL, s->hqlen = NULL, s->qrow = NULL, s->hqrow = NULL, s->qcap = 0;
+    const size_t nl = (size_t)L * (S + 1) * KV; /* lengths, then rows (qrow, hqrow: the arrays' second halves) */
     CUDA_OK(cudaMalloc((void **)&s->qsegs, (size_t)L * (S + 1) * sizeof(lz_attn_segment)), "descriptors");
-    CUDA_OK(cudaMalloc((void **)&s->qlen, (size_t)L * (S + 1) * KV * sizeof(int32_t)), "descriptors");
+    CUDA_OK(cudaMalloc((void **)&s->qlen, 2 * nl * sizeof(int32_t)), "descriptors");
     CUDA_OK(cudaMalloc((void **)&s->qcs, (size_t)(S + 2) * d * sizeof(float)), "descriptors");
-    if (!(s->hqlen = (int32_t *)malloc((size_t)L * (S + 1) * KV * sizeof(int32_t)))) {
+    s->qrow = s->qlen + nl;
+    if (!(s->hqlen = (int32_t *)malloc(2 * nl * sizeof(int32_t)))) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    s->hqrow = s->hqlen + nl;
     s->qcap = S + 1;
     return 0;
 }
@@ -260,13 +264,16 @@ int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_
         s->fp8 |= x->k8 != NULL;
         for (int l = 0; l < L; l++) {
             hs[l * W + i] = doc_segment(g, x, l, block ? 0 : segs[i].rot);
-            for (int h = 0; h < KV; h++) s->hqlen[((size_t)l * W + i) * KV + h] = x->kept[l * KV + h];
+            for (int h = 0; h < KV; h++) {
+                s->hqlen[((size_t)l * W + i) * KV + h] = x->kept[l * KV + h];
+                s->hqrow[((size_t)l * W + i) * KV + h] = x->hrow[l * KV + h];
+            }
         }
     }
     for (int l = 0; l < L; l++) { /* the own sequence: (KV, N, d) a layer, empty so far */
         hs[l * W + S] = (lz_attn_segment){(const lz_bf16 *)(s->own_k + (size_t)l * KV * N * d),
                                           (const lz_bf16 *)(s->own_v + (size_t)l * KV * N * d), 0, N};
-        for (int h = 0; h < KV; h++) s->hqlen[((size_t)l * W + S) * KV + h] = 0;
+        for (int h = 0; h < KV; h++) s->hqlen[((size_t)l * W + S) * KV + h] = 0, s->hqrow[((size_t)l * W + S) * KV + h] = h * N;
     }
     /* the prefill's cos/sin of every slot of the table (the documents', then the own sequence
      * and the step's own keys at 0), the same for every layer: the kernel need not compute them */
@@ -279,8 +286,9 @@ int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_
         ce = cudaMemcpy(s->qcs, cs, (size_t)(W + 1) * d * sizeof *cs, cudaMemcpyHostToDevice);
     }
     if (ce == cudaSuccess) ce = cudaMemcpy(s->qsegs, hs, (size_t)L * W * sizeof *hs, cudaMemcpyHostToDevice);
-    if (ce == cudaSuccess) /* the kept lengths; the own sequence's are set by each step on the device */
+    if (ce == cudaSuccess) /* the kept lengths (the own sequence's are set by each step on the device), then the rows */
         ce = cudaMemcpy(s->qlen, s->hqlen, (size_t)L * W * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
+    if (ce == cudaSuccess) ce = cudaMemcpy(s->qrow, s->hqrow, (size_t)L * W * KV * sizeof(int32_t), cudaMemcpyHostToDevice);
     if (ce != cudaSuccess) {
         snprintf(err, errlen, "GPU: uploading the descriptors: %s", cudaGetErrorString(ce));
         goto fail;
@@ -352,6 +360,7 @@ static int step_body(lz_llama_gpu *g, Slot *s, int n, int want, int greedy, char
     for (int l = 0; l < L; l++) {
         p.segs = s->qsegs + (size_t)l * W;
         p.seg_len = s->qlen + (size_t)l * W * KV;
+        p.seg_row = s->qrow + (size_t)l * W * KV;
         const size_t own = (size_t)l * KV * N * d; /* this step's keys and values join the sequence there */
         const lz_decode_params dp = decode_params(g, s, l);
         Part part;

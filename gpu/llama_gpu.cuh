@@ -40,9 +40,10 @@ struct Layer {
     float *attn_norm, *ffn_norm;
 };
 
-/* A segment resident on the device: per layer l, (KV, cap[l], d) rows from
- * row first[l] of k and v (cache/kv_layout.h; v = k + rows * d, one extent of
- * the HBM pool); kept (L, KV). An fp8 doc (an fp8 store's, as stored) has
+/* A segment resident on the device: per layer l, its heads' rows from row
+ * first[l] of k and v, head (l, h) kept[l * KV + h] rows from hrow[l * KV + h]
+ * after it (cache/kv_layout.h, the host tier's layout; v = k + rows * d, one
+ * extent of the HBM pool); kept (L, KV). An fp8 doc (an fp8 store's, as stored) has
  * e4m3 rows k8, v8 in the same layout instead, then its scales in the same
  * extent: ks (L, KV) of K, vs of V (a copy on the host in hsc: K's, then V's).
  * Keyed by a 32-byte content digest (a store payload's key), or unkeyed: then
@@ -56,9 +57,9 @@ struct GpuDoc {
     float *hsc;        /* fp8: (2, L, KV) the scales, host */
     void *ext;         /* its pool extent */
     size_t rows, ext_bytes; /* ext_bytes: its pool extent's bytes (K, V, fp8's scales), 0 before it has one */
-    int *cap;
-    size_t *first;
-    int32_t *kept;
+    int32_t *hrow; /* (L, KV) */
+    size_t *first; /* (L) */
+    int32_t *kept; /* (L, KV) */
     int64_t keys; /* rows of its longest (layer, head) */
     uint64_t id;   /* unique: entries move when others are dropped */
     int fresh;     /* computed here (lz_llama_gpu_encode_keep) and not yet used: its first lookup is a miss */
@@ -95,6 +96,7 @@ struct Slot {
     int *dn_own;         /* device: its own length (g->dcount + index; read by the kernels, so graphs replay) */
     lz_attn_segment *qsegs; /* (L, S + 1) device: the segments then the own sequence */
     int32_t *qlen, *hqlen;  /* (L, S + 1, KV) device / host */
+    int32_t *qrow, *hqrow;  /* (L, S + 1, KV) device / host: each head's first row in its segment (seg_row) */
     float *qcs;             /* (S + 2, d) device: the slots' cos/sin (lz_prefill_rope_table), every layer's */
     int S, n_own, qcap;     /* qcap: S + 1 the descriptor arrays hold */
     int fp8;                /* some of its segments are fp8 (the attention's seg_fp8) */
@@ -212,8 +214,8 @@ struct lz_llama_gpu {
         void *k, *v;
         const void *sk, *sv;
         size_t es;
-        const int *cap;
-        const size_t *first;
+        const size_t *first; /* (L) the doc's; layer l's rows end where l + 1's start (rows at the last) */
+        size_t rows;
         void *sc;
         const void *hsc;
         size_t sc_bytes;
@@ -240,7 +242,7 @@ struct lz_llama_gpu {
     void **owned;
     int n_owned;
     lz_attn_segment *esegs; /* (L) device: the prefix doc, for documents recomputed on the query side */
-    int32_t *elen;          /* (L, KV) device: its kept lengths */
+    int32_t *elen;          /* (2, L, KV) device: its kept lengths, then its heads' rows (seg_row) */
     /* several parts in a layer (documents recomputed together): their rotary, attention and
      * token-major copies run on LZ_GPU_SIDE streams side by side, each with its own slot of
      * the attention workspace (work_slot bytes apart) */

@@ -297,7 +297,9 @@ static void test_big_upload(const char *dir)
  * documents and the question placed that many positions later (past 2^21,
  * the decode block words' offset field: the steps' attention falls back to
  * lz_prefill_lazy by itself). */
-static void test_query(const char *dir, int hd, int heads, int kv, int layout_half, int64_t far = 0)
+/* packed16: document 2's unequal heads as packed bf16 (the host tier's entries: the engine copies
+ * them as they are, layer by layer), else fp32 (staged on the host into the device's layout) */
+static void test_query(const char *dir, int hd, int heads, int kv, int layout_half, int64_t far = 0, int packed16 = 0)
 {
     char path[600], err[512];
     snprintf(path, sizeof path, "%s/q%d_%d_%d.gguf", dir, hd, heads, kv);
@@ -346,6 +348,16 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
             row += kept[lh];
         }
     segs[3].k = packed_k, segs[3].v = packed_v, segs[3].n_kept = kept, segs[3].head_row = head_row;
+    uint16_t *p16 = NULL;
+    if (packed16) { /* the CPU reads the bf16 rows too */
+        p16 = (uint16_t *)malloc((size_t)2 * row * hd * 2);
+        for (size_t e = 0; e < (size_t)row * hd; e++) {
+            p16[e] = lz_f32_to_bf16(packed_k[e]), p16[row * hd + e] = lz_f32_to_bf16(packed_v[e]);
+            packed_k[e] = lz_bf16_to_f32(p16[e]), packed_v[e] = lz_bf16_to_f32(p16[row * hd + e]);
+        }
+        segs[3].k = segs[3].v = NULL;
+        segs[3].k16 = p16, segs[3].v16 = p16 + row * hd;
+    }
     /* CPU */
     lz_kv_cache lc;
     lz_llama_scratch *sc = lz_llama_scratch_new(m, 64);
@@ -382,9 +394,9 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
         }
         CHECK(worst <= 3e-2, "query d=%d H=%d KV=%d layout=%s, %lld positions later: logits normalised error %.3g", hd,
               heads, kv, layout_half ? "half" : "adjacent", (long long)far, worst);
-        printf("query d=%3d H=%d KV=%d %-8s: question and %d decode steps over 4 segments (bf16, packed), placed %lld "
-               "positions later: logits normalised error, worst %.2e\n", hd, heads, kv, layout_half ? "half" : "adjacent",
-               steps, (long long)far, worst);
+        printf("query d=%3d H=%d KV=%d %-8s: question and %d decode steps over 4 segments (bf16, packed as %s), placed "
+               "%lld positions later: logits normalised error, worst %.2e\n", hd, heads, kv,
+               layout_half ? "half" : "adjacent", steps, packed16 ? "bf16" : "fp32", (long long)far, worst);
         /* the decode steps' attention by lz_prefill_lazy instead (LAZY_GPU_DECODE=prefill, which an
          * engine takes when it is made): the same tokens within bf16 of the CPU too, and of the
          * lz_decode_lazy steps above */
@@ -529,7 +541,7 @@ static void test_query(const char *dir, int hd, int heads, int kv, int layout_ha
     lz_kv_cache_free(&lc);
     lz_kv_cache_free(&pc);
     for (int i = 0; i < nd; i++) lz_kv_cache_free(&dc[i]);
-    free(lcpu); free(lgpu); free(k16); free(v16); free(packed_k); free(packed_v);
+    free(lcpu); free(lgpu); free(k16); free(v16); free(packed_k); free(packed_v); free(p16);
     lz_llama_free(m);
     remove(path);
 }
@@ -1330,6 +1342,7 @@ int main(int argc, char **argv)
     test_query(dir, 64, 4, 4, 0);
     test_query(dir, 128, 8, 2, 1);
     test_query(dir, 128, 8, 2, 1, 3000000); /* offsets past the decode words' 21 bits */
+    test_query(dir, 128, 8, 2, 1, 0, 1);    /* the unequal heads' document packed in bf16 */
     test_prefix_on_gpu(dir);
     test_many(dir);
     test_big_upload(dir);
