@@ -363,6 +363,25 @@ static void bench_prefill(int M, int N, int sweep, float *d_inv, const float *in
         for (int k = 0; k < 3; k++) tt = std::min(tt, run(1, auto_ns, 0, 0, 0, 0));
         printf("  lazy computing its own cos/sin (no table): %.2f us (%+.2f%% over the twin)\n", tt, 100 * (tt / tn - 1));
     }
+    if (N) { /* the engine's packed layout: each head's first row read from seg_row (here the same rows) */
+        std::vector<int32_t> rows((size_t)nseg * KV);
+        for (int s = 0; s < nseg; s++)
+            for (int h = 0; h < KV; h++) rows[s * KV + h] = h * lens[s * KV + h];
+        int32_t *d_row;
+        CK(cudaMalloc(&d_row, rows.size() * 4));
+        CK(cudaMemcpy(d_row, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+        double plain = 1e30, rowed = 1e30;
+        for (int k = 0; k < 5; k++) { /* alternating, the best of each */
+            plain = std::min(plain, run(1, auto_ns));
+            p.seg_row = d_row;
+            rowed = std::min(rowed, run(1, auto_ns));
+            p.seg_row = NULL;
+        }
+        CK(cudaFree(d_row));
+        printf("  heads addressed by seg_row (the packed layout): lazy %.2f us against %.2f us without (%+.2f%%)\n", rowed,
+               plain, 100 * (rowed / plain - 1));
+        jrec("\"kind\":\"prefill_seg_row\",\"M\":%d,\"N\":%d,\"rowed_us\":%.3f,\"plain_us\":%.3f", M, N, rowed, plain);
+    }
     if (auto_ns > 1) { /* A/B: the combine kernel launched plainly instead of as a programmatic dependent */
         double pl = 1e30, pn = 1e30;
         for (int k = 0; k < 3; k++) {
