@@ -17,10 +17,12 @@ NVFLAGS  := -O3 -std=c++17 -I. -lineinfo -Xptxas -v \
             -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 
 # The library's folders, lowest layer first (ARCHITECTURE.md).
-LIB_DIRS  := base formats tokenizer model kernels cache store ingest query eval serve
+LIB_DIRS  := base formats tokenizer model kernels cache store engine ingest query eval serve
 # Programs: files with a main(). Everything else under the module folders is library code.
 BIN_SRCS  := $(wildcard tools/*.c) $(wildcard ingest/lazyingest.c) $(wildcard query/lazyquery.c) $(wildcard serve/lazyserve.c)
-LIB_SRCS  := $(filter-out $(BIN_SRCS), $(foreach m,$(LIB_DIRS),$(wildcard $(m)/*.c)))
+# engine/engine_gpu.c: the GPU engine, linked only into the programs of 'make cuda' (engine/engine.h)
+GPU_ENGINE_SRC := engine/engine_gpu.c
+LIB_SRCS  := $(filter-out $(BIN_SRCS) $(GPU_ENGINE_SRC), $(foreach m,$(LIB_DIRS),$(wildcard $(m)/*.c)))
 TEST_SRCS := $(wildcard tests/test_*.c)
 BENCH_SRCS:= $(wildcard bench/bench_*.c)
 CU_SRCS   := $(wildcard kernels/*.cu)
@@ -152,8 +154,15 @@ LZK_STATIC := $(LZK_ARCH)/liblmdb.a $(LZK_ARCH)/libsqlite3.a $(LZK_ARCH)/libzstd
               $(shell $(CC) -print-file-name=libgomp.a)
 # the engine's GPU pass: gpu/llama_cuda*.cu (their shared state: gpu/llama_gpu.cuh)
 LZK_ENGINE := $(patsubst %.cu,$(LZK_DIR)/obj/%.o,$(wildcard gpu/llama_cuda*.cu))
+# lz_engine's GPU table (engine/engine_gpu.c), linked before the library: its lz_engine_gpu_ops
+# keeps the library's stand-in (engine/engine_cpu_only.c) out of the link
+LZK_ENGINE += $(LZK_DIR)/obj/engine/engine_gpu.o
 LZK_LINK   := $(LZK_ENGINE) $(LZK_CU:%.cu=$(LZK_DIR)/obj/%.o) $(BUILD)/liblazy.a $(LZK_STATIC) \
               -lcublas -lpthread -ldl -lm
+$(LZK_DIR)/obj/engine/engine_gpu.o: engine/engine_gpu.c $(HEADERS) gpu/llama_cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
 $(LZK_DIR)/obj/gpu/%.o: gpu/%.cu gpu/llama_gpu.cuh gpu/llama_cuda.h model/llama.h $(LZK_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp -c $< -o $@
@@ -162,19 +171,19 @@ $(LZK_DIR)/test_llama_cuda $(LZK_DIR)/test_llama_fp8: $(LZK_DIR)/%: tests/cuda/%
                                                     $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_LINK) -o $@
 
-# lazyingest and lazyquery with --gpu, for the GPU machine (the same static recipe)
+# The tools with GPU engines, for the GPU machine (the same static recipe): their code is the CPU
+# build's (no #ifdef); linking engine/engine_gpu.c (LZK_ENGINE) is what gives them --gpu
 $(LZK_DIR)/obj/lazyingest.o: ingest/lazyingest.c $(HEADERS) gpu/llama_cuda.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(LZK_DIR)/obj/lazyquery.o: query/lazyquery.c $(HEADERS) gpu/llama_cuda.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
+	$(CC) $(CFLAGS) -c $< -o $@
 
-# lazyeval with --gpu (tools/lazyeval.c: the GPU backend of query/gpu_backend.h)
 $(LZK_DIR)/obj/lazyeval.o: tools/lazyeval.c $(HEADERS) gpu/llama_cuda.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/lazyeval: $(LZK_DIR)/%: $(LZK_DIR)/obj/%.o $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp $< $(LZK_LINK) -o $@
@@ -183,7 +192,7 @@ $(LZK_DIR)/lazyingest $(LZK_DIR)/lazyquery $(LZK_DIR)/lazyeval: $(LZK_DIR)/%: $(
 # dynamically (its static archive needs GnuTLS's): the GPU machine needs libmicrohttpd12
 $(LZK_DIR)/obj/lazyserve.o: serve/lazyserve.c $(HEADERS) gpu/llama_cuda.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(LZK_DIR)/lazyserve: $(LZK_DIR)/obj/lazyserve.o $(LZK_ENGINE) $(LZK_OBJS) $(BUILD)/liblazy.a
 	$(NVCC) $(LZK_NVFLAGS) -Xcompiler -fopenmp $< $(LZK_LINK) -lmicrohttpd -o $@
@@ -201,7 +210,7 @@ $(LZK_DIR)/lib/.done: $(LZK_DIR)/lazyserve
 # (the same static recipe: no HTTP, no third-party shared libraries)
 $(LZK_DIR)/obj/bench_serve.o: bench/bench_serve.c $(HEADERS) $(wildcard bench/*.h) gpu/llama_cuda.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DLZ_CUDA -c $< -o $@
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(LZK_DIR)/obj/lazy-mkmodel.o: tools/lazy-mkmodel.c $(HEADERS)
 	@mkdir -p $(dir $@)

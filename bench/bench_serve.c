@@ -61,9 +61,6 @@
 #include "bench/serve_stream.h"
 #include "query/session.h"
 #include "serve/engines.h"
-#ifdef LZ_CUDA
-#include "query/gpu_backend.h"
-#endif
 
 #define MAXL 16 /* entries of a list option */
 
@@ -230,10 +227,8 @@ static int parse(int argc, char **argv, inproc_opts *o)
         if (bad) return LZ_EXIT_USAGE;
     }
     if (!o->store_dir || !o->model_path) return lz_cli_usage("the in-process mode needs --store and --model");
-#ifndef LZ_CUDA
-    if (o->gpus) return lz_cli_usage("--gpus needs the CUDA build (make cuda: build/cuda/bench_serve)");
-    if (o->gpu) return lz_cli_usage("--gpu needs the CUDA build (make cuda: build/cuda/bench_serve)");
-#endif
+    if (o->gpus && !lz_engine_gpu_built()) return lz_cli_usage("--gpus needs the CUDA build (make cuda: build/cuda/bench_serve)");
+    if (o->gpu && !lz_engine_gpu_built()) return lz_cli_usage("--gpu needs the CUDA build (make cuda: build/cuda/bench_serve)");
     if (o->gpu && o->n_engines) return lz_cli_usage("--engines N runs CPU engines; GPU engines: --gpus LIST");
     if (o->gpus || o->n_engines) o->serial = 0; /* several engines: no serial baseline (the stream laid out without) */
     char names[MAXL][32];
@@ -498,29 +493,17 @@ static int run_mode(const inproc_opts *o, const layout *L, lz_llama *m, lz_store
     lz_query_opts qo = mode_query_opts(o, m, mode);
     const int whole = mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX; /* the prompt computed: own tokens */
     int batch = opt_batch(o);
-#ifdef LZ_CUDA
-    lz_llama_gpu *g = NULL;
-    lz_query_backend be;
     const int seq = whole ? (int)((own_full + 64 + 255) / 256 * 256) : o->seq_tokens;
-    if (o->gpu) {
-        const int rows = whole ? (seq > 16384 ? seq : 16384) : 4096;
-        if (lz_llama_gpu_new(m, rows, &g, err, sizeof err)) { fprintf(stderr, "bench_serve: %s\n", err); return -1; }
-        if (o->gpu_cache) lz_llama_gpu_set_cache(g, o->gpu_cache);
-        (void)lz_query_gpu_tier; /* the scheduler's GPU tier counters: not reported here */
-        be = lz_query_gpu_backend(g); /* one sequence (serial) until the slots are made */
-        qo.backend = &be;
-        qo.cold = LZ_COLD_AUTO;
-    }
-#else
-    (void)own_full;
-    (void)whole;
-#endif
+    const lz_engine_opts eo = {.gpu = o->gpu, .device = -1, .own_tokens = whole ? (seq > 16384 ? seq : 16384) : 4096,
+                               .gpu_cache = o->gpu_cache, .cache_policy = qo.cache_policy};
+    lz_engine *eng = NULL;
+    if (lz_engine_open(m, &eo, &eng, err, sizeof err)) { fprintf(stderr, "bench_serve: %s\n", err); return -1; }
+    qo.backend = lz_engine_query(eng); /* one sequence (serial) until the slots are made; NULL: the CPU */
+    if (o->gpu) qo.cold = LZ_COLD_AUTO;
     lz_query_session *q = NULL;
     if (lz_query_session_new(m, st, &qo, &q, err, sizeof err)) {
         fprintf(stderr, "bench_serve: %s\n", err);
-#ifdef LZ_CUDA
-        lz_llama_gpu_free(g);
-#endif
+        lz_engine_free(eng);
         return -1;
     }
     /* the modes that read cached documents; before the serial baseline, so that it reads the same tiers (a fresh
@@ -543,26 +526,21 @@ static int run_mode(const inproc_opts *o, const layout *L, lz_llama *m, lz_store
         if (!run_one(o, s, &tg, mode, "serial", -1, 1, L->serial, o->n_req, 0, 0, NULL, &r)) *serial_tps = r.tok_s;
         else rc = -1;
     }
-#ifdef LZ_CUDA
     if (o->gpu) { /* slots for the largest batch: the engine sized against its memory */
         int slots = batch;
-        lz_llama_gpu_release(g, 0); /* the serial run's last question (the one-question API holds it until the next) */
-        while (slots > 1 && lz_llama_gpu_set_slots(g, slots, seq, err, sizeof err)) {
+        qo.backend->release(qo.backend->ctx, 0); /* the serial run's last question (the one-question API holds it until the next) */
+        while (slots > 1 && lz_engine_set_slots(eng, slots, seq, err, sizeof err)) {
             fprintf(stderr, "bench_serve: %s\n", err);
             slots /= 2;
         }
-        be = lz_query_gpu_backend(g); /* the session reads the struct it was given: now with the slots */
-        batch = lz_llama_gpu_slots(g) > 1 ? lz_llama_gpu_slots(g) : 1;
-        printf("%-6s GPU: %d slots of %d tokens\n", lz_query_mode_name(mode), lz_llama_gpu_slots(g),
-               lz_llama_gpu_slot_tokens(g));
+        /* the session reads the table it was given, which set_slots updated */
+        batch = qo.backend->n_slots > 1 ? qo.backend->n_slots : 1;
+        printf("%-6s GPU: %d slots of %d tokens\n", lz_query_mode_name(mode), qo.backend->n_slots, qo.backend->seq_tokens);
     }
-#endif
     tg.max_running = batch;
     rc |= run_levels(o, L, s, &tg, mode, batch, batch, o->gpu ? *serial_tps : 0, ms);
     lz_query_session_free(q);
-#ifdef LZ_CUDA
-    lz_llama_gpu_free(g);
-#endif
+    lz_engine_free(eng);
     return rc;
 }
 
@@ -575,12 +553,10 @@ static int run_mode_engines(const inproc_opts *o, const layout *L, lz_llama *m, 
     lz_query_opts qo = mode_query_opts(o, m, mode);
     const int whole = mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX;
     int devs[LZ_SERVE_MAX_ENGINES], n_devs = 0;
-#ifdef LZ_CUDA
     if (o->gpus) {
-        n_devs = lz_cli_gpu_list("--gpus", o->gpus, lz_llama_gpu_device_count(), devs, LZ_SERVE_MAX_ENGINES);
+        n_devs = lz_cli_gpu_list("--gpus", o->gpus, lz_engine_gpu_count(), devs, LZ_SERVE_MAX_ENGINES);
         if (n_devs < 0) return -1;
     }
-#endif
     lz_serve_sched_opts so;
     lz_serve_sched_opts_default(&so);
     so.max_running = o->max_running; /* each engine's batch (its slots on the GPU) */

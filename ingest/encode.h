@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#include "engine/backend.h"
 #include "ingest/kvlearn.h"
 #include "ingest/kvpolicy.h"
 #include "model/llama.h"
@@ -42,46 +43,7 @@ void lz_encoder_set_scorer(lz_encoder *e, const lz_kvlearn *m);
  * keys and attention-only scores to a (the caller fits and frees it). */
 void lz_encoder_set_learn(lz_encoder *e, lz_kvlearn_acc *a);
 
-/* An accelerated forward pass for documents (gpu/llama_cuda.h on a GPU):
- * encode(ctx, ids, n, out, qwin, c0, cw) runs ids[0..n) after the prefix into
- * out, as lz_llama_forward with the prefix as a segment would (to its own
- * precision: bf16 on the GPU), and when cw > 0 writes the rotated queries of
- * rows c0..c0+cw-1 to qwin (L, cw, H, d), the KV policy's observation window.
- * lz_encoder_run uses it for documents of at most max_tokens whose policy
- * runs no probe after the document (the cue and reconstruction probes stay
- * on the CPU). Not owned; NULL unsets it. */
-typedef struct {
-    void *ctx;
-    int (*encode)(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
-                  size_t errlen);
-    int max_tokens;
-    /* Optional (NULL: one document a call): several documents in a pass of
-     * at most pass_tokens tokens. start enqueues one: ids[i][0..n[i]) run as
-     * encode would with window (c0[i], cw[i]); finish waits for it, and from
-     * then until the next finish fetch writes document i's result into out
-     * and qwin (as encode), on any number of threads at once (the host packs
-     * one pass while the device runs the next). lz_encoder_run_fetched. */
-    int (*start)(void *ctx, const int *const *ids, const int *n, const int *c0, const int *cw, int n_docs, char *err,
-                 size_t errlen);
-    int (*finish)(void *ctx, char *err, size_t errlen);
-    int (*fetch)(void *ctx, int i, lz_kv_cache *out, float *qwin, char *err, size_t errlen);
-    /* Optional: KV eviction's attention masses of document i of the finished
-     * pass (lz_kvpolicy_mass's (L, KV, G, m)) when the backend made them (a
-     * window of the document's last rows): 1 and mass written, else 0. The
-     * encoder then only finishes the scoring (lz_kvpolicy_finish). */
-    int (*fetch_mass)(void *ctx, int i, float *mass);
-    int pass_tokens;
-    /* Optional: document i of the finished pass as planes already of payload dtype
-     * (lz_payload_src's k_planes ...: (L, KV, n, d) back to back; fp8 with its (L, KV)
-     * scales), valid until the next finish, for a document of n tokens stored whole (no KV
-     * eviction): 1 and the pointers set, 0 when the backend has none of that dtype, -1 on
-     * error (err; document i has other than n rows, a NaN or Inf in its K or V). The
-     * encoder copies them out at once (the next finish may overwrite them while it packs)
-     * and packs them as they are, nothing widened or narrowed on the host: the payload's
-     * bytes are those of fetch's path. */
-    int (*fetch_planes)(void *ctx, int i, int n, int dtype, const void **k, const void **v, const float **k_scales,
-                        const float **v_scales, char *err, size_t errlen);
-} lz_encode_backend;
+/* The engine's document pass (lz_encode_backend): engine/backend.h. */
 void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b);
 /* 1 when lz_encoder_run would hand a document of n tokens to the backend,
  * with the rows of it the KV policy's window captures (c0, cw; cw = 0:

@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "base/clock.h"
+#include "engine/engine.h"
 #include "ingest/corpus.h"
 #include "ingest/encode.h"
 #include "ingest/pass_ref.h"
@@ -25,7 +26,6 @@
 #include "ingest/kvpolicy.h"
 #include "ingest/model_desc.h"
 #include "model/llama.h"
-#include "gpu/llama_cuda.h"
 #include "store/store.h"
 
 enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_SKIPPED = 2, EXIT_CHECK = 3 };
@@ -128,14 +128,12 @@ typedef struct {
     size_t errlen;
 } job_pipe;
 
-/* A GPU pipeline's device context (--gpu, --gpus; CUDA builds): its engine,
- * made on device dev, which every backend call makes current first (CUDA's
- * current device is a property of the host thread; -1: --gpu alone, the
- * default device); one whole-document encode at a time. */
+/* A GPU pipeline's device context (--gpu, --gpus): its engine, made on device
+ * dev (-1: --gpu alone, the default device), whose document hooks make it
+ * current on every call (engine/engine.h). */
 typedef struct {
-    lz_llama_gpu *gpu;
+    lz_engine *engine;
     int dev;
-    pthread_mutex_t one;
 } ingest_gpu;
 
 /* One of N encoder pipelines (ingest_engines.c): its backend (a GPU, the CPU
@@ -211,7 +209,6 @@ typedef struct {
     int rebuilt;               /* the payload database was damaged and rebuilt before the run */
     int64_t rebuild_dropped, rebuild_bytes; /* the entries the rebuild left out (unreferenced or failing) */
     int progress;
-    lz_llama_gpu *gpu;          /* --gpu (a CUDA build; NULL otherwise) */
     lz_encode_backend backend;
     int gpu_pass;               /* --gpu: tokens of a multi-document pass (0: one document a pass) */
     lz_pass_ref *pass_ref;      /* LAZY_INGEST_REF_PASSES: the passes on the CPU reference backend */
@@ -219,7 +216,7 @@ typedef struct {
     const char *corpus_format;  /* the reader the corpus got (lz_corpus_format_name), or NULL */
     int shard, n_shards;        /* one shard's run: only the records of shard `shard` of n_shards (n_shards 0: all) */
     int64_t n_encoded;          /* documents encoded (payloads queued) */
-    ingest_gpu *gpus;           /* --gpu: 1, --gpus: n_gpus device contexts (gpus[0].gpu is gpu); kept across shards */
+    ingest_gpu *gpus;           /* --gpu: 1, --gpus: n_gpus device contexts; kept across shards */
     int n_gpus;
     ingest_engine *eng;         /* n_eng > 1: the pipelines a batch's documents are dealt to (else none) */
     int n_eng;
@@ -305,6 +302,18 @@ void ingest_engines_free(ingest *g);
 int ingest_engines_run(ingest *g);
 /* Pipeline i's name ("GPU 2", "CPU") into buf. */
 const char *ingest_engine_name(const ingest *g, int i, char *buf, size_t n);
+
+/* ingest_gpus.c: --gpu, --gpus */
+/* One GPU engine a listed device (--gpus; --gpu: one on the current device), their weights
+ * uploaded side by side, each for passes or documents of up to rows tokens. 0, or -1 with
+ * g->err naming the device. */
+int ingest_gpus_open(ingest *g, int rows);
+void ingest_gpus_free(ingest *g);
+/* Every device context: the prefix's KV, and fp8 quantisation on the device when the store is
+ * fp8 and the planes are taken (g->backend.fetch_planes). 0 or -1 (g->err). */
+int ingest_gpus_setup(ingest *g);
+/* The encode backend of device context c (this run's pass size and switches). */
+lz_encode_backend ingest_gpu_backend(const ingest *g, ingest_gpu *c);
 
 /* ingest_report.c */
 void ingest_issues_free(issue_list *l);

@@ -5,9 +5,9 @@
  * a nightly re-indexed store consistent. This file: the options, the model
  * and store, the pass over the corpus, main. The tool's other pieces:
  * ingest/ingest_run.h (the run's state; ingest_record.c, ingest_batch.c,
- * ingest_jobs.c, ingest_engines.c, ingest_report.c); with CUDA (LZ_CUDA), the
- * GPU device contexts and their backend: ingest/gpu_engines.h. Library pieces: ingest/corpus.h, ingest/split.h,
- * ingest/encode.h, store/store.h, model/prompt.h.
+ * ingest_jobs.c, ingest_engines.c, ingest_gpus.c: --gpu's engines, ingest_report.c).
+ * Library pieces: ingest/corpus.h, ingest/split.h, ingest/encode.h, engine/engine.h, store/store.h,
+ * model/prompt.h.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include "ingest/ingest_run.h"
-#include "ingest/gpu_engines.h"
 #include "ingest/split.h"
 #include "model/prompt.h"
 #include "base/cli.h"
@@ -202,12 +201,12 @@ static int load_model(ingest *g, const char *model_path)
         }
         g->o.kv.scorer_hash = g->scorer.hash;
     }
-#ifdef LZ_CUDA
-    /* documents in passes of up to LAZY_INGEST_GPU_PASS tokens (default 2,048; 0: one document a pass) */
-    g->gpu_pass = lz_env_get()->ingest_gpu_pass;
-    const int rows = g->gpu_pass > g->o.max_doc_tokens ? g->gpu_pass : g->o.max_doc_tokens;
-    if (g->o.gpu && gpus_open(g, rows)) return -1; /* weights, on every listed device */
-#endif
+    if (g->o.gpu) {
+        /* documents in passes of up to LAZY_INGEST_GPU_PASS tokens (default 2,048; 0: one document a pass) */
+        g->gpu_pass = lz_env_get()->ingest_gpu_pass;
+        const int rows = g->gpu_pass > g->o.max_doc_tokens ? g->gpu_pass : g->o.max_doc_tokens;
+        if (ingest_gpus_open(g, rows)) return -1; /* weights, on every listed device */
+    }
     return 0;
 }
 
@@ -216,13 +215,11 @@ static int load_model(ingest *g, const char *model_path)
  * once the encoder's settings are known. 0 or -1 (g->err). */
 static int open_engines(ingest *g)
 {
-#ifdef LZ_CUDA
     if (g->o.gpu) {
         lz_encode_backend b[INGEST_MAX_ENGINES];
-        for (int i = 0; i < g->n_gpus; i++) b[i] = gpu_backend(g, &g->gpus[i]);
+        for (int i = 0; i < g->n_gpus; i++) b[i] = ingest_gpu_backend(g, &g->gpus[i]);
         return g->n_gpus > 1 ? ingest_engines_open(g, g->n_gpus, b, g->o.devs) : 0;
     }
-#endif
     return ingest_engines_open(g, g->o.n_engines, NULL, NULL);
 }
 
@@ -240,12 +237,10 @@ static int setup_model(ingest *g, const char *model_path)
                             sizeof g->err))
         return -1;
     const lz_encode_backend *pb = NULL; /* --gpu: the prefix too on the GPU */
-#ifdef LZ_CUDA
     if (g->o.gpu) {
-        g->backend = gpu_backend(g, &g->gpus[0]); /* the first pipeline's device */
+        g->backend = ingest_gpu_backend(g, &g->gpus[0]); /* the first pipeline's device */
         pb = &g->backend;
     }
-#endif
     if (lz_encoder_new_on(g->m, g->prefix, g->n_prefix, pb, &g->enc, g->err, sizeof g->err)) return -1;
     if (g->o.learn_out) {
         const lz_llama_config *c = &g->m->cfg;
@@ -262,10 +257,8 @@ static int setup_model(ingest *g, const char *model_path)
     g->par = !g->learn && omp_get_max_threads() > 1 && (g->o.gpu || g->m->cfg.dim <= 2048) && !run_opts.serial;
     if (g->o.n_engines > 1) g->par = 1; /* N pipelines: a batch's documents queued, then dealt */
     if (g->o.gpu) {
-#ifdef LZ_CUDA
-        if (gpus_setup(g)) return -1; /* the prefix on every device */
+        if (ingest_gpus_setup(g)) return -1; /* the prefix on every device */
         lz_encoder_set_backend(g->enc, &g->backend);
-#endif
     }
     /* LAZY_INGEST_REF_PASSES=N: --gpu's pipeline of multi-document passes on the CPU reference backend */
     const int ref = lz_env_get()->ingest_ref_passes;
@@ -616,20 +609,19 @@ static int parse_options(int argc, char **argv, options *o, int *model_given)
         case O_REPAIR: o->repair = o->check = 1; break;
         case O_GC: o->gc = 1; break;
         case O_GPU:
-#ifndef LZ_CUDA
-            rc = lz_cli_usage("--gpu: this build has no CUDA support ('make cuda' builds build/cuda/lazyingest)");
-#endif
+            if (!lz_engine_gpu_built())
+                rc = lz_cli_usage("--gpu: this build has no CUDA support ('make cuda' builds build/cuda/lazyingest)");
             o->gpu = 1;
             break;
         case O_GPUS: {
-#ifdef LZ_CUDA
-            const int n = lz_cli_gpu_list("--gpus", optarg, lz_llama_gpu_device_count(), o->devs, INGEST_MAX_ENGINES);
+            if (!lz_engine_gpu_built()) {
+                rc = lz_cli_usage("--gpus: this build has no CUDA support ('make cuda' builds build/cuda/lazyingest; "
+                                  "--engines N runs N pipelines on the CPU)");
+                break;
+            }
+            const int n = lz_cli_gpu_list("--gpus", optarg, lz_engine_gpu_count(), o->devs, INGEST_MAX_ENGINES);
             if (n < 0) rc = LZ_EXIT_USAGE;
             else o->n_devs = o->n_engines = n, o->gpu = 1; /* --gpus implies --gpu */
-#else
-            rc = lz_cli_usage("--gpus: this build has no CUDA support ('make cuda' builds build/cuda/lazyingest; "
-                              "--engines N runs N pipelines on the CPU)");
-#endif
             break;
         }
         case O_ENGINES:
@@ -858,7 +850,6 @@ void ingest_store_reset(ingest *g)
     g->codec = keep.codec;
     g->prefix = keep.prefix;
     g->n_prefix = keep.n_prefix;
-    g->gpu = keep.gpu;
     g->gpus = keep.gpus;
     g->n_gpus = keep.n_gpus;
     g->gpu_pass = keep.gpu_pass;
@@ -935,9 +926,7 @@ int main(int argc, char **argv)
         status = ingest_run_store(g, cp, argc, argv, need_model, o->check);
 out:
     ingest_store_reset(g);
-#ifdef LZ_CUDA
-    gpus_free(g);
-#endif
+    ingest_gpus_free(g);
     lz_kvlearn_free(&g->scorer);
     lz_kvlearn_acc_free(g->learn);
     lz_payload_codec_free(g->codec);

@@ -11,11 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/engine.h"
 #include "model/llama.h"
-#ifdef LZ_CUDA
-#include "gpu/llama_cuda.h"
-#include "query/gpu_backend.h"
-#endif
 #include "model/prompt.h"
 #include "base/unicode.h"
 #include "query/retrieve.h"
@@ -74,7 +71,7 @@ typedef struct {
     int n_doc_ids, cap_doc_ids, docs_given; /* docs_given: --docs or --doc was given (even naming none) */
     int strict;              /* --strict: a question without documents fails */
     int best_first, json, quiet;
-    void *gpu_engine;        /* the lz_llama_gpu of --gpu (CUDA builds), for its cache tier's counts */
+    lz_engine *engine;       /* the CPU's or --gpu's, for its GPU tier's counts */
     lz_query_preload_result pre; /* what the start-up preload did */
 } options;
 
@@ -95,25 +92,22 @@ static json_t *tiers_json(const options *o, const lz_doc_cache_stats *host)
     json_object_set_new(ht, "preloaded", json_integer(o->pre.host));
     json_object_set_new(ht, "preload_s", json_real(o->pre.seconds));
     json_object_set_new(t, "host", ht);
-#ifdef LZ_CUDA
-    if (o->gpu_engine) {
+    if (lz_engine_is_gpu(o->engine)) {
         lz_doc_cache_stats g;
-        lz_llama_gpu_cache_policy_stats((const lz_llama_gpu *)o->gpu_engine, &g);
+        lz_engine_tiers ft; /* its memory and the copies into it */
+        lz_engine_tier_stats(o->engine, &g, &ft);
         json_t *gt = tier(&g, o->sc.qo.cache_policy);
         json_object_set_new(gt, "preloaded", json_integer(o->pre.gpu));
-        lz_llama_gpu_tiers ft; /* its memory and the copies into it */
-        lz_llama_gpu_tier_stats((lz_llama_gpu *)o->gpu_engine, &ft);
-        json_object_set_new(gt, "copies", json_integer(ft.uploads));
-        json_object_set_new(gt, "bytes_in", json_integer(ft.bytes_up));
+        json_object_set_new(gt, "copies", json_integer(ft.copies));
+        json_object_set_new(gt, "bytes_in", json_integer(ft.bytes_in));
         json_object_set_new(gt, "copy_s", json_real(ft.copy_s));
-        json_object_set_new(gt, "copy_gbps", json_real(ft.copy_s > 0 ? ft.bytes_up / ft.copy_s / 1e9 : 0));
-        json_object_set_new(gt, "pool_bytes", json_integer((json_int_t)ft.pool_capacity));
+        json_object_set_new(gt, "copy_gbps", json_real(ft.copy_s > 0 ? ft.bytes_in / ft.copy_s / 1e9 : 0));
+        json_object_set_new(gt, "pool_bytes", json_integer((json_int_t)ft.pool_bytes));
         json_object_set_new(gt, "pool_regions", json_integer(ft.pool_regions));
         json_object_set_new(gt, "pool_evictions", json_integer(ft.pool_evictions));
-        json_object_set_new(gt, "pinned_bytes", json_integer((json_int_t)ft.pinned_capacity));
+        json_object_set_new(gt, "pinned_bytes", json_integer((json_int_t)ft.pinned_bytes));
         json_object_set_new(t, "gpu", gt);
     }
-#endif
     return t;
 }
 
@@ -384,11 +378,7 @@ int main(int argc, char **argv)
     lz_cli_init("lazyquery");
     /* static: the --doc copies it holds stay reachable on every early return */
     static options o;
-#ifdef LZ_CUDA
-    lz_session_cli_default(&o.sc, 1);
-#else
-    lz_session_cli_default(&o.sc, 0);
-#endif
+    lz_session_cli_default(&o.sc, lz_engine_gpu_built());
     const char *question = NULL;
     const int prc = parse_options(argc, argv, &o, &question);
     if (prc >= 0) return prc;
@@ -417,32 +407,24 @@ int main(int argc, char **argv)
         return mrc;
     }
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.sc.qo.on_piece = print_piece;
-#ifdef LZ_CUDA
-    lz_llama_gpu *gpu = NULL;
-    lz_query_backend backend;
+    /* the engine: --gpu's (own tokens a question may step: the question and the answer, 4,096, or
+     * in full and prefix modes the prompt's documents too, 16,384), else the CPU's */
+    const int whole = o.sc.qo.mode == LZ_MODE_FULL || o.sc.qo.mode == LZ_MODE_PREFIX;
+    lz_engine_opts eo = {.gpu = o.sc.gpu, .device = -1, .own_tokens = whole ? 16384 : 4096,
+                         .gpu_cache = o.sc.gpu_cache, .cache_policy = o.sc.qo.cache_policy};
+    if (lz_engine_open(m, &eo, &o.engine, err, sizeof err)) {
+        fprintf(stderr, "lazyquery: %s\n", err);
+        lz_llama_free(m);
+        lz_store_close(st);
+        return 1;
+    }
     if (o.sc.gpu) {
-        /* own tokens a question may step: the question and the answer (4,096), or in full and
-         * prefix modes the prompt's documents too (16,384) */
-        const int own = o.sc.qo.mode == LZ_MODE_FULL || o.sc.qo.mode == LZ_MODE_PREFIX ? 16384 : 4096;
-        if (lz_llama_gpu_new(m, own, &gpu, err, sizeof err)) {
-            fprintf(stderr, "lazyquery: %s\n", err);
-            lz_llama_free(m);
-            lz_store_close(st);
-            return 1;
-        }
-        if (o.sc.gpu_cache) {
-            const size_t got = lz_llama_gpu_set_cache(gpu, o.sc.gpu_cache);
-            if (got < o.sc.gpu_cache)
-                fprintf(stderr, "lazyquery: note: --gpu-cache-bytes %.2f GiB is more than the GPU has free; using %.2f GiB\n",
-                        o.sc.gpu_cache / 1073741824.0, got / 1073741824.0);
-        }
-        lz_llama_gpu_set_cache_policy(gpu, o.sc.qo.cache_policy);
-        backend = lz_query_gpu_backend(gpu); /* one sequence at a time */
-        o.gpu_engine = gpu;
-        o.sc.qo.backend = &backend;
+        if (o.sc.gpu_cache && lz_engine_gpu_cache(o.engine) < o.sc.gpu_cache)
+            fprintf(stderr, "lazyquery: note: --gpu-cache-bytes %.2f GiB is more than the GPU has free; using %.2f GiB\n",
+                    o.sc.gpu_cache / 1073741824.0, lz_engine_gpu_cache(o.engine) / 1073741824.0);
         o.sc.qo.cold = o.sc.cold < 0 ? LZ_COLD_AUTO : o.sc.cold;
     }
-#endif
+    o.sc.qo.backend = lz_engine_query(o.engine); /* one sequence at a time; NULL: the CPU */
     lz_query_session *q = NULL;
     if (lz_query_session_new(m, st, &o.sc.qo, &q, err, sizeof err)) {
         fprintf(stderr, "lazyquery: %s\n", err);
@@ -507,9 +489,7 @@ int main(int argc, char **argv)
         free(line);
     }
     lz_query_session_free(q);
-#ifdef LZ_CUDA
-    lz_llama_gpu_free(gpu);
-#endif
+    lz_engine_free(o.engine);
     lz_llama_free(m);
     lz_store_close(st);
     for (int i = 0; i < o.n_doc_ids; i++) free(o.doc_ids[i]);

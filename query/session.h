@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "engine/backend.h"
 #include "model/llama.h"
 #include "cache/doc_cache.h"
 #include "store/store.h"
@@ -45,101 +46,8 @@ typedef struct {
     int whole;                             /* stored whole (no KV eviction at ingest): may be recomputed */
 } lz_query_doc;
 
-/* The status a backend hook returns instead of -1 when it failed for want of memory: device
- * memory for the KV of documents or sequences (the GPU's "no device memory for ..."), or an
- * allocation; its message says what, as for -1. Any hook with a status may return it; begin,
- * begin_block, begin_in, encode and keep_own(_in) are where a request's documents take the
- * backend's memory. lz_query_run_begin, lz_query_run_start (answer_run.h) and lz_query_answer
- * return it unchanged when a hook did, and when an allocation of their own for the request
- * failed: memory that other requests may give back (a scheduler then waits and begins it
- * again, serve/sched.h), where -1 is a failure of the request itself. Negative (-LZ_ENOMEM),
- * as the hooks that count (keep_own, preload: 1 or 0) keep >= 0 for success. */
-#define LZ_QUERY_ENOMEM (-LZ_ENOMEM)
-
-/* An accelerated forward pass for the question and the answer (the GPU's,
- * gpu/llama_cuda.h): begin takes the prompt's segments (the prefix and the
- * documents, each with its missing rotation), a 32-byte content key each (the
- * same key, the same KV: the backend may keep it resident) and the position
- * of the first own token; step runs tokens after them and everything stepped
- * before, writing the last token's logits (V floats) when logits is not NULL.
- * A hook that returns a status returns 0 (or its count), -1, or LZ_QUERY_ENOMEM. */
-typedef struct {
-    void *ctx;
-    int (*begin)(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0, char *err,
-                 size_t errlen);
-    int (*step)(void *ctx, const int *ids, int n, float *logits, char *err, size_t errlen);
-    /* optional: 1 when the backend still holds the KV of content key, 0 when not; the session
-     * then neither loads nor decodes that document and hands begin a segment without data
-     * (k, v, k16, v16 NULL; n and rot set). NULL: every document is loaded. */
-    int (*resident)(void *ctx, const uint8_t key[32]);
-    /* optional: computes the content-only KV of documents from their token ids (ids[i][0..n[i])
-     * after the prompt prefix, as lazyingest did) and keeps it under keys[i], so that resident
-     * then says 1 (lz_llama_gpu_encode_keep). Used for cold documents with opts.cold =
-     * LZ_COLD_RECOMPUTE in lazy mode; NULL: cold documents are loaded. 0, -1 or LZ_QUERY_ENOMEM. */
-    int (*encode)(void *ctx, const lz_kv_segment *prefix, const uint8_t *prefix_key, const int *const *ids,
-                  const int *n, const uint8_t *const *keys, int n_docs, char *err, size_t errlen);
-    /* optional (both or neither): memory for the session's cached KV that the backend copies
-     * from fastest (the GPU's pinned host memory: an upload is then one DMA copy), thread-safe;
-     * NULL when it has none left (malloc is used). host_free takes the bytes asked for. */
-    void *(*host_alloc)(void *ctx, size_t bytes);
-    void (*host_free)(void *ctx, void *p, size_t bytes);
-    /* optional: the start-up preload (lz_query_preload): seeds the backend cache's frequency of
-     * content key with hits (> 0), and with seg not NULL keeps seg resident while it has room:
-     * 1 kept, 0 not (no room, or seg NULL), -1 on error (lz_llama_gpu_preload). */
-    int (*preload)(void *ctx, const lz_kv_segment *seg, const uint8_t key[32], double hits, char *err, size_t errlen);
-    /* optional: block mode's begin (lz_llama_gpu_begin_block): the same arguments, but a segment
-     * comes as its content KV with its placement in rot and a key per (document, placement); the
-     * backend makes and keeps the rotated copy itself. Then the host tier holds each document's
-     * content KV once (shared by every placement) and never rotates. NULL: the session rotates
-     * a copy per placement on the CPU and hands begin those, at rot 0. */
-    int (*begin_block)(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
-                       char *err, size_t errlen);
-    /* optional (with resident): prefix mode on the backend: keeps the KV of the own tokens
-     * t0..t0+n-1 stepped so far (a document computed in its prompt) under key (the chain's),
-     * offered to its cache; resident then finds it and begin takes it without data, at rot 0.
-     * 1 kept, 0 not (turned away), -1 on error (lz_llama_gpu_keep_own). NULL: prefix mode runs
-     * on the CPU. Full mode runs on any backend: its whole prompt in one step. */
-    int (*keep_own)(void *ctx, int t0, int n, const uint8_t key[32], char *err, size_t errlen);
-    /* optional: a question failed after begin: returns once the backend no longer reads the
-     * segments' memory it was handed (copies in flight), before the session frees it */
-    void (*settle)(void *ctx);
-    /* optional (n_slots > 1 with idle_slot, begin_in, step_in, release and decode_many): several
-     * sequences at once (continuous batching, serve/). The backend holds n_slots sequences, each
-     * of up to seq_tokens own tokens (question and answer; the whole prompt in full mode, the
-     * documents not reused and the question in prefix mode; 0: no bound). idle_slot: one no
-     * sequence holds, or -1; begin_in / step_in / keep_own_in: begin (begin_block when block) /
-     * step / keep_own in that slot; release: the slot's sequence ends (its documents unpinned;
-     * a no-op on a slot not begun). prefill_many (optional: else step_in one by one) runs the
-     * rows ids[i][0..n[i]) of slots[i] for i < n_seqs in one batched pass, logits[i] (V floats,
-     * NULL: none) the last row's of each; decode_many runs one token ids[i] for each slots[i] in
-     * one pass, logits[i] each one's. fits (optional): 1 when a new sequence whose documents
-     * hold doc_tokens tokens can be begun now, 0 when it should wait for one to end. With
-     * n_slots <= 1 the hooks above serve one sequence at a time. */
-    int n_slots, seq_tokens;
-    int (*idle_slot)(void *ctx);
-    int (*begin_in)(void *ctx, int slot, int block, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs,
-                    int64_t pos0, char *err, size_t errlen);
-    int (*step_in)(void *ctx, int slot, const int *ids, int n, float *logits, char *err, size_t errlen);
-    int (*keep_own_in)(void *ctx, int slot, int t0, int n, const uint8_t key[32], char *err, size_t errlen);
-    void (*release)(void *ctx, int slot);
-    int (*prefill_many)(void *ctx, const int *slots, const int *const *ids, const int *n, int n_seqs,
-                        float *const *logits, char *err, size_t errlen);
-    int (*decode_many)(void *ctx, const int *slots, const int *ids, int n, float *const *logits, char *err,
-                       size_t errlen);
-    int (*fits)(void *ctx, int64_t doc_tokens);
-    /* optional: a decode pass (decode_many over slots, or slots NULL: step of one token of the
-     * one sequence) that also hands back each row's greedy tokens where its logits are:
-     * next[2i] = lz_sample_argmax of row i's logits, next[2i + 1] the same with ban[0..n_ban)
-     * at -inf (n_ban <= LZ_ARGMAX_MAX_BAN, kernels/lz_argmax.h); logits[i] NULL: row i's logits
-     * are not wanted (none move). The session asks it for the answers that sample greedily. */
-    int (*decode_next)(void *ctx, const int *slots, const int *ids, int n, float *const *logits, int *next,
-                       const int *ban, int n_ban, char *err, size_t errlen);
-    /* 1: begin and preload read fp8 segments (lz_kv_segment.k8; the GPU's kernels dequantise in
-     * registers), so the host tier keeps an fp8 store's documents as stored: half the bytes of
-     * bf16 to hold and to copy (as without a backend: the CPU engine reads fp8 too). 0: they are
-     * dequantised to bf16 first. */
-    int reads_fp8;
-} lz_query_backend;
+/* The engine's question pass (lz_query_backend) and the status its hooks return for want of
+ * memory (LZ_QUERY_ENOMEM): engine/backend.h. */
 
 /* What lazy mode does with a cold document (in neither the CPU's nor the backend's cache). */
 enum {

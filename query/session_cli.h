@@ -31,7 +31,7 @@ typedef struct {
     lz_query_opts qo;       /* mode, caches, policy, max tokens, temperature, top-p, seed */
 } lz_session_cli;
 
-/* Defaults (lz_query_opts_default for qo); cuda_build: the program was built with LZ_CUDA. */
+/* Defaults (lz_query_opts_default for qo); cuda_build: the program has GPU engines (lz_engine_gpu_built). */
 void lz_session_cli_default(lz_session_cli *o, int cuda_build);
 
 /* getopt_long codes of the shared long options, and their table entries (the short ones:

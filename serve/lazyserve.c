@@ -168,9 +168,7 @@ static int parse_options(int argc, char **argv, options *o)
             if (lz_cli_int("--gpu-seq-tokens", optarg, 1, 1 << 20, &o->gpu_seq_tokens)) return LZ_EXIT_USAGE;
             break;
         case O_GPUS:
-#ifndef LZ_CUDA
-            return lz_cli_usage("--gpus needs the CUDA build (make cuda: build/cuda/lazyserve)");
-#endif
+            if (!lz_engine_gpu_built()) return lz_cli_usage("--gpus needs the CUDA build (make cuda: build/cuda/lazyserve)");
             o->gpus = optarg;
             o->sc.gpu = 1;
             break;
@@ -211,11 +209,7 @@ int main(int argc, char **argv)
     lz_cli_init("lazyserve");
     static options o = {.host = "127.0.0.1", .port = 8080, .max_connections = 256, .retry_after = 1,
                         .max_body = (size_t)1 << 20};
-#ifdef LZ_CUDA
-    lz_session_cli_default(&o.sc, 1);
-#else
-    lz_session_cli_default(&o.sc, 0);
-#endif
+    lz_session_cli_default(&o.sc, lz_engine_gpu_built());
     lz_serve_sched_opts_default(&o.so);
     const int prc = parse_options(argc, argv, &o);
     if (prc >= 0) return prc;
@@ -243,10 +237,9 @@ int main(int argc, char **argv)
     o.so.record_hits = o.sc.stats;
     /* the engines: one (today's server), --engines N on the CPU, or one per --gpus device */
     int devs[LZ_SERVE_MAX_ENGINES], n_devs = 0;
-#ifdef LZ_CUDA
     if (o.sc.gpu) {
         if (o.gpus) {
-            n_devs = lz_cli_gpu_list("--gpus", o.gpus, lz_llama_gpu_device_count(), devs, LZ_SERVE_MAX_ENGINES);
+            n_devs = lz_cli_gpu_list("--gpus", o.gpus, lz_engine_gpu_count(), devs, LZ_SERVE_MAX_ENGINES);
             if (n_devs < 0) {
                 lz_llama_free(m);
                 lz_store_close(st);
@@ -256,7 +249,6 @@ int main(int argc, char **argv)
             devs[n_devs++] = 0; /* --gpu: the one engine on the first device, as before --gpus */
         }
     }
-#endif
     const lz_serve_engines_opts eo = {.n = n_devs ? n_devs : o.n_engines ? o.n_engines : 1,
                                       .devs = n_devs ? devs : NULL, .gpu_cache = o.sc.gpu_cache,
                                       .gpu_seq_tokens = o.gpu_seq_tokens, .cold = o.sc.cold, .preload = o.sc.preload,

@@ -17,9 +17,9 @@
 #include "base/cli.h"
 #include "base/env.h"
 #include "base/runtime.h"
+#include "engine/engine.h"
 #include "eval/build_store.h"
 #include "eval/dataset.h"
-#include "query/gpu_backend.h"
 #include "eval/machine.h"
 #include "eval/plot.h"
 #include "eval/report.h"
@@ -274,9 +274,8 @@ static int parse_options(int argc, char **argv, options *o)
         case O_PRELOAD: if (lz_cli_choice("--preload", optarg, preloads, &o->preload)) return LZ_EXIT_USAGE; break;
         case O_STATS: o->stats = 1; break;
         case O_GPU:
-#ifndef LZ_CUDA
-            return lz_cli_usage("--gpu: this build has no CUDA support ('make cuda' builds build/cuda/lazyeval)");
-#endif
+            if (!lz_engine_gpu_built())
+                return lz_cli_usage("--gpu: this build has no CUDA support ('make cuda' builds build/cuda/lazyeval)");
             o->gpu = 1;
             break;
         case O_GPU_CACHE: if (size_list("--gpu-cache-bytes", optarg, o->gpu_budget, &o->n_gpu)) return LZ_EXIT_USAGE; break;
@@ -587,29 +586,24 @@ int main(int argc, char **argv)
                                           .gpu_budget_asked = o.gpu_budget[gi],
                                           .poisson = !stream.back_to_back,
                                           .policy = lz_cache_policy_name(o.qo.cache_policy)};
-#ifdef LZ_CUDA
-                lz_llama_gpu *gpu = NULL;
-                lz_query_backend backend;
-                if (o.gpu) { /* a fresh engine a run: its GPU tier starts empty */
-                    const int own = ro.qo.mode == LZ_MODE_FULL || ro.qo.mode == LZ_MODE_PREFIX ? 16384 : 4096;
-                    if (lz_llama_gpu_new(m, own, &gpu, err, sizeof err)) {
-                        fprintf(stderr, "lazyeval: %s\n", err);
-                        exit_rc = LZ_EXIT_RUNTIME;
-                        goto write_report;
-                    }
-                    if (o.gpu_budget[gi]) lz_llama_gpu_set_cache(gpu, o.gpu_budget[gi]);
-                    lz_llama_gpu_set_cache_policy(gpu, o.qo.cache_policy);
-                    backend = lz_query_gpu_backend(gpu);
-                    ro.qo.backend = &backend;
-                    ro.qo.cold = o.cold < 0 ? LZ_COLD_AUTO : o.cold;
-                    ro.gpu_tier = lz_query_gpu_tier;
-                    ro.gpu_ctx = gpu;
+                /* a fresh engine a run: its GPU tier starts empty */
+                const int whole = ro.qo.mode == LZ_MODE_FULL || ro.qo.mode == LZ_MODE_PREFIX;
+                lz_engine_opts eo = {.gpu = o.gpu, .device = -1, .own_tokens = whole ? 16384 : 4096,
+                                     .gpu_cache = o.gpu_budget[gi], .cache_policy = o.qo.cache_policy};
+                lz_engine *engine = NULL;
+                if (lz_engine_open(m, &eo, &engine, err, sizeof err)) {
+                    fprintf(stderr, "lazyeval: %s\n", err);
+                    exit_rc = LZ_EXIT_RUNTIME;
+                    goto write_report;
                 }
-#endif
+                ro.qo.backend = lz_engine_query(engine); /* NULL: the CPU */
+                if (o.gpu) {
+                    ro.qo.cold = o.cold < 0 ? LZ_COLD_AUTO : o.cold;
+                    ro.gpu_tier = lz_engine_policy_stats;
+                    ro.gpu_ctx = engine;
+                }
                 const int rrc = lz_eval_run(m, st, &ds, &stream, &ro, &results[n_runs], err, sizeof err);
-#ifdef LZ_CUDA
-                lz_llama_gpu_free(gpu);
-#endif
+                lz_engine_free(engine);
                 if (rrc) {
                     fprintf(stderr, "lazyeval: %s: %s\n", labels[n_runs], err);
                     lz_eval_run_result_free(&results[n_runs]);
