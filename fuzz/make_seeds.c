@@ -468,6 +468,7 @@ static void seeds_openai(void)
         {0, "{\"prompt\": \"Who founded Foxaria?\", \"max_tokens\": 8}"},
         {0, "{\"prompt\": \"q\", \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"stop\": [\"\\n\", \"END\"]}"},
         {0, "{\"prompt\": \"q\", \"documents\": [\"doc1\", \"Ackworth, West Yorkshire\"], \"temperature\": 0.7, \"top_p\": 0.9, \"seed\": 7}"},
+        {0, "{\"prompt\": \"q\", \"top_p\": 1e-60}"}, /* below float's range: must stay positive */
         {0, "{\"prompt\": \"q\", \"retrieve\": {\"k\": 10}, \"unknown\": {\"x\": [1, 2]}, \"stop\": \"a\"}"},
         {0, "{\"prompt\": [\"a\", \"b\"], \"max_tokens\": -1, \"retrieve\": false}"},
         {1, "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": \"Who?\"}]}"},

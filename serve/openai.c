@@ -1,6 +1,7 @@
 /* openai.c - OpenAI-compatible request parsing and response JSON (openai.h). */
 #include "serve/openai.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,7 @@ int lz_oai_parse(lz_oai_kind kind, const char *body, size_t len, const lz_oai_de
         if (!json_is_number(v) || !(json_number_value(v) > 0) || json_number_value(v) > 1)
             FAIL("top_p", "'top_p' must be a number in (0, 1]");
         q->top_p = (float)json_number_value(v);
+        if (!(q->top_p > 0)) q->top_p = FLT_MIN; /* a positive value below float's range: the most likely token */
     }
     v = json_object_get(root, "seed");
     if (v && !json_is_null(v)) {
