@@ -70,9 +70,10 @@ static void plane(const char *name, const uint8_t *src, size_t n, int level, int
     ZSTD_freeCCtx(c);
 }
 
-/* Part 5: nb payloads of the body's shape, each its own values, decoded as one batch
- * from memory and from an LMDB environment in dir (one snapshot, zero-copy). */
-static int batch_rows(const lz_payload_src *src0, size_t N, int reps, const char *dir, char *rows, size_t cap)
+/* Part 5: nb payloads of the body's shape, each its own values, stored with codec (shuffle-zstd,
+ * the default, or raw: lazyingest --codec), decoded as one batch from memory and from an LMDB
+ * environment in dir (one snapshot, zero-copy). */
+static int batch_rows(const lz_payload_src *src0, size_t N, int reps, const char *dir, int codec, char *rows, size_t cap)
 {
     enum { NB = 10 };
     lz_payload_codec *enc = lz_payload_codec_new(), *c = lz_payload_codec_new();
@@ -86,7 +87,7 @@ static int batch_rows(const lz_payload_src *src0, size_t N, int reps, const char
         for (size_t i = 0; i < N; i++) k[i] = src0->k[i] * (1.0f + 0.01f * gauss()), v[i] = src0->v[i] + 0.01f * gauss();
         lz_payload_src s = *src0;
         s.k = k, s.v = v;
-        if (lz_payload_encode(enc, &s, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, 1, &blob[b], &len[b], err, sizeof err)) {
+        if (lz_payload_encode(enc, &s, codec, 1, &blob[b], &len[b], err, sizeof err)) {
             fprintf(stderr, "encode: %s\n", err);
             return 1;
         }
@@ -108,8 +109,8 @@ static int batch_rows(const lz_payload_src *src0, size_t N, int reps, const char
     }
     const int all = omp_get_max_threads(), tcount[4] = { 1, 4, 8, all };
     size_t o = 0;
-    o += (size_t)snprintf(rows + o, cap - o, "| %d payloads of %.1f MB | from | threads | MB/s of bf16 K+V |\n|---|---|---|---|\n",
-                          NB, 2.0 * N * 2 / 1e6);
+    o += (size_t)snprintf(rows + o, cap - o, "| %d payloads of %.1f MB, %s | from | threads | MB/s of bf16 K+V |\n"
+                          "|---|---|---|---|\n", NB, 2.0 * N * 2 / 1e6, lz_payload_codec_name(codec));
     for (int way = 0; way < 2; way++)
         for (int t = 0; t < 4; t++) {
             if (t > 0 && tcount[t] <= tcount[t - 1]) continue;
@@ -303,8 +304,9 @@ int main(int argc, char **argv)
         free(b);
     }
     /* 5, 6 */
-    static char batch[2048], fp8[1024];
-    if (batch_rows(&src, N, reps, lmdb_dir, batch, sizeof batch)) return 1;
+    static char batch[2048], batch_raw[2048], fp8[1024];
+    if (batch_rows(&src, N, reps, lmdb_dir, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, batch, sizeof batch)) return 1;
+    if (batch_rows(&src, N, reps, lmdb_dir, LZ_PAYLOAD_CODEC_RAW, batch_raw, sizeof batch_raw)) return 1;
     if (fp8_rows(&src, N, n, reps, fp8, sizeof fp8)) return 1;
     free(k);
     free(v);
@@ -312,6 +314,6 @@ int main(int argc, char **argv)
     free(sh);
     printf("\n| decode of a %.1f MB payload (1 MiB frames, level 1) | threads | MB/s of bf16 K+V |\n|---|---|---|\n%s",
            2.0 * N * 2 / 1e6, dec_rows);
-    printf("\n%s\n%s", batch, fp8);
+    printf("\n%s\n%s\n%s", batch, batch_raw, fp8);
     return 0;
 }

@@ -352,7 +352,7 @@ int ingest_encode_doc(ingest *g, int di)
     double t = lz_now_s();
     if (lz_encoder_run(g->enc, ids, n, g->err, sizeof g->err)) return -1;
     double t1 = lz_now_s();
-    if (lz_encoder_pack(g->enc, 1, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &blob, &len, g->err,
+    if (lz_encoder_pack(g->enc, 1, g->codec, g->o.codec, g->o.level, &blob, &len, g->err,
                         sizeof g->err))
         return -1;
     double t2 = lz_now_s();

@@ -183,7 +183,8 @@ static void *engine_main(void *arg)
     ingest *g = a->g;
     ingest_engine *e = a->e;
     const double t0 = lz_now_s();
-    job_pipe p = {.docs = g->docs, .level = g->o.level, .jobs = e->jobs, .n_jobs = e->n_jobs, .pool = e->pool,
+    job_pipe p = {.docs = g->docs, .level = g->o.level, .codec_id = g->o.codec,
+                  .jobs = e->jobs, .n_jobs = e->n_jobs, .pool = e->pool,
                   .codec = e->codec, .threads = e->threads, .backend = &e->backend, .err = e->err,
                   .errlen = sizeof e->err};
     e->err[0] = 0;

@@ -26,7 +26,7 @@ static int forward_job(job_pipe *p, enc_job *x, int t)
 /* Job x's payload from thread t's encoder and codec: x->blob, or x->err. */
 static void pack_job(job_pipe *p, enc_job *x, int t)
 {
-    if (lz_encoder_pack(p->pool[t], 1, p->codec[t], LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, p->level, &x->blob, &x->len, x->err,
+    if (lz_encoder_pack(p->pool[t], 1, p->codec[t], p->codec_id, p->level, &x->blob, &x->len, x->err,
                         sizeof x->err) &&
         !x->err[0])
         snprintf(x->err, sizeof x->err, "encoding failed");
@@ -289,7 +289,8 @@ int ingest_run_jobs(ingest *g)
     }
     const double t0 = lz_now_s();
     for (int j = 0; j < g->n_jobs; j++) g->jobs[j].engine = -1;
-    job_pipe p = {.docs = g->docs, .level = g->o.level, .jobs = g->jobs, .n_jobs = g->n_jobs, .pool = g->pool,
+    job_pipe p = {.docs = g->docs, .level = g->o.level, .codec_id = g->o.codec,
+                  .jobs = g->jobs, .n_jobs = g->n_jobs, .pool = g->pool,
                   .codec = g->pool_codec, .threads = T, .backend = &g->backend, .err = g->err, .errlen = sizeof g->err};
     const int rc = ingest_pipe_run(&p);
     g->n_passes += p.n_passes;

@@ -79,7 +79,7 @@ int ingest_repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
         if (c->doc_id == 0) { /* the prefix */
             lz_store_payload p;
             lz_store_prefix_key(g->m->fingerprint, g->prefix, g->n_prefix, p.key);
-            if (lz_encoder_pack(g->enc, 0, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &p.blob, &p.len,
+            if (lz_encoder_pack(g->enc, 0, g->codec, g->o.codec, g->o.level, &p.blob, &p.len,
                                 g->err, sizeof g->err))
                 return -1;
             int rc = lz_store_put_payloads(g->s, &p, 1, g->err, sizeof g->err);
@@ -117,7 +117,7 @@ int ingest_repair(ingest *g, issue_list *l, int64_t *n_fixed, int64_t *n_removed
         lz_store_doc_key_kv(g->m->fingerprint, g->prefix, g->n_prefix, c->ids, c->n, c->kv_spec, p.key);
         lz_encoder_set_kvpolicy(g->enc, &kp);
         int erc = lz_encoder_run(g->enc, c->ids, c->n, g->err, sizeof g->err) ||
-                  lz_encoder_pack(g->enc, 1, g->codec, LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD, g->o.level, &p.blob, &p.len,
+                  lz_encoder_pack(g->enc, 1, g->codec, g->o.codec, g->o.level, &p.blob, &p.len,
                                   g->err, sizeof g->err);
         lz_encoder_set_kvpolicy(g->enc, &g->o.kv);
         if (erc) return -1;
@@ -254,6 +254,8 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
             json_object_set_new(j, "raw_bytes", json_integer(g->c.raw_bytes));
             json_object_set_new(j, "stored_bytes", json_integer(g->c.stored_bytes));
             json_object_set_new(j, "compression_ratio", json_real(ratio));
+            static const char *const codecs[] = INGEST_CODEC_NAMES;
+            json_object_set_new(j, "codec", json_string(codecs[g->o.codec]));
             char spec[LZ_KVPOLICY_SPEC_MAX];
             lz_kvpolicy_spec(&g->o.kv, spec, sizeof spec);
             json_object_set_new(j, "kv_policy", json_string(spec[0] ? spec : "none"));

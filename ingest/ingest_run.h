@@ -31,10 +31,13 @@
 enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_SKIPPED = 2, EXIT_CHECK = 3 };
 
 #define INGEST_MAX_ENGINES 64 /* pipelines of one run (--gpus, --engines) */
+/* --codec's names, in lz_payload_codec_id's order (store/payload.h) */
+#define INGEST_CODEC_NAMES {"raw", "zstd", "shuffle-zstd", NULL}
 
 typedef struct {
     const char *corpus, *model, *store;
     int batch_tokens, threads, max_doc_tokens, level, format, kv_dtype;
+    int codec;              /* --codec: lz_payload_codec_id of the payloads this run writes */
     int prune, strict, check, repair, gc, quiet, json, gpu;
     lz_kvpolicy kv;       /* KV eviction at ingest (--kv-policy, --kv-budget, ...) */
     const char *kv_budget_arg;
@@ -116,6 +119,7 @@ typedef struct {
 typedef struct {
     const pend_doc *docs;     /* the batch's documents (read only) */
     int level;                /* zstd level of the payloads */
+    int codec_id;             /* their codec (lz_payload_codec_id) */
     enc_job *jobs;            /* n_jobs: each gets its blob, or its err */
     int n_jobs;
     lz_encoder **pool;        /* threads encoders and codecs: one a thread */

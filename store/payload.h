@@ -150,7 +150,7 @@ typedef struct {
  * Holds up to 256 MiB of planes in c at a time (larger batches go in waves). Returns the
  * number of jobs that failed (their status and err say why). */
 int lz_payload_decode_batch(lz_payload_codec *c, lz_payload_job *jobs, int n);
-/* Whether lz_payload_decode_batch decodes a payload of this header itself (bf16 shuffled, fp8
+/* Whether lz_payload_decode_batch decodes a payload of this header itself (bf16 shuffled or raw, fp8
  * raw or zstd: then it can keep fp8 as it is), so lz_payload_decode_bf16_packed hands such a
  * payload to it; any other is decoded alone, and the batch calls lz_payload_decode_bf16_packed for it. */
 int lz_payload_batch_format(const lz_payload_info *in);

@@ -99,7 +99,8 @@ typedef struct {
 
 int lz_payload_batch_format(const lz_payload_info *in)
 {
-    if (in->dtype == LZ_PAYLOAD_DTYPE_BF16) return in->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD;
+    if (in->dtype == LZ_PAYLOAD_DTYPE_BF16)
+        return in->codec == LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD || in->codec == LZ_PAYLOAD_CODEC_RAW;
     return in->dtype == LZ_PAYLOAD_DTYPE_FP8 && in->codec != LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD;
 }
 
@@ -257,11 +258,13 @@ static void decode_wave(lz_payload_codec *c, lz_payload_job *jobs, job_plan *pla
         }
         const size_t half = (size_t)j->info.n_kept_sum * j->info.head_dim;
         const long long nk = (long long)((half + UNSHUFFLE_CHUNK - 1) / UNSHUFFLE_CHUNK);
+        const int raw = plan[i].in_place; /* bf16 stored raw: the elements as they are */
 #pragma omp for schedule(dynamic, 1) nowait
         for (long long ch = 0; ch < 2 * nk; ch++) { /* K's chunks, then V's: none crosses K's end */
             const size_t base = ch < nk ? 0 : half, a = base + (size_t)(ch % nk) * UNSHUFFLE_CHUNK;
             const size_t b = a + UNSHUFFLE_CHUNK < base + half ? a + UNSHUFFLE_CHUNK : base + half;
-            unshuffle_range(j, body, a, b);
+            if (raw) memcpy(a < half ? j->k + a : j->v + (a - half), body + 2 * a, 2 * (b - a));
+            else unshuffle_range(j, body, a, b);
         }
     }
 }

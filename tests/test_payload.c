@@ -367,13 +367,13 @@ out:
  * truncated blob fail alone with their own message while the rest of the batch decodes. */
 static void test_batch(void)
 {
-    enum { NJ = 9 };
+    enum { NJ = 11 };
     const int L = 2, KV = 2, d = 64;
-    const int ntok[NJ] = { 2500, 40, 3000, 300, 1, 0, 700, 2200, 600 };
-    const int codec[NJ] = { 2, 2, 2, 1, 0, 2, 2, 2, 2 };
-    const int dtype[NJ] = { 1, 1, 1, 3, 3, 1, 2, 1, 1 }; /* 3: fp8, zstd and raw */
-    const int workers[NJ] = { 2, 0, 3, 0, 0, 0, 0, 2, 2 };
-    const int damage[NJ] = { 0, 0, 0, 0, 0, 0, 0, 1, 2 }; /* 1: a body byte, 2: the header's shape */
+    const int ntok[NJ] = { 2500, 40, 3000, 300, 1, 0, 700, 1800, 500, 2200, 600 };
+    const int codec[NJ] = { 2, 2, 2, 1, 0, 2, 2, 0, 0, 2, 2 }; /* 7, 8: bf16 stored raw */
+    const int dtype[NJ] = { 1, 1, 1, 3, 3, 1, 2, 1, 1, 1, 1 }; /* 3: fp8, zstd and raw */
+    const int workers[NJ] = { 2, 0, 3, 0, 0, 0, 0, 0, 0, 2, 2 };
+    const int damage[NJ] = { 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2 }; /* 1: a body byte, 2: the header's shape */
     uint8_t fp[32] = { 4 };
     char err[256];
     void *blob[NJ + 1] = { 0 };
@@ -386,7 +386,7 @@ static void test_batch(void)
         const size_t N = (size_t)L * KV * T * d;
         float *k = malloc(N * 4), *v = malloc(N * 4);
         random_kv(k, v, N);
-        for (int h = 0; h < L * KV; h++) kept[j][h] = j == 2 ? n - (h * n) / 5 : n; /* Ada-KV-like lengths */
+        for (int h = 0; h < L * KV; h++) kept[j][h] = j == 2 || j == 7 ? n - (h * n) / 5 : n; /* Ada-KV-like lengths */
         lz_payload_src src = { k, v, T, 0, L, KV, d, n, kept[j], 0, fp, dtype[j], NULL, NULL, NULL, NULL };
         lz_payload_codec_set_threads(enc, workers[j]);
         CHECK(lz_payload_encode(enc, &src, codec[j], 1, &blob[j], &len[j], err, sizeof err) == 0, "encode %d: %s", j, err);
@@ -424,13 +424,15 @@ static void test_batch(void)
             if (j < NJ) memset(got_k[j], 0, 2), memset(got_v[j], 0, 2);
         }
         int failed = lz_payload_decode_batch(c, jobs, NJ + 1);
-        CHECK(failed == 3, "%d threads: 3 of %d payloads fail (%d)", threads[t], NJ + 1, failed);
-        CHECK(jobs[7].status == LZ_ECHECKSUM && strstr(jobs[7].err, "CRC32C"), "a damaged body: %d %s",
-              jobs[7].status, jobs[7].err);
-        CHECK(jobs[8].status == LZ_ECORRUPT || jobs[8].status == LZ_ECHECKSUM, "a damaged header: %d %s",
+        CHECK(failed == 4, "%d threads: 4 of %d payloads fail (%d)", threads[t], NJ + 1, failed);
+        CHECK(jobs[8].status == LZ_ECHECKSUM && strstr(jobs[8].err, "CRC32C"), "a damaged raw body: %d %s",
               jobs[8].status, jobs[8].err);
+        CHECK(jobs[9].status == LZ_ECHECKSUM && strstr(jobs[9].err, "CRC32C"), "a damaged body: %d %s",
+              jobs[9].status, jobs[9].err);
+        CHECK(jobs[10].status == LZ_ECORRUPT || jobs[10].status == LZ_ECHECKSUM, "a damaged header: %d %s",
+              jobs[10].status, jobs[10].err);
         CHECK(jobs[NJ].status == LZ_ECORRUPT, "a truncated blob: %d %s", jobs[NJ].status, jobs[NJ].err);
-        for (int j = 0; j < 7; j++) {
+        for (int j = 0; j < 8; j++) {
             const size_t half = (size_t)jobs[j].info.n_kept_sum * d;
             CHECK(jobs[j].status == 0 && !memcmp(got_k[j], want_k[j], half * 2) && !memcmp(got_v[j], want_v[j], half * 2) &&
                       !memcmp(kt[j], kept[j], sizeof kept[j]),
@@ -439,6 +441,9 @@ static void test_batch(void)
         }
     }
     omp_set_num_threads(1);
+    lz_payload_info ri;
+    CHECK(lz_payload_parse(blob[7], len[7], 0, &ri, err, sizeof err) == 0 && ri.codec == LZ_PAYLOAD_CODEC_RAW &&
+              lz_payload_batch_format(&ri), "bf16 stored raw is decoded by the batch (checksums and copies on threads)");
     for (int j = 0; j < NJ; j++) free(blob[j]), free(want_k[j]), free(want_v[j]), free(got_k[j]), free(got_v[j]);
     lz_payload_codec_free(enc);
     lz_payload_codec_free(c);
