@@ -11,6 +11,7 @@
 #   unpacked by bench/gpu_common.sh.
 set -u
 OUT=$1
+mkdir -p "$OUT"
 . bench/gpu_common.sh
 gpu_unpack lazyingest lazyquery || exit 1
 rm -rf /tmp/sq
