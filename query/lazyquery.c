@@ -407,10 +407,8 @@ int main(int argc, char **argv)
         return mrc;
     }
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.sc.qo.on_piece = print_piece;
-    /* the engine: --gpu's (own tokens a question may step: the question and the answer, 4,096, or
-     * in full and prefix modes the prompt's documents too, 16,384), else the CPU's */
-    const int whole = o.sc.qo.mode == LZ_MODE_FULL || o.sc.qo.mode == LZ_MODE_PREFIX;
-    lz_engine_opts eo = {.gpu = o.sc.gpu, .device = -1, .own_tokens = whole ? 16384 : 4096,
+    /* the engine: --gpu's, else the CPU's */
+    lz_engine_opts eo = {.gpu = o.sc.gpu, .device = -1, .own_tokens = lz_query_engine_rows(o.sc.qo.mode),
                          .gpu_cache = o.sc.gpu_cache, .cache_policy = o.sc.qo.cache_policy};
     if (lz_engine_open(m, &eo, &o.engine, err, sizeof err)) {
         fprintf(stderr, "lazyquery: %s\n", err);

@@ -47,6 +47,8 @@ int lz_query_mode_parse(const char *s)
     return -1;
 }
 
+int lz_query_engine_rows(int mode) { return mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX ? 16384 : 4096; }
+
 void lz_query_opts_default(lz_query_opts *o)
 {
     memset(o, 0, sizeof *o);

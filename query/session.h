@@ -34,6 +34,9 @@ typedef enum { LZ_MODE_LAZY = 0, LZ_MODE_BLOCK = 1, LZ_MODE_PREFIX = 2, LZ_MODE_
 
 const char *lz_query_mode_name(int mode);
 int lz_query_mode_parse(const char *s); /* -1 if unknown */
+/* Own rows a GPU engine's sequence needs for one question in mode (lz_engine_opts.own_tokens):
+ * the question and the answer, 4,096, or in full and prefix modes the prompt's documents too, 16,384. */
+int lz_query_engine_rows(int mode);
 
 /* A document to place in the prompt (from retrieval or --docs). */
 typedef struct {

@@ -83,7 +83,7 @@ int lz_serve_engines_open(lz_serve_engines *E, lz_llama *m, lz_store *base, cons
         lz_query_opts o = *qo;
         lz_serve_sched_opts s = *so;
         const int full = qo->mode == LZ_MODE_FULL || qo->mode == LZ_MODE_PREFIX;
-        const lz_engine_opts engo = {.gpu = p->dev >= 0, .device = p->dev, .own_tokens = full ? 16384 : 4096,
+        const lz_engine_opts engo = {.gpu = p->dev >= 0, .device = p->dev, .own_tokens = lz_query_engine_rows(qo->mode),
                                      .gpu_cache = eo->gpu_cache, .cache_policy = qo->cache_policy};
         if (lz_engine_open(m, &engo, &p->engine, e2, sizeof e2)) {
             if (p->dev >= 0) snprintf(err, errlen, "engine %d (GPU %d): %.900s", i, p->dev, e2);

@@ -587,8 +587,7 @@ int main(int argc, char **argv)
                                           .poisson = !stream.back_to_back,
                                           .policy = lz_cache_policy_name(o.qo.cache_policy)};
                 /* a fresh engine a run: its GPU tier starts empty */
-                const int whole = ro.qo.mode == LZ_MODE_FULL || ro.qo.mode == LZ_MODE_PREFIX;
-                lz_engine_opts eo = {.gpu = o.gpu, .device = -1, .own_tokens = whole ? 16384 : 4096,
+                lz_engine_opts eo = {.gpu = o.gpu, .device = -1, .own_tokens = lz_query_engine_rows(ro.qo.mode),
                                      .gpu_cache = o.gpu_budget[gi], .cache_policy = o.qo.cache_policy};
                 lz_engine *engine = NULL;
                 if (lz_engine_open(m, &eo, &engine, err, sizeof err)) {
