@@ -141,7 +141,8 @@ $(LZK_DIR)/obj/kernels/%.o: kernels/%.c $(LZK_HDRS)
 	$(CC) -std=gnu11 -O2 -march=x86-64-v2 -Wall -Wextra -I. -c $< -o $@
 
 # the attention kernels' driver: 'kernels_check test' against the CPU references, 'kernels_check perf' timed
-$(LZK_DIR)/kernels_check: tests/cuda/kernels_check.cu tests/cuda/kernels_test.cuh bench/kernels/kernels_perf.cuh \
+$(LZK_DIR)/kernels_check: tests/cuda/kernels_check.cu tests/cuda/kernels_test.cuh tests/cuda/kernels_test_group.cuh \
+                          tests/decode_group_case.h bench/kernels/kernels_perf.cuh \
                           $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -o $@
 

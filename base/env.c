@@ -35,6 +35,7 @@ int lz_env_parse(lz_env *e, const char *(*get)(const char *name, void *ctx), voi
     e->ingest_gpu_pass = 2048;
     e->ingest_gpu_mass = 1;
     e->ingest_planes = 1;
+    e->gpu_decode_group = 2;
     int rc = 0;
     const char *v;
     long x;
@@ -48,6 +49,11 @@ int lz_env_parse(lz_env *e, const char *(*get)(const char *name, void *ctx), voi
         if (!strcmp(v, "prefill")) e->gpu_decode_prefill = 1;
         else if (whole_int(v, 0, 256, &x)) rc = bad(e, "LAZY_GPU_DECODE", v, "prefill or split parts 0..256");
         else e->gpu_decode_split = (int)x;
+    }
+    if ((v = get("LAZY_GPU_DECODE_GROUP", ctx)) && *v) {
+        if (!strcmp(v, "auto")) e->gpu_decode_group = 2;
+        else if (whole_int(v, 0, 1, &x)) rc = bad(e, "LAZY_GPU_DECODE_GROUP", v, "0, 1 or auto");
+        else e->gpu_decode_group = (int)x;
     }
     if ((v = get("LAZY_GPU_GEMV", ctx)) && *v) {
         char a[32], b[32];

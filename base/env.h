@@ -30,6 +30,10 @@ typedef struct {
     /* LAZY_GPU_DECODE: "prefill" (gpu_decode_prefill = 1): a decode step's attention by the
      * one-row prefill kernel; N >= 0: the decode kernel on N split-KV parts (0: its choice) */
     int gpu_decode_prefill, gpu_decode_split;
+    /* LAZY_GPU_DECODE_GROUP: a batched decode step's attention grouped by document
+     * (kernels/lz_decode_group.h): 0 never, 1 whenever it can, 2 (default, "auto") when the
+     * rows share enough of their documents' blocks */
+    int gpu_decode_group;
     /* LAZY_GPU_GEMV=B,S: persistent blocks a SM of the decode products, B for plain and
      * norm-fused inputs, S for the down product (0, 0: the kernels' defaults) */
     int gpu_gemv_bps, gpu_gemv_silu_bps;
@@ -81,7 +85,10 @@ void lz_env_reload(void);
     "  LAZY_GPU_DECODE=prefill|N lazyquery --gpu: decode attention by the one-row prefill kernel, or\n"   \
     "                            the decode kernel on N split-KV parts (default 0: its choice)\n"         \
     "  LAZY_GPU_GEMV=B,S         lazyquery --gpu: decode products' blocks a SM (B; S: the down product;\n"\
-    "                            0,0: the defaults)\n"
+    "                            0,0: the defaults)\n"                                                     \
+    "  LAZY_GPU_DECODE_GROUP=0|1|auto  batched decode (lazyserve --gpu): attention grouped by document,\n"\
+    "                            each shared document read once a step for the rows placing it: never,\n"\
+    "                            whenever possible, or (auto, default) when they share a fifth of it\n"
 
 #ifdef __cplusplus
 }

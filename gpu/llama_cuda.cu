@@ -173,6 +173,7 @@ extern "C" int lz_llama_gpu_new(const lz_llama *m, int max_tokens, lz_llama_gpu 
     g->gemv_silu_bps = env->gpu_gemv_silu_bps;
     g->env_dec_prefill = env->gpu_decode_prefill;
     g->env_dsplit = env->gpu_decode_split <= LZ_DECODE_MAX_SPLIT ? env->gpu_decode_split : 0;
+    g->env_group = env->gpu_decode_group;
     g->m = m;
     g->cfg = *c;
     g->max_tokens = max_tokens;

@@ -4,7 +4,8 @@
  *            B rows, rotary of each row at its own position with its K/V
  *            appended to its slot (batch_heads), lz_decode_lazy with batch B
  *            over block words gathered from the slots' own (batch_words: one
- *            launch a step, rows moved into one pool base), the output head
+ *            launch a step, rows moved into one pool base; or grouped by
+ *            document, llama_cuda_group.cu), the output head
  *            over B rows, each row's greedy tokens (lz_argmax) and the logits
  *            of the rows that want them;
  *   prefill  the questions of several slots: their rows concatenated for the
@@ -137,6 +138,9 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
     CUDA_OK(cudaMemcpyAsync(g->bseq, g->hbseq, (size_t)B * sizeof(BatchSeq), cudaMemcpyHostToDevice, st), "batch table");
     if ((rc = lz_op_batch_words(words, vrows, nblocks, ksc, vsc, g->bseq, B, L, KV, NB, st)))
         return fail(err, errlen, "batch block words", rc);
+    lz_decode_group_params gp; /* the rows that place one document read it once (llama_cuda_group.cu) */
+    const int grouped = group_step(g, ss, B, &p, &gp, err, errlen);
+    if (grouped < 0) return -1;
     lz_op_embed(g->x, (const lz_bf16 *)g->tok_embd, g->hids, B, D, st);
     for (int l = 0; l < L; l++) {
         const Layer *w = &g->layers[l];
@@ -151,7 +155,13 @@ static int decode_batch(lz_llama_gpu *g, Slot *const *ss, const int *ids, int B,
         p.v_rows = vrows + at;
         p.n_blocks = nblocks + (size_t)l * B * KV;
         if (ksc) p.k_scales = ksc + at, p.v_scales = vsc + at;
-        if ((rc = lz_decode_lazy(&p, st))) return fail(err, errlen, "batched decode attention", rc);
+        if (grouped) {
+            gp.dec = p;
+            gp.layer = l;
+            if ((rc = lz_decode_group(&gp, st))) return fail(err, errlen, "grouped decode attention", rc);
+        } else if ((rc = lz_decode_lazy(&p, st))) {
+            return fail(err, errlen, "batched decode attention", rc);
+        }
         if (layer_out(g, l, B, g->oh, err, errlen)) return -1; /* (B, H, d): already token-major */
     }
     if ((rc = lz_op_batch_count(g->bseq, B, st))) return fail(err, errlen, "batch lengths", rc);

@@ -294,6 +294,7 @@ int slot_begin(lz_llama_gpu *g, Slot *s, const lz_kv_segment *segs, const uint8_
         goto fail;
     }
     if ((why = decode_words(g, s, hs, hsc, S, err, errlen))) goto fail;
+    if ((why = group_slot(g, s, hs, S, err, errlen))) goto fail; /* a batched step's grouped decode */
     /* the documents' copies last: every other host-to-device copy of the question is done (they
      * would queue behind these on the copy engine), and its steps read their token ids from
      * pinned host memory, not by a copy */

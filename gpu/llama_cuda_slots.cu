@@ -53,6 +53,7 @@ void slots_free(lz_llama_gpu *g)
         free(s->hqlen);
         cudaFree(s->dwords);
         if (s->hdw) cudaFreeHost(s->hdw);
+        group_slot_free(s);
         free(s->pins);
     }
     free(g->slots);
@@ -66,6 +67,7 @@ void slots_free(lz_llama_gpu *g)
     cudaFree(g->blogits);
     if (g->hblogits) cudaFreeHost(g->hblogits);
     cudaFree(g->bwords);
+    group_free(g);
     cudaFree(g->bnext);
     if (g->hbnext) cudaFreeHost(g->hbnext);
     g->bnext = g->hbnext = NULL;

@@ -25,6 +25,7 @@
 #include "kernels/lz_argmax.h"
 #include "kernels/lz_batch_ops.h"
 #include "kernels/lz_decode.h"
+#include "kernels/lz_decode_group.h"
 #include "kernels/lz_prefill.h"
 #include "gpu/llama_cuda.h"
 #include "cache/doc_cache.h"
@@ -114,6 +115,14 @@ struct Slot {
     int dNB, dec, dsplit;      /* dsplit: lz_decode's split-KV parts (0: its choice) */
     const bf16 *dk0, *dv0;
     uint64_t kspan, vspan, kspan8, vspan8; /* kspan8, vspan8: the fp8 rows past dk08 / dv08 the words reach */
+    /* the grouped decode of a batched step (gpu/llama_cuda_group.cu, kernels/lz_decode_group.h):
+     * its segments' first blocks (L, KV, S + 1) on the device (dsegf, staged in hsegf) and per
+     * document its key (the identity of its rows), offset and most blocks; gn = S + 1 when made,
+     * 0 when not (the step then runs per row) */
+    int32_t *dsegf, *hsegf;
+    uint64_t *gkey;
+    int32_t *goff, *gblk;
+    int gn, gcap;
     cudaGraphExec_t decode[2]; /* one decode step of this question, captured at its first one: [0]
                                   its logits copied back and its greedy tokens, [1] the tokens alone */
     /* the documents it uses (ids): held in the policy (keyed) or its own (unkeyed, dropped with it) */
@@ -255,6 +264,15 @@ struct lz_llama_gpu {
      * (prefill: decode attention by lz_prefill_lazy; else split-KV parts) and LAZY_GPU_GEMV
      * (the decode products' blocks a SM, set with lz_gemv_tune before each step) */
     int env_dec_prefill, env_dsplit, gemv_bps, gemv_silu_bps;
+    int env_group; /* LAZY_GPU_DECODE_GROUP: 0 never, 1 whenever possible, 2 auto */
+    /* a grouped step's items and rows' partial counts (pinned hgrp, device dgrp; grp_bytes
+     * each), its partials' workspace, and the steps run grouped with their document blocks
+     * read against those a per-row step reads */
+    void *hgrp, *dgrp;
+    size_t grp_bytes;
+    float *gwork;
+    size_t gwork_bytes;
+    int64_t group_steps, group_reads, group_placed;
     float *dwork;        /* lz_decode's split-KV workspace, shared by the slots (one call at a time) */
     size_t dwork_bytes;
 };
@@ -366,6 +384,18 @@ int slot_step(lz_llama_gpu *g, Slot *s, const int *ids, int n, float *logits, in
 lz_prefill_params step_params(const lz_llama_gpu *g, const Slot *s, int n);
 /* The split-KV workspace lz_decode needs for p, grown (zero-filled; the slots' graphs dropped when it moves). 0 or -1. */
 int ensure_dwork(lz_llama_gpu *g, const lz_decode_params *p, char *err, size_t errlen);
+
+/* gpu/llama_cuda_group.cu */
+/* Slot s's grouped-decode tables for its S segments hs (L, S + 1): made at its begin, after its
+ * block words. 0 or -1 (s->gn stays 0 where they cannot be made: its steps run per row). */
+int group_slot(lz_llama_gpu *g, Slot *s, const lz_attn_segment *hs, int S, char *err, size_t errlen);
+void group_slot_free(Slot *s);
+void group_free(lz_llama_gpu *g); /* the steps' items and workspace */
+/* A batched step of ss[0..B) grouped by document: 1 with *gp ready but for dec and layer
+ * (items uploaded on g->st), 0 when the step runs per row (switched off, fp8 words, a slot
+ * without its tables, or (auto) too little shared), -1 on error. */
+int group_step(lz_llama_gpu *g, Slot *const *ss, int B, const lz_decode_params *p, lz_decode_group_params *gp,
+               char *err, size_t errlen);
 
 } /* namespace lzgpu */
 #endif /* LLAMA_GPU_CUH */

@@ -102,7 +102,7 @@ static void test_env_parse(void)
     CHECK(parse_with(&e, none) == 0 && !e.error[0] && !e.retired[0], "empty environment: %s", e.error);
     CHECK(e.ingest_gpu_pass == 2048 && e.ingest_gpu_mass == 1 && e.ingest_ref_passes == 0 && !e.f32_weights &&
               !e.gpu_decode_prefill && e.gpu_decode_split == 0 && e.gpu_gemv_bps == 0 && e.gpu_gemv_silu_bps == 0 &&
-              !e.model[0],
+              e.gpu_decode_group == 2 && !e.model[0],
           "defaults");
     const char *good[] = {"LAZY_MODEL", "/m/x.gguf", "LAZY_F32_WEIGHTS", "1", "LAZY_GPU_DECODE", "8", "LAZY_GPU_GEMV",
                           "3,1", "LAZY_INGEST_GPU_PASS", "0", "LAZY_INGEST_GPU_MASS", "0", "LAZY_INGEST_REF_PASSES", "250",
@@ -112,6 +112,12 @@ static void test_env_parse(void)
               e.gpu_gemv_bps == 3 && e.gpu_gemv_silu_bps == 1 && e.ingest_gpu_pass == 0 && e.ingest_gpu_mass == 0 &&
               e.ingest_ref_passes == 250,
           "their values");
+    const char *grp0[] = {"LAZY_GPU_DECODE_GROUP", "0", NULL}, *grp1[] = {"LAZY_GPU_DECODE_GROUP", "auto", NULL};
+    CHECK(parse_with(&e, grp0) == 0 && e.gpu_decode_group == 0, "LAZY_GPU_DECODE_GROUP=0");
+    CHECK(parse_with(&e, grp1) == 0 && e.gpu_decode_group == 2, "LAZY_GPU_DECODE_GROUP=auto");
+    const char *grpbad[] = {"LAZY_GPU_DECODE_GROUP", "yes", NULL};
+    CHECK(parse_with(&e, grpbad) == -1 && strstr(e.error, "LAZY_GPU_DECODE_GROUP"), "LAZY_GPU_DECODE_GROUP=yes refused: %s",
+          e.error);
     const char *pf[] = {"LAZY_GPU_DECODE", "prefill", "LAZY_F32_WEIGHTS", "0", "LAZY_MODEL", "", NULL};
     CHECK(parse_with(&e, pf) == 0 && e.gpu_decode_prefill && !e.f32_weights && !e.model[0],
           "LAZY_GPU_DECODE=prefill; LAZY_F32_WEIGHTS=0 and an empty LAZY_MODEL are off");

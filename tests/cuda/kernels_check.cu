@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "tests/cuda/kernels_test.cuh"
+#include "tests/cuda/kernels_test_group.cuh"
 #include "bench/kernels/kernels_perf.cuh"
 
 enum { TEST = 1, PERF = 2 };
@@ -241,6 +242,22 @@ static std::vector<Case> all_cases(void)
                          [=] { kc_test::decode_case(layout, d, G, KV, t.B, t.S_max, t.n_split, llama3, t.base, t.vsep, 1); }});
         }
     }
+    for (int layout = 0; layout < 2; layout++) /* grouped decode: every layout x d x G */
+        for (int d = 64; d <= 128; d += 64)
+            for (int G : {1, 4, 8}) {
+                const int KV = G == 8 ? 2 : 3;
+                const std::string grp = fmt("%s/d%d/g%d", kc_test::LNAME[layout], d, G);
+                struct { int B, ND, chunk, pdl; } vs[] = {{24, 6, 2, 0}, {5, 40, 64, 0}, {40, 8, 8, 1}};
+                int i = 0;
+                for (auto t : vs)
+                    v.push_back({TEST, fmt("decode-group/%s/%02d-b%d-docs%d-chunk%d%s", grp.c_str(), i++, t.B, t.ND,
+                                           t.chunk, t.pdl ? "-pdl" : ""),
+                                 "lz_decode_group (items of lz_decode_group_plan)",
+                                 fmt("%s d=%d G=%d KV=%d B=%d over %d shared documents, chunks of %d blocks",
+                                     kc_test::LNAME[layout], d, G, KV, t.B, t.ND, t.chunk),
+                                 "lz_decode_group_ref (CPU); lz_decode_lazy on the same block words",
+                                 [=] { kc_test::decode_group_case(layout, d, G, KV, t.B, t.ND, t.chunk, t.pdl); }});
+            }
     for (const PerfShape &sh : PERF_SHAPES) {
         const int a = sh.a, b = sh.b;
         if (sh.kind == 'd')

@@ -1,0 +1,100 @@
+/* lz_decode_group_plan.c - the items of a grouped decode step
+ * (lz_decode_group.h): every placement of a document in the batch's rows,
+ * sorted by the document's key so that equal keys (one copy of the rows) are
+ * side by side, taken LZ_DECODE_GROUP_MAX (or 16 / G) at a time into items
+ * whose first member reads, each segment cut into chunk-block ranges; then
+ * each row's own rows as items of one member. Host code, plain C.
+ */
+#include <stdlib.h>
+
+#include "kernels/lz_decode_group.h"
+
+typedef struct {
+    uint64_t key;
+    int b, seg, blocks;
+} placement;
+
+static int by_key(const void *x, const void *y)
+{
+    const placement *a = x, *c = y;
+    if (a->key != c->key) return a->key < c->key ? -1 : 1;
+    if (a->b != c->b) return a->b < c->b ? -1 : 1;
+    return a->seg < c->seg ? -1 : a->seg > c->seg;
+}
+
+/* appends the items of members pl[0..n) (one document) over its blocks: 0 or -1 (cap) */
+static int add_items(const lz_decode_group_row *rows, const placement *pl, int n, int chunk, lz_decode_item *items,
+                     int cap, int *n_items, int32_t *n_parts)
+{
+    int blocks = 0;
+    for (int m = 0; m < n; m++) blocks = pl[m].blocks > blocks ? pl[m].blocks : blocks;
+    const lz_decode_group_row *rd = &rows[pl[0].b];
+    for (int c = 0; c < blocks; c += chunk) {
+        if (*n_items >= cap) return -1;
+        lz_decode_item *it = &items[(*n_items)++];
+        it->seg_first = rd->seg_first;
+        it->n_seg = rd->n_seg;
+        it->seg = pl[0].seg;
+        it->reader = pl[0].b;
+        it->first = c;
+        it->last = c + chunk;
+        it->n_members = n;
+        for (int m = 0; m < LZ_DECODE_GROUP_MAX; m++) {
+            const int in = m < n;
+            it->member[m] = in ? pl[m].b : 0;
+            it->offset[m] = in ? (pl[m].seg < rows[pl[m].b].n_seg - 1 ? rows[pl[m].b].offsets[pl[m].seg] : 0) : 0;
+            it->part[m] = in ? n_parts[pl[m].b]++ : 0;
+        }
+    }
+    return 0;
+}
+
+int lz_decode_group_plan(const lz_decode_group_row *rows, int B, int G, int chunk, lz_decode_item *items, int cap,
+                         int32_t *n_parts, int *max_parts, int *reads, int *placements)
+{
+    if (!rows || B < 0 || G < 1 || G > 16 || chunk < 1 || (cap && !items) || !n_parts || !max_parts) return -1;
+    size_t n = 0;
+    for (int b = 0; b < B; b++) {
+        if (rows[b].n_seg < 1 || !rows[b].blocks || (rows[b].n_seg > 1 && (!rows[b].keys || !rows[b].offsets)))
+            return -1;
+        n += (size_t)rows[b].n_seg - 1;
+        n_parts[b] = 0;
+    }
+    placement *pl = malloc((n ? n : 1) * sizeof *pl);
+    if (!pl) return -1;
+    size_t k = 0;
+    long doc_blocks = 0;
+    for (int b = 0; b < B; b++)
+        for (int s = 0; s + 1 < rows[b].n_seg; s++) {
+            pl[k++] = (placement){rows[b].keys[s], b, s, rows[b].blocks[s]};
+            doc_blocks += rows[b].blocks[s];
+        }
+    qsort(pl, n, sizeof *pl, by_key);
+    const int per = 16 / G < LZ_DECODE_GROUP_MAX ? 16 / G : LZ_DECODE_GROUP_MAX;
+    int n_items = 0, rc = 0;
+    long read_blocks = 0;
+    for (size_t i = 0; i < n && !rc;) {
+        size_t j = i + 1;
+        while (j < n && pl[j].key == pl[i].key) j++;
+        for (size_t a = i; a < j && !rc; a += (size_t)per) {
+            const int m = (int)(j - a < (size_t)per ? j - a : (size_t)per);
+            int blocks = 0;
+            for (int x = 0; x < m; x++) blocks = pl[a + x].blocks > blocks ? pl[a + x].blocks : blocks;
+            read_blocks += blocks;
+            rc = add_items(rows, pl + a, m, chunk, items, cap, &n_items, n_parts);
+        }
+        i = j;
+    }
+    for (int b = 0; b < B && !rc; b++) { /* the own rows: one member, at offset 0 */
+        const placement own = {0, b, rows[b].n_seg - 1, rows[b].blocks[rows[b].n_seg - 1]};
+        rc = add_items(rows, &own, 1, chunk, items, cap, &n_items, n_parts);
+    }
+    free(pl);
+    if (rc) return -1;
+    int most = 1;
+    for (int b = 0; b < B; b++) most = n_parts[b] > most ? n_parts[b] : most;
+    *max_parts = most;
+    if (reads) *reads = (int)read_blocks;
+    if (placements) *placements = (int)doc_blocks;
+    return n_items;
+}

@@ -1,0 +1,162 @@
+/* test_decode_group.c - decode attention grouped by document
+ * (kernels/lz_decode_group.h) on the CPU: the plan's items (members per item,
+ * every partial written once, reads saved where documents are shared, its
+ * errors) and the grouped reference against the per-row lazy decode
+ * reference (lz_decode_lazy_ref) on random batches (tests/decode_group_case.h):
+ * both layouts, head_dim 64 and 128, GQA 1, 4, 8, Ada-KV-like per-head
+ * lengths, offsets past 65,536, chunked ranges. Items out of range are
+ * refused. */
+#include "kernels/lz_decode_group.h"
+#include "tests/decode_group_case.h"
+#include "tests/test.h"
+
+static double max_rel(const lz_bf16 *a, const lz_bf16 *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double x = lz_bf16_to_f32(a[i]), y = lz_bf16_to_f32(b[i]);
+        if (isnan(x) || isnan(y)) return INFINITY;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* the plan's items for case c, checked; returns the count (items, n_parts, P filled) */
+static int plan_checked(const dgc_case *c, int chunk, lz_decode_item *items, int cap, int32_t *n_parts, int *P,
+                        int *reads, int *placed)
+{
+    const int n = lz_decode_group_plan(c->rows, c->B, c->G, chunk, items, cap, n_parts, P, reads, placed);
+    CHECK(n > 0, "plan B=%d G=%d chunk=%d: %d", c->B, c->G, chunk, n);
+    if (n <= 0) return n;
+    /* every (row, part) written by exactly one member; members within 16 / G */
+    int *seen = calloc((size_t)c->B * *P, sizeof(int)), bad_members = 0, bad_parts = 0;
+    for (int t = 0; t < n; t++) {
+        const lz_decode_item *it = &items[t];
+        if (it->n_members < 1 || it->n_members * c->G > 16 || it->n_members > LZ_DECODE_GROUP_MAX) bad_members++;
+        for (int m = 0; m < it->n_members; m++) {
+            if (it->part[m] >= n_parts[it->member[m]]) bad_parts++;
+            else seen[(size_t)it->member[m] * *P + it->part[m]]++;
+        }
+    }
+    int once = 1;
+    for (int b = 0; b < c->B; b++)
+        for (int j = 0; j < n_parts[b]; j++) once = once && seen[(size_t)b * *P + j] == 1;
+    CHECK(!bad_members && !bad_parts && once, "plan G=%d: members %d, parts out of range %d, each written once %d",
+          c->G, bad_members, bad_parts, once);
+    free(seen);
+    return n;
+}
+
+static void test_equals_per_row(int d, int layout, int G, int KV, int B, int ND, int chunk, uint64_t seed)
+{
+    dgc_case c;
+    CHECK(dgc_make(&c, seed, B, KV, G, d, layout, ND) == 0, "case");
+    const size_t on = (size_t)B * c.H * d;
+    lz_bf16 *o1 = malloc(on * 2), *o2 = malloc(on * 2);
+    lz_decode_params dp = dgc_params(&c, o1);
+    CHECK(lz_decode_lazy_ref(&dp, NULL) == 0, "per-row reference");
+    const int cap = 4096;
+    lz_decode_item *items = malloc(sizeof *items * cap);
+    int32_t n_parts[64];
+    int P = 0, reads = 0, placed = 0;
+    const int n = plan_checked(&c, chunk, items, cap, n_parts, &P, &reads, &placed);
+    lz_decode_group_params gp;
+    memset(&gp, 0, sizeof gp);
+    gp.dec = dgc_params(&c, o2);
+    gp.items = items;
+    gp.n_items = n;
+    gp.layer = c.layer;
+    gp.n_parts = n_parts;
+    gp.max_parts = P;
+    gp.work_bytes = lz_decode_group_workspace(&gp);
+    gp.work = malloc(gp.work_bytes);
+    for (size_t i = 0; i < on; i++) o2[i] = lz_f32_to_bf16(NAN);
+    CHECK(lz_decode_group_ref(&gp, NULL) == 0, "grouped reference");
+    const double e = max_rel(o2, o1, on);
+    CHECK(e < 4e-3, "grouped == per-row d=%d layout=%d G=%d KV=%d B=%d chunk=%d: rel err %g", d, layout, G, KV, B,
+          chunk, e);
+    /* shared documents: fewer document blocks read than placed */
+    CHECK(reads <= placed, "reads %d <= placements %d", reads, placed);
+    /* 16+ rows over a few documents: reads near placements / members an item (4 at G <= 4, 2 at 8) */
+    if (B >= 16 && ND <= 8)
+        CHECK(G <= 4 ? reads * 2 < placed : reads * 5 < placed * 4, "16+ rows over %d documents, G=%d: reads %d, placed %d",
+              ND, G, reads, placed);
+    free(gp.work);
+    free(items);
+    free(o1);
+    free(o2);
+    dgc_free(&c);
+}
+
+static void test_plan_errors(void)
+{
+    dgc_case c;
+    CHECK(dgc_make(&c, 7, 8, 2, 4, 64, LZ_ROPE_HALF, 3) == 0, "case");
+    lz_decode_item items[512];
+    int32_t n_parts[64];
+    int P = 0;
+    CHECK(lz_decode_group_plan(c.rows, c.B, c.G, 4, items, 2, n_parts, &P, NULL, NULL) == -1, "cap too small: -1");
+    CHECK(lz_decode_group_plan(c.rows, c.B, 17, 4, items, 512, n_parts, &P, NULL, NULL) == -1, "G 17: -1");
+    CHECK(lz_decode_group_plan(c.rows, c.B, c.G, 0, items, 512, n_parts, &P, NULL, NULL) == -1, "chunk 0: -1");
+    const int n = lz_decode_group_plan(c.rows, c.B, c.G, 4, items, 512, n_parts, &P, NULL, NULL);
+    CHECK(n > 0, "plan");
+    /* G = 4: at most 4 members; G = 8: 2 */
+    int most = 0;
+    for (int t = 0; t < n; t++) most = items[t].n_members > most ? items[t].n_members : most;
+    CHECK(most <= 4, "G=4: members %d", most);
+    lz_bf16 *o = malloc((size_t)c.B * c.H * c.d * 2);
+    lz_decode_group_params gp;
+    memset(&gp, 0, sizeof gp);
+    gp.dec = dgc_params(&c, o);
+    gp.items = items;
+    gp.n_items = n;
+    gp.layer = c.layer;
+    gp.n_parts = n_parts;
+    gp.max_parts = P;
+    gp.work_bytes = lz_decode_group_workspace(&gp);
+    gp.work = malloc(gp.work_bytes);
+    CHECK(lz_decode_group_ref(&gp, NULL) == 0, "valid items run");
+    lz_decode_item keep = items[0];
+    items[0].reader = c.B;
+    CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "reader out of range refused");
+    items[0] = keep;
+    items[0].part[0] = n_parts[items[0].member[0]];
+    CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "part out of range refused");
+    items[0] = keep;
+    items[0].n_members = 5;
+    CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "5 members refused");
+    items[0] = keep;
+    items[0].offset[0] = LZ_DECODE_MAX_OFFSET + 1;
+    CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "offset past the word's range refused");
+    items[0] = keep;
+    items[0].seg = items[0].n_seg;
+    CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "segment out of range refused");
+    items[0] = keep;
+    gp.work_bytes--;
+    CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EWORK, "short workspace refused");
+    gp.work_bytes++;
+    gp.dec.k_scales = (const float *)gp.work;
+    CHECK(lz_decode_group_check(&gp) == LZ_ATTN_EARG, "fp8 blocks refused (bf16 only)");
+    free(gp.work);
+    free(o);
+    dgc_free(&c);
+}
+
+int main(void)
+{
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    const int layouts[2] = {LZ_ROPE_ADJACENT, LZ_ROPE_HALF};
+    for (int li = 0; li < 2; li++)
+        for (int d = 64; d <= 128; d += 64)
+            for (int gi = 0; gi < 3; gi++) {
+                const int G = gi == 0 ? 1 : gi == 1 ? 4 : 8, KV = G == 8 ? 2 : 3;
+                test_equals_per_row(d, layouts[li], G, KV, 24, 6, 2, seed += 77);
+                test_equals_per_row(d, layouts[li], G, KV, 5, 40, 64, seed += 77);
+            }
+    test_equals_per_row(128, LZ_ROPE_HALF, 4, 8, 40, 8, 8, seed += 77); /* the 8B shape's heads */
+    test_equals_per_row(128, LZ_ROPE_HALF, 4, 2, 1, 1, 1, seed += 77);
+    test_plan_errors();
+    printf("%d passed, %d failed\n", lz_test_passed, lz_test_failed);
+    return lz_test_failed != 0;
+}
