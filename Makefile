@@ -142,7 +142,7 @@ $(LZK_DIR)/obj/kernels/%.o: kernels/%.c $(LZK_HDRS)
 
 # the attention kernels' driver: 'kernels_check test' against the CPU references, 'kernels_check perf' timed
 $(LZK_DIR)/kernels_check: tests/cuda/kernels_check.cu tests/cuda/kernels_test.cuh tests/cuda/kernels_test_group.cuh \
-                          tests/decode_group_case.h bench/kernels/kernels_perf.cuh \
+                          tests/decode_group_case.h bench/kernels/kernels_perf.cuh bench/kernels/kernels_perf_group.cuh \
                           $(LZK_OBJS) tests/test.h tests/cuda/cuda_check.h
 	$(NVCC) $(LZK_NVFLAGS) $< $(LZK_OBJS) -o $@
 

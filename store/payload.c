@@ -257,7 +257,7 @@ const char *lz_payload_codec_name(int codec)
     switch (codec) {
     case LZ_PAYLOAD_CODEC_RAW: return "raw";
     case LZ_PAYLOAD_CODEC_ZSTD: return "zstd";
-    case LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD: return "shuffle+zstd";
+    case LZ_PAYLOAD_CODEC_SHUFFLE_ZSTD: return "shuffle-zstd";
     default: return "?";
     }
 }

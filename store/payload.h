@@ -164,7 +164,7 @@ uint32_t lz_crc32c(uint32_t crc, const void *data, size_t n);
 /* The CRC32C of A followed by B from crc1 = CRC(A), crc2 = CRC(B) and len2 = |B|. */
 uint32_t lz_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 
-const char *lz_payload_codec_name(int codec);
-const char *lz_payload_dtype_name(int dtype); /* "bf16", "fp32", "fp8", "?" */ /* "raw", "zstd", "shuffle+zstd", "?" */
+const char *lz_payload_codec_name(int codec); /* "raw", "zstd", "shuffle-zstd" (lazyingest --codec's names), "?" */
+const char *lz_payload_dtype_name(int dtype); /* "bf16", "fp32", "fp8", "?" */
 
 #endif /* LZ_PAYLOAD_H */

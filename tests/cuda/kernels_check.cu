@@ -31,6 +31,7 @@
 #include "tests/cuda/kernels_test.cuh"
 #include "tests/cuda/kernels_test_group.cuh"
 #include "bench/kernels/kernels_perf.cuh"
+#include "bench/kernels/kernels_perf_group.cuh"
 
 enum { TEST = 1, PERF = 2 };
 
@@ -271,6 +272,11 @@ static std::vector<Case> all_cases(void)
                          "the twin (lz_prefill)",
                          [=] { kc_perf::bench_prefill(a, b, b ? kc_perf::opt.sweep : 0, perf_d_inv, perf_inv); }});
     }
+    for (int B : {8, 32, 40}) /* grouped decode on the paper's serving setup: 100 x 2,048 tokens, 5 a row, Zipf(2.1) */
+        v.push_back({PERF, fmt("decode-group/paper-b%d", B), "lz_decode_group, lz_decode_lazy",
+                     fmt("B=%d rows, 5 of 100 documents of 2,048 tokens a row by Zipf(2.1), 48 own keys, H=32 KV=8 d=128", B),
+                     "lz_decode_lazy over the same block words; the copy bandwidth",
+                     [=] { kc_perf::bench_decode_group(B, 100, 5, 2048, 2.1, perf_copy_tbs, perf_d_inv); }});
     for (const PerfShape &sh : PERF_SHAPES) { /* fp8 documents against bf16, after the bf16 cases */
         const int a = sh.a, b = sh.b;
         if (sh.kind == 'd')
