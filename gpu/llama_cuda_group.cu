@@ -146,12 +146,12 @@ int group_step(lz_llama_gpu *g, Slot *const *ss, int B, const lz_decode_params *
     lz_decode_item *items = (lz_decode_item *)g->hgrp;
     n_parts = (int32_t *)(void *)(items + cap);
     /* whole segments first: the blocks read; then chunks that give about two CTAs a multiprocessor */
-    int n = lz_decode_group_plan(rows, B, G, LZ_DECODE_GROUP_ROWS, 1 << 30, items, (int)cap, n_parts, &most, &reads, &placed);
+    int n = lz_decode_group_plan(rows, B, G, 1 << 30, items, (int)cap, n_parts, &most, &reads, &placed);
     if (n >= 0 && g->env_group == 2 && (int64_t)reads * 5 > (int64_t)placed * 4) n = 0; /* auto: too little shared */
     if (n > 0) {
         int chunk = (int)((int64_t)reads * KV / (2 * (int64_t)(n_sm > 0 ? n_sm : 1)));
         chunk = chunk < 4 ? 4 : chunk;
-        n = lz_decode_group_plan(rows, B, G, LZ_DECODE_GROUP_ROWS, chunk, items, (int)cap, n_parts, &most, NULL, NULL);
+        n = lz_decode_group_plan(rows, B, G, chunk, items, (int)cap, n_parts, &most, NULL, NULL);
     }
     free(rows);
     if (n < 0) { snprintf(err, errlen, "GPU: grouped decode plan failed"); return -1; }
@@ -168,7 +168,6 @@ int group_step(lz_llama_gpu *g, Slot *const *ss, int B, const lz_decode_params *
     gp->n_items = n;
     gp->n_parts = dparts;
     gp->max_parts = most;
-    gp->max_rows = lz_decode_group_rows(items, n, G);
     const size_t wb = lz_decode_group_workspace(gp);
     if (wb > g->gwork_bytes) {
         cudaFree(g->gwork);

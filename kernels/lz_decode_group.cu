@@ -1,19 +1,18 @@
 /* lz_decode_group.cu - decode attention grouped by document (lz_decode_group.h).
  * One CTA per (item, kv head): the item's members' G query heads each rotated
- * by R(-p) for the member's own offset are the rows of MT 16-row query tiles
- * (MT = 1 or 2: one group of 4 warps a tile), built once; the item's 64-key
- * blocks stream by 16-byte cp.async through one shared-memory ring (6 stages
- * at one CTA per SM, 3 at two) into each group's QK^T and PV on mma.sync
- * m16n8k16, as lz_decode.cu's inner loop (which pads G heads to 16 rows: here
- * the padding holds the other members). Each member's heads
+ * by R(-p) for the member's own offset are the rows of one 16-row query tile,
+ * built once; the item's 64-key blocks stream by 16-byte cp.async through a
+ * shared-memory ring (6 stages at one CTA per SM, 3 at two) into QK^T and PV
+ * on mma.sync m16n8k16, as lz_decode.cu's inner loop (which pads G heads to
+ * 16 rows: here the padding holds the other members). Each member's heads
  * write a normalised partial and its log2-sum-exp into the workspace; a second
  * launch merges each row's partials (lz::combine_row), a programmatic
  * dependent of the first.
  *
  * Legend: B = rows, KV = kv heads, G = query heads a kv head, H = KV*G, d =
- * head_dim, P = partials a row at most. Warp w of a group owns keys
- * [16w, 16w+16) of every block for its tile's rows with its own online-softmax
- * state; a group's 4 warps merge in shared memory at the end.
+ * head_dim, P = partials a row at most. Each of the 4 warps owns keys
+ * [16w, 16w+16) of every block with its own online-softmax state; the warps
+ * merge in shared memory at the end.
  */
 #include <math.h>
 
@@ -24,26 +23,26 @@
 
 namespace {
 
+constexpr int GR_THREADS = 128;
 constexpr int BLK = LZ_DECODE_BLOCK;
 
-template <int D, int STAGES, int MT> constexpr size_t group_smem()
+template <int D, int STAGES> constexpr size_t group_smem()
 {
-    /* the ring, then MT swizzled (16, d) bf16 query tiles; the warps' merge reuses the ring */
-    return (size_t)STAGES * 2 * BLK * D * 2 + MT * 16 * D * 2;
+    /* the ring, then one swizzled (16, d) bf16 query tile; the warps' merge reuses the ring */
+    return (size_t)STAGES * 2 * BLK * D * 2 + 16 * D * 2;
 }
 
-template <int D, int LAYOUT, int STAGES, bool VROWS, int MT>
-__global__ void __launch_bounds__(128 * MT, STAGES <= 3 ? 2 : 1)
+template <int D, int LAYOUT, int STAGES, bool VROWS>
+__global__ void __launch_bounds__(GR_THREADS, STAGES <= 3 ? 2 : 1)
     group_kernel(const __grid_constant__ lz_decode_group_params gp)
 {
-    constexpr int GR_THREADS = 128 * MT;
     extern __shared__ __align__(128) unsigned char smem[];
     const lz_decode_params &p = gp.dec;
-    const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3; /* group, its warp */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int h = blockIdx.y, KV = p.n_kv_heads, H = p.n_heads, G = H / KV;
     const lz_decode_item &it = gp.items[blockIdx.x];
     unsigned char *ring = smem, *qs = smem + (size_t)STAGES * 2 * BLK * D * 2;
-    const uint32_t ring_u = lz::smem_u32(ring), qs_u = lz::smem_u32(qs) + wg * 16 * D * 2; /* this group's tile */
+    const uint32_t ring_u = lz::smem_u32(ring), qs_u = lz::smem_u32(qs);
 
     const int reader = it.reader, seg = it.seg, n_seg = it.n_seg, n_mem = it.n_members;
     const bool own = seg == n_seg - 1; /* its last block may be the one the kernel before writes */
@@ -75,15 +74,15 @@ __global__ void __launch_bounds__(128 * MT, STAGES <= 3 ? 2 : 1)
     }
     lz::pdl_wait();
 
-    /* the query tiles: row r (tile r / 16) = member r / G, head r % G, rotated by R(-its
-     * offset); rows past the members zero */
+    /* the query tile: row r = member r / G, head r % G, rotated by R(-its offset); rows past
+     * the members zero */
     {
         constexpr int PAIRS = D / 2, STEP = GR_THREADS / PAIRS;
         const int i = tid % PAIRS;
         int a, bb;
         lz_rope_pair(LAYOUT, D, i, &a, &bb);
         const float inv_freq = p.inv_freq[i];
-        for (int r = tid / PAIRS; r < 16 * MT; r += STEP) {
+        for (int r = tid / PAIRS; r < 16; r += STEP) {
             const int m = r / G, g = r % G;
             float x0 = 0.f, x1 = 0.f;
             if (m < n_mem) {
@@ -100,7 +99,6 @@ __global__ void __launch_bounds__(128 * MT, STAGES <= 3 ? 2 : 1)
     }
     uint32_t qa[D / 16][4];
     bool qa_loaded = false;
-    const bool active = wg * 16 < n_mem * G; /* a group whose tile holds no row only loads */
 
     float o[D / 8][4];
 #pragma unroll
@@ -114,7 +112,6 @@ __global__ void __launch_bounds__(128 * MT, STAGES <= 3 ? 2 : 1)
         __syncthreads(); /* also publishes the query tile, before the first block */
         if (i + STAGES - 1 < i1) load_block(i + STAGES - 1, (i - i0 + STAGES - 1) % STAGES);
         lz::cp_async_commit();
-        if (!active) continue;
         if (!qa_loaded) {
 #pragma unroll
             for (int ks = 0; ks < D / 16; ks++) {
@@ -183,10 +180,9 @@ __global__ void __launch_bounds__(128 * MT, STAGES <= 3 ? 2 : 1)
     lz::cp_async_wait<0>();
     __syncthreads();
 
-    /* merge each group's 4 warps: red_o (MT, 4, 16, d), red_m / red_l (MT, 4, 16) */
+    /* merge the 4 warps: red_o (4, 16, d), red_m / red_l (4, 16) */
     float *red_o = reinterpret_cast<float *>(ring);
-    float *red_m = red_o + MT * 4 * 16 * D, *red_l = red_m + MT * 4 * 16;
-    const int wi = wg * 4 + warp; /* this warp's slot */
+    float *red_m = red_o + 4 * 16 * D, *red_l = red_m + 4 * 16;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
@@ -194,30 +190,30 @@ __global__ void __launch_bounds__(128 * MT, STAGES <= 3 ? 2 : 1)
     }
     const int r0 = lane >> 2;
     if ((lane & 3) == 0) {
-        red_m[wi * 16 + r0] = mrow[0]; red_m[wi * 16 + r0 + 8] = mrow[1];
-        red_l[wi * 16 + r0] = lrow[0]; red_l[wi * 16 + r0 + 8] = lrow[1];
+        red_m[warp * 16 + r0] = mrow[0]; red_m[warp * 16 + r0 + 8] = mrow[1];
+        red_l[warp * 16 + r0] = lrow[0]; red_l[warp * 16 + r0 + 8] = lrow[1];
     }
 #pragma unroll
     for (int nt = 0; nt < D / 8; nt++) {
         const int col = nt * 8 + 2 * (lane & 3);
-        *reinterpret_cast<float2 *>(&red_o[(wi * 16 + r0) * D + col]) = make_float2(o[nt][0], o[nt][1]);
-        *reinterpret_cast<float2 *>(&red_o[(wi * 16 + r0 + 8) * D + col]) = make_float2(o[nt][2], o[nt][3]);
+        *reinterpret_cast<float2 *>(&red_o[(warp * 16 + r0) * D + col]) = make_float2(o[nt][0], o[nt][1]);
+        *reinterpret_cast<float2 *>(&red_o[(warp * 16 + r0 + 8) * D + col]) = make_float2(o[nt][2], o[nt][3]);
     }
     __syncthreads();
     const int P = gp.max_parts;
     float *part = gp.work, *lse = gp.work + (size_t)p.batch * H * P * D;
     for (int e = tid; e < n_mem * G * D; e += GR_THREADS) {
-        const int r = e / D, k = e % D, m = r / G, g = r % G, t = (r >> 4) * 4, rr = r & 15;
+        const int r = e / D, k = e % D, m = r / G, g = r % G;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < 4; w++) M = fmaxf(M, red_m[(t + w) * 16 + rr]);
+        for (int w = 0; w < 4; w++) M = fmaxf(M, red_m[w * 16 + r]);
         float L = 0.f, acc = 0.f;
         if (M != -INFINITY) {
 #pragma unroll
             for (int w = 0; w < 4; w++) {
-                const float f = exp2f(red_m[(t + w) * 16 + rr] - M);
-                L += f * red_l[(t + w) * 16 + rr];
-                acc += f * red_o[((t + w) * 16 + rr) * D + k];
+                const float f = exp2f(red_m[w * 16 + r] - M);
+                L += f * red_l[w * 16 + r];
+                acc += f * red_o[(w * 16 + r) * D + k];
             }
         }
         const size_t at = ((size_t)it.member[m] * H + h * G + g) * P + it.part[m];
@@ -238,14 +234,13 @@ __global__ void group_merge(__nv_bfloat16 *__restrict__ out, const float *__rest
                               n_parts[row / H], threadIdx.x & 31);
 }
 
-template <int D, int LAYOUT, int STAGES, bool VROWS, int MT> int launch(const lz_decode_group_params *p, cudaStream_t st)
+template <int D, int LAYOUT, int STAGES, bool VROWS> int launch(const lz_decode_group_params *p, cudaStream_t st)
 {
-    auto kern = group_kernel<D, LAYOUT, STAGES, VROWS, MT>;
+    auto kern = group_kernel<D, LAYOUT, STAGES, VROWS>;
     static std::atomic<unsigned long long> attr_set{0};
-    if (int e = lz::max_smem_once(kern, (int)group_smem<D, STAGES, MT>(), attr_set)) return e;
+    if (int e = lz::max_smem_once(kern, (int)group_smem<D, STAGES>(), attr_set)) return e;
     const dim3 grid(p->n_items, p->dec.n_kv_heads);
-    if (cudaError_t e =
-            lz::launch_pdl(kern, grid, dim3(128 * MT), group_smem<D, STAGES, MT>(), st, p->dec.pdl != 0, *p))
+    if (cudaError_t e = lz::launch_pdl(kern, grid, dim3(GR_THREADS), group_smem<D, STAGES>(), st, p->dec.pdl != 0, *p))
         return (int)e;
     const int rows = p->dec.batch * p->dec.n_heads;
     return (int)lz::launch_pdl(group_merge<D>, dim3((rows + 7) / 8), dim3(256), 0, st, true,
@@ -261,12 +256,8 @@ template <int D, int LAYOUT> int launch(const lz_decode_group_params *p, cudaStr
     if (p->dec.batch == 0) return LZ_ATTN_OK;
     if (p->n_items == 0) return (int)cudaMemsetAsync(p->dec.o, 0, (size_t)p->dec.batch * p->dec.n_heads * D * 2, st);
     const bool one = (long)p->n_items * p->dec.n_kv_heads <= n_sm;
-    if (p->max_rows > 16) {
-        if (p->dec.v_rows) return one ? launch<D, LAYOUT, 6, true, 2>(p, st) : launch<D, LAYOUT, 3, true, 2>(p, st);
-        return one ? launch<D, LAYOUT, 6, false, 2>(p, st) : launch<D, LAYOUT, 3, false, 2>(p, st);
-    }
-    if (p->dec.v_rows) return one ? launch<D, LAYOUT, 6, true, 1>(p, st) : launch<D, LAYOUT, 3, true, 1>(p, st);
-    return one ? launch<D, LAYOUT, 6, false, 1>(p, st) : launch<D, LAYOUT, 3, false, 1>(p, st);
+    if (p->dec.v_rows) return one ? launch<D, LAYOUT, 6, true>(p, st) : launch<D, LAYOUT, 3, true>(p, st);
+    return one ? launch<D, LAYOUT, 6, false>(p, st) : launch<D, LAYOUT, 3, false>(p, st);
 }
 
 } /* namespace */

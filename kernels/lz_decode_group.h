@@ -10,9 +10,8 @@
  * its blocks, and up to LZ_DECODE_GROUP_MAX members: the batch rows whose
  * queries attend to it, each with its offset and the index of the partial
  * result it writes. One CTA per (item, kv head) runs the members' G query
- * heads as the rows of one or two 16-row tensor-core tiles (members x G <=
- * 32), a group of 4 warps a tile: the K/V bytes of a block serve them all
- * (loaded once into shared memory). Every row then merges its partials
+ * heads as the rows of one tensor-core tile (members x G <= 16): the K/V
+ * bytes of a block serve them all. Every row then merges its partials
  * (log-sum-exp, as split-KV) in a second launch.
  *
  * Segments of a reader: seg_first (L, KV, n_seg) int32 gives, per (layer, kv
@@ -35,8 +34,7 @@
 extern "C" {
 #endif
 
-#define LZ_DECODE_GROUP_MAX 8 /* members an item, at most */
-#define LZ_DECODE_GROUP_ROWS 32 /* query rows an item, at most (two 16-row tiles) */
+#define LZ_DECODE_GROUP_MAX 4 /* members an item, at most */
 
 typedef struct {
     const int32_t *seg_first; /* the reader's (L, KV, n_seg) first block of each segment */
@@ -44,7 +42,7 @@ typedef struct {
     int32_t seg;              /* the item's segment */
     int32_t reader;           /* the batch row whose lists hold it */
     int32_t first, last;      /* blocks [first, last) of the segment (clipped to its end) */
-    int32_t n_members;        /* 1 .. LZ_DECODE_GROUP_MAX, n_members * G <= max_rows */
+    int32_t n_members;        /* 1 .. LZ_DECODE_GROUP_MAX, n_members * G <= 16 */
     int32_t member[LZ_DECODE_GROUP_MAX]; /* batch rows */
     int32_t offset[LZ_DECODE_GROUP_MAX]; /* each one's position of the segment, 0 .. LZ_DECODE_MAX_OFFSET */
     int32_t part[LZ_DECODE_GROUP_MAX];   /* each one's partial, 0 .. n_parts[member) */
@@ -60,8 +58,6 @@ typedef struct {
     int layer;                   /* the items' seg_first tables are read at this layer */
     const int32_t *n_parts;      /* (B) partials of each row: every one written by one member */
     int max_parts;               /* P >= every n_parts */
-    int max_rows;                /* 1 .. 32 >= every item's n_members * G (lz_decode_group_rows): 16 or
-                                    fewer run one 16-row tile a CTA, more two (twice the threads) */
     float *work;                 /* lz_decode_group_workspace() bytes: parts (B, H, P, d), lse (B, H, P) */
     size_t work_bytes;
 } lz_decode_group_params;
@@ -89,16 +85,13 @@ typedef struct {
 } lz_decode_group_row;
 
 /* Items for rows[0..B) with G query heads a kv head: each document's placements
- * grouped by key, LZ_DECODE_GROUP_MAX (or max_rows / G, max_rows 16 or 32:
- * one tile or two) members an item, every
+ * grouped by key, LZ_DECODE_GROUP_MAX (or 16 / G) members an item, every
  * segment cut into ranges of chunk blocks; the own rows an item each. Writes
  * at most cap items, n_parts (B) and *max_parts; returns the items, or -1
  * (cap too small, a bad argument, out of memory). *reads (optional): the
  * document item-reads, against the placements a per-row decode reads. */
-int lz_decode_group_plan(const lz_decode_group_row *rows, int B, int G, int max_rows, int chunk, lz_decode_item *items, int cap,
+int lz_decode_group_plan(const lz_decode_group_row *rows, int B, int G, int chunk, lz_decode_item *items, int cap,
                          int32_t *n_parts, int *max_parts, int *reads, int *placements);
-/* The most query rows (n_members * G) of items[0..n): lz_decode_group_params.max_rows. */
-int lz_decode_group_rows(const lz_decode_item *items, int n, int G);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* lz_decode_group_plan.c - the items of a grouped decode step
  * (lz_decode_group.h): every placement of a document in the batch's rows,
  * sorted by the document's key so that equal keys (one copy of the rows) are
- * side by side, taken LZ_DECODE_GROUP_MAX (or 32 / G) at a time into items
+ * side by side, taken LZ_DECODE_GROUP_MAX (or 16 / G) at a time into items
  * whose first member reads, each segment cut into chunk-block ranges; then
  * each row's own rows as items of one member. Host code, plain C.
  */
@@ -49,12 +49,10 @@ static int add_items(const lz_decode_group_row *rows, const placement *pl, int n
     return 0;
 }
 
-int lz_decode_group_plan(const lz_decode_group_row *rows, int B, int G, int max_rows, int chunk, lz_decode_item *items,
-                         int cap, int32_t *n_parts, int *max_parts, int *reads, int *placements)
+int lz_decode_group_plan(const lz_decode_group_row *rows, int B, int G, int chunk, lz_decode_item *items, int cap,
+                         int32_t *n_parts, int *max_parts, int *reads, int *placements)
 {
-    if (!rows || B < 0 || G < 1 || G > 16 || max_rows < G || max_rows > LZ_DECODE_GROUP_ROWS || chunk < 1 ||
-        (cap && !items) || !n_parts || !max_parts)
-        return -1;
+    if (!rows || B < 0 || G < 1 || G > 16 || chunk < 1 || (cap && !items) || !n_parts || !max_parts) return -1;
     size_t n = 0;
     for (int b = 0; b < B; b++) {
         if (rows[b].n_seg < 1 || !rows[b].blocks || (rows[b].n_seg > 1 && (!rows[b].keys || !rows[b].offsets)))
@@ -72,7 +70,7 @@ int lz_decode_group_plan(const lz_decode_group_row *rows, int B, int G, int max_
             doc_blocks += rows[b].blocks[s];
         }
     qsort(pl, n, sizeof *pl, by_key);
-    const int per = max_rows / G < LZ_DECODE_GROUP_MAX ? max_rows / G : LZ_DECODE_GROUP_MAX;
+    const int per = 16 / G < LZ_DECODE_GROUP_MAX ? 16 / G : LZ_DECODE_GROUP_MAX;
     int n_items = 0, rc = 0;
     long read_blocks = 0;
     for (size_t i = 0; i < n && !rc;) {
@@ -99,11 +97,4 @@ int lz_decode_group_plan(const lz_decode_group_row *rows, int B, int G, int max_
     if (reads) *reads = (int)read_blocks;
     if (placements) *placements = (int)doc_blocks;
     return n_items;
-}
-
-int lz_decode_group_rows(const lz_decode_item *items, int n, int G)
-{
-    int most = 0;
-    for (int i = 0; i < n; i++) most = items[i].n_members * G > most ? items[i].n_members * G : most;
-    return most;
 }

@@ -30,8 +30,7 @@ int lz_decode_group_check(const lz_decode_group_params *p)
     int rc = lz_decode_check(&d);
     if (rc) return rc;
     if (p->dec.k_scales) return LZ_ATTN_EARG; /* bf16 blocks only */
-    if (p->n_items < 0 || (p->n_items && !p->items) || !p->n_parts || p->max_parts < 1 || p->layer < 0 ||
-        p->max_rows < 1 || p->max_rows > LZ_DECODE_GROUP_ROWS)
+    if (p->n_items < 0 || (p->n_items && !p->items) || !p->n_parts || p->max_parts < 1 || p->layer < 0)
         return LZ_ATTN_EARG;
     if (!p->work || p->work_bytes < lz_decode_group_workspace(p)) return LZ_ATTN_EWORK;
     return LZ_ATTN_OK;
@@ -55,7 +54,7 @@ static int item_range(const lz_decode_group_params *p, const lz_decode_item *it,
 
 static int check_item(const lz_decode_group_params *p, const lz_decode_item *it, int G)
 {
-    if (it->n_members < 1 || it->n_members > LZ_DECODE_GROUP_MAX || it->n_members * G > p->max_rows) return LZ_ATTN_EARG;
+    if (it->n_members < 1 || it->n_members > LZ_DECODE_GROUP_MAX || it->n_members * G > 16) return LZ_ATTN_EARG;
     for (int m = 0; m < it->n_members; m++) {
         if (it->member[m] < 0 || it->member[m] >= p->dec.batch || it->offset[m] < 0 ||
             it->offset[m] > LZ_DECODE_MAX_OFFSET || it->part[m] < 0 || it->part[m] >= p->n_parts[it->member[m]] ||

@@ -23,18 +23,17 @@ static double max_rel(const lz_bf16 *a, const lz_bf16 *b, size_t n)
 }
 
 /* the plan's items for case c, checked; returns the count (items, n_parts, P filled) */
-static int plan_checked(const dgc_case *c, int rows, int chunk, lz_decode_item *items, int cap, int32_t *n_parts,
-                        int *P, int *reads, int *placed)
+static int plan_checked(const dgc_case *c, int chunk, lz_decode_item *items, int cap, int32_t *n_parts, int *P,
+                        int *reads, int *placed)
 {
-    const int n = lz_decode_group_plan(c->rows, c->B, c->G, rows, chunk, items, cap, n_parts, P, reads, placed);
+    const int n = lz_decode_group_plan(c->rows, c->B, c->G, chunk, items, cap, n_parts, P, reads, placed);
     CHECK(n > 0, "plan B=%d G=%d chunk=%d: %d", c->B, c->G, chunk, n);
     if (n <= 0) return n;
     /* every (row, part) written by exactly one member; members within 16 / G */
     int *seen = calloc((size_t)c->B * *P, sizeof(int)), bad_members = 0, bad_parts = 0;
     for (int t = 0; t < n; t++) {
         const lz_decode_item *it = &items[t];
-        if (it->n_members < 1 || it->n_members * c->G > rows || it->n_members > LZ_DECODE_GROUP_MAX)
-            bad_members++;
+        if (it->n_members < 1 || it->n_members * c->G > 16 || it->n_members > LZ_DECODE_GROUP_MAX) bad_members++;
         for (int m = 0; m < it->n_members; m++) {
             if (it->part[m] >= n_parts[it->member[m]]) bad_parts++;
             else seen[(size_t)it->member[m] * *P + it->part[m]]++;
@@ -49,7 +48,7 @@ static int plan_checked(const dgc_case *c, int rows, int chunk, lz_decode_item *
     return n;
 }
 
-static void test_equals_per_row(int d, int layout, int G, int KV, int B, int ND, int chunk, int rows, uint64_t seed)
+static void test_equals_per_row(int d, int layout, int G, int KV, int B, int ND, int chunk, uint64_t seed)
 {
     dgc_case c;
     CHECK(dgc_make(&c, seed, B, KV, G, d, layout, ND) == 0, "case");
@@ -61,7 +60,7 @@ static void test_equals_per_row(int d, int layout, int G, int KV, int B, int ND,
     lz_decode_item *items = malloc(sizeof *items * cap);
     int32_t n_parts[64];
     int P = 0, reads = 0, placed = 0;
-    const int n = plan_checked(&c, rows, chunk, items, cap, n_parts, &P, &reads, &placed);
+    const int n = plan_checked(&c, chunk, items, cap, n_parts, &P, &reads, &placed);
     lz_decode_group_params gp;
     memset(&gp, 0, sizeof gp);
     gp.dec = dgc_params(&c, o2);
@@ -70,19 +69,18 @@ static void test_equals_per_row(int d, int layout, int G, int KV, int B, int ND,
     gp.layer = c.layer;
     gp.n_parts = n_parts;
     gp.max_parts = P;
-    gp.max_rows = lz_decode_group_rows(items, n, G);
     gp.work_bytes = lz_decode_group_workspace(&gp);
     gp.work = malloc(gp.work_bytes);
     for (size_t i = 0; i < on; i++) o2[i] = lz_f32_to_bf16(NAN);
     CHECK(lz_decode_group_ref(&gp, NULL) == 0, "grouped reference");
     const double e = max_rel(o2, o1, on);
-    CHECK(e < 4e-3, "grouped == per-row d=%d layout=%d G=%d KV=%d B=%d chunk=%d rows=%d: rel err %g", d, layout, G, KV,
-          B, chunk, rows, e);
+    CHECK(e < 4e-3, "grouped == per-row d=%d layout=%d G=%d KV=%d B=%d chunk=%d: rel err %g", d, layout, G, KV, B,
+          chunk, e);
     /* shared documents: fewer document blocks read than placed */
     CHECK(reads <= placed, "reads %d <= placements %d", reads, placed);
     /* 16+ rows over a few documents: reads near placements / members an item (4 at G <= 4, 2 at 8) */
     if (B >= 16 && ND <= 8)
-        CHECK(G * 4 <= rows ? reads * 2 < placed : reads * 5 < placed * 4, "16+ rows over %d documents, G=%d: reads %d, placed %d",
+        CHECK(G <= 4 ? reads * 2 < placed : reads * 5 < placed * 4, "16+ rows over %d documents, G=%d: reads %d, placed %d",
               ND, G, reads, placed);
     free(gp.work);
     free(items);
@@ -98,17 +96,15 @@ static void test_plan_errors(void)
     lz_decode_item items[512];
     int32_t n_parts[64];
     int P = 0;
-    CHECK(lz_decode_group_plan(c.rows, c.B, c.G, LZ_DECODE_GROUP_ROWS, 4, items, 2, n_parts, &P, NULL, NULL) == -1, "cap too small: -1");
-    CHECK(lz_decode_group_plan(c.rows, c.B, 17, LZ_DECODE_GROUP_ROWS, 4, items, 512, n_parts, &P, NULL, NULL) == -1, "G 17: -1");
-    CHECK(lz_decode_group_plan(c.rows, c.B, c.G, LZ_DECODE_GROUP_ROWS, 0, items, 512, n_parts, &P, NULL, NULL) == -1, "chunk 0: -1");
-    CHECK(lz_decode_group_plan(c.rows, c.B, c.G, c.G - 1, 4, items, 512, n_parts, &P, NULL, NULL) == -1, "rows < G: -1");
-    CHECK(lz_decode_group_plan(c.rows, c.B, c.G, 33, 4, items, 512, n_parts, &P, NULL, NULL) == -1, "33 rows: -1");
-    const int n = lz_decode_group_plan(c.rows, c.B, c.G, LZ_DECODE_GROUP_ROWS, 4, items, 512, n_parts, &P, NULL, NULL);
+    CHECK(lz_decode_group_plan(c.rows, c.B, c.G, 4, items, 2, n_parts, &P, NULL, NULL) == -1, "cap too small: -1");
+    CHECK(lz_decode_group_plan(c.rows, c.B, 17, 4, items, 512, n_parts, &P, NULL, NULL) == -1, "G 17: -1");
+    CHECK(lz_decode_group_plan(c.rows, c.B, c.G, 0, items, 512, n_parts, &P, NULL, NULL) == -1, "chunk 0: -1");
+    const int n = lz_decode_group_plan(c.rows, c.B, c.G, 4, items, 512, n_parts, &P, NULL, NULL);
     CHECK(n > 0, "plan");
-    /* G = 4: at most 8 members (two 16-row tiles) */
+    /* G = 4: at most 4 members; G = 8: 2 */
     int most = 0;
     for (int t = 0; t < n; t++) most = items[t].n_members > most ? items[t].n_members : most;
-    CHECK(most <= 8 && lz_decode_group_rows(items, n, c.G) == most * c.G, "G=4: members %d", most);
+    CHECK(most <= 4, "G=4: members %d", most);
     lz_bf16 *o = malloc((size_t)c.B * c.H * c.d * 2);
     lz_decode_group_params gp;
     memset(&gp, 0, sizeof gp);
@@ -118,16 +114,9 @@ static void test_plan_errors(void)
     gp.layer = c.layer;
     gp.n_parts = n_parts;
     gp.max_parts = P;
-    gp.max_rows = lz_decode_group_rows(items, n, c.G);
     gp.work_bytes = lz_decode_group_workspace(&gp);
     gp.work = malloc(gp.work_bytes);
     CHECK(lz_decode_group_ref(&gp, NULL) == 0, "valid items run");
-    const int rows_keep = gp.max_rows;
-    gp.max_rows = 33;
-    CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "max_rows 33 refused");
-    gp.max_rows = items[0].n_members * c.G - 1;
-    CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "an item with more rows than max_rows refused");
-    gp.max_rows = rows_keep;
     lz_decode_item keep = items[0];
     items[0].reader = c.B;
     CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "reader out of range refused");
@@ -135,8 +124,8 @@ static void test_plan_errors(void)
     items[0].part[0] = n_parts[items[0].member[0]];
     CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "part out of range refused");
     items[0] = keep;
-    items[0].n_members = LZ_DECODE_GROUP_MAX + 1;
-    CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "9 members refused");
+    items[0].n_members = 5;
+    CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "5 members refused");
     items[0] = keep;
     items[0].offset[0] = LZ_DECODE_MAX_OFFSET + 1;
     CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EARG, "offset past the word's range refused");
@@ -162,13 +151,11 @@ int main(void)
         for (int d = 64; d <= 128; d += 64)
             for (int gi = 0; gi < 3; gi++) {
                 const int G = gi == 0 ? 1 : gi == 1 ? 4 : 8, KV = G == 8 ? 2 : 3;
-                for (int rows = 16; rows <= LZ_DECODE_GROUP_ROWS; rows += 16) { /* items of one tile, of two */
-                    test_equals_per_row(d, layouts[li], G, KV, 24, 6, 2, rows, seed += 77);
-                    test_equals_per_row(d, layouts[li], G, KV, 5, 40, 64, rows, seed += 77);
-                }
+                test_equals_per_row(d, layouts[li], G, KV, 24, 6, 2, seed += 77);
+                test_equals_per_row(d, layouts[li], G, KV, 5, 40, 64, seed += 77);
             }
-    test_equals_per_row(128, LZ_ROPE_HALF, 4, 8, 40, 8, 8, 32, seed += 77); /* the 8B shape's heads */
-    test_equals_per_row(128, LZ_ROPE_HALF, 4, 2, 1, 1, 1, 32, seed += 77);
+    test_equals_per_row(128, LZ_ROPE_HALF, 4, 8, 40, 8, 8, seed += 77); /* the 8B shape's heads */
+    test_equals_per_row(128, LZ_ROPE_HALF, 4, 2, 1, 1, 1, seed += 77);
     test_plan_errors();
     printf("%d passed, %d failed\n", lz_test_passed, lz_test_failed);
     return lz_test_failed != 0;

@@ -7,9 +7,8 @@
  * reads its documents: the L2 shares what it can) against lz_decode_group
  * over the same words, its items planned as the engine plans them
  * (gpu/llama_cuda_group.cu: chunks for about two CTAs a multiprocessor),
- * with items of one 16-row tile (4 rows of 4 heads) and of two (the
- * engine's), interleaved; prints each, the bytes each reads and the copy
- * bandwidth's time for the grouped bytes. One JSON record of kind decode_group.
+ * interleaved; prints both, the bytes each reads and the copy bandwidth's
+ * time for the grouped bytes. One JSON record of kind decode_group.
  */
 #include "kernels/lz_decode_group.h"
 
@@ -85,68 +84,56 @@ static void bench_decode_group(int B, int n_docs, int k, int doc_tokens, double 
     p.work_bytes = lz_decode_workspace(&p, ns);
     if (p.work_bytes) CK(cudaMalloc(&p.work, p.work_bytes));
     if (p.work_bytes) CK(cudaMemset(p.work, 0, p.work_bytes));
-    /* the plan, as the engine makes it, with items of one tile (16 rows) and of two (32: the engine's) */
-    struct Plan { lz_decode_group_params gp; int n, chunk, reads, placed; lz_decode_item *d_items; int32_t *d_np; };
-    auto make = [&](int max_rows) {
-        std::vector<lz_decode_item> items((size_t)B * (k + 1) * NB + 16);
-        std::vector<int32_t> n_parts(B);
-        Plan pl;
-        int P = 0;
-        memset(&pl, 0, sizeof pl);
-        pl.n = lz_decode_group_plan(grow.data(), B, H / KV, max_rows, 1 << 30, items.data(), (int)items.size(),
-                                    n_parts.data(), &P, &pl.reads, &pl.placed);
-        pl.chunk = std::max(4, (int)((int64_t)pl.reads * KV / (2 * n_sm)));
-        pl.n = lz_decode_group_plan(grow.data(), B, H / KV, max_rows, pl.chunk, items.data(), (int)items.size(),
-                                    n_parts.data(), &P, NULL, NULL);
-        if (pl.n <= 0) { fprintf(stderr, "grouped decode plan failed\n"); exit(2); }
-        CK(cudaMalloc(&pl.d_items, (size_t)pl.n * sizeof(lz_decode_item)));
-        CK(cudaMalloc(&pl.d_np, (size_t)B * 4));
-        CK(cudaMemcpy(pl.d_items, items.data(), (size_t)pl.n * sizeof(lz_decode_item), cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(pl.d_np, n_parts.data(), (size_t)B * 4, cudaMemcpyHostToDevice));
-        pl.gp.dec = p;
-        pl.gp.dec.o = o2;
-        pl.gp.items = pl.d_items; pl.gp.n_items = pl.n; pl.gp.layer = 0; pl.gp.n_parts = pl.d_np;
-        pl.gp.max_parts = P;
-        pl.gp.max_rows = lz_decode_group_rows(items.data(), pl.n, H / KV);
-        pl.gp.work_bytes = lz_decode_group_workspace(&pl.gp);
-        CK(cudaMalloc(&pl.gp.work, pl.gp.work_bytes));
-        return pl;
-    };
-    Plan p16 = make(16), p32 = make(LZ_DECODE_GROUP_ROWS);
-    auto run = [&](const Plan *pl) {
+    /* the plan, as the engine makes it */
+    std::vector<lz_decode_item> items((size_t)B * (k + 1) * NB + 16);
+    std::vector<int32_t> n_parts(B);
+    int P = 0, reads = 0, placed = 0;
+    int n = lz_decode_group_plan(grow.data(), B, H / KV, 1 << 30, items.data(), (int)items.size(), n_parts.data(), &P,
+                                 &reads, &placed);
+    const int chunk = std::max(4, (int)((int64_t)reads * KV / (2 * n_sm)));
+    n = lz_decode_group_plan(grow.data(), B, H / KV, chunk, items.data(), (int)items.size(), n_parts.data(), &P, NULL,
+                             NULL);
+    if (n <= 0) { fprintf(stderr, "grouped decode plan failed\n"); exit(2); }
+    lz_decode_item *d_items;
+    int32_t *d_np;
+    CK(cudaMalloc(&d_items, (size_t)n * sizeof(lz_decode_item)));
+    CK(cudaMalloc(&d_np, (size_t)B * 4));
+    CK(cudaMemcpy(d_items, items.data(), (size_t)n * sizeof(lz_decode_item), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_np, n_parts.data(), (size_t)B * 4, cudaMemcpyHostToDevice));
+    lz_decode_group_params gp;
+    memset(&gp, 0, sizeof gp);
+    gp.dec = p;
+    gp.dec.o = o2;
+    gp.items = d_items; gp.n_items = n; gp.layer = 0; gp.n_parts = d_np; gp.max_parts = P;
+    gp.work_bytes = lz_decode_group_workspace(&gp);
+    CK(cudaMalloc(&gp.work, gp.work_bytes));
+    auto run = [&](int grouped) {
         if (p.work_bytes) CK(cudaMemset(p.work, 0, p.work_bytes));
         return time_us([&](int, cudaStream_t st) {
-            if (pl) LZ(lz_decode_group(&pl->gp, st));
+            if (grouped) LZ(lz_decode_group(&gp, st));
             else LZ(lz_decode_lazy(&p, st));
         }, 1, 30);
     };
-    double tr = 1e30, t16 = 1e30, t32 = 1e30;
+    double tg = 1e30, tr = 1e30;
     for (int r = 0; r < 3; r++) { /* interleaved, best of three medians each */
-        tr = std::min(tr, run(NULL));
-        t16 = std::min(t16, run(&p16));
-        t32 = std::min(t32, run(&p32));
+        tr = std::min(tr, run(0));
+        tg = std::min(tg, run(1));
     }
     int nd = 0;
     for (int x : distinct) nd += x;
     const double blk = 2.0 * 64 * D * 2 * KV; /* K + V bytes of one block in every kv head */
     const double own = 2.0 * B * KV * OWN * D * 2;
-    const double b_rows = p32.placed * blk + own, b16 = p16.reads * blk + own, b32 = p32.reads * blk + own;
-    printf("decode-group B=%d docs %d x %d tokens, %d a row by Zipf(%.1f): %d placed, %d distinct\n"
-           "  per row (lz_decode_lazy, split %d)        %8.2f us (%.2f GB: %.2f TB/s)\n"
-           "  grouped, 16-row items (chunk %2d, %4d)    %8.2f us (%.2f GB: %.2f TB/s; the copy bandwidth %.2f us)  %.2fx\n"
-           "  grouped, 32-row items (chunk %2d, %4d)    %8.2f us (%.2f GB: %.2f TB/s; the copy bandwidth %.2f us)  %.2fx\n",
-           B, n_docs, doc_tokens, k, alpha, B * k, nd, ns, tr, b_rows / 1e9, b_rows / tr / 1e6, p16.chunk, p16.n, t16,
-           b16 / 1e9, b16 / t16 / 1e6, b16 / (copy_tbs * 1e6), tr / t16, p32.chunk, p32.n, t32, b32 / 1e9,
-           b32 / t32 / 1e6, b32 / (copy_tbs * 1e6), tr / t32);
+    const double bytes_rows = placed * blk + own, bytes_group = reads * blk + own;
+    printf("decode-group B=%d docs %d x %d tokens, %d a row by Zipf(%.1f): %d placed, %d distinct; chunk %d, %d items, "
+           "<= %d parts a row\n  per row (lz_decode_lazy, split %d) %8.2f us (%.2f GB: %.2f TB/s)\n  grouped "
+           "(lz_decode_group)            %8.2f us (%.2f GB: %.2f TB/s; the copy bandwidth %.2f us)  %.2fx\n",
+           B, n_docs, doc_tokens, k, alpha, B * k, nd, chunk, n, P, ns, tr, bytes_rows / 1e9, bytes_rows / tr / 1e6, tg,
+           bytes_group / 1e9, bytes_group / tg / 1e6, bytes_group / (copy_tbs * 1e6), tr / tg);
     jrec("\"kind\":\"decode_group\",\"B\":%d,\"docs\":%d,\"doc_tokens\":%d,\"k\":%d,\"alpha\":%.2f,\"distinct\":%d,"
-         "\"per_row_us\":%.3f,\"grouped16_us\":%.3f,\"grouped32_us\":%.3f,\"bytes_per_row\":%.0f,\"bytes16\":%.0f,"
-         "\"bytes32\":%.0f",
-         B, n_docs, doc_tokens, k, alpha, nd, tr, t16, t32, b_rows, b16, b32);
-    for (Plan *pl : {&p16, &p32}) {
-        CK(cudaFree(pl->d_items)); CK(cudaFree(pl->d_np)); CK(cudaFree(pl->gp.work));
-    }
+         "\"chunk\":%d,\"items\":%d,\"per_row_us\":%.3f,\"grouped_us\":%.3f,\"bytes_per_row\":%.0f,\"bytes_grouped\":%.0f",
+         B, n_docs, doc_tokens, k, alpha, nd, chunk, n, tr, tg, bytes_rows, bytes_group);
     CK(cudaFree(kp)); CK(cudaFree(vp)); CK(cudaFree(q)); CK(cudaFree(o)); CK(cudaFree(o2)); CK(cudaFree(d_w));
-    CK(cudaFree(d_nb)); CK(cudaFree(d_segf));
+    CK(cudaFree(d_nb)); CK(cudaFree(d_segf)); CK(cudaFree(d_items)); CK(cudaFree(d_np)); CK(cudaFree(gp.work));
     if (p.work) CK(cudaFree(p.work));
 }
 

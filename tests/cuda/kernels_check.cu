@@ -248,17 +248,16 @@ static std::vector<Case> all_cases(void)
             for (int G : {1, 4, 8}) {
                 const int KV = G == 8 ? 2 : 3;
                 const std::string grp = fmt("%s/d%d/g%d", kc_test::LNAME[layout], d, G);
-                struct { int B, ND, chunk, pdl, rows; } vs[] = {{24, 6, 2, 0, 32}, {5, 40, 64, 0, 32}, {40, 8, 8, 1, 32},
-                                                                {24, 6, 3, 0, 16}, {40, 8, 8, 1, 16}};
+                struct { int B, ND, chunk, pdl; } vs[] = {{24, 6, 2, 0}, {5, 40, 64, 0}, {40, 8, 8, 1}};
                 int i = 0;
                 for (auto t : vs)
-                    v.push_back({TEST, fmt("decode-group/%s/%02d-b%d-docs%d-chunk%d-rows%d%s", grp.c_str(), i++, t.B,
-                                           t.ND, t.chunk, t.rows, t.pdl ? "-pdl" : ""),
+                    v.push_back({TEST, fmt("decode-group/%s/%02d-b%d-docs%d-chunk%d%s", grp.c_str(), i++, t.B, t.ND,
+                                           t.chunk, t.pdl ? "-pdl" : ""),
                                  "lz_decode_group (items of lz_decode_group_plan)",
-                                 fmt("%s d=%d G=%d KV=%d B=%d over %d shared documents, chunks of %d blocks, items of "
-                                     "<= %d rows", kc_test::LNAME[layout], d, G, KV, t.B, t.ND, t.chunk, t.rows),
+                                 fmt("%s d=%d G=%d KV=%d B=%d over %d shared documents, chunks of %d blocks",
+                                     kc_test::LNAME[layout], d, G, KV, t.B, t.ND, t.chunk),
                                  "lz_decode_group_ref (CPU); lz_decode_lazy on the same block words",
-                                 [=] { kc_test::decode_group_case(layout, d, G, KV, t.B, t.ND, t.chunk, t.pdl, t.rows); }});
+                                 [=] { kc_test::decode_group_case(layout, d, G, KV, t.B, t.ND, t.chunk, t.pdl); }});
             }
     for (const PerfShape &sh : PERF_SHAPES) {
         const int a = sh.a, b = sh.b;

@@ -12,7 +12,7 @@
 
 namespace kc_test {
 
-static void decode_group_case(int layout, int d, int G, int KV, int B, int ND, int chunk, int pdl, int max_rows)
+static void decode_group_case(int layout, int d, int G, int KV, int B, int ND, int chunk, int pdl)
 {
     dgc_case c;
     CHECK(dgc_make(&c, rng, B, KV, G, d, layout, ND) == 0, "case");
@@ -20,7 +20,7 @@ static void decode_group_case(int layout, int d, int G, int KV, int B, int ND, i
     std::vector<lz_decode_item> items(8192);
     int32_t n_parts[64];
     int P = 0, reads = 0, placed = 0;
-    const int n = lz_decode_group_plan(c.rows, B, G, max_rows, chunk, items.data(), (int)items.size(), n_parts, &P, &reads,
+    const int n = lz_decode_group_plan(c.rows, B, G, chunk, items.data(), (int)items.size(), n_parts, &P, &reads,
                                        &placed);
     CHECK(n > 0, "plan: %d", n);
     /* the seg_first tables on the device: the items point into a copy of the case's */
@@ -40,7 +40,6 @@ static void decode_group_case(int layout, int d, int G, int KV, int B, int ND, i
     gp.dec.q = d_q; gp.dec.k_pool = d_k; gp.dec.v_pool = d_v; gp.dec.blocks = d_w; gp.dec.v_rows = d_vr;
     gp.dec.n_blocks = d_nb; gp.dec.inv_freq = d_inv; gp.dec.pdl = pdl;
     gp.items = d_items; gp.n_items = n; gp.layer = c.layer; gp.n_parts = d_np; gp.max_parts = P;
-    gp.max_rows = lz_decode_group_rows(items.data(), n, G);
     gp.work_bytes = lz_decode_group_workspace(&gp);
     gp.work = dalloc<float>(gp.work_bytes / 4);
     poison(d_o, nq);
@@ -57,16 +56,14 @@ static void decode_group_case(int layout, int d, int G, int KV, int B, int ND, i
     memset(&hp, 0, sizeof hp);
     hp.dec = dgc_params(&c, ref);
     hp.items = items.data(); hp.n_items = n; hp.layer = c.layer; hp.n_parts = n_parts; hp.max_parts = P;
-    hp.max_rows = gp.max_rows;
     hp.work_bytes = gp.work_bytes;
     hp.work = (float *)malloc(hp.work_bytes);
     RC(lz_decode_group_ref(&hp, NULL));
     int nan1, nan2;
     const double e1 = nerr(o, ref, nq, &nan1), e2 = nerr(o, o2, nq, &nan2);
-    printf("decode-group %-8s d=%3d G=%d KV=%d B=%2d docs=%2d chunk=%2d items=%4d parts<=%2d rows<=%2d reads %d of %d "
+    printf("decode-group %-8s d=%3d G=%d KV=%d B=%2d docs=%2d chunk=%2d items=%4d parts<=%2d reads %d of %d "
            "blocks%s: gpu-vs-ref %.2e, grouped-vs-per-row %.2e, nan %d/%d\n",
-           LNAME[layout], d, G, KV, B, ND, chunk, n, P, gp.max_rows, reads, placed, pdl ? " pdl" : "", e1, e2, nan1,
-           nan2);
+           LNAME[layout], d, G, KV, B, ND, chunk, n, P, reads, placed, pdl ? " pdl" : "", e1, e2, nan1, nan2);
     CHECK(e1 <= TOL && nan1 == 0, "grouped decode gpu vs ref %g nan %d", e1, nan1);
     CHECK(e2 <= TOL && nan2 == 0, "grouped decode vs lz_decode_lazy %g nan %d", e2, nan2);
     free(o); free(o2); free(ref); free(hp.work);
