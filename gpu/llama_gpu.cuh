@@ -392,8 +392,8 @@ int group_slot(lz_llama_gpu *g, Slot *s, const lz_attn_segment *hs, int S, char 
 void group_slot_free(Slot *s);
 void group_free(lz_llama_gpu *g); /* the steps' items and workspace */
 /* A batched step of ss[0..B) grouped by document: 1 with *gp ready but for dec and layer
- * (items uploaded on g->st), 0 when the step runs per row (switched off, fp8 words, a slot
- * without its tables, or (auto) too little shared), -1 on error. */
+ * (items uploaded on g->st), 0 when the step runs per row (switched off, a slot without its
+ * tables, or (auto) too little shared), -1 on error. */
 int group_step(lz_llama_gpu *g, Slot *const *ss, int B, const lz_decode_params *p, lz_decode_group_params *gp,
                char *err, size_t errlen);
 

@@ -7,7 +7,13 @@
  * 16 rows: here the padding holds the other members). Each member's heads
  * write a normalised partial and its log2-sum-exp into the workspace; a second
  * launch merges each row's partials (lz::combine_row), a programmatic
- * dependent of the first.
+ * dependent of the first. With fp8 blocks possible (F8, dec.k_scales set) a
+ * block whose key scale is > 0 lands its e4m3 bytes in the slots of the bf16
+ * tile (lz::copy_tile_f8) and each thread converts its own chunks in place
+ * after its copies' wait, before the barrier that publishes the tile
+ * (lz::convert_tile_f8); its scores are multiplied by the key scale and the
+ * output is kept in units of the value scale (o = output / unit, rescaled
+ * when a block's unit differs).
  *
  * Legend: B = rows, KV = kv heads, G = query heads a kv head, H = KV*G, d =
  * head_dim, P = partials a row at most. Each of the 4 warps owns keys
@@ -17,6 +23,7 @@
 #include <math.h>
 
 #include "kernels/lz_decode_group.h"
+#include "kernels/lz_fp8_tile.cuh"
 #include "kernels/lz_mma.cuh"
 #include "kernels/lz_ops.cuh"
 #include "base/rope.h"
@@ -32,7 +39,7 @@ template <int D, int STAGES> constexpr size_t group_smem()
     return (size_t)STAGES * 2 * BLK * D * 2 + 16 * D * 2;
 }
 
-template <int D, int LAYOUT, int STAGES, bool VROWS>
+template <int D, int LAYOUT, int STAGES, bool VROWS, bool F8>
 __global__ void __launch_bounds__(GR_THREADS, STAGES <= 3 ? 2 : 1)
     group_kernel(const __grid_constant__ lz_decode_group_params gp)
 {
@@ -55,14 +62,20 @@ __global__ void __launch_bounds__(GR_THREADS, STAGES <= 3 ? 2 : 1)
     const uint64_t *vrows = VROWS ? p.v_rows + list : nullptr;
     const __nv_bfloat16 *kp = reinterpret_cast<const __nv_bfloat16 *>(p.k_pool);
     const __nv_bfloat16 *vp = reinterpret_cast<const __nv_bfloat16 *>(p.v_pool);
+    const float *kss = F8 ? p.k_scales + list : nullptr, *vss = F8 ? p.v_scales + list : nullptr;
 
     auto load_block = [&](int i, int stage) {
         const uint64_t w = words[i];
         const size_t row = lz_decode_word_row(w) * D, vrow = VROWS ? vrows[i] * D : row;
         const int nk = lz_decode_word_keys(w);
         const uint32_t kd = ring_u + stage * (2 * BLK * D * 2), vd = kd + BLK * D * 2;
-        lz::copy_tile<D, BLK, GR_THREADS>(kd, kp + row, nk, tid);
-        lz::copy_tile<D, BLK, GR_THREADS>(vd, vp + vrow, nk, tid);
+        if (F8 && kss[i] > 0.f) {
+            lz::copy_tile_f8<D, BLK, GR_THREADS, false>(kd, p.k_pool8 + row, nk, tid);
+            lz::copy_tile_f8<D, BLK, GR_THREADS, false>(vd, p.v_pool8 + vrow, nk, tid);
+        } else {
+            lz::copy_tile<D, BLK, GR_THREADS>(kd, kp + row, nk, tid);
+            lz::copy_tile<D, BLK, GR_THREADS>(vd, vp + vrow, nk, tid);
+        }
     };
     /* a document's rows are no kernel's of this step: prefetched before the kernel before
      * finishes (it writes the queries and the own rows' last block) */
@@ -104,12 +117,19 @@ __global__ void __launch_bounds__(GR_THREADS, STAGES <= 3 ? 2 : 1)
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+    float unit = 1.f; /* o = output / unit (fp8 blocks: their value scale) */
     const float sl2 = p.scale * 1.4426950408889634f;
 
     for (int i = i0; i < i1; i++) {
         const int stage = (i - i0) % STAGES;
         lz::cp_async_wait<STAGES - 2>();
-        __syncthreads(); /* also publishes the query tile, before the first block */
+        const float ks = F8 ? kss[i] : 0.f, un = F8 && ks > 0.f ? vss[i] : 1.f;
+        if (F8 && ks > 0.f) { /* this thread's fp8 chunks of the block to bf16, in place */
+            const uint32_t kd = ring_u + stage * (2 * BLK * D * 2);
+            lz::convert_tile_f8<D, BLK, GR_THREADS, false>(kd, tid);
+            lz::convert_tile_f8<D, BLK, GR_THREADS, false>(kd + BLK * D * 2, tid);
+        }
+        __syncthreads(); /* publishes the block's tile (and the query tile, before the first block) */
         if (i + STAGES - 1 < i1) load_block(i + STAGES - 1, (i - i0 + STAGES - 1) % STAGES);
         lz::cp_async_commit();
         if (!qa_loaded) {
@@ -132,12 +152,13 @@ __global__ void __launch_bounds__(GR_THREADS, STAGES <= 3 ? 2 : 1)
             lz::mma16816((ks & 1) ? s2[1] : s[1], qa[ks], b2, b3);
         }
         float mx[2] = {mrow[0], mrow[1]};
+        const float sk = F8 && ks > 0.f ? sl2 * ks : sl2;
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int col = warp * 16 + nt * 8 + 2 * (lane & 3) + (e & 1);
-                const float v = col < nk ? (s[nt][e] + s2[nt][e]) * sl2 : -INFINITY;
+                const float v = col < nk ? (s[nt][e] + s2[nt][e]) * sk : -INFINITY;
                 s[nt][e] = v;
                 mx[e >> 1] = fmaxf(mx[e >> 1], v);
             }
@@ -163,6 +184,12 @@ __global__ void __launch_bounds__(GR_THREADS, STAGES <= 3 ? 2 : 1)
         }
         lrow[0] = lrow[0] * alpha[0] + rs[0];
         lrow[1] = lrow[1] * alpha[1] + rs[1];
+        if (F8 && un != unit) { /* the output's unit follows the block's value scale */
+            const float ratio = __fdividef(unit, un);
+            alpha[0] *= ratio;
+            alpha[1] *= ratio;
+            unit = un;
+        }
 #pragma unroll
         for (int nt = 0; nt < D / 8; nt++) {
             o[nt][0] *= alpha[0]; o[nt][1] *= alpha[0];
@@ -196,8 +223,9 @@ __global__ void __launch_bounds__(GR_THREADS, STAGES <= 3 ? 2 : 1)
 #pragma unroll
     for (int nt = 0; nt < D / 8; nt++) {
         const int col = nt * 8 + 2 * (lane & 3);
-        *reinterpret_cast<float2 *>(&red_o[(warp * 16 + r0) * D + col]) = make_float2(o[nt][0], o[nt][1]);
-        *reinterpret_cast<float2 *>(&red_o[(warp * 16 + r0 + 8) * D + col]) = make_float2(o[nt][2], o[nt][3]);
+        *reinterpret_cast<float2 *>(&red_o[(warp * 16 + r0) * D + col]) = make_float2(o[nt][0] * unit, o[nt][1] * unit);
+        *reinterpret_cast<float2 *>(&red_o[(warp * 16 + r0 + 8) * D + col]) =
+            make_float2(o[nt][2] * unit, o[nt][3] * unit);
     }
     __syncthreads();
     const int P = gp.max_parts;
@@ -234,9 +262,9 @@ __global__ void group_merge(__nv_bfloat16 *__restrict__ out, const float *__rest
                               n_parts[row / H], threadIdx.x & 31);
 }
 
-template <int D, int LAYOUT, int STAGES, bool VROWS> int launch(const lz_decode_group_params *p, cudaStream_t st)
+template <int D, int LAYOUT, int STAGES, bool VROWS, bool F8> int launch(const lz_decode_group_params *p, cudaStream_t st)
 {
-    auto kern = group_kernel<D, LAYOUT, STAGES, VROWS>;
+    auto kern = group_kernel<D, LAYOUT, STAGES, VROWS, F8>;
     static std::atomic<unsigned long long> attr_set{0};
     if (int e = lz::max_smem_once(kern, (int)group_smem<D, STAGES>(), attr_set)) return e;
     const dim3 grid(p->n_items, p->dec.n_kv_heads);
@@ -256,8 +284,12 @@ template <int D, int LAYOUT> int launch(const lz_decode_group_params *p, cudaStr
     if (p->dec.batch == 0) return LZ_ATTN_OK;
     if (p->n_items == 0) return (int)cudaMemsetAsync(p->dec.o, 0, (size_t)p->dec.batch * p->dec.n_heads * D * 2, st);
     const bool one = (long)p->n_items * p->dec.n_kv_heads <= n_sm;
-    if (p->dec.v_rows) return one ? launch<D, LAYOUT, 6, true>(p, st) : launch<D, LAYOUT, 3, true>(p, st);
-    return one ? launch<D, LAYOUT, 6, false>(p, st) : launch<D, LAYOUT, 3, false>(p, st);
+    if (p->dec.k_scales) { /* fp8 blocks possible: values at rows of their own (the engine's) */
+        if (!p->dec.v_rows) return LZ_ATTN_EARG;
+        return one ? launch<D, LAYOUT, 6, true, true>(p, st) : launch<D, LAYOUT, 3, true, true>(p, st);
+    }
+    if (p->dec.v_rows) return one ? launch<D, LAYOUT, 6, true, false>(p, st) : launch<D, LAYOUT, 3, true, false>(p, st);
+    return one ? launch<D, LAYOUT, 6, false, false>(p, st) : launch<D, LAYOUT, 3, false, false>(p, st);
 }
 
 } /* namespace */

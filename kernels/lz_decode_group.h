@@ -20,7 +20,12 @@
  * Per-head lengths may differ (Ada-KV): the item's range [first, last) is
  * relative to the segment's start and clipped to its end in each list.
  * Block words' offsets are ignored (the members carry theirs); their rows,
- * key counts and v_rows are used as lz_decode_lazy uses them. bf16 only.
+ * key counts, v_rows and fp8 blocks (k_scales > 0: rows of k_pool8 /
+ * v_pool8, lz_decode.h) are used as lz_decode_lazy uses them. The CUDA kernel
+ * lands an fp8 block's bytes in its shared-memory slots and converts them
+ * there to exact bf16 (the prefill kernels' tiles), so the tensor-core loop is
+ * the bf16 one; the key scale multiplies the block's scores and the value
+ * scale its share of the output.
  *
  * Legend: B = rows of the batch, KV = kv heads, H = KV*G query heads, d =
  * head_dim, P = max_parts (partials a row, at most).
@@ -50,8 +55,8 @@ typedef struct {
 
 typedef struct {
     /* q, o, k_pool, v_pool, blocks, v_rows, n_blocks, inv_freq, max_blocks, batch, heads,
-     * head_dim, rope_layout, scale, pdl as lz_decode_lazy; n_split, work and the fp8 fields
-     * unused (k_scales must be NULL) */
+     * head_dim, rope_layout, scale, pdl and the fp8 fields (k_pool8, v_pool8, k_scales,
+     * v_scales: all set, or k_scales NULL) as lz_decode_lazy; n_split and work unused */
     lz_decode_params dec;
     const lz_decode_item *items; /* n_items (device memory for the kernel) */
     int n_items;

@@ -1,6 +1,7 @@
 /* lz_decode_group_ref.c - the CPU reference of decode attention grouped by
  * document (lz_decode_group.h), its argument checks and workspace size: plain
- * C, fp32 math from bf16 inputs. Each item's members get a partial (normalised
+ * C, fp32 math from bf16 inputs (fp8 blocks: e4m3 decoded by base/fp8.h times
+ * the block's scale). Each item's members get a partial (normalised
  * output and log2-sum-exp, as the kernel's) over the item's blocks with keys
  * rotated by R(p) for the member's offset p (base/rope.h); each row's partials
  * are then merged. bf16 output.
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/lz_decode_group.h"
+#include "base/fp8.h"
 #include "base/half.h"
 #include "base/rope.h"
 
@@ -29,7 +31,6 @@ int lz_decode_group_check(const lz_decode_group_params *p)
     d.n_split = 0;
     int rc = lz_decode_check(&d);
     if (rc) return rc;
-    if (p->dec.k_scales) return LZ_ATTN_EARG; /* bf16 blocks only */
     if (p->n_items < 0 || (p->n_items && !p->items) || !p->n_parts || p->max_parts < 1 || p->layer < 0)
         return LZ_ATTN_EARG;
     if (!p->work || p->work_bytes < lz_decode_group_workspace(p)) return LZ_ATTN_EWORK;
@@ -65,9 +66,9 @@ static int check_item(const lz_decode_group_params *p, const lz_decode_item *it,
 }
 
 /* one member's partial over blocks [i0, i1) of list lw / lv: out (G, d) normalised, lse (G) */
-static void partial(const lz_decode_group_params *p, const uint64_t *lw, const uint64_t *lv, int i0, int i1,
-                    const lz_bf16 *qsrc, int64_t off, float *out, float *lse, float *k, float *v, float *q, double *sum,
-                    float *mx)
+static void partial(const lz_decode_group_params *p, const uint64_t *lw, const uint64_t *lv, const float *lks,
+                    const float *lvs, int i0, int i1, const lz_bf16 *qsrc, int64_t off, float *out, float *lse, float *k,
+                    float *v, float *q, double *sum, float *mx)
 {
     const lz_decode_params *dp = &p->dec;
     const int d = dp->head_dim, G = dp->n_heads / dp->n_kv_heads;
@@ -78,11 +79,17 @@ static void partial(const lz_decode_group_params *p, const uint64_t *lw, const u
     }
     for (int bi = i0; bi < i1; bi++) {
         const uint64_t row = lz_decode_word_row(lw[bi]);
-        const int nk = lz_decode_word_keys(lw[bi]);
+        const int nk = lz_decode_word_keys(lw[bi]), f8 = lks && lks[bi] > 0.0f;
         for (int j = 0; j < nk; j++) {
             const uint64_t vrow = (lv ? lv[bi] : row) + j;
-            for (int i = 0; i < d; i++) k[i] = lz_bf16_to_f32(dp->k_pool[(row + j) * d + i]);
-            for (int i = 0; i < d; i++) v[i] = lz_bf16_to_f32(dp->v_pool[vrow * d + i]);
+            if (f8) {
+                const uint8_t *ks = dp->k_pool8 + (row + j) * d, *vs = dp->v_pool8 + vrow * d;
+                for (int i = 0; i < d; i++) k[i] = lz_e4m3_to_f32(ks[i]) * lks[bi];
+                for (int i = 0; i < d; i++) v[i] = lz_e4m3_to_f32(vs[i]) * lvs[bi];
+            } else {
+                for (int i = 0; i < d; i++) k[i] = lz_bf16_to_f32(dp->k_pool[(row + j) * d + i]);
+                for (int i = 0; i < d; i++) v[i] = lz_bf16_to_f32(dp->v_pool[vrow * d + i]);
+            }
             if (off) lz_rope_apply(k, d, off, dp->rope_layout, dp->inv_freq);
             for (int g = 0; g < G; g++) {
                 float s = 0.0f;
@@ -131,10 +138,11 @@ int lz_decode_group_ref(const lz_decode_group_params *p, void *stream)
             if ((rc = item_range(p, it, h, &i0, &i1))) goto done;
             const size_t list = ((size_t)it->reader * KV + h) * dp->max_blocks;
             const uint64_t *lw = dp->blocks + list, *lv = dp->v_rows ? dp->v_rows + list : NULL;
+            const float *lks = dp->k_scales ? dp->k_scales + list : NULL, *lvs = dp->k_scales ? dp->v_scales + list : NULL;
             for (int m = 0; m < it->n_members; m++) {
                 const int b = it->member[m];
-                partial(p, lw, lv, i0, i1, dp->q + ((size_t)b * H + h * G) * d, it->offset[m], out, l2, k, v, q, sum,
-                        mx);
+                partial(p, lw, lv, lks, lvs, i0, i1, dp->q + ((size_t)b * H + h * G) * d, it->offset[m], out, l2, k, v,
+                        q, sum, mx);
                 for (int g = 0; g < G; g++) {
                     const size_t r = ((size_t)b * H + h * G + g) * P + it->part[m];
                     memcpy(part + r * d, out + (size_t)g * d, sizeof(float) * d);

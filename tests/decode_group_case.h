@@ -8,7 +8,10 @@
  * placing 0..S_MAX of them (drawn with Zipf-like skew, so most are shared) at
  * random offsets (some past 65,536), then its own rows. The block words,
  * values' rows and counts of one layer are those lz_decode_lazy reads; each
- * row's seg_first table covers every layer; the plan's rows are ready.
+ * row's seg_first table covers every layer; the plan's rows are ready. With
+ * fp8, the documents are e4m3 rows of k8 / v8 with a key and a value scale
+ * per (document, layer, kv head) (lz_decode.h's fp8 blocks), the own rows
+ * bf16.
  * Legend: B = rows, KV = kv heads, G = heads a kv head, H = KV*G, d =
  * head_dim, L = layers, NB = block words a list.
  */
@@ -21,6 +24,7 @@
 #include <string.h>
 
 #include "kernels/lz_decode_group.h"
+#include "base/fp8.h"
 #include "base/half.h"
 #include "base/rope.h"
 
@@ -33,6 +37,9 @@ typedef struct {
     float *inv_freq;    /* d / 2 */
     uint64_t *words, *vrows; /* (B, KV, NB) at layer */
     int32_t *n_blocks;       /* (B, KV) */
+    int fp8;
+    uint8_t *k8, *v8;        /* (R, d) e4m3 rows (fp8) */
+    float *ksc, *vsc;        /* (B, KV, NB) each block's scales, 0 for bf16 blocks (fp8) */
     int32_t *segf;           /* (B, L, KV, DGC_S_MAX + 1): row b's table at b * L * KV * (S_MAX + 1), n_seg a stride */
     int n_seg[64];
     uint64_t keys[64][DGC_S_MAX];
@@ -50,12 +57,12 @@ static inline double dgc_u(uint64_t *s) { return (double)(dgc_next(s) >> 11) / 9
 static inline void dgc_free(dgc_case *c)
 {
     free(c->k); free(c->v); free(c->q); free(c->inv_freq); free(c->words); free(c->vrows); free(c->n_blocks);
-    free(c->segf);
+    free(c->segf); free(c->k8); free(c->v8); free(c->ksc); free(c->vsc);
     memset(c, 0, sizeof *c);
 }
 
 /* B <= 64; 0, or -1 (out of memory) */
-static inline int dgc_make(dgc_case *c, uint64_t seed, int B, int KV, int G, int d, int layout, int ND)
+static inline int dgc_make(dgc_case *c, uint64_t seed, int B, int KV, int G, int d, int layout, int ND, int fp8)
 {
     memset(c, 0, sizeof *c);
     uint64_t s = seed | 1;
@@ -89,7 +96,15 @@ static inline int dgc_make(dgc_case *c, uint64_t seed, int B, int KV, int G, int
     c->vrows = (uint64_t *)calloc((size_t)B * KV * c->NB, sizeof(uint64_t));
     c->n_blocks = (int32_t *)calloc((size_t)B * KV, sizeof(int32_t));
     c->segf = (int32_t *)calloc((size_t)B * L * KV * W, sizeof(int32_t));
-    if (!c->k || !c->v || !c->q || !c->inv_freq || !c->words || !c->vrows || !c->n_blocks || !c->segf) {
+    c->fp8 = fp8;
+    if (fp8) {
+        c->k8 = (uint8_t *)malloc(c->R * d);
+        c->v8 = (uint8_t *)malloc(c->R * d);
+        c->ksc = (float *)calloc((size_t)B * KV * c->NB, sizeof(float));
+        c->vsc = (float *)calloc((size_t)B * KV * c->NB, sizeof(float));
+    }
+    if (!c->k || !c->v || !c->q || !c->inv_freq || !c->words || !c->vrows || !c->n_blocks || !c->segf ||
+        (fp8 && (!c->k8 || !c->v8 || !c->ksc || !c->vsc))) {
         free(dlen); free(drow); dgc_free(c);
         return -1;
     }
@@ -97,6 +112,14 @@ static inline int dgc_make(dgc_case *c, uint64_t seed, int B, int KV, int G, int
         c->k[i] = lz_f32_to_bf16((float)(2 * dgc_u(&s) - 1));
         c->v[i] = lz_f32_to_bf16((float)(2 * dgc_u(&s) - 1));
     }
+    for (size_t i = 0; fp8 && i < c->R * d; i++) {
+        c->k8[i] = lz_f32_to_e4m3((float)(448 * (2 * dgc_u(&s) - 1)));
+        c->v8[i] = lz_f32_to_e4m3((float)(448 * (2 * dgc_u(&s) - 1)));
+    }
+    /* each document's scales per (layer, kv head), K then V */
+    float *dsc = (float *)malloc(sizeof(float) * 2 * (size_t)ND * L * KV);
+    if (!dsc) { free(dlen); free(drow); dgc_free(c); return -1; }
+    for (int i = 0; i < 2 * ND * L * KV; i++) dsc[i] = (float)((0.5 + dgc_u(&s)) / 448.0);
     for (size_t i = 0; i < (size_t)B * c->H * d; i++) c->q[i] = lz_f32_to_bf16((float)(2 * dgc_u(&s) - 1));
     lz_rope_inv_freqs(c->inv_freq, d, 500000.0f, NULL);
     for (int b = 0; b < B; b++) {
@@ -123,11 +146,16 @@ static inline int dgc_make(dgc_case *c, uint64_t seed, int B, int KV, int G, int
             for (int h = 0; h < KV; h++) {
                 int n = 0;
                 uint64_t *w = c->words + ((size_t)b * KV + h) * c->NB, *vr = c->vrows + ((size_t)b * KV + h) * c->NB;
+                float *ks = fp8 ? c->ksc + ((size_t)b * KV + h) * c->NB : NULL, *vs = fp8 ? c->vsc + ((size_t)b * KV + h) * c->NB : NULL;
                 for (int i = 0; i <= S; i++) {
                     sf[((size_t)l * KV + h) * (S + 1) + i] = n;
                     const int len = i < S ? dlen[(docs[i] * L + l) * KV + h] : own[b];
                     const size_t row = i < S ? drow[(docs[i] * L + l) * KV + h] : ownrow[b] + (size_t)h * own[b];
-                    if (l == c->layer)
+                    if (l == c->layer && fp8 && i < S) {
+                        const size_t at = (docs[i] * L + l) * KV + h;
+                        lz_decode_add_segment_fp8(w, vr, ks, vs, &n, c->NB, row, vbase + row, len, c->offs[b][i], dsc[at],
+                                                  dsc[(size_t)ND * L * KV + at]);
+                    } else if (l == c->layer)
                         lz_decode_add_segment_kv(w, vr, &n, c->NB, row, vbase + row, len, i < S ? c->offs[b][i] : 0);
                     else
                         n += (len + 63) / 64;
@@ -138,6 +166,7 @@ static inline int dgc_make(dgc_case *c, uint64_t seed, int B, int KV, int G, int
     }
     free(dlen);
     free(drow);
+    free(dsc);
     return 0;
 }
 
@@ -162,6 +191,7 @@ static inline lz_decode_params dgc_params(const dgc_case *c, lz_bf16 *o)
     p.rope_layout = c->layout;
     p.scale = 1.0f / sqrtf((float)c->d);
     p.n_split = 1;
+    if (c->fp8) p.k_pool8 = c->k8, p.v_pool8 = c->v8, p.k_scales = c->ksc, p.v_scales = c->vsc;
     return p;
 }
 

@@ -48,10 +48,10 @@ static int plan_checked(const dgc_case *c, int chunk, lz_decode_item *items, int
     return n;
 }
 
-static void test_equals_per_row(int d, int layout, int G, int KV, int B, int ND, int chunk, uint64_t seed)
+static void test_equals_per_row(int d, int layout, int G, int KV, int B, int ND, int chunk, int fp8, uint64_t seed)
 {
     dgc_case c;
-    CHECK(dgc_make(&c, seed, B, KV, G, d, layout, ND) == 0, "case");
+    CHECK(dgc_make(&c, seed, B, KV, G, d, layout, ND, fp8) == 0, "case");
     const size_t on = (size_t)B * c.H * d;
     lz_bf16 *o1 = malloc(on * 2), *o2 = malloc(on * 2);
     lz_decode_params dp = dgc_params(&c, o1);
@@ -74,8 +74,8 @@ static void test_equals_per_row(int d, int layout, int G, int KV, int B, int ND,
     for (size_t i = 0; i < on; i++) o2[i] = lz_f32_to_bf16(NAN);
     CHECK(lz_decode_group_ref(&gp, NULL) == 0, "grouped reference");
     const double e = max_rel(o2, o1, on);
-    CHECK(e < 4e-3, "grouped == per-row d=%d layout=%d G=%d KV=%d B=%d chunk=%d: rel err %g", d, layout, G, KV, B,
-          chunk, e);
+    CHECK(e < 4e-3, "grouped == per-row d=%d layout=%d G=%d KV=%d B=%d chunk=%d fp8=%d: rel err %g", d, layout, G, KV,
+          B, chunk, fp8, e);
     /* shared documents: fewer document blocks read than placed */
     CHECK(reads <= placed, "reads %d <= placements %d", reads, placed);
     /* 16+ rows over a few documents: reads near placements / members an item (4 at G <= 4, 2 at 8) */
@@ -92,7 +92,7 @@ static void test_equals_per_row(int d, int layout, int G, int KV, int B, int ND,
 static void test_plan_errors(void)
 {
     dgc_case c;
-    CHECK(dgc_make(&c, 7, 8, 2, 4, 64, LZ_ROPE_HALF, 3) == 0, "case");
+    CHECK(dgc_make(&c, 7, 8, 2, 4, 64, LZ_ROPE_HALF, 3, 0) == 0, "case");
     lz_decode_item items[512];
     int32_t n_parts[64];
     int P = 0;
@@ -137,7 +137,7 @@ static void test_plan_errors(void)
     CHECK(lz_decode_group_ref(&gp, NULL) == LZ_ATTN_EWORK, "short workspace refused");
     gp.work_bytes++;
     gp.dec.k_scales = (const float *)gp.work;
-    CHECK(lz_decode_group_check(&gp) == LZ_ATTN_EARG, "fp8 blocks refused (bf16 only)");
+    CHECK(lz_decode_group_check(&gp) == LZ_ATTN_EARG, "k_scales without v_scales and fp8 pools refused");
     free(gp.work);
     free(o);
     dgc_free(&c);
@@ -151,11 +151,14 @@ int main(void)
         for (int d = 64; d <= 128; d += 64)
             for (int gi = 0; gi < 3; gi++) {
                 const int G = gi == 0 ? 1 : gi == 1 ? 4 : 8, KV = G == 8 ? 2 : 3;
-                test_equals_per_row(d, layouts[li], G, KV, 24, 6, 2, seed += 77);
-                test_equals_per_row(d, layouts[li], G, KV, 5, 40, 64, seed += 77);
+                for (int fp8 = 0; fp8 <= 1; fp8++) { /* documents bf16, or e4m3 with the own rows bf16 */
+                    test_equals_per_row(d, layouts[li], G, KV, 24, 6, 2, fp8, seed += 77);
+                    test_equals_per_row(d, layouts[li], G, KV, 5, 40, 64, fp8, seed += 77);
+                }
             }
-    test_equals_per_row(128, LZ_ROPE_HALF, 4, 8, 40, 8, 8, seed += 77); /* the 8B shape's heads */
-    test_equals_per_row(128, LZ_ROPE_HALF, 4, 2, 1, 1, 1, seed += 77);
+    test_equals_per_row(128, LZ_ROPE_HALF, 4, 8, 40, 8, 8, 0, seed += 77); /* the 8B shape's heads */
+    test_equals_per_row(128, LZ_ROPE_HALF, 4, 8, 40, 8, 8, 1, seed += 77);
+    test_equals_per_row(128, LZ_ROPE_HALF, 4, 2, 1, 1, 1, 0, seed += 77);
     test_plan_errors();
     printf("%d passed, %d failed\n", lz_test_passed, lz_test_failed);
     return lz_test_failed != 0;

@@ -248,16 +248,18 @@ static std::vector<Case> all_cases(void)
             for (int G : {1, 4, 8}) {
                 const int KV = G == 8 ? 2 : 3;
                 const std::string grp = fmt("%s/d%d/g%d", kc_test::LNAME[layout], d, G);
-                struct { int B, ND, chunk, pdl; } vs[] = {{24, 6, 2, 0}, {5, 40, 64, 0}, {40, 8, 8, 1}};
+                struct { int B, ND, chunk, pdl, fp8; } vs[] = {{24, 6, 2, 0, 0}, {5, 40, 64, 0, 0}, {40, 8, 8, 1, 0},
+                                                               {24, 6, 2, 0, 1}, {40, 8, 8, 1, 1}};
                 int i = 0;
                 for (auto t : vs)
-                    v.push_back({TEST, fmt("decode-group/%s/%02d-b%d-docs%d-chunk%d%s", grp.c_str(), i++, t.B, t.ND,
-                                           t.chunk, t.pdl ? "-pdl" : ""),
+                    v.push_back({TEST, fmt("decode-group/%s/%02d-b%d-docs%d-chunk%d%s%s", grp.c_str(), i++, t.B, t.ND,
+                                           t.chunk, t.pdl ? "-pdl" : "", t.fp8 ? "-fp8" : ""),
                                  "lz_decode_group (items of lz_decode_group_plan)",
-                                 fmt("%s d=%d G=%d KV=%d B=%d over %d shared documents, chunks of %d blocks",
-                                     kc_test::LNAME[layout], d, G, KV, t.B, t.ND, t.chunk),
+                                 fmt("%s d=%d G=%d KV=%d B=%d over %d shared documents%s, chunks of %d blocks",
+                                     kc_test::LNAME[layout], d, G, KV, t.B, t.ND, t.fp8 ? " (e4m3, own rows bf16)" : "",
+                                     t.chunk),
                                  "lz_decode_group_ref (CPU); lz_decode_lazy on the same block words",
-                                 [=] { kc_test::decode_group_case(layout, d, G, KV, t.B, t.ND, t.chunk, t.pdl); }});
+                                 [=] { kc_test::decode_group_case(layout, d, G, KV, t.B, t.ND, t.chunk, t.pdl, t.fp8); }});
             }
     for (const PerfShape &sh : PERF_SHAPES) {
         const int a = sh.a, b = sh.b;
@@ -277,6 +279,12 @@ static std::vector<Case> all_cases(void)
                      fmt("B=%d rows, 5 of 100 documents of 2,048 tokens a row by Zipf(2.1), 48 own keys, H=32 KV=8 d=128", B),
                      "lz_decode_lazy over the same block words; the copy bandwidth",
                      [=] { kc_perf::bench_decode_group(B, 100, 5, 2048, 2.1, perf_copy_tbs, perf_d_inv); }});
+    for (int B : {8, 40}) /* the same, documents e4m3 */
+        v.push_back({PERF, fmt("decode-group/fp8-paper-b%d", B), "lz_decode_group, lz_decode_lazy (fp8 blocks)",
+                     fmt("B=%d rows, 5 of 100 e4m3 documents of 2,048 tokens a row by Zipf(2.1), 48 own keys (bf16), "
+                         "H=32 KV=8 d=128", B),
+                     "lz_decode_lazy over the same block words; the copy bandwidth in fp8 bytes",
+                     [=] { kc_perf::bench_decode_group(B, 100, 5, 2048, 2.1, perf_copy_tbs, perf_d_inv, 1); }});
     for (const PerfShape &sh : PERF_SHAPES) { /* fp8 documents against bf16, after the bf16 cases */
         const int a = sh.a, b = sh.b;
         if (sh.kind == 'd')

@@ -12,10 +12,10 @@
 
 namespace kc_test {
 
-static void decode_group_case(int layout, int d, int G, int KV, int B, int ND, int chunk, int pdl)
+static void decode_group_case(int layout, int d, int G, int KV, int B, int ND, int chunk, int pdl, int fp8)
 {
     dgc_case c;
-    CHECK(dgc_make(&c, rng, B, KV, G, d, layout, ND) == 0, "case");
+    CHECK(dgc_make(&c, rng, B, KV, G, d, layout, ND, fp8) == 0, "case");
     const size_t nq = (size_t)B * c.H * d, NW = (size_t)B * KV * c.NB;
     std::vector<lz_decode_item> items(8192);
     int32_t n_parts[64];
@@ -39,6 +39,9 @@ static void decode_group_case(int layout, int d, int G, int KV, int B, int ND, i
     gp.dec = dgc_params(&c, d_o);
     gp.dec.q = d_q; gp.dec.k_pool = d_k; gp.dec.v_pool = d_v; gp.dec.blocks = d_w; gp.dec.v_rows = d_vr;
     gp.dec.n_blocks = d_nb; gp.dec.inv_freq = d_inv; gp.dec.pdl = pdl;
+    uint8_t *d_k8 = fp8 ? dup(c.k8, c.R * d) : NULL, *d_v8 = fp8 ? dup(c.v8, c.R * d) : NULL;
+    float *d_ksc = fp8 ? dup(c.ksc, NW) : NULL, *d_vsc = fp8 ? dup(c.vsc, NW) : NULL;
+    gp.dec.k_pool8 = d_k8; gp.dec.v_pool8 = d_v8; gp.dec.k_scales = d_ksc; gp.dec.v_scales = d_vsc;
     gp.items = d_items; gp.n_items = n; gp.layer = c.layer; gp.n_parts = d_np; gp.max_parts = P;
     gp.work_bytes = lz_decode_group_workspace(&gp);
     gp.work = dalloc<float>(gp.work_bytes / 4);
@@ -62,14 +65,16 @@ static void decode_group_case(int layout, int d, int G, int KV, int B, int ND, i
     int nan1, nan2;
     const double e1 = nerr(o, ref, nq, &nan1), e2 = nerr(o, o2, nq, &nan2);
     printf("decode-group %-8s d=%3d G=%d KV=%d B=%2d docs=%2d chunk=%2d items=%4d parts<=%2d reads %d of %d "
-           "blocks%s: gpu-vs-ref %.2e, grouped-vs-per-row %.2e, nan %d/%d\n",
-           LNAME[layout], d, G, KV, B, ND, chunk, n, P, reads, placed, pdl ? " pdl" : "", e1, e2, nan1, nan2);
+           "blocks%s%s: gpu-vs-ref %.2e, grouped-vs-per-row %.2e, nan %d/%d\n",
+           LNAME[layout], d, G, KV, B, ND, chunk, n, P, reads, placed, pdl ? " pdl" : "", fp8 ? " fp8" : "", e1, e2,
+           nan1, nan2);
     CHECK(e1 <= TOL && nan1 == 0, "grouped decode gpu vs ref %g nan %d", e1, nan1);
     CHECK(e2 <= TOL && nan2 == 0, "grouped decode vs lz_decode_lazy %g nan %d", e2, nan2);
     free(o); free(o2); free(ref); free(hp.work);
     CK(cudaFree(d_segf)); CK(cudaFree(d_items)); CK(cudaFree(d_k)); CK(cudaFree(d_v)); CK(cudaFree(d_q));
     CK(cudaFree(d_o)); CK(cudaFree(d_o2)); CK(cudaFree(d_inv)); CK(cudaFree(d_w)); CK(cudaFree(d_vr));
     CK(cudaFree(d_nb)); CK(cudaFree(d_np)); CK(cudaFree(gp.work));
+    if (fp8) { CK(cudaFree(d_k8)); CK(cudaFree(d_v8)); CK(cudaFree(d_ksc)); CK(cudaFree(d_vsc)); }
     dgc_free(&c);
 }
 
