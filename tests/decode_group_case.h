@@ -195,4 +195,22 @@ static inline lz_decode_params dgc_params(const dgc_case *c, lz_bf16 *o)
     return p;
 }
 
+/* the grouped decode's parameters over the case (host pointers) for items[0..n) and their
+ * partial counts; its workspace malloc'ed (NULL when out of memory; the caller frees it) */
+static inline lz_decode_group_params dgc_group_params(const dgc_case *c, lz_bf16 *o, const lz_decode_item *items, int n,
+                                                      const int32_t *n_parts, int max_parts)
+{
+    lz_decode_group_params gp;
+    memset(&gp, 0, sizeof gp);
+    gp.dec = dgc_params(c, o);
+    gp.items = items;
+    gp.n_items = n;
+    gp.layer = c->layer;
+    gp.n_parts = n_parts;
+    gp.max_parts = max_parts;
+    gp.work_bytes = lz_decode_group_workspace(&gp);
+    gp.work = (float *)malloc(gp.work_bytes);
+    return gp;
+}
+
 #endif /* LZ_DECODE_GROUP_CASE_H */

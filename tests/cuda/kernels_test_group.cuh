@@ -55,12 +55,7 @@ static void decode_group_case(int layout, int d, int G, int KV, int B, int ND, i
     poison(d_o2, nq);
     RC(lz_decode_lazy(&dp, NULL));
     lz_bf16 *o = fetch(d_o, nq), *o2 = fetch(d_o2, nq), *ref = (lz_bf16 *)malloc(nq * 2);
-    lz_decode_group_params hp;
-    memset(&hp, 0, sizeof hp);
-    hp.dec = dgc_params(&c, ref);
-    hp.items = items.data(); hp.n_items = n; hp.layer = c.layer; hp.n_parts = n_parts; hp.max_parts = P;
-    hp.work_bytes = gp.work_bytes;
-    hp.work = (float *)malloc(hp.work_bytes);
+    lz_decode_group_params hp = dgc_group_params(&c, ref, items.data(), n, n_parts, P);
     RC(lz_decode_group_ref(&hp, NULL));
     int nan1, nan2;
     const double e1 = nerr(o, ref, nq, &nan1), e2 = nerr(o, o2, nq, &nan2);
