@@ -97,6 +97,15 @@ void lz_engine_tier_stats(lz_engine *e, lz_doc_cache_stats *policy, lz_engine_ti
 
 void lz_engine_policy_stats(void *e, lz_doc_cache_stats *st) { lz_engine_tier_stats((lz_engine *)e, st, NULL); }
 
+void lz_engine_decode_stats(void *e, int64_t *grouped_steps, int64_t *blocks_read, int64_t *blocks_placed)
+{
+    lz_engine_tiers t;
+    lz_engine_tier_stats((lz_engine *)e, NULL, &t);
+    *grouped_steps = t.grouped_steps;
+    *blocks_read = t.grouped_blocks_read;
+    *blocks_placed = t.grouped_blocks_placed;
+}
+
 lz_encode_backend lz_engine_encoder(lz_engine *e, const lz_engine_encode_opts *o)
 {
     if (e->gpu) return e->ops->encoder(e->ctx, o);

@@ -82,10 +82,15 @@ typedef struct {
     int pool_regions;
     int64_t pool_grows, pool_evictions; /* how often it grew; documents that left only for fragmentation */
     size_t pinned_bytes, pinned_used;   /* the pinned host pool the host tier copies from */
+    /* batched decode steps whose attention ran grouped by document (kernels/lz_decode_group.h),
+     * and their document blocks read against those their rows placed */
+    int64_t grouped_steps, grouped_blocks_read, grouped_blocks_placed;
 } lz_engine_tiers;
 void lz_engine_tier_stats(lz_engine *e, lz_doc_cache_stats *policy, lz_engine_tiers *t);
 /* The tier's policy counts with e as a void * (serve/sched.h's tier_stats, eval's gpu_tier). */
 void lz_engine_policy_stats(void *e, lz_doc_cache_stats *st);
+/* The grouped-decode counts of lz_engine_tiers with e as a void * (serve/sched.h's decode_stats). */
+void lz_engine_decode_stats(void *e, int64_t *grouped_steps, int64_t *blocks_read, int64_t *blocks_placed);
 
 /* ---- documents ---- */
 

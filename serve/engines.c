@@ -103,6 +103,7 @@ int lz_serve_engines_open(lz_serve_engines *E, lz_llama *m, lz_store *base, cons
             o.backend = be;
             o.cold = eo->cold < 0 ? LZ_COLD_AUTO : eo->cold;
             s.tier_stats = lz_engine_policy_stats;
+            s.decode_stats = lz_engine_decode_stats;
             s.tier_ctx = p->engine;
             s.on_start = engine_on_start;
             s.start_ctx = &p->dev;

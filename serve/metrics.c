@@ -166,6 +166,15 @@ char *lz_serve_metrics_text(const lz_serve_stats *st, const lz_serve_stats *each
          "(also: misses, evictions, bytes, budget, entries, entries held by running requests).");
     tier(&b, "host", &st->host);
     if (st->has_gpu) tier(&b, "gpu", &st->gpu);
+    if (st->has_gpu) {
+        head(&b, "lazy_decode_grouped_steps_total", "counter",
+             "Batched decode passes whose attention read each shared document once for the rows placing it.");
+        put(&b, "lazy_decode_grouped_steps_total %lld\n", (long long)st->grouped_steps);
+        head(&b, "lazy_decode_grouped_blocks_total", "counter",
+             "Document blocks (64 keys of every kv head) of those passes: read, and placed by their rows.");
+        put(&b, "lazy_decode_grouped_blocks_total{of=\"read\"} %lld\nlazy_decode_grouped_blocks_total{of=\"placed\"} %lld\n",
+            (long long)st->grouped_blocks_read, (long long)st->grouped_blocks_placed);
+    }
     if (n_engines > 1 && each && route) {
         head(&b, "lazy_engines", "gauge", "Engines requests are routed to.");
         put(&b, "lazy_engines %d\n", n_engines);

@@ -233,6 +233,9 @@ void lz_serve_stats_add(lz_serve_stats *a, const lz_serve_stats *b)
     tier_add(&a->host, &b->host);
     tier_add(&a->gpu, &b->gpu);
     a->has_gpu |= b->has_gpu;
+    a->grouped_steps += b->grouped_steps;
+    a->grouped_blocks_read += b->grouped_blocks_read;
+    a->grouped_blocks_placed += b->grouped_blocks_placed;
     a->busy_s += b->busy_s;
     a->decode_s += b->decode_s;
     a->pass_s += b->pass_s;

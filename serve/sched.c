@@ -616,8 +616,13 @@ static void decode_step(lz_serve_sched *s)
     lz_doc_cache_stats hs, gs = {0};
     lz_query_cache_stats(s->q, &hs);
     if (s->o.tier_stats) s->o.tier_stats(s->o.tier_ctx, &gs);
+    int64_t gsteps = 0, gread = 0, gplaced = 0;
+    if (s->o.decode_stats) s->o.decode_stats(s->o.tier_ctx, &gsteps, &gread, &gplaced);
     pthread_mutex_lock(&s->mu);
     s->st.gpu = gs;
+    s->st.grouped_steps = gsteps;
+    s->st.grouped_blocks_read = gread;
+    s->st.grouped_blocks_placed = gplaced;
     s->st.has_gpu = s->o.tier_stats != NULL;
     s->st.steps++;
     s->st.step_rows += n;

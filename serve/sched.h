@@ -67,6 +67,9 @@ typedef struct {
     /* optional: the backend's cache tier counters (the GPU's), read on the engine thread */
     void (*tier_stats)(void *ctx, lz_doc_cache_stats *st);
     void *tier_ctx;
+    /* optional (with tier_ctx as ctx): the backend's batched decode counters (the GPU's): steps
+     * whose attention ran grouped by document, their document blocks read and placed */
+    void (*decode_stats)(void *ctx, int64_t *grouped_steps, int64_t *blocks_read, int64_t *blocks_placed);
     /* optional: called first on the engine thread, before anything else runs there (a GPU
      * engine makes its device current: CUDA's current device is per host thread) */
     void (*on_start)(void *ctx);
@@ -174,6 +177,7 @@ typedef struct {
     lz_doc_cache_stats host;    /* the session's host tier, as of the last step */
     lz_doc_cache_stats gpu;     /* the backend's tier (opts.tier_stats), as of the last step */
     int has_gpu;
+    int64_t grouped_steps, grouped_blocks_read, grouped_blocks_placed; /* opts.decode_stats's, as of the last step */
     double busy_s;              /* engine time spent running the model */
     double decode_s, pass_s;    /* of busy_s: the decode steps (their passes, sampling, streaming),
                                  * and in them the model's passes alone */

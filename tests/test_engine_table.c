@@ -55,6 +55,7 @@ static void f_tiers(void *ctx, lz_doc_cache_stats *p, lz_engine_tiers *t)
 {
     p->hits = 7, p->bytes_budget = 1 << 20;
     t->copies = 5, t->bytes_in = 1000, t->copy_s = 0.5, t->pool_regions = 2;
+    t->grouped_steps = 3, t->grouped_blocks_read = 40, t->grouped_blocks_placed = 100;
 }
 static int f_encode(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
                     size_t errlen)
@@ -109,6 +110,10 @@ int main(void)
     memset(&st, 0, sizeof st);
     lz_engine_policy_stats(e, &st);
     CHECK(st.hits == 7, "the policy hook forwards too");
+    int64_t gs = 0, gr = 0, gpl = 0;
+    lz_engine_decode_stats(e, &gs, &gr, &gpl);
+    CHECK(gs == 3 && gr == 40 && gpl == 100, "the grouped-decode counts forwarded (%lld %lld %lld)", (long long)gs,
+          (long long)gr, (long long)gpl);
     const lz_engine_encode_opts eo = {.max_tokens = 512, .pass_tokens = 2048};
     const lz_encode_backend b = lz_engine_encoder(e, &eo);
     CHECK(b.ctx == &ctx_word && b.encode == f_encode && b.max_tokens == 512 && b.pass_tokens == 2048,

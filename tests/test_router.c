@@ -432,6 +432,21 @@ static void test_full(void)
     }
     CHECK(m && strstr(m, "lazy_engines 2\n") && strstr(m, "lazy_route_requests_total{engine=\"1\",route=\"home\"}"),
           "engines and routing in /metrics");
+    CHECK(m && !sum.has_gpu && !strstr(m, "lazy_decode_grouped"), "no grouped-decode counters without a GPU tier");
+    free(m);
+    /* a GPU engine's grouped-decode counters: summed over the engines, then in /metrics */
+    lz_serve_stats g[2] = {each[0], each[1]}, gsum = {0};
+    for (int i = 0; i < 2; i++)
+        g[i].has_gpu = 1, g[i].grouped_steps = 10 + i, g[i].grouped_blocks_read = 100 + i, g[i].grouped_blocks_placed = 300 + i;
+    lz_serve_stats_add(&gsum, &g[0]);
+    lz_serve_stats_add(&gsum, &g[1]);
+    CHECK(gsum.has_gpu && gsum.grouped_steps == 21 && gsum.grouped_blocks_read == 201 && gsum.grouped_blocks_placed == 601,
+          "grouped-decode counters summed");
+    m = lz_serve_metrics_text(&gsum, g, rs, 2, &hc, 1.0);
+    CHECK(m && strstr(m, "lazy_decode_grouped_steps_total 21\n") &&
+              strstr(m, "lazy_decode_grouped_blocks_total{of=\"read\"} 201\n") &&
+              strstr(m, "lazy_decode_grouped_blocks_total{of=\"placed\"} 601\n"),
+          "grouped-decode counters in /metrics");
     free(m);
     engines_close(&E);
 }
