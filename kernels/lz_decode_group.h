@@ -72,7 +72,9 @@ size_t lz_decode_group_workspace(const lz_decode_group_params *p);
 int lz_decode_group_check(const lz_decode_group_params *p);
 
 /* CUDA (kernels/lz_decode_group.cu): the items' partials then the merge, two
- * launches on stream (the first a programmatic dependent when dec.pdl). */
+ * launches on stream (the first a programmatic dependent when dec.pdl). With
+ * fp8 blocks possible (dec.k_scales) it takes values at rows of their own
+ * (dec.v_rows, as the engine's): LZ_ATTN_EARG without. */
 int lz_decode_group(const lz_decode_group_params *p, void *stream);
 /* CPU reference (kernels/lz_decode_group_ref.c): host memory, the same
  * parameters; also checks every item (LZ_ATTN_EARG when one is out of range). */
