@@ -2,11 +2,10 @@
  * (kernels/lz_decode_group.h; lz_llama_gpu_decode_many's step in
  * llama_cuda_batch.cu): the slots that place one cached document read its K/V
  * once a step between them.
- *   group_slot  at a question's begin: its segments' first block in every
- *               (layer, kv head) list (the device table the items point into)
- *               and, per document, a key naming its rows (a 64-bit hash of
- *               its layers' row pointers, lengths and head rows, so equal keys
- *               are the same rows), its offset and most blocks;
+ *   group_slot  at a question's begin: lz_decode_group_tables (its segments'
+ *               first block in every (layer, kv head) list, the device table
+ *               the items point into, and per document the key naming its
+ *               rows, its offset and most blocks), uploaded;
  *   group_step  each step: the items (lz_decode_group_plan over the slots'
  *               documents, the own rows an item each), uploaded with the rows'
  *               partial counts on the stream, the partials' workspace grown.
@@ -22,14 +21,6 @@
 #include "gpu/llama_gpu.cuh"
 
 namespace lzgpu {
-
-static uint64_t mix(uint64_t h, uint64_t x)
-{
-    h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h ^= h >> 31;
-    h *= 0xbf58476d1ce4e5b9ull;
-    return h ^ (h >> 29);
-}
 
 void group_slot_free(Slot *s)
 {
@@ -73,34 +64,8 @@ int group_slot(lz_llama_gpu *g, Slot *s, const lz_attn_segment *hs, int S, char 
         }
         s->gcap = W;
     }
-    for (int i = 0; i < S; i++) {
-        uint64_t h = 0;
-        int most = 0;
-        for (int l = 0; l < L; l++) {
-            h = mix(h, (uint64_t)(uintptr_t)hs[l * W + i].k);
-            h = mix(h, (uint64_t)(uintptr_t)hs[l * W + i].v);
-            h = mix(h, (uint64_t)(uintptr_t)hs[l * W + i].k8);
-            h = mix(h, (uint64_t)(uintptr_t)hs[l * W + i].v8);
-            for (int kv = 0; kv < KV; kv++) {
-                const size_t at = ((size_t)l * W + i) * KV + kv;
-                h = mix(h, ((uint64_t)(uint32_t)s->hqlen[at] << 32) | (uint32_t)s->hqrow[at]);
-                const int nb = (s->hqlen[at] + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
-                most = nb > most ? nb : most;
-            }
-        }
-        if (hs[i].offset > LZ_DECODE_MAX_OFFSET) return 0; /* the words refused it already; to be sure */
-        s->gkey[i] = h;
-        s->goff[i] = (int32_t)hs[i].offset;
-        s->gblk[i] = most;
-    }
-    for (int lh = 0; lh < L * KV; lh++) {
-        const int l = lh / KV, kv = lh % KV;
-        int n = 0;
-        for (int i = 0; i <= S; i++) {
-            s->hsegf[(size_t)lh * W + i] = n;
-            if (i < S) n += (s->hqlen[((size_t)l * W + i) * KV + kv] + LZ_DECODE_BLOCK - 1) / LZ_DECODE_BLOCK;
-        }
-    }
+    /* an offset past the words' range: the words refused it already (to be sure) */
+    if (lz_decode_group_tables(hs, s->hqlen, s->hqrow, L, KV, W, s->hsegf, s->gkey, s->goff, s->gblk)) return 0;
     CUDA_OK(cudaMemcpyAsync(s->dsegf, s->hsegf, (size_t)L * KV * W * sizeof(int32_t), cudaMemcpyHostToDevice, g->st),
             "grouped decode tables");
     s->gn = W;

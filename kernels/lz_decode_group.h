@@ -100,6 +100,16 @@ typedef struct {
 int lz_decode_group_plan(const lz_decode_group_row *rows, int B, int G, int chunk, lz_decode_item *items, int cap,
                          int32_t *n_parts, int *max_parts, int *reads, int *placements);
 
+/* One row's grouping tables from its segments hs (L, n_seg; the last column its own rows) and
+ * lens / rows (L, n_seg, KV): each kv head's kept length and first row in the segment (the
+ * prefill descriptors' lengths and seg_row): seg_first (L, KV, n_seg) the first block of every
+ * segment in each (layer, kv head) list, 64 keys a block; per document (n_seg - 1) its key (a
+ * 64-bit hash of every layer's row pointers, bf16 and fp8, and every head's length and first
+ * row: equal keys, the same rows), its offset and its most blocks over (layer, kv head).
+ * 0, or -1 (an offset past LZ_DECODE_MAX_OFFSET, a bad argument). */
+int lz_decode_group_tables(const lz_attn_segment *hs, const int32_t *lens, const int32_t *rows, int L, int KV,
+                           int n_seg, int32_t *seg_first, uint64_t *keys, int32_t *offsets, int32_t *blocks);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,7 +3,8 @@
  * sorted by the document's key so that equal keys (one copy of the rows) are
  * side by side, taken LZ_DECODE_GROUP_MAX (or 16 / G) at a time into items
  * whose first member reads, each segment cut into chunk-block ranges; then
- * each row's own rows as items of one member. Host code, plain C.
+ * each row's own rows as items of one member. And the tables a row brings to
+ * it (lz_decode_group_tables). Host code, plain C.
  */
 #include <stdlib.h>
 
@@ -97,4 +98,50 @@ int lz_decode_group_plan(const lz_decode_group_row *rows, int B, int G, int chun
     if (reads) *reads = (int)read_blocks;
     if (placements) *placements = (int)doc_blocks;
     return n_items;
+}
+
+static uint64_t mix(uint64_t h, uint64_t x)
+{
+    h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 29);
+}
+
+int lz_decode_group_tables(const lz_attn_segment *hs, const int32_t *lens, const int32_t *rows, int L, int KV,
+                           int n_seg, int32_t *seg_first, uint64_t *keys, int32_t *offsets, int32_t *blocks)
+{
+    if (!hs || !lens || !rows || L < 1 || KV < 1 || n_seg < 1 || !seg_first || (n_seg > 1 && (!keys || !offsets || !blocks)))
+        return -1;
+    const int W = n_seg, S = n_seg - 1, BL = LZ_DECODE_BLOCK;
+    for (int i = 0; i < S; i++) {
+        if (hs[i].offset < 0 || hs[i].offset > LZ_DECODE_MAX_OFFSET) return -1;
+        uint64_t h = 0;
+        int most = 0;
+        for (int l = 0; l < L; l++) {
+            const lz_attn_segment *sg = &hs[(size_t)l * W + i];
+            h = mix(h, (uint64_t)(uintptr_t)sg->k);
+            h = mix(h, (uint64_t)(uintptr_t)sg->v);
+            h = mix(h, (uint64_t)(uintptr_t)sg->k8);
+            h = mix(h, (uint64_t)(uintptr_t)sg->v8);
+            for (int kv = 0; kv < KV; kv++) {
+                const size_t at = ((size_t)l * W + i) * KV + kv;
+                h = mix(h, ((uint64_t)(uint32_t)lens[at] << 32) | (uint32_t)rows[at]);
+                const int nb = (lens[at] + BL - 1) / BL;
+                most = nb > most ? nb : most;
+            }
+        }
+        keys[i] = h;
+        offsets[i] = (int32_t)hs[i].offset;
+        blocks[i] = most;
+    }
+    for (int lh = 0; lh < L * KV; lh++) {
+        const int l = lh / KV, kv = lh % KV;
+        int n = 0;
+        for (int i = 0; i <= S; i++) {
+            seg_first[(size_t)lh * W + i] = n;
+            if (i < S) n += (lens[((size_t)l * W + i) * KV + kv] + BL - 1) / BL;
+        }
+    }
+    return 0;
 }

@@ -5,7 +5,8 @@
  * reference (lz_decode_lazy_ref) on random batches (tests/decode_group_case.h):
  * both layouts, head_dim 64 and 128, GQA 1, 4, 8, Ada-KV-like per-head
  * lengths, offsets past 65,536, chunked ranges. Items out of range are
- * refused. */
+ * refused. A row's tables (lz_decode_group_tables): its segments' first
+ * blocks, keys equal exactly for the same rows. */
 #include "kernels/lz_decode_group.h"
 #include "tests/decode_group_case.h"
 #include "tests/test.h"
@@ -125,6 +126,72 @@ static void test_plan_errors(void)
     dgc_free(&c);
 }
 
+/* lz_decode_group_tables: seg_first by the heads' lengths, keys equal exactly for the same rows */
+static void test_tables(void)
+{
+    enum { L = 2, KV = 3, W = 4 }; /* 3 documents, then the own rows */
+    lz_attn_segment hs[L * W];
+    int32_t lens[L * W * KV], rows[L * W * KV];
+    memset(hs, 0, sizeof hs);
+    static lz_bf16 pool[4096];
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < W; i++) {
+            /* documents 0 and 2 the same rows (the same pointers, lengths, head rows); 1 other rows */
+            const int doc = i == 2 ? 0 : i;
+            hs[l * W + i].k = pool + 100 * doc + 10 * l;
+            hs[l * W + i].v = pool + 2000 + 100 * doc + 10 * l;
+            hs[l * W + i].offset = 1000 * i + 7;
+            for (int kv = 0; kv < KV; kv++) {
+                lens[(l * W + i) * KV + kv] = 1 + 37 * (doc + 1) * (kv + 1) + 5 * l; /* per-head lengths */
+                rows[(l * W + i) * KV + kv] = 300 * kv;
+            }
+        }
+    int32_t sf[L * KV * W], off[W - 1], blk[W - 1];
+    uint64_t key[W - 1];
+    CHECK(lz_decode_group_tables(hs, lens, rows, L, KV, W, sf, key, off, blk) == 0, "tables");
+    CHECK(key[0] == key[2] && key[0] != key[1], "keys: the same rows equal (%d), other rows not (%d)", key[0] == key[2],
+          key[0] != key[1]);
+    int sums = 1, most = 1;
+    for (int lh = 0; lh < L * KV; lh++) {
+        const int l = lh / KV, kv = lh % KV;
+        int n = 0;
+        for (int i = 0; i < W; i++) {
+            sums = sums && sf[lh * W + i] == n;
+            if (i < W - 1) n += (lens[(l * W + i) * KV + kv] + 63) / 64;
+        }
+    }
+    for (int i = 0; i < W - 1; i++) {
+        int m = 0;
+        for (int lh = 0; lh < L * KV; lh++) {
+            const int b = (lens[((lh / KV) * W + i) * KV + lh % KV] + 63) / 64;
+            m = b > m ? b : m;
+        }
+        most = most && blk[i] == m && off[i] == 1000 * i + 7;
+    }
+    CHECK(sums && most, "seg_first the blocks before each segment (%d); offsets and most blocks (%d)", sums, most);
+    /* one head's length or first row changed: another key */
+    lens[(1 * W + 2) * KV + 1]++;
+    uint64_t key2[W - 1];
+    CHECK(lz_decode_group_tables(hs, lens, rows, L, KV, W, sf, key2, off, blk) == 0 && key2[2] != key[0] &&
+              key2[0] == key[0],
+          "a length differs: its key differs, the others stay");
+    lens[(1 * W + 2) * KV + 1]--;
+    rows[(0 * W + 2) * KV + 2] += 64;
+    CHECK(lz_decode_group_tables(hs, lens, rows, L, KV, W, sf, key2, off, blk) == 0 && key2[2] != key[0],
+          "a head's first row differs: its key differs");
+    rows[(0 * W + 2) * KV + 2] -= 64;
+    hs[1 * W + 2].k8 = (const uint8_t *)pool; /* an fp8 copy beside: other rows */
+    CHECK(lz_decode_group_tables(hs, lens, rows, L, KV, W, sf, key2, off, blk) == 0 && key2[2] != key[0],
+          "fp8 rows differ: its key differs");
+    hs[1 * W + 2].k8 = NULL;
+    hs[1].offset = LZ_DECODE_MAX_OFFSET + 1;
+    CHECK(lz_decode_group_tables(hs, lens, rows, L, KV, W, sf, key2, off, blk) == -1, "an offset past the words: -1");
+    hs[1].offset = -1;
+    CHECK(lz_decode_group_tables(hs, lens, rows, L, KV, W, sf, key2, off, blk) == -1, "a negative offset: -1");
+    CHECK(lz_decode_group_tables(hs, lens, rows, L, KV, 1, sf, NULL, NULL, NULL) == 0 && sf[0] == 0,
+          "the own rows alone: no documents");
+}
+
 int main(void)
 {
     uint64_t seed = 0x9e3779b97f4a7c15ull;
@@ -142,6 +209,7 @@ int main(void)
     test_equals_per_row(128, LZ_ROPE_HALF, 4, 8, 40, 8, 8, 1, seed += 77);
     test_equals_per_row(128, LZ_ROPE_HALF, 4, 2, 1, 1, 1, 0, seed += 77);
     test_plan_errors();
+    test_tables();
     printf("%d passed, %d failed\n", lz_test_passed, lz_test_failed);
     return lz_test_failed != 0;
 }
