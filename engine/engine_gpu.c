@@ -214,14 +214,14 @@ static void gpu_tiers(void *ctx, lz_doc_cache_stats *policy, lz_engine_tiers *t)
     lz_llama_gpu_cache_policy_stats(G(ctx), policy);
     lz_llama_gpu_tiers ft;
     lz_llama_gpu_tier_stats(G(ctx), &ft);
-    lz_llama_gpu_slot_info si;
-    lz_llama_gpu_slot_stats(G(ctx), &si);
+    lz_llama_gpu_group_info gi;
+    lz_llama_gpu_group_stats(G(ctx), &gi);
     *t = (lz_engine_tiers){.copies = ft.uploads, .bytes_in = ft.bytes_up, .copy_s = ft.copy_s,
                            .pool_bytes = ft.pool_capacity, .pool_used = ft.pool_used, .pool_regions = ft.pool_regions,
                            .pool_grows = ft.pool_grows, .pool_evictions = ft.pool_evictions,
                            .pinned_bytes = ft.pinned_capacity, .pinned_used = ft.pinned_used,
-                           .grouped_steps = si.group_steps, .grouped_blocks_read = si.group_reads,
-                           .grouped_blocks_placed = si.group_placed};
+                           .grouped_steps = gi.steps, .grouped_blocks_read = gi.blocks_read,
+                           .grouped_blocks_placed = gi.blocks_placed};
 }
 
 static const lz_engine_gpu_table table = {

@@ -250,11 +250,15 @@ typedef struct {
     int slots, slot_tokens, live; /* slots, their own rows, those live now */
     int pins;                     /* documents the live slots use (one used by two counted twice) */
     size_t pinned_bytes;          /* and their K/V bytes */
-    /* batched decode steps whose attention ran grouped by document (LAZY_GPU_DECODE_GROUP), and
-     * their document blocks read against those the rows place (read once a row) */
-    int64_t group_steps, group_reads, group_placed;
 } lz_llama_gpu_slot_info;
 void lz_llama_gpu_slot_stats(const lz_llama_gpu *g, lz_llama_gpu_slot_info *st);
+/* Batched decode steps whose attention ran grouped by document (LAZY_GPU_DECODE_GROUP), and
+ * their document blocks read against those the rows placed (read once a row). Three counters,
+ * cheap: read after every serving step. */
+typedef struct {
+    int64_t steps, blocks_read, blocks_placed;
+} lz_llama_gpu_group_info;
+void lz_llama_gpu_group_stats(const lz_llama_gpu *g, lz_llama_gpu_group_info *st);
 
 /* Pinned host memory for the host tier's documents (held in the layout the
  * device reads, cache/kv_layout.h, so that uploading one is a DMA copy),

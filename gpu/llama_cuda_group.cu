@@ -156,3 +156,8 @@ int group_step(lz_llama_gpu *g, Slot *const *ss, int B, const lz_decode_params *
 }
 
 } /* namespace lzgpu */
+
+extern "C" void lz_llama_gpu_group_stats(const lz_llama_gpu *g, lz_llama_gpu_group_info *st)
+{
+    *st = (lz_llama_gpu_group_info){g->group_steps, g->group_reads, g->group_placed};
+}

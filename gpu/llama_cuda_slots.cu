@@ -240,9 +240,6 @@ extern "C" void lz_llama_gpu_slot_stats(const lz_llama_gpu *g, lz_llama_gpu_slot
     memset(st, 0, sizeof *st);
     st->slots = lz_llama_gpu_slots(g);
     st->slot_tokens = lz_llama_gpu_slot_tokens(g);
-    st->group_steps = g->group_steps;
-    st->group_reads = g->group_reads;
-    st->group_placed = g->group_placed;
     for (int i = 0; i < g->n_slots; i++) {
         const Slot *s = &g->slots[i];
         st->live += s->live;

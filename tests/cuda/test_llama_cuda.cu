@@ -1130,18 +1130,18 @@ static void test_slots(const char *dir)
     CHECK(multi > 0 && exact1 > 0, "passes of several (%d) and of one (%d bit for bit)", multi, exact1);
     CHECK(greedy_n > 0 && greedy_ok == greedy_n, "decode_next's greedy tokens = the argmax of its logits: %d of %d rows",
           greedy_ok, greedy_n);
-    lz_llama_gpu_slot_info gsi;
-    lz_llama_gpu_slot_stats(gb, &gsi);
+    lz_llama_gpu_group_info gsi;
+    lz_llama_gpu_group_stats(gb, &gsi);
     /* LAZY_GPU_DECODE_GROUP=1: every batched pass grouped by document (and the answers as close) */
     if (lz_env_get()->gpu_decode_group == 1)
-        CHECK(gsi.group_steps == multi && gsi.group_reads <= gsi.group_placed,
+        CHECK(gsi.steps == multi && gsi.blocks_read <= gsi.blocks_placed,
               "grouping forced: %lld of %d batched passes grouped (%lld of %lld document blocks read)",
-              (long long)gsi.group_steps, multi, (long long)gsi.group_reads, (long long)gsi.group_placed);
-    if (lz_env_get()->gpu_decode_group == 0) CHECK(gsi.group_steps == 0, "grouping off: %lld grouped", (long long)gsi.group_steps);
+              (long long)gsi.steps, multi, (long long)gsi.blocks_read, (long long)gsi.blocks_placed);
+    if (lz_env_get()->gpu_decode_group == 0) CHECK(gsi.steps == 0, "grouping off: %lld grouped", (long long)gsi.steps);
     printf("slots: %d questions over 4 slots (joining, leaving, a slot reused), %d decode passes (%d batched, %lld "
            "grouped by document: %lld of %lld document blocks read): logits normalised error against each alone "
            "%.2e, greedy tokens equal (%d near-ties), %d passes of one bit for bit\n",
-           NS, passes, multi, (long long)gsi.group_steps, (long long)gsi.group_reads, (long long)gsi.group_placed,
+           NS, passes, multi, (long long)gsi.steps, (long long)gsi.blocks_read, (long long)gsi.blocks_placed,
            worst, ties, exact1);
     /* bad calls: a slot twice, a released slot, set_slots with one live, a slot out of range */
     {

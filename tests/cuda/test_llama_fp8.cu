@@ -325,11 +325,11 @@ static void test_fp8(const char *dir, int hd, int heads, int kv, int layout_half
                 for (int i = 0; i < NS; i++) wd = fmax(wd, vec_err(lo[i], ref[i] + (size_t)(t + 1) * vocab, vocab));
             }
             CHECK(wq <= 3e-2 && wd <= 3e-2, "batched over fp8 documents: errors %.3g (prefill), %.3g (decode)", wq, wd);
-            lz_llama_gpu_slot_info gsi;
-            lz_llama_gpu_slot_stats(gb, &gsi);
+            lz_llama_gpu_group_info gsi;
+            lz_llama_gpu_group_stats(gb, &gsi);
             if (lz_env_get()->gpu_decode_group == 1 && 2 * (heads / kv) <= 16) /* forced: every step grouped */
-                CHECK(gsi.group_steps == st2, "grouping forced over fp8 documents: %lld of %d steps grouped",
-                      (long long)gsi.group_steps, st2);
+                CHECK(gsi.steps == st2, "grouping forced over fp8 documents: %lld of %d steps grouped",
+                      (long long)gsi.steps, st2);
             printf("fp8 d=%3d H=%d KV=%d %-8s: %d slots (fp8 and bf16 documents) prefilled and decoded %d steps together: "
                    "error %.2e / %.2e against each alone\n", hd, heads, kv, layout_half ? "half" : "adjacent", NS, st2, wq,
                    wd);
