@@ -88,7 +88,6 @@ int group_step(lz_llama_gpu *g, Slot *const *ss, int B, const lz_decode_params *
         for (int i = 0; i < s->gn; i++) cap += (size_t)s->gblk[i] + 1; /* items at most: a block each */
     }
     int reads = 0, placed = 0, most = 0;
-    int32_t *n_parts = NULL;
     int n_sm = 0, dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev)) {
         cudaGetLastError();
@@ -112,7 +111,7 @@ int group_step(lz_llama_gpu *g, Slot *const *ss, int B, const lz_decode_params *
         g->grp_bytes = bytes;
     }
     lz_decode_item *items = (lz_decode_item *)g->hgrp;
-    n_parts = (int32_t *)(void *)(items + cap);
+    int32_t *n_parts = (int32_t *)(void *)(items + cap);
     /* whole segments first: the blocks read; then chunks that give about two CTAs a multiprocessor */
     int n = lz_decode_group_plan(rows, B, G, 1 << 30, items, (int)cap, n_parts, &most, &reads, &placed);
     /* auto: too little shared. bf16: at most four fifths of the blocks; fp8, whose blocks the kernel

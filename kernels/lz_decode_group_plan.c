@@ -23,12 +23,18 @@ static int by_key(const void *x, const void *y)
     return a->seg < c->seg ? -1 : a->seg > c->seg;
 }
 
-/* appends the items of members pl[0..n) (one document) over its blocks: 0 or -1 (cap) */
-static int add_items(const lz_decode_group_row *rows, const placement *pl, int n, int chunk, lz_decode_item *items,
-                     int cap, int *n_items, int32_t *n_parts)
+/* the most blocks of placements pl[0..n) */
+static int most_blocks(const placement *pl, int n)
 {
     int blocks = 0;
     for (int m = 0; m < n; m++) blocks = pl[m].blocks > blocks ? pl[m].blocks : blocks;
+    return blocks;
+}
+
+/* appends the items of members pl[0..n) (one document, blocks at most) over its blocks: 0 or -1 (cap) */
+static int add_items(const lz_decode_group_row *rows, const placement *pl, int n, int blocks, int chunk,
+                     lz_decode_item *items, int cap, int *n_items, int32_t *n_parts)
+{
     const lz_decode_group_row *rd = &rows[pl[0].b];
     for (int c = 0; c < blocks; c += chunk) {
         if (*n_items >= cap) return -1;
@@ -78,17 +84,15 @@ int lz_decode_group_plan(const lz_decode_group_row *rows, int B, int G, int chun
         size_t j = i + 1;
         while (j < n && pl[j].key == pl[i].key) j++;
         for (size_t a = i; a < j && !rc; a += (size_t)per) {
-            const int m = (int)(j - a < (size_t)per ? j - a : (size_t)per);
-            int blocks = 0;
-            for (int x = 0; x < m; x++) blocks = pl[a + x].blocks > blocks ? pl[a + x].blocks : blocks;
+            const int m = (int)(j - a < (size_t)per ? j - a : (size_t)per), blocks = most_blocks(pl + a, m);
             read_blocks += blocks;
-            rc = add_items(rows, pl + a, m, chunk, items, cap, &n_items, n_parts);
+            rc = add_items(rows, pl + a, m, blocks, chunk, items, cap, &n_items, n_parts);
         }
         i = j;
     }
     for (int b = 0; b < B && !rc; b++) { /* the own rows: one member, at offset 0 */
         const placement own = {0, b, rows[b].n_seg - 1, rows[b].blocks[rows[b].n_seg - 1]};
-        rc = add_items(rows, &own, 1, chunk, items, cap, &n_items, n_parts);
+        rc = add_items(rows, &own, 1, own.blocks, chunk, items, cap, &n_items, n_parts);
     }
     free(pl);
     if (rc) return -1;
