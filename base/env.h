@@ -32,7 +32,7 @@ typedef struct {
     int gpu_decode_prefill, gpu_decode_split;
     /* LAZY_GPU_DECODE_GROUP: a batched decode step's attention grouped by document
      * (kernels/lz_decode_group.h): 0 never, 1 whenever it can, 2 (default, "auto") when the
-     * rows share enough of their documents' blocks */
+     * step reads at most 4/5 of the document blocks its rows place (2/5 with fp8 documents) */
     int gpu_decode_group;
     /* LAZY_GPU_GEMV=B,S: persistent blocks a SM of the decode products, B for plain and
      * norm-fused inputs, S for the down product (0, 0: the kernels' defaults) */
@@ -88,7 +88,8 @@ void lz_env_reload(void);
     "                            0,0: the defaults)\n"                                                     \
     "  LAZY_GPU_DECODE_GROUP=0|1|auto  batched decode (lazyserve --gpu): attention grouped by document,\n"\
     "                            each shared document read once a step for the rows placing it: never,\n"\
-    "                            whenever possible, or (auto, default) when they share a fifth of it\n"
+    "                            whenever possible, or (auto, default) when it reads at most 4/5 of\n"\
+    "                            the blocks the rows place (2/5 with fp8 documents)\n"
 
 #ifdef __cplusplus
 }
