@@ -34,8 +34,9 @@ typedef struct {
      * (kernels/lz_decode_group.h): 0 never, 1 whenever it can, 2 (default, "auto") when the
      * step reads at most 4/5 of the document blocks its rows place (2/5 with fp8 documents) */
     int gpu_decode_group;
-    /* LAZY_GPU_GEMV=B,S: persistent blocks a SM of the decode products, B for plain and
-     * norm-fused inputs, S for the down product (0, 0: the kernels' defaults) */
+    /* LAZY_GPU_GEMV=B,S: persistent blocks a SM of the decode products, B for every product
+     * of the engine's step, S for lz_gemv_silu's (the down product staging the silu gate
+     * itself, no longer in the step; 0, 0: the kernels' defaults) */
     int gpu_gemv_bps, gpu_gemv_silu_bps;
     /* LAZY_INGEST_GPU_PASS: lazyingest --gpu's tokens a multi-document pass (default 2048;
      * 0: one document a pass) */
@@ -84,8 +85,8 @@ void lz_env_reload(void);
     "                            backend (no GPU; the same bytes as the CPU)\n"                            \
     "  LAZY_GPU_DECODE=prefill|N lazyquery --gpu: decode attention by the one-row prefill kernel, or\n"   \
     "                            the decode kernel on N split-KV parts (default 0: its choice)\n"         \
-    "  LAZY_GPU_GEMV=B,S         lazyquery --gpu: decode products' blocks a SM (B; S: the down product;\n"\
-    "                            0,0: the defaults)\n"                                                     \
+    "  LAZY_GPU_GEMV=B,S         lazyquery --gpu: decode products' blocks a SM (B; S: lz_gemv_silu's,\n"\
+    "                            which the step no longer runs; 0,0: the defaults)\n"                    \
     "  LAZY_GPU_DECODE_GROUP=0|1|auto  batched decode (lazyserve --gpu): attention grouped by document,\n"\
     "                            each shared document read once a step for the rows placing it: never,\n"\
     "                            whenever possible, or (auto, default) when it reads at most 4/5 of\n"\

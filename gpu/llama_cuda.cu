@@ -305,9 +305,10 @@ int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const P
     const Layer *w = &g->layers[l];
     cudaStream_t st = g->st;
     int rc;
-    /* one row (a decode step): every product by lz_gemv, the norms and the FFN gate fused into
-     * the products that read them, q/k/v and gate/up in one launch each, and the attention
-     * output read as it is ((H, 1, d) is already token-major) */
+    /* one row (a decode step): every product by lz_gemv, the norms fused into the products
+     * that read them and the FFN gate into gate/up's epilogue (lz_gemv_rmsnorm_swiglu), q/k/v
+     * and gate/up in one launch each, and the attention output read as it is ((H, 1, d) is
+     * already token-major) */
     auto fits = [](int in) { return in % 8 == 0 && in <= LZ_GEMV_MAX_IN; };
     const bool one = n == 1 && fits(D) && fits(Hd) && fits(F);
     if (one) {
@@ -364,10 +365,12 @@ int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const P
     }
     if (!one) return layer_out(g, l, n, g->ot, err, errlen);
     if ((rc = gemm(g, g->x, g->oh, w->wo, n, Hd, D, 1.f))) return fail(err, errlen, "o projection", rc);
-    const lz_gemv_mat m[2] = {{(const lz_bf16 *)w->wg, g->gate, F}, {(const lz_bf16 *)w->wu, g->gate + F, F}};
     const lz_gemv_mat md = {(const lz_bf16 *)w->wd, g->x, D};
-    if ((rc = lz_gemv_rmsnorm(m, 2, g->x, w->ffn_norm, c->norm_eps, D, 0.f, st))) return fail(err, errlen, "gate/up", rc);
-    if ((rc = lz_gemv_silu(&md, 1, g->gate, g->gate + F, F, 1.f, st))) return fail(err, errlen, "down projection", rc);
+    /* the silu gate in gate/up's epilogue: down reads h as a plain bf16 row */
+    if ((rc = lz_gemv_rmsnorm_swiglu((const lz_bf16 *)w->wg, (const lz_bf16 *)w->wu, F, g->x, w->ffn_norm, c->norm_eps, D,
+                                     (lz_bf16 *)g->hb, st)))
+        return fail(err, errlen, "gate/up", rc);
+    if ((rc = lz_gemv(&md, 1, (const lz_bf16 *)g->hb, F, 1.f, st))) return fail(err, errlen, "down projection", rc);
     return 0;
 }
 

@@ -40,11 +40,28 @@ int lz_gemv_rmsnorm_ref(const lz_gemv_mat *mats, int n_mats, const float *x, con
                         float beta, void *stream);
 
 /* The same with x = lz_op_silu_mul(gate, up) (in each, fp32): the FFN gate
- * fused into the down projection; bit for bit as lz_op_silu_mul. */
+ * fused into the down projection; bit for bit as lz_op_silu_mul. The engine's
+ * decode step uses lz_gemv_rmsnorm_swiglu then lz_gemv instead (faster: the
+ * gate is made once, not staged by every block); this form stays as the
+ * benchmarks' earlier path (test_gemv --bench) and for fp32 gate/up rows. */
 int lz_gemv_silu(const lz_gemv_mat *mats, int n_mats, const float *gate, const float *up, int in, float beta,
                  void *stream);
 int lz_gemv_silu_ref(const lz_gemv_mat *mats, int n_mats, const float *gate, const float *up, int in, float beta,
                      void *stream);
+
+/* The FFN's gate and up products with the silu gate in their epilogue: h (rows) bf16 =
+ * bf16(lz_op_silu_mul(W_gate x', W_up x')), x' = lz_op_rmsnorm(x) as lz_gemv_rmsnorm's.
+ * One warp computes gate row r and up row r together, so the down product reads h as a
+ * plain bf16 x (lz_gemv) instead of every block staging silu(gate) * up from the fp32
+ * rows; h is bit for bit what lz_gemv_rmsnorm's two rows then lz_op_silu_mul give.
+ * w_gate, w_up (rows, in). Returns 0, LZ_ATTN_EARG, or a cudaError_t. */
+int lz_gemv_rmsnorm_swiglu(const lz_bf16 *w_gate, const lz_bf16 *w_up, int rows, const float *x, const float *norm_w,
+                           float eps, int in, lz_bf16 *h, void *stream);
+int lz_gemv_rmsnorm_swiglu_ref(const lz_bf16 *w_gate, const lz_bf16 *w_up, int rows, const float *x, const float *norm_w,
+                               float eps, int in, lz_bf16 *h, void *stream);
+/* its argument check (0 or LZ_ATTN_EARG) */
+int lz_gemv_swiglu_check(const lz_bf16 *w_gate, const lz_bf16 *w_up, int rows, const float *x, const float *norm_w,
+                         int in, const lz_bf16 *h);
 
 /* Launch tuning (benchmarks' A/B; the CUDA launcher only): persistent blocks
  * a SM for plain and rmsnorm inputs (0: the default, 4) and for the silu gate

@@ -61,3 +61,25 @@ int lz_gemv_silu_ref(const lz_gemv_mat *mats, int n_mats, const float *gate, con
     (void)stream;
     return fused_ref(mats, n_mats, gate, up, 0.f, in, beta, 1);
 }
+
+int lz_gemv_swiglu_check(const lz_bf16 *w_gate, const lz_bf16 *w_up, int rows, const float *x, const float *norm_w,
+                         int in, const lz_bf16 *h)
+{
+    if (!w_gate || !w_up || !x || !norm_w || !h || rows < 1 || in < 8 || in % 8 || in > LZ_GEMV_MAX_IN)
+        return LZ_ATTN_EARG;
+    return LZ_ATTN_OK;
+}
+
+int lz_gemv_rmsnorm_swiglu_ref(const lz_bf16 *w_gate, const lz_bf16 *w_up, int rows, const float *x, const float *norm_w,
+                               float eps, int in, lz_bf16 *h, void *stream)
+{
+    (void)stream;
+    int rc = lz_gemv_swiglu_check(w_gate, w_up, rows, x, norm_w, in, h);
+    if (rc) return rc;
+    float *gu = malloc(2 * (size_t)rows * sizeof *gu);
+    if (!gu) return LZ_ATTN_EARG;
+    const lz_gemv_mat m[2] = {{w_gate, gu, rows}, {w_up, gu + rows, rows}};
+    if (!(rc = lz_gemv_rmsnorm_ref(m, 2, x, norm_w, eps, in, 0.f, NULL))) lz_op_silu_mul_ref(h, gu, gu + rows, (size_t)rows, NULL);
+    free(gu);
+    return rc;
+}

@@ -680,8 +680,39 @@ static void test_batch_ops_ref(int layout)
     CHECK(lz_op_batch_count_ref(seq, B, NULL) == 0 && cnt[0] == 1 && cnt[1] == 64 && cnt[2] == 131, "batch count");
 }
 
+/* lz_gemv_rmsnorm_swiglu_ref against the FFN's gate written out here in double (rmsnorm,
+ * bf16 input, both dots, silu(g) u rounded to bf16), and its argument checks */
+static void test_swiglu_ref(void)
+{
+    enum { ROWS = 37, IN = 64 };
+    float x[IN], nw[IN];
+    lz_bf16 wg[ROWS * IN], wu[ROWS * IN], h[ROWS];
+    for (int i = 0; i < IN; i++) x[i] = (float)(urand() * 4 - 2), nw[i] = (float)(0.5 + urand());
+    for (int i = 0; i < ROWS * IN; i++) wg[i] = lz_f32_to_bf16((float)(urand() - 0.5)), wu[i] = lz_f32_to_bf16((float)(urand() - 0.5));
+    CHECK(lz_gemv_rmsnorm_swiglu_ref(wg, wu, ROWS, x, nw, 1e-5f, IN, h, NULL) == 0, "swiglu reference runs");
+    double ss = 0;
+    for (int i = 0; i < IN; i++) ss += (double)x[i] * x[i];
+    const double r = 1.0 / sqrt(ss / IN + 1e-5);
+    double worst = 0;
+    for (int o = 0; o < ROWS; o++) {
+        double g = 0, u = 0;
+        for (int i = 0; i < IN; i++) {
+            const double xi = lz_bf16_to_f32(lz_f32_to_bf16((float)(x[i] * r * nw[i])));
+            g += lz_bf16_to_f32(wg[o * IN + i]) * xi, u += lz_bf16_to_f32(wu[o * IN + i]) * xi;
+        }
+        const double want = g / (1 + exp(-g)) * u, e = fabs(lz_bf16_to_f32(h[o]) - want) / (fabs(want) + 1e-2);
+        worst = e > worst ? e : worst;
+    }
+    CHECK(worst < 1e-2, "swiglu reference = the gate written out: worst %.3g", worst);
+    CHECK(lz_gemv_rmsnorm_swiglu_ref(wg, wu, 0, x, nw, 1e-5f, IN, h, NULL) == LZ_ATTN_EARG &&
+              lz_gemv_rmsnorm_swiglu_ref(wg, wu, ROWS, x, nw, 1e-5f, IN - 4, h, NULL) == LZ_ATTN_EARG &&
+              lz_gemv_rmsnorm_swiglu_ref(wg, NULL, ROWS, x, nw, 1e-5f, IN, h, NULL) == LZ_ATTN_EARG,
+          "swiglu reference refuses 0 rows, in not a multiple of 8, a missing matrix");
+}
+
 int main(void)
 {
+    test_swiglu_ref();
     test_batch_ops_ref(LZ_ROPE_ADJACENT);
     test_batch_ops_ref(LZ_ROPE_HALF);
     test_words_and_checks();

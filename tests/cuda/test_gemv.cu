@@ -153,6 +153,50 @@ static void check_fused(int silu, int n_mats, const int *rows, int in, float bet
     CK(cudaFree(da)); CK(cudaFree(db)); CK(cudaFree(dx));
 }
 
+/* lz_gemv_rmsnorm_swiglu: h against the two rows of lz_gemv_rmsnorm then lz_op_silu_mul
+ * (exact), and against its CPU reference (h's bf16 within rounding of the products) */
+static void check_swiglu(int rows, int in)
+{
+    float *x = (float *)malloc((size_t)in * 4), *nw = (float *)malloc((size_t)in * 4);
+    for (int i = 0; i < in; i++) x[i] = (urand() * 2.f - 1.f) * 3.f, nw[i] = 0.5f + urand();
+    const size_t n = (size_t)rows * in;
+    lz_bf16 *wg = rand_bf16(n), *wu = rand_bf16(n), *dwg = dev(wg, n), *dwu = dev(wu, n);
+    float *dx = dev(x, (size_t)in), *dnw = dev(nw, (size_t)in), *dgu = dev<float>(NULL, 2 * (size_t)rows);
+    lz_bf16 *dh = dev<lz_bf16>(NULL, (size_t)rows), *dh2 = dev<lz_bf16>(NULL, (size_t)rows);
+    const float eps = 1e-5f;
+    CHECK(lz_gemv_rmsnorm_swiglu(dwg, dwu, rows, dx, dnw, eps, in, dh, NULL) == 0, "swiglu launch");
+    const lz_gemv_mat m[2] = {{dwg, dgu, rows}, {dwu, dgu + rows, rows}};
+    CHECK(lz_gemv_rmsnorm(m, 2, dx, dnw, eps, in, 0.f, NULL) == 0 && lz_op_silu_mul(dh2, dgu, dgu + rows, (size_t)rows, NULL) == 0,
+          "separate launches");
+    CK(cudaDeviceSynchronize());
+    lz_bf16 *got = (lz_bf16 *)malloc((size_t)rows * 2), *sep = (lz_bf16 *)malloc((size_t)rows * 2),
+            *ref = (lz_bf16 *)malloc((size_t)rows * 2);
+    CK(cudaMemcpy(got, dh, (size_t)rows * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(sep, dh2, (size_t)rows * 2, cudaMemcpyDeviceToHost));
+    CHECK(lz_gemv_rmsnorm_swiglu_ref(wg, wu, rows, x, nw, eps, in, ref, NULL) == 0, "swiglu reference");
+    /* each row's error against its own size plus the rows' mean size: silu(g) u near zero
+     * (g or u cancelling) rounds to bf16 from an fp32 g, u whose last bits differ */
+    double worst = 0, mean = 0;
+    for (int r = 0; r < rows; r++) mean += fabs((double)lz_bf16_to_f32(ref[r])) / rows;
+    for (int r = 0; r < rows; r++) {
+        const double a = lz_bf16_to_f32(got[r]), b = lz_bf16_to_f32(ref[r]);
+        const double e = fabs(a - b) / (fabs(b) + mean + 1e-30);
+        worst = (e > worst || e != e) ? (e != e ? INFINITY : e) : worst;
+    }
+    const int same = !memcmp(got, sep, (size_t)rows * 2);
+    CHECK(same, "swiglu fused = rmsnorm products then silu_mul, bit for bit (rows %d, in %d)", rows, in);
+    CHECK(worst <= 2e-2, "swiglu fused vs CPU reference: worst %.3g (rows %d, in %d)", worst, rows, in);
+    printf("gemv gate/up with the silu gate fused, rows %5d, in %5d: equal to the separate kernels %s, vs CPU %.2e\n", rows,
+           in, same ? "yes" : "NO", worst);
+    CHECK(lz_gemv_rmsnorm_swiglu(dwg, dwu, 0, dx, dnw, eps, in, dh, NULL) == LZ_ATTN_EARG &&
+              lz_gemv_rmsnorm_swiglu(dwg, dwu, rows, dx, dnw, eps, in + 4, dh, NULL) == LZ_ATTN_EARG &&
+              lz_gemv_rmsnorm_swiglu(dwg, dwu, rows, dx, dnw, eps, in, NULL, NULL) == LZ_ATTN_EARG,
+          "swiglu refuses 0 rows, in not a multiple of 8, no output");
+    free(x), free(nw), free(wg), free(wu), free(got), free(sep), free(ref);
+    CK(cudaFree(dwg)); CK(cudaFree(dwu)); CK(cudaFree(dx)); CK(cudaFree(dnw)); CK(cudaFree(dgu));
+    CK(cudaFree(dh)); CK(cudaFree(dh2));
+}
+
 /* What enqueue() puts on st, captured as one CUDA graph and instantiated */
 template <class F> static cudaGraphExec_t graph_of(F enqueue, cudaStream_t st)
 {
@@ -344,10 +388,11 @@ static void bench_step(double cbw)
     CK(cudaMemset(wts, 0, (per_layer * L + (size_t)V * D) * 2)); /* zeros: x stays finite */
     float *x = dev<float>(NULL, D), *nw = dev<float>(NULL, D), *q = dev<float>(NULL, D + 2 * KVd),
           *gu = dev<float>(NULL, 2 * (size_t)F), *logits = dev<float>(NULL, V);
-    lz_bf16 *oh = dev<lz_bf16>(NULL, D);
+    lz_bf16 *oh = dev<lz_bf16>(NULL, D), *hb = dev<lz_bf16>(NULL, F);
     CK(cudaMemset(x, 0, D * 4)); CK(cudaMemset(nw, 0, D * 4)); CK(cudaMemset(oh, 0, D * 2));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    int swiglu = 0; /* 1: the FFN as the engine runs it (the silu gate in gate/up's epilogue) */
     auto step = [&]() {
         const lz_bf16 *w = wts;
         for (int l = 0; l < L; l++) {
@@ -361,26 +406,34 @@ static void bench_step(double cbw)
             w += (size_t)D * F;
             lz_gemv_rmsnorm(qkv, 3, x, nw, 1e-5f, D, 0.f, st);
             lz_gemv(&o, 1, oh, D, 1.f, st);
-            lz_gemv_rmsnorm(g2, 2, x, nw, 1e-5f, D, 0.f, st);
-            lz_gemv_silu(&dn, 1, gu, gu + F, F, 1.f, st);
+            if (swiglu) {
+                lz_gemv_rmsnorm_swiglu(g2[0].w, g2[1].w, F, x, nw, 1e-5f, D, hb, st);
+                lz_gemv(&dn, 1, hb, F, 1.f, st);
+            } else {
+                lz_gemv_rmsnorm(g2, 2, x, nw, 1e-5f, D, 0.f, st);
+                lz_gemv_silu(&dn, 1, gu, gu + F, F, 1.f, st);
+            }
         }
         const lz_gemv_mat head = {w, logits, V};
         lz_gemv_rmsnorm(&head, 1, x, nw, 1e-5f, D, 0.f, st);
     };
     const double bytes = (double)(per_layer * L + (size_t)V * D) * 2;
-    struct { const char *name; int bps, bps_silu; } cf[] = {
-        {"a block per 16 rows (before)", 1000, 1000},
-        {"persistent 4 / silu 2 a SM (default)", 4, 2},
-        {"persistent 4 / silu 1 a SM", 4, 1},
-        {"persistent 4 / silu 4 a SM", 4, 4},
-        {"persistent 2 / silu 2 a SM", 2, 2},
-        {"persistent 3 / silu 2 a SM", 3, 2}};
+    struct { const char *name; int bps, bps_silu, swiglu; } cf[] = {
+        {"a block per 16 rows (before)", 1000, 1000, 0},
+        {"persistent 4 / silu 2 a SM", 4, 2, 0},
+        {"persistent 4 / silu 1 a SM", 4, 1, 0},
+        {"persistent 4 / silu 4 a SM", 4, 4, 0},
+        {"persistent 2 / silu 2 a SM", 2, 2, 0},
+        {"persistent 3 / silu 2 a SM", 3, 2, 0},
+        {"persistent 4, gate in gate/up (engine)", 4, 2, 1},
+        {"persistent 3, gate in gate/up", 3, 2, 1}};
     printf("\none decode step's products (fused forms, 32 layers + head, %.2f GB), one CUDA graph, median of 9 replays:\n",
            bytes / 1e9);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     for (auto &c : cf) {
         lz_gemv_tune(c.bps, c.bps_silu);
+        swiglu = c.swiglu;
         double t[3];
         graph_times(step, st, e0, e1, t);
         printf("  %-40s %.3f ms (%.3f-%.3f), %.2f TB/s, %.0f%% of copy\n", c.name, t[0], t[1], t[2], bytes / t[0] / 1e9,
@@ -389,7 +442,7 @@ static void bench_step(double cbw)
     lz_gemv_tune(0, 0);
     CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1)); CK(cudaStreamDestroy(st));
     CK(cudaFree(wts)); CK(cudaFree(x)); CK(cudaFree(nw)); CK(cudaFree(q)); CK(cudaFree(gu)); CK(cudaFree(logits));
-    CK(cudaFree(oh));
+    CK(cudaFree(oh)); CK(cudaFree(hb));
 }
 
 /* The same step's products at n rows by cublasGemmEx (bf16 in, fp32 out, as
@@ -474,6 +527,8 @@ int main(int argc, char **argv)
             int rows[3] = {1 + (int)(urand() * (t == 2 ? 7000 : 700)), 1 + (int)(urand() * 300), 1 + (int)(urand() * 300)};
             check_fused(t % 2, n, rows, in, t % 2 ? 1.f : 0.f);
         }
+        check_swiglu(1 + (int)(urand() * 3000), 8 * (1 + (int)(urand() * 600)));
+        check_swiglu(14336, 4096);
         check_chain(512, 1536);
         check_chain(4096, 14336);
     }
