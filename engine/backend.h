@@ -20,14 +20,15 @@
 extern "C" {
 #endif
 
-/* An accelerated forward pass for documents (gpu/llama_cuda.h on a GPU):
- * encode(ctx, ids, n, out, qwin, c0, cw) runs ids[0..n) after the prefix into
- * out, as lz_llama_forward with the prefix as a segment would (to its own
- * precision: bf16 on the GPU), and when cw > 0 writes the rotated queries of
- * rows c0..c0+cw-1 to qwin (L, cw, H, d), the KV policy's observation window.
- * lz_encoder_run uses it for documents of at most max_tokens whose policy
- * runs no probe after the document (the cue and reconstruction probes stay
- * on the CPU). Not owned; NULL unsets it. */
+/* A forward pass for documents (gpu/llama_cuda.h on a GPU, model/ on the
+ * CPU): encode(ctx, ids, n, out, qwin, c0, cw) runs ids[0..n) after the
+ * prefix into out, as lz_llama_forward with the prefix as a segment would
+ * (to its own precision: bf16 on the GPU), and when cw > 0 writes the rotated
+ * queries of rows c0..c0+cw-1 to qwin (L, cw, H, d), the KV policy's
+ * observation window. lz_encoder_run uses it for documents of at most
+ * max_tokens whose policy runs no probe after the document, or runs one and
+ * the table has encode_probe (the GPU's has not: the cue and reconstruction
+ * probes go to the encoder's CPU table). Not owned; NULL unsets it. */
 typedef struct {
     void *ctx;
     int (*encode)(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
@@ -59,6 +60,12 @@ typedef struct {
      * bytes are those of fetch's path. */
     int (*fetch_planes)(void *ctx, int i, int n, int dtype, const void **k, const void **v, const float **k_scales,
                         const float **v_scales, char *err, size_t errlen);
+    /* Optional (the CPU engine's): encode of ids[0..n) followed by the KV policy's probe
+     * pids[0..n_pids) at rows n..n+n_pids-1 of out, whose rotated queries are written to qwin
+     * (L, n_pids, H, d): out then holds n + n_pids rows (the encoder drops the probe's once it
+     * has scored them). NULL: the encoder hands documents a probe follows to its own CPU table. */
+    int (*encode_probe)(void *ctx, const int *ids, int n, const int *pids, int n_pids, lz_kv_cache *out, float *qwin,
+                        char *err, size_t errlen);
 } lz_encode_backend;
 
 /* The status a backend hook returns instead of -1 when it failed for want of memory: device
