@@ -114,14 +114,15 @@ typedef struct {
      * comes as its content KV with its placement in rot and a key per (document, placement); the
      * backend makes and keeps the rotated copy itself. Then the host tier holds each document's
      * content KV once (shared by every placement) and never rotates. NULL: the session rotates
-     * a copy per placement on the CPU and hands begin those, at rot 0. */
+     * a copy per placement on the host and hands begin those, at rot 0. */
     int (*begin_block)(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
                        char *err, size_t errlen);
     /* optional (with resident): prefix mode on the backend: keeps the KV of the own tokens
      * t0..t0+n-1 stepped so far (a document computed in its prompt) under key (the chain's),
      * offered to its cache; resident then finds it and begin takes it without data, at rot 0.
      * 1 kept, 0 not (turned away), -1 on error (lz_llama_gpu_keep_own). NULL: prefix mode runs
-     * on the CPU. Full mode runs on any backend: its whole prompt in one step. */
+     * on the CPU engine's table (own_kv: its documents kept in the host tier). Full mode runs on
+     * any backend: its whole prompt in one step (host sequences: a step a document, below). */
     int (*keep_own)(void *ctx, int t0, int n, const uint8_t key[32], char *err, size_t errlen);
     /* optional: a question failed after begin: returns once the backend no longer reads the
      * segments' memory it was handed (copies in flight), before the session frees it */
@@ -162,6 +163,19 @@ typedef struct {
      * bf16 to hold and to copy (as without a backend: the CPU engine reads fp8 too). 0: they are
      * dequantised to bf16 first. */
     int reads_fp8;
+    /* optional (both or neither; with the slot hooks and prefill_many): sequences whose own KV
+     * is host memory (the CPU engine's, engine/cpu_query.h). reserve: before begin_in, the slot's
+     * sequence will hold n_own own rows, its memory taken now (0, or LZ_QUERY_ENOMEM with the
+     * message); own_kv: the rows stepped so far, read-only until the next step or release. Such
+     * a table holds any number of sequences (n_slots unused: idle_slot finds one while memory
+     * lasts; lz_query_run_parallel 0) and reads the segments begin_in was handed until release
+     * (the caller keeps them). The session counts the rows in the answer's memory
+     * (lz_query_run_bytes) and steps FULL's prefix and each document computed in the prompt one
+     * call each, the question apart (a forward pass's chunks set its rounding: these are where
+     * the CPU always cut them); PREFIX copies each such document's rows from own_kv into the
+     * host tier. */
+    int (*reserve)(void *ctx, int slot, int64_t n_own, char *err, size_t errlen);
+    const lz_kv_cache *(*own_kv)(void *ctx, int slot);
 } lz_query_backend;
 
 #ifdef __cplusplus
