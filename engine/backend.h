@@ -2,10 +2,13 @@
  * pipelines read them: the encoder's (lz_encode_backend: documents run after
  * the prompt prefix, ingest/encode.h) and the query session's
  * (lz_query_backend: a question and its answer over KV segments, several
- * sequences at once, query/session.h). A GPU engine fills both
- * (engine/engine_gpu.c); the CPU engine fills neither: the encoder and the
- * session then compute on the CPU themselves (model/). Tests and the CPU
- * reference of passes (ingest/pass_ref.h) fill them too.
+ * sequences at once, query/session.h). Both engines fill both: the GPU
+ * engine (engine/engine_gpu.c) and the CPU engine over model/
+ * (engine/cpu_encode.h, engine/cpu_query.h), which the encoder and the
+ * session also make for themselves, so every forward pass they run goes
+ * through a table. Tests and the CPU reference of passes (ingest/pass_ref.h)
+ * fill them too. Each hook says which engine has it; a table leaves out
+ * what its engine does not do.
  */
 #ifndef LZ_ENGINE_BACKEND_H
 #define LZ_ENGINE_BACKEND_H

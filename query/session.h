@@ -69,7 +69,8 @@ typedef struct {
     float temperature;       /* 0 = greedy */
     float top_p;
     uint64_t seed;
-    int batch;               /* forward chunk (tokens) */
+    int batch;               /* forward chunk (tokens) of the session's own CPU engine (backend NULL; an
+                                engine's table has its own: lz_engine_opts.batch) */
     int max_positions;       /* refuse prompts (+ answer) longer than this; 0 = no limit */
     int keep_logits;         /* copy the first answer token's logits into the result */
     int cache_f32;           /* 1: cached KV in fp32 even from a bf16 store (widened: twice the memory, the
