@@ -495,10 +495,10 @@ static int run_mode(const inproc_opts *o, const layout *L, lz_llama *m, lz_store
     int batch = opt_batch(o);
     const int seq = whole ? (int)((own_full + 64 + 255) / 256 * 256) : o->seq_tokens;
     const lz_engine_opts eo = {.gpu = o->gpu, .device = -1, .own_tokens = whole ? (seq > 16384 ? seq : 16384) : 4096,
-                               .gpu_cache = o->gpu_cache, .cache_policy = qo.cache_policy};
+                               .gpu_cache = o->gpu_cache, .cache_policy = qo.cache_policy, .batch = qo.batch};
     lz_engine *eng = NULL;
     if (lz_engine_open(m, &eo, &eng, err, sizeof err)) { fprintf(stderr, "bench_serve: %s\n", err); return -1; }
-    qo.backend = lz_engine_query(eng); /* one sequence (serial) until the slots are made; NULL: the CPU */
+    qo.backend = lz_engine_query(eng); /* the GPU's: one sequence (serial) until the slots are made */
     if (o->gpu) qo.cold = LZ_COLD_AUTO;
     lz_query_session *q = NULL;
     if (lz_query_session_new(m, st, &qo, &q, err, sizeof err)) {

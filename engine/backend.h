@@ -2,10 +2,13 @@
  * pipelines read them: the encoder's (lz_encode_backend: documents run after
  * the prompt prefix, ingest/encode.h) and the query session's
  * (lz_query_backend: a question and its answer over KV segments, several
- * sequences at once, query/session.h). A GPU engine fills both
- * (engine/engine_gpu.c); the CPU engine fills neither: the encoder and the
- * session then compute on the CPU themselves (model/). Tests and the CPU
- * reference of passes (ingest/pass_ref.h) fill them too.
+ * sequences at once, query/session.h). Both engines fill both: the GPU
+ * engine (engine/engine_gpu.c) and the CPU engine over model/
+ * (engine/cpu_encode.h, engine/cpu_query.h), which the encoder and the
+ * session also make for themselves, so every forward pass they run goes
+ * through a table. Tests and the CPU reference of passes (ingest/pass_ref.h)
+ * fill them too. Each hook says which engine has it; a table leaves out
+ * what its engine does not do.
  */
 #ifndef LZ_ENGINE_BACKEND_H
 #define LZ_ENGINE_BACKEND_H
@@ -20,14 +23,15 @@
 extern "C" {
 #endif
 
-/* An accelerated forward pass for documents (gpu/llama_cuda.h on a GPU):
- * encode(ctx, ids, n, out, qwin, c0, cw) runs ids[0..n) after the prefix into
- * out, as lz_llama_forward with the prefix as a segment would (to its own
- * precision: bf16 on the GPU), and when cw > 0 writes the rotated queries of
- * rows c0..c0+cw-1 to qwin (L, cw, H, d), the KV policy's observation window.
- * lz_encoder_run uses it for documents of at most max_tokens whose policy
- * runs no probe after the document (the cue and reconstruction probes stay
- * on the CPU). Not owned; NULL unsets it. */
+/* A forward pass for documents (gpu/llama_cuda.h on a GPU, model/ on the
+ * CPU): encode(ctx, ids, n, out, qwin, c0, cw) runs ids[0..n) after the
+ * prefix into out, as lz_llama_forward with the prefix as a segment would
+ * (to its own precision: bf16 on the GPU), and when cw > 0 writes the rotated
+ * queries of rows c0..c0+cw-1 to qwin (L, cw, H, d), the KV policy's
+ * observation window. lz_encoder_run uses it for documents of at most
+ * max_tokens whose policy runs no probe after the document, or runs one and
+ * the table has encode_probe (the GPU's has not: the cue and reconstruction
+ * probes go to the encoder's CPU table). Not owned; NULL unsets it. */
 typedef struct {
     void *ctx;
     int (*encode)(void *ctx, const int *ids, int n, lz_kv_cache *out, float *qwin, int c0, int cw, char *err,
@@ -59,6 +63,12 @@ typedef struct {
      * bytes are those of fetch's path. */
     int (*fetch_planes)(void *ctx, int i, int n, int dtype, const void **k, const void **v, const float **k_scales,
                         const float **v_scales, char *err, size_t errlen);
+    /* Optional (the CPU engine's): encode of ids[0..n) followed by the KV policy's probe
+     * pids[0..n_pids) at rows n..n+n_pids-1 of out, whose rotated queries are written to qwin
+     * (L, n_pids, H, d): out then holds n + n_pids rows (the encoder drops the probe's once it
+     * has scored them). NULL: the encoder hands documents a probe follows to its own CPU table. */
+    int (*encode_probe)(void *ctx, const int *ids, int n, const int *pids, int n_pids, lz_kv_cache *out, float *qwin,
+                        char *err, size_t errlen);
 } lz_encode_backend;
 
 /* The status a backend hook returns instead of -1 when it failed for want of memory: device
@@ -107,14 +117,15 @@ typedef struct {
      * comes as its content KV with its placement in rot and a key per (document, placement); the
      * backend makes and keeps the rotated copy itself. Then the host tier holds each document's
      * content KV once (shared by every placement) and never rotates. NULL: the session rotates
-     * a copy per placement on the CPU and hands begin those, at rot 0. */
+     * a copy per placement on the host and hands begin those, at rot 0. */
     int (*begin_block)(void *ctx, const lz_kv_segment *segs, const uint8_t *const *keys, int n_segs, int64_t pos0,
                        char *err, size_t errlen);
     /* optional (with resident): prefix mode on the backend: keeps the KV of the own tokens
      * t0..t0+n-1 stepped so far (a document computed in its prompt) under key (the chain's),
      * offered to its cache; resident then finds it and begin takes it without data, at rot 0.
      * 1 kept, 0 not (turned away), -1 on error (lz_llama_gpu_keep_own). NULL: prefix mode runs
-     * on the CPU. Full mode runs on any backend: its whole prompt in one step. */
+     * on the CPU engine's table (own_kv: its documents kept in the host tier). Full mode runs on
+     * any backend: its whole prompt in one step (host sequences: a step a document, below). */
     int (*keep_own)(void *ctx, int t0, int n, const uint8_t key[32], char *err, size_t errlen);
     /* optional: a question failed after begin: returns once the backend no longer reads the
      * segments' memory it was handed (copies in flight), before the session frees it */
@@ -155,6 +166,19 @@ typedef struct {
      * bf16 to hold and to copy (as without a backend: the CPU engine reads fp8 too). 0: they are
      * dequantised to bf16 first. */
     int reads_fp8;
+    /* optional (both or neither; with the slot hooks and prefill_many): sequences whose own KV
+     * is host memory (the CPU engine's, engine/cpu_query.h). reserve: before begin_in, the slot's
+     * sequence will hold n_own own rows, its memory taken now (0, or LZ_QUERY_ENOMEM with the
+     * message); own_kv: the rows stepped so far, read-only until the next step or release. Such
+     * a table holds any number of sequences (n_slots unused: idle_slot finds one while memory
+     * lasts; lz_query_run_parallel 0) and reads the segments begin_in was handed until release
+     * (the caller keeps them). The session counts the rows in the answer's memory
+     * (lz_query_run_bytes) and steps FULL's prefix and each document computed in the prompt one
+     * call each, the question apart (a forward pass's chunks set its rounding: these are where
+     * the CPU always cut them); PREFIX copies each such document's rows from own_kv into the
+     * host tier. */
+    int (*reserve)(void *ctx, int slot, int64_t n_own, char *err, size_t errlen);
+    const lz_kv_cache *(*own_kv)(void *ctx, int slot);
 } lz_query_backend;
 
 #ifdef __cplusplus

@@ -2,9 +2,13 @@
  * opened by one call for the CPU or a GPU and used through the same calls:
  * lazyingest's documents (lz_engine_encoder), lazyquery's, lazyeval's and
  * lazyserve's questions (lz_engine_query), the GPU tier's figures. The two
- * tables it hands out are engine/backend.h's; the CPU engine hands out none
- * (NULL, or a table without hooks): the encoder and the query session then
- * compute on the CPU themselves (model/), on the caller's threads.
+ * tables it hands out are engine/backend.h's, filled by either engine: the
+ * CPU engine's run model/'s forward pass on the caller's threads and their
+ * OpenMP threads (engine/cpu_query.h: any number of sequences in host
+ * memory; engine/cpu_encode.h: documents from any number of threads), the
+ * GPU engine's gpu/llama_cuda.h. The encoder and the query session make a
+ * CPU table of their own when they are given none, and hand it what the
+ * given one does not take (ingest/encode.h, query/session.h).
  *
  * Which engines a program has is settled at link time, not by #ifdef: the
  * programs of 'make cuda' link engine/engine_gpu.c (the GPU engine,
@@ -43,6 +47,8 @@ typedef struct {
                            document); 0: 4,096 */
     size_t gpu_cache;   /* GPU: its document tier's budget in bytes (0: the engine's default) */
     int cache_policy;   /* GPU: the tier's policy, LZ_CACHE_LFU (0) or LZ_CACHE_LRU */
+    int batch;          /* CPU: tokens a forward call of its question table takes (lz_query_opts.batch;
+                           0: 256) */
 } lz_engine_opts;
 
 /* 1 when this program can open GPU engines (it was linked by 'make cuda'), else 0. */
@@ -53,8 +59,8 @@ int lz_engine_gpu_count(void);
 int lz_engine_use_device(int dev, char *err, size_t errlen);
 
 /* Opens an engine over model m (borrowed; it outlives the engine). A GPU engine uploads the
- * weights (seconds at 8B). 0, or -1 with a message in err (a GPU in a CPU build, no device, not
- * enough device memory). */
+ * weights (seconds at 8B); the CPU engine makes its question table's scratch. 0, or -1 with a
+ * message in err (a GPU in a CPU build, no device, not enough device or host memory). */
 int lz_engine_open(const lz_llama *m, const lz_engine_opts *o, lz_engine **out, char *err, size_t errlen);
 void lz_engine_free(lz_engine *e); /* NULL is a no-op */
 
@@ -67,11 +73,13 @@ size_t lz_engine_gpu_cache(const lz_engine *e);
 /* ---- questions ---- */
 
 /* The query session's table (lz_query_opts.backend), owned by e, at a fixed address: every hook
- * the engine has, its slots as lz_engine_set_slots made them; NULL for the CPU engine. */
+ * the engine has, its slots as lz_engine_set_slots made them (the CPU engine: engine/cpu_query.h,
+ * any number of sequences; one session at a time reads it, as a GPU engine's). */
 const lz_query_backend *lz_engine_query(lz_engine *e);
 /* Several sequences at once: n slots of seq_tokens own rows each, sized against the device's free
  * memory (the GPU tier lowered to what is left). Updates the table in place (n_slots,
- * seq_tokens). 0, LZ_QUERY_ENOMEM (the message says how many fit) or -1; the CPU engine: -1. */
+ * seq_tokens). 0, LZ_QUERY_ENOMEM (the message says how many fit) or -1; the CPU engine: -1 (its
+ * table holds any number, each sized when it begins). */
 int lz_engine_set_slots(lz_engine *e, int n, int seq_tokens, char *err, size_t errlen);
 
 /* The GPU tier's figures: its policy's counts and its memory and copies. Zeros for the CPU engine. */
@@ -100,12 +108,14 @@ typedef struct {
     int masses;       /* 1: KV eviction's attention masses from the engine (fetch_mass) */
     int planes;       /* 1 (with passes): stored-dtype planes from the engine (fetch_planes) */
 } lz_engine_encode_opts;
-/* The encoder's table (lz_encoder_set_backend) over e, its ctx e's; for the CPU engine one
- * without hooks (encode NULL: the encoder computes itself). */
+/* The encoder's table (lz_encoder_set_backend) over e, its ctx e's. The CPU engine's
+ * (engine/cpu_encode.h): encode and encode_probe for documents of at most o->max_tokens, callable
+ * from every thread at once, no passes, masses or planes (o's other fields unused); a table
+ * without hooks when out of memory (the encoder then uses its own). */
 lz_encode_backend lz_engine_encoder(lz_engine *e, const lz_engine_encode_opts *o);
 /* The prompt prefix's KV on the engine, which the document passes run after; fp8: the passes'
- * planes quantised to e4m3 on the device (an fp8 store). 0 or -1; the CPU engine: 0 (its encoder
- * holds the prefix). */
+ * planes quantised to e4m3 on the device (an fp8 store). 0 or -1. The CPU engine reads prefix
+ * where it is (borrowed: alive while documents run; fp8 unused, the encoder packs its payloads). */
 int lz_engine_set_prefix(lz_engine *e, const lz_kv_cache *prefix, int fp8, char *err, size_t errlen);
 
 #ifdef __cplusplus

@@ -1,6 +1,9 @@
 /* encode.c - prefix once, then documents standalone after it (the prefix's
  * KV is an external segment with rotation 0, so document tokens see it as
- * the attention sink they will see at query time). */
+ * the attention sink they will see at query time). Every forward pass goes
+ * through a document table: the backend's when it takes the document, else
+ * the encoder's own CPU engine's (engine/cpu_encode.h); what stays here is
+ * the KV policy's scoring and the payload. */
 #include "ingest/encode.h"
 
 #include <stdarg.h>
@@ -12,7 +15,8 @@
 
 struct lz_encoder {
     const lz_llama *m;
-    lz_llama_scratch *scratch;
+    lz_engine_cpu_encode *cpu; /* the CPU engine's table: whatever the backend does not take */
+    lz_encode_backend cpu_b;
     lz_kv_cache prefix; /* (L, KV, s, d) keys rotated at 0..s-1 */
     lz_kv_cache doc;    /* (L, KV, T, d) keys rotated at s..s+n-1 */
     lz_kv_segment seg;
@@ -81,24 +85,25 @@ int lz_encoder_new_on(const lz_llama *m, const int *prefix, int n_prefix, const 
     lz_kvpolicy_default(&e->policy);
     e->kept = malloc((size_t)m->cfg.n_layers * m->cfg.n_kv_heads * sizeof(int));
     if (!e->kept) { free(e); return fail(err, errlen, "out of memory"); }
-    e->scratch = lz_llama_scratch_new(m, LZ_ENCODE_CHUNK);
-    if (!e->scratch || lz_kv_cache_init(&e->prefix, &m->cfg, n_prefix > 0 ? n_prefix : 1) != 0) {
+    e->cpu = lz_engine_cpu_encode_new(m);
+    if (!e->cpu || lz_kv_cache_init(&e->prefix, &m->cfg, n_prefix > 0 ? n_prefix : 1) != 0) {
         lz_encoder_free(e);
         return fail(err, errlen, "out of memory (encoder scratch for %d tokens)", LZ_ENCODE_CHUNK);
     }
+    e->cpu_b = lz_engine_cpu_encode_table(e->cpu, 0);
     lz_kv_cache_reset(&e->prefix, 0);
-    if (b && n_prefix > 0 && n_prefix <= b->max_tokens) {
-        char berr[256] = "";
-        if (b->encode(b->ctx, prefix, n_prefix, &e->prefix, NULL, 0, 0, berr, sizeof berr)) {
-            lz_encoder_free(e);
+    /* the prefix is a document of its own at 0..n_prefix-1 (no prefix set on either table yet) */
+    const int on_b = b && n_prefix > 0 && n_prefix <= b->max_tokens;
+    const lz_encode_backend *t = on_b ? b : &e->cpu_b;
+    char berr[256] = "";
+    if (n_prefix > 0 && t->encode(t->ctx, prefix, n_prefix, &e->prefix, NULL, 0, 0, berr, sizeof berr)) {
+        lz_encoder_free(e);
+        if (on_b)
             return fail(err, errlen, "accelerated forward pass over the %d-token prompt prefix failed: %s", n_prefix,
                         berr);
-        }
-    } else if (n_prefix > 0 &&
-               lz_llama_forward(m, e->scratch, &e->prefix, NULL, 0, prefix, n_prefix, NULL, LZ_LOGITS_NONE) != 0) {
-        lz_encoder_free(e);
         return fail(err, errlen, "forward pass over the %d-token prompt prefix failed", n_prefix);
     }
+    lz_engine_cpu_encode_set_prefix(e->cpu, &e->prefix);
     e->seg = (lz_kv_segment){.k = e->prefix.k, .v = e->prefix.v, .n = n_prefix, .stride = e->prefix.cap};
     *out = e;
     return 0;
@@ -123,6 +128,7 @@ int lz_encoder_new_like(const lz_encoder *src, lz_encoder **out, char *err, size
     }
     e->prefix.n = s;
     e->prefix.pos0 = src->prefix.pos0;
+    lz_engine_cpu_encode_set_prefix(e->cpu, &e->prefix);
     e->seg = (lz_kv_segment){.k = e->prefix.k, .v = e->prefix.v, .n = s, .stride = e->prefix.cap};
     *out = e;
     return 0;
@@ -131,7 +137,7 @@ int lz_encoder_new_like(const lz_encoder *src, lz_encoder **out, char *err, size
 void lz_encoder_free(lz_encoder *e)
 {
     if (!e) return;
-    lz_llama_scratch_free(e->scratch);
+    lz_engine_cpu_encode_free(e->cpu);
     lz_kv_cache_free(&e->prefix);
     lz_kv_cache_free(&e->doc);
     free(e->kept);
@@ -218,13 +224,14 @@ typedef struct {
     int evict, probe;  /* KV eviction applies; a probe (pids) runs after the document */
     const int *pids;
     int n_pids, w;     /* probe tokens; window rows */
-    int backend, c0, cw; /* the forward pass on the backend, capturing rows c0..c0+cw-1 */
+    int backend, c0, cw; /* the forward pass on the backend (else the CPU table), capturing rows c0..c0+cw-1 */
 } run_plan;
 
 /* The probe: the cue set by lz_encoder_set_probe, or the document itself
  * again (ids); the self window runs none (the document's own queries are the
- * window). The backend takes documents no probe follows; its window is the
- * document's last w rows, or all (self). */
+ * window). The backend takes documents no probe follows unless it runs
+ * probes (encode_probe); the window is the document's last w rows, or all
+ * (self), or the probe's. */
 static void plan_run(const lz_encoder *e, const int *ids, int n, run_plan *r)
 {
     const int recon = e->policy.probe == LZ_KVPOLICY_PROBE_RECONSTRUCT;
@@ -236,7 +243,7 @@ static void plan_run(const lz_encoder *e, const int *ids, int n, run_plan *r)
     r->probe = !r->self && !r->learned && e->policy.probe && r->n_pids > 0 && r->evict;
     r->w = r->self ? n : r->probe ? r->n_pids : e->policy.window;
     const lz_encode_backend *b = e->backend;
-    r->backend = b && n > 0 && n <= b->max_tokens && !r->probe;
+    r->backend = b && n > 0 && n <= b->max_tokens && (!r->probe || b->encode_probe);
     r->cw = r->evict && !r->learned ? r->w : 0;
     r->c0 = r->self ? 0 : n - r->w;
 }
@@ -247,7 +254,7 @@ int lz_encoder_backend_plan(const lz_encoder *e, int n, int *c0, int *cw)
     plan_run(e, NULL, n, &r);
     *c0 = r.c0;
     *cw = r.cw;
-    return r.backend;
+    return r.backend && !r.probe; /* a pass runs no probe (encode_probe is one document's) */
 }
 
 /* lz_encoder_run; fetched >= 0: the backend's forward pass already ran (document fetched of its last pass). */
@@ -261,7 +268,7 @@ static int run_doc(lz_encoder *e, const int *ids, int n, int fetched, char *err,
     if (r.learned && r.evict &&
         (!sc || sc->L != e->m->cfg.n_layers || sc->KV != e->m->cfg.n_kv_heads || sc->d != e->m->cfg.head_dim))
         return fail(err, errlen, "KV eviction with a learned scorer but %s", sc ? "its shape is not the model's" : "none set");
-    if (fetched >= 0 && (!r.backend || !e->backend->fetch))
+    if (fetched >= 0 && (!r.backend || r.probe || !e->backend->fetch))
         return fail(err, errlen, "a document of %d tokens fetched from a backend that did not run it", n);
     const int need = n + (r.probe ? r.n_pids : 0);
     if (need > e->doc.cap) {
@@ -280,17 +287,12 @@ static int run_doc(lz_encoder *e, const int *ids, int n, int fetched, char *err,
         if (ids[i] < 0 || ids[i] >= V) return fail(err, errlen, "token id %d at %d outside the vocabulary (%d)", ids[i], i, V);
     const lz_llama_config *c = &e->m->cfg;
     const int w = r.w;
-    if (r.evict && !r.learned) { /* capture the window's queries: positions s + n - w .. s + n - 1 (probe: s + n ..;
-                  * self: s .. s + n - 1) */
-        if (grow((void **)&e->qwin, &e->cap_q, (size_t)c->n_layers * w * c->n_heads * c->head_dim * sizeof(float)))
-            return fail(err, errlen, "out of memory (window queries)");
-        lz_llama_scratch_capture(e->scratch, e->qwin, (int64_t)e->seg.n + n - (r.probe ? 0 : w), w);
-    }
-    const lz_kv_segment *sg = e->seg.n ? &e->seg : NULL;
-    const lz_encode_backend *b = e->backend;
-    int frc;
+    if (r.evict && !r.learned && /* the window's queries: rows n - w .. n - 1 (probe: its own; self: all) */
+        grow((void **)&e->qwin, &e->cap_q, (size_t)c->n_layers * w * c->n_heads * c->head_dim * sizeof(float)))
+        return fail(err, errlen, "out of memory (window queries)");
+    const lz_encode_backend *b = r.backend ? e->backend : &e->cpu_b; /* the table that runs the document */
+    char berr[256] = "";
     if (r.backend) {
-        char berr[256] = "";
         const int dtype = e->dtype ? e->dtype : LZ_PAYLOAD_DTYPE_BF16;
         if (fetched >= 0 && !r.evict && !r.probe && b->fetch_planes) { /* stored whole: the backend's own bytes */
             const void *pk, *pv;
@@ -312,27 +314,20 @@ static int run_doc(lz_encoder *e, const int *ids, int n, int fetched, char *err,
                 return 0;
             }
         }
-        frc = fetched >= 0 ? b->fetch(b->ctx, fetched, &e->doc, e->qwin, berr, sizeof berr)
-                           : b->encode(b->ctx, ids, n, &e->doc, e->qwin, r.c0, r.cw, berr, sizeof berr);
-        if (!frc && e->doc.n != n) snprintf(berr, sizeof berr, "%d rows returned", e->doc.n), frc = -1;
-        if (!frc && fetched >= 0 && r.cw && b->fetch_mass) { /* the scoring's heavy part, made by the backend */
-            const lz_llama_config *mc = &e->m->cfg;
-            const size_t mn = (size_t)mc->n_layers * mc->n_heads * (r.self ? n : n - r.w) * sizeof(float);
-            e->have_mass = !grow((void **)&e->mass, &e->cap_m, mn) && b->fetch_mass(b->ctx, fetched, e->mass) == 1;
-            e->mass_docs += e->have_mass;
-        }
-        if (frc) {
-            lz_llama_scratch_capture(e->scratch, NULL, 0, 0);
-            return fail(err, errlen, "accelerated forward pass over %d tokens failed: %s", n, berr);
-        }
-        e->backend_docs++;
-    } else {
-        frc = n > 0 ? lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, ids, n, NULL, LZ_LOGITS_NONE) : 0;
     }
-    if (!frc && r.probe) /* the probe after the document: scored, never stored */
-        frc = lz_llama_forward(e->m, e->scratch, &e->doc, sg, sg ? 1 : 0, r.pids, r.n_pids, NULL, LZ_LOGITS_NONE);
-    lz_llama_scratch_capture(e->scratch, NULL, 0, 0);
-    if (frc != 0) return fail(err, errlen, "forward pass over %d tokens failed", n);
+    const int rows = n + (r.probe ? r.n_pids : 0); /* the probe's rows are scored, never stored */
+    int frc = fetched >= 0 ? b->fetch(b->ctx, fetched, &e->doc, e->qwin, berr, sizeof berr)
+              : r.probe    ? b->encode_probe(b->ctx, ids, n, r.pids, r.n_pids, &e->doc, e->qwin, berr, sizeof berr)
+                           : b->encode(b->ctx, ids, n, &e->doc, e->qwin, r.c0, r.cw, berr, sizeof berr);
+    if (!frc && e->doc.n != rows) snprintf(berr, sizeof berr, "%d rows returned", e->doc.n), frc = -1;
+    if (!frc && fetched >= 0 && r.cw && b->fetch_mass) { /* the scoring's heavy part, made by the backend */
+        const size_t mn = (size_t)c->n_layers * c->n_heads * (r.self ? n : n - r.w) * sizeof(float);
+        e->have_mass = !grow((void **)&e->mass, &e->cap_m, mn) && b->fetch_mass(b->ctx, fetched, e->mass) == 1;
+        e->mass_docs += e->have_mass;
+    }
+    if (frc && r.backend) return fail(err, errlen, "accelerated forward pass over %d tokens failed: %s", n, berr);
+    if (frc) return fail(err, errlen, "%s", berr);
+    e->backend_docs += r.backend;
     if (r.evict) {
         int rc = compress_doc(e, n, w, err, errlen);
         e->doc.n = n; /* drop the probe's rows */

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "engine/backend.h"
+#include "engine/cpu_encode.h"
 #include "ingest/kvlearn.h"
 #include "ingest/kvpolicy.h"
 #include "model/llama.h"
@@ -21,9 +22,7 @@ extern "C" {
 
 typedef struct lz_encoder lz_encoder;
 
-/* Tokens per forward call. Fixed, so a payload depends only on the model,
- * the prefix and the document's tokens (chunking changes float rounding). */
-#define LZ_ENCODE_CHUNK 256
+/* Tokens per forward call on the CPU: LZ_ENCODE_CHUNK (engine/cpu_encode.h). */
 
 /* Runs the prefix through m. Returns 0, or -1 with a message in err. */
 int lz_encoder_new(const lz_llama *m, const int *prefix, int n_prefix, lz_encoder **out, char *err,
@@ -43,11 +42,16 @@ void lz_encoder_set_scorer(lz_encoder *e, const lz_kvlearn *m);
  * keys and attention-only scores to a (the caller fits and frees it). */
 void lz_encoder_set_learn(lz_encoder *e, lz_kvlearn_acc *a);
 
-/* The engine's document pass (lz_encode_backend): engine/backend.h. */
+/* The engine's document pass (lz_encode_backend): engine/backend.h. The
+ * encoder runs every forward pass through a table: b's for the documents it
+ * takes (at most b->max_tokens, and no probe after them unless it has
+ * encode_probe), its own CPU engine's (engine/cpu_encode.h, made with the
+ * encoder) for the rest and when none is set. */
 void lz_encoder_set_backend(lz_encoder *e, const lz_encode_backend *b);
-/* 1 when lz_encoder_run would hand a document of n tokens to the backend,
- * with the rows of it the KV policy's window captures (c0, cw; cw = 0:
- * none); else 0 (no backend, too long, or a probe run after it). */
+/* 1 when a document of n tokens may be run in the backend's passes (start,
+ * then lz_encoder_run_fetched), with the rows of it the KV policy's window
+ * captures (c0, cw; cw = 0: none); else 0 (no backend, too long, or a probe
+ * run after it: a pass runs none). */
 int lz_encoder_backend_plan(const lz_encoder *e, int n, int *c0, int *cw);
 /* lz_encoder_run for a document the backend has already run: document i of
  * its last finished pass (started with lz_encoder_backend_plan's window),
@@ -56,8 +60,9 @@ int lz_encoder_backend_plan(const lz_encoder *e, int n, int *c0, int *cw);
 int lz_encoder_run_fetched(lz_encoder *e, const int *ids, int n, int i, char *err, size_t errlen);
 /* lz_encoder_new with the prefix run by b (b->encode before any prefix was
  * set on it: the prefix is then a document at positions 0..n_prefix-1) when
- * n_prefix <= b->max_tokens, else on the CPU. An 8B model's prefix takes
- * seconds on the CPU. b is not kept (lz_encoder_set_backend sets one). */
+ * n_prefix <= b->max_tokens, else by the encoder's CPU table. An 8B model's
+ * prefix takes seconds on the CPU. b is not kept (lz_encoder_set_backend
+ * sets one). */
 int lz_encoder_new_on(const lz_llama *m, const int *prefix, int n_prefix, const lz_encode_backend *b,
                       lz_encoder **out, char *err, size_t errlen);
 /* A new encoder over the same model and prefix as src, the prefix's KV copied

@@ -145,7 +145,7 @@ typedef struct {
  * (one a host thread), the jobs dealt to it at a commit, its figures. */
 typedef struct {
     int id, dev;                /* its index; --gpus: its device (-1: the CPU) */
-    lz_encode_backend backend;  /* encode NULL: the CPU engine; the encoders point here */
+    lz_encode_backend backend;  /* encode NULL: none (each encoder's own CPU table); the encoders point here */
     lz_pass_ref *ref;           /* the CPU reference of passes it owns (LAZY_INGEST_REF_PASSES), or NULL */
     lz_encoder **pool;          /* threads of them, the prefix's KV copied from the run's encoder */
     lz_payload_codec **codec;

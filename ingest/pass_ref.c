@@ -1,9 +1,11 @@
 /* pass_ref.c - the CPU reference of a multi-document backend (pass_ref.h):
- * a pass's documents computed at start, one after the other, into the
- * pending half of two sets of caches; finish swaps the halves, so that the
- * finished pass stays fetchable while the next one is computed. */
+ * a pass's documents computed at start, one after the other, by the CPU
+ * engine's document table (engine/cpu_encode.h) into the pending half of
+ * two sets of caches; finish swaps the halves, so that the finished pass
+ * stays fetchable while the next one is computed. */
 #include "ingest/pass_ref.h"
 
+#include "engine/cpu_encode.h"
 #include "ingest/kvpolicy.h"
 #include "base/fp8.h"
 #include "base/half.h"
@@ -27,7 +29,8 @@ typedef struct {
 struct lz_pass_ref {
     const lz_llama *m;
     lz_kv_segment prefix;
-    lz_llama_scratch *sc;
+    lz_engine_cpu_encode *cpu; /* the forward passes */
+    lz_encode_backend cpu_b;
     ref_doc *docs[2]; /* [0] finished (fetchable), [1] pending */
     int n[2], cap[2];
     int max_tokens, pass_tokens;
@@ -43,10 +46,12 @@ lz_pass_ref *lz_pass_ref_new(const lz_llama *m, const lz_kv_cache *pc)
     r->fail_at = -1;
     pthread_mutex_init(&r->one, NULL);
     r->prefix = (lz_kv_segment){.k = pc->k, .v = pc->v, .n = pc->n, .stride = pc->cap};
-    if (!(r->sc = lz_llama_scratch_new(m, LZ_ENCODE_CHUNK))) {
+    if (!(r->cpu = lz_engine_cpu_encode_new(m))) {
         free(r);
         return NULL;
     }
+    lz_engine_cpu_encode_set_prefix(r->cpu, pc);
+    r->cpu_b = lz_engine_cpu_encode_table(r->cpu, 0);
     return r;
 }
 
@@ -61,7 +66,7 @@ void lz_pass_ref_free(lz_pass_ref *r)
         }
         free(r->docs[h]);
     }
-    lz_llama_scratch_free(r->sc);
+    lz_engine_cpu_encode_free(r->cpu);
     pthread_mutex_destroy(&r->one);
     free(r);
 }
@@ -84,13 +89,7 @@ static int run_one(lz_pass_ref *r, int i, const int *ids, int n, int c0, int cw,
     }
     x->c0 = c0;
     x->cw = cw;
-    lz_kv_cache_reset(&x->kv, r->prefix.n);
-    if (cw) lz_llama_scratch_capture(r->sc, x->q, (int64_t)r->prefix.n + c0, cw);
-    const int rc = lz_llama_forward(r->m, r->sc, &x->kv, r->prefix.n ? &r->prefix : NULL, r->prefix.n ? 1 : 0, ids, n,
-                                    NULL, LZ_LOGITS_NONE);
-    lz_llama_scratch_capture(r->sc, NULL, 0, 0);
-    if (rc) snprintf(err, errlen, "forward pass over %d tokens failed", n);
-    return rc ? -1 : 0;
+    return r->cpu_b.encode(r->cpu_b.ctx, ids, n, &x->kv, x->q, c0, cw, err, errlen);
 }
 
 static int ref_start(void *ctx, const int *const *ids, const int *n, const int *c0, const int *cw, int n_docs, char *err,

@@ -1,9 +1,9 @@
 /* pass_ref.h - the reference of a multi-document backend (encode.h's
  * lz_encode_backend with start / finish / fetch, which lazyingest --gpu's
- * device implements): on the CPU engine, each document of a pass runs after
- * the prefix exactly as the encoder itself runs it (the same chunk), so a
- * document fetched from it packs to the same bytes as one encoded on the
- * CPU. It runs the pipeline of passes without a GPU: the tests, and
+ * device implements): each document of a pass runs after the prefix on the
+ * CPU engine's document table (engine/cpu_encode.h), the table the encoder
+ * itself runs it on, so a document fetched from it packs to the same bytes
+ * as one encoded on the CPU. It runs the pipeline of passes without a GPU: the tests, and
  * lazyingest with LAZY_INGEST_REF_PASSES=N (N tokens a pass).
  */
 #ifndef LZ_PASS_REF_H

@@ -3,11 +3,14 @@
  * there), prefill runs the questions of several answers in one batched pass,
  * next samples, step runs the sampled tokens of several answers in one
  * batched pass. The documents an answer reads stay held in the host tier
- * until it is freed, so answers can run side by side; on a backend with
- * slots each answer holds one (its sequence there) and the batched passes go
- * to its prefill_many / decode_many. How a document's entry is had from the
- * tiers below the backend: doc_tiers.c. What it leaves out: which answers run
- * together and when (serve/). */
+ * until it is freed, so answers can run side by side; every forward pass
+ * goes through an engine's question table (engine/backend.h): the session's
+ * backend, or the CPU engine's (engine/cpu_query.h) when there is none or it
+ * lacks what the mode needs; on a table with slots each answer holds one
+ * (its sequence there) and the batched passes go to its prefill_many /
+ * decode_many. How a document's entry is had from the tiers below the
+ * backend: doc_tiers.c. What it leaves out: which answers run together and
+ * when (serve/). */
 #include "query/answer_run.h"
 
 #include <math.h>
@@ -39,8 +42,8 @@ struct lz_query_run {
     int done, failed, settled;
     int plain;                  /* plain prompt: the answer ends at its first line break */
     int *eog, n_eog;            /* ignore_eos: the end-of-generation ids, masked before sampling */
-    const lz_query_backend *be; /* runs the question and the answer, or NULL: the CPU */
-    int slot;                   /* its sequence on a backend with slots (backend_slots > 1), or -1 */
+    const lz_query_backend *be; /* runs the question and the answer: the backend's table or the CPU engine's */
+    int slot;                   /* its sequence on a table with slots (backend_slots != 1), or -1 */
     lz_kv_segment *segs;        /* (n_segs) prefix, documents */
     int n_segs;
     kv_entry **owned;           /* entries the tier did not take: freed with the run */
@@ -48,14 +51,13 @@ struct lz_query_run {
     uint8_t (*held)[LZ_DOC_CACHE_KEY_MAX]; /* keys held in the host tier (n_held, lengths held_len) */
     uint8_t *held_len;
     int n_held;
-    lz_kv_cache lc;             /* own tokens: documents computed here (PREFIX, FULL), question, answer */
     size_t bytes;               /* lz_query_run_bytes */
     double t0, t_first;         /* begin; the first answer token's logits */
     char piece[256];
 };
 
-/* Copies tokens [t0, t0 + n) of a local cache into a new entry (PREFIX
- * mode), bf16 (rounded, as the store's entries) or fp32. */
+/* Copies tokens [t0, t0 + n) of a sequence's own cache into a new entry
+ * (PREFIX mode), bf16 (rounded, as the store's entries) or fp32. */
 static kv_entry *slice_cache(lz_query_session *q, const lz_kv_cache *lc, int t0, int n, int bf16)
 {
     const lz_llama_config *c = &q->m->cfg;
@@ -77,12 +79,17 @@ static kv_entry *slice_cache(lz_query_session *q, const lz_kv_cache *lc, int t0,
     return e;
 }
 
-/* Sequences the backend b runs at once through its slot hooks (see lz_query_backend), or 1. */
+/* Sequences the table b runs at once through its slot hooks (see lz_query_backend): n_slots, 0 for
+ * any number (host sequences: the CPU engine's), or 1 (begin / step: one at a time). */
 static int backend_slots(const lz_query_backend *b)
 {
-    return b && b->n_slots > 1 && b->idle_slot && b->begin_in && b->step_in && b->release && b->decode_many ? b->n_slots
-                                                                                                          : 1;
+    if (!b || !b->idle_slot || !b->begin_in || !b->step_in || !b->release || !b->decode_many) return 1;
+    if (b->reserve && b->own_kv && b->prefill_many) return 0;
+    return b->n_slots > 1 ? b->n_slots : 1;
 }
+
+/* 1 when b's sequences are host memory reserved per answer (the CPU engine's table). */
+static int host_seqs(const lz_query_backend *b) { return b && backend_slots(b) == 0; }
 
 /* The backend's step, in the run's slot when it has one. */
 static int be_step(const lz_query_backend *be, int slot, const int *ids, int n, float *logits, char *err,
@@ -96,7 +103,7 @@ static int run_status(int rc) { return rc == LZ_QUERY_ENOMEM ? LZ_QUERY_ENOMEM :
 
 int lz_query_run_parallel(const lz_query_session *q)
 {
-    return q->o.backend ? backend_slots(q->o.backend) : 0;
+    return backend_slots(q->o.backend ? q->o.backend : q->cpu_be);
 }
 
 /* PREFIX's chain keys: the key of the prompt prefix alone, then chain_next folds in each
@@ -190,11 +197,10 @@ void lz_query_run_free(lz_query_run *run)
     if (!run) return;
     lz_query_session *q = run->q;
     if (!run->done && !run->failed) run_settle(run); /* stopped mid-answer: copies may be in flight */
-    if (run->slot >= 0) q->o.backend->release(q->o.backend->ctx, run->slot); /* its sequence there ends */
+    if (run->slot >= 0) run->be->release(run->be->ctx, run->slot); /* its sequence there ends */
     for (int i = 0; i < run->n_held; i++) lz_doc_cache_release(q->cache, run->held[i], run->held_len[i]);
     for (int i = 0; i < run->n_owned; i++) session_entry_free(q, run->owned[i]);
     if (run->sampler == &run->own) lz_sampler_free(&run->own);
-    lz_kv_cache_free(&run->lc);
     lz_query_result_free(&run->r);
     free(run->logits);
     free(run->qids);
@@ -222,7 +228,7 @@ int64_t lz_query_run_estimate(const lz_query_session *q, const char *question, c
     const int64_t per_doc_token = (int64_t)token_kv_bytes(c) / 4 * elem;
     int64_t local = (int64_t)n_q + max_new_tokens;                    /* question and answer */
     if (q->o.mode == LZ_MODE_PREFIX || q->o.mode == LZ_MODE_FULL) local += doc_tokens + q->n_prefix;
-    if (q->o.backend) local = 1;                                      /* its own tokens live there */
+    if (q->o.backend && !host_seqs(q->o.backend)) local = 1;          /* its own tokens live there */
     return local * (int64_t)token_kv_bytes(c) + doc_tokens * per_doc_token + (int64_t)c->vocab * 4;
 }
 
@@ -310,7 +316,6 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     uint8_t *held = calloc((size_t)n_docs + 1, 1);            /* resident on the backend: never loaded */
     lz_kv_segment *segs = run->segs;
     int n_segs = 0;
-    lz_kv_cache *lc = &run->lc;
     if (!segs || !run->owned || !run->held || !run->held_len || !run->logits || !digest || !digests || !pre || !held) {
         snprintf(err, errlen, "out of memory");
         rc = LZ_QUERY_ENOMEM;
@@ -403,11 +408,15 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
     r->t_load = lz_now_s() - run->t0;
 
     /* lazy, block, full, prefix (with keep_own): the prompt's rest, the question and the answer
-     * on the accelerator when there is one */
-    const lz_query_backend *be = mode != LZ_MODE_PREFIX || gpu_prefix ? q->o.backend : NULL;
+     * on the accelerator when there is one; the rest on the CPU engine's table */
+    const lz_query_backend *be =
+        q->o.backend && (mode != LZ_MODE_PREFIX || gpu_prefix || host_seqs(q->o.backend)) ? q->o.backend : q->cpu_be;
+    if (!be) { snprintf(err, errlen, "no engine for %s mode's forward passes", lz_query_mode_name(mode)); goto done; }
     run->be = be;
-    for (int i = 0; be && i < n_segs; i++) digests[i] = digest[i];
-    if (be && slotted) { /* a sequence of its own on the backend: a free slot, its own tokens within it */
+    const int host = host_seqs(be); /* its own rows in host memory, the CPU's forward calls */
+    const int64_t pos0 = mode == LZ_MODE_FULL ? 0 : p;
+    for (int i = 0; i < n_segs; i++) digests[i] = digest[i];
+    if (backend_slots(be) != 1) { /* a sequence of its own there: a free slot, its own tokens within it */
         int64_t own = (int64_t)n_q + run->max_new + (mode == LZ_MODE_FULL ? s : 0);
         for (int i = mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX ? local_from : n_docs; i < n_docs; i++)
             own += docs[i].n_tokens;
@@ -417,57 +426,59 @@ int lz_query_run_begin(lz_query_session *q, const char *question, const lz_query
                      ", and the documents computed in the prompt" : "", be->seq_tokens);
             goto done;
         }
-        if ((run->slot = be->idle_slot(be->ctx)) < 0) {
+        if ((run->slot = be->idle_slot(be->ctx)) < 0 && host) {
+            snprintf(err, errlen, "out of memory");
+            rc = LZ_QUERY_ENOMEM;
+            goto done;
+        }
+        if (run->slot < 0) {
             snprintf(err, errlen, "every one of the backend's %d sequence slots is in use", be->n_slots);
             goto done;
         }
     }
-    if (be && (hrc = run->slot >= 0 ? be->begin_in(be->ctx, run->slot, mat, segs, digests, n_segs,
-                                                   mode == LZ_MODE_FULL ? 0 : p, err, errlen)
-                                    : (mat ? be->begin_block : be->begin)(be->ctx, segs, digests, n_segs,
-                                                                          mode == LZ_MODE_FULL ? 0 : p, err, errlen))) {
+    /* the own rows: documents still to compute (PREFIX/FULL), question, answer */
+    if (host && (hrc = be->reserve(be->ctx, run->slot, total - pos0, err, errlen))) {
         rc = run_status(hrc);
         goto done;
     }
-    if (be && (mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX)) { /* every token after the reused ones, one step */
+    if ((hrc = run->slot >= 0 ? be->begin_in(be->ctx, run->slot, mat, segs, digests, n_segs, pos0, err, errlen)
+                              : (mat ? be->begin_block : be->begin)(be->ctx, segs, digests, n_segs, pos0, err, errlen))) {
+        rc = run_status(hrc);
+        goto done;
+    }
+    run->bytes += (size_t)(host ? total - pos0 : 1) * token_kv_bytes(c); /* a device's own rows: one counted */
+    if (!host && (mode == LZ_MODE_FULL || mode == LZ_MODE_PREFIX)) { /* every token after the reused ones, one step */
         if ((hrc = backend_prompt(q, be, run->slot, docs, n_docs, local_from, qids, n_q, run->logits, r, err, errlen))) {
             rc = hrc;
             goto done;
         }
         run_first_token(run);
     }
-    /* the local cache: documents still to compute (PREFIX/FULL), question, answer */
-    int64_t pos0 = mode == LZ_MODE_FULL ? 0 : p;
-    int64_t n_local = be ? 1 : total - pos0;
-    if (lz_kv_cache_init(lc, c, (int)n_local)) {
-        snprintf(err, errlen, "out of memory for %lld tokens of KV", (long long)n_local);
-        rc = LZ_QUERY_ENOMEM;
-        goto done;
-    }
-    run->bytes += (size_t)n_local * token_kv_bytes(c);
-    lz_kv_cache_reset(lc, pos0);
-    if (mode == LZ_MODE_FULL && !be &&
-        lz_llama_forward(q->m, q->scratch, lc, NULL, 0, q->prefix, s, NULL, LZ_LOGITS_NONE)) {
+    /* host sequences: the prefix (FULL) and each document still to compute a forward call of its own
+     * (a failure named by what failed, as these calls always were: e2 holds the table's words) */
+    char e2[256];
+    if (host && mode == LZ_MODE_FULL && be->step_in(be->ctx, run->slot, q->prefix, s, NULL, e2, sizeof e2)) {
         snprintf(err, errlen, "forward pass failed on the prefix");
         goto done;
     }
-    if (mode == LZ_MODE_FULL && !be) r->n_computed += s;
+    if (host && mode == LZ_MODE_FULL) r->n_computed += s;
     uint8_t chain[32];
     if (mode == LZ_MODE_PREFIX) { /* recompute the chain key up to local_from */
         chain_start(q, chain);
         for (int i = 0; i < local_from; i++) chain_next(chain, &docs[i]);
     }
-    for (int i = be ? n_docs : local_from; i < n_docs; i++) { /* on the CPU */
+    for (int i = host ? local_from : n_docs; i < n_docs; i++) {
         int *ids, n;
         if (tiers_doc_tokens(q, &docs[i], &ids, &n, err, errlen)) goto done;
-        int start = lc->n;
-        int frc = n ? lz_llama_forward(q->m, q->scratch, lc, segs, n_segs, ids, n, NULL, LZ_LOGITS_NONE) : 0;
+        const lz_kv_cache *own = be->own_kv(be->ctx, run->slot); /* its rows, read after the step */
+        const int start = own->n;
+        int frc = n ? be->step_in(be->ctx, run->slot, ids, n, NULL, e2, sizeof e2) : 0;
         free(ids);
         if (frc) { snprintf(err, errlen, "forward pass failed on document '%s'", docs[i].ext_id); goto done; }
         r->n_computed += n;
         if (mode == LZ_MODE_PREFIX) {
             chain_next(chain, &docs[i]);
-            kv_entry *e = slice_cache(q, lc, start, n, q->kv16);
+            kv_entry *e = slice_cache(q, own, start, n, q->kv16);
             if (e && !lz_doc_cache_put(q->cache, chain, 32, e, e->bytes)) session_entry_free(q, e);
         }
     }
@@ -527,40 +538,28 @@ done:
 
 int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, char *err, size_t errlen)
 {
-    lz_llama_seq *seqs = malloc((size_t)(n > 0 ? n : 1) * sizeof *seqs);
     lz_query_run **who = malloc((size_t)(n > 0 ? n : 1) * sizeof *who);
     int m = 0, rc = -1;
-    if (!seqs || !who) { snprintf(err, errlen, "out of memory"); rc = LZ_QUERY_ENOMEM; goto done; }
+    if (!who) { snprintf(err, errlen, "out of memory"); rc = LZ_QUERY_ENOMEM; goto done; }
     for (int i = 0; i < n; i++) {
         lz_query_run *run = runs[i];
         if (run->ready || run->done || run->failed) continue; /* FULL / PREFIX on a backend: prefilled by begin */
-        if (run->be && run->slot >= 0 && run->be->prefill_many) { /* in one batched pass below */
+        if (run->slot >= 0 && run->be->prefill_many) { /* in one batched pass below */
             who[m++] = run;
             continue;
         }
-        if (run->be) {
-            if (n != 1 && run->slot < 0) {
-                snprintf(err, errlen, "a backend prefills one answer at a time (got %d)", n);
-                goto done;
-            }
-            const int src = be_step(run->be, run->slot, run->qids, run->n_q, run->logits, err, errlen);
-            if (src) { rc = src; goto done; }
-            run->r.n_computed += run->n_q;
-            run_first_token(run);
-            continue;
+        if (n != 1 && run->slot < 0) {
+            snprintf(err, errlen, "a backend prefills one answer at a time (got %d)", n);
+            goto done;
         }
-        seqs[m] = (lz_llama_seq){.cache = &run->lc, .segs = run->segs, .n_segs = run->n_segs, .tokens = run->qids,
-                                 .n = run->n_q, .logits = run->logits};
-        who[m++] = run;
+        const int src = be_step(run->be, run->slot, run->qids, run->n_q, run->logits, err, errlen);
+        if (src) { rc = src; goto done; }
+        run->r.n_computed += run->n_q;
+        run_first_token(run);
     }
-    if (m && who[0]->be) {
+    if (m) {
         const int brc = backend_prefill(who, m, err, errlen);
         if (brc) { rc = brc; goto done; }
-    } else if (m && (m == 1 ? lz_llama_forward(q->m, q->scratch, seqs[0].cache, seqs[0].segs, seqs[0].n_segs,
-                                               seqs[0].tokens, seqs[0].n, seqs[0].logits, LZ_LOGITS_LAST)
-                            : lz_llama_forward_batch(q->m, q->scratch, seqs, m))) {
-        snprintf(err, errlen, "forward pass failed on the question");
-        goto done;
     }
     for (int i = 0; i < m; i++) {
         who[i]->r.n_computed += who[i]->n_q;
@@ -568,7 +567,6 @@ int lz_query_run_prefill(lz_query_session *q, lz_query_run *const *runs, int n, 
     }
     rc = 0;
 done:
-    free(seqs);
     free(who);
     return rc ? runs_failed(runs, n, rc) : 0;
 }
@@ -678,10 +676,10 @@ int lz_query_run_step(lz_query_session *q, lz_query_run *const *runs, int n, cha
             snprintf(err, errlen, "an answer with no token to step (ended, or not sampled)");
             return -1;
         }
-    if (runs[0]->be && runs[0]->be->decode_next && (runs[0]->slot >= 0 || n == 1)) {
+    if (runs[0]->be->decode_next && (runs[0]->slot >= 0 || n == 1)) {
         const int brc = step_next(runs, n, err, errlen); /* the greedy ones choose on the backend */
         if (brc) return runs_failed(runs, n, brc);
-    } else if (runs[0]->be && runs[0]->slot >= 0) { /* every run a sequence of its own there: one batched pass */
+    } else if (runs[0]->slot >= 0) { /* every run a sequence of its own there: one batched pass */
         const lz_query_backend *be = runs[0]->be;
         int *slots = malloc((size_t)n * sizeof *slots), *ids = malloc((size_t)n * sizeof *ids);
         float **logits = malloc((size_t)n * sizeof *logits);
@@ -695,27 +693,11 @@ int lz_query_run_step(lz_query_session *q, lz_query_run *const *runs, int n, cha
         free(ids);
         free(logits);
         if (brc) return runs_failed(runs, n, brc);
-    } else if (runs[0]->be) {
+    } else {
         lz_query_run *run = runs[0];
         if (n != 1) { snprintf(err, errlen, "a backend steps one answer at a time (got %d)", n); return runs_failed(runs, n, -1); }
         const int src = run->be->step(run->be->ctx, &run->pending, 1, run->logits, err, errlen);
         if (src) return runs_failed(runs, n, src);
-    } else if (n == 1) {
-        lz_query_run *run = runs[0];
-        if (lz_llama_forward(q->m, q->scratch, &run->lc, run->segs, run->n_segs, &run->pending, 1, run->logits,
-                             LZ_LOGITS_LAST)) {
-            snprintf(err, errlen, "forward pass failed while decoding");
-            return runs_failed(runs, n, -1);
-        }
-    } else {
-        lz_llama_seq *seqs = malloc((size_t)n * sizeof *seqs);
-        if (!seqs) { snprintf(err, errlen, "out of memory"); return runs_failed(runs, n, LZ_QUERY_ENOMEM); }
-        for (int i = 0; i < n; i++)
-            seqs[i] = (lz_llama_seq){.cache = &runs[i]->lc, .segs = runs[i]->segs, .n_segs = runs[i]->n_segs,
-                                     .tokens = &runs[i]->pending, .n = 1, .logits = runs[i]->logits};
-        const int frc = lz_llama_forward_batch(q->m, q->scratch, seqs, n);
-        free(seqs);
-        if (frc) { snprintf(err, errlen, "forward pass failed while decoding"); return runs_failed(runs, n, -1); }
     }
     for (int i = 0; i < n; i++) {
         runs[i]->pending = -1;

@@ -409,7 +409,7 @@ int main(int argc, char **argv)
     if (!o.json && !o.quiet && isatty(STDOUT_FILENO)) o.sc.qo.on_piece = print_piece;
     /* the engine: --gpu's, else the CPU's */
     lz_engine_opts eo = {.gpu = o.sc.gpu, .device = -1, .own_tokens = lz_query_engine_rows(o.sc.qo.mode),
-                         .gpu_cache = o.sc.gpu_cache, .cache_policy = o.sc.qo.cache_policy};
+                         .gpu_cache = o.sc.gpu_cache, .cache_policy = o.sc.qo.cache_policy, .batch = o.sc.qo.batch};
     if (lz_engine_open(m, &eo, &o.engine, err, sizeof err)) {
         fprintf(stderr, "lazyquery: %s\n", err);
         lz_llama_free(m);
@@ -422,7 +422,7 @@ int main(int argc, char **argv)
                     o.sc.gpu_cache / 1073741824.0, lz_engine_gpu_cache(o.engine) / 1073741824.0);
         o.sc.qo.cold = o.sc.cold < 0 ? LZ_COLD_AUTO : o.sc.cold;
     }
-    o.sc.qo.backend = lz_engine_query(o.engine); /* one sequence at a time; NULL: the CPU */
+    o.sc.qo.backend = lz_engine_query(o.engine); /* the GPU's: one sequence at a time */
     lz_query_session *q = NULL;
     if (lz_query_session_new(m, st, &o.sc.qo, &q, err, sizeof err)) {
         fprintf(stderr, "lazyquery: %s\n", err);

@@ -122,8 +122,16 @@ int lz_query_session_new(lz_llama *m, lz_store *s, const lz_query_opts *o, lz_qu
                             .fp8 = (!o->backend || o->backend->reads_fp8) && !o->cache_f32, /* the CPU engine reads fp8 */
                             .backend = o->backend && o->backend->host_alloc && o->backend->host_free ? o->backend : NULL,
                             .codec = q->codec};
-    q->scratch = lz_llama_scratch_new(m, q->o.batch);
-    if (!q->cache || !q->codec || !q->scratch ||
+    /* the answers' forward passes where the backend does not run them (answer_run.c) */
+    const lz_query_backend *be = o->backend;
+    const int own_cpu = !be || (!be->reserve && o->mode == LZ_MODE_PREFIX &&
+                                !(be->keep_own && be->resident && be->keep_own_in));
+    if (be && be->reserve) q->cpu_be = be; /* the CPU engine's table itself */
+    if (own_cpu && (q->cpu = lz_engine_cpu_query_new(m, q->o.batch))) {
+        lz_engine_cpu_query_table(q->cpu, &q->cpu_table);
+        q->cpu_be = &q->cpu_table;
+    }
+    if (!q->cache || !q->codec || (own_cpu && !q->cpu) ||
         lz_sampler_init(&q->sampler, m->cfg.vocab, o->temperature, o->top_p, o->seed) ||
         lz_prompt_prefix_tokens(m->tok, &q->prefix, &q->n_prefix)) {
         snprintf(err, errlen, "out of memory");
@@ -163,7 +171,7 @@ void lz_query_session_free(lz_query_session *q)
     if (!q) return;
     lz_doc_cache_free(q->cache);
     lz_payload_codec_free(q->codec);
-    lz_llama_scratch_free(q->scratch);
+    lz_engine_cpu_query_free(q->cpu);
     lz_sampler_free(&q->sampler);
     free(q->prefix);
     kv_entry_clear(&q->env, &q->prefix_kv);

@@ -69,12 +69,16 @@ typedef struct {
     float temperature;       /* 0 = greedy */
     float top_p;
     uint64_t seed;
-    int batch;               /* forward chunk (tokens) */
+    int batch;               /* forward chunk (tokens) of the session's own CPU engine (backend NULL; an
+                                engine's table has its own: lz_engine_opts.batch) */
     int max_positions;       /* refuse prompts (+ answer) longer than this; 0 = no limit */
     int keep_logits;         /* copy the first answer token's logits into the result */
     int cache_f32;           /* 1: cached KV in fp32 even from a bf16 store (widened: twice the memory, the
                                 same lazy results; block / prefix copies then not rounded to bf16) */
-    const lz_query_backend *backend; /* lazy and block modes run the question and answer there; NULL: CPU */
+    const lz_query_backend *backend; /* the engine's question table (engine/engine.h's lz_engine_query)
+                                        every mode runs the question and the answer on (prefix: with
+                                        keep_own, else the CPU engine's); NULL: the session's own
+                                        CPU engine (engine/cpu_query.h, forward calls of batch tokens) */
     int cold;                /* LZ_COLD_LOAD (default), LZ_COLD_RECOMPUTE or LZ_COLD_AUTO (lazy mode, a backend
                                 with encode) */
     /* streaming: called with each piece of the answer as it is generated */

@@ -5,6 +5,7 @@
 #ifndef LZ_QUERY_SESSION_PRIV_H
 #define LZ_QUERY_SESSION_PRIV_H
 
+#include "engine/cpu_query.h"
 #include "model/sampler.h"
 #include "query/kv_entry.h"
 #include "query/session.h"
@@ -17,7 +18,12 @@ struct lz_query_session {
     lz_doc_cache *cache;
     lz_payload_codec *codec;
     kv_entry_env env;    /* how the host tier's entries are made (query/kv_entry.h) */
-    lz_llama_scratch *scratch;
+    /* the CPU engine's question table the answers run on when the backend does not run them: the
+     * backend itself when it is one (host sequences: reserve), else the session's own (cpu, made
+     * when there is no backend, or in PREFIX mode one without keep_own); NULL: not needed */
+    lz_engine_cpu_query *cpu;
+    lz_query_backend cpu_table;
+    const lz_query_backend *cpu_be;
     lz_sampler sampler;  /* lz_query_answer's: one generator across the session's questions */
     int *prefix;         /* prompt prefix tokens (s) */
     int n_prefix;

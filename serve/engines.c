@@ -84,12 +84,14 @@ int lz_serve_engines_open(lz_serve_engines *E, lz_llama *m, lz_store *base, cons
         lz_serve_sched_opts s = *so;
         const int full = qo->mode == LZ_MODE_FULL || qo->mode == LZ_MODE_PREFIX;
         const lz_engine_opts engo = {.gpu = p->dev >= 0, .device = p->dev, .own_tokens = lz_query_engine_rows(qo->mode),
-                                     .gpu_cache = eo->gpu_cache, .cache_policy = qo->cache_policy};
+                                     .gpu_cache = eo->gpu_cache, .cache_policy = qo->cache_policy,
+                                     .batch = qo->batch};
         if (lz_engine_open(m, &engo, &p->engine, e2, sizeof e2)) {
             if (p->dev >= 0) snprintf(err, errlen, "engine %d (GPU %d): %.900s", i, p->dev, e2);
             else snprintf(err, errlen, "engine %d: %.900s", i, e2);
             goto fail;
         }
+        o.backend = lz_engine_query(p->engine); /* its question table (a GPU's slots made below, in place) */
         if (p->dev >= 0) {
             /* the batch's sequences: as many as asked while they fit its memory (a batch of one
              * keeps the single sequence of max_tokens rows, lazyquery's) */
@@ -98,9 +100,7 @@ int lz_serve_engines_open(lz_serve_engines *E, lz_llama *m, lz_store *base, cons
                 if (!lz_engine_set_slots(p->engine, n, seq, e2, sizeof e2)) break;
                 fprintf(stderr, "%s: %s%s\n", prog, who, e2);
             }
-            const lz_query_backend *be = lz_engine_query(p->engine);
-            if (be->n_slots < s.max_running) s.max_running = be->n_slots;
-            o.backend = be;
+            if (o.backend->n_slots < s.max_running) s.max_running = o.backend->n_slots;
             o.cold = eo->cold < 0 ? LZ_COLD_AUTO : eo->cold;
             s.tier_stats = lz_engine_policy_stats;
             s.decode_stats = lz_engine_decode_stats;

@@ -32,7 +32,7 @@ static inline int lz_test_demo_questions(int n, char **questions, char *(*ctx_id
 }
 
 /* A session of m over st answering up to max_new tokens over the model's whole context, on
- * backend be (NULL: the CPU engine); a failure is a failed check (NULL returned). */
+ * backend be (NULL: the session's own CPU engine); a failure is a failed check (NULL returned). */
 static inline lz_query_session *lz_test_open_session(lz_llama *m, lz_store *st, int max_new, const lz_query_backend *be)
 {
     lz_query_opts o;

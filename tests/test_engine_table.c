@@ -10,6 +10,7 @@
 
 #include "engine/engine_gpu_ops.h"
 #include "tests/test.h"
+#include "tests/test_model.h"
 
 static struct {
     int opens, closes, queries, slots_n, slots_seq, prefix_fp8, uses, fail_open;
@@ -125,9 +126,21 @@ int main(void)
     CHECK(rec.closes == 1, "free closes the context once");
 
     const lz_engine_opts cpu = {0};
-    CHECK(lz_engine_open(NULL, &cpu, &e, err, sizeof err) == 0 && !lz_engine_is_gpu(e) && !lz_engine_query(e) &&
-              rec.opens == 2, "a CPU engine in a GPU build opens nothing on the table");
+    char mdir[256], mpath[320];
+    lz_llama *m = lz_test_model(1, 2, 1, 8, 16, mdir, sizeof mdir, mpath, sizeof mpath);
+    if (!m) return lz_test_done();
+    const int queries = rec.queries;
+    CHECK(lz_engine_open(m, &cpu, &e, err, sizeof err) == 0 && !lz_engine_is_gpu(e) && rec.opens == 2 &&
+              rec.queries == queries, "a CPU engine in a GPU build opens nothing on the table");
+    const lz_query_backend *cq = lz_engine_query(e);
+    CHECK(cq && cq->ctx != &ctx_word && cq->reserve && cq->own_kv, "its question table the CPU engine's: %p", cq ? cq->ctx : NULL);
+    const lz_encode_backend cb = lz_engine_encoder(e, &eo);
+    CHECK(cb.ctx != &ctx_word && cb.encode != f_encode && cb.encode_probe, "and its document table");
+    const lz_kv_cache none = {0};
+    CHECK(lz_engine_set_prefix(e, &none, 0, err, sizeof err) == 0 && rec.prefix == &pc && rec.prefix_fp8 == 1,
+          "its prefix kept off the GPU table");
     lz_engine_free(e);
     CHECK(rec.closes == 1, "nor closes anything");
+    lz_test_model_free(m, mdir, mpath);
     return lz_test_done();
 }

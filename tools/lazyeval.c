@@ -588,14 +588,15 @@ int main(int argc, char **argv)
                                           .policy = lz_cache_policy_name(o.qo.cache_policy)};
                 /* a fresh engine a run: its GPU tier starts empty */
                 lz_engine_opts eo = {.gpu = o.gpu, .device = -1, .own_tokens = lz_query_engine_rows(ro.qo.mode),
-                                     .gpu_cache = o.gpu_budget[gi], .cache_policy = o.qo.cache_policy};
+                                     .gpu_cache = o.gpu_budget[gi], .cache_policy = o.qo.cache_policy,
+                                     .batch = ro.qo.batch};
                 lz_engine *engine = NULL;
                 if (lz_engine_open(m, &eo, &engine, err, sizeof err)) {
                     fprintf(stderr, "lazyeval: %s\n", err);
                     exit_rc = LZ_EXIT_RUNTIME;
                     goto write_report;
                 }
-                ro.qo.backend = lz_engine_query(engine); /* NULL: the CPU */
+                ro.qo.backend = lz_engine_query(engine);
                 if (o.gpu) {
                     ro.qo.cold = o.cold < 0 ? LZ_COLD_AUTO : o.cold;
                     ro.gpu_tier = lz_engine_policy_stats;
