@@ -311,7 +311,17 @@ int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const P
      * already token-major) */
     auto fits = [](int in) { return in % 8 == 0 && in <= LZ_GEMV_MAX_IN; };
     const bool one = n == 1 && fits(D) && fits(Hd) && fits(F);
-    if (one) {
+    /* a decode step of one sequence with its own rows: the rotary and both appends in q/k/v's
+     * epilogue (lz_gemv_rmsnorm_rope), bit for bit the product then lz_op_heads_own */
+    const bool rope = one && n_parts == 1 && parts[0].own_k;
+    if (rope) {
+        const Part &pt = parts[0];
+        lz_gemv_rope r = {(const lz_bf16 *)w->wq, (const lz_bf16 *)w->wk, (const lz_bf16 *)w->wv, H, KV, d,
+                          c->rope_layout, g->inv_freq, pt.attn ? pt.pos0 : pos0, pt.attn ? pt.count : count,
+                          (lz_bf16 *)(g->qh + (size_t)pt.off * Hd), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, (lz_bf16 *)pt.own_k,
+                          (lz_bf16 *)pt.own_v, pt.N ? pt.N : g->max_tokens};
+        if ((rc = lz_gemv_rmsnorm_rope(&r, g->x, w->attn_norm, c->norm_eps, D, st))) return fail(err, errlen, "q/k/v", rc);
+    } else if (one) {
         const lz_gemv_mat m[3] = {{(const lz_bf16 *)w->wq, g->q, Hd}, {(const lz_bf16 *)w->wk, g->q + Hd, KVd},
                                   {(const lz_bf16 *)w->wv, g->q + Hd + KVd, KVd}};
         if ((rc = lz_gemv_rmsnorm(m, 3, g->x, w->attn_norm, c->norm_eps, D, 0.f, st))) return fail(err, errlen, "q/k/v", rc);
@@ -335,7 +345,8 @@ int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const P
         /* a sequence of its own (a slot among several): its position, length and attention */
         const int64_t ppos = pt.attn ? pt.pos0 : pos0;
         const int *pcount = pt.attn ? pt.count : count;
-        if (pt.own_k)
+        if (rope) rc = 0; /* done in q/k/v's epilogue */
+        else if (pt.own_k)
             rc = lz_op_heads_own((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, (lz_bf16 *)pt.own_k,
                                  (lz_bf16 *)pt.own_v, pt.N ? pt.N : g->max_tokens, row, row + Hd, row + Hd + KVd,
                                  Hd + 2 * KVd, pt.n, H, KV, d, ppos, pcount, c->rope_layout, g->inv_freq, ps);

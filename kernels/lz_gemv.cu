@@ -16,6 +16,10 @@
  * computing the silu gate from 115 KB of fp32 rows before its first weight
  * load: an 8B decode step 4.51-4.52 ms against 4.62-4.64 with lz_gemv_silu
  * (lazyquery --gpu on the H200, the same call).
+ * ROPE (lz_gemv_rmsnorm_rope) pairs the two rows of a rotary pair of q, k or
+ * v in one warp and writes the heads and the own rows from the epilogue, so a
+ * decode layer has no rotary launch: 4.46-4.47 ms a step against 4.49-4.51
+ * with lz_op_heads_own after the product (the same call).
  * Neither launching the products as programmatic dependents nor loading each
  * warp's first weights before x is staged made them faster.
  * CPU reference: lz_gemv_ref.c. */
@@ -26,6 +30,7 @@
 
 #include "kernels/lz_gemv.h"
 #include "kernels/lz_ops.cuh"
+#include "base/rope.h"
 
 namespace {
 
@@ -41,7 +46,11 @@ struct Mats {
     int end[LZ_GEMV_MAX_MATS]; /* rows of matrices 0..m, cumulated */
     int n;
     __nv_bfloat16 *h; /* SWIGLU: the output, bf16(silu(gate row r) * up row r) */
+    lz_gemv_rope rope; /* ROPE: the heads' outputs (lz_gemv_rmsnorm_rope) */
 };
+
+/* what a warp's rows become: y rows (beta), bf16(silu(gate) up) (SWIGLU), a rotary pair (ROPE) */
+enum { EPI_Y, EPI_SWIGLU, EPI_ROPE };
 
 /* 16 bytes of weights, streamed: no L1 allocation (read once) */
 __device__ __forceinline__ uint4 ld_stream(const uint4 *p)
@@ -75,6 +84,31 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+/* ROPE's epilogue: pair t (elements a, b) of head hh (q heads, then k, then v) from its two
+ * fp32 dots, as heads_kernel (kernels/lz_ops.cu) writes one row: q and k rotated at pos0 +
+ * *count, v as is; k and v also at row *count of the head's own rows */
+__device__ __forceinline__ void rope_out(const lz_gemv_rope &r, int hh, int t, int ea, int eb, float x0, float x1)
+{
+    const int cnt = *r.count;
+    const int64_t pos = r.pos0 + cnt;
+    __nv_bfloat16 *dst, *own = nullptr;
+    if (hh < r.H) dst = reinterpret_cast<__nv_bfloat16 *>(r.qh) + (size_t)hh * r.d;
+    else if (hh < r.H + r.KV) {
+        dst = reinterpret_cast<__nv_bfloat16 *>(r.kh) + (size_t)(hh - r.H) * r.d;
+        own = reinterpret_cast<__nv_bfloat16 *>(r.own_k) + ((size_t)(hh - r.H) * r.N + cnt) * r.d;
+    } else {
+        dst = reinterpret_cast<__nv_bfloat16 *>(r.vh) + (size_t)(hh - r.H - r.KV) * r.d;
+        own = reinterpret_cast<__nv_bfloat16 *>(r.own_v) + ((size_t)(hh - r.H - r.KV) * r.N + cnt) * r.d;
+    }
+    if (hh < r.H + r.KV) {
+        const float ang = (float)pos * r.inv_freq[t];
+        lz_rope_rotate_pair(&x0, &x1, cosf(ang), sinf(ang));
+    }
+    const __nv_bfloat16 b0 = __float2bfloat16_rn(x0), b1 = __float2bfloat16_rn(x1);
+    dst[ea] = b0, dst[eb] = b1;
+    if (own) own[ea] = b0, own[eb] = b1;
+}
+
 /* row r of the launch: its matrix and its row there */
 __device__ __forceinline__ const uint4 *row_of(const Mats &a, int r, int in8, int *mat, int *row)
 {
@@ -86,16 +120,20 @@ __device__ __forceinline__ const uint4 *row_of(const Mats &a, int r, int in8, in
 }
 
 /* SWIGLU (two matrices of equal rows, gate and up): a warp's two rows are row pp of each,
- * and its output is a.h[pp] = bf16(silu(gate) * up), as the silu gate's staging rounds it */
-template <int XM, bool SWIGLU = false>
+ * and its output is a.h[pp] = bf16(silu(gate) * up), as the silu gate's staging rounds it.
+ * ROPE (q, k, v): a warp's two rows are rotary pair pp % (d / 2) of head pp / (d / 2), heads
+ * numbered q, then k, then v, written rotated (q, k) or as is (v) as heads_kernel writes them. */
+template <int XM, int EPI = EPI_Y>
 __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const void *__restrict__ x0, const float *__restrict__ x1,
                                                           float eps, int in8, float beta)
 {
-    static_assert(!SWIGLU || RPW == 2, "a gate row and its up row a warp");
+    constexpr bool SWIGLU = EPI == EPI_SWIGLU, ROPE = EPI == EPI_ROPE;
+    static_assert((!SWIGLU && !ROPE) || RPW == 2, "a gate row and its up row, or a rotary pair, a warp");
     extern __shared__ uint4 xs[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int total = a.n == 1 ? a.end[0] : a.n == 2 ? a.end[1] : a.end[2];
-    const int pairs = SWIGLU ? a.end[0] : (total + RPW - 1) / RPW, stride = gridDim.x * WARPS,
+    const int half = a.rope.d / 2;
+    const int pairs = SWIGLU ? a.end[0] : ROPE ? a.end[2] / 2 : (total + RPW - 1) / RPW, stride = gridDim.x * WARPS,
               pp0 = blockIdx.x * WARPS + warp;
     const uint4 *wr[RPW];
     int mat[RPW], row[RPW];
@@ -103,6 +141,15 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const void *__
     auto rows = [&](int pp) { /* a row past the end repeats the last one; not written */
         if constexpr (SWIGLU) {
             wr[0] = a.w[0] + (size_t)pp * in8, wr[1] = a.w[1] + (size_t)pp * in8;
+            return;
+        }
+        if constexpr (ROPE) { /* mat[0]: the head (of H + 2 KV), row[0], row[1]: the pair's elements */
+            const int hh = pp / half, m = hh < a.rope.H ? 0 : hh < a.rope.H + a.rope.KV ? 1 : 2;
+            const int hm = hh - (m == 0 ? 0 : m == 1 ? a.rope.H : a.rope.H + a.rope.KV);
+            lz_rope_pair(a.rope.layout, a.rope.d, pp - hh * half, &row[0], &row[1]);
+            mat[0] = hh;
+            const uint4 *w = (m == 0 ? a.w[0] : m == 1 ? a.w[1] : a.w[2]) + (size_t)hm * a.rope.d * in8;
+            wr[0] = w + (size_t)row[0] * in8, wr[1] = w + (size_t)row[1] * in8;
             return;
         }
 #pragma unroll
@@ -178,6 +225,17 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const void *__
             if (lane == 0) a.h[pp] = __float2bfloat16_rn(lz::silu_mul(s[0], s[1]));
             continue;
         }
+        if constexpr (ROPE) {
+            float s[RPW];
+#pragma unroll
+            for (int j = 0; j < RPW; j++) {
+                s[j] = acc[j];
+#pragma unroll
+                for (int o = 16; o; o >>= 1) s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
+            }
+            if (lane == 0) rope_out(a.rope, mat[0], pp - mat[0] * half, row[0], row[1], s[0], s[1]);
+            continue;
+        }
 #pragma unroll
         for (int j = 0; j < RPW; j++) {
             float s = acc[j];
@@ -193,12 +251,13 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const void *__
 
 } /* namespace */
 
-template <int XM, bool SWIGLU = false>
+template <int XM, int EPI = EPI_Y>
 static int launch(const lz_gemv_mat *mats, int n_mats, const void *x0, const float *x1, float eps, int in, float beta,
-                  void *stream, lz_bf16 *h = NULL)
+                  void *stream, lz_bf16 *h = NULL, const lz_gemv_rope *rope = NULL)
 {
     Mats a = {};
     a.h = reinterpret_cast<__nv_bfloat16 *>(h);
+    if (rope) a.rope = *rope;
     a.n = n_mats;
     int total = 0;
     for (int m = 0; m < n_mats; m++) {
@@ -218,7 +277,7 @@ static int launch(const lz_gemv_mat *mats, int n_mats, const void *x0, const flo
     }
     const int per = WARPS * RPW, groups = (total + per - 1) / per;
     const int cap = (XM == X_SILU ? tune_bps_silu : tune_bps) * n_sm, blocks = groups < cap ? groups : cap;
-    gemv_kernel<XM, SWIGLU><<<blocks, WARPS * 32, (size_t)in * 2, (cudaStream_t)stream>>>(a, x0, x1, eps, in / 8, beta);
+    gemv_kernel<XM, EPI><<<blocks, WARPS * 32, (size_t)in * 2, (cudaStream_t)stream>>>(a, x0, x1, eps, in / 8, beta);
     return (int)cudaGetLastError();
 }
 
@@ -257,5 +316,16 @@ extern "C" int lz_gemv_rmsnorm_swiglu(const lz_bf16 *w_gate, const lz_bf16 *w_up
     if (rc) return rc;
     /* the rows' y pointers are not written (SWIGLU writes h); any non-NULL pointer passes the count */
     const lz_gemv_mat m[2] = {{w_gate, (float *)h, rows}, {w_up, (float *)h, rows}};
-    return launch<X_RMSNORM, true>(m, 2, x, norm_w, eps, in, 0.f, stream, h);
+    return launch<X_RMSNORM, EPI_SWIGLU>(m, 2, x, norm_w, eps, in, 0.f, stream, h);
+}
+
+extern "C" int lz_gemv_rmsnorm_rope(const lz_gemv_rope *p, const float *x, const float *norm_w, float eps, int in,
+                                    void *stream)
+{
+    int rc = lz_gemv_rope_check(p, x, norm_w, in);
+    if (rc) return rc;
+    /* the rows' y pointers are not written (ROPE writes the heads) */
+    float *unused = reinterpret_cast<float *>(p->qh);
+    const lz_gemv_mat m[3] = {{p->wq, unused, p->H * p->d}, {p->wk, unused, p->KV * p->d}, {p->wv, unused, p->KV * p->d}};
+    return launch<X_RMSNORM, EPI_ROPE>(m, 3, x, norm_w, eps, in, 0.f, stream, NULL, p);
 }

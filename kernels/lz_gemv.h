@@ -10,6 +10,8 @@
 #ifndef LZ_GEMV_H
 #define LZ_GEMV_H
 
+#include <stdint.h>
+
 #include "kernels/lz_attn.h"
 
 #ifdef __cplusplus
@@ -62,6 +64,31 @@ int lz_gemv_rmsnorm_swiglu_ref(const lz_bf16 *w_gate, const lz_bf16 *w_up, int r
 /* its argument check (0 or LZ_ATTN_EARG) */
 int lz_gemv_swiglu_check(const lz_bf16 *w_gate, const lz_bf16 *w_up, int rows, const float *x, const float *norm_w,
                          int in, const lz_bf16 *h);
+
+/* The attention's q, k, v products of one decode row with the rotary and the appends in their
+ * epilogue: a warp computes the two rows of a rotary pair (base/rope.h: pair t of head h is rows
+ * h d + a, h d + b of its matrix), so what lz_gemv_rmsnorm (wq, wk, wv) then lz_op_heads_own
+ * (one row) write comes out of one launch, bit for bit: qh (H, d) and kh (KV, d) rotated at
+ * position pos0 + *count, vh (KV, d) as is, and k and v also at row *count of each head of
+ * own_k, own_v (KV, N, d). The fp32 rows are not written. */
+typedef struct {
+    const lz_bf16 *wq, *wk, *wv; /* (H d, in), (KV d, in), (KV d, in) */
+    int H, KV, d;                /* d even, at most 512 */
+    int layout;                  /* LZ_ROPE_ADJACENT or LZ_ROPE_HALF */
+    const float *inv_freq;       /* (d / 2) */
+    int64_t pos0;
+    const int *count;            /* the tokens so far (device memory on the GPU) */
+    lz_bf16 *qh, *kh, *vh;
+    lz_bf16 *own_k, *own_v;
+    int N;                       /* own rows a head */
+} lz_gemv_rope;
+
+/* Returns 0, LZ_ATTN_EARG, LZ_ATTN_EHEADDIM, or a cudaError_t. */
+int lz_gemv_rmsnorm_rope(const lz_gemv_rope *p, const float *x, const float *norm_w, float eps, int in, void *stream);
+int lz_gemv_rmsnorm_rope_ref(const lz_gemv_rope *p, const float *x, const float *norm_w, float eps, int in,
+                             void *stream);
+/* its argument check (0, LZ_ATTN_EARG or LZ_ATTN_EHEADDIM) */
+int lz_gemv_rope_check(const lz_gemv_rope *p, const float *x, const float *norm_w, int in);
 
 /* Launch tuning (benchmarks' A/B; the CUDA launcher only): persistent blocks
  * a SM for plain and rmsnorm inputs (0: the default, 4) and for the silu gate

@@ -7,6 +7,7 @@
 #include "kernels/lz_gemv.h"
 #include "kernels/lz_ops.h"
 #include "base/half.h"
+#include "base/rope.h"
 
 int lz_gemv_check(const lz_gemv_mat *mats, int n_mats, const void *x, int in)
 {
@@ -81,5 +82,34 @@ int lz_gemv_rmsnorm_swiglu_ref(const lz_bf16 *w_gate, const lz_bf16 *w_up, int r
     const lz_gemv_mat m[2] = {{w_gate, gu, rows}, {w_up, gu + rows, rows}};
     if (!(rc = lz_gemv_rmsnorm_ref(m, 2, x, norm_w, eps, in, 0.f, NULL))) lz_op_silu_mul_ref(h, gu, gu + rows, (size_t)rows, NULL);
     free(gu);
+    return rc;
+}
+
+int lz_gemv_rope_check(const lz_gemv_rope *p, const float *x, const float *norm_w, int in)
+{
+    if (!p || !x || !norm_w || in < 8 || in % 8 || in > LZ_GEMV_MAX_IN) return LZ_ATTN_EARG;
+    if (p->d <= 0 || p->d % 2 || p->d > 512) return LZ_ATTN_EHEADDIM;
+    if (!p->wq || !p->wk || !p->wv || p->H < 1 || p->KV < 1 || p->H % p->KV || !p->inv_freq || !p->count || !p->qh ||
+        !p->kh || !p->vh || !p->own_k || !p->own_v || p->N < 1 ||
+        (p->layout != LZ_ROPE_ADJACENT && p->layout != LZ_ROPE_HALF))
+        return LZ_ATTN_EARG;
+    return LZ_ATTN_OK;
+}
+
+/* the three rows [q | k | v] by lz_gemv_rmsnorm_ref, then lz_op_heads_own_ref of one row */
+int lz_gemv_rmsnorm_rope_ref(const lz_gemv_rope *p, const float *x, const float *norm_w, float eps, int in,
+                             void *stream)
+{
+    (void)stream;
+    int rc = lz_gemv_rope_check(p, x, norm_w, in);
+    if (rc) return rc;
+    const int Hd = p->H * p->d, KVd = p->KV * p->d;
+    float *row = malloc((size_t)(Hd + 2 * KVd) * sizeof *row);
+    if (!row) return LZ_ATTN_EARG;
+    const lz_gemv_mat m[3] = {{p->wq, row, Hd}, {p->wk, row + Hd, KVd}, {p->wv, row + Hd + KVd, KVd}};
+    if (!(rc = lz_gemv_rmsnorm_ref(m, 3, x, norm_w, eps, in, 0.f, NULL)))
+        rc = lz_op_heads_own_ref(p->qh, p->kh, p->vh, p->own_k, p->own_v, p->N, row, row + Hd, row + Hd + KVd,
+                                 Hd + 2 * KVd, 1, p->H, p->KV, p->d, p->pos0, p->count, p->layout, p->inv_freq, NULL);
+    free(row);
     return rc;
 }

@@ -710,8 +710,70 @@ static void test_swiglu_ref(void)
           "swiglu reference refuses 0 rows, in not a multiple of 8, a missing matrix");
 }
 
+/* lz_gemv_rmsnorm_rope_ref against the rotary written out here in double (rmsnorm, bf16
+ * input, the dots, R(pos) on each pair of q and k by base/rope.h's pairing), own rows outside
+ * row count untouched, and its argument checks */
+static void test_rope_ref(int layout)
+{
+    enum { H = 4, KV = 2, D = 16, IN = 32, N = 5 };
+    const int Hd = H * D, KVd = KV * D, cnt = 3;
+    const int64_t pos0 = 70000;
+    float x[IN], nw[IN], inv[D / 2];
+    lz_bf16 wq[Hd * IN], wk[KVd * IN], wv[KVd * IN], qh[Hd], kh[KVd], vh[KVd], ok[KVd * N], ov[KVd * N];
+    for (int i = 0; i < IN; i++) x[i] = (float)(urand() * 4 - 2), nw[i] = (float)(0.5 + urand());
+    for (int t = 0; t < D / 2; t++) inv[t] = powf(10000.f, -2.f * t / D);
+    for (int i = 0; i < Hd * IN; i++) wq[i] = lz_f32_to_bf16((float)(urand() - 0.5));
+    for (int i = 0; i < KVd * IN; i++) wk[i] = lz_f32_to_bf16((float)(urand() - 0.5)), wv[i] = lz_f32_to_bf16((float)(urand() - 0.5));
+    for (int i = 0; i < KVd * N; i++) ok[i] = ov[i] = lz_f32_to_bf16(7.f);
+    lz_gemv_rope p = {wq, wk, wv, H, KV, D, layout, inv, pos0, &cnt, qh, kh, vh, ok, ov, N};
+    CHECK(lz_gemv_rmsnorm_rope_ref(&p, x, nw, 1e-5f, IN, NULL) == 0, "rope reference runs");
+    double ss = 0;
+    for (int i = 0; i < IN; i++) ss += (double)x[i] * x[i];
+    const double r = 1.0 / sqrt(ss / IN + 1e-5);
+    double xb[IN];
+    for (int i = 0; i < IN; i++) xb[i] = lz_bf16_to_f32(lz_f32_to_bf16((float)(x[i] * r * nw[i])));
+    double worst = 0;
+    int untouched = 1;
+    for (int hh = 0; hh < H + 2 * KV; hh++) {
+        const lz_bf16 *w = hh < H ? wq + hh * D * IN : hh < H + KV ? wk + (hh - H) * D * IN : wv + (hh - H - KV) * D * IN;
+        const lz_bf16 *got = hh < H ? qh + hh * D : hh < H + KV ? kh + (hh - H) * D : vh + (hh - H - KV) * D;
+        const lz_bf16 *own = hh < H ? NULL : (hh < H + KV ? ok + (hh - H) * N * D : ov + (hh - H - KV) * N * D);
+        double y[D];
+        for (int e = 0; e < D; e++) {
+            y[e] = 0;
+            for (int i = 0; i < IN; i++) y[e] += lz_bf16_to_f32(w[e * IN + i]) * xb[i];
+        }
+        for (int t = 0; t < D / 2 && hh < H + KV; t++) {
+            const int a = layout == LZ_ROPE_HALF ? t : 2 * t, b = layout == LZ_ROPE_HALF ? t + D / 2 : 2 * t + 1;
+            const double ang = (double)(pos0 + cnt) * inv[t], y0 = y[a], y1 = y[b];
+            y[a] = y0 * cos(ang) - y1 * sin(ang), y[b] = y0 * sin(ang) + y1 * cos(ang);
+        }
+        for (int e = 0; e < D; e++) {
+            const double er = fabs(lz_bf16_to_f32(got[e]) - y[e]) / (fabs(y[e]) + 0.1);
+            worst = er > worst ? er : worst;
+            if (own) {
+                for (int row = 0; row < N; row++)
+                    untouched &= row == cnt ? own[row * D + e] == got[e] : lz_bf16_to_f32(own[row * D + e]) == 7.f;
+            }
+        }
+    }
+    /* the angle at 70,003 in fp32 (base/rope.h) against double: a few 1e-3 radians at most */
+    CHECK(worst < 2e-2, "rope reference = the rotary written out (layout %d): worst %.3g", layout, worst);
+    CHECK(untouched, "rope reference: k and v at own row %d, the other rows untouched", cnt);
+    lz_gemv_rope bad = p;
+    bad.d = 15;
+    CHECK(lz_gemv_rmsnorm_rope_ref(&bad, x, nw, 1e-5f, IN, NULL) == LZ_ATTN_EHEADDIM, "rope reference refuses an odd d");
+    bad = p, bad.own_k = NULL;
+    CHECK(lz_gemv_rmsnorm_rope_ref(&bad, x, nw, 1e-5f, IN, NULL) == LZ_ATTN_EARG, "rope reference refuses no own rows");
+    bad = p, bad.H = 3;
+    CHECK(lz_gemv_rmsnorm_rope_ref(&bad, x, nw, 1e-5f, IN, NULL) == LZ_ATTN_EARG, "rope reference refuses H not a multiple of KV");
+    CHECK(lz_gemv_rmsnorm_rope_ref(&p, x, nw, 1e-5f, IN - 4, NULL) == LZ_ATTN_EARG, "rope reference refuses in not a multiple of 8");
+}
+
 int main(void)
 {
+    test_rope_ref(LZ_ROPE_ADJACENT);
+    test_rope_ref(LZ_ROPE_HALF);
     test_swiglu_ref();
     test_batch_ops_ref(LZ_ROPE_ADJACENT);
     test_batch_ops_ref(LZ_ROPE_HALF);

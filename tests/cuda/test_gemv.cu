@@ -5,7 +5,10 @@
  * |w x| terms; bad arguments refused. The fused forms (x = rmsnorm of an
  * fp32 row, x = silu(gate) * up) equal, bit for bit, lz_op_rmsnorm or
  * lz_op_silu_mul followed by lz_gemv, and their CPU references within 1e-3
- * (x's bf16 rounding may differ in a last bit). A chain of dependent products
+ * (x's bf16 rounding may differ in a last bit); the q/k/v product with the
+ * rotary and appends in its epilogue equals lz_gemv_rmsnorm then
+ * lz_op_heads_own bit for bit (both rotary layouts, head_dim 64 / 128, GQA
+ * 1 / 4 / 8, positions past 65,536). A chain of dependent products
  * launched back to back, and replayed from a graph, equals the same chain run
  * one launch at a time. All of it under three launch settings (lz_gemv_tune):
  * the default persistent grids, one block a SM (each warp loops over row
@@ -27,6 +30,7 @@
 #include "kernels/lz_gemv.h"
 #include "kernels/lz_ops.h"
 #include "base/half.h"
+#include "base/rope.h"
 #include "tests/cuda/cuda_check.h"
 #include "tests/test.h"
 
@@ -195,6 +199,101 @@ static void check_swiglu(int rows, int in)
     free(x), free(nw), free(wg), free(wu), free(got), free(sep), free(ref);
     CK(cudaFree(dwg)); CK(cudaFree(dwu)); CK(cudaFree(dx)); CK(cudaFree(dnw)); CK(cudaFree(dgu));
     CK(cudaFree(dh)); CK(cudaFree(dh2));
+}
+
+/* lz_gemv_rmsnorm_rope: the heads and both appends against lz_gemv_rmsnorm's three rows then
+ * lz_op_heads_own (exact, own rows outside row *count untouched), and against its CPU reference
+ * (within the rounding of bf16 outputs of products whose fp32 sums differ in last bits) */
+static void check_rope(int H, int KV, int d, int in, int layout, int N, int cnt, int64_t pos0)
+{
+    const int Hd = H * d, KVd = KV * d;
+    float *x = (float *)malloc((size_t)in * 4), *nw = (float *)malloc((size_t)in * 4), *inv = (float *)malloc((size_t)d * 2);
+    for (int i = 0; i < in; i++) x[i] = (urand() * 2.f - 1.f) * 3.f, nw[i] = 0.5f + urand();
+    for (int t = 0; t < d / 2; t++) inv[t] = powf(500000.f, -2.f * t / d);
+    lz_bf16 *wq = rand_bf16((size_t)Hd * in), *wk = rand_bf16((size_t)KVd * in), *wv = rand_bf16((size_t)KVd * in);
+    const size_t no = (size_t)KVd * N;
+    lz_bf16 *own0 = rand_bf16(no); /* what the own rows held before */
+    lz_gemv_rope g = {dev(wq, (size_t)Hd * in), dev(wk, (size_t)KVd * in), dev(wv, (size_t)KVd * in), H, KV, d, layout,
+                      dev(inv, (size_t)d / 2), pos0, dev(&cnt, 1), dev<lz_bf16>(NULL, Hd), dev<lz_bf16>(NULL, KVd),
+                      dev<lz_bf16>(NULL, KVd), dev(own0, no), dev(own0, no), N};
+    lz_gemv_rope sep = g;
+    sep.qh = dev<lz_bf16>(NULL, Hd), sep.kh = dev<lz_bf16>(NULL, KVd), sep.vh = dev<lz_bf16>(NULL, KVd);
+    sep.own_k = dev(own0, no), sep.own_v = dev(own0, no);
+    float *dx = dev(x, (size_t)in), *dnw = dev(nw, (size_t)in), *drow = dev<float>(NULL, (size_t)Hd + 2 * KVd);
+    const float eps = 1e-5f;
+    CHECK(lz_gemv_rmsnorm_rope(&g, dx, dnw, eps, in, NULL) == 0, "rope launch");
+    const lz_gemv_mat m[3] = {{g.wq, drow, Hd}, {g.wk, drow + Hd, KVd}, {g.wv, drow + Hd + KVd, KVd}};
+    CHECK(lz_gemv_rmsnorm(m, 3, dx, dnw, eps, in, 0.f, NULL) == 0 &&
+              lz_op_heads_own(sep.qh, sep.kh, sep.vh, sep.own_k, sep.own_v, N, drow, drow + Hd, drow + Hd + KVd,
+                              Hd + 2 * KVd, 1, H, KV, d, pos0, sep.count, layout, sep.inv_freq, NULL) == 0,
+          "separate launches");
+    CK(cudaDeviceSynchronize());
+    /* [qh | kh | vh | own_k | own_v] of each, host side */
+    const size_t tot = (size_t)Hd + 2 * KVd + 2 * no;
+    lz_bf16 *got = (lz_bf16 *)malloc(tot * 2), *want = (lz_bf16 *)malloc(tot * 2), *ref = (lz_bf16 *)malloc(tot * 2);
+    auto fetch = [&](lz_bf16 *h, const lz_gemv_rope &r) {
+        CK(cudaMemcpy(h, r.qh, (size_t)Hd * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h + Hd, r.kh, (size_t)KVd * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h + Hd + KVd, r.vh, (size_t)KVd * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h + Hd + 2 * KVd, r.own_k, no * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h + Hd + 2 * KVd + no, r.own_v, no * 2, cudaMemcpyDeviceToHost));
+    };
+    fetch(got, g);
+    fetch(want, sep);
+    memcpy(ref + Hd + 2 * KVd, own0, no * 2);
+    memcpy(ref + Hd + 2 * KVd + no, own0, no * 2);
+    lz_gemv_rope hr = {wq, wk, wv, H, KV, d, layout, inv, pos0, &cnt, ref, ref + Hd, ref + Hd + KVd,
+                       ref + Hd + 2 * KVd, ref + Hd + 2 * KVd + no, N};
+    CHECK(lz_gemv_rmsnorm_rope_ref(&hr, x, nw, eps, in, NULL) == 0, "rope reference");
+    const int same = !memcmp(got, want, tot * 2);
+    /* [qh | kh | vh] element by element: one bf16 step of the element (the two sides round fp32
+     * sums that differ in last bits) plus a share of its head's rms (an input element whose bf16
+     * rounding differs moves every dot that reads it) */
+    double worst = 0;
+    for (int hh = 0; hh < H + 2 * KV; hh++) {
+        const lz_bf16 *a = got + (size_t)hh * d, *b = ref + (size_t)hh * d;
+        double rms = 0;
+        for (int e = 0; e < d; e++) rms += (double)lz_bf16_to_f32(b[e]) * lz_bf16_to_f32(b[e]) / d;
+        rms = sqrt(rms) + 1e-30;
+        for (int e = 0; e < d; e++) {
+            const double x = lz_bf16_to_f32(a[e]), y = lz_bf16_to_f32(b[e]);
+            const double err = (fabs(x - y) - fabs(y) / 128) / rms;
+            worst = (err > worst || err != err) ? (err != err ? INFINITY : err) : worst;
+        }
+    }
+    int own_same = 1; /* row cnt of each head is its kh / vh row, every other row what it held */
+    for (int kv = 0; kv < 2; kv++)
+        for (int h = 0; h < KV; h++)
+            for (int r = 0; r < N; r++) {
+                const lz_bf16 *o = got + Hd + 2 * KVd + kv * no + ((size_t)h * N + r) * d;
+                const lz_bf16 *w = r == cnt ? got + Hd + (size_t)(kv * KV + h) * d : own0 + ((size_t)h * N + r) * d;
+                own_same &= !memcmp(o, w, (size_t)d * 2);
+            }
+    CHECK(same, "rope fused = rmsnorm products then heads_own, bit for bit (H %d KV %d d %d in %d layout %d)", H, KV, d, in,
+          layout);
+    CHECK(worst <= 2e-2, "rope fused vs CPU reference: worst %.3g of a head's rms past one bf16 step (H %d KV %d d %d in %d)",
+          worst, H, KV, d, in);
+    CHECK(own_same, "rope fused: k and v at own row %d of %d, every other row untouched", cnt, N);
+    printf("gemv q/k/v with the rotary fused, H %2d KV %d d %3d in %5d layout %d pos %lld: equal to the separate kernels "
+           "%s, vs CPU %.2e\n",
+           H, KV, d, in, layout, (long long)(pos0 + cnt), same ? "yes" : "NO", worst);
+    lz_gemv_rope bad = g;
+    bad.d = d + 1;
+    CHECK(lz_gemv_rmsnorm_rope(&bad, dx, dnw, eps, in, NULL) == LZ_ATTN_EHEADDIM, "rope refuses an odd head_dim");
+    bad = g, bad.own_v = NULL;
+    CHECK(lz_gemv_rmsnorm_rope(&bad, dx, dnw, eps, in, NULL) == LZ_ATTN_EARG &&
+              lz_gemv_rmsnorm_rope(&g, dx, dnw, eps, in + 4, NULL) == LZ_ATTN_EARG &&
+              lz_gemv_rmsnorm_rope(NULL, dx, dnw, eps, in, NULL) == LZ_ATTN_EARG,
+          "rope refuses no own rows, in not a multiple of 8, no parameters");
+    free(x), free(nw), free(inv), free(wq), free(wk), free(wv), free(own0), free(got), free(want), free(ref);
+    const lz_gemv_rope *all[2] = {&g, &sep};
+    for (int i = 0; i < 2; i++) {
+        CK(cudaFree((void *)all[i]->qh)); CK(cudaFree((void *)all[i]->kh)); CK(cudaFree((void *)all[i]->vh));
+        CK(cudaFree((void *)all[i]->own_k)); CK(cudaFree((void *)all[i]->own_v));
+    }
+    CK(cudaFree((void *)g.wq)); CK(cudaFree((void *)g.wk)); CK(cudaFree((void *)g.wv));
+    CK(cudaFree((void *)g.inv_freq)); CK(cudaFree((void *)g.count));
+    CK(cudaFree(dx)); CK(cudaFree(dnw)); CK(cudaFree(drow));
 }
 
 /* What enqueue() puts on st, captured as one CUDA graph and instantiated */
@@ -529,6 +628,14 @@ int main(int argc, char **argv)
         }
         check_swiglu(1 + (int)(urand() * 3000), 8 * (1 + (int)(urand() * 600)));
         check_swiglu(14336, 4096);
+        check_rope(32, 8, 128, 4096, LZ_ROPE_HALF, 3000, 2074, 0); /* Llama-3.1-8B's shape */
+        check_rope(32, 8, 128, 4096, LZ_ROPE_ADJACENT, 40, 17, 70000);
+        for (int t = 0; t < 3; t++) {
+            const int kv = 1 + (int)(urand() * 4), g = t == 0 ? 1 : t == 1 ? 4 : 8, dd = urand() < 0.5 ? 64 : 128;
+            const int N = 1 + (int)(urand() * 300);
+            check_rope(kv * g, kv, dd, 8 * (1 + (int)(urand() * 600)), t % 2 ? LZ_ROPE_HALF : LZ_ROPE_ADJACENT, N,
+                       (int)(urand() * N), (int64_t)(urand() * 100000));
+        }
         check_chain(512, 1536);
         check_chain(4096, 14336);
     }
