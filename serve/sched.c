@@ -69,6 +69,7 @@ struct lz_serve_sched {
     int n_pending, n_waiting;
     lz_serve_ticket **running; /* (max_running) */
     int n_running;
+    int n_admitting; /* taken from the queue, their begin not yet done: counted as running */
     int64_t n_left;           /* running requests that have left (ended, failed, cancelled) */
     int64_t reserved;
     int threads;              /* the creating thread's OpenMP threads: the engine's too */
@@ -277,7 +278,7 @@ void lz_serve_sched_stats(lz_serve_sched *s, lz_serve_stats *st)
     pthread_mutex_lock(&s->mu);
     *st = s->st;
     st->queued = s->n_pending + s->n_waiting;
-    st->running = s->n_running;
+    st->running = s->n_running + s->n_admitting;
     st->reserved_bytes = s->reserved;
     st->mem_budget = (int64_t)s->o.mem_budget;
     pthread_mutex_unlock(&s->mu);
@@ -287,7 +288,7 @@ void lz_serve_sched_load(lz_serve_sched *s, int *queued, int *running, int *max_
 {
     pthread_mutex_lock(&s->mu);
     *queued = s->n_pending + s->n_waiting;
-    *running = s->n_running;
+    *running = s->n_running + s->n_admitting;
     *max_queue = s->o.max_queue;
     pthread_mutex_unlock(&s->mu);
 }
@@ -513,6 +514,7 @@ static void admit(lz_serve_sched *s, lz_serve_ticket **fresh, int n)
             if (s->n_running > 0) { /* others hold the memory: again once one of them has ended */
                 t->run = NULL;
                 requeue(s, fresh + i, n - i);
+                s->n_admitting -= n - i;
                 s->st.mem_retries++;
                 pthread_mutex_unlock(&s->mu);
                 break;
@@ -523,6 +525,7 @@ static void admit(lz_serve_sched *s, lz_serve_ticket **fresh, int n)
             memcpy(err, why, sizeof err);
         }
         s->running[s->n_running++] = t;
+        s->n_admitting--;
         if (s->n_running > s->st.peak_running) s->st.peak_running = s->n_running;
         if (s->o.shared) { /* the count across the schedulers sharing it, and its peak */
             const int now = atomic_fetch_add(&s->o.shared->now, 1) + 1;
@@ -682,6 +685,7 @@ static void *engine(void *arg)
             fresh[n++] = t;
         }
         s->reserved = reserved;
+        s->n_admitting = n; /* neither queued nor in running[] until admit places them */
         pthread_mutex_unlock(&s->mu);
         if (n) admit(s, fresh, n);
         /* the first tokens of the fresh ones were sampled by admit: step those with the rest */
