@@ -11,7 +11,9 @@
 #   with ${G:-build/gpuenc}/{lazyingest,lazy-mkmodel}.xz (or .gz) and ${W:-build/gpuenc}/corpus.jsonl
 #   (bench_workload --emit-corpus) and big.jsonl (python3 bench/synthetic_corpus.py VOCAB 250
 #   2048 big.jsonl); RUNS (default "bf16-widened bf16 fp8 fp8-big") picks the runs; fp8-pass8k is
-#   fp8 in passes of 8,192 tokens (LAZY_INGEST_GPU_PASS; the default is 2,048).
+#   fp8 in passes of 8,192 tokens (LAZY_INGEST_GPU_PASS; the default is 2,048), fp8-big-pass8k
+#   the big corpus so. Each line also gives the passes' driver: seconds
+#   waiting for a pass to compute and be read back, and for the pass before to be fetched.
 set -u
 OUT=${1:?OUTDIR}
 T=${TMPDIR:-/tmp}
@@ -30,17 +32,19 @@ for run in ${RUNS:-bf16-widened bf16 fp8 fp8-big}; do
         bf16-widened) planes=0 ;;
         fp8) dtype=fp8 ;;
         fp8-big) dtype=fp8 corpus=$W/big.jsonl ;;
+        fp8-big-pass8k) dtype=fp8 pass=8192 corpus=$W/big.jsonl ;;
     esac
     rm -rf "$T/s-dtype"
-    LAZY_INGEST_PLANES=$planes LAZY_INGEST_GPU_PASS=$pass "$B/lazyingest" --gpu --quiet --json --max-doc-tokens 4096 --kv-dtype "$dtype" \
+    LAZY_INGEST_PLANES=$planes LAZY_INGEST_GPU_PASS=$pass "$B/lazyingest" --gpu --quiet --json --max-doc-tokens 4096 --kv-dtype "$dtype" ${INGEST_ARGS:-} \
         --model "$T/m8b.gguf" --store "$T/s-dtype" "$corpus" > "$OUT/$run.json" 2> "$OUT/$run.err" || st=1
     python3 -c "
 import json, sys
 j = json.load(open(sys.argv[1]))
 t = j['tokens_encoded']
-print('%-13s wall %6.2f s  load %5.2f  forward %6.2f  pack %6.2f  commit %6.2f  %7.0f tok/s of wall  encode %7.0f tok/s  tokens %d  stored %.0f B a token  from planes %d of %d' % (
+print('%-13s wall %6.2f s  load %5.2f  forward %6.2f  pack %6.2f  commit %6.2f  %7.0f tok/s of wall  encode %7.0f tok/s  tokens %d  stored %.0f B a token  from planes %d of %d  passes %d  driver: finish %.2f s, waiting for fetches %.2f s' % (
     sys.argv[2], j['wall_s'], j['load_s'], j['forward_s'], j['pack_s'], j['commit_s'], t / j['wall_s'], j['tokens_per_s'], t,
-    j['stored_bytes'] / max(t, 1), j.get('backend_planes', 0), j.get('backend_docs', 0)))" "$OUT/$run.json" "$run" \
+    j['stored_bytes'] / max(t, 1), j.get('backend_planes', 0), j.get('backend_docs', 0), j.get('passes', 0),
+    j.get('device_finish_s', -1), j.get('device_wait_fetch_s', -1)))" "$OUT/$run.json" "$run" \
         | tee -a "$OUT/summary.txt" || { st=1; tail -n 3 "$OUT/$run.err"; }
     rm -rf "$T/s-dtype"
 done

@@ -173,7 +173,7 @@ typedef struct {
     ingest *g;
     ingest_engine *e;
     long n_passes, n_pass_docs;
-    double fwd, pack;
+    double fwd, pack, dev_finish, dev_wait;
 } engine_arg;
 
 /* One pipeline's share of the batch, on its own host thread. */
@@ -197,6 +197,7 @@ static void *engine_main(void *arg)
     e->t_pack += p.fwd + p.pack > 0 ? wall * p.pack / (p.fwd + p.pack) : 0;
     a->n_passes = p.n_passes, a->n_pass_docs = p.n_pass_docs;
     a->fwd = p.fwd, a->pack = p.pack;
+    a->dev_finish = p.dev_finish, a->dev_wait = p.dev_wait;
     return NULL;
 }
 
@@ -239,6 +240,7 @@ int ingest_engines_run(ingest *g)
     for (int i = 0; i < N; i++) {
         if (started[i]) pthread_join(th[i], NULL);
         fwd += args[i].fwd, pack += args[i].pack;
+        g->t_dev_finish += args[i].dev_finish, g->t_dev_wait += args[i].dev_wait; /* summed over the pipelines */
         g->n_passes += args[i].n_passes;
         g->n_pass_docs += args[i].n_pass_docs;
     }

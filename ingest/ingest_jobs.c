@@ -108,6 +108,7 @@ static int start_pass(job_pipe *p, int P)
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    double t_finish, t_wait; /* the driver's seconds in finish and waiting for fetches */
     int done;   /* passes read back: pass done - 1 is the fetchable one */
     int *left;  /* per pass: its documents not fetched yet */
     int failed; /* the device failed: p->err says why */
@@ -117,10 +118,13 @@ typedef struct {
 static void pass_driver(job_pipe *p, pass_sync *ps, int n_pass)
 {
     for (int P = 0; P < n_pass; P++) {
+        const double t0 = lz_now_s();
         pthread_mutex_lock(&ps->mu);
         while (P > 0 && ps->left[P - 1] > 0) pthread_cond_wait(&ps->cv, &ps->mu);
         pthread_mutex_unlock(&ps->mu);
+        const double t1 = lz_now_s();
         int rc = p->backend->finish(p->backend->ctx, p->err, p->errlen);
+        ps->t_wait += t1 - t0, ps->t_finish += lz_now_s() - t1;
         pthread_mutex_lock(&ps->mu);
         if (rc) ps->failed = 1;
         else ps->done = P + 1;
@@ -169,7 +173,10 @@ static void pass_worker(job_pipe *p, pass_sync *ps, int t, double *fwd, double *
 static void pass_alone(job_pipe *p, pass_sync *ps, int n_pass, double *fwd, double *pack)
 {
     for (int P = 0; P < n_pass && !ps->failed; P++) {
-        if (p->backend->finish(p->backend->ctx, p->err, p->errlen)) {
+        const double t0 = lz_now_s();
+        const int frc = p->backend->finish(p->backend->ctx, p->err, p->errlen);
+        ps->t_finish += lz_now_s() - t0;
+        if (frc) {
             ps->failed = 1;
             break;
         }
@@ -202,6 +209,8 @@ static int run_passes(job_pipe *p, int n_pass)
     }
     p->fwd += f;
     p->pack += k;
+    p->dev_finish += ps.t_finish;
+    p->dev_wait += ps.t_wait;
     free(ps.left);
     pthread_mutex_destroy(&ps.mu);
     pthread_cond_destroy(&ps.cv);
@@ -295,6 +304,8 @@ int ingest_run_jobs(ingest *g)
     const int rc = ingest_pipe_run(&p);
     g->n_passes += p.n_passes;
     g->n_pass_docs += p.n_pass_docs;
+    g->t_dev_finish += p.dev_finish;
+    g->t_dev_wait += p.dev_wait;
     if (rc) return -1;
     const double wall = lz_now_s() - t0;
     g->t_encode += wall;

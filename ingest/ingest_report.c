@@ -274,6 +274,8 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
             json_object_set_new(j, "forward_s", json_real(g->t_forward));
             json_object_set_new(j, "pack_s", json_real(g->t_pack));
             json_object_set_new(j, "commit_s", json_real(g->t_commit));
+            json_object_set_new(j, "device_finish_s", json_real(g->t_dev_finish));
+            json_object_set_new(j, "device_wait_fetch_s", json_real(g->t_dev_wait));
             json_object_set_new(j, "kv_policy_s", json_real(policy_seconds(g)));
         }
         if (did_check) {
@@ -319,7 +321,9 @@ void ingest_summary(ingest *g, const char *status, int64_t n_docs_total, const l
     }
     if (did_ingest && g->o.gpu && g->enc)
         printf("  GPU: %ld of the encoded documents, %ld in %ld multi-document passes (the rest are longer or have a "
-               "probe: CPU)\n", backend_docs(g), g->n_pass_docs, g->n_passes);
+               "probe: CPU); the passes' driver %.2f s waiting for a pass to compute and be read back, %.2f s for the "
+               "pass before to be fetched (the device idle)\n",
+               backend_docs(g), g->n_pass_docs, g->n_passes, g->t_dev_finish, g->t_dev_wait);
     if (did_ingest && g->o.kv.kind != LZ_KVPOLICY_NONE) {
         char spec[LZ_KVPOLICY_SPEC_MAX];
         lz_kvpolicy_spec(&g->o.kv, spec, sizeof spec);

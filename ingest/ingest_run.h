@@ -128,6 +128,9 @@ typedef struct {
     const lz_encode_backend *backend; /* passes when it has start / finish / fetch; NULL: none */
     long n_passes, n_pass_docs;       /* added to */
     double fwd, pack;                 /* thread-seconds of forward passes and of packing, added to */
+    /* the thread driving the device's passes, seconds added to: waiting in finish (the pass
+     * computing, then read back) and waiting for the pass before to be fetched (the device idle) */
+    double dev_finish, dev_wait;
     char *err;                        /* a device failure (a pass that failed), errlen bytes */
     size_t errlen;
 } job_pipe;
@@ -208,6 +211,7 @@ typedef struct {
     double t0, t_encode, last_progress;
     double t_load, t_setup, t_forward, t_pack, t_commit; /* model load (and GPU upload), + store and prefix,
                                                             forward passes, payload packing, commits */
+    double t_dev_finish, t_dev_wait; /* the passes' driver: in finish, waiting for fetches (job_pipe's) */
     int64_t kv_kept, kv_full;  /* keys stored / keys before eviction, of the documents this run encoded */
     int64_t n_restored;        /* unchanged documents whose payload was missing, encoded again */
     int rebuilt;               /* the payload database was damaged and rebuilt before the run */

@@ -84,6 +84,18 @@ static long jget(const char *json, const char *key)
     return r;
 }
 
+/* A number of the JSON summary (-1 when absent) */
+static double jnum(const char *json, const char *key)
+{
+    json_error_t e;
+    json_t *j = json_loads(json, 0, &e);
+    if (!j) return -1;
+    json_t *v = json_object_get(j, key);
+    double r = v && json_is_number(v) ? json_number_value(v) : -1;
+    json_decref(j);
+    return r;
+}
+
 /* A corpus of n documents; version v > 0 changes every 4th text, or every
  * text when all_change. */
 static char *make_corpus_k(int n, int v, int with_dup_content, int all_change)
@@ -1138,6 +1150,11 @@ static void test_parallel(void)
           "in passes: exit %d, %ld added, %ld stored bytes (%ld), %ld documents in %ld passes: %s", rc, jget(out, "added"),
           jget(out, "stored_bytes"), stored_s, pass_docs, passes, errs);
     CHECK(same_payloads(ser, pas, 42), "every document's payload identical through the pipeline of passes");
+    {   /* the driver's time: in finish (every pass computes there on the reference), waiting for fetches */
+        const double fin = jnum(out, "device_finish_s"), wait = jnum(out, "device_wait_fetch_s"), wall = jnum(out, "wall_s");
+        CHECK(fin > 0 && wait >= 0 && fin + wait <= wall, "the passes' driver: %.3f s in finish, %.3f s waiting, of %.3f s",
+              fin, wait, wall);
+    }
     CHECK(jget(out, "backend_planes") == pass_docs, "packed from the backend's bf16 planes: %ld of %ld",
           jget(out, "backend_planes"), pass_docs);
     /* fp8 through the passes from the backend's fp8 planes (the GPU quantises on the device),
