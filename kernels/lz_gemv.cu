@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const void *__
                 }
             }
         }
-        if constexpr (SWIGLU) {
+        if constexpr (SWIGLU || ROPE) { /* the warp's two rows together */
             float s[RPW];
 #pragma unroll
             for (int j = 0; j < RPW; j++) {
@@ -222,18 +222,10 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(Mats a, const void *__
 #pragma unroll
                 for (int o = 16; o; o >>= 1) s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
             }
-            if (lane == 0) a.h[pp] = __float2bfloat16_rn(lz::silu_mul(s[0], s[1]));
-            continue;
-        }
-        if constexpr (ROPE) {
-            float s[RPW];
-#pragma unroll
-            for (int j = 0; j < RPW; j++) {
-                s[j] = acc[j];
-#pragma unroll
-                for (int o = 16; o; o >>= 1) s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
+            if (lane == 0) {
+                if constexpr (SWIGLU) a.h[pp] = __float2bfloat16_rn(lz::silu_mul(s[0], s[1]));
+                else rope_out(a.rope, mat[0], pp - mat[0] * half, row[0], row[1], s[0], s[1]);
             }
-            if (lane == 0) rope_out(a.rope, mat[0], pp - mat[0] * half, row[0], row[1], s[0], s[1]);
             continue;
         }
 #pragma unroll
