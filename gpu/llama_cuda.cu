@@ -314,12 +314,17 @@ int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const P
     /* a decode step of one sequence with its own rows: the rotary and both appends in q/k/v's
      * epilogue (lz_gemv_rmsnorm_rope), bit for bit the product then lz_op_heads_own */
     const bool rope = one && n_parts == 1 && parts[0].own_k;
+    /* a part's position and length (a sequence of its own, a slot among several, has its own) and
+     * its own rows a head */
+    auto part_pos = [&](const Part &pt) { return pt.attn ? pt.pos0 : pos0; };
+    auto part_count = [&](const Part &pt) { return pt.attn ? pt.count : count; };
+    auto own_rows = [&](const Part &pt) { return pt.N ? pt.N : g->max_tokens; };
     if (rope) {
         const Part &pt = parts[0];
         lz_gemv_rope r = {(const lz_bf16 *)w->wq, (const lz_bf16 *)w->wk, (const lz_bf16 *)w->wv, H, KV, d,
-                          c->rope_layout, g->inv_freq, pt.attn ? pt.pos0 : pos0, pt.attn ? pt.count : count,
+                          c->rope_layout, g->inv_freq, part_pos(pt), part_count(pt),
                           (lz_bf16 *)(g->qh + (size_t)pt.off * Hd), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, (lz_bf16 *)pt.own_k,
-                          (lz_bf16 *)pt.own_v, pt.N ? pt.N : g->max_tokens};
+                          (lz_bf16 *)pt.own_v, own_rows(pt)};
         if ((rc = lz_gemv_rmsnorm_rope(&r, g->x, w->attn_norm, c->norm_eps, D, st))) return fail(err, errlen, "q/k/v", rc);
     } else if (one) {
         const lz_gemv_mat m[3] = {{(const lz_bf16 *)w->wq, g->q, Hd}, {(const lz_bf16 *)w->wk, g->q + Hd, KVd},
@@ -342,13 +347,12 @@ int layer(lz_llama_gpu *g, int l, int n, int64_t pos0, const int *count, const P
         cudaStream_t ps = n_side ? g->side[i % n_side] : st;
         const size_t qo = (size_t)pt.off * Hd;
         const float *row = g->q + (size_t)pt.off * (Hd + 2 * KVd);
-        /* a sequence of its own (a slot among several): its position, length and attention */
-        const int64_t ppos = pt.attn ? pt.pos0 : pos0;
-        const int *pcount = pt.attn ? pt.count : count;
+        const int64_t ppos = part_pos(pt);
+        const int *pcount = part_count(pt);
         if (rope) rc = 0; /* done in q/k/v's epilogue */
         else if (pt.own_k)
             rc = lz_op_heads_own((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, (lz_bf16 *)pt.own_k,
-                                 (lz_bf16 *)pt.own_v, pt.N ? pt.N : g->max_tokens, row, row + Hd, row + Hd + KVd,
+                                 (lz_bf16 *)pt.own_v, own_rows(pt), row, row + Hd, row + Hd + KVd,
                                  Hd + 2 * KVd, pt.n, H, KV, d, ppos, pcount, c->rope_layout, g->inv_freq, ps);
         else
             rc = lz_op_heads((lz_bf16 *)(g->qh + qo), (lz_bf16 *)pt.kh, (lz_bf16 *)pt.vh, row, row + Hd, row + Hd + KVd,
