@@ -44,8 +44,10 @@ static void encode_job(job_pipe *p, enc_job *x, int t, double *fwd, double *pack
 }
 
 /* A multi-document backend (--gpu; the reference): the jobs it takes, in order,
- * in passes of at most pass_tokens tokens (x->pass, x->slot, the window);
- * the others keep pass -1. Returns the number of passes. */
+ * in passes of at most pass_tokens tokens (x->pass, x->slot, the window); a
+ * document longer than that, up to the backend's max_tokens (what a pass can
+ * hold), in a pass of its own; the others keep pass -1. Returns the number
+ * of passes. */
 static int plan_passes(job_pipe *p)
 {
     const lz_encode_backend *b = p->backend;
@@ -54,8 +56,8 @@ static int plan_passes(job_pipe *p)
         enc_job *x = &p->jobs[j];
         x->pass = x->slot = -1;
         if (!b || !b->start || !b->finish || !b->fetch || b->pass_tokens <= 0 || x->alias >= 0) continue;
-        const int n = p->docs[x->doc].n_tokens;
-        if (n > b->pass_tokens || !lz_encoder_backend_plan(p->pool[0], n, &x->c0, &x->cw)) continue;
+        const int n = p->docs[x->doc].n_tokens, room = b->pass_tokens > b->max_tokens ? b->pass_tokens : b->max_tokens;
+        if (n > room || !lz_encoder_backend_plan(p->pool[0], n, &x->c0, &x->cw)) continue;
         if (n_pass == 0 || rows + n > b->pass_tokens) n_pass++, rows = 0, slot = 0;
         x->pass = n_pass - 1;
         x->slot = slot++;

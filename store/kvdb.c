@@ -14,10 +14,24 @@
  * would: never deadlocked on itself); one holding transactions of other
  * environments (a sharded store's reads, one snapshot a shard, taken in
  * shard order) takes it.
+ *
+ * The store's writer (LZ_KVDB_WRITER) maps the file writable (MDB_WRITEMAP):
+ * a payload's bytes are pwritten into its reserved overflow pages and their
+ * writeback started at once (sync_file_range), so the commit's sync finds
+ * them mostly on disk; LMDB's own copies (malloc'd dirty pages, written at
+ * the commit) are skipped. Writes through a map that find the disk full are
+ * a SIGBUS, not an error, so each transaction's room is allocated on disk
+ * first (fallocate: a full disk is an error before anything is written), and
+ * the map only grows after the file was made that large here (LMDB's own
+ * ftruncate failing would leave its map unmapped). Where the file system
+ * cannot allocate ahead, or the file cannot be as large as the map (a file
+ * size limit), the writer uses LMDB's default writes.
  */
+#define _GNU_SOURCE /* fallocate, sync_file_range */
 #include "store/kvdb.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lmdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,6 +49,11 @@ struct lz_kvdb {
     MDB_env *env;
     MDB_dbi dbi;
     int rdonly;
+    int writer;  /* LZ_KVDB_WRITER: the store's one writer */
+    int wmap;    /* opened with MDB_WRITEMAP (the writer, where the file system allows it) */
+    int fd;      /* wmap: LMDB's file descriptor of data.mdb */
+    size_t psize;
+    uint64_t direct_bytes; /* wmap: value bytes pwritten into overflow pages */
     pthread_rwlock_t lock; /* transactions (read side) against map resizes (write side) */
     char path[4096];
 };
@@ -97,20 +116,63 @@ static int write_fail(lz_kvdb *db, char *err, size_t errlen, const char *what, i
     return lmdb_fail(db, err, errlen, what, rc);
 }
 
+/* The size data.mdb has now (0 when absent). */
+static uint64_t data_file_size(const lz_kvdb *db)
+{
+    char p[4200];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/data.mdb", db->path);
+    return stat(p, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+}
+
+/* mdb_env_open with flags (and a map size, 0: LMDB's); on failure the environment is closed. */
+static int open_flags(lz_kvdb *db, unsigned flags, size_t map)
+{
+    int rc = mdb_env_create(&db->env);
+    if (rc) {
+        db->env = NULL;
+        return rc;
+    }
+    rc = mdb_env_set_maxreaders(db->env, 256);
+    if (!rc && map) rc = mdb_env_set_mapsize(db->env, map);
+    if (!rc) rc = mdb_env_open(db->env, db->path, flags, 0666);
+    if (rc) {
+        mdb_env_close(db->env);
+        db->env = NULL;
+    }
+    return rc;
+}
+
+/* The writer's map: MDB_WRITEMAP (LMDB makes the file as large as the map)
+ * where the file can be that large and its blocks can be allocated ahead;
+ * 0, or nonzero with db->env closed (then LMDB's default writes are used). */
+static int open_writemap(lz_kvdb *db)
+{
+    uint64_t map = data_file_size(db);
+    if (map < LZ_KVDB_INITIAL_MAP) map = LZ_KVDB_INITIAL_MAP;
+    int rc = open_flags(db, MDB_NOTLS | MDB_WRITEMAP, (size_t)map);
+    if (rc) return rc;
+    MDB_stat ms;
+    rc = mdb_env_get_fd(db->env, &db->fd);
+    if (!rc) rc = mdb_env_stat(db->env, &ms);
+    if (!rc && fallocate(db->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)ms.ms_psize) != 0) rc = errno ? errno : EIO;
+    if (rc) {
+        mdb_env_close(db->env);
+        db->env = NULL;
+        return rc;
+    }
+    db->psize = ms.ms_psize;
+    db->wmap = 1;
+    return 0;
+}
+
 /* Opens db->env on db->path (the folder exists). */
 static int env_open(lz_kvdb *db, char *err, size_t errlen)
 {
-    int rc = mdb_env_create(&db->env);
-    if (rc) return lz_fail(err, errlen, LZ_EIO, "LMDB %s: mdb_env_create: %s", db->path, mdb_strerror(rc));
-    unsigned envflags = MDB_NOTLS | (db->rdonly ? MDB_RDONLY : 0);
-    rc = mdb_env_set_maxreaders(db->env, 256);
-    if (!rc) rc = mdb_env_open(db->env, db->path, envflags, 0666);
-    if (rc) {
-        int st = lmdb_fail(db, err, errlen, "mdb_env_open", rc);
-        mdb_env_close(db->env);
-        db->env = NULL;
-        return st;
-    }
+    db->wmap = 0;
+    int rc = db->writer && !db->rdonly ? open_writemap(db) : -1;
+    if (rc) rc = open_flags(db, MDB_NOTLS | (db->rdonly ? MDB_RDONLY : 0), 0);
+    if (rc) return lmdb_fail(db, err, errlen, "mdb_env_open", rc);
     int dead = 0;
     rc = mdb_reader_check(db->env, &dead); /* clear slots of killed readers */
     MDB_envinfo info;
@@ -167,6 +229,7 @@ int lz_kvdb_open(const char *dir, int flags, lz_kvdb **out, char *err, size_t er
     if (!db) return lz_fail(err, errlen, LZ_ENOMEM, "out of memory");
     snprintf(db->path, sizeof db->path, "%s", dir);
     db->rdonly = (flags & LZ_KVDB_RDONLY) != 0;
+    db->writer = (flags & LZ_KVDB_WRITER) != 0;
     if (pthread_rwlock_init(&db->lock, NULL)) {
         free(db);
         return lz_fail(err, errlen, LZ_ENOMEM, "LMDB %s: no lock", dir);
@@ -200,7 +263,10 @@ void lz_kvdb_close(lz_kvdb *db)
 static int set_mapsize(lz_kvdb *db, size_t size)
 {
     const int locked = !holds(db) && !pthread_rwlock_wrlock(&db->lock);
-    const int rc = mdb_env_set_mapsize(db->env, size);
+    int rc = 0;
+    /* writemap: the file first made as large (LMDB's own ftruncate failing would leave its map unmapped) */
+    if (db->wmap && size > data_file_size(db) && ftruncate(db->fd, (off_t)size) != 0) rc = errno ? errno : EIO;
+    if (!rc) rc = mdb_env_set_mapsize(db->env, size);
     if (locked) pthread_rwlock_unlock(&db->lock);
     return rc;
 }
@@ -249,6 +315,73 @@ static int check_key(const lz_kvdb_item *it, char *err, size_t errlen)
     return 0;
 }
 
+/* writemap: the blocks of bytes more past the last page in use allocated on
+ * disk (within the file: the map's end); 0 or an errno value. */
+static int preallocate(lz_kvdb *db, uint64_t bytes)
+{
+    MDB_envinfo info;
+    int rc = mdb_env_info(db->env, &info);
+    if (rc) return rc;
+    const uint64_t from = ((uint64_t)info.me_last_pgno + 1) * db->psize, size = data_file_size(db);
+    const uint64_t to = from + bytes < size ? from + bytes : size;
+    if (to <= from) return 0;
+    return fallocate(db->fd, FALLOC_FL_KEEP_SIZE, (off_t)from, (off_t)(to - from)) ? (errno ? errno : EIO) : 0;
+}
+
+/* LMDB's page header (the on-disk format of its data version 1): a value
+ * of a page or more lives in overflow pages, reserved data starting right
+ * after the first page's header (its own page number, flags, page count);
+ * page 0 is a meta page with LMDB's magic. */
+enum { PAGE_HDR = 16, P_OVERFLOW = 0x04, P_META = 0x08 };
+#define LMDB_MAGIC 0xBEEFC0DEu
+
+/* The file offset of reserved value data d of len bytes in the writable map,
+ * or -1 when d is not (verifiably) the start of an overflow page's data. */
+static int64_t overflow_offset(const lz_kvdb *db, const uint8_t *d, size_t len, size_t map)
+{
+    if (len < db->psize || ((uintptr_t)d - PAGE_HDR) % db->psize) return -1;
+    const uint8_t *pg = d - PAGE_HDR;
+    uint64_t pgno;
+    uint16_t flags;
+    uint32_t pages;
+    memcpy(&pgno, pg, 8);
+    memcpy(&flags, pg + 10, 2);
+    memcpy(&pages, pg + 12, 4);
+    if (!(flags & P_OVERFLOW) || pgno < 2 || pgno >= map / db->psize || (uint64_t)pages * db->psize < len + PAGE_HDR ||
+        (uintptr_t)pg < pgno * db->psize)
+        return -1;
+    const uint8_t *base = pg - pgno * db->psize;
+    uint16_t mflags;
+    uint32_t magic;
+    memcpy(&mflags, base + 10, 2);
+    memcpy(&magic, base + PAGE_HDR, 4);
+    if (!(mflags & P_META) || magic != LMDB_MAGIC) return -1;
+    return (int64_t)(d - base);
+}
+
+/* writemap: value val of len bytes into its reserved place d: pwritten with
+ * its writeback started when d is an overflow page's data (no page faults
+ * on the map, the disk busy before the commit's sync), else copied; 0 or an
+ * errno value. */
+static int fill_reserved(lz_kvdb *db, uint8_t *d, const void *val, size_t len)
+{
+    MDB_envinfo info;
+    const int64_t off = mdb_env_info(db->env, &info) ? -1 : overflow_offset(db, d, len, info.me_mapsize);
+    if (off < 0) {
+        memcpy(d, val, len);
+        return 0;
+    }
+    for (size_t done = 0; done < len;) {
+        const ssize_t w = pwrite(db->fd, (const uint8_t *)val + done, len - done, (off_t)(off + (int64_t)done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w < 0 && errno ? errno : EIO;
+        done += (size_t)w;
+    }
+    sync_file_range(db->fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE); /* a hint: the commit syncs anyway */
+    db->direct_bytes += len;
+    return 0;
+}
+
 /* One write transaction over items: put (del == 0) or delete. Retries the
  * whole batch after doubling the map on MDB_MAP_FULL (fixed: EFULL instead). */
 static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, int fixed, int *n_deleted,
@@ -261,8 +394,11 @@ static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, i
         bytes += del ? 0 : items[i].key_len + items[i].val_len;
     }
     for (int attempt = 0; attempt < 40; attempt++) {
+        /* writemap: the transaction's pages (values rounded up, each put's copied tree path) on disk first */
+        int rc = db->wmap && !del ? preallocate(db, bytes + (uint64_t)n * 8 * db->psize + (1u << 20)) : 0;
+        if (rc) return write_fail(db, err, errlen, "allocating room for a write", rc, bytes);
         MDB_txn *txn;
-        int rc = begin(db, 0, &txn);
+        rc = begin(db, 0, &txn);
         if (rc) return lmdb_fail(db, err, errlen, "mdb_txn_begin", rc);
         int deleted = 0;
         for (int i = 0; i < n && !rc; i++) {
@@ -273,7 +409,9 @@ static int write_batch(lz_kvdb *db, const lz_kvdb_item *items, int n, int del, i
                 else if (!rc) deleted++;
             } else {
                 MDB_val v = { items[i].val_len, (void *)items[i].val };
-                rc = mdb_put(txn, db->dbi, &k, &v, 0);
+                rc = mdb_put(txn, db->dbi, &k, &v, db->wmap ? MDB_RESERVE : 0);
+                /* before the next put (which may move a small value's node) */
+                if (!rc && db->wmap) rc = fill_reserved(db, v.mv_data, items[i].val, items[i].val_len);
             }
         }
         if (rc) {
@@ -434,6 +572,8 @@ int lz_kvdb_stat(lz_kvdb *db, lz_kvdb_stats *st, char *err, size_t errlen)
     st->entries = ms.ms_entries;
     st->map_size = info.me_mapsize;
     st->used_bytes = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
+    st->writemap = db->wmap;
+    st->direct_bytes = db->direct_bytes;
     return LZ_OK;
 }
 

@@ -24,7 +24,10 @@ typedef struct lz_kvdb_reader lz_kvdb_reader;
 
 /* Status: base/status.h (LZ_OK or an LZ_E* code). */
 
-enum { LZ_KVDB_RDONLY = 1 };
+/* RDONLY: readers. WRITER: the store's one writer (its writer.lock held):
+ * payloads written through a writable map (store/kvdb.c says how), which no
+ * other process that opens the environment writable may do. */
+enum { LZ_KVDB_RDONLY = 1, LZ_KVDB_WRITER = 2 };
 
 /* Opens (creating unless RDONLY) the environment in folder dir.
  * Errors: EIO (with LMDB's message and the path in err), ENOMEM. */
@@ -77,6 +80,8 @@ typedef struct {
     uint64_t entries;
     uint64_t map_size;   /* bytes reserved */
     uint64_t used_bytes; /* pages in use * page size */
+    int writemap;        /* the writer's writable map is in use (LZ_KVDB_WRITER, where the file system allows it) */
+    uint64_t direct_bytes; /* value bytes written straight into their overflow pages since the open */
 } lz_kvdb_stats;
 int lz_kvdb_stat(lz_kvdb *db, lz_kvdb_stats *st, char *err, size_t errlen);
 

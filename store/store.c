@@ -91,7 +91,8 @@ int lz_store_open(const char *dir, int flags, lz_store **out, char *err, size_t 
     st = lz_store_from_meta(lz_meta_open(path, s->rdonly ? LZ_META_RDONLY : 0, &s->meta, err, errlen));
     if (st) goto out;
     snprintf(path, sizeof path, "%s/kv", dir);
-    st = lz_store_from_kvdb(lz_kvdb_open(path, s->rdonly ? LZ_KVDB_RDONLY : 0, &s->kv, err, errlen));
+    st = lz_store_from_kvdb(lz_kvdb_open(path, s->rdonly ? LZ_KVDB_RDONLY : (flags & LZ_STORE_WRITER) ? LZ_KVDB_WRITER : 0, &s->kv,
+                                             err, errlen));
 out:
     if (st) {
         lz_store_close(s);

@@ -165,16 +165,21 @@ static int find_row(const rows *r, const char *id)
     return -1;
 }
 
-static uint64_t n_payloads(const char *store)
+static lz_kvdb_stats kv_stats(const char *store)
 {
     char path[400], err[512];
     snprintf(path, sizeof path, "%s/kv", store);
     lz_kvdb *db;
     lz_kvdb_stats st = { 0 };
-    if (lz_kvdb_open(path, LZ_KVDB_RDONLY, &db, err, sizeof err)) return 0;
+    if (lz_kvdb_open(path, LZ_KVDB_RDONLY, &db, err, sizeof err)) return st;
     lz_kvdb_stat(db, &st, err, sizeof err);
     lz_kvdb_close(db);
-    return st.entries;
+    return st;
+}
+
+static uint64_t n_payloads(const char *store)
+{
+    return kv_stats(store).entries;
 }
 
 /* The store holds exactly want's rows (ids, content, payload keys), passes
@@ -838,10 +843,8 @@ static void test_disk_full(void)
     const char *a0[] = { "-m", model_a, "-s", ref, "--quiet", "--batch-tokens", "256", pv, NULL };
     CHECK(run_tool(a0, NULL, 0, out, sizeof out, errs, sizeof errs) == 0, "disk full: reference run: %s", errs);
     read_rows(ref, &want);
-    char path[400];
-    snprintf(path, sizeof path, "%s/kv/data.mdb", ref);
-    struct stat st;
-    const long long full = stat(path, &st) == 0 ? (long long)st.st_size : 0;
+    /* the pages in use (the writer's file is as large as its map, mostly unallocated) */
+    const long long full = (long long)kv_stats(ref).used_bytes;
     CHECK(full > 0 && want.n > 0, "disk full: the reference store (%lld bytes of payloads, %d rows)", full, want.n);
     const long long caps[] = { 40 << 10, full / 10, full / 3, full * 2 / 3, full * 9 / 10 };
     int stopped = 0, named = 0, consistent = 0, kept = 0, completed = 0;
@@ -1157,6 +1160,20 @@ static void test_parallel(void)
     }
     CHECK(jget(out, "backend_planes") == pass_docs, "packed from the backend's bf16 planes: %ld of %ld",
           jget(out, "backend_planes"), pass_docs);
+    {   /* passes shorter than the documents: each document in a pass of its own (up to
+         * --max-doc-tokens, what the backend holds), none left to one-document calls */
+        char p_long[300];
+        snprintf(p_long, sizeof p_long, "%s/paslong", dir);
+        const char *al[] = { "-m", model_a, "-s", p_long, "--json", "--threads", "3", "--batch-tokens", "300", p0, NULL };
+        setenv("LAZY_INGEST_REF_PASSES", "8", 1);
+        rc = run_tool(al, NULL, 0, out, sizeof out, errs, sizeof errs);
+        unsetenv("LAZY_INGEST_REF_PASSES");
+        CHECK(rc == 0 && jget(out, "added") == 42 && jget(out, "passes") == pass_docs && jget(out, "pass_docs") == pass_docs &&
+                  jget(out, "backend_docs") == pass_docs,
+              "passes of 8 tokens: exit %d, %ld documents in %ld passes, %ld on the backend (encoded: %ld): %s", rc,
+              jget(out, "pass_docs"), jget(out, "passes"), jget(out, "backend_docs"), pass_docs, errs);
+        CHECK(same_payloads(ser, p_long, 42), "every document's payload identical, each in a pass of its own");
+    }
     /* fp8 through the passes from the backend's fp8 planes (the GPU quantises on the device),
      * and widened on the host (LAZY_INGEST_PLANES=0): the bytes of one-at-a-time fp8 encoding */
     {

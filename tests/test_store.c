@@ -126,6 +126,119 @@ static void test_kvdb(void)
     free(val);
 }
 
+/* One sequence of writes (values from 1 byte to 3 MB, either side of the
+ * page size and the overflow limit, a key twice in one batch, overwrites of
+ * earlier batches, deletions, the map grown past 64 MiB) in an environment
+ * opened with flags; the expected final value of key i (its seed, 0 deleted)
+ * in want[]. */
+#define WR_KEYS 96
+static size_t wr_len(int i)
+{
+    static const size_t lens[] = { 1, 100, 2000, 2038, 2100, 4080, 4095, 4096, 4097, 8192, 65536 + 3, 1 << 20,
+                                   (3 << 20) + 11, (7 << 20) + 5 };
+    return lens[i % 14];
+}
+
+static void wr_sequence(const char *path, int flags, uint64_t want[WR_KEYS], lz_kvdb_stats *st)
+{
+    char err[512];
+    lz_kvdb *db;
+    CHECK(lz_kvdb_open(path, flags, &db, err, sizeof err) == 0, "writer open: %s", err);
+    memset(want, 0, sizeof(uint64_t) * WR_KEYS);
+    uint8_t *vals = malloc((size_t)9 * (8 << 20));
+    for (int b = 0; b < 40; b++) {
+        lz_kvdb_item items[9];
+        char keys[9][16];
+        uint64_t seeds[9];
+        int n = 0;
+        for (int i = 0; i < 8; i++, n++) {
+            const int k = (b * 5 + i * 11) % WR_KEYS; /* later batches overwrite earlier keys */
+            seeds[n] = (uint64_t)b * 1000 + i + 1;
+            snprintf(keys[n], 16, "w%03d", k);
+            fill_random(vals + (size_t)n * (8 << 20), wr_len(k + b), seeds[n]);
+            items[n] = (lz_kvdb_item){ keys[n], strlen(keys[n]), vals + (size_t)n * (8 << 20), wr_len(k + b) };
+        }
+        /* the first key again in the same batch: the later value wins */
+        seeds[n] = (uint64_t)b * 1000 + 99;
+        snprintf(keys[n], 16, "%s", keys[0]);
+        const int k0 = atoi(keys[0] + 1);
+        fill_random(vals + (size_t)n * (8 << 20), wr_len(k0 + b + 1), seeds[n]);
+        items[n] = (lz_kvdb_item){ keys[n], strlen(keys[n]), vals + (size_t)n * (8 << 20), wr_len(k0 + b + 1) };
+        n++;
+        CHECK(lz_kvdb_put_batch(db, items, n, err, sizeof err) == 0, "writer: batch %d: %s", b, err);
+        for (int i = 0; i < n; i++) {
+            const int k = atoi(keys[i] + 1);
+            want[k] = seeds[i] << 8 | (uint64_t)((k + b + (i == n - 1)) % 14);
+        }
+        if (b % 7 == 6) { /* a deletion now and then */
+            char dk[16];
+            const int k = (b * 3) % WR_KEYS;
+            snprintf(dk, sizeof dk, "w%03d", k);
+            lz_kvdb_item del = { dk, strlen(dk), NULL, 0 };
+            CHECK(lz_kvdb_del_batch(db, &del, 1, NULL, err, sizeof err) == 0, "writer: delete: %s", err);
+            want[k] = 0;
+        }
+    }
+    free(vals);
+    CHECK(lz_kvdb_stat(db, st, err, sizeof err) == 0, "writer: stat: %s", err);
+    lz_kvdb_close(db);
+}
+
+/* Every key of want read back from a reader's snapshot (value from its seed and length class). */
+static int wr_matches(const char *path, const uint64_t want[WR_KEYS])
+{
+    char err[512];
+    lz_kvdb *db;
+    if (lz_kvdb_open(path, LZ_KVDB_RDONLY, &db, err, sizeof err)) return 0;
+    uint8_t *exp = malloc(8 << 20);
+    int good = 1;
+    for (int k = 0; k < WR_KEYS; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "w%03d", k);
+        void *got = NULL;
+        size_t n = 0;
+        const int rc = lz_kvdb_get(db, key, strlen(key), &got, &n, err, sizeof err);
+        if (!want[k]) {
+            good &= rc == LZ_ENOTFOUND;
+        } else {
+            const size_t len = wr_len((int)(want[k] & 0xff));
+            fill_random(exp, len, want[k] >> 8);
+            good &= rc == 0 && n == len && memcmp(got, exp, len) == 0;
+        }
+        free(got);
+    }
+    lz_kvdb_damage d;
+    good &= lz_kvdb_verify(db, 0, &d, err, sizeof err) == 0 && !d.damaged;
+    free(exp);
+    lz_kvdb_close(db);
+    return good;
+}
+
+/* The writer's writable map (values pwritten into their overflow pages):
+ * the same contents as LMDB's own writes, read back by a reader, pages intact. */
+static void test_kvdb_writer(void)
+{
+    char wpath[300], dpath[300];
+    snprintf(wpath, sizeof wpath, "%s/kv-writer", dir);
+    snprintf(dpath, sizeof dpath, "%s/kv-default", dir);
+    static uint64_t want_w[WR_KEYS], want_d[WR_KEYS];
+    lz_kvdb_stats sw, sd;
+    wr_sequence(wpath, LZ_KVDB_WRITER, want_w, &sw);
+    wr_sequence(dpath, 0, want_d, &sd);
+    CHECK(memcmp(want_w, want_d, sizeof want_w) == 0, "writer: one sequence");
+    CHECK(sw.writemap == 1 && sd.writemap == 0, "writer: the writable map is the writer's only (%d, %d)", sw.writemap,
+          sd.writemap);
+    CHECK(sw.direct_bytes > 100u << 20 && sd.direct_bytes == 0, "writer: %llu bytes written into overflow pages",
+          (unsigned long long)sw.direct_bytes);
+    CHECK(sw.map_size > LZ_KVDB_INITIAL_MAP && sw.entries == sd.entries, "writer: map grew to %llu, %llu entries",
+          (unsigned long long)sw.map_size, (unsigned long long)sw.entries);
+    CHECK(wr_matches(wpath, want_w), "writer: values read back by a reader, pages intact");
+    CHECK(wr_matches(dpath, want_d), "default writes: values read back, pages intact");
+    /* the writer again on the store it made (the map adopted, more writes) */
+    wr_sequence(wpath, LZ_KVDB_WRITER, want_w, &sw);
+    CHECK(sw.writemap == 1 && wr_matches(wpath, want_w), "writer: reopened and written again");
+}
+
 static void test_meta_versions(void)
 {
     char path[300], err[512];
@@ -809,6 +922,7 @@ int main(void)
     test_kvdb_rebuild();
     test_schema_embedded();
     test_kvdb();
+    test_kvdb_writer();
     test_kvdb_fixed();
     test_meta_versions();
     test_store();
