@@ -114,7 +114,8 @@ typedef struct {
  * without hooks when out of memory (the encoder then uses its own). */
 lz_encode_backend lz_engine_encoder(lz_engine *e, const lz_engine_encode_opts *o);
 /* The prompt prefix's KV on the engine, which the document passes run after; fp8: the passes'
- * planes quantised to e4m3 on the device (an fp8 store). 0 or -1. The CPU engine reads prefix
+ * planes quantised to e4m3 on the device (an fp8 store; 2: read back as fp8 planes only, every
+ * document stored whole: llama_cuda.h). 0 or -1. The CPU engine reads prefix
  * where it is (borrowed: alive while documents run; fp8 unused, the encoder packs its payloads). */
 int lz_engine_set_prefix(lz_engine *e, const lz_kv_cache *prefix, int fp8, char *err, size_t errlen);
 

@@ -85,7 +85,10 @@ int lz_llama_gpu_encoded(const lz_llama_gpu *g, int i, lz_kv_cache *out, float *
 int lz_llama_gpu_encoded_mass(const lz_llama_gpu *g, int i, float *mass);
 /* Passes finished from now on also quantise their documents to fp8 e4m3 on the device
  * (kernels/lz_fp8_quant.h: a scale a (K or V, layer, kv head), the store's fp8 payload), so
- * that encoded_planes can hand fp8 bytes; on (1) or off (0, the default). */
+ * that encoded_planes can hand fp8 bytes; on (1) or off (0, the default). 2: on, and the
+ * passes' documents are read back as fp8 planes only (every document is stored whole: no
+ * bf16 copy crosses the bus; encoded then fails for a document of a pass, while one-document
+ * calls, encode_one, still read back bf16). */
 void lz_llama_gpu_set_encode_fp8(lz_llama_gpu *g, int on);
 /* Document i (of n tokens) of the last finished pass as planes of payload dtype (store/payload.h's
  * LZ_PAYLOAD_DTYPE_BF16, or _FP8 after set_encode_fp8), in g's pinned memory until the next

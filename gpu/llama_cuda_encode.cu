@@ -288,6 +288,7 @@ extern "C" int lz_llama_gpu_encoded_planes(const lz_llama_gpu *g, int i, int n, 
     const size_t at = (size_t)g->enc[i].off * L * KVd;
     *k_scales = *v_scales = NULL;
     if (dtype == 1 /* LZ_PAYLOAD_DTYPE_BF16 */) {
+        if (g->enc_no16) return 0;
         *k = (const uint16_t *)g->host16 + at, *v = (const uint16_t *)g->host16 + far + at;
         return 1;
     }
@@ -320,8 +321,11 @@ extern "C" int lz_llama_gpu_encode_finish(lz_llama_gpu *g, char *err, size_t err
     const size_t per = L * g->pend_rows * KVd, far = L * g->max_tokens * KVd;
     cudaStream_t st = g->st;
     if (g->fp8 && g->fp8->on && quantise_pass(g, n_docs, err, errlen)) return -1;
-    CUDA_OK(cudaMemcpyAsync(g->host16, g->kall, per * 2, cudaMemcpyDeviceToHost, st), "K read-back");
-    CUDA_OK(cudaMemcpyAsync(g->host16 + far, g->vall, per * 2, cudaMemcpyDeviceToHost, st), "V read-back");
+    g->enc_no16 = g->fp8 && g->fp8->on == 2 && !g->fp8->need16; /* fp8 planes only: no bf16 copy needed */
+    if (!g->enc_no16) {
+        CUDA_OK(cudaMemcpyAsync(g->host16, g->kall, per * 2, cudaMemcpyDeviceToHost, st), "K read-back");
+        CUDA_OK(cudaMemcpyAsync(g->host16 + far, g->vall, per * 2, cudaMemcpyDeviceToHost, st), "V read-back");
+    }
     if (g->pend_wq) CUDA_OK(cudaMemcpyAsync(g->hwq, g->wq, g->pend_wq * sizeof(float), cudaMemcpyDeviceToHost, st), "window queries");
     if (g->pend_mass)
         CUDA_OK(cudaMemcpyAsync(g->hmass, g->dmass, g->pend_mass * sizeof(float), cudaMemcpyDeviceToHost, st), "KV eviction masses");
@@ -350,6 +354,10 @@ extern "C" int lz_llama_gpu_encoded(const lz_llama_gpu *g, int i, lz_kv_cache *o
     const int KV = c->n_kv_heads, d = c->head_dim, L = c->n_layers;
     if (i < 0 || i >= g->enc_docs) {
         snprintf(err, errlen, "GPU: document %d of a pass of %d", i, g->enc_docs);
+        return -1;
+    }
+    if (g->enc_no16) {
+        snprintf(err, errlen, "GPU: the pass was read back as fp8 planes only (document %d)", i);
         return -1;
     }
     const EncDoc &x = g->enc[i];
@@ -387,9 +395,13 @@ extern "C" int lz_llama_gpu_encode(lz_llama_gpu *g, const int *ids, int n, lz_kv
         return -1;
     }
     if (!qwin || cw <= 0) cw = 0;
-    return lz_llama_gpu_encode_many(g, &ids, &n, &c0, &cw, 1, err, errlen) || lz_llama_gpu_encoded(g, 0, out, qwin, err, errlen)
-               ? -1
-               : 0;
+    if (g->fp8) g->fp8->need16 = 1; /* this document is read as bf16 whatever the passes do */
+    const int rc = lz_llama_gpu_encode_many(g, &ids, &n, &c0, &cw, 1, err, errlen) ||
+                           lz_llama_gpu_encoded(g, 0, out, qwin, err, errlen)
+                       ? -1
+                       : 0;
+    if (g->fp8) g->fp8->need16 = 0;
+    return rc;
 }
 
 } /* namespace lzgpu */

@@ -147,7 +147,8 @@ struct EncDoc {
  * max_tokens, d) bytes laid out as kall / vall, read back into pinned h8; the scales (2, docs,
  * L, KV) and each document's first non-finite group + 1 (0: none). */
 struct EncFp8 {
-    int on;
+    int on;          /* 1: quantised; 2: and the passes read back as fp8 planes only */
+    int need16;      /* a one-document call: its bf16 read back whatever on says */
     uint8_t *d8, *h8;
     float *dsc, *hsc;
     int *dbad, *hbad;
@@ -247,6 +248,7 @@ struct lz_llama_gpu {
     float *dmass, *hmass;  /* the pass's attention masses, device / pinned */
     size_t dmass_n, hmass_n, pend_mass;
     int enc_docs, enc_cap, pend_docs, pend_cap, pend_rows;
+    int enc_no16;       /* the finished pass was read back as fp8 planes only (EncFp8::on == 2) */
     size_t pend_wq;
     void **owned;
     int n_owned;

@@ -76,7 +76,10 @@ void ingest_gpus_free(ingest *g)
 
 int ingest_gpus_setup(ingest *g)
 {
-    const int fp8 = g->backend.fetch_planes && g->o.kv_dtype == LZ_PAYLOAD_DTYPE_FP8;
+    /* fp8 on the device; with every document stored whole (no KV policy, no probe), read back as
+     * fp8 planes only (2): the encoders never fetch a pass's bf16 */
+    int fp8 = g->backend.fetch_planes && g->o.kv_dtype == LZ_PAYLOAD_DTYPE_FP8;
+    if (fp8 && g->o.kv.kind == LZ_KVPOLICY_NONE && !g->n_probe && !g->learn) fp8 = 2;
     for (int i = 0; i < g->n_gpus; i++) {
         if (lz_engine_set_prefix(g->gpus[i].engine, lz_encoder_prefix_cache(g->enc), fp8, g->err, sizeof g->err)) {
             if (g->n_gpus > 1) {

@@ -120,6 +120,80 @@ static void test_shape(const char *dir, int hd, int heads, int kv, int layout_ha
     remove(path);
 }
 
+/* fp8 passes read back as planes only (lz_llama_gpu_set_encode_fp8(g, 2), an fp8 store whose
+ * documents are stored whole): the same fp8 bytes and scales as a pass that also read back bf16,
+ * no bf16 document of the pass to fetch (an error naming it), and a one-document encode still
+ * read back in bf16, equal to the pass's document. */
+static void test_fp8_planes_only(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/mplanes.gguf", dir);
+    const int layers = 2, heads = 8, kv = 2, hd = 128, vocab = 512, s = 11, N = 3;
+    lz_llama *m = make_model(path, 256, layers, heads, kv, hd, 512, vocab, 1);
+    if (!m) return;
+    char err[512];
+    lz_llama_gpu *g = NULL;
+    CHECK(lz_llama_gpu_new(m, 600, &g, err, sizeof err) == 0, "gpu: %s", err);
+    const int len[N] = {129, 300, 7}, zero[N] = {0, 0, 0};
+    int prefix[11], *ids[N];
+    for (int i = 0; i < s; i++) prefix[i] = 3 + (i * 29 + 1) % (vocab - 3);
+    for (int i = 0; i < N; i++) {
+        ids[i] = (int *)malloc((size_t)len[i] * sizeof(int));
+        for (int j = 0; j < len[i]; j++) ids[i][j] = 3 + (j * 89 + 13 * i + 5) % (vocab - 3);
+    }
+    lz_kv_cache pc = {}, dc = {}, got[N] = {}, alone = {};
+    int ok = g && !cpu_encode(m, prefix, s, ids[0], len[0], &pc, &dc, NULL, 0, 0) &&
+             !lz_kv_cache_init(&alone, &m->cfg, 300);
+    for (int i = 0; i < N; i++) ok = ok && !lz_kv_cache_init(&got[i], &m->cfg, len[i]);
+    if (ok) ok = !lz_llama_gpu_set_prefix(g, &pc, err, sizeof err);
+    CHECK(ok, "planes only: setup: %s", err);
+    const size_t per = (size_t)layers * kv * hd; /* bytes of one row's K (or V) planes in e4m3 */
+    uint8_t *ref[N] = {};
+    int same = 1, fails = 1, no16 = 1;
+    for (int round = 0; ok && round < 2; round++) {
+        lz_llama_gpu_set_encode_fp8(g, round ? 2 : 1);
+        CHECK(lz_llama_gpu_encode_many(g, ids, len, zero, zero, N, err, sizeof err) == 0, "planes only: pass: %s", err);
+        for (int i = 0; i < N; i++) {
+            const void *k, *v;
+            const float *ks, *vs;
+            const int rc = lz_llama_gpu_encoded_planes(g, i, len[i], 3, &k, &v, &ks, &vs, err, sizeof err);
+            CHECK(rc == 1, "planes only: round %d document %d: %d %s", round, i, rc, err);
+            if (rc != 1) continue;
+            const size_t nb = per * len[i], ns = (size_t)layers * kv * sizeof(float);
+            if (!round) {
+                ref[i] = (uint8_t *)malloc(2 * nb + 2 * ns);
+                memcpy(ref[i], k, nb), memcpy(ref[i] + nb, v, nb), memcpy(ref[i] + 2 * nb, ks, ns),
+                    memcpy(ref[i] + 2 * nb + ns, vs, ns);
+                CHECK(lz_llama_gpu_encoded(g, i, &got[i], NULL, err, sizeof err) == 0, "bf16 fetch %d: %s", i, err);
+            } else {
+                same &= !memcmp(ref[i], k, nb) && !memcmp(ref[i] + nb, v, nb) && !memcmp(ref[i] + 2 * nb, ks, ns) &&
+                        !memcmp(ref[i] + 2 * nb + ns, vs, ns);
+                lz_kv_cache tmp = {};
+                lz_kv_cache_init(&tmp, &m->cfg, len[i]);
+                err[0] = 0;
+                fails &= lz_llama_gpu_encoded(g, i, &tmp, NULL, err, sizeof err) == -1 && strstr(err, "fp8 planes only");
+                lz_kv_cache_free(&tmp);
+                no16 &= lz_llama_gpu_encoded_planes(g, i, len[i], 1, &k, &v, &ks, &vs, err, sizeof err) == 0;
+            }
+        }
+    }
+    CHECK(same, "planes only: other fp8 bytes or scales than a pass that read back bf16 too");
+    CHECK(fails && no16, "planes only: a bf16 document of the pass was handed out (%s)", err);
+    /* one document alone: read back in bf16 whatever the passes do */
+    int nan = 0;
+    const int arc = ok ? lz_llama_gpu_encode(g, ids[1], len[1], &alone, NULL, 0, 0, err, sizeof err) : -1;
+    CHECK(arc == 0, "planes only: one document alone: %s", err);
+    const double ea = arc ? 1 : cache_err(&got[1], &alone, layers, kv, len[1], hd, &nan);
+    CHECK(ea <= 1e-2 && nan == 0, "planes only: alone against the pass's bf16: %.3g", ea);
+    printf("fp8 passes read back as planes only: the same e4m3 bytes and scales, no bf16 fetch, one document alone "
+           "%.2e from the pass\n", ea);
+    for (int i = 0; i < N; i++) free(ids[i]), free(ref[i]), lz_kv_cache_free(&got[i]);
+    lz_kv_cache_free(&pc), lz_kv_cache_free(&dc), lz_kv_cache_free(&alone);
+    lz_llama_gpu_free(g);
+    lz_llama_free(m);
+    remove(path);
+}
+
 /* Several documents in one pass (lz_llama_gpu_encode_many, lazyingest's
  * batches): each document's K / V and eviction window against the CPU
  * encoder's and against the same document encoded alone; a second pass
@@ -1355,6 +1429,7 @@ int main(int argc, char **argv)
     test_query(dir, 128, 8, 2, 1, 0, 1);    /* the unequal heads' document packed in bf16 */
     test_prefix_on_gpu(dir);
     test_many(dir);
+    test_fp8_planes_only(dir);
     test_big_upload(dir);
     test_tiers(dir);
     test_slots(dir);
